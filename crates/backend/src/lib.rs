@@ -1,0 +1,1 @@
+//! Storage backends (POSIX, S3, object layout). Not built out yet.

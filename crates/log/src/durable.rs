@@ -1,0 +1,90 @@
+//! The few file-system steps that make a record durable, each with the reason
+//! for its fsync. Files are created 0600 and directories 0700: node-local
+//! data is private to the user who ran the job.
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::path::Path;
+
+use crate::error::{IoContext, Result};
+
+pub const FILE_MODE: u32 = 0o600;
+pub const DIR_MODE: u32 = 0o700;
+
+/// fsync a directory, so that entries created, renamed or removed in it
+/// survive a crash (fsync of a file does not persist its name).
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .ctx("open directory", dir)?
+        .sync_all()
+        .ctx("fsync directory", dir)
+}
+
+/// Create `dir` and its missing parents below `base` with mode 0700, and fsync
+/// each parent that gained an entry, so the path exists after a crash.
+/// `base` itself must exist; nothing at or above it is touched.
+pub fn create_dirs_below(base: &Path, dir: &Path) -> Result<()> {
+    let rel = dir
+        .strip_prefix(base)
+        .map_err(|_| crate::error::LogError::InvalidName {
+            what: "directory",
+            value: dir.display().to_string(),
+            why: "is not below the node-local root",
+        })?;
+    let mut cur = base.to_path_buf();
+    for comp in rel.components() {
+        let parent = cur.clone();
+        cur.push(comp);
+        match DirBuilder::new().mode(DIR_MODE).create(&cur) {
+            Ok(()) => sync_dir(&parent)?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e).ctx("create directory", &cur),
+        }
+    }
+    Ok(())
+}
+
+/// Write `bytes` to `path` atomically and durably: temporary name, fsync,
+/// rename, fsync of the directory. A crash leaves the old file or the new one,
+/// plus possibly the temporary (which readers ignore and gc removes).
+pub fn write_atomic(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(FILE_MODE)
+        .open(tmp)
+        .ctx("create", tmp)?;
+    f.write_all(bytes).ctx("write", tmp)?;
+    // The content must be on disk before the name points at it.
+    f.sync_all().ctx("fsync", tmp)?;
+    drop(f);
+    fs::rename(tmp, path).ctx("rename into place", path)?;
+    // The rename is the commit; it is only durable once the directory is.
+    sync_dir(path.parent().expect("a file path has a parent"))
+}
+
+/// `pwrite` all of `buf` at `off` (retrying short writes and EINTR).
+pub fn pwrite_all(f: &File, buf: &[u8], off: u64, path: &Path) -> Result<()> {
+    f.write_all_at(buf, off).ctx("write", path)
+}
+
+/// `pread` exactly `buf.len()` bytes at `off`; a short file is corruption
+/// (the manifest promised these bytes), reported with the offset.
+pub fn pread_exact(f: &File, buf: &mut [u8], off: u64, path: &Path) -> Result<()> {
+    match f.read_exact_at(buf, off) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+            Err(crate::error::LogError::Corrupt {
+                path: path.to_path_buf(),
+                offset: off,
+                what: format!(
+                    "data log ends before the {} bytes the manifest lists here",
+                    buf.len()
+                ),
+            })
+        }
+        Err(e) => Err(e).ctx("read", path),
+    }
+}

@@ -1,0 +1,89 @@
+//! Removal of what can never be committed. Only run when no writer of the
+//! job is alive (after a crash, by `paralog recover --gc`): a live writer's
+//! current epoch looks exactly like an abandoned one.
+
+use std::path::PathBuf;
+
+use crate::error::{IoContext, Result};
+use crate::layout::{self, EpochFileKind};
+use crate::reader::{CommitStatus, FileInventory};
+
+/// What [`collect_garbage`] removed (or would remove, with `dry_run`).
+#[derive(Debug, Default, Clone)]
+pub struct GcReport {
+    pub removed: Vec<PathBuf>,
+}
+
+/// Remove temporary manifests, and the records of epochs that are provably
+/// not globally committed: no rank here has a commit mark, and some rank
+/// whose directory is on this node has no manifest for the epoch although
+/// it has a data log for it or a later epoch (it stopped before committing).
+/// An epoch whose missing ranks live on other nodes is left alone: only the
+/// servers together can decide it.
+pub fn collect_garbage(file: &FileInventory, dry_run: bool) -> Result<GcReport> {
+    let mut report = GcReport::default();
+    for (&gen, g) in &file.gens {
+        for r in g.ranks.values() {
+            for (&epoch, files) in &r.epochs {
+                if files.manifest_tmp {
+                    report.removed.push(
+                        r.dir
+                            .join(layout::epoch_file_name(epoch, EpochFileKind::ManifestTmp)),
+                    );
+                }
+            }
+        }
+        let epochs: std::collections::BTreeSet<u64> = g
+            .ranks
+            .values()
+            .flat_map(|r| r.epochs.keys().copied())
+            .collect();
+        for epoch in epochs {
+            if file.commit_status((gen, epoch))?.is_committed() {
+                continue;
+            }
+            let abandoned = g.ranks.values().any(|r| {
+                let has_manifest = r.epochs.get(&epoch).is_some_and(|e| e.manifest);
+                let wrote = r.epochs.get(&epoch).is_some_and(|e| e.data.is_some());
+                let went_on = r.epochs.range(epoch + 1..).next().is_some();
+                !has_manifest && (wrote || went_on)
+            });
+            let single_node_incomplete = matches!(
+                file.commit_status((gen, epoch))?,
+                CommitStatus::Incomplete { comm_size, .. } if comm_size > 0 && (0..comm_size).all(|rk| g.ranks.contains_key(&rk))
+            );
+            if !(abandoned || single_node_incomplete) {
+                continue;
+            }
+            for r in g.ranks.values() {
+                if let Some(files) = r.epochs.get(&epoch) {
+                    for (present, kind) in [
+                        (files.data.is_some(), EpochFileKind::Data),
+                        (files.manifest, EpochFileKind::Manifest),
+                    ] {
+                        if present {
+                            report
+                                .removed
+                                .push(r.dir.join(layout::epoch_file_name(epoch, kind)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if !dry_run {
+        let mut dirs = std::collections::BTreeSet::new();
+        for p in &report.removed {
+            std::fs::remove_file(p).ctx("remove", p)?;
+            dirs.insert(
+                p.parent()
+                    .expect("epoch files live in a rank directory")
+                    .to_path_buf(),
+            );
+        }
+        for d in dirs {
+            crate::durable::sync_dir(&d)?;
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,647 @@
+//! Reading a node-local root: what it holds (inventory), which epochs are
+//! globally committed, and the logical file at an epoch, checksums verified.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::durable;
+use crate::error::{IoContext, LogError, Result};
+use crate::extent_map::{ExtentMap, Piece};
+use crate::format::{DataHeader, Extent, Manifest, Op, PathRecord};
+use crate::layout::{self, EpochFileKind};
+
+/// An epoch of one open: (generation, epoch). Orders like the program did.
+pub type EpochId = (u64, u64);
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EpochFiles {
+    /// Length of the data log, if present.
+    pub data: Option<u64>,
+    pub manifest: bool,
+    pub manifest_tmp: bool,
+    pub mark: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RankInventory {
+    pub dir: PathBuf,
+    pub epochs: BTreeMap<u64, EpochFiles>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct GenInventory {
+    pub dir: PathBuf,
+    pub ranks: BTreeMap<u32, RankInventory>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FileInventory {
+    pub dir: PathBuf,
+    /// From the directory's path record; `None` if it is missing or damaged
+    /// (`path_error` then says why).
+    pub record: Option<PathRecord>,
+    pub path_error: Option<String>,
+    pub gens: BTreeMap<u64, GenInventory>,
+}
+
+#[derive(Debug, Clone)]
+pub struct JobInventory {
+    pub name: String,
+    pub dir: PathBuf,
+    pub files: Vec<FileInventory>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Inventory {
+    pub root: PathBuf,
+    pub jobs: Vec<JobInventory>,
+    /// Entries that are not part of the layout (shown, never touched).
+    pub stray: Vec<PathBuf>,
+}
+
+/// Whether an epoch is globally committed, judged from this node's files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommitStatus {
+    /// A commit mark exists: the agreement succeeded.
+    Marked,
+    /// No mark, but every rank's manifest is here.
+    AllManifests,
+    /// Not (yet) known to be committed: these ranks' manifests are missing
+    /// here. On a single node this means it is not committed.
+    Incomplete { comm_size: u32, missing: Vec<u32> },
+}
+
+impl CommitStatus {
+    pub fn is_committed(&self) -> bool {
+        !matches!(self, CommitStatus::Incomplete { .. })
+    }
+}
+
+impl Inventory {
+    /// List everything under `root`. Unknown entries are reported in `stray`.
+    pub fn scan(root: &Path) -> Result<Inventory> {
+        let mut inv = Inventory {
+            root: root.to_path_buf(),
+            jobs: Vec::new(),
+            stray: Vec::new(),
+        };
+        for (name, path, is_dir) in list_dir(root)? {
+            if !is_dir || layout::validate_component("job name", &name).is_err() {
+                inv.stray.push(path);
+                continue;
+            }
+            let mut job = JobInventory {
+                name,
+                dir: path.clone(),
+                files: Vec::new(),
+            };
+            for (fname, fpath, fdir) in list_dir(&path)? {
+                if fdir && layout::is_file_dir_name(&fname) {
+                    job.files.push(scan_file(&fpath, &mut inv.stray)?);
+                } else {
+                    inv.stray.push(fpath);
+                }
+            }
+            inv.jobs.push(job);
+        }
+        Ok(inv)
+    }
+
+    pub fn job(&self, name: &str) -> Option<&JobInventory> {
+        self.jobs.iter().find(|j| j.name == name)
+    }
+
+    /// Find a file by the path the program wrote (absolute) or by its
+    /// remote-relative path, in one job or in all jobs.
+    pub fn find_file(
+        &self,
+        job: Option<&str>,
+        path: &[u8],
+    ) -> Vec<(&JobInventory, &FileInventory)> {
+        let mut out = Vec::new();
+        for j in &self.jobs {
+            if job.is_some_and(|name| name != j.name) {
+                continue;
+            }
+            for f in &j.files {
+                if let Some(r) = &f.record {
+                    if r.path == path || r.rel == path {
+                        out.push((j, f));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>) -> Result<FileInventory> {
+    let path_file = dir.join(layout::PATH_FILE);
+    let (record, path_error) = match std::fs::read(&path_file) {
+        Ok(bytes) => match PathRecord::decode(&bytes, &path_file) {
+            Ok(r) => (Some(r), None),
+            Err(e) => (None, Some(e.to_string())),
+        },
+        Err(e) => (None, Some(format!("{}: {e}", path_file.display()))),
+    };
+    let mut file = FileInventory {
+        dir: dir.to_path_buf(),
+        record,
+        path_error,
+        gens: BTreeMap::new(),
+    };
+    for (name, path, is_dir) in list_dir(dir)? {
+        if name == layout::PATH_FILE || name.starts_with("path.tmp.") {
+            continue;
+        }
+        let Some(gen) = is_dir.then(|| layout::parse_gen_dir_name(&name)).flatten() else {
+            stray.push(path);
+            continue;
+        };
+        let mut g = GenInventory {
+            dir: path.clone(),
+            ranks: BTreeMap::new(),
+        };
+        for (rname, rpath, rdir) in list_dir(&path)? {
+            let Some(rank) = rdir.then(|| layout::parse_rank_dir_name(&rname)).flatten() else {
+                stray.push(rpath);
+                continue;
+            };
+            let mut r = RankInventory {
+                dir: rpath.clone(),
+                epochs: BTreeMap::new(),
+            };
+            for (ename, epath, edir) in list_dir(&rpath)? {
+                let Some((epoch, kind)) = (!edir)
+                    .then(|| layout::parse_epoch_file_name(&ename))
+                    .flatten()
+                else {
+                    stray.push(epath);
+                    continue;
+                };
+                let e = r.epochs.entry(epoch).or_default();
+                match kind {
+                    EpochFileKind::Data => {
+                        e.data = Some(std::fs::metadata(&epath).ctx("stat", &epath)?.len());
+                    }
+                    EpochFileKind::Manifest => e.manifest = true,
+                    EpochFileKind::ManifestTmp => e.manifest_tmp = true,
+                    EpochFileKind::Mark => e.mark = true,
+                }
+            }
+            g.ranks.insert(rank, r);
+        }
+        file.gens.insert(gen, g);
+    }
+    Ok(file)
+}
+
+/// (name, path, is_dir) of each entry, sorted by name; a missing directory
+/// is empty (it may have been cleaned up while we looked).
+fn list_dir(dir: &Path) -> Result<Vec<(String, PathBuf, bool)>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).ctx("list", dir),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.ctx("list", dir)?;
+        let ft = entry.file_type().ctx("stat", &entry.path())?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        out.push((name, entry.path(), ft.is_dir()));
+    }
+    out.sort();
+    Ok(out)
+}
+
+impl FileInventory {
+    /// Every epoch that any rank has any record of, in program order.
+    pub fn epoch_ids(&self) -> Vec<EpochId> {
+        let mut ids: Vec<EpochId> = self
+            .gens
+            .iter()
+            .flat_map(|(&g, gi)| {
+                gi.ranks
+                    .values()
+                    .flat_map(move |r| r.epochs.keys().map(move |&e| (g, e)))
+            })
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// Decode and cross-check the manifests of one epoch present here.
+    pub fn manifests(&self, (gen, epoch): EpochId) -> Result<Vec<(Manifest, PathBuf)>> {
+        let Some(g) = self.gens.get(&gen) else {
+            return Ok(Vec::new());
+        };
+        let mut out: Vec<(Manifest, PathBuf)> = Vec::new();
+        for (&rank, r) in &g.ranks {
+            if !r.epochs.get(&epoch).is_some_and(|e| e.manifest) {
+                continue;
+            }
+            let path = r
+                .dir
+                .join(layout::epoch_file_name(epoch, EpochFileKind::Manifest));
+            let bytes = std::fs::read(&path).ctx("read manifest", &path)?;
+            let m = Manifest::decode(&bytes, &path)?;
+            let mismatch = |what: String| LogError::Inconsistent {
+                path: path.clone(),
+                what,
+            };
+            if m.rank != rank || m.epoch != epoch || m.ident.gen != gen {
+                return Err(mismatch(format!(
+                    "manifest says rank {} generation {} epoch {}, its place says rank {rank} generation {gen} epoch {epoch}",
+                    m.rank, m.ident.gen, m.epoch
+                )));
+            }
+            if let Some(rec) = &self.record {
+                if rec.rel != m.ident.rel {
+                    return Err(mismatch(format!(
+                        "manifest is for {:?}, the directory for {:?}",
+                        String::from_utf8_lossy(&m.ident.rel),
+                        String::from_utf8_lossy(&rec.rel)
+                    )));
+                }
+            }
+            if let Some((first, _)) = out.first() {
+                if first.comm_size != m.comm_size || first.ident != m.ident {
+                    return Err(mismatch(format!(
+                        "ranks disagree on the file or communicator size ({} vs {})",
+                        first.comm_size, m.comm_size
+                    )));
+                }
+            }
+            out.push((m, path));
+        }
+        Ok(out)
+    }
+
+    /// Whether an epoch is globally committed, from this node's view.
+    pub fn commit_status(&self, id: EpochId) -> Result<CommitStatus> {
+        let (gen, epoch) = id;
+        let marked = self.gens.get(&gen).is_some_and(|g| {
+            g.ranks
+                .values()
+                .any(|r| r.epochs.get(&epoch).is_some_and(|e| e.mark))
+        });
+        if marked {
+            return Ok(CommitStatus::Marked);
+        }
+        let manifests = self.manifests(id)?;
+        let Some((first, _)) = manifests.first() else {
+            return Ok(CommitStatus::Incomplete {
+                comm_size: 0,
+                missing: Vec::new(),
+            });
+        };
+        let comm_size = first.comm_size;
+        let have: Vec<u32> = manifests.iter().map(|(m, _)| m.rank).collect();
+        let missing: Vec<u32> = (0..comm_size).filter(|r| !have.contains(r)).collect();
+        Ok(if missing.is_empty() {
+            CommitStatus::AllManifests
+        } else {
+            CommitStatus::Incomplete { comm_size, missing }
+        })
+    }
+
+    /// The globally committed epochs held here, in order.
+    pub fn committed_epochs(&self) -> Result<Vec<EpochId>> {
+        let mut out = Vec::new();
+        for id in self.epoch_ids() {
+            if self.commit_status(id)?.is_committed() {
+                out.push(id);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The logical file after the committed epochs up to and including
+    /// `upto` (default: the last committed one). Epochs that are not
+    /// committed are skipped: the program was told they failed, or never
+    /// reached their consistency point.
+    pub fn logical_file(&self, upto: Option<EpochId>) -> Result<LogicalFile> {
+        let committed = self.committed_epochs()?;
+        let upto = match upto {
+            Some(id) => {
+                if !committed.contains(&id) {
+                    return Err(LogError::NotFound {
+                        what: format!(
+                            "epoch {}:{} of {} is not globally committed here (committed: {})",
+                            id.0,
+                            id.1,
+                            self.display_name(),
+                            fmt_ids(&committed)
+                        ),
+                    });
+                }
+                Some(id)
+            }
+            None => committed.last().copied(),
+        };
+        let mut lf = LogicalFile::default();
+        for id in committed.into_iter().filter(|id| Some(*id) <= upto) {
+            let manifests = self.manifests(id)?;
+            lf.apply_epoch(id, &manifests)?;
+        }
+        Ok(lf)
+    }
+
+    pub fn display_name(&self) -> String {
+        match &self.record {
+            Some(r) => String::from_utf8_lossy(&r.path).into_owned(),
+            None => self.dir.display().to_string(),
+        }
+    }
+}
+
+pub fn fmt_ids(ids: &[EpochId]) -> String {
+    if ids.is_empty() {
+        return "none".into();
+    }
+    ids.iter()
+        .map(|(g, e)| format!("{g}:{e}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Where a manifest extent's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceExtent {
+    pub epoch: EpochId,
+    pub rank: u32,
+    pub data_path: PathBuf,
+    pub extent: Extent,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourcePiece {
+    /// Index into [`LogicalFile::sources`].
+    pub source: usize,
+    /// Offset of this piece within the source extent.
+    pub skip: u64,
+}
+
+impl Piece for SourcePiece {
+    fn slice(&self, skip: u64, _len: u64, _full: u64) -> Self {
+        SourcePiece {
+            source: self.source,
+            skip: self.skip + skip,
+        }
+    }
+
+    fn join(&self, len: u64, next: &Self, _next_len: u64) -> Option<Self> {
+        (self.source == next.source && self.skip + len == next.skip).then_some(*self)
+    }
+}
+
+/// How big the file is, given how big it was before the first epoch (the
+/// remote's "base" file, 0 for a new file).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SizeState {
+    /// The size implied by the operations (writes, set-size, preallocate).
+    pub min_size: u64,
+    /// A set-size happened: the base's own length no longer matters.
+    pub size_set: bool,
+    /// Base bytes at or beyond this offset were cut off by a set-size
+    /// (and read as zeros if the file grew again).
+    pub base_cut: Option<u64>,
+}
+
+impl SizeState {
+    pub fn final_size(&self, base_len: u64) -> u64 {
+        if self.size_set {
+            self.min_size
+        } else {
+            self.min_size.max(base_len)
+        }
+    }
+
+    /// How many leading bytes of the base remain visible where not overwritten.
+    pub fn base_visible(&self, base_len: u64) -> u64 {
+        let cut = self.base_cut.map_or(base_len, |c| c.min(base_len));
+        cut.min(self.final_size(base_len))
+    }
+}
+
+/// The file as the program left it at some committed epoch: extents pointing
+/// into data logs, plus the size rules. Holes are holes.
+#[derive(Debug, Clone, Default)]
+pub struct LogicalFile {
+    pub epochs: Vec<EpochId>,
+    pub sources: Vec<SourceExtent>,
+    pub map: ExtentMap<SourcePiece>,
+    pub size: SizeState,
+}
+
+impl LogicalFile {
+    /// Merge the ranks of one epoch: for each phase p, every rank's phase-p
+    /// extents (ascending rank breaks ties, which MPI forbids anyway), then
+    /// size operation p, which all ranks that recorded it must agree on.
+    pub fn apply_epoch(&mut self, id: EpochId, manifests: &[(Manifest, PathBuf)]) -> Result<()> {
+        let mut phases: Vec<Vec<(&Manifest, &PathBuf, &Extent)>> = Vec::new();
+        let mut size_ops: Vec<Option<(Op, u32, &PathBuf)>> = Vec::new();
+        let mut ordered: Vec<&(Manifest, PathBuf)> = manifests.iter().collect();
+        ordered.sort_by_key(|(m, _)| m.rank);
+        for (m, path) in ordered {
+            let mut phase = 0usize;
+            for op in &m.ops {
+                match op {
+                    Op::Extent(e) => {
+                        if phases.len() <= phase {
+                            phases.resize_with(phase + 1, Vec::new);
+                        }
+                        phases[phase].push((m, path, e));
+                    }
+                    Op::SetSize(_) | Op::Preallocate(_) => {
+                        if size_ops.len() <= phase {
+                            size_ops.resize(phase + 1, None);
+                        }
+                        match size_ops[phase] {
+                            None => size_ops[phase] = Some((*op, m.rank, path)),
+                            Some((other, other_rank, _)) if other != *op => {
+                                return Err(LogError::Inconsistent {
+                                    path: path.clone(),
+                                    what: format!(
+                                        "epoch {}:{} size operation {phase}: rank {} recorded {op:?}, rank {other_rank} {other:?}",
+                                        id.0, id.1, m.rank
+                                    ),
+                                });
+                            }
+                            Some(_) => {}
+                        }
+                        phase += 1;
+                    }
+                }
+            }
+        }
+        let n = phases.len().max(size_ops.len());
+        for p in 0..n {
+            for (m, path, e) in phases.get(p).into_iter().flatten() {
+                let data_path =
+                    path.with_file_name(layout::epoch_file_name(id.1, EpochFileKind::Data));
+                self.sources.push(SourceExtent {
+                    epoch: id,
+                    rank: m.rank,
+                    data_path,
+                    extent: **e,
+                });
+                let source = self.sources.len() - 1;
+                self.map
+                    .insert(e.file_off, e.len, SourcePiece { source, skip: 0 });
+                self.size.min_size = self.size.min_size.max(e.file_end());
+            }
+            match size_ops.get(p).copied().flatten() {
+                Some((Op::SetSize(n), _, _)) => {
+                    self.map.truncate(n);
+                    self.size.min_size = n;
+                    self.size.size_set = true;
+                    self.size.base_cut = Some(self.size.base_cut.map_or(n, |c| c.min(n)));
+                }
+                Some((Op::Preallocate(n), _, _)) => {
+                    self.size.min_size = self.size.min_size.max(n);
+                }
+                _ => {}
+            }
+        }
+        self.epochs.push(id);
+        Ok(())
+    }
+
+    /// Ranges of data in offset order: (file offset, length, piece).
+    pub fn pieces(&self) -> impl Iterator<Item = (u64, u64, &SourcePiece)> {
+        self.map.iter()
+    }
+
+    /// Bytes of data the logical file holds (not counting holes).
+    pub fn data_bytes(&self) -> u64 {
+        self.map.iter().map(|(_, len, _)| len).sum()
+    }
+
+    /// Write the logical file to `out` (created or truncated), on top of
+    /// `base` (the file before the first epoch; `None`: a new file). Every
+    /// source extent is verified against its checksum before any of its
+    /// bytes are used; holes are left as holes.
+    pub fn materialize(&self, out: &Path, base: Option<&Path>) -> Result<u64> {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(out)
+            .ctx("create", out)?;
+        let mut base_len = 0;
+        if let Some(base) = base {
+            let b = File::open(base).ctx("open base file", base)?;
+            base_len = b.metadata().ctx("stat", base)?.len();
+            copy_range(&b, base, &f, out, 0, self.size.base_visible(base_len))?;
+        }
+        let mut reader = SourceReader::default();
+        let mut buf = Vec::new();
+        for (off, len, piece) in self.pieces() {
+            buf.resize(len as usize, 0);
+            reader.read(&self.sources[piece.source], piece.skip, &mut buf)?;
+            durable::pwrite_all(&f, &buf, off, out)?;
+        }
+        let size = self.size.final_size(base_len);
+        f.set_len(size).ctx("set length", out)?;
+        f.sync_all().ctx("fsync", out)?;
+        Ok(size)
+    }
+}
+
+fn copy_range(
+    src: &File,
+    src_path: &Path,
+    dst: &File,
+    dst_path: &Path,
+    off: u64,
+    len: u64,
+) -> Result<()> {
+    let mut buf = vec![0u8; (len as usize).min(1 << 20)];
+    let mut done = 0;
+    while done < len {
+        let n = ((len - done) as usize).min(buf.len());
+        durable::pread_exact(src, &mut buf[..n], off + done, src_path)?;
+        durable::pwrite_all(dst, &buf[..n], off + done, dst_path)?;
+        done += n as u64;
+    }
+    Ok(())
+}
+
+/// Reads pieces of source extents, verifying each whole extent's checksum
+/// once before handing out any of its bytes.
+#[derive(Default)]
+pub struct SourceReader {
+    open: Option<(PathBuf, File)>,
+    verified: std::collections::HashSet<(PathBuf, u64)>,
+}
+
+impl SourceReader {
+    pub fn read(&mut self, src: &SourceExtent, skip: u64, buf: &mut [u8]) -> Result<()> {
+        let e = src.extent;
+        if self.open.as_ref().is_none_or(|(p, _)| *p != src.data_path) {
+            let f = File::open(&src.data_path).ctx("open data log", &src.data_path)?;
+            check_data_header(&f, src)?;
+            self.open = Some((src.data_path.clone(), f));
+        }
+        let (path, f) = self.open.as_ref().expect("just opened");
+        let key = (path.clone(), e.log_pos);
+        let whole = skip == 0 && buf.len() as u64 == e.len;
+        if whole {
+            durable::pread_exact(f, buf, e.log_pos, path)?;
+            check_extent_crc(path, &e, crc32c::crc32c(buf))?;
+            self.verified.insert(key);
+        } else {
+            if !self.verified.contains(&key) {
+                let mut crc = 0;
+                let mut chunk = vec![0u8; (e.len as usize).min(1 << 20)];
+                let mut done = 0;
+                while done < e.len {
+                    let n = ((e.len - done) as usize).min(chunk.len());
+                    durable::pread_exact(f, &mut chunk[..n], e.log_pos + done, path)?;
+                    crc = crc32c::crc32c_append(crc, &chunk[..n]);
+                    done += n as u64;
+                }
+                check_extent_crc(path, &e, crc)?;
+                self.verified.insert(key);
+            }
+            durable::pread_exact(f, buf, e.log_pos + skip, path)?;
+        }
+        Ok(())
+    }
+}
+
+/// A data log must belong to the rank, generation and epoch whose manifest
+/// points at it (catches logs moved or restored to the wrong place).
+fn check_data_header(f: &File, src: &SourceExtent) -> Result<()> {
+    let mut head = [0u8; crate::format::DATA_HEADER_USED];
+    durable::pread_exact(f, &mut head, 0, &src.data_path)?;
+    let h = DataHeader::decode(&head, &src.data_path)?;
+    if (h.rank, h.gen, h.epoch) != (src.rank, src.epoch.0, src.epoch.1) {
+        return Err(LogError::Inconsistent {
+            path: src.data_path.clone(),
+            what: format!(
+                "data log belongs to rank {} generation {} epoch {}, its manifest to rank {} generation {} epoch {}",
+                h.rank, h.gen, h.epoch, src.rank, src.epoch.0, src.epoch.1
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn check_extent_crc(path: &Path, e: &Extent, found: u32) -> Result<()> {
+    if found != e.crc {
+        return Err(LogError::Checksum {
+            path: path.to_path_buf(),
+            offset: e.log_pos,
+            len: e.len,
+            expected: e.crc,
+            found,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,590 @@
+//! One rank's log of one open file: appends writes to the current epoch's
+//! data log, keeps the epoch's extent map, and commits epochs atomically.
+//!
+//! Commit protocol (docs/format.md, "Commit"):
+//! 1. flush the coalescing buffer, `fdatasync` the data log once;
+//! 2. write the manifest to `e<N>.manifest.tmp`, fsync, rename to
+//!    `e<N>.manifest`, fsync the directory (this is the *local commit*);
+//! 3. after the agreement (run by the caller) says every rank committed,
+//!    create `e<N>.commit` (the *commit mark*; no fsync, it can be re-derived).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::durable::{self, FILE_MODE};
+use crate::error::{IoContext, LogError, Result};
+use crate::extent_map::{ExtentMap, Piece};
+use crate::format::{
+    CommitMark, DataHeader, Extent, FileIdent, Manifest, Op, PathRecord, DATA_HEADER_LEN,
+};
+use crate::layout::{self, EpochFileKind, RankPaths};
+
+/// Tuning of the writer. The defaults suit HPC output: small writes are
+/// gathered into 4 MiB log writes, larger ones go straight to the log.
+#[derive(Debug, Clone, Copy)]
+pub struct WriterConfig {
+    /// Size of the coalescing buffer (bytes). 0 disables coalescing.
+    pub coalesce_bytes: usize,
+    /// Writes shorter than this are copied into the buffer.
+    pub small_write: usize,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            coalesce_bytes: 4 << 20,
+            small_write: 256 << 10,
+        }
+    }
+}
+
+/// Where a range of the current epoch's bytes lives in its data log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LogPiece {
+    log_pos: u64,
+    /// CRC-32C of exactly this range, when known without reading it back
+    /// (a range cut out of a write has none until commit computes it).
+    crc: Option<u32>,
+    /// Size operations before this write in the epoch.
+    phase: u32,
+}
+
+impl Piece for LogPiece {
+    fn slice(&self, skip: u64, len: u64, full: u64) -> Self {
+        LogPiece {
+            log_pos: self.log_pos + skip,
+            crc: if skip == 0 && len == full {
+                self.crc
+            } else {
+                None
+            },
+            phase: self.phase,
+        }
+    }
+
+    fn join(&self, len: u64, next: &Self, next_len: u64) -> Option<Self> {
+        (self.phase == next.phase && self.log_pos + len == next.log_pos).then(|| LogPiece {
+            log_pos: self.log_pos,
+            crc: match (self.crc, next.crc) {
+                (Some(a), Some(b)) => Some(crc32c::crc32c_combine(a, b, next_len as usize)),
+                _ => None,
+            },
+            phase: self.phase,
+        })
+    }
+}
+
+/// The rank's own bytes across all its epochs of this open (for reads).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct OwnPiece {
+    epoch: u64,
+    log_pos: u64,
+}
+
+impl Piece for OwnPiece {
+    fn slice(&self, skip: u64, _len: u64, _full: u64) -> Self {
+        OwnPiece {
+            epoch: self.epoch,
+            log_pos: self.log_pos + skip,
+        }
+    }
+
+    fn join(&self, len: u64, next: &Self, _next_len: u64) -> Option<Self> {
+        (self.epoch == next.epoch && self.log_pos + len == next.log_pos).then_some(*self)
+    }
+}
+
+/// How a range asked of [`RankLog::read_own`] was answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadSource {
+    /// The rank's own newest bytes, written in `epoch`, copied into the
+    /// buffer. Bytes of an earlier epoch than the current one may since have
+    /// been overwritten by another rank: only a one-rank communicator, or
+    /// the current epoch (where MPI requires ranks to write disjoint bytes),
+    /// makes them authoritative. The caller decides.
+    Own { epoch: u64 },
+    /// This rank never wrote these bytes (they may be another rank's, a
+    /// hole, or the remote's): the log cannot answer.
+    NotOwn,
+    /// This rank wrote them in an epoch whose local data is gone (drained).
+    Evicted { epoch: u64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadRange {
+    pub off: u64,
+    pub len: u64,
+    pub source: ReadSource,
+}
+
+/// The result of a local commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalCommit {
+    pub epoch: u64,
+    pub extents: usize,
+    pub data_bytes: u64,
+}
+
+#[derive(Default)]
+struct EpochState {
+    data: Option<File>,
+    /// Next free log position (buffered bytes included).
+    log_end: u64,
+    buf: Vec<u8>,
+    map: ExtentMap<LogPiece>,
+    size_ops: Vec<Op>,
+}
+
+impl EpochState {
+    fn buf_pos(&self) -> u64 {
+        self.log_end - self.buf.len() as u64
+    }
+}
+
+/// One rank's log of one open (generation) of one file.
+pub struct RankLog {
+    ident: FileIdent,
+    rank: u32,
+    comm_size: u32,
+    cfg: WriterConfig,
+    paths: RankPaths,
+    epoch: u64,
+    cur: EpochState,
+    own: ExtentMap<OwnPiece>,
+}
+
+impl RankLog {
+    /// Open the log of `ident` for `rank` under `root` at epoch 1, creating
+    /// directories durably. The generation must be fresh for this rank: an
+    /// existing data log or manifest of it is never overwritten.
+    pub fn create(
+        root: &Path,
+        ident: FileIdent,
+        rank: u32,
+        comm_size: u32,
+        cfg: WriterConfig,
+    ) -> Result<RankLog> {
+        layout::validate_component("job name", &ident.job)?;
+        layout::validate_rel(&ident.rel)?;
+        if !ident.path.starts_with(b"/") || ident.path.len() > crate::format::MAX_PATH_LEN {
+            return Err(LogError::InvalidName {
+                what: "application path",
+                value: String::from_utf8_lossy(&ident.path).into_owned(),
+                why: "must be absolute and at most PATH_MAX bytes",
+            });
+        }
+        if comm_size == 0 || rank >= comm_size {
+            return Err(LogError::InvalidName {
+                what: "rank",
+                value: format!("{rank} of {comm_size}"),
+                why: "must be below the communicator size",
+            });
+        }
+        if ident.gen == 0 {
+            return Err(LogError::InvalidName {
+                what: "generation",
+                value: "0".into(),
+                why: "generations start at 1",
+            });
+        }
+        let meta = std::fs::metadata(root).ctx("stat node-local root", root)?;
+        if !meta.is_dir() {
+            return Err(LogError::Io {
+                path: root.to_path_buf(),
+                op: "use as node-local root",
+                source: io::Error::from_raw_os_error(libc::ENOTDIR),
+            });
+        }
+        let paths = RankPaths::new(root, &ident.job, &ident.rel, ident.gen, rank);
+        durable::create_dirs_below(root, &paths.file_dir)?;
+        record_path(&paths.file_dir, &ident, rank)?;
+        durable::create_dirs_below(root, &paths.rank_dir)?;
+        let log = RankLog {
+            ident,
+            rank,
+            comm_size,
+            cfg,
+            paths,
+            epoch: 1,
+            cur: EpochState::default(),
+            own: ExtentMap::new(),
+        };
+        for kind in [EpochFileKind::Data, EpochFileKind::Manifest] {
+            let p = log.paths.epoch_file(1, kind);
+            if p.exists() {
+                return Err(LogError::Inconsistent {
+                    path: p,
+                    what: format!(
+                        "generation {} of this file already has records; it is not fresh",
+                        log.ident.gen
+                    ),
+                });
+            }
+        }
+        Ok(log)
+    }
+
+    pub fn ident(&self) -> &FileIdent {
+        &self.ident
+    }
+
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    pub fn comm_size(&self) -> u32 {
+        self.comm_size
+    }
+
+    /// The epoch currently being written (not yet globally committed).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    pub fn rank_dir(&self) -> &Path {
+        &self.paths.rank_dir
+    }
+
+    /// Bytes of data written in the current epoch so far (including
+    /// overwritten ones: the log is append-only).
+    pub fn epoch_data_bytes(&self) -> u64 {
+        self.cur.log_end.saturating_sub(DATA_HEADER_LEN)
+    }
+
+    /// Record a write of `data` at file offset `off`. On error nothing of this
+    /// write is recorded and earlier writes are kept.
+    pub fn write_at(&mut self, off: u64, data: &[u8]) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let len = data.len() as u64;
+        if off.checked_add(len).is_none_or(|end| end > i64::MAX as u64) {
+            return Err(LogError::Io {
+                path: self.paths.rank_dir.clone(),
+                op: "write beyond the largest file offset",
+                source: io::Error::from_raw_os_error(libc::EFBIG),
+            });
+        }
+        let crc = crc32c::crc32c(data);
+        self.ensure_data()?;
+        let pos = self.cur.log_end;
+        if data.len() < self.cfg.small_write && data.len() <= self.cfg.coalesce_bytes {
+            if self.cur.buf.len() + data.len() > self.cfg.coalesce_bytes {
+                self.flush()?;
+            }
+            if self.cur.buf.capacity() == 0 {
+                self.cur.buf.reserve_exact(self.cfg.coalesce_bytes);
+            }
+            self.cur.buf.extend_from_slice(data);
+        } else {
+            self.flush()?;
+            let path = self.data_path();
+            let f = self
+                .cur
+                .data
+                .as_ref()
+                .expect("data log opened by ensure_data");
+            durable::pwrite_all(f, data, pos, &path)?;
+        }
+        self.cur.log_end += len;
+        let phase = self.cur.size_ops.len() as u32;
+        self.cur.map.insert(
+            off,
+            len,
+            LogPiece {
+                log_pos: pos,
+                crc: Some(crc),
+                phase,
+            },
+        );
+        self.own.insert(
+            off,
+            len,
+            OwnPiece {
+                epoch: self.epoch,
+                log_pos: pos,
+            },
+        );
+        Ok(())
+    }
+
+    /// `ftruncate` / `MPI_File_set_size`: the file becomes exactly `size` long.
+    pub fn set_size(&mut self, size: u64) {
+        self.cur.map.truncate(size);
+        self.own.truncate(size);
+        self.cur.size_ops.push(Op::SetSize(size));
+    }
+
+    /// `MPI_File_preallocate`: the file becomes at least `size` long.
+    pub fn preallocate(&mut self, size: u64) {
+        self.cur.size_ops.push(Op::Preallocate(size));
+    }
+
+    /// Fill `buf` with this rank's own newest bytes at `off`, from any of its
+    /// epochs still held locally, and say which ranges could not be answered.
+    pub fn read_own(&mut self, off: u64, buf: &mut [u8]) -> Result<Vec<ReadRange>> {
+        let mut out = Vec::new();
+        for c in self.own.lookup(off, buf.len() as u64) {
+            let dst = &mut buf[(c.off - off) as usize..(c.off - off + c.len) as usize];
+            let Some(piece) = c.value else {
+                out.push(ReadRange {
+                    off: c.off,
+                    len: c.len,
+                    source: ReadSource::NotOwn,
+                });
+                continue;
+            };
+            let source = if piece.epoch == self.epoch {
+                self.read_current(piece.log_pos, dst)?;
+                ReadSource::Own { epoch: piece.epoch }
+            } else {
+                let path = self.paths.epoch_file(piece.epoch, EpochFileKind::Data);
+                match File::open(&path) {
+                    Ok(f) => {
+                        durable::pread_exact(&f, dst, piece.log_pos, &path)?;
+                        ReadSource::Own { epoch: piece.epoch }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                        ReadSource::Evicted { epoch: piece.epoch }
+                    }
+                    Err(e) => return Err(e).ctx("open data log", &path),
+                }
+            };
+            out.push(ReadRange {
+                off: c.off,
+                len: c.len,
+                source,
+            });
+        }
+        Ok(out)
+    }
+
+    fn read_current(&self, log_pos: u64, dst: &mut [u8]) -> Result<()> {
+        let buf_pos = self.cur.buf_pos();
+        let end = log_pos + dst.len() as u64;
+        // The range may straddle the flushed part and the buffer.
+        if log_pos < buf_pos {
+            let n = (buf_pos.min(end) - log_pos) as usize;
+            let f = self.cur.data.as_ref().expect("own bytes imply a data log");
+            durable::pread_exact(f, &mut dst[..n], log_pos, &self.data_path())?;
+        }
+        if end > buf_pos {
+            let from = log_pos.max(buf_pos);
+            let d0 = (from - log_pos) as usize;
+            let b0 = (from - buf_pos) as usize;
+            let n = (end - from) as usize;
+            dst[d0..].copy_from_slice(&self.cur.buf[b0..b0 + n]);
+        }
+        Ok(())
+    }
+
+    /// Make the current epoch durable and write its manifest (local commit).
+    /// May be called again for the same epoch if the agreement failed and the
+    /// program went on: the new manifest then covers everything written.
+    pub fn commit_local(&mut self) -> Result<LocalCommit> {
+        self.flush()?;
+        let data_path = self.data_path();
+        if let Some(f) = &self.cur.data {
+            // One fdatasync per epoch, not per write.
+            f.sync_data().ctx("fdatasync data log", &data_path)?;
+        }
+        let manifest = self.build_manifest()?;
+        let bytes = manifest.encode();
+        durable::write_atomic(
+            &self.paths.epoch_file(self.epoch, EpochFileKind::Manifest),
+            &self
+                .paths
+                .epoch_file(self.epoch, EpochFileKind::ManifestTmp),
+            &bytes,
+        )?;
+        Ok(LocalCommit {
+            epoch: self.epoch,
+            extents: manifest.extents().count(),
+            data_bytes: self.epoch_data_bytes(),
+        })
+    }
+
+    /// After the agreement said every rank committed the current epoch: write
+    /// the commit mark and start the next epoch.
+    pub fn complete_epoch(&mut self) -> Result<u64> {
+        let mark_path = self.paths.epoch_file(self.epoch, EpochFileKind::Mark);
+        let mark = CommitMark {
+            rank: self.rank,
+            comm_size: self.comm_size,
+            gen: self.ident.gen,
+            epoch: self.epoch,
+        };
+        // No fsync: a lost mark is re-derived from the manifests (design).
+        std::fs::write(&mark_path, mark.encode()).ctx("write commit mark", &mark_path)?;
+        let done = self.epoch;
+        self.epoch += 1;
+        self.cur = EpochState::default();
+        Ok(done)
+    }
+
+    fn build_manifest(&self) -> Result<Manifest> {
+        let phases = self.cur.size_ops.len() + 1;
+        let mut by_phase: Vec<Vec<Extent>> = vec![Vec::new(); phases];
+        for (off, len, piece) in self.cur.map.iter() {
+            let crc = match piece.crc {
+                Some(c) => c,
+                None => self.crc_from_log(piece.log_pos, len)?,
+            };
+            by_phase[piece.phase as usize].push(Extent {
+                file_off: off,
+                len,
+                log_pos: piece.log_pos,
+                crc,
+            });
+        }
+        let mut ops = Vec::with_capacity(self.cur.map.len() + self.cur.size_ops.len());
+        for (p, extents) in by_phase.into_iter().enumerate() {
+            ops.extend(extents.into_iter().map(Op::Extent));
+            if let Some(op) = self.cur.size_ops.get(p) {
+                ops.push(*op);
+            }
+        }
+        Ok(Manifest {
+            ident: self.ident.clone(),
+            rank: self.rank,
+            comm_size: self.comm_size,
+            epoch: self.epoch,
+            data_len: if self.cur.data.is_some() {
+                self.cur.log_end
+            } else {
+                0
+            },
+            ops,
+        })
+    }
+
+    /// Checksum of a range cut out of a write, read back from the log (it
+    /// was just written: the page cache answers).
+    fn crc_from_log(&self, log_pos: u64, len: u64) -> Result<u32> {
+        let f = self.cur.data.as_ref().expect("extents imply a data log");
+        let path = self.data_path();
+        let mut crc = 0;
+        let mut chunk = vec![0u8; (len as usize).min(1 << 20)];
+        let mut done = 0;
+        while done < len {
+            let n = ((len - done) as usize).min(chunk.len());
+            durable::pread_exact(f, &mut chunk[..n], log_pos + done, &path)?;
+            crc = crc32c::crc32c_append(crc, &chunk[..n]);
+            done += n as u64;
+        }
+        Ok(crc)
+    }
+
+    fn data_path(&self) -> PathBuf {
+        self.paths.epoch_file(self.epoch, EpochFileKind::Data)
+    }
+
+    fn ensure_data(&mut self) -> Result<()> {
+        if self.cur.data.is_some() {
+            return Ok(());
+        }
+        let path = self.data_path();
+        // create_new: a data log that exists belongs to someone else's epoch.
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(FILE_MODE)
+            .open(&path)
+            .ctx("create data log", &path)?;
+        let header = DataHeader {
+            rank: self.rank,
+            comm_size: self.comm_size,
+            gen: self.ident.gen,
+            epoch: self.epoch,
+        };
+        durable::pwrite_all(&f, &header.encode(), 0, &path)?;
+        self.cur.data = Some(f);
+        self.cur.log_end = DATA_HEADER_LEN;
+        Ok(())
+    }
+
+    /// Write the coalescing buffer to the log. On failure the buffer is kept,
+    /// so a later commit can retry (ENOSPC that cleared up, say).
+    fn flush(&mut self) -> Result<()> {
+        if self.cur.buf.is_empty() {
+            return Ok(());
+        }
+        let path = self.data_path();
+        let f = self
+            .cur
+            .data
+            .as_ref()
+            .expect("buffered bytes imply a data log");
+        durable::pwrite_all(f, &self.cur.buf, self.cur.buf_pos(), &path)?;
+        self.cur.buf.clear();
+        Ok(())
+    }
+}
+
+/// The next open generation of `rel` in `job` on this node: one past the
+/// highest generation directory present. The server keeps generation
+/// directories until the job is finished, so numbers are never reused.
+/// Callers with several ranks agree on the maximum over all ranks.
+pub fn next_generation(root: &Path, job: &str, rel: &[u8]) -> Result<u64> {
+    layout::validate_component("job name", job)?;
+    let file_dir = root.join(job).join(layout::file_dir_name(rel));
+    let mut max = 0;
+    match std::fs::read_dir(&file_dir) {
+        Ok(entries) => {
+            for entry in entries {
+                let entry = entry.ctx("list", &file_dir)?;
+                if let Some(g) = entry
+                    .file_name()
+                    .to_str()
+                    .and_then(layout::parse_gen_dir_name)
+                {
+                    max = max.max(g);
+                }
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).ctx("list", &file_dir),
+    }
+    Ok(max + 1)
+}
+
+/// Record which path a file directory stands for (once), and refuse a
+/// directory that already stands for another path (a hash collision).
+fn record_path(file_dir: &Path, ident: &FileIdent, rank: u32) -> Result<()> {
+    let path_file = file_dir.join(layout::PATH_FILE);
+    let record = PathRecord {
+        path: ident.path.clone(),
+        rel: ident.rel.clone(),
+    };
+    match std::fs::read(&path_file) {
+        Ok(bytes) => {
+            let existing = PathRecord::decode(&bytes, &path_file)?;
+            if existing.rel != ident.rel {
+                return Err(LogError::Inconsistent {
+                    path: path_file,
+                    what: format!(
+                        "directory stands for {:?}, not {:?} (hash collision)",
+                        String::from_utf8_lossy(&existing.rel),
+                        String::from_utf8_lossy(&ident.rel)
+                    ),
+                });
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            // Ranks on one node may race here; each uses its own temporary
+            // name and renames the same content into place.
+            let tmp = file_dir.join(format!(
+                "{}.tmp.{}.{}",
+                layout::PATH_FILE,
+                rank,
+                std::process::id()
+            ));
+            durable::write_atomic(&path_file, &tmp, &record.encode())
+        }
+        Err(e) => Err(e).ctx("read", &path_file),
+    }
+}

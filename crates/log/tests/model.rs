@@ -1,0 +1,329 @@
+//! The log against a reference model: random writes, overwrites, set-size
+//! and preallocate by several ranks over several epochs; the logical file at
+//! every committed epoch must equal a plain byte vector that received the
+//! same operations. Crashes are injected at random points of the last epoch
+//! (ranks that never commit, a data log cut short, a manifest left
+//! unrenamed) and the recovered state must equal the model at the last
+//! globally committed epoch.
+
+use std::path::Path;
+
+use paralog_log::gc::collect_garbage;
+use paralog_log::layout::{epoch_file_name, EpochFileKind};
+use paralog_log::{FileIdent, Inventory, RankLog, ReadSource, WriterConfig};
+use proptest::prelude::*;
+
+const BLOCK: u64 = 32;
+const BLOCKS: u64 = 48;
+
+#[derive(Debug, Clone)]
+enum Step {
+    /// Rank writes `len` bytes at block `block` + `skip` (clipped to the run
+    /// of blocks it owns this epoch).
+    Write {
+        rank: u32,
+        block: u64,
+        skip: u64,
+        len: u64,
+    },
+    /// Collective set-size (all ranks).
+    SetSize(u64),
+    /// Collective preallocate (all ranks).
+    Preallocate(u64),
+}
+
+#[derive(Debug, Clone)]
+struct EpochPlan {
+    /// Which rank may write each block this epoch (MPI: disjoint per epoch).
+    owner: Vec<u32>,
+    steps: Vec<Step>,
+}
+
+#[derive(Debug, Clone)]
+enum Crash {
+    None,
+    /// In the last epoch only these ranks commit locally; the others crash
+    /// before committing. Then damage one non-committed rank as chosen.
+    Partial {
+        committed: Vec<bool>,
+        damage: Damage,
+    },
+}
+
+#[derive(Debug, Clone)]
+enum Damage {
+    Nothing,
+    /// Cut the crashed rank's data log at this fraction (per mille).
+    CutData(u32),
+    /// The crashed rank got as far as writing its manifest but not renaming it.
+    UnrenamedManifest,
+}
+
+fn plan_strategy() -> impl Strategy<Value = (u32, Vec<EpochPlan>, Crash, bool)> {
+    (1u32..=4, 1usize..=5, any::<bool>()).prop_flat_map(|(ranks, epochs, small_buffers)| {
+        let step = prop_oneof![
+            8 => (0..ranks, 0..BLOCKS, 0..BLOCK, 1..3 * BLOCK)
+                .prop_map(|(rank, block, skip, len)| Step::Write { rank, block, skip, len }),
+            1 => (0..BLOCK * BLOCKS).prop_map(Step::SetSize),
+            1 => (0..BLOCK * BLOCKS).prop_map(Step::Preallocate),
+        ];
+        let epoch = (
+            prop::collection::vec(0..ranks, BLOCKS as usize),
+            prop::collection::vec(step, 0..25),
+        )
+            .prop_map(|(owner, steps)| EpochPlan { owner, steps });
+        let damage = prop_oneof![
+            Just(Damage::Nothing),
+            (0u32..1000).prop_map(Damage::CutData),
+            Just(Damage::UnrenamedManifest),
+        ];
+        let crash = prop_oneof![
+            Just(Crash::None),
+            (prop::collection::vec(any::<bool>(), ranks as usize), damage)
+                .prop_map(|(committed, damage)| Crash::Partial { committed, damage }),
+        ];
+        (
+            Just(ranks),
+            prop::collection::vec(epoch, epochs),
+            crash,
+            Just(small_buffers),
+        )
+    })
+}
+
+/// The plain byte-vector model: what direct I/O would leave.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Model {
+    bytes: Vec<u8>,
+}
+
+impl Model {
+    fn write(&mut self, off: u64, data: &[u8]) {
+        let end = off as usize + data.len();
+        if self.bytes.len() < end {
+            self.bytes.resize(end, 0);
+        }
+        self.bytes[off as usize..end].copy_from_slice(data);
+    }
+    fn set_size(&mut self, n: u64) {
+        self.bytes.resize(n as usize, 0);
+    }
+    fn preallocate(&mut self, n: u64) {
+        if (self.bytes.len() as u64) < n {
+            self.bytes.resize(n as usize, 0);
+        }
+    }
+}
+
+/// Distinct, deterministic content for every write.
+fn payload(epoch: usize, rank: u32, step: usize, len: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| (epoch as u64 * 131 + rank as u64 * 31 + step as u64 * 7 + i * 13 + 1) as u8)
+        .collect()
+}
+
+/// Clip a write to the run of blocks its rank owns starting at `block`.
+fn clip(plan: &EpochPlan, rank: u32, block: u64, skip: u64, len: u64) -> Option<(u64, u64)> {
+    if plan.owner[block as usize] != rank {
+        return None;
+    }
+    let mut run_end = block + 1;
+    while run_end < BLOCKS && plan.owner[run_end as usize] == rank {
+        run_end += 1;
+    }
+    let off = block * BLOCK + skip;
+    let len = len.min(run_end * BLOCK - off);
+    (len > 0).then_some((off, len))
+}
+
+fn materialize(root: &Path, rel: &[u8], upto: Option<(u64, u64)>) -> (Vec<u8>, Vec<(u64, u64)>) {
+    let inv = Inventory::scan(root).unwrap();
+    let found = inv.find_file(Some("job"), rel);
+    assert_eq!(found.len(), 1);
+    let file = found[0].1;
+    let lf = file.logical_file(upto).unwrap();
+    let out = root.join("materialized");
+    lf.materialize(&out, None).unwrap();
+    let bytes = std::fs::read(&out).unwrap();
+    std::fs::remove_file(&out).unwrap();
+    (bytes, file.committed_epochs().unwrap())
+}
+
+fn run_case(
+    ranks: u32,
+    plans: &[EpochPlan],
+    crash: &Crash,
+    small_buffers: bool,
+) -> Result<(), TestCaseError> {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let ident = FileIdent {
+        job: "job".into(),
+        path: b"/scratch/out.dat".to_vec(),
+        rel: b"out.dat".to_vec(),
+        gen: 1,
+    };
+    let cfg = if small_buffers {
+        WriterConfig {
+            coalesce_bytes: 64,
+            small_write: 16,
+        }
+    } else {
+        WriterConfig::default()
+    };
+    let mut logs: Vec<RankLog> = (0..ranks)
+        .map(|r| RankLog::create(root, ident.clone(), r, ranks, cfg).unwrap())
+        .collect();
+    let mut model = Model::default();
+    let mut snapshots: Vec<Model> = Vec::new();
+    let last = plans.len() - 1;
+    for (ei, plan) in plans.iter().enumerate() {
+        let epoch = ei as u64 + 1;
+        for (si, step) in plan.steps.iter().enumerate() {
+            match *step {
+                Step::Write {
+                    rank,
+                    block,
+                    skip,
+                    len,
+                } => {
+                    if let Some((off, len)) = clip(plan, rank, block, skip, len) {
+                        let data = payload(ei, rank, si, len);
+                        logs[rank as usize].write_at(off, &data).unwrap();
+                        model.write(off, &data);
+                    }
+                }
+                Step::SetSize(n) => {
+                    logs.iter_mut().for_each(|l| l.set_size(n));
+                    model.set_size(n);
+                }
+                Step::Preallocate(n) => {
+                    logs.iter_mut().for_each(|l| l.preallocate(n));
+                    model.preallocate(n);
+                }
+            }
+        }
+        // Own bytes of the current epoch are always the newest; with one rank
+        // all own bytes are, and what it never wrote reads as a hole.
+        for log in logs.iter_mut() {
+            let mut buf = vec![0xAAu8; (BLOCK * BLOCKS) as usize];
+            for r in log.read_own(0, &mut buf).unwrap() {
+                let authoritative = match r.source {
+                    ReadSource::Own { epoch: e } => e == epoch || ranks == 1,
+                    _ => false,
+                };
+                if authoritative {
+                    for i in r.off..r.off + r.len {
+                        prop_assert_eq!(
+                            buf[i as usize],
+                            model.bytes[i as usize],
+                            "read_own at {}",
+                            i
+                        );
+                    }
+                } else if ranks == 1 {
+                    for i in r.off..(r.off + r.len).min(model.bytes.len() as u64) {
+                        prop_assert_eq!(
+                            model.bytes[i as usize],
+                            0,
+                            "rank never wrote {} but model has data",
+                            i
+                        );
+                    }
+                }
+            }
+        }
+        let crash_here = ei == last && matches!(crash, Crash::Partial { .. });
+        if !crash_here {
+            for log in logs.iter_mut() {
+                log.commit_local().unwrap();
+            }
+            for log in logs.iter_mut() {
+                log.complete_epoch().unwrap();
+            }
+            snapshots.push(model.clone());
+            continue;
+        }
+        let Crash::Partial { committed, damage } = crash else {
+            unreachable!()
+        };
+        for (r, log) in logs.iter_mut().enumerate() {
+            if committed[r] {
+                log.commit_local().unwrap();
+            }
+        }
+        let all_committed = committed.iter().all(|&c| c);
+        if all_committed {
+            // Every manifest is durable but the marks were never written:
+            // the epoch is committed all the same.
+            snapshots.push(model.clone());
+        }
+        if let Some(victim) = committed.iter().position(|&c| !c) {
+            let log = &mut logs[victim];
+            let rank_dir = log.rank_dir().to_path_buf();
+            match damage {
+                Damage::Nothing => {}
+                Damage::CutData(permille) => {
+                    let p = rank_dir.join(epoch_file_name(epoch, EpochFileKind::Data));
+                    if let Ok(meta) = std::fs::metadata(&p) {
+                        let cut = meta.len() * *permille as u64 / 1000;
+                        std::fs::OpenOptions::new()
+                            .write(true)
+                            .open(&p)
+                            .unwrap()
+                            .set_len(cut)
+                            .unwrap();
+                    }
+                }
+                Damage::UnrenamedManifest => {
+                    log.commit_local().unwrap();
+                    std::fs::rename(
+                        rank_dir.join(epoch_file_name(epoch, EpochFileKind::Manifest)),
+                        rank_dir.join(epoch_file_name(epoch, EpochFileKind::ManifestTmp)),
+                    )
+                    .unwrap();
+                }
+            }
+        }
+    }
+    drop(logs);
+
+    // Every committed epoch reads back as the model at that epoch.
+    let (_, committed) = materialize(root, b"out.dat", None);
+    prop_assert_eq!(committed.len(), snapshots.len());
+    for (i, snap) in snapshots.iter().enumerate() {
+        let (bytes, _) = materialize(root, b"out.dat", Some((1, i as u64 + 1)));
+        prop_assert_eq!(&bytes, &snap.bytes, "epoch {}", i + 1);
+    }
+    let (latest, _) = materialize(root, b"out.dat", None);
+    prop_assert_eq!(
+        &latest,
+        &snapshots.last().cloned().unwrap_or_default().bytes
+    );
+
+    // Garbage collection removes only what was never committed.
+    let inv = Inventory::scan(root).unwrap();
+    let file = inv.find_file(Some("job"), b"out.dat")[0].1.clone();
+    collect_garbage(&file, false).unwrap();
+    let (after_gc, committed_after) = materialize(root, b"out.dat", None);
+    prop_assert_eq!(committed_after, committed);
+    prop_assert_eq!(&after_gc, &latest);
+    let inv = Inventory::scan(root).unwrap();
+    let file = inv.find_file(Some("job"), b"out.dat")[0].1.clone();
+    for id in file.epoch_ids() {
+        prop_assert!(
+            file.commit_status(id).unwrap().is_committed(),
+            "epoch {:?} survived gc without being committed",
+            id
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #[test]
+    fn logical_file_equals_model((ranks, plans, crash, small) in plan_strategy()) {
+        run_case(ranks, &plans, &crash, small)?;
+    }
+}

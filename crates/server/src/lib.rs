@@ -1,0 +1,1 @@
+//! The node server that drains committed epochs. Not built out yet.
