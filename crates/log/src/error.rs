@@ -7,12 +7,13 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
-    #[error("{path}: {op}: {source}")]
+    /// The OS error is part of the message (not a `source()`), so that
+    /// reports with cause chains do not print it twice.
+    #[error("{path}: {op}: {error}")]
     Io {
         path: PathBuf,
         op: &'static str,
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
 
     #[error("{path}: corrupt at offset {offset}: {what}")]
@@ -63,10 +64,10 @@ pub(crate) trait IoContext<T> {
 
 impl<T> IoContext<T> for io::Result<T> {
     fn ctx(self, op: &'static str, path: &std::path::Path) -> Result<T> {
-        self.map_err(|source| LogError::Io {
+        self.map_err(|error| LogError::Io {
             path: path.to_path_buf(),
             op,
-            source,
+            error,
         })
     }
 }
@@ -76,7 +77,7 @@ impl LogError {
     /// capture library hands it to the application as `errno`.
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
-            LogError::Io { source, .. } => source.raw_os_error(),
+            LogError::Io { error, .. } => error.raw_os_error(),
             _ => None,
         }
     }

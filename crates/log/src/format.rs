@@ -389,6 +389,17 @@ impl DataHeader {
             });
         }
         check_crc(bytes, DATA_HEADER_USED - 4, path)?;
+        let pad_end = bytes.len().min(DATA_HEADER_LEN as usize);
+        if let Some(i) = bytes[DATA_HEADER_USED..pad_end]
+            .iter()
+            .position(|&b| b != 0)
+        {
+            return Err(LogError::Corrupt {
+                path: path.to_path_buf(),
+                offset: (DATA_HEADER_USED + i) as u64,
+                what: "data header padding is not zero".into(),
+            });
+        }
         let header_len = le_u32(bytes, 12) as u64;
         if header_len != DATA_HEADER_LEN {
             return Err(LogError::Corrupt {

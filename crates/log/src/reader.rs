@@ -82,6 +82,16 @@ impl CommitStatus {
 impl Inventory {
     /// List everything under `root`. Unknown entries are reported in `stray`.
     pub fn scan(root: &Path) -> Result<Inventory> {
+        if !std::fs::metadata(root)
+            .ctx("open node-local root", root)?
+            .is_dir()
+        {
+            return Err(LogError::Io {
+                path: root.to_path_buf(),
+                op: "open node-local root",
+                error: io::Error::from_raw_os_error(libc::ENOTDIR),
+            });
+        }
         let mut inv = Inventory {
             root: root.to_path_buf(),
             jobs: Vec::new(),

@@ -194,7 +194,7 @@ impl RankLog {
             return Err(LogError::Io {
                 path: root.to_path_buf(),
                 op: "use as node-local root",
-                source: io::Error::from_raw_os_error(libc::ENOTDIR),
+                error: io::Error::from_raw_os_error(libc::ENOTDIR),
             });
         }
         let paths = RankPaths::new(root, &ident.job, &ident.rel, ident.gen, rank);
@@ -264,7 +264,7 @@ impl RankLog {
             return Err(LogError::Io {
                 path: self.paths.rank_dir.clone(),
                 op: "write beyond the largest file offset",
-                source: io::Error::from_raw_os_error(libc::EFBIG),
+                error: io::Error::from_raw_os_error(libc::EFBIG),
             });
         }
         let crc = crc32c::crc32c(data);

@@ -1,0 +1,107 @@
+#!/usr/bin/python3
+"""mpi4py_writer: the header + 2-D subarray pattern through mpi4py's MPI.File.
+
+Rank 0 writes a 64-byte header with Write_at; every rank sets a subarray view
+(displacement 64) of a 64x48 int32 array over an MPI Dims_create process grid
+and writes its block with Write_at_all; Sync; then a second Write_at_all
+through a new view overwrites the sub-block rows 16..47, cols 8..39 (split
+by rows, so ranks overwrite other ranks' bytes); Close.  Geometry and values
+are those of header_subarray.c: bytes 64.. of the output equal
+header_subarray.dat's.
+
+Usage: mpi4py_writer.py OUTDIR [--snapshot]   (run with /usr/bin/python3;
+mpi4py is built against Open MPI only on Debian 12)
+
+Hazard: an interpreter as the application: the MPI library is loaded with
+dlopen by an extension module (the capture shim must still wrap its
+MPI_File_* calls), and Python's own file activity (imports, .pyc) happens
+next to the captured writes.
+"""
+import sys
+import traceback
+
+import numpy as np
+from mpi4py import MPI
+
+ROWS, COLS, HDR = 64, 48, 64
+SUB_R0, SUB_NR, SUB_C0, SUB_NC = 16, 32, 8, 32
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+
+
+def fail(msg):
+    sys.stderr.write(f"mpi4py_writer: rank {rank}: {msg}\n")
+    sys.stderr.flush()
+    comm.Abort(1)
+
+
+def excepthook(kind, value, tb):
+    traceback.print_exception(kind, value, tb)
+    fail(f"uncaught {kind.__name__}: {value}")
+
+
+sys.excepthook = excepthook  # any MPI error raises MPI.Exception -> abort the job
+
+
+def split(n, parts, idx):
+    base, rem = divmod(n, parts)
+    return idx * base + min(idx, rem), base + (1 if idx < rem else 0)
+
+
+def epoch_done(path, n):
+    """With --snapshot: barrier, rank 0 copies the file to <path>.epoch<n>, barrier."""
+    if not snapshot:
+        return
+    comm.Barrier()
+    if rank == 0:
+        with open(path, "rb") as src, open(f"{path}.epoch{n}", "wb") as dst:
+            while True:
+                chunk = src.read(1 << 16)
+                if not chunk:
+                    break
+                dst.write(chunk)
+    comm.Barrier()
+
+
+def write_block(fh, epoch, r0, nr, c0, nc):
+    ftype = MPI.INT.Create_subarray([ROWS, COLS], [nr, nc], [r0, c0], order=MPI.ORDER_C)
+    ftype.Commit()
+    fh.Set_view(HDR, MPI.INT, ftype, "native")
+    ftype.Free()
+    i = np.arange(r0, r0 + nr, dtype=np.int32)[:, None]
+    j = np.arange(c0, c0 + nc, dtype=np.int32)[None, :]
+    buf = np.ascontiguousarray(epoch * 1000000 + i * 1000 + j, dtype=np.int32)
+    fh.Write_at_all(0, [buf, MPI.INT])
+
+
+args = sys.argv[1:]
+snapshot = "--snapshot" in args
+pos = [a for a in args if not a.startswith("--")]
+if len(pos) != 1 or any(a.startswith("--") and a != "--snapshot" for a in args):
+    fail("usage: mpi4py_writer.py OUTDIR [--snapshot]")
+if size > SUB_NR:
+    fail(f"supports at most {SUB_NR} ranks")
+path = f"{pos[0]}/mpi4py_writer.dat"
+
+fh = MPI.File.Open(comm, path, MPI.MODE_CREATE | MPI.MODE_RDWR)
+fh.Set_errhandler(MPI.ERRORS_RETURN)
+
+# epoch 1: header by rank 0, then every rank's grid block
+if rank == 0:
+    text = f"PLTEST mpi4py_writer {ROWS}x{COLS} int32 nprocs={size}\n".encode()
+    header = bytearray(HDR)
+    header[: len(text)] = text
+    fh.Write_at(0, [header, MPI.BYTE])
+dims = MPI.Compute_dims(size, 2)
+r0, nr = split(ROWS, dims[0], rank // dims[1])
+c0, nc = split(COLS, dims[1], rank % dims[1])
+write_block(fh, 1, r0, nr, c0, nc)
+fh.Sync()
+comm.Barrier()
+epoch_done(path, 1)
+
+# epoch 2: a sub-block across the process grid, split by rows
+r0, nr = split(SUB_NR, size, rank)
+write_block(fh, 2, SUB_R0 + r0, nr, SUB_C0, SUB_NC)
+fh.Close()
+epoch_done(path, 2)
