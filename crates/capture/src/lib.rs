@@ -1,3 +1,20 @@
-//! The LD_PRELOAD capture library (issue: transparent capture). Not built
-//! out yet: this crate currently exports no interposed symbol, so preloading
-//! it changes nothing.
+//! The capture library, preloaded into an unmodified program (LD_PRELOAD).
+//!
+//! It intercepts the opens of files under `PARALOG_PREFIX` that are opened
+//! for writing, hands the program a placeholder descriptor, and records
+//! every write on it in the node-local log (`paralog-log`). Consistency
+//! points commit epochs: `fsync`/last `close` for plain POSIX programs, and
+//! `MPI_File_sync`/`MPI_File_close` through the MPI shim (`shim/`), which
+//! calls the `paralog_mpi_*` functions. It starts no thread and does no
+//! network I/O. See docs/capture.md.
+
+pub mod guard;
+pub mod mpi;
+pub mod posix;
+pub mod real;
+pub mod report;
+pub mod settings;
+pub mod stat;
+pub mod state;
+
+pub use real::SYMBOLS;

@@ -1,0 +1,289 @@
+//! The PARALOG_* settings: one table (name, meaning, default) that the
+//! capture library reads from the environment, and that `paralog env` and
+//! the docs print. A PARALOG_* name not in the table is an error, not ignored.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+pub struct Setting {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub default: Option<&'static str>,
+}
+
+pub const SETTINGS: &[Setting] = &[
+    Setting { name: "PARALOG_PREFIX", help: "directory whose files are captured (absolute); unset: capture nothing", default: None },
+    Setting { name: "PARALOG_LOCAL", help: "node-local log directory (absolute, outside the prefix)", default: None },
+    Setting { name: "PARALOG_JOB", help: "job name shared by all ranks (letters, digits, '.', '_', '-')", default: Some("default") },
+    Setting { name: "PARALOG_REMOTE", help: "where the server drains to (path, file://, s3://, objstore://); unset: the prefix itself", default: None },
+    Setting { name: "PARALOG_NODE", help: "node name override (to simulate several nodes on one machine)", default: None },
+    Setting { name: "PARALOG_COALESCE_BYTES", help: "size of the per-file buffer that gathers small writes", default: Some("4194304") },
+    Setting { name: "PARALOG_SMALL_WRITE", help: "writes shorter than this go through the buffer", default: Some("262144") },
+    Setting { name: "PARALOG_VERBOSE", help: "1: report every captured open and consistency point on stderr", default: Some("0") },
+    Setting { name: "PARALOG_MPI", help: "MPI flavour the shim was built for (set by `paralog env`/`run`)", default: None },
+];
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub prefix: PathBuf,
+    pub local: PathBuf,
+    pub job: String,
+    pub coalesce_bytes: usize,
+    pub small_write: usize,
+    pub verbose: bool,
+}
+
+/// What the environment says: capture off (no prefix), on, or misconfigured
+/// (every open under the prefix then fails with this message).
+#[derive(Debug, Clone)]
+pub enum Settings {
+    Off,
+    On(Config),
+    Invalid {
+        prefix: Option<PathBuf>,
+        message: String,
+    },
+}
+
+fn get(vars: &[(OsString, OsString)], name: &str) -> Option<OsString> {
+    vars.iter()
+        .rev()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+}
+
+impl Settings {
+    pub fn from_env() -> Settings {
+        Settings::from_vars(std::env::vars_os().collect())
+    }
+
+    pub fn from_vars(vars: Vec<(OsString, OsString)>) -> Settings {
+        let prefix = get(&vars, "PARALOG_PREFIX")
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from);
+        let Some(prefix_raw) = prefix.clone() else {
+            return Settings::Off;
+        };
+        let invalid = |message: String| Settings::Invalid {
+            prefix: Some(normalize(&prefix_raw)),
+            message,
+        };
+        for (k, _) in &vars {
+            let k = k.as_bytes();
+            if k.starts_with(b"PARALOG_") && !SETTINGS.iter().any(|s| s.name.as_bytes() == k) {
+                return invalid(format!(
+                    "unknown setting {} (known: {})",
+                    String::from_utf8_lossy(k),
+                    SETTINGS
+                        .iter()
+                        .map(|s| s.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+        if !prefix_raw.is_absolute() {
+            return invalid(format!(
+                "PARALOG_PREFIX={} is not an absolute path",
+                prefix_raw.display()
+            ));
+        }
+        let prefix = normalize(&prefix_raw);
+        match std::fs::metadata(&prefix) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return invalid(format!(
+                    "PARALOG_PREFIX={} is not a directory",
+                    prefix.display()
+                ))
+            }
+            Err(e) => return invalid(format!("PARALOG_PREFIX={}: {e}", prefix.display())),
+        }
+        let Some(local) = get(&vars, "PARALOG_LOCAL")
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+        else {
+            return invalid(
+                "PARALOG_LOCAL is not set: the node-local log directory is required".into(),
+            );
+        };
+        if !local.is_absolute() {
+            return invalid(format!(
+                "PARALOG_LOCAL={} is not an absolute path",
+                local.display()
+            ));
+        }
+        let local = normalize(&local);
+        if local.starts_with(&prefix) {
+            return invalid(format!(
+                "PARALOG_LOCAL={} lies inside PARALOG_PREFIX={}",
+                local.display(),
+                prefix.display()
+            ));
+        }
+        let job = get(&vars, "PARALOG_JOB")
+            .map(|j| j.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "default".into());
+        if let Err(e) = paralog_log::layout::validate_component("job name", &job) {
+            return invalid(format!("PARALOG_JOB: {e}"));
+        }
+        let num = |name: &str, default: usize| -> Result<usize, String> {
+            match get(&vars, name) {
+                None => Ok(default),
+                Some(v) => v.to_str().and_then(|s| s.parse().ok()).ok_or_else(|| {
+                    format!(
+                        "{name}={} is not a whole number of bytes",
+                        v.to_string_lossy()
+                    )
+                }),
+            }
+        };
+        let coalesce_bytes = match num("PARALOG_COALESCE_BYTES", 4 << 20) {
+            Ok(n) => n,
+            Err(m) => return invalid(m),
+        };
+        let small_write = match num("PARALOG_SMALL_WRITE", 256 << 10) {
+            Ok(n) => n,
+            Err(m) => return invalid(m),
+        };
+        if let Some(remote) = get(&vars, "PARALOG_REMOTE") {
+            if let Err(m) = check_remote(&remote) {
+                return invalid(m);
+            }
+        }
+        let verbose = get(&vars, "PARALOG_VERBOSE").is_some_and(|v| v == "1");
+        Settings::On(Config {
+            prefix,
+            local,
+            job,
+            coalesce_bytes,
+            small_write,
+            verbose,
+        })
+    }
+}
+
+/// A remote must name a root, and must not climb out of it.
+fn check_remote(remote: &OsString) -> Result<(), String> {
+    let s = remote.to_string_lossy();
+    let path = s
+        .strip_prefix("file://")
+        .or_else(|| s.strip_prefix("objstore://"))
+        .or_else(|| {
+            s.strip_prefix("s3://")
+                .map(|p| p.split_once('/').map_or("", |(_, rest)| rest))
+        })
+        .unwrap_or(&s);
+    if Path::new(path)
+        .components()
+        .any(|c| c == Component::ParentDir)
+    {
+        return Err(format!(
+            "PARALOG_REMOTE={s} contains '..': a remote path may not escape its root"
+        ));
+    }
+    Ok(())
+}
+
+/// Lexical normalization: absolute, no `.`, `..` resolved, no trailing '/'.
+/// (Symbolic links are not resolved: the prefix is matched as written.)
+pub fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(v: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        v.iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+            .collect()
+    }
+
+    #[test]
+    fn off_without_prefix() {
+        assert!(matches!(
+            Settings::from_vars(vars(&[("PARALOG_LOCAL", "/x")])),
+            Settings::Off
+        ));
+    }
+
+    #[test]
+    fn errors_name_the_setting() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().to_str().unwrap();
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (
+                &[
+                    ("PARALOG_PREFIX", p),
+                    ("PARALOG_LOCAL", "/l"),
+                    ("PARALOG_BOGUS", "1"),
+                ],
+                "unknown setting PARALOG_BOGUS",
+            ),
+            (
+                &[("PARALOG_PREFIX", "rel")],
+                "PARALOG_PREFIX=rel is not an absolute path",
+            ),
+            (
+                &[("PARALOG_PREFIX", "/no/such/dir")],
+                "PARALOG_PREFIX=/no/such/dir",
+            ),
+            (&[("PARALOG_PREFIX", p)], "PARALOG_LOCAL is not set"),
+            (
+                &[("PARALOG_PREFIX", p), ("PARALOG_LOCAL", &format!("{p}/l"))],
+                "lies inside PARALOG_PREFIX",
+            ),
+            (
+                &[
+                    ("PARALOG_PREFIX", p),
+                    ("PARALOG_LOCAL", "/l"),
+                    ("PARALOG_JOB", "../x"),
+                ],
+                "PARALOG_JOB",
+            ),
+            (
+                &[
+                    ("PARALOG_PREFIX", p),
+                    ("PARALOG_LOCAL", "/l"),
+                    ("PARALOG_REMOTE", "/r/../../etc"),
+                ],
+                "may not escape",
+            ),
+            (
+                &[
+                    ("PARALOG_PREFIX", p),
+                    ("PARALOG_LOCAL", "/l"),
+                    ("PARALOG_SMALL_WRITE", "big"),
+                ],
+                "PARALOG_SMALL_WRITE=big",
+            ),
+        ];
+        for (v, want) in cases {
+            match Settings::from_vars(vars(v)) {
+                Settings::Invalid { message, .. } => {
+                    assert!(message.contains(want), "{message} !~ {want}")
+                }
+                other => panic!("{v:?} gave {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn normalizes_paths() {
+        assert_eq!(normalize(Path::new("/a/./b/../c/")), PathBuf::from("/a/c"));
+        assert_eq!(normalize(Path::new("/../a")), PathBuf::from("/a"));
+    }
+}

@@ -1,0 +1,553 @@
+//! What the capture library knows: which descriptors are captured (a
+//! lock-free table for the "is this mine?" check on every call), and for
+//! each captured open file its log, its size and its consistency state.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use libc::c_int;
+use paralog_log::{FileIdent, LogError, RankLog, ReadSource, WriterConfig};
+
+use crate::report;
+use crate::settings::{normalize, Config, Settings};
+
+const FAST_FDS: usize = 1 << 16;
+/// One byte per descriptor below 65536: nonzero when captured.
+static CAPTURED: [AtomicU8; FAST_FDS] = [const { AtomicU8::new(0) }; FAST_FDS];
+/// Some descriptor at or above 65536 is captured (rare: look in the map).
+static HIGH_FDS: AtomicBool = AtomicBool::new(false);
+
+static SETTINGS: OnceLock<Settings> = OnceLock::new();
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+pub fn settings() -> &'static Settings {
+    SETTINGS.get_or_init(|| {
+        crate::guard::install_fork_handler();
+        Settings::from_env()
+    })
+}
+
+/// Cheap check, no lock: is `fd` a captured descriptor?
+#[inline]
+pub fn is_captured(fd: c_int) -> bool {
+    if fd < 0 {
+        return false;
+    }
+    let i = fd as usize;
+    if i < FAST_FDS {
+        CAPTURED[i].load(Ordering::Acquire) != 0
+    } else {
+        HIGH_FDS.load(Ordering::Acquire) && lock().as_ref().is_some_and(|s| s.fds.contains_key(&fd))
+    }
+}
+
+fn set_captured(fd: c_int, on: bool) {
+    let i = fd as usize;
+    if i < FAST_FDS {
+        CAPTURED[i].store(on as u8, Ordering::Release);
+    } else if on {
+        HIGH_FDS.store(true, Ordering::Release);
+    }
+}
+
+pub fn lock() -> MutexGuard<'static, Option<State>> {
+    STATE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A plain POSIX open: fsync and the last close are consistency points
+    /// of a one-rank communicator.
+    Posix,
+    /// Opened by MPI_File_open: the MPI shim drives consistency points.
+    Mpi,
+}
+
+pub struct Handle {
+    pub log: RankLog,
+    pub mode: Mode,
+    pub path: PathBuf,
+    /// Size of the file as this rank knows it: the global size at the last
+    /// consistency point, grown by this rank's writes since.
+    pub size: u64,
+    /// Leading bytes of the pre-existing file that remain visible.
+    pub base_visible: u64,
+    pub dirty: bool,
+    pub committed_any: bool,
+    /// Open placeholder descriptors.
+    pub fds: u32,
+    /// The MPI shim holds this handle until MPI_File_close.
+    pub pinned: bool,
+    /// MPI_MODE_CREATE was given: the POSIX opens may create the file.
+    pub create_allowed: bool,
+    /// Writes that bypassed capture were found (invariant 5).
+    pub bypass: Option<String>,
+}
+
+pub struct FdEntry {
+    pub handle: u64,
+    pub offset: u64,
+    pub append: bool,
+    pub readable: bool,
+    pub writable: bool,
+}
+
+pub struct State {
+    pub cfg: Config,
+    pub handles: HashMap<u64, Handle>,
+    pub fds: HashMap<c_int, FdEntry>,
+    pub by_path: HashMap<PathBuf, u64>,
+    next_id: u64,
+    /// Results of captured AIO requests, by aiocb address: (return, errno).
+    pub aio: HashMap<usize, (isize, c_int)>,
+}
+
+/// Errors at the C boundary: an errno for the caller, the line already
+/// printed on stderr.
+pub type CResult<T> = Result<T, c_int>;
+
+pub fn log_errno(what: &str, e: &LogError) -> c_int {
+    report::line(&format!("{what}: {e}"));
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+impl State {
+    fn new(cfg: Config) -> State {
+        State {
+            cfg,
+            handles: HashMap::new(),
+            fds: HashMap::new(),
+            by_path: HashMap::new(),
+            next_id: 1,
+            aio: HashMap::new(),
+        }
+    }
+
+    /// The state, created on first use; `None` when capture is off.
+    pub fn get(slot: &mut Option<State>) -> Option<&mut State> {
+        if slot.is_none() {
+            if let Settings::On(cfg) = settings() {
+                *slot = Some(State::new(cfg.clone()));
+            }
+        }
+        slot.as_mut()
+    }
+
+    pub fn writer_config(&self) -> WriterConfig {
+        WriterConfig {
+            coalesce_bytes: self.cfg.coalesce_bytes,
+            small_write: self.cfg.small_write,
+        }
+    }
+
+    /// Ensure the node-local root exists (0700); its parent must exist.
+    fn ensure_local(&self) -> CResult<()> {
+        let local = &self.cfg.local;
+        match std::fs::metadata(local) {
+            Ok(m) if m.is_dir() => Ok(()),
+            Ok(_) => {
+                report::line(&format!(
+                    "PARALOG_LOCAL={} is not a directory",
+                    local.display()
+                ));
+                Err(libc::ENOTDIR)
+            }
+            Err(_) => {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(local)
+                    .map_err(|e| {
+                        report::line(&format!(
+                            "PARALOG_LOCAL={}: cannot create it: {e}",
+                            local.display()
+                        ));
+                        e.raw_os_error().unwrap_or(libc::EIO)
+                    })
+            }
+        }
+    }
+
+    pub fn rel_of(&self, abs: &Path) -> Option<Vec<u8>> {
+        let rel = abs.strip_prefix(&self.cfg.prefix).ok()?;
+        let bytes = rel.as_os_str().as_bytes().to_vec();
+        (!bytes.is_empty()).then_some(bytes)
+    }
+
+    /// Create the log of a new open of `abs` and register it.
+    pub fn new_handle(
+        &mut self,
+        abs: &Path,
+        mode: Mode,
+        rank: u32,
+        size: u32,
+        gen: Option<u64>,
+    ) -> CResult<u64> {
+        self.ensure_local()?;
+        let rel = self.rel_of(abs).ok_or(libc::EINVAL)?;
+        let job = self.cfg.job.clone();
+        let gen = match gen {
+            Some(g) => g,
+            None => paralog_log::next_generation(&self.cfg.local, &job, &rel)
+                .map_err(|e| log_errno("choosing the open generation", &e))?,
+        };
+        let ident = FileIdent {
+            job,
+            path: abs.as_os_str().as_bytes().to_vec(),
+            rel,
+            gen,
+        };
+        let log = RankLog::create(&self.cfg.local, ident, rank, size, self.writer_config())
+            .map_err(|e| log_errno(&format!("capturing {}", abs.display()), &e))?;
+        let base = std::fs::metadata(abs).map(|m| m.len()).unwrap_or(0);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.handles.insert(
+            id,
+            Handle {
+                log,
+                mode,
+                path: abs.to_path_buf(),
+                size: base,
+                base_visible: base,
+                dirty: false,
+                committed_any: false,
+                fds: 0,
+                pinned: mode == Mode::Mpi,
+                create_allowed: false,
+                bypass: None,
+            },
+        );
+        self.by_path.insert(abs.to_path_buf(), id);
+        if self.cfg.verbose {
+            report::line(&format!(
+                "capturing {} (open {gen}, rank {rank} of {size})",
+                abs.display()
+            ));
+        }
+        Ok(id)
+    }
+
+    /// Hand out a placeholder descriptor for `handle`: a memfd that must stay
+    /// empty (anything written to it bypassed capture).
+    pub fn attach_fd(&mut self, id: u64, flags: c_int) -> CResult<c_int> {
+        let name = CString::new("paralog-placeholder").expect("no NUL");
+        let mfd_flags = if flags & libc::O_CLOEXEC != 0 {
+            libc::MFD_CLOEXEC
+        } else {
+            0
+        };
+        // SAFETY: valid NUL-terminated name; raw syscall avoids our wrappers.
+        let fd =
+            unsafe { libc::syscall(libc::SYS_memfd_create, name.as_ptr(), mfd_flags) } as c_int;
+        if fd < 0 {
+            return Err(errno());
+        }
+        let acc = flags & libc::O_ACCMODE;
+        self.fds.insert(
+            fd,
+            FdEntry {
+                handle: id,
+                offset: 0,
+                append: flags & libc::O_APPEND != 0,
+                readable: acc != libc::O_WRONLY,
+                writable: acc != libc::O_RDONLY,
+            },
+        );
+        if let Some(h) = self.handles.get_mut(&id) {
+            h.fds += 1;
+            if flags & libc::O_TRUNC != 0 && acc != libc::O_RDONLY {
+                h.log.set_size(0);
+                h.size = 0;
+                h.base_visible = 0;
+                h.dirty = true;
+            }
+        }
+        set_captured(fd, true);
+        Ok(fd)
+    }
+
+    /// Register `new_fd` (a dup of a captured descriptor) on the same handle.
+    pub fn dup_fd(&mut self, old: c_int, new_fd: c_int) {
+        if let Some(e) = self.fds.get(&old) {
+            let entry = FdEntry {
+                handle: e.handle,
+                offset: e.offset,
+                append: e.append,
+                readable: e.readable,
+                writable: e.writable,
+            };
+            if let Some(h) = self.handles.get_mut(&e.handle) {
+                h.fds += 1;
+            }
+            self.fds.insert(new_fd, entry);
+            set_captured(new_fd, true);
+        }
+    }
+
+    /// Forget a descriptor (the caller closes it). Returns its handle.
+    pub fn detach_fd(&mut self, fd: c_int) -> Option<u64> {
+        let e = self.fds.remove(&fd)?;
+        set_captured(fd, false);
+        if let Some(h) = self.handles.get_mut(&e.handle) {
+            if let Some(n) = sentinel_len(fd).filter(|&n| n > 0) {
+                h.bypass.get_or_insert_with(|| {
+                    format!(
+                        "{} bytes reached {} without passing through capture",
+                        n,
+                        h.path.display()
+                    )
+                });
+            }
+            h.fds = h.fds.saturating_sub(1);
+        }
+        Some(e.handle)
+    }
+
+    /// Check every placeholder of a handle for bytes that bypassed capture.
+    fn check_sentinels(&mut self, id: u64) -> CResult<()> {
+        let fds: Vec<c_int> = self
+            .fds
+            .iter()
+            .filter(|(_, e)| e.handle == id)
+            .map(|(&fd, _)| fd)
+            .collect();
+        let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
+        for fd in fds {
+            if let Some(n) = sentinel_len(fd).filter(|&n| n > 0) {
+                h.bypass.get_or_insert_with(|| {
+                    format!(
+                        "{} bytes reached {} without passing through capture",
+                        n,
+                        h.path.display()
+                    )
+                });
+            }
+        }
+        if let Some(msg) = &h.bypass {
+            report::line(&format!(
+                "{msg} (an uninterposed call, AIO or a raw syscall wrote to the file): this epoch cannot be committed; \
+                 run `paralog check-symbols` on the program"
+            ));
+            return Err(libc::EIO);
+        }
+        Ok(())
+    }
+
+    /// Local commit of the handle's current epoch (data durable, manifest
+    /// renamed into place).
+    pub fn commit_local(&mut self, id: u64) -> CResult<()> {
+        self.check_sentinels(id)?;
+        let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
+        h.log
+            .commit_local()
+            .map_err(|e| log_errno(&format!("committing {} locally", h.path.display()), &e))?;
+        Ok(())
+    }
+
+    /// After the agreement: mark the epoch globally committed, start the next.
+    pub fn complete_epoch(&mut self, id: u64, global_size: u64) -> CResult<()> {
+        let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
+        let epoch = h
+            .log
+            .complete_epoch()
+            .map_err(|e| log_errno(&format!("marking {} committed", h.path.display()), &e))?;
+        h.size = global_size;
+        h.dirty = false;
+        h.committed_any = true;
+        if self.cfg.verbose {
+            report::line(&format!(
+                "{}: epoch {epoch} committed (size {global_size})",
+                h.path.display()
+            ));
+        }
+        Ok(())
+    }
+
+    /// A consistency point of a one-rank communicator (POSIX fsync/close).
+    pub fn commit_single(&mut self, id: u64) -> CResult<()> {
+        self.commit_local(id)?;
+        let size = self.handles[&id].size;
+        self.complete_epoch(id, size)
+    }
+
+    /// Drop a handle that no descriptor and no MPI handle refers to.
+    pub fn maybe_release(&mut self, id: u64) {
+        if self
+            .handles
+            .get(&id)
+            .is_some_and(|h| h.fds == 0 && !h.pinned)
+        {
+            let h = self.handles.remove(&id).expect("checked");
+            if self.by_path.get(&h.path) == Some(&id) {
+                self.by_path.remove(&h.path);
+            }
+        }
+    }
+
+    pub fn write(&mut self, fd: c_int, data: &[u8], at: Option<u64>) -> CResult<usize> {
+        let e = self.fds.get(&fd).ok_or(libc::EBADF)?;
+        if !e.writable {
+            return Err(libc::EBADF);
+        }
+        let (id, append, offset) = (e.handle, e.append, e.offset);
+        let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
+        let pos = match at {
+            Some(p) => p,
+            None if append => h.size,
+            None => offset,
+        };
+        h.log.write_at(pos, data).map_err(|e| {
+            log_errno(
+                &format!(
+                    "writing {} bytes at offset {pos} of {}",
+                    data.len(),
+                    h.path.display()
+                ),
+                &e,
+            )
+        })?;
+        let end = pos + data.len() as u64;
+        h.size = h.size.max(end);
+        h.dirty = true;
+        if at.is_none() {
+            self.fds.get_mut(&fd).expect("looked up above").offset = end;
+        }
+        Ok(data.len())
+    }
+
+    pub fn read(&mut self, fd: c_int, buf: &mut [u8], at: Option<u64>) -> CResult<usize> {
+        let e = self.fds.get(&fd).ok_or(libc::EBADF)?;
+        if !e.readable {
+            return Err(libc::EBADF);
+        }
+        let (id, offset) = (e.handle, e.offset);
+        let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
+        let pos = at.unwrap_or(offset);
+        if pos >= h.size || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = (buf.len() as u64).min(h.size - pos) as usize;
+        let ranges = h
+            .log
+            .read_own(pos, &mut buf[..n])
+            .map_err(|e| log_errno(&format!("reading {} at offset {pos}", h.path.display()), &e))?;
+        let single = h.log.comm_size() == 1;
+        let current = h.log.epoch();
+        for r in ranges {
+            let ok = match r.source {
+                ReadSource::Own { epoch } => epoch == current || single,
+                ReadSource::NotOwn | ReadSource::Evicted { .. } => false,
+            };
+            if ok {
+                continue;
+            }
+            if !single {
+                report::line(&format!(
+                    "read of bytes [{}, {}) of {} that this rank did not write in the current epoch: \
+                     under capture another rank's bytes are not available here (data sieving or \
+                     two-phase I/O still on? see docs/capture.md)",
+                    r.off,
+                    r.off + r.len,
+                    h.path.display()
+                ));
+                return Err(libc::EIO);
+            }
+            // One writer: what it did not write is the pre-existing file
+            // (where still visible), else a hole; drained epochs are in the
+            // file too when the prefix is the remote.
+            let lo = (r.off - pos) as usize;
+            let hi = lo + r.len as usize;
+            let dst = &mut buf[lo..hi];
+            dst.fill(0);
+            let from_file = match r.source {
+                ReadSource::Evicted { .. } => r.len,
+                _ => h.base_visible.saturating_sub(r.off).min(r.len),
+            };
+            if from_file > 0 {
+                read_real(&h.path, r.off, &mut dst[..from_file as usize])?;
+            }
+        }
+        if at.is_none() {
+            self.fds.get_mut(&fd).expect("looked up above").offset = pos + n as u64;
+        }
+        Ok(n)
+    }
+
+    pub fn set_size(&mut self, id: u64, size: u64) -> CResult<()> {
+        let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
+        h.log.set_size(size);
+        h.size = size;
+        h.base_visible = h.base_visible.min(size);
+        h.dirty = true;
+        Ok(())
+    }
+
+    pub fn preallocate(&mut self, id: u64, size: u64) -> CResult<()> {
+        let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
+        h.log.preallocate(size);
+        h.size = h.size.max(size);
+        h.dirty = true;
+        Ok(())
+    }
+
+    pub fn handle_of(&self, fd: c_int) -> CResult<u64> {
+        self.fds.get(&fd).map(|e| e.handle).ok_or(libc::EBADF)
+    }
+}
+
+/// Bytes read from the real file (pre-existing content), through libc with
+/// the guard held (so it passes through our wrappers).
+fn read_real(path: &Path, off: u64, dst: &mut [u8]) -> CResult<()> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    let mut done = 0;
+    while done < dst.len() {
+        match f.read_at(&mut dst[done..], off + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) => return Err(e.raw_os_error().unwrap_or(libc::EIO)),
+        }
+    }
+    Ok(())
+}
+
+/// Size of a placeholder memfd (raw syscall: never our own fstat wrapper).
+fn sentinel_len(fd: c_int) -> Option<u64> {
+    // SAFETY: a zeroed stat buffer filled by the kernel.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        (libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) == 0)
+            .then_some(st.st_size as u64)
+    }
+}
+
+pub fn errno() -> c_int {
+    // SAFETY: errno is thread-local.
+    unsafe { *libc::__errno_location() }
+}
+
+pub fn set_errno(e: c_int) {
+    // SAFETY: errno is thread-local.
+    unsafe { *libc::__errno_location() = e }
+}
+
+/// The absolute, normalized path an open refers to (relative paths against
+/// the working directory or `dirfd`).
+pub fn resolve(dirfd: c_int, path: &Path) -> Option<PathBuf> {
+    if path.is_absolute() {
+        return Some(normalize(path));
+    }
+    let base = if dirfd == libc::AT_FDCWD {
+        std::env::current_dir().ok()?
+    } else {
+        std::fs::read_link(format!("/proc/self/fd/{dirfd}")).ok()?
+    };
+    Some(normalize(&base.join(path)))
+}
