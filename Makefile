@@ -6,15 +6,26 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build demo test test-rust lint bench-log clean
+.PHONY: all setup build shims demo test test-rust lint bench-log clean
 
 all: build
 
 setup:
 	@bash scripts/setup.sh
 
+SHIMS := $(TARGET)/libparalog_mpi_mpich.so $(TARGET)/libparalog_mpi_openmpi.so
+
 build: setup
 	$(CARGO) build --release --workspace --locked
+	$(MAKE) --no-print-directory shims
+
+# The MPI shim, compiled by each MPI's own mpicc; --as-needed keeps libmpi
+# out of its dependencies (it is preloaded into non-MPI processes too).
+shims: $(SHIMS)
+
+$(TARGET)/libparalog_mpi_%.so: shim/paralog_mpi.c
+	mpicc.$* -O2 -Wall -Wextra -Werror -shared -fPIC -Wl,--as-needed -o $@ $<
+	@! readelf -d $@ | grep -q 'NEEDED.*libmpi' || { echo "$@ must not depend on libmpi"; rm -f $@; exit 1; }
 
 demo: build
 	@bash scripts/demo.sh

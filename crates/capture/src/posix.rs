@@ -814,11 +814,7 @@ unsafe fn aio_submit(cb: *mut aiocb, write: bool) -> Option<c_int> {
         let r = if write {
             do_write(fd, slice(buf, n), u64::try_from(off).ok())
         } else {
-            do_read(
-                fd,
-                slice_mut(buf, n),
-                u64::try_from(off).ok(),
-            )
+            do_read(fd, slice_mut(buf, n), u64::try_from(off).ok())
         };
         (r, if r < 0 { state::errno() } else { 0 })
     };

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod env;
 mod inspect;
 mod materialize;
 
@@ -22,6 +23,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Print the `export` lines that turn capture on (for batch scripts).
+    Env(env::Args),
     /// List what a node-local root holds: jobs, files, opens, epochs, ranks, extents.
     Inspect(inspect::Args),
     /// Write the logical file at a committed epoch from the node-local log.
@@ -52,8 +55,15 @@ impl LocalArg {
 }
 
 fn main() -> ExitCode {
+    // Die quietly when the reader of our output goes away (`| head`), as
+    // Unix tools do, instead of panicking on a failed print.
+    // SAFETY: restoring the default disposition of one signal at start-up.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match cli.cmd {
+        Cmd::Env(a) => env::run(a),
         Cmd::Inspect(a) => inspect::run(a),
         Cmd::Materialize(a) => materialize::run(a),
     };

@@ -14,10 +14,10 @@
  * bookkeeping (lseek SEEK_END), rank 0 writes the metadata while all ranks
  * write raw data, metadata (superblock, object headers, the attribute) is
  * rewritten in place at flush and close, and the file is truncated over
- * existing content at create.  With --snapshot, a copy is taken after each
- * H5Fflush and after H5Fclose; HDF5 may call MPI_File_sync more often than
- * that internally (e.g. inside H5Fclose), so the capture layer can see more
- * consistency points than there are snapshots.
+ * existing content at create (MPI_File_set_size(0) on all ranks).  With
+ * --snapshot, a copy is taken after H5Fflush and after H5Fclose; HDF5 1.10.8
+ * calls MPI_File_sync exactly once here (in H5Fflush, not in H5Fclose), so
+ * the snapshots match the consistency points.
  */
 #include "common.h"
 #include <hdf5.h>

@@ -12,10 +12,10 @@ header_subarray.dat's.
 Usage: mpi4py_writer.py OUTDIR [--snapshot]   (run with /usr/bin/python3;
 mpi4py is built against Open MPI only on Debian 12)
 
-Hazard: an interpreter as the application: the MPI library is loaded with
-dlopen by an extension module (the capture shim must still wrap its
-MPI_File_* calls), and Python's own file activity (imports, .pyc) happens
-next to the captured writes.
+Hazard: an interpreter as the application: libmpi is loaded only when Python
+dlopens mpi4py's extension module (the capture shim must still wrap its
+MPI_File_* calls), and Python's own file activity (imports, .pyc files)
+happens next to the captured writes.
 """
 import sys
 import traceback
