@@ -16,5 +16,6 @@ pub mod report;
 pub mod settings;
 pub mod stat;
 pub mod state;
+pub mod view;
 
 pub use real::SYMBOLS;

@@ -52,7 +52,11 @@ pub unsafe extern "C" fn paralog_mpi_open_begin(
             } => p,
             Settings::Invalid { prefix: None, .. } => return Ok(0),
         };
-        if !abs.starts_with(prefix) || abs == *prefix || amode & OPEN_WRITE == 0 {
+        if !abs.starts_with(prefix)
+            || abs == *prefix
+            || amode & OPEN_WRITE == 0
+            || crate::posix::is_mpi_helper_file(&abs)
+        {
             return Ok(0);
         }
         if let Settings::Invalid { message, .. } = settings {

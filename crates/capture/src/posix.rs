@@ -223,7 +223,16 @@ fn under_prefix(abs: &Path) -> Option<&'static Settings> {
         } => p,
         Settings::Invalid { prefix: None, .. } => return None,
     };
-    (abs.starts_with(prefix) && abs != prefix).then_some(s)
+    (abs.starts_with(prefix) && abs != prefix && !is_mpi_helper_file(abs)).then_some(s)
+}
+
+/// Files an MPI library makes next to the target file, shared between
+/// processes through the real file system: ROMIO's shared file pointer
+/// `.<name>.shfp.<n>` and OMPIO's `<name>.locktest.<rank>`. Never captured.
+pub(crate) fn is_mpi_helper_file(abs: &Path) -> bool {
+    let name = abs.file_name().map(|n| n.as_bytes()).unwrap_or_default();
+    let has = |pat: &[u8]| name.windows(pat.len()).any(|w| w == pat);
+    (name.starts_with(b".") && has(b".shfp.")) || has(b".locktest.")
 }
 
 fn report_invalid_once(message: &str) {
@@ -252,7 +261,7 @@ fn open_captured(dirfd: c_int, path: &Path, flags: c_int) -> CResult<OpenDecisio
     let Some(st) = State::get(&mut slot) else {
         return Ok(OpenDecision::Pass);
     };
-    let exists = std::fs::symlink_metadata(&abs).is_ok();
+    let exists = st.committed(&abs)?.exists;
     let id = match st.by_path.get(&abs).copied() {
         Some(id) => {
             // Another open of a file we already capture (ROMIO's create
@@ -685,17 +694,52 @@ pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off64_t) -> c_int {
 }
 
 /// The handle of a path this process currently captures, if any.
-pub(crate) unsafe fn captured_path(path: *const c_char) -> Option<(Guard, u64)> {
+/// A path under the prefix while capture is on: the guard, the absolute
+/// path, and the handle that has it open in this process (if any).
+pub(crate) unsafe fn prefix_path(
+    path: *const c_char,
+) -> Option<(Guard, std::path::PathBuf, Option<u64>)> {
     if path.is_null() {
         return None;
     }
     let g = Guard::enter()?;
     let p = Path::new(std::ffi::OsStr::from_bytes(CStr::from_ptr(path).to_bytes()));
     let abs = resolve(libc::AT_FDCWD, p)?;
-    under_prefix(&abs)?;
-    let slot = lock();
-    let id = slot.as_ref()?.by_path.get(&abs).copied()?;
-    Some((g, id))
+    if !matches!(under_prefix(&abs)?, Settings::On(_)) {
+        return None;
+    }
+    let mut slot = lock();
+    let id = State::get(&mut slot)?.by_path.get(&abs).copied();
+    Some((g, abs, id))
+}
+
+/// Whether the node-local log knows this path (then it, not the real file,
+/// says whether the file exists); `None`: ask the real file system.
+pub(crate) fn logged_state(abs: &Path) -> CResult<Option<(bool, u64)>> {
+    let mut slot = lock();
+    let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
+    let c = st.committed(abs)?;
+    Ok((!c.view.lf.epochs.is_empty()).then_some((c.exists, c.size)))
+}
+
+/// unlink of a captured path: recorded in the log (a delete reaches the
+/// remote in order, after the epochs before it), never applied directly.
+#[no_mangle]
+pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
+    let Some((_g, abs, id)) = prefix_path(path) else {
+        return pass!(unlink(path), -1);
+    };
+    contain("unlink", -1, || {
+        let mut slot = lock();
+        let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
+        if let Some(id) = id {
+            return st.delete(id).map(|_| 0);
+        }
+        if !st.committed(&abs)?.exists {
+            return Err(libc::ENOENT);
+        }
+        st.path_op(&abs, |st, id| st.delete(id)).map(|_| 0)
+    })
 }
 
 unsafe fn do_truncate_path(id: u64, len: i64) -> c_int {
@@ -707,29 +751,61 @@ unsafe fn do_truncate_path(id: u64, len: i64) -> c_int {
     })
 }
 
+/// truncate by path (PnetCDF truncates an existing file outside MPI-IO):
+/// recorded like an ftruncate, in a one-epoch open when none is open.
+unsafe fn truncate_path(abs: &Path, id: Option<u64>, len: i64) -> c_int {
+    match id {
+        Some(id) => do_truncate_path(id, len),
+        None => contain("truncate", -1, || {
+            let len = offset(len)?;
+            let mut slot = lock();
+            let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
+            if !st.committed(abs)?.exists {
+                return Err(libc::ENOENT);
+            }
+            st.path_op(abs, |st, id| st.set_size(id, len)).map(|_| 0)
+        }),
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
-    match captured_path(path) {
-        Some((_g, id)) => do_truncate_path(id, len),
+    match prefix_path(path) {
+        Some((_g, abs, id)) => truncate_path(&abs, id, len),
         None => pass!(truncate(path, len), -1),
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn truncate64(path: *const c_char, len: off64_t) -> c_int {
-    match captured_path(path) {
-        Some((_g, id)) => do_truncate_path(id, len),
+    match prefix_path(path) {
+        Some((_g, abs, id)) => truncate_path(&abs, id, len),
         None => pass!(truncate64(path, len), -1),
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
-    match captured_path(path) {
-        // The file exists as far as the program is concerned, and it is ours.
-        Some(_) => 0,
-        None => pass!(access(path, mode), -1),
+    let Some((_g, abs, id)) = prefix_path(path) else {
+        return pass!(access(path, mode), -1);
+    };
+    if id.is_some() {
+        // Open under capture: it exists, and it is ours.
+        return 0;
     }
+    contain("access", -1, || match logged_state(&abs)? {
+        Some((true, _)) => Ok(0),
+        Some((false, _)) => Err(libc::ENOENT),
+        None => {
+            drop(_g);
+            let rc = pass!(access(path, mode), -1);
+            if rc == 0 {
+                Ok(0)
+            } else {
+                Err(state::errno())
+            }
+        }
+    })
 }
 
 fn do_fallocate(fd: c_int, mode: c_int, off: i64, len: i64) -> CResult<()> {

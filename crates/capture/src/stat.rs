@@ -12,7 +12,7 @@ use libc::{c_char, c_int, c_uint};
 
 use crate::guard::Guard;
 use crate::pass;
-use crate::posix::captured_path;
+use crate::posix::{logged_state, prefix_path};
 use crate::state::{is_captured, lock, resolve, set_errno};
 
 /// (size, an open placeholder to take the rest of the answer from).
@@ -70,9 +70,24 @@ unsafe fn by_fd(fd: c_int, buf: *mut libc::stat) -> Option<c_int> {
 }
 
 unsafe fn by_path(path: *const c_char, buf: *mut libc::stat) -> Option<c_int> {
-    let (_g, id) = captured_path(path)?;
-    let (size, fd) = known(None, Some(id))?;
-    Some(fill_stat(size, fd, buf))
+    let (_g, abs, id) = prefix_path(path)?;
+    if let Some(id) = id {
+        let (size, fd) = known(None, Some(id))?;
+        return Some(fill_stat(size, fd, buf));
+    }
+    // Closed, but committed epochs not yet drained: the log answers.
+    match logged_state(&abs) {
+        Ok(None) => None,
+        Ok(Some((true, size))) => Some(fill_stat(size, None, buf)),
+        Ok(Some((false, _))) => {
+            set_errno(libc::ENOENT);
+            Some(-1)
+        }
+        Err(e) => {
+            set_errno(e);
+            Some(-1)
+        }
+    }
 }
 
 unsafe fn by_at(

@@ -14,6 +14,7 @@ use paralog_log::{FileIdent, LogError, RankLog, ReadSource, WriterConfig};
 
 use crate::report;
 use crate::settings::{normalize, Config, Settings};
+use crate::view::{self, Committed, View};
 
 const FAST_FDS: usize = 1 << 16;
 /// One byte per descriptor below 65536: nonzero when captured.
@@ -76,8 +77,12 @@ pub struct Handle {
     /// Size of the file as this rank knows it: the global size at the last
     /// consistency point, grown by this rank's writes since.
     pub size: u64,
-    /// Leading bytes of the pre-existing file that remain visible.
-    pub base_visible: u64,
+    /// The committed state, for reads of bytes this rank did not write in
+    /// the current epoch (`None`: rebuild at the next such read).
+    pub view: Option<View>,
+    /// Lowest size set (or delete) in the current epoch: committed bytes at
+    /// or beyond it are gone (read as zeros until rewritten).
+    pub cut: Option<u64>,
     pub dirty: bool,
     pub committed_any: bool,
     /// Open placeholder descriptors.
@@ -180,6 +185,12 @@ impl State {
         (!bytes.is_empty()).then_some(bytes)
     }
 
+    /// The committed state of a path under the prefix.
+    pub fn committed(&self, abs: &Path) -> CResult<Committed> {
+        let rel = self.rel_of(abs).ok_or(libc::EINVAL)?;
+        view::committed(&self.cfg.local, &self.cfg.job, abs, &rel)
+    }
+
     /// Create the log of a new open of `abs` and register it.
     pub fn new_handle(
         &mut self,
@@ -190,6 +201,7 @@ impl State {
         gen: Option<u64>,
     ) -> CResult<u64> {
         self.ensure_local()?;
+        let committed = self.committed(abs)?;
         let rel = self.rel_of(abs).ok_or(libc::EINVAL)?;
         let job = self.cfg.job.clone();
         let gen = match gen {
@@ -205,7 +217,7 @@ impl State {
         };
         let log = RankLog::create(&self.cfg.local, ident, rank, size, self.writer_config())
             .map_err(|e| log_errno(&format!("capturing {}", abs.display()), &e))?;
-        let base = std::fs::metadata(abs).map(|m| m.len()).unwrap_or(0);
+        let base = if committed.exists { committed.size } else { 0 };
         let id = self.next_id;
         self.next_id += 1;
         self.handles.insert(
@@ -215,7 +227,8 @@ impl State {
                 mode,
                 path: abs.to_path_buf(),
                 size: base,
-                base_visible: base,
+                view: Some(committed.view),
+                cut: None,
                 dirty: false,
                 committed_any: false,
                 fds: 0,
@@ -265,7 +278,7 @@ impl State {
             if flags & libc::O_TRUNC != 0 && acc != libc::O_RDONLY {
                 h.log.set_size(0);
                 h.size = 0;
-                h.base_visible = 0;
+                h.cut = Some(0);
                 h.dirty = true;
             }
         }
@@ -359,6 +372,8 @@ impl State {
             .complete_epoch()
             .map_err(|e| log_errno(&format!("marking {} committed", h.path.display()), &e))?;
         h.size = global_size;
+        h.view = None;
+        h.cut = None;
         h.dirty = false;
         h.committed_any = true;
         if self.cfg.verbose {
@@ -438,41 +453,41 @@ impl State {
             .log
             .read_own(pos, &mut buf[..n])
             .map_err(|e| log_errno(&format!("reading {} at offset {pos}", h.path.display()), &e))?;
-        let single = h.log.comm_size() == 1;
         let current = h.log.epoch();
         for r in ranges {
-            let ok = match r.source {
-                ReadSource::Own { epoch } => epoch == current || single,
-                ReadSource::NotOwn | ReadSource::Evicted { .. } => false,
-            };
-            if ok {
+            if r.source == (ReadSource::Own { epoch: current }) {
                 continue;
             }
-            if !single {
+            // Not written by this rank in this epoch: the committed state
+            // answers (MPI shows other ranks' writes only after a sync),
+            // except what this epoch truncated away, which reads as zeros.
+            let lo = (r.off - pos) as usize;
+            let dst = &mut buf[lo..lo + r.len as usize];
+            let keep = h.cut.map_or(r.len, |c| c.saturating_sub(r.off).min(r.len)) as usize;
+            dst[keep..].fill(0);
+            if keep == 0 {
+                continue;
+            }
+            if h.view.is_none() {
+                let rel = h
+                    .path
+                    .strip_prefix(&self.cfg.prefix)
+                    .map_err(|_| libc::EINVAL)?;
+                let rel = rel.as_os_str().as_bytes().to_vec();
+                h.view = Some(view::committed(&self.cfg.local, &self.cfg.job, &h.path, &rel)?.view);
+            }
+            let v = h.view.as_mut().expect("just built");
+            if !v.complete {
                 report::line(&format!(
-                    "read of bytes [{}, {}) of {} that this rank did not write in the current epoch: \
-                     under capture another rank's bytes are not available here (data sieving or \
-                     two-phase I/O still on? see docs/capture.md)",
+                    "read of bytes [{}, {}) of {}: they were written on another node, whose log is \
+                     not here (reads across nodes are not supported under capture; docs/capture.md)",
                     r.off,
                     r.off + r.len,
                     h.path.display()
                 ));
                 return Err(libc::EIO);
             }
-            // One writer: what it did not write is the pre-existing file
-            // (where still visible), else a hole; drained epochs are in the
-            // file too when the prefix is the remote.
-            let lo = (r.off - pos) as usize;
-            let hi = lo + r.len as usize;
-            let dst = &mut buf[lo..hi];
-            dst.fill(0);
-            let from_file = match r.source {
-                ReadSource::Evicted { .. } => r.len,
-                _ => h.base_visible.saturating_sub(r.off).min(r.len),
-            };
-            if from_file > 0 {
-                read_real(&h.path, r.off, &mut dst[..from_file as usize])?;
-            }
+            v.read(&h.path, r.off, &mut dst[..keep])?;
         }
         if at.is_none() {
             self.fds.get_mut(&fd).expect("looked up above").offset = pos + n as u64;
@@ -484,9 +499,34 @@ impl State {
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
         h.log.set_size(size);
         h.size = size;
-        h.base_visible = h.base_visible.min(size);
+        h.cut = Some(h.cut.map_or(size, |c| c.min(size)));
         h.dirty = true;
         Ok(())
+    }
+
+    /// `unlink` of the path of an open handle: the file is gone at the end
+    /// of this epoch unless written again.
+    pub fn delete(&mut self, id: u64) -> CResult<()> {
+        let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
+        h.log.delete();
+        h.size = 0;
+        h.cut = Some(0);
+        h.dirty = true;
+        Ok(())
+    }
+
+    /// A path operation (unlink, truncate) on a captured path that no
+    /// handle has open: one epoch of a new open, committed at once, so it
+    /// reaches the remote in order with everything else.
+    pub fn path_op(
+        &mut self,
+        abs: &Path,
+        op: impl FnOnce(&mut State, u64) -> CResult<()>,
+    ) -> CResult<()> {
+        let id = self.new_handle(abs, Mode::Posix, 0, 1, None)?;
+        let r = op(self, id).and_then(|_| self.commit_single(id));
+        self.maybe_release(id);
+        r
     }
 
     pub fn preallocate(&mut self, id: u64, size: u64) -> CResult<()> {
@@ -500,22 +540,6 @@ impl State {
     pub fn handle_of(&self, fd: c_int) -> CResult<u64> {
         self.fds.get(&fd).map(|e| e.handle).ok_or(libc::EBADF)
     }
-}
-
-/// Bytes read from the real file (pre-existing content), through libc with
-/// the guard held (so it passes through our wrappers).
-fn read_real(path: &Path, off: u64, dst: &mut [u8]) -> CResult<()> {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::File::open(path).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
-    let mut done = 0;
-    while done < dst.len() {
-        match f.read_at(&mut dst[done..], off + done as u64) {
-            Ok(0) => break,
-            Ok(n) => done += n,
-            Err(e) => return Err(e.raw_os_error().unwrap_or(libc::EIO)),
-        }
-    }
-    Ok(())
 }
 
 /// Size of a placeholder memfd (raw syscall: never our own fstat wrapper).

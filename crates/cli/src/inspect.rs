@@ -115,6 +115,7 @@ fn file_json(f: &FileInventory) -> Value {
                             }),
                             Op::SetSize(n) => json!({ "set_size": n }),
                             Op::Preallocate(n) => json!({ "preallocate": n }),
+                            Op::Delete => json!({ "delete": true }),
                         })
                         .collect()
                 })
@@ -216,6 +217,8 @@ fn print_human(report: &Value, all_extents: bool) {
                             println!("        set size {n}");
                         } else if let Some(n) = op.get("preallocate") {
                             println!("        preallocate {n}");
+                        } else if op.get("delete").is_some() {
+                            println!("        delete");
                         }
                     }
                     if shown < ops.len() {

@@ -65,10 +65,26 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             job.name
         );
     }
+    let last = lf.epochs.last().expect("checked non-empty");
+    if lf.deleted {
+        match std::fs::remove_file(&args.out) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {}", args.out.display())),
+        }
+        eprintln!(
+            "paralog: {} was deleted at epoch {}:{} (job {}); {} does not exist",
+            args.file.display(),
+            last.0,
+            last.1,
+            job.name,
+            args.out.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let size = lf
         .materialize(&args.out, args.base.as_deref())
         .with_context(|| format!("materializing {}", args.file.display()))?;
-    let last = lf.epochs.last().expect("checked non-empty");
     eprintln!(
         "paralog: wrote {} ({size} bytes) = {} at epoch {}:{} (job {}, {} epochs applied)",
         args.out.display(),

@@ -39,6 +39,7 @@ pub const MAX_PATH_LEN: usize = 4096;
 const OP_EXTENT: u8 = 1;
 const OP_SET_SIZE: u8 = 2;
 const OP_PREALLOCATE: u8 = 3;
+const OP_DELETE: u8 = 4;
 
 /// Which open of which file, by which job: the identity shared by every rank.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -66,6 +67,9 @@ pub enum Op {
     SetSize(u64),
     /// `MPI_File_preallocate`: the file becomes at least this long.
     Preallocate(u64),
+    /// `unlink`/`MPI_File_delete`: the file no longer exists (a later open
+    /// of the path starts from nothing).
+    Delete,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +136,7 @@ impl Manifest {
                 Op::Extent(e) => (OP_EXTENT, e.crc, e.file_off, e.len, e.log_pos),
                 Op::SetSize(n) => (OP_SET_SIZE, 0, n, 0, 0),
                 Op::Preallocate(n) => (OP_PREALLOCATE, 0, n, 0, 0),
+                Op::Delete => (OP_DELETE, 0, 0, 0, 0),
             };
             out.push(tag);
             out.extend_from_slice(&[0u8; 3]);
@@ -304,8 +309,8 @@ impl Manifest {
                     phase_end = Some(e.file_end());
                     Op::Extent(e)
                 }
-                OP_SET_SIZE | OP_PREALLOCATE => {
-                    if crc != 0 || b != 0 || c != 0 {
+                OP_SET_SIZE | OP_PREALLOCATE | OP_DELETE => {
+                    if crc != 0 || b != 0 || c != 0 || (tag == OP_DELETE && a != 0) {
                         return Err(corrupt(
                             o,
                             format!("operation {i}: size operation has nonzero unused fields"),
@@ -318,10 +323,10 @@ impl Manifest {
                         ));
                     }
                     phase_end = None;
-                    if tag == OP_SET_SIZE {
-                        Op::SetSize(a)
-                    } else {
-                        Op::Preallocate(a)
+                    match tag {
+                        OP_SET_SIZE => Op::SetSize(a),
+                        OP_PREALLOCATE => Op::Preallocate(a),
+                        _ => Op::Delete,
                     }
                 }
                 other => {

@@ -228,6 +228,31 @@ fn list_dir(dir: &Path) -> Result<Vec<(String, PathBuf, bool)>> {
 }
 
 impl FileInventory {
+    /// Scan only the directory of one file (`rel`) of one job; `None` if the
+    /// node holds nothing for it.
+    pub fn scan_path(root: &Path, job: &str, rel: &[u8]) -> Result<Option<FileInventory>> {
+        layout::validate_component("job name", job)?;
+        let dir = root.join(job).join(layout::file_dir_name(rel));
+        if !dir.is_dir() {
+            return Ok(None);
+        }
+        let mut stray = Vec::new();
+        let file = scan_file(&dir, &mut stray)?;
+        if let Some(r) = &file.record {
+            if r.rel != rel {
+                return Err(LogError::Inconsistent {
+                    path: dir,
+                    what: format!(
+                        "directory stands for {:?}, not {:?} (hash collision)",
+                        String::from_utf8_lossy(&r.rel),
+                        String::from_utf8_lossy(rel)
+                    ),
+                });
+            }
+        }
+        Ok(Some(file))
+    }
+
     /// Every epoch that any rank has any record of, in program order.
     pub fn epoch_ids(&self) -> Vec<EpochId> {
         let mut ids: Vec<EpochId> = self
@@ -328,6 +353,20 @@ impl FileInventory {
             }
         }
         Ok(out)
+    }
+
+    /// Whether this node holds every rank's manifest of every committed epoch
+    /// (one node ran all ranks): only then is [`Self::logical_file`] the
+    /// whole file rather than this node's part of it.
+    pub fn complete_locally(&self) -> Result<bool> {
+        for id in self.committed_epochs()? {
+            let manifests = self.manifests(id)?;
+            let comm_size = manifests.first().map_or(0, |(m, _)| m.comm_size as usize);
+            if manifests.len() != comm_size {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// The logical file after the committed epochs up to and including
@@ -443,6 +482,8 @@ impl SizeState {
 #[derive(Debug, Clone, Default)]
 pub struct LogicalFile {
     pub epochs: Vec<EpochId>,
+    /// The last operation applied removed the file (it does not exist).
+    pub deleted: bool,
     pub sources: Vec<SourceExtent>,
     pub map: ExtentMap<SourcePiece>,
     pub size: SizeState,
@@ -467,7 +508,7 @@ impl LogicalFile {
                         }
                         phases[phase].push((m, path, e));
                     }
-                    Op::SetSize(_) | Op::Preallocate(_) => {
+                    Op::SetSize(_) | Op::Preallocate(_) | Op::Delete => {
                         if size_ops.len() <= phase {
                             size_ops.resize(phase + 1, None);
                         }
@@ -489,6 +530,7 @@ impl LogicalFile {
                 }
             }
         }
+        self.deleted = false;
         let n = phases.len().max(size_ops.len());
         for p in 0..n {
             for (m, path, e) in phases.get(p).into_iter().flatten() {
@@ -504,16 +546,28 @@ impl LogicalFile {
                 self.map
                     .insert(e.file_off, e.len, SourcePiece { source, skip: 0 });
                 self.size.min_size = self.size.min_size.max(e.file_end());
+                self.deleted = false;
             }
             match size_ops.get(p).copied().flatten() {
                 Some((Op::SetSize(n), _, _)) => {
+                    self.deleted = false;
                     self.map.truncate(n);
                     self.size.min_size = n;
                     self.size.size_set = true;
                     self.size.base_cut = Some(self.size.base_cut.map_or(n, |c| c.min(n)));
                 }
                 Some((Op::Preallocate(n), _, _)) => {
+                    self.deleted = false;
                     self.size.min_size = self.size.min_size.max(n);
+                }
+                Some((Op::Delete, _, _)) => {
+                    self.map.truncate(0);
+                    self.size = SizeState {
+                        min_size: 0,
+                        size_set: true,
+                        base_cut: Some(0),
+                    };
+                    self.deleted = true;
                 }
                 _ => {}
             }
@@ -530,6 +584,39 @@ impl LogicalFile {
     /// Bytes of data the logical file holds (not counting holes).
     pub fn data_bytes(&self) -> u64 {
         self.map.iter().map(|(_, len, _)| len).sum()
+    }
+
+    /// Fill `buf` with the logical file's bytes at `off`, on top of a base
+    /// file of `base_len` bytes read by `base` (offset, buffer); holes and
+    /// bytes past the base read as zeros. The caller bounds the read by
+    /// [`SizeState::final_size`]. Every source extent is checksum-verified.
+    pub fn read_at(
+        &self,
+        reader: &mut SourceReader,
+        off: u64,
+        buf: &mut [u8],
+        base_len: u64,
+        base: &mut dyn FnMut(u64, &mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        buf.fill(0);
+        let end = off + buf.len() as u64;
+        let visible = self.size.base_visible(base_len);
+        if off < visible {
+            let n = (visible.min(end) - off) as usize;
+            base(off, &mut buf[..n])?;
+        }
+        for c in self.map.lookup(off, buf.len() as u64) {
+            // Ranges the map does not cover keep the base bytes (or zeros).
+            if let Some(piece) = c.value {
+                let lo = (c.off - off) as usize;
+                reader.read(
+                    &self.sources[piece.source],
+                    piece.skip,
+                    &mut buf[lo..lo + c.len as usize],
+                )?;
+            }
+        }
+        Ok(())
     }
 
     /// Write the logical file to `out` (created or truncated), on top of

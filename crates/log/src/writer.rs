@@ -322,6 +322,14 @@ impl RankLog {
         self.cur.size_ops.push(Op::Preallocate(size));
     }
 
+    /// `unlink`: the file stops existing. Later writes in the same epoch
+    /// (which only a program holding the file open could make) recreate it.
+    pub fn delete(&mut self) {
+        self.cur.map.truncate(0);
+        self.own.truncate(0);
+        self.cur.size_ops.push(Op::Delete);
+    }
+
     /// Fill `buf` with this rank's own newest bytes at `off`, from any of its
     /// epochs still held locally, and say which ranges could not be answered.
     pub fn read_own(&mut self, off: u64, buf: &mut [u8]) -> Result<Vec<ReadRange>> {

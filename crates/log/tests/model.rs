@@ -30,6 +30,8 @@ enum Step {
     SetSize(u64),
     /// Collective preallocate (all ranks).
     Preallocate(u64),
+    /// The file is deleted (recorded by all ranks, like a collective op).
+    Delete,
 }
 
 #[derive(Debug, Clone)]
@@ -66,6 +68,7 @@ fn plan_strategy() -> impl Strategy<Value = (u32, Vec<EpochPlan>, Crash, bool)> 
                 .prop_map(|(rank, block, skip, len)| Step::Write { rank, block, skip, len }),
             1 => (0..BLOCK * BLOCKS).prop_map(Step::SetSize),
             1 => (0..BLOCK * BLOCKS).prop_map(Step::Preallocate),
+            1 => Just(Step::Delete),
         ];
         let epoch = (
             prop::collection::vec(0..ranks, BLOCKS as usize),
@@ -95,10 +98,12 @@ fn plan_strategy() -> impl Strategy<Value = (u32, Vec<EpochPlan>, Crash, bool)> 
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Model {
     bytes: Vec<u8>,
+    deleted: bool,
 }
 
 impl Model {
     fn write(&mut self, off: u64, data: &[u8]) {
+        self.deleted = false;
         let end = off as usize + data.len();
         if self.bytes.len() < end {
             self.bytes.resize(end, 0);
@@ -106,9 +111,15 @@ impl Model {
         self.bytes[off as usize..end].copy_from_slice(data);
     }
     fn set_size(&mut self, n: u64) {
+        self.deleted = false;
         self.bytes.resize(n as usize, 0);
     }
+    fn delete(&mut self) {
+        self.bytes.clear();
+        self.deleted = true;
+    }
     fn preallocate(&mut self, n: u64) {
+        self.deleted = false;
         if (self.bytes.len() as u64) < n {
             self.bytes.resize(n as usize, 0);
         }
@@ -136,7 +147,11 @@ fn clip(plan: &EpochPlan, rank: u32, block: u64, skip: u64, len: u64) -> Option<
     (len > 0).then_some((off, len))
 }
 
-fn materialize(root: &Path, rel: &[u8], upto: Option<(u64, u64)>) -> (Vec<u8>, Vec<(u64, u64)>) {
+fn materialize(
+    root: &Path,
+    rel: &[u8],
+    upto: Option<(u64, u64)>,
+) -> ((Vec<u8>, bool), Vec<(u64, u64)>) {
     let inv = Inventory::scan(root).unwrap();
     let found = inv.find_file(Some("job"), rel);
     assert_eq!(found.len(), 1);
@@ -146,7 +161,7 @@ fn materialize(root: &Path, rel: &[u8], upto: Option<(u64, u64)>) -> (Vec<u8>, V
     lf.materialize(&out, None).unwrap();
     let bytes = std::fs::read(&out).unwrap();
     std::fs::remove_file(&out).unwrap();
-    (bytes, file.committed_epochs().unwrap())
+    ((bytes, lf.deleted), file.committed_epochs().unwrap())
 }
 
 fn run_case(
@@ -179,6 +194,8 @@ fn run_case(
     let last = plans.len() - 1;
     for (ei, plan) in plans.iter().enumerate() {
         let epoch = ei as u64 + 1;
+        // Every epoch belongs to an open of the file: it exists again.
+        model.deleted = false;
         for (si, step) in plan.steps.iter().enumerate() {
             match *step {
                 Step::Write {
@@ -200,6 +217,10 @@ fn run_case(
                 Step::Preallocate(n) => {
                     logs.iter_mut().for_each(|l| l.preallocate(n));
                     model.preallocate(n);
+                }
+                Step::Delete => {
+                    logs.iter_mut().for_each(|l| l.delete());
+                    model.delete();
                 }
             }
         }
@@ -292,14 +313,12 @@ fn run_case(
     let (_, committed) = materialize(root, b"out.dat", None);
     prop_assert_eq!(committed.len(), snapshots.len());
     for (i, snap) in snapshots.iter().enumerate() {
-        let (bytes, _) = materialize(root, b"out.dat", Some((1, i as u64 + 1)));
-        prop_assert_eq!(&bytes, &snap.bytes, "epoch {}", i + 1);
+        let (got, _) = materialize(root, b"out.dat", Some((1, i as u64 + 1)));
+        prop_assert_eq!(&got, &(snap.bytes.clone(), snap.deleted), "epoch {}", i + 1);
     }
     let (latest, _) = materialize(root, b"out.dat", None);
-    prop_assert_eq!(
-        &latest,
-        &snapshots.last().cloned().unwrap_or_default().bytes
-    );
+    let last = snapshots.last().cloned().unwrap_or_default();
+    prop_assert_eq!(&latest, &(last.bytes, last.deleted));
 
     // Garbage collection removes only what was never committed.
     let inv = Inventory::scan(root).unwrap();
