@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust lint bench-log clean
+.PHONY: all setup build shims demo test test-rust test-capture lint bench-log clean
 
 all: build
 
@@ -30,10 +30,15 @@ $(TARGET)/libparalog_mpi_%.so: shim/paralog_mpi.c
 demo: build
 	@bash scripts/demo.sh
 
-test: build lint test-rust
+test: build lint test-rust test-capture
 
 test-rust:
 	$(CARGO) test --release --workspace --locked
+
+# Real MPI programs under capture with MPICH, Open MPI/OMPIO and Open MPI/ROMIO,
+# compared byte for byte with direct MPI-IO at every epoch.
+test-capture: build
+	/usr/bin/python3 tests/capture/run.py
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -7,9 +7,10 @@
  *
  * Built once per MPI implementation by that MPI's mpicc (make shim). It does
  * not link libmpi: LD_PRELOAD reaches every process of a job (mpirun, shells,
- * tools), so MPI functions are looked up with dlsym when first needed, and
- * Open MPI's predefined handles (which are addresses of library globals) are
- * weak references, unresolved and unused in processes without MPI. */
+ * tools), so MPI functions, and Open MPI's predefined handles (addresses of
+ * library globals), are looked up when first needed. A program may load
+ * libmpi itself, late and with local scope (Python's mpi4py and h5py do):
+ * then only a handle to the loaded library finds its symbols. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -20,12 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef OPEN_MPI
-#pragma weak ompi_mpi_op_max
-#pragma weak ompi_mpi_op_min
-#pragma weak ompi_mpi_int64_t
-#pragma weak ompi_mpi_info_null
-#endif
 
 /* The capture library's side (crates/capture/src/mpi.rs). */
 extern int paralog_mpi_open_begin(const char *path, int amode, uint64_t *gen);
@@ -39,16 +34,53 @@ extern void paralog_report(const char *msg);
 
 enum { OPEN_WRITE = 1, OPEN_CREATE = 2 };
 
+static void say(const char *fmt, const char *a, long b) {
+    char line[1024];
+    snprintf(line, sizeof line, fmt, a, b);
+    paralog_report(line);
+}
+
 /* ---- MPI functions, found at run time -------------------------------- */
+
+/* Sonames of the MPI libraries on these systems (Open MPI 4, MPICH 3/4). */
+static const char *mpi_sonames[] = {"libmpi.so.40", "libmpich.so.12", "libmpi.so.12", "libmpi.so", NULL};
+
+/* Functions: the next definition after ours (RTLD_NEXT). Data (Open MPI's
+ * predefined handles): the default scope first, because a program that
+ * names MPI_INFO_NULL owns a copy of the global (copy relocation) and that
+ * copy's address is the handle it passes. */
+static void *lookup(const char *name, int data) {
+    void *p = dlsym(data ? RTLD_DEFAULT : RTLD_NEXT, name);
+    if (!p) p = dlsym(data ? RTLD_NEXT : RTLD_DEFAULT, name);
+    for (int i = 0; !p && mpi_sonames[i]; i++) {
+        void *lib = dlopen(mpi_sonames[i], RTLD_LAZY | RTLD_NOLOAD);
+        if (lib) p = dlsym(lib, name);
+    }
+    if (!p) say("MPI symbol %s not found in this process%.0ld", name, 0);
+    return p;
+}
+
+static void *mpi_sym(const char *name) { return lookup(name, 0); }
 
 #define REAL(ret, name, args)                                              \
     typedef ret(*name##_fn) args;                                          \
     static name##_fn real_##name(void) {                                   \
         static name##_fn f;                                                \
-        if (!f) f = (name##_fn)dlsym(RTLD_NEXT, #name);                    \
-        if (!f) f = (name##_fn)dlsym(RTLD_DEFAULT, #name);                 \
+        if (!f) f = (name##_fn)mpi_sym(#name);                             \
         return f;                                                          \
     }
+
+/* Predefined handles: constants in MPICH, library globals in Open MPI. */
+#ifdef OPEN_MPI
+#define OMPI_HANDLE(type, global) ((type)lookup(global, 1))
+#define OP_MAX OMPI_HANDLE(MPI_Op, "ompi_mpi_op_max")
+#define TYPE_INT64 OMPI_HANDLE(MPI_Datatype, "ompi_mpi_int64_t")
+#define INFO_NULL OMPI_HANDLE(MPI_Info, "ompi_mpi_info_null")
+#else
+#define OP_MAX MPI_MAX
+#define TYPE_INT64 MPI_INT64_T
+#define INFO_NULL MPI_INFO_NULL
+#endif
 
 REAL(int, PMPI_File_open, (MPI_Comm, const char *, int, MPI_Info, MPI_File *))
 REAL(int, PMPI_File_sync, (MPI_File))
@@ -65,12 +97,6 @@ REAL(int, PMPI_Info_create, (MPI_Info *))
 REAL(int, PMPI_Info_dup, (MPI_Info, MPI_Info *))
 REAL(int, PMPI_Info_set, (MPI_Info, const char *, const char *))
 REAL(int, PMPI_Info_free, (MPI_Info *))
-
-static void say(const char *fmt, const char *a, long b) {
-    char line[1024];
-    snprintf(line, sizeof line, fmt, a, b);
-    paralog_report(line);
-}
 
 /* ---- captured files: MPI_File -> capture handle ------------------------ */
 
@@ -143,7 +169,7 @@ static const char *strip_driver(const char *name) {
 static int agree_max(MPI_Comm comm, int64_t *v, int n) {
     int64_t in[4];
     memcpy(in, v, n * sizeof *v);
-    return real_PMPI_Allreduce()(in, v, n, MPI_INT64_T, MPI_MAX, comm);
+    return real_PMPI_Allreduce()(in, v, n, TYPE_INT64, OP_MAX, comm);
 }
 
 /* ---- open ---------------------------------------------------------------- */
@@ -188,7 +214,7 @@ static int shim_open(MPI_Comm comm, const char *filename, int amode, MPI_Info in
      * ranks' bytes, which are not local under capture: switch them off.
      * romio_no_indep_rw=true would force collective buffering back on. */
     MPI_Info hints;
-    if (info == MPI_INFO_NULL)
+    if (info == INFO_NULL)
         real_PMPI_Info_create()(&hints);
     else
         real_PMPI_Info_dup()(info, &hints);

@@ -147,11 +147,10 @@ fn clip(plan: &EpochPlan, rank: u32, block: u64, skip: u64, len: u64) -> Option<
     (len > 0).then_some((off, len))
 }
 
-fn materialize(
-    root: &Path,
-    rel: &[u8],
-    upto: Option<(u64, u64)>,
-) -> ((Vec<u8>, bool), Vec<(u64, u64)>) {
+/// The materialized bytes and whether the file was deleted.
+type FileState = (Vec<u8>, bool);
+
+fn materialize(root: &Path, rel: &[u8], upto: Option<(u64, u64)>) -> (FileState, Vec<(u64, u64)>) {
     let inv = Inventory::scan(root).unwrap();
     let found = inv.find_file(Some("job"), rel);
     assert_eq!(found.len(), 1);
