@@ -54,6 +54,7 @@ CASES = [
     ("nonblocking", "nonblocking", {"romio321": ["--no-iwrite-all"]}, ALL),
     ("deferred open", "deferred", {}, ALL),
     ("recreate", "recreate", {}, ALL),
+    ("outside the prefix", "outside_prefix", {}, ALL),
 ]
 
 
@@ -112,6 +113,44 @@ def first_difference(a, b):
     return f"sizes differ: direct {len(x)}, paralog {len(y)}"
 
 
+def outside_prefix_setup(flavour, io, work, direct, prefix, env):
+    """outside_prefix reads two inputs: a plain file outside the prefix, and
+    a file in the prefix that an earlier captured program wrote (committed,
+    not drained): it must read as that program's output. Returns the extra
+    arguments of the direct and the captured run, and a final check."""
+    other_direct, other = work / "other-direct", work / "other"
+    other_direct.mkdir()
+    other.mkdir()
+    plain = work / "input.bin"
+    plain.write_bytes(os.urandom(300_000))
+    pristine = plain.read_bytes()
+    earlier = work / "earlier-direct"
+    sh([RUN_DIRECT, flavour, io, "header_subarray", earlier])
+    sh([RUN_DIRECT, flavour, io, "header_subarray", prefix], env=env)
+    reference = earlier / "header_subarray.dat"
+
+    def check():
+        if plain.read_bytes() != pristine:
+            return "the input outside the prefix was modified"
+        for name in ("outside.dat",):
+            if not (other / name).exists():
+                return f"{name} outside the prefix was not written to its real path"
+            if not same(other_direct / name, other / name):
+                return f"{name} outside the prefix differs: {first_difference(other_direct / name, other / name)}"
+        r = sh([BIN, "inspect", "--local", work / "local", "--json"])
+        for job in json.loads(r.stdout)["jobs"]:
+            for f in job["files"]:
+                if not f["path"].startswith(str(prefix) + "/"):
+                    return f"a file outside the prefix was logged: {f['path']}"
+        return None
+
+    direct_args = [other_direct, plain, "--snapshot"]
+    capture_args = [other, plain]
+    # Second run reading the captured earlier file, against the direct copy.
+    second = ([other_direct, reference], [other, prefix / "header_subarray.dat", reference])
+    return direct_args, capture_args, second, check
+
+
 def run_case(mode, name, prog, extra, work):
     flavour, io = MODES[mode]
     args = extra.get(mode, [])
@@ -119,15 +158,27 @@ def run_case(mode, name, prog, extra, work):
     prefix = work / "pfs"
     local = work / "local"
     prefix.mkdir(parents=True)
-    sh([RUN_DIRECT, flavour, io, prog, direct, "--snapshot", *args])
     env = capture_env(flavour, prefix, local, "t")
-    r = sh([RUN_DIRECT, flavour, io, prog, prefix, *args], env=env, check=False)
+    check, second = None, None
+    direct_args, capture_args = ["--snapshot", *args], args
+    if prog == "outside_prefix":
+        direct_args, capture_args, second, check = outside_prefix_setup(flavour, io, work, direct, prefix, env)
+    sh([RUN_DIRECT, flavour, io, prog, direct, *direct_args])
+    r = sh([RUN_DIRECT, flavour, io, prog, prefix, *capture_args], env=env, check=False)
     if r.returncode != 0:
         return f"program failed under capture (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-600:]}"
+    if second:
+        # The program reads the earlier captured file and compares it with
+        # the direct copy itself (it aborts on a difference).
+        r = sh([RUN_DIRECT, flavour, io, prog, prefix, *second[1]], env=env, check=False)
+        if r.returncode != 0:
+            return f"reading a captured, undrained file failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-600:]}"
+    if check and (problem := check()):
+        return problem
     stray = [p for p in prefix.rglob("*") if p.is_file()]
     if stray:
         return f"files appeared in the prefix before any drain: {[str(p.relative_to(prefix)) for p in stray[:5]]}"
-    files = outputs(direct)
+    files = [f for f in outputs(direct) if not str(f).startswith("..")]
     if not files:
         return "the direct run wrote no file"
     checked_epochs = 0

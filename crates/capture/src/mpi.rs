@@ -105,7 +105,10 @@ pub unsafe extern "C" fn paralog_mpi_open_attach(
         );
         let mut slot = lock();
         let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
-        match st.new_handle(&abs, Mode::Mpi, rank, size, Some(gen)) {
+        match st
+            .committed(&abs)
+            .and_then(|c| st.new_handle(&abs, Mode::Mpi, rank, size, Some(gen), c))
+        {
             Ok(id) => {
                 st.handles.get_mut(&id).expect("just made").create_allowed =
                     amode & OPEN_CREATE != 0;

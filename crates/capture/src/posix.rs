@@ -261,7 +261,8 @@ fn open_captured(dirfd: c_int, path: &Path, flags: c_int) -> CResult<OpenDecisio
     let Some(st) = State::get(&mut slot) else {
         return Ok(OpenDecision::Pass);
     };
-    let exists = st.committed(&abs)?.exists;
+    let committed = st.committed(&abs)?;
+    let exists = committed.exists;
     let id = match st.by_path.get(&abs).copied() {
         Some(id) => {
             // Another open of a file we already capture (ROMIO's create
@@ -271,7 +272,15 @@ fn open_captured(dirfd: c_int, path: &Path, flags: c_int) -> CResult<OpenDecisio
             }
             id
         }
-        None if !writing => return Ok(OpenDecision::Pass),
+        None if !writing => {
+            if committed.view.lf.epochs.is_empty() {
+                return Ok(OpenDecision::Pass);
+            }
+            if !committed.exists {
+                return Err(libc::ENOENT);
+            }
+            st.new_readonly_handle(&abs, committed)
+        }
         None => {
             if flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0 && exists {
                 return Err(libc::EEXIST);
@@ -279,7 +288,7 @@ fn open_captured(dirfd: c_int, path: &Path, flags: c_int) -> CResult<OpenDecisio
             if flags & libc::O_CREAT == 0 && !exists {
                 return Err(libc::ENOENT);
             }
-            st.new_handle(&abs, Mode::Posix, 0, 1, None)?
+            st.new_handle(&abs, Mode::Posix, 0, 1, None, committed)?
         }
     };
     let h = &st.handles[&id];
@@ -311,7 +320,13 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         let rc = pass!(close(fd), -1);
         let mut result = if rc == 0 { Ok(0) } else { Err(state::errno()) };
         let h = st.handles.get(&id).ok_or(libc::EBADF)?;
-        if h.mode == Mode::Posix && h.fds == 0 && !h.pinned && (h.dirty || !h.committed_any) {
+        let writer = h.log.is_some();
+        if writer
+            && h.mode == Mode::Posix
+            && h.fds == 0
+            && !h.pinned
+            && (h.dirty || !h.committed_any)
+        {
             if let Err(e) = st.commit_single(id) {
                 result = Err(e);
             }

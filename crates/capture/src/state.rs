@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use libc::c_int;
-use paralog_log::{FileIdent, LogError, RankLog, ReadSource, WriterConfig};
+use paralog_log::{FileIdent, LogError, RankLog, ReadRange, ReadSource, WriterConfig};
 
 use crate::report;
 use crate::settings::{normalize, Config, Settings};
@@ -71,7 +71,9 @@ pub enum Mode {
 }
 
 pub struct Handle {
-    pub log: RankLog,
+    /// `None` for a read-only open of a file with committed history: it
+    /// reads the committed view and writes nothing.
+    pub log: Option<RankLog>,
     pub mode: Mode,
     pub path: PathBuf,
     /// Size of the file as this rank knows it: the global size at the last
@@ -199,9 +201,9 @@ impl State {
         rank: u32,
         size: u32,
         gen: Option<u64>,
+        committed: Committed,
     ) -> CResult<u64> {
         self.ensure_local()?;
-        let committed = self.committed(abs)?;
         let rel = self.rel_of(abs).ok_or(libc::EINVAL)?;
         let job = self.cfg.job.clone();
         let gen = match gen {
@@ -223,7 +225,7 @@ impl State {
         self.handles.insert(
             id,
             Handle {
-                log,
+                log: Some(log),
                 mode,
                 path: abs.to_path_buf(),
                 size: base,
@@ -245,6 +247,33 @@ impl State {
             ));
         }
         Ok(id)
+    }
+
+    /// A read-only open of a captured file whose committed epochs are not
+    /// all drained: reads come from the committed view, never from the
+    /// stale real file. Not registered by path: a later write open of the
+    /// path gets a handle of its own.
+    pub fn new_readonly_handle(&mut self, abs: &Path, committed: Committed) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.handles.insert(
+            id,
+            Handle {
+                log: None,
+                mode: Mode::Posix,
+                path: abs.to_path_buf(),
+                size: committed.size,
+                view: Some(committed.view),
+                cut: None,
+                dirty: false,
+                committed_any: true,
+                fds: 0,
+                pinned: false,
+                create_allowed: false,
+                bypass: None,
+            },
+        );
+        id
     }
 
     /// Hand out a placeholder descriptor for `handle`: a memfd that must stay
@@ -275,8 +304,8 @@ impl State {
         );
         if let Some(h) = self.handles.get_mut(&id) {
             h.fds += 1;
-            if flags & libc::O_TRUNC != 0 && acc != libc::O_RDONLY {
-                h.log.set_size(0);
+            if let Some(log) = h.log.as_mut().filter(|_| flags & libc::O_TRUNC != 0) {
+                log.set_size(0);
                 h.size = 0;
                 h.cut = Some(0);
                 h.dirty = true;
@@ -358,7 +387,7 @@ impl State {
     pub fn commit_local(&mut self, id: u64) -> CResult<()> {
         self.check_sentinels(id)?;
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
-        h.log
+        log_of(h)?
             .commit_local()
             .map_err(|e| log_errno(&format!("committing {} locally", h.path.display()), &e))?;
         Ok(())
@@ -367,8 +396,7 @@ impl State {
     /// After the agreement: mark the epoch globally committed, start the next.
     pub fn complete_epoch(&mut self, id: u64, global_size: u64) -> CResult<()> {
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
-        let epoch = h
-            .log
+        let epoch = log_of(h)?
             .complete_epoch()
             .map_err(|e| log_errno(&format!("marking {} committed", h.path.display()), &e))?;
         h.size = global_size;
@@ -418,7 +446,7 @@ impl State {
             None if append => h.size,
             None => offset,
         };
-        h.log.write_at(pos, data).map_err(|e| {
+        log_of(h)?.write_at(pos, data).map_err(|e| {
             log_errno(
                 &format!(
                     "writing {} bytes at offset {pos} of {}",
@@ -449,11 +477,22 @@ impl State {
             return Ok(0);
         }
         let n = (buf.len() as u64).min(h.size - pos) as usize;
-        let ranges = h
-            .log
-            .read_own(pos, &mut buf[..n])
-            .map_err(|e| log_errno(&format!("reading {} at offset {pos}", h.path.display()), &e))?;
-        let current = h.log.epoch();
+        let (ranges, current) = match h.log.as_mut() {
+            Some(log) => (
+                log.read_own(pos, &mut buf[..n]).map_err(|e| {
+                    log_errno(&format!("reading {} at offset {pos}", h.path.display()), &e)
+                })?,
+                log.epoch(),
+            ),
+            None => (
+                vec![ReadRange {
+                    off: pos,
+                    len: n as u64,
+                    source: ReadSource::NotOwn,
+                }],
+                0,
+            ),
+        };
         for r in ranges {
             if r.source == (ReadSource::Own { epoch: current }) {
                 continue;
@@ -497,7 +536,7 @@ impl State {
 
     pub fn set_size(&mut self, id: u64, size: u64) -> CResult<()> {
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
-        h.log.set_size(size);
+        log_of(h)?.set_size(size);
         h.size = size;
         h.cut = Some(h.cut.map_or(size, |c| c.min(size)));
         h.dirty = true;
@@ -508,7 +547,7 @@ impl State {
     /// of this epoch unless written again.
     pub fn delete(&mut self, id: u64) -> CResult<()> {
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
-        h.log.delete();
+        log_of(h)?.delete();
         h.size = 0;
         h.cut = Some(0);
         h.dirty = true;
@@ -523,7 +562,8 @@ impl State {
         abs: &Path,
         op: impl FnOnce(&mut State, u64) -> CResult<()>,
     ) -> CResult<()> {
-        let id = self.new_handle(abs, Mode::Posix, 0, 1, None)?;
+        let committed = self.committed(abs)?;
+        let id = self.new_handle(abs, Mode::Posix, 0, 1, None, committed)?;
         let r = op(self, id).and_then(|_| self.commit_single(id));
         self.maybe_release(id);
         r
@@ -531,7 +571,7 @@ impl State {
 
     pub fn preallocate(&mut self, id: u64, size: u64) -> CResult<()> {
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
-        h.log.preallocate(size);
+        log_of(h)?.preallocate(size);
         h.size = h.size.max(size);
         h.dirty = true;
         Ok(())
@@ -540,6 +580,11 @@ impl State {
     pub fn handle_of(&self, fd: c_int) -> CResult<u64> {
         self.fds.get(&fd).map(|e| e.handle).ok_or(libc::EBADF)
     }
+}
+
+/// The log of a handle that writes (EBADF for a read-only one).
+fn log_of(h: &mut Handle) -> CResult<&mut RankLog> {
+    h.log.as_mut().ok_or(libc::EBADF)
 }
 
 /// Size of a placeholder memfd (raw syscall: never our own fstat wrapper).
