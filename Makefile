@@ -39,6 +39,7 @@ test-rust:
 # compared byte for byte with direct MPI-IO at every epoch.
 test-capture: build
 	/usr/bin/python3 tests/capture/run.py
+	/usr/bin/python3 tests/capture/bad_input.py
 
 lint:
 	$(CARGO) fmt --all -- --check
