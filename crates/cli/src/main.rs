@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod check_symbols;
 mod env;
 mod inspect;
 mod materialize;
@@ -23,6 +24,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Which I/O entry points a program uses, and whether capture handles them.
+    CheckSymbols(check_symbols::Args),
     /// Print the `export` lines that turn capture on (for batch scripts).
     Env(env::Args),
     /// List what a node-local root holds: jobs, files, opens, epochs, ranks, extents.
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     let result = match cli.cmd {
+        Cmd::CheckSymbols(a) => check_symbols::run(a),
         Cmd::Env(a) => env::run(a),
         Cmd::Inspect(a) => inspect::run(a),
         Cmd::Materialize(a) => materialize::run(a),

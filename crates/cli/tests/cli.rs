@@ -138,3 +138,46 @@ fn missing_local_dir_is_a_clear_error() {
     assert!(!r.status.success());
     assert!(String::from_utf8_lossy(&r.stderr).contains("give --local DIR or set PARALOG_LOCAL"));
 }
+
+#[test]
+fn check_symbols_classifies_what_a_program_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("p.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <sys/mman.h>\n#include <unistd.h>\n#include <sys/statfs.h>\n\
+         int main(int c, char **v) { FILE *f = fopen(v[0], \"r\"); struct statfs s; statfs(v[0], &s);\n\
+         void *m = mmap(0, 1, PROT_READ, MAP_PRIVATE, 0, 0); return pwrite(c, m, 1, 0) + (f != 0); }\n",
+    )
+    .unwrap();
+    let bin = dir.path().join("p");
+    let cc = Command::new("cc")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let r = paralog(&["check-symbols", "--json", bin.to_str().unwrap()]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    let status = |sym: &str| {
+        v["symbols"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| {
+                s["symbol"] == sym && s["called_by"].as_array().unwrap().iter().any(|b| b == "p")
+            })
+            .map(|s| s["status"].as_str().unwrap().to_owned())
+    };
+    assert_eq!(status("pwrite").as_deref(), Some("captured"));
+    assert_eq!(status("mmap").as_deref(), Some("NOT HANDLED"));
+    assert_eq!(status("fopen").as_deref(), Some("NOT HANDLED"));
+    assert_eq!(status("statfs").as_deref(), Some("passes through"));
+    assert_eq!(status("printf"), None, "not an I/O entry point of a file");
+}
