@@ -40,6 +40,7 @@ test-rust:
 test-capture: build
 	/usr/bin/python3 tests/capture/run.py
 	/usr/bin/python3 tests/capture/bad_input.py
+	/usr/bin/python3 tests/capture/invariants.py
 
 lint:
 	$(CARGO) fmt --all -- --check

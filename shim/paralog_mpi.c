@@ -97,6 +97,27 @@ REAL(int, PMPI_Info_create, (MPI_Info *))
 REAL(int, PMPI_Info_dup, (MPI_Info, MPI_Info *))
 REAL(int, PMPI_Info_set, (MPI_Info, const char *, const char *))
 REAL(int, PMPI_Info_free, (MPI_Info *))
+REAL(int, PMPI_Info_get, (MPI_Info, const char *, int, char *, int *))
+REAL(int, PMPI_File_get_info, (MPI_File, MPI_Info *))
+
+/* PARALOG_VERBOSE=1: say which read-avoiding settings are in force for a
+ * captured file, as the MPI library reports them (the tests check it). */
+static void report_hints(MPI_File fh, const char *path) {
+    const char *v = getenv("PARALOG_VERBOSE");
+    if (!v || strcmp(v, "1") != 0) return;
+    MPI_Info info;
+    if (real_PMPI_File_get_info()(fh, &info) != MPI_SUCCESS) return;
+    char cb[64] = "unset", ds[64] = "unset";
+    int flag;
+    real_PMPI_Info_get()(info, "romio_cb_write", sizeof cb - 1, cb, &flag);
+    real_PMPI_Info_get()(info, "romio_ds_write", sizeof ds - 1, ds, &flag);
+    real_PMPI_Info_free()(&info);
+    const char *fcoll = getenv("OMPI_MCA_fcoll");
+    char line[1024];
+    snprintf(line, sizeof line, "%s: hints in force: romio_cb_write=%s romio_ds_write=%s OMPI_MCA_fcoll=%s", path, cb, ds,
+             fcoll ? fcoll : "unset");
+    paralog_report(line);
+}
 
 /* ---- captured files: MPI_File -> capture handle ------------------------ */
 
@@ -228,6 +249,7 @@ static int shim_open(MPI_Comm comm, const char *filename, int amode, MPI_Info in
         real_PMPI_Comm_free()(&agree);
         goto out;
     }
+    report_hints(*fh, path);
     entry_t e = {.fh = *fh, .handle = handle, .agree = agree};
     snprintf(e.path, sizeof e.path, "%s", path);
     if (!add(e)) {

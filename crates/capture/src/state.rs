@@ -95,6 +95,9 @@ pub struct Handle {
     pub create_allowed: bool,
     /// Writes that bypassed capture were found (invariant 5).
     pub bypass: Option<String>,
+    /// Reads answered from the committed view (bytes this rank did not
+    /// write in the current epoch); reported under PARALOG_VERBOSE=1.
+    pub view_reads: u64,
 }
 
 pub struct FdEntry {
@@ -237,6 +240,7 @@ impl State {
                 pinned: mode == Mode::Mpi,
                 create_allowed: false,
                 bypass: None,
+                view_reads: 0,
             },
         );
         self.by_path.insert(abs.to_path_buf(), id);
@@ -271,6 +275,7 @@ impl State {
                 pinned: false,
                 create_allowed: false,
                 bypass: None,
+                view_reads: 0,
             },
         );
         id
@@ -428,6 +433,13 @@ impl State {
             .is_some_and(|h| h.fds == 0 && !h.pinned)
         {
             let h = self.handles.remove(&id).expect("checked");
+            if self.cfg.verbose {
+                report::line(&format!(
+                    "{}: {} reads answered from the committed view",
+                    h.path.display(),
+                    h.view_reads
+                ));
+            }
             if self.by_path.get(&h.path) == Some(&id) {
                 self.by_path.remove(&h.path);
             }
@@ -527,6 +539,7 @@ impl State {
                 return Err(libc::EIO);
             }
             v.read(&h.path, r.off, &mut dst[..keep])?;
+            h.view_reads += 1;
         }
         if at.is_none() {
             self.fds.get_mut(&fd).expect("looked up above").offset = pos + n as u64;
