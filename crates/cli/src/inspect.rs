@@ -145,6 +145,8 @@ fn file_json(f: &FileInventory) -> Value {
         "rel": f.record.as_ref().map(|r| String::from_utf8_lossy(&r.rel).into_owned()),
         "path_error": f.path_error,
         "last_committed": committed.last().map(|(g, e)| format!("{g}:{e}")),
+        "drained_up_to": f.progress.map(|p| format!("{}:{}", p.gen, p.epoch)),
+        "progress_error": f.progress_error,
         "committed": fmt_ids(&committed),
         "epochs": epochs,
         "problems": problems,
@@ -167,10 +169,14 @@ fn print_human(report: &Value, all_extents: bool) {
                 )
             });
             println!(
-                "  file {path}  -> remote {}  (last committed epoch: {})",
+                "  file {path}  -> remote {}  (last committed epoch: {}; drained up to: {})",
                 f["rel"].as_str().unwrap_or("?"),
-                f["last_committed"].as_str().unwrap_or("none")
+                f["last_committed"].as_str().unwrap_or("none"),
+                f["drained_up_to"].as_str().unwrap_or("nothing")
             );
+            if let Some(e) = f["progress_error"].as_str() {
+                println!("    PROBLEM: {e}");
+            }
             for p in f["problems"].as_array().cloned().unwrap_or_default() {
                 println!("    PROBLEM: {}", p.as_str().unwrap_or("?"));
             }

@@ -58,6 +58,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let lf = file
         .logical_file(upto)
         .with_context(|| format!("job {}: {}", job.name, args.file.display()))?;
+    if let (Some(after), None) = (lf.after, &args.base) {
+        bail!(
+            "{}: epochs up to {}:{} are already drained to the remote and gone from the log; \
+             give the remote file as --base to materialize the rest on top of it",
+            args.file.display(),
+            after.0,
+            after.1
+        );
+    }
     if lf.epochs.is_empty() {
         bail!(
             "{}: no globally committed epoch in job {}",

@@ -110,7 +110,7 @@ fn inspect_human_and_json() {
     assert!(r.status.success());
     let text = String::from_utf8_lossy(&r.stdout);
     assert!(
-        text.contains("file /pfs/run/out.dat  -> remote run/out.dat  (last committed epoch: 1:2)"),
+        text.contains("file /pfs/run/out.dat  -> remote run/out.dat  (last committed epoch: 1:2; drained up to: nothing)"),
         "{text}"
     );
     assert!(

@@ -15,11 +15,14 @@ pub const MANIFEST_MAGIC: &[u8; 8] = b"PLGMNFST";
 pub const DATA_MAGIC: &[u8; 8] = b"PLGDATA\0";
 pub const MARK_MAGIC: &[u8; 8] = b"PLGCMMIT";
 pub const PATH_MAGIC: &[u8; 8] = b"PLGPATH\0";
+pub const PROGRESS_MAGIC: &[u8; 8] = b"PLGPROGR";
 
 pub const KIND_MANIFEST: u16 = 1;
 pub const KIND_DATA: u16 = 2;
 pub const KIND_MARK: u16 = 3;
 pub const KIND_PATH: u16 = 4;
+pub const KIND_PROGRESS: u16 = 5;
+pub const PROGRESS_LEN: usize = 48;
 
 /// Fixed part of a manifest, before the variable-length strings.
 pub const MANIFEST_HEADER_LEN: usize = 64;
@@ -516,6 +519,66 @@ impl PathRecord {
         Ok(PathRecord {
             path: app_path,
             rel,
+        })
+    }
+}
+
+/// The server's durable record of how far a file has been drained: every
+/// committed epoch up to and including (gen, epoch) is durably in the
+/// remote. Written (write, fsync, rename, fsync directory) after the remote
+/// is durable and before any local data of those epochs is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ProgressRecord {
+    pub gen: u64,
+    pub epoch: u64,
+}
+
+impl ProgressRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(PROGRESS_LEN);
+        out.extend_from_slice(PROGRESS_MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&KIND_PROGRESS.to_le_bytes());
+        out.extend_from_slice(&(PROGRESS_LEN as u32).to_le_bytes());
+        out.extend_from_slice(&[0u8; 8]);
+        out.extend_from_slice(&self.gen.to_le_bytes());
+        out.extend_from_slice(&self.epoch.to_le_bytes());
+        out.extend_from_slice(&[0u8; 4]);
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        debug_assert_eq!(out.len(), PROGRESS_LEN);
+        out
+    }
+
+    pub fn decode(bytes: &[u8], path: &Path) -> Result<ProgressRecord> {
+        check_preamble(
+            bytes,
+            path,
+            PROGRESS_MAGIC,
+            KIND_PROGRESS,
+            "progress record",
+        )?;
+        if bytes.len() != PROGRESS_LEN {
+            return Err(LogError::Corrupt {
+                path: path.to_path_buf(),
+                offset: bytes.len().min(PROGRESS_LEN) as u64,
+                what: format!(
+                    "progress record is {} bytes, expected {PROGRESS_LEN}",
+                    bytes.len()
+                ),
+            });
+        }
+        check_crc(bytes, PROGRESS_LEN - 4, path)?;
+        if bytes[16..24].iter().chain(&bytes[40..44]).any(|&b| b != 0) {
+            return Err(LogError::Corrupt {
+                path: path.to_path_buf(),
+                offset: 16,
+                what: "reserved bytes of the progress record are not zero".into(),
+            });
+        }
+        Ok(ProgressRecord {
+            gen: le_u64(bytes, 24),
+            epoch: le_u64(bytes, 32),
         })
     }
 }

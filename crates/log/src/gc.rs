@@ -38,7 +38,28 @@ pub fn collect_garbage(file: &FileInventory, dry_run: bool) -> Result<GcReport> 
             .values()
             .flat_map(|r| r.epochs.keys().copied())
             .collect();
+        let drained = file.progress.map(|p| (p.gen, p.epoch));
         for epoch in epochs {
+            if drained.is_some_and(|d| (gen, epoch) <= d) {
+                // Drained: what is left here was to be deleted after the
+                // progress record (a crash in between). Remove it now.
+                for r in g.ranks.values() {
+                    if let Some(files) = r.epochs.get(&epoch) {
+                        for (present, kind) in [
+                            (files.data.is_some(), EpochFileKind::Data),
+                            (files.manifest, EpochFileKind::Manifest),
+                            (files.mark, EpochFileKind::Mark),
+                        ] {
+                            if present {
+                                report
+                                    .removed
+                                    .push(r.dir.join(layout::epoch_file_name(epoch, kind)));
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
             if file.commit_status((gen, epoch))?.is_committed() {
                 continue;
             }

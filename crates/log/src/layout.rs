@@ -16,6 +16,8 @@ use crate::error::{LogError, Result};
 
 /// Name of the file in a file directory that records its relative path.
 pub const PATH_FILE: &str = "path";
+/// Name of the server's progress record in a file directory.
+pub const PROGRESS_FILE: &str = "progress";
 
 /// FNV-1a, 64 bit: a stable, dependency-free name for a file directory.
 /// Collisions are detected (the `path` file and every manifest carry the full

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::durable;
 use crate::error::{IoContext, LogError, Result};
 use crate::extent_map::{ExtentMap, Piece};
-use crate::format::{DataHeader, Extent, Manifest, Op, PathRecord};
+use crate::format::{DataHeader, Extent, Manifest, Op, PathRecord, ProgressRecord};
 use crate::layout::{self, EpochFileKind};
 
 /// An epoch of one open: (generation, epoch). Orders like the program did.
@@ -43,6 +43,11 @@ pub struct FileInventory {
     /// (`path_error` then says why).
     pub record: Option<PathRecord>,
     pub path_error: Option<String>,
+    /// The server's progress record: epochs up to it are in the remote.
+    pub progress: Option<ProgressRecord>,
+    /// Why the progress record could not be read (the file is then not
+    /// drained, and its logical file is not built, until someone looks).
+    pub progress_error: Option<String>,
     pub gens: BTreeMap<u64, GenInventory>,
 }
 
@@ -156,14 +161,29 @@ fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>) -> Result<FileInventory> {
         },
         Err(e) => (None, Some(format!("{}: {e}", path_file.display()))),
     };
+    let progress_file = dir.join(layout::PROGRESS_FILE);
+    let (progress, progress_error) = match std::fs::read(&progress_file) {
+        Ok(bytes) => match ProgressRecord::decode(&bytes, &progress_file) {
+            Ok(p) => (Some(p), None),
+            Err(e) => (None, Some(e.to_string())),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => (None, None),
+        Err(e) => (None, Some(format!("{}: {e}", progress_file.display()))),
+    };
     let mut file = FileInventory {
         dir: dir.to_path_buf(),
         record,
         path_error,
+        progress,
+        progress_error,
         gens: BTreeMap::new(),
     };
     for (name, path, is_dir) in list_dir(dir)? {
-        if name == layout::PATH_FILE || name.starts_with("path.tmp.") {
+        if name == layout::PATH_FILE
+            || name.starts_with("path.tmp.")
+            || name == layout::PROGRESS_FILE
+            || name.starts_with("progress.tmp")
+        {
             continue;
         }
         let Some(gen) = is_dir.then(|| layout::parse_gen_dir_name(&name)).flatten() else {
@@ -344,15 +364,48 @@ impl FileInventory {
         })
     }
 
-    /// The globally committed epochs held here, in order.
+    /// The globally committed epochs held here that count, in order. An
+    /// epoch that is not committed blocks the later epochs of its open (they
+    /// cannot be applied past it), unless a later open of the file has
+    /// committed epochs: then the earlier open ended (a crash) and its
+    /// uncommitted tail never happened.
     pub fn committed_epochs(&self) -> Result<Vec<EpochId>> {
+        let ids = self.epoch_ids();
+        let mut committed = Vec::with_capacity(ids.len());
+        for &id in &ids {
+            committed.push(self.commit_status(id)?.is_committed());
+        }
         let mut out = Vec::new();
-        for id in self.epoch_ids() {
-            if self.commit_status(id)?.is_committed() {
-                out.push(id);
+        let mut blocked_gen = None;
+        for (i, &id) in ids.iter().enumerate() {
+            if blocked_gen == Some(id.0) {
+                continue;
             }
+            if committed[i] {
+                out.push(id);
+                continue;
+            }
+            let later_open_committed = ids
+                .iter()
+                .zip(&committed)
+                .skip(i)
+                .any(|(other, &c)| c && other.0 > id.0);
+            if !later_open_committed {
+                break;
+            }
+            blocked_gen = Some(id.0);
         }
         Ok(out)
+    }
+
+    /// The committed epochs not yet recorded as drained, in order.
+    pub fn pending_epochs(&self) -> Result<Vec<EpochId>> {
+        let done = self.progress.map(|p| (p.gen, p.epoch));
+        Ok(self
+            .committed_epochs()?
+            .into_iter()
+            .filter(|id| Some(*id) > done)
+            .collect())
     }
 
     /// Whether this node holds every rank's manifest of every committed epoch
@@ -374,9 +427,27 @@ impl FileInventory {
     /// committed are skipped: the program was told they failed, or never
     /// reached their consistency point.
     pub fn logical_file(&self, upto: Option<EpochId>) -> Result<LogicalFile> {
+        if let Some(e) = &self.progress_error {
+            return Err(LogError::Inconsistent {
+                path: self.dir.join(layout::PROGRESS_FILE),
+                what: format!("the drain progress cannot be read ({e}); which epochs are already remote is unknown"),
+            });
+        }
         let committed = self.committed_epochs()?;
+        let drained = self.progress.map(|p| (p.gen, p.epoch));
         let upto = match upto {
             Some(id) => {
+                if drained.is_some_and(|d| id <= d) {
+                    return Err(LogError::NotFound {
+                        what: format!(
+                            "epoch {}:{} of {} was drained to the remote (drained up to {}); its local data is gone",
+                            id.0,
+                            id.1,
+                            self.display_name(),
+                            fmt_ids(&drained.into_iter().collect::<Vec<_>>())
+                        ),
+                    });
+                }
                 if !committed.contains(&id) {
                     return Err(LogError::NotFound {
                         what: format!(
@@ -392,8 +463,14 @@ impl FileInventory {
             }
             None => committed.last().copied(),
         };
-        let mut lf = LogicalFile::default();
-        for id in committed.into_iter().filter(|id| Some(*id) <= upto) {
+        let mut lf = LogicalFile {
+            after: drained,
+            ..LogicalFile::default()
+        };
+        for id in committed
+            .into_iter()
+            .filter(|id| Some(*id) <= upto && Some(*id) > drained)
+        {
             let manifests = self.manifests(id)?;
             lf.apply_epoch(id, &manifests)?;
         }
@@ -481,6 +558,9 @@ impl SizeState {
 /// into data logs, plus the size rules. Holes are holes.
 #[derive(Debug, Clone, Default)]
 pub struct LogicalFile {
+    /// Epochs up to this one were already drained: the logical file is
+    /// these epochs applied on top of the remote's state at that point.
+    pub after: Option<EpochId>,
     pub epochs: Vec<EpochId>,
     /// The last operation applied removed the file (it does not exist).
     pub deleted: bool,

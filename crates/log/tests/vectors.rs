@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use paralog_log::format::{CommitMark, DataHeader, PathRecord, DATA_HEADER_LEN};
+use paralog_log::format::{CommitMark, DataHeader, PathRecord, ProgressRecord, DATA_HEADER_LEN};
 use paralog_log::{Extent, FileIdent, Manifest, Op};
 
 fn dir() -> PathBuf {
@@ -77,6 +77,10 @@ fn path_record() -> PathRecord {
     }
 }
 
+fn progress() -> ProgressRecord {
+    ProgressRecord { gen: 2, epoch: 7 }
+}
+
 type Check = fn(&[u8], &Path) -> bool;
 
 /// (file name, encoded bytes, decode-and-compare)
@@ -90,6 +94,9 @@ fn vectors() -> Vec<(&'static str, Vec<u8>, Check)> {
         }),
         ("commit_mark_v1.bin", mark().encode(), |b, p| {
             CommitMark::decode(b, p).is_ok_and(|m| m == mark())
+        }),
+        ("progress_v1.bin", progress().encode(), |b, p| {
+            ProgressRecord::decode(b, p).is_ok_and(|r| r == progress())
         }),
         ("path_record_v1.bin", path_record().encode(), |b, p| {
             PathRecord::decode(b, p).is_ok_and(|r| r == path_record())
