@@ -1,1 +1,93 @@
-//! Storage backends (POSIX, S3, object layout). Not built out yet.
+//! Remote storage behind one narrow interface. A backend knows nothing of
+//! epochs or ranks: the drain hands it, per file, the operations of one
+//! epoch in order, and then asks it to make them durable. Errors say whether
+//! retrying can help.
+
+use std::fmt;
+
+pub mod posix;
+
+/// One operation of an epoch, in the order the drain applies them.
+#[derive(Debug)]
+pub enum RemoteOp<'a> {
+    Write {
+        off: u64,
+        data: &'a [u8],
+    },
+    /// The file becomes exactly this long.
+    SetSize(u64),
+    /// The file becomes at least this long.
+    Preallocate(u64),
+    /// The file stops existing.
+    Delete,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Worth retrying later (unreachable, full, read-only, throttled): keep
+    /// every local byte and try again.
+    Retryable,
+    /// Retrying the same request will not help (a path that cannot exist).
+    Permanent,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{target}: {op}: {message}")]
+pub struct BackendError {
+    pub kind: ErrorKind,
+    pub target: String,
+    pub op: &'static str,
+    pub message: String,
+}
+
+impl BackendError {
+    pub fn retryable(&self) -> bool {
+        self.kind == ErrorKind::Retryable
+    }
+}
+
+/// Applies the operations of one epoch of one file. Nothing is promised
+/// durable until `commit` returns. A failed or dropped sink may have applied
+/// some operations: the drain re-applies the whole epoch, which is
+/// idempotent (the same writes, then the same size operations).
+pub trait EpochSink {
+    fn apply(&mut self, op: RemoteOp<'_>) -> Result<(), BackendError>;
+    /// Make everything applied durable (fsync, completed upload).
+    fn commit(self: Box<Self>) -> Result<(), BackendError>;
+}
+
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// Start applying an epoch to the remote file at `rel` (relative to the
+    /// remote root, already validated: no `..`, not absolute).
+    fn begin(&self, rel: &[u8]) -> Result<Box<dyn EpochSink + '_>, BackendError>;
+    /// Where `rel` lives, for messages.
+    fn describe(&self, rel: &[u8]) -> String;
+    /// The local path of `rel`, when the remote is a file system the
+    /// capture library can read (for reads of drained data).
+    fn local_path(&self, rel: &[u8]) -> Option<std::path::PathBuf>;
+}
+
+/// Open the backend a remote URL names: `file:///abs/path` or a plain
+/// absolute path.
+pub fn open(url: &str) -> Result<Box<dyn Backend>, BackendError> {
+    let bad = |message: String| BackendError {
+        kind: ErrorKind::Permanent,
+        target: url.to_owned(),
+        op: "open remote",
+        message,
+    };
+    if let Some(path) = url
+        .strip_prefix("file://")
+        .or_else(|| url.starts_with('/').then_some(url))
+    {
+        return posix::PosixBackend::new(path).map(|b| Box::new(b) as Box<dyn Backend>);
+    }
+    if url.starts_with("s3://") || url.starts_with("objstore://") {
+        return Err(bad(
+            "this remote kind is not built yet (object storage issue)".into(),
+        ));
+    }
+    Err(bad(
+        "a remote is file:///absolute/path or an absolute path".into()
+    ))
+}

@@ -27,6 +27,10 @@ pub const SETTINGS: &[Setting] = &[
 #[derive(Debug, Clone)]
 pub struct Config {
     pub prefix: PathBuf,
+    /// Where drained bytes are, for reads: a POSIX remote's root (the prefix
+    /// itself by default); `None` for object storage, which the capture
+    /// library does not read (no network in the application's process).
+    pub remote_root: Option<PathBuf>,
     pub local: PathBuf,
     pub job: String,
     pub coalesce_bytes: usize,
@@ -153,8 +157,17 @@ impl Settings {
             }
         }
         let verbose = get(&vars, "PARALOG_VERBOSE").is_some_and(|v| v == "1");
+        let remote = get(&vars, "PARALOG_REMOTE").map(|r| r.to_string_lossy().into_owned());
+        let remote_root = match remote.as_deref() {
+            None | Some("") => Some(prefix.clone()),
+            Some(r) => r
+                .strip_prefix("file://")
+                .or_else(|| r.starts_with('/').then_some(r))
+                .map(|p| normalize(Path::new(p))),
+        };
         Settings::On(Config {
             prefix,
+            remote_root,
             local,
             job,
             coalesce_bytes,

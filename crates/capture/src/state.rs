@@ -193,7 +193,12 @@ impl State {
     /// The committed state of a path under the prefix.
     pub fn committed(&self, abs: &Path) -> CResult<Committed> {
         let rel = self.rel_of(abs).ok_or(libc::EINVAL)?;
-        view::committed(&self.cfg.local, &self.cfg.job, abs, &rel)
+        let base = self
+            .cfg
+            .remote_root
+            .as_ref()
+            .map(|r| r.join(std::ffi::OsStr::from_bytes(&rel)));
+        view::committed(&self.cfg.local, &self.cfg.job, abs, &rel, base.as_deref())
     }
 
     /// Create the log of a new open of `abs` and register it.
@@ -519,26 +524,56 @@ impl State {
             if keep == 0 {
                 continue;
             }
-            if h.view.is_none() {
-                let rel = h
-                    .path
-                    .strip_prefix(&self.cfg.prefix)
-                    .map_err(|_| libc::EINVAL)?;
-                let rel = rel.as_os_str().as_bytes().to_vec();
-                h.view = Some(view::committed(&self.cfg.local, &self.cfg.job, &h.path, &rel)?.view);
+            // A data log may be drained and deleted between building the
+            // view and reading it: then rebuild once and read again.
+            let mut attempt = 0;
+            loop {
+                if h.view.is_none() {
+                    let rel = h
+                        .path
+                        .strip_prefix(&self.cfg.prefix)
+                        .map_err(|_| libc::EINVAL)?;
+                    let rel = rel.as_os_str().as_bytes().to_vec();
+                    let base = self
+                        .cfg
+                        .remote_root
+                        .as_ref()
+                        .map(|r| r.join(std::ffi::OsStr::from_bytes(&rel)));
+                    let c = view::committed(
+                        &self.cfg.local,
+                        &self.cfg.job,
+                        &h.path,
+                        &rel,
+                        base.as_deref(),
+                    )?;
+                    h.view = Some(c.view);
+                }
+                let v = h.view.as_mut().expect("just built");
+                if !v.complete {
+                    report::line(&format!(
+                        "read of bytes [{}, {}) of {}: they were written on another node, whose log is \
+                         not here (reads across nodes are not supported under capture; docs/capture.md)",
+                        r.off,
+                        r.off + r.len,
+                        h.path.display()
+                    ));
+                    return Err(libc::EIO);
+                }
+                match v.read(&h.path, r.off, &mut dst[..keep]) {
+                    Err(libc::ENOENT) if attempt == 0 => {
+                        h.view = None;
+                        attempt += 1;
+                    }
+                    Err(libc::ENOENT) => {
+                        report::line(&format!(
+                            "{}: a data log vanished while reading it",
+                            h.path.display()
+                        ));
+                        return Err(libc::EIO);
+                    }
+                    other => break other?,
+                }
             }
-            let v = h.view.as_mut().expect("just built");
-            if !v.complete {
-                report::line(&format!(
-                    "read of bytes [{}, {}) of {}: they were written on another node, whose log is \
-                     not here (reads across nodes are not supported under capture; docs/capture.md)",
-                    r.off,
-                    r.off + r.len,
-                    h.path.display()
-                ));
-                return Err(libc::EIO);
-            }
-            v.read(&h.path, r.off, &mut dst[..keep])?;
             h.view_reads += 1;
         }
         if at.is_none() {

@@ -15,6 +15,8 @@ use crate::state::CResult;
 
 pub struct View {
     pub lf: LogicalFile,
+    /// The drained file the epochs apply on top of.
+    pub base: Option<std::path::PathBuf>,
     pub base_len: u64,
     /// Every committed epoch has all its ranks' records on this node; else
     /// the view lacks other nodes' bytes and must not answer reads.
@@ -36,7 +38,13 @@ fn real_len(abs: &Path) -> Option<u64> {
 }
 
 /// Build the committed state of `abs` (remote-relative `rel`) for `job`.
-pub fn committed(local: &Path, job: &str, abs: &Path, rel: &[u8]) -> CResult<Committed> {
+pub fn committed(
+    local: &Path,
+    job: &str,
+    abs: &Path,
+    rel: &[u8],
+    base: Option<&Path>,
+) -> CResult<Committed> {
     let fail = |e: paralog_log::LogError| {
         report::line(&format!(
             "reading the committed state of {}: {e}",
@@ -44,7 +52,7 @@ pub fn committed(local: &Path, job: &str, abs: &Path, rel: &[u8]) -> CResult<Com
         ));
         e.raw_os_error().unwrap_or(libc::EIO)
     };
-    let real = real_len(abs);
+    let real = base.and_then(real_len);
     let base_len = real.unwrap_or(0);
     let (lf, complete) = match FileInventory::scan_path(local, job, rel).map_err(fail)? {
         None => (LogicalFile::default(), true),
@@ -61,6 +69,7 @@ pub fn committed(local: &Path, job: &str, abs: &Path, rel: &[u8]) -> CResult<Com
     Ok(Committed {
         view: View {
             lf,
+            base: base.map(Path::to_path_buf),
             base_len,
             complete,
             reader: SourceReader::default(),
@@ -71,30 +80,35 @@ pub fn committed(local: &Path, job: &str, abs: &Path, rel: &[u8]) -> CResult<Com
 }
 
 impl View {
-    /// Bytes of the committed file at `off` (zeros past its end).
+    /// Bytes of the committed file at `off` (zeros past its end). ENOENT,
+    /// quietly, when a data log went away under us (the server drained and
+    /// deleted it): the caller rebuilds the view and asks again.
     pub fn read(&mut self, abs: &Path, off: u64, buf: &mut [u8]) -> CResult<()> {
+        let base_path = self.base.clone();
         let mut base = |at: u64, dst: &mut [u8]| -> paralog_log::Result<()> {
             use std::os::unix::fs::FileExt;
-            let f = std::fs::File::open(abs).map_err(|error| paralog_log::LogError::Io {
-                path: abs.to_path_buf(),
-                op: "open",
+            let p = base_path
+                .as_deref()
+                .ok_or_else(|| paralog_log::LogError::NotFound {
+                    what: format!(
+                        "drained bytes of {} are in object storage, which capture cannot read",
+                        abs.display()
+                    ),
+                })?;
+            let io = |op, error| paralog_log::LogError::Io {
+                path: p.to_path_buf(),
+                op,
                 error,
-            })?;
-            f.read_exact_at(dst, at)
-                .map_err(|error| paralog_log::LogError::Io {
-                    path: abs.to_path_buf(),
-                    op: "read",
-                    error,
-                })
+            };
+            let f = std::fs::File::open(p).map_err(|e| io("open", e))?;
+            f.read_exact_at(dst, at).map_err(|e| io("read", e))
         };
-        self.lf
-            .read_at(&mut self.reader, off, buf, self.base_len, &mut base)
-            .map_err(|e| {
-                report::line(&format!(
-                    "reading committed bytes of {} at offset {off}: {e}",
-                    abs.display()
-                ));
-                e.raw_os_error().unwrap_or(libc::EIO)
-            })
+        self.lf.read_at(&mut self.reader, off, buf, self.base_len, &mut base).map_err(|e| {
+            if matches!(&e, paralog_log::LogError::Io { error, .. } if error.kind() == std::io::ErrorKind::NotFound) {
+                return libc::ENOENT;
+            }
+            report::line(&format!("reading committed bytes of {} at offset {off}: {e}", abs.display()));
+            e.raw_os_error().unwrap_or(libc::EIO)
+        })
     }
 }

@@ -10,6 +10,8 @@ mod check_symbols;
 mod env;
 mod inspect;
 mod materialize;
+mod recover;
+mod remote;
 
 #[derive(Parser)]
 #[command(
@@ -32,6 +34,8 @@ enum Cmd {
     Inspect(inspect::Args),
     /// Write the logical file at a committed epoch from the node-local log.
     Materialize(materialize::Args),
+    /// Drain every committed epoch not yet drained, in order (after a crash).
+    Recover(recover::Args),
 }
 
 /// The node-local root, from `--local` or `PARALOG_LOCAL`.
@@ -70,6 +74,7 @@ fn main() -> ExitCode {
         Cmd::Env(a) => env::run(a),
         Cmd::Inspect(a) => inspect::run(a),
         Cmd::Materialize(a) => materialize::run(a),
+        Cmd::Recover(a) => recover::run(a),
     };
     match result {
         Ok(code) => code,

@@ -758,37 +758,53 @@ pub struct SourceReader {
 }
 
 impl SourceReader {
-    pub fn read(&mut self, src: &SourceExtent, skip: u64, buf: &mut [u8]) -> Result<()> {
-        let e = src.extent;
+    /// The data log of `src`, opened (and its header checked) once.
+    fn file(&mut self, src: &SourceExtent) -> Result<&File> {
         if self.open.as_ref().is_none_or(|(p, _)| *p != src.data_path) {
             let f = File::open(&src.data_path).ctx("open data log", &src.data_path)?;
             check_data_header(&f, src)?;
             self.open = Some((src.data_path.clone(), f));
         }
-        let (path, f) = self.open.as_ref().expect("just opened");
-        let key = (path.clone(), e.log_pos);
-        let whole = skip == 0 && buf.len() as u64 == e.len;
-        if whole {
-            durable::pread_exact(f, buf, e.log_pos, path)?;
-            check_extent_crc(path, &e, crc32c::crc32c(buf))?;
-            self.verified.insert(key);
-        } else {
-            if !self.verified.contains(&key) {
-                let mut crc = 0;
-                let mut chunk = vec![0u8; (e.len as usize).min(1 << 20)];
-                let mut done = 0;
-                while done < e.len {
-                    let n = ((e.len - done) as usize).min(chunk.len());
-                    durable::pread_exact(f, &mut chunk[..n], e.log_pos + done, path)?;
-                    crc = crc32c::crc32c_append(crc, &chunk[..n]);
-                    done += n as u64;
-                }
-                check_extent_crc(path, &e, crc)?;
-                self.verified.insert(key);
-            }
-            durable::pread_exact(f, buf, e.log_pos + skip, path)?;
+        Ok(&self.open.as_ref().expect("just opened").1)
+    }
+
+    /// Check a whole source extent against its checksum (once per extent).
+    pub fn verify(&mut self, src: &SourceExtent) -> Result<()> {
+        let key = (src.data_path.clone(), src.extent.log_pos);
+        if self.verified.contains(&key) {
+            return Ok(());
         }
+        let e = src.extent;
+        let f = self.file(src)?;
+        let mut crc = 0;
+        let mut chunk = vec![0u8; (e.len as usize).min(1 << 20)];
+        let mut done = 0;
+        while done < e.len {
+            let n = ((e.len - done) as usize).min(chunk.len());
+            durable::pread_exact(f, &mut chunk[..n], e.log_pos + done, &src.data_path)?;
+            crc = crc32c::crc32c_append(crc, &chunk[..n]);
+            done += n as u64;
+        }
+        check_extent_crc(&src.data_path, &e, crc)?;
+        self.verified.insert(key);
         Ok(())
+    }
+
+    /// Bytes `[skip, skip + buf.len())` of a source extent, never before the
+    /// whole extent passed its checksum. Reading a whole extent checks it in
+    /// the same pass.
+    pub fn read(&mut self, src: &SourceExtent, skip: u64, buf: &mut [u8]) -> Result<()> {
+        let e = src.extent;
+        if skip == 0 && buf.len() as u64 == e.len {
+            let f = self.file(src)?;
+            durable::pread_exact(f, buf, e.log_pos, &src.data_path)?;
+            check_extent_crc(&src.data_path, &e, crc32c::crc32c(buf))?;
+            self.verified.insert((src.data_path.clone(), e.log_pos));
+            return Ok(());
+        }
+        self.verify(src)?;
+        let f = self.file(src)?;
+        durable::pread_exact(f, buf, e.log_pos + skip, &src.data_path)
     }
 }
 

@@ -1,1 +1,8 @@
-//! The node server that drains committed epochs. Not built out yet.
+//! The node server: finds committed epochs in the node-local log, drains
+//! them to the remote in order, records durable progress, deletes what is
+//! safely remote, and reports status. See docs/server.md.
+
+pub mod drain;
+pub mod failpoint;
+pub mod limit;
+pub mod pool;

@@ -1,0 +1,215 @@
+//! The POSIX backend: the remote is a directory on a (parallel or network)
+//! file system. Writes are pwrite, size operations ftruncate, durability is
+//! fsync of the file (and of its directory when it was created or removed).
+//! The file is never truncated unless the program asked for it.
+
+use std::ffi::OsStr;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use crate::{Backend, BackendError, EpochSink, ErrorKind, RemoteOp};
+
+#[derive(Debug)]
+pub struct PosixBackend {
+    root: PathBuf,
+}
+
+impl PosixBackend {
+    pub fn new(root: &str) -> Result<PosixBackend, BackendError> {
+        let root = PathBuf::from(root);
+        if !root.is_absolute() || root.components().any(|c| c == Component::ParentDir) {
+            return Err(BackendError {
+                kind: ErrorKind::Permanent,
+                target: root.display().to_string(),
+                op: "open remote",
+                message: "a POSIX remote must be an absolute path without '..'".into(),
+            });
+        }
+        Ok(PosixBackend { root })
+    }
+
+    fn path(&self, rel: &[u8]) -> PathBuf {
+        self.root.join(OsStr::from_bytes(rel))
+    }
+}
+
+/// Which OS errors are worth retrying: the remote being away, full or
+/// read-only may change; a path that cannot exist will not.
+fn classify(e: &io::Error) -> ErrorKind {
+    match e.raw_os_error() {
+        Some(libc::ENOTDIR | libc::EISDIR | libc::ENAMETOOLONG | libc::EINVAL | libc::ELOOP) => {
+            ErrorKind::Permanent
+        }
+        _ => ErrorKind::Retryable,
+    }
+}
+
+fn err(path: &Path, op: &'static str, e: io::Error) -> BackendError {
+    BackendError {
+        kind: classify(&e),
+        target: path.display().to_string(),
+        op,
+        message: e.to_string(),
+    }
+}
+
+impl Backend for PosixBackend {
+    fn begin(&self, rel: &[u8]) -> Result<Box<dyn EpochSink + '_>, BackendError> {
+        Ok(Box::new(PosixSink {
+            path: self.path(rel),
+            root: &self.root,
+            file: None,
+            dir_changed: false,
+        }))
+    }
+
+    fn describe(&self, rel: &[u8]) -> String {
+        self.path(rel).display().to_string()
+    }
+
+    fn local_path(&self, rel: &[u8]) -> Option<PathBuf> {
+        Some(self.path(rel))
+    }
+}
+
+struct PosixSink<'a> {
+    path: PathBuf,
+    root: &'a Path,
+    file: Option<File>,
+    /// The file was created or removed: its directory must be synced too.
+    dir_changed: bool,
+}
+
+impl PosixSink<'_> {
+    fn file(&mut self) -> Result<&File, BackendError> {
+        if self.file.is_none() {
+            let existed = self.path.exists();
+            if !existed {
+                if let Some(parent) = self.path.parent() {
+                    // Directories below the remote root that the program
+                    // created under the prefix; the root itself must exist.
+                    if parent != self.root {
+                        std::fs::create_dir_all(parent)
+                            .map_err(|e| err(parent, "create directory", e))?;
+                    }
+                }
+            }
+            // 0644 as a program's own open would get with the usual umask.
+            let f = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o644)
+                .open(&self.path)
+                .map_err(|e| err(&self.path, "open", e))?;
+            self.dir_changed |= !existed;
+            self.file = Some(f);
+        }
+        Ok(self.file.as_ref().expect("just opened"))
+    }
+}
+
+impl EpochSink for PosixSink<'_> {
+    fn apply(&mut self, op: RemoteOp<'_>) -> Result<(), BackendError> {
+        match op {
+            RemoteOp::Write { off, data } => {
+                let path = self.path.clone();
+                self.file()?
+                    .write_all_at(data, off)
+                    .map_err(|e| err(&path, "write", e))
+            }
+            RemoteOp::SetSize(n) => {
+                let path = self.path.clone();
+                self.file()?
+                    .set_len(n)
+                    .map_err(|e| err(&path, "truncate", e))
+            }
+            RemoteOp::Preallocate(n) => {
+                let path = self.path.clone();
+                let f = self.file()?;
+                let len = f.metadata().map_err(|e| err(&path, "stat", e))?.len();
+                if len < n {
+                    f.set_len(n).map_err(|e| err(&path, "extend", e))?;
+                }
+                Ok(())
+            }
+            RemoteOp::Delete => {
+                self.file = None;
+                match std::fs::remove_file(&self.path) {
+                    Ok(()) => {
+                        self.dir_changed = true;
+                        Ok(())
+                    }
+                    // Already gone: a replay after a crash, or never created.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                    Err(e) => Err(err(&self.path, "delete", e)),
+                }
+            }
+        }
+    }
+
+    fn commit(self: Box<Self>) -> Result<(), BackendError> {
+        if let Some(f) = &self.file {
+            f.sync_all().map_err(|e| err(&self.path, "fsync", e))?;
+        }
+        if self.dir_changed {
+            let dir = self.path.parent().unwrap_or(self.root);
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| err(dir, "fsync directory", e))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn applies_ops_and_replays_idempotently() {
+        let d = tempfile::tempdir().unwrap();
+        let b = PosixBackend::new(d.path().to_str().unwrap()).unwrap();
+        let epoch = |b: &PosixBackend| {
+            let mut s = b.begin(b"sub/f").unwrap();
+            s.apply(RemoteOp::Write {
+                off: 0,
+                data: &[1; 100],
+            })
+            .unwrap();
+            s.apply(RemoteOp::SetSize(50)).unwrap();
+            s.apply(RemoteOp::Write {
+                off: 80,
+                data: &[2; 10],
+            })
+            .unwrap();
+            s.commit().unwrap();
+        };
+        epoch(&b);
+        let mut want = vec![1u8; 50];
+        want.resize(80, 0);
+        want.extend([2u8; 10]);
+        assert_eq!(std::fs::read(d.path().join("sub/f")).unwrap(), want);
+        epoch(&b);
+        assert_eq!(
+            std::fs::read(d.path().join("sub/f")).unwrap(),
+            want,
+            "replay changes nothing"
+        );
+        let mut s = b.begin(b"sub/f").unwrap();
+        s.apply(RemoteOp::Delete).unwrap();
+        s.apply(RemoteOp::Delete).unwrap();
+        s.commit().unwrap();
+        assert!(!d.path().join("sub/f").exists());
+    }
+
+    #[test]
+    fn rejects_relative_and_escaping_roots() {
+        assert!(PosixBackend::new("rel/dir").is_err());
+        assert!(PosixBackend::new("/a/../b").is_err());
+        assert!(crate::open("ftp://x").is_err());
+    }
+}

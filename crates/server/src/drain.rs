@@ -1,0 +1,232 @@
+//! Draining one file: its committed epochs, in order, into the remote.
+//!
+//! Per epoch (docs/server.md, "Drain protocol"):
+//! 1. merge the ranks' manifests (the reader's own merge) and verify every
+//!    source extent's checksum: a corrupt epoch is refused before any of its
+//!    bytes reaches the remote;
+//! 2. apply it: cut, final bytes, exact size (or delete), then make the
+//!    remote durable (fsync, completed upload);
+//! 3. write the progress record (durable);
+//! 4. delete the epoch's local records.
+//!
+//! A crash anywhere re-applies at most the one epoch after the progress
+//! record, and re-applying an epoch is idempotent.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use paralog_backend::{Backend, BackendError, RemoteOp};
+use paralog_log::format::ProgressRecord;
+use paralog_log::layout::{self, EpochFileKind};
+use paralog_log::reader::SourceReader;
+use paralog_log::{EpochId, FileInventory, LogError, LogicalFile};
+
+use crate::failpoint;
+use crate::limit::RateLimit;
+use crate::pool::BufferPool;
+
+pub struct DrainCtx<'a> {
+    pub backend: &'a dyn Backend,
+    pub pool: &'a BufferPool,
+    pub limit: Option<&'a RateLimit>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DrainError {
+    /// A local record failed its checks: the epoch is kept for inspection
+    /// and nothing of it, or of later epochs of the file, is drained.
+    #[error("refusing to drain a damaged epoch (kept for inspection; see `paralog inspect`): {0}")]
+    Corrupt(LogError),
+    #[error("remote: {0}")]
+    Remote(BackendError),
+    #[error("node-local log: {0}")]
+    Local(LogError),
+}
+
+impl DrainError {
+    /// Whether trying again later can succeed.
+    pub fn retryable(&self) -> bool {
+        match self {
+            DrainError::Corrupt(_) => false,
+            DrainError::Remote(e) => e.retryable(),
+            DrainError::Local(_) => true,
+        }
+    }
+}
+
+fn local(e: LogError) -> DrainError {
+    match e {
+        LogError::Io { ref error, .. } if error.kind() != std::io::ErrorKind::NotFound => {
+            DrainError::Local(e)
+        }
+        // Missing data the manifest promised, a checksum, a bad record:
+        // damage, not a passing condition.
+        _ => DrainError::Corrupt(e),
+    }
+}
+
+/// One epoch reached the remote.
+#[derive(Debug, Clone, Copy)]
+pub struct Drained {
+    pub id: EpochId,
+    pub bytes: u64,
+}
+
+/// Drain every pending epoch of `file`, in order; `on_epoch` is told of each
+/// one as soon as its progress is durable. Returns the number drained.
+pub fn drain_file(
+    ctx: &DrainCtx<'_>,
+    file: &FileInventory,
+    on_epoch: &mut dyn FnMut(Drained),
+) -> Result<usize, DrainError> {
+    if let Some(e) = &file.progress_error {
+        return Err(DrainError::Corrupt(LogError::Inconsistent {
+            path: file.dir.join(layout::PROGRESS_FILE),
+            what: e.clone(),
+        }));
+    }
+    let rel = match &file.record {
+        Some(r) => r.rel.clone(),
+        None => {
+            return Err(DrainError::Corrupt(LogError::Inconsistent {
+                path: file.dir.join(layout::PATH_FILE),
+                what: format!(
+                    "no readable path record: {}",
+                    file.path_error.as_deref().unwrap_or("missing")
+                ),
+            }))
+        }
+    };
+    delete_drained_leftovers(file).map_err(DrainError::Local)?;
+    let mut n = 0;
+    for id in file.pending_epochs().map_err(local)? {
+        let bytes = drain_epoch(ctx, file, &rel, id)?;
+        on_epoch(Drained { id, bytes });
+        n += 1;
+    }
+    Ok(n)
+}
+
+fn drain_epoch(
+    ctx: &DrainCtx<'_>,
+    file: &FileInventory,
+    rel: &[u8],
+    id: EpochId,
+) -> Result<u64, DrainError> {
+    let manifests = file.manifests(id).map_err(local)?;
+    let mut lf = LogicalFile::default();
+    lf.apply_epoch(id, &manifests).map_err(local)?;
+
+    // 1. Verify every extent this epoch still uses before touching the remote.
+    let mut reader = SourceReader::default();
+    let used: BTreeSet<usize> = lf.pieces().map(|(_, _, p)| p.source).collect();
+    for &s in &used {
+        reader.verify(&lf.sources[s]).map_err(local)?;
+    }
+
+    // 2. Apply.
+    let mut sink = ctx.backend.begin(rel).map_err(DrainError::Remote)?;
+    let mut bytes = 0u64;
+    if lf.deleted {
+        sink.apply(RemoteOp::Delete).map_err(DrainError::Remote)?;
+    } else {
+        if let Some(cut) = lf.size.base_cut {
+            // Remote bytes at or past the cut must never show again.
+            sink.apply(RemoteOp::SetSize(cut))
+                .map_err(DrainError::Remote)?;
+        }
+        let mut buf = ctx.pool.get();
+        let chunk = buf.len() as u64;
+        for (off, len, piece) in lf.pieces() {
+            let src = &lf.sources[piece.source];
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(chunk) as usize;
+                reader
+                    .read(src, piece.skip + done, &mut buf[..n])
+                    .map_err(local)?;
+                if let Some(l) = ctx.limit {
+                    l.take(n);
+                }
+                sink.apply(RemoteOp::Write {
+                    off: off + done,
+                    data: &buf[..n],
+                })
+                .map_err(DrainError::Remote)?;
+                failpoint::hit("drain.mid_write");
+                done += n as u64;
+                bytes += n as u64;
+            }
+        }
+        let size_op = if lf.size.size_set {
+            RemoteOp::SetSize(lf.size.min_size)
+        } else {
+            RemoteOp::Preallocate(lf.size.min_size)
+        };
+        // Also creates the file for an epoch without data (it was opened).
+        sink.apply(size_op).map_err(DrainError::Remote)?;
+    }
+    failpoint::hit("drain.before_fsync");
+    sink.commit().map_err(DrainError::Remote)?;
+    failpoint::hit("drain.after_fsync");
+
+    // 3. Record it; only then 4. delete the local records.
+    let progress = ProgressRecord {
+        gen: id.0,
+        epoch: id.1,
+    };
+    let path = file.dir.join(layout::PROGRESS_FILE);
+    let tmp = file.dir.join(format!("{}.tmp", layout::PROGRESS_FILE));
+    paralog_log::durable::write_atomic(&path, &tmp, &progress.encode())
+        .map_err(DrainError::Local)?;
+    failpoint::hit("drain.after_progress");
+    delete_epoch(file, id).map_err(DrainError::Local)?;
+    Ok(bytes)
+}
+
+/// Remove every rank's records of a drained epoch from this node.
+fn delete_epoch(file: &FileInventory, (gen, epoch): EpochId) -> Result<(), LogError> {
+    let Some(g) = file.gens.get(&gen) else {
+        return Ok(());
+    };
+    for r in g.ranks.values() {
+        if !r.epochs.contains_key(&epoch) {
+            continue;
+        }
+        for kind in [
+            EpochFileKind::Data,
+            EpochFileKind::Manifest,
+            EpochFileKind::ManifestTmp,
+            EpochFileKind::Mark,
+        ] {
+            remove_if_present(&r.dir.join(layout::epoch_file_name(epoch, kind)))?;
+        }
+        paralog_log::durable::sync_dir(&r.dir)?;
+        failpoint::hit("drain.mid_delete");
+    }
+    Ok(())
+}
+
+fn remove_if_present(p: &Path) -> Result<(), LogError> {
+    match std::fs::remove_file(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(LogError::Io {
+            path: p.to_path_buf(),
+            op: "remove",
+            error,
+        }),
+    }
+}
+
+/// A crash between the progress record and the deletion leaves records of
+/// drained epochs: finish deleting them.
+fn delete_drained_leftovers(file: &FileInventory) -> Result<(), LogError> {
+    let Some(done) = file.progress.map(|p| (p.gen, p.epoch)) else {
+        return Ok(());
+    };
+    for id in file.epoch_ids().into_iter().filter(|id| *id <= done) {
+        delete_epoch(file, id)?;
+    }
+    Ok(())
+}
