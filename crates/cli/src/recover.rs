@@ -80,7 +80,7 @@ fn recover_file(
     let name = file.display_name();
     let backend = match remote.backend_for(file) {
         Ok(b) => b,
-        Err(e) => return json!({ "path": name, "error": format!("{e:#}") }),
+        Err(e) => return json!({ "path": name, "error": e }),
     };
     let ctx = DrainCtx {
         backend: backend.as_ref(),

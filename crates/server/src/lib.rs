@@ -6,3 +6,4 @@ pub mod drain;
 pub mod failpoint;
 pub mod limit;
 pub mod pool;
+pub mod remote;
