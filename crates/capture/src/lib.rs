@@ -16,6 +16,7 @@ pub mod report;
 pub mod settings;
 pub mod stat;
 pub mod state;
+pub mod stats;
 pub mod view;
 
 pub use real::SYMBOLS;

@@ -21,6 +21,9 @@ pub const SETTINGS: &[Setting] = &[
     Setting { name: "PARALOG_COALESCE_BYTES", help: "size of the per-file buffer that gathers small writes", default: Some("4194304") },
     Setting { name: "PARALOG_SMALL_WRITE", help: "writes shorter than this go through the buffer", default: Some("262144") },
     Setting { name: "PARALOG_VERBOSE", help: "1: report every captured open and consistency point on stderr", default: Some("0") },
+    Setting { name: "PARALOG_STATS", help: "directory where each process writes its capture counters at exit (set by `paralog run` for its summary)", default: None },
+    Setting { name: "PARALOG_LOG", help: "log level of `paralog server` and `run` (error, warn, info, debug, trace)", default: Some("info") },
+    Setting { name: "PARALOG_FAILPOINT", help: "crash injection for the crash tests: the server kills itself at NAME[:N] (docs/server.md)", default: None },
     Setting { name: "PARALOG_MPI", help: "MPI flavour the shim was built for (set by `paralog env`/`run`)", default: None },
 ];
 
@@ -36,6 +39,8 @@ pub struct Config {
     pub coalesce_bytes: usize,
     pub small_write: usize,
     pub verbose: bool,
+    /// Where to leave this process's counters at exit (`paralog run`).
+    pub stats: Option<PathBuf>,
 }
 
 /// What the environment says: capture off (no prefix), on, or misconfigured
@@ -173,6 +178,9 @@ impl Settings {
             coalesce_bytes,
             small_write,
             verbose,
+            stats: get(&vars, "PARALOG_STATS")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
         })
     }
 }

@@ -98,6 +98,8 @@ pub struct Handle {
     /// Reads answered from the committed view (bytes this rank did not
     /// write in the current epoch); reported under PARALOG_VERBOSE=1.
     pub view_reads: u64,
+    /// When the current consistency point started (its local commit).
+    pub cp_started: Option<std::time::Instant>,
 }
 
 pub struct FdEntry {
@@ -129,6 +131,9 @@ pub fn log_errno(what: &str, e: &LogError) -> c_int {
 
 impl State {
     fn new(cfg: Config) -> State {
+        if let Some(dir) = &cfg.stats {
+            crate::stats::write_at_exit(dir);
+        }
         State {
             cfg,
             handles: HashMap::new(),
@@ -246,6 +251,7 @@ impl State {
                 create_allowed: false,
                 bypass: None,
                 view_reads: 0,
+                cp_started: None,
             },
         );
         self.by_path.insert(abs.to_path_buf(), id);
@@ -281,6 +287,7 @@ impl State {
                 create_allowed: false,
                 bypass: None,
                 view_reads: 0,
+                cp_started: None,
             },
         );
         id
@@ -397,6 +404,7 @@ impl State {
     pub fn commit_local(&mut self, id: u64) -> CResult<()> {
         self.check_sentinels(id)?;
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
+        h.cp_started.get_or_insert_with(std::time::Instant::now);
         log_of(h)?
             .commit_local()
             .map_err(|e| log_errno(&format!("committing {} locally", h.path.display()), &e))?;
@@ -410,6 +418,9 @@ impl State {
             .complete_epoch()
             .map_err(|e| log_errno(&format!("marking {} committed", h.path.display()), &e))?;
         h.size = global_size;
+        if let Some(t) = h.cp_started.take() {
+            crate::stats::consistency_point(t.elapsed());
+        }
         h.view = None;
         h.cut = None;
         h.dirty = false;
@@ -473,6 +484,7 @@ impl State {
                 &e,
             )
         })?;
+        crate::stats::captured(data.len());
         let end = pos + data.len() as u64;
         h.size = h.size.max(end);
         h.dirty = true;

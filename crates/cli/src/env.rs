@@ -45,7 +45,7 @@ pub struct Args {
 /// The environment that turns capture on, validated by the same table the
 /// capture library reads, so an error shows here rather than in rank 0.
 pub fn capture_env(
-    mpi: Mpi,
+    mpi: Option<Mpi>,
     prefix: &Path,
     local: &Path,
     remote: Option<&str>,
@@ -59,14 +59,22 @@ pub fn capture_env(
     let prefix = abs(prefix)?;
     let local = abs(local)?;
     let libdir = lib_dir()?;
-    let shim = libdir.join(format!("libparalog_mpi_{}.so", mpi.name()));
-    let capture = libdir.join("libparalog_capture.so");
-    for lib in [&shim, &capture] {
+    // A plain POSIX program needs no shim; an MPI program needs its MPI's.
+    let mut libs: Vec<PathBuf> = mpi
+        .map(|m| libdir.join(format!("libparalog_mpi_{}.so", m.name())))
+        .into_iter()
+        .collect();
+    libs.push(libdir.join("libparalog_capture.so"));
+    for lib in &libs {
         if !lib.is_file() {
             bail!("{} is missing: build it with `make build`", lib.display());
         }
     }
-    let mut preload = format!("{}:{}", shim.display(), capture.display());
+    let mut preload = libs
+        .iter()
+        .map(|l| l.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         preload = format!("{preload}:{}", old.to_string_lossy());
     }
@@ -78,12 +86,14 @@ pub fn capture_env(
             "PARALOG_JOB".to_owned(),
             job.unwrap_or("default").to_owned(),
         ),
-        ("PARALOG_MPI".to_owned(), mpi.name().to_owned()),
     ];
+    if let Some(m) = mpi {
+        vars.push(("PARALOG_MPI".to_owned(), m.name().to_owned()));
+    }
     if let Some(r) = remote {
         vars.push(("PARALOG_REMOTE".to_owned(), r.to_owned()));
     }
-    if mpi == Mpi::Openmpi {
+    if mpi == Some(Mpi::Openmpi) {
         // OMPIO reads these at MPI_Init (the shim sets them too, but a
         // launcher that starts ranks on other nodes forwards only what it sees).
         vars.push(("OMPI_MCA_fcoll".to_owned(), "individual".to_owned()));
@@ -125,7 +135,7 @@ fn shell_quote(s: &str) -> String {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let vars = capture_env(
-        args.mpi,
+        Some(args.mpi),
         &args.prefix,
         &args.local,
         args.remote.as_deref(),

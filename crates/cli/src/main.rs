@@ -12,6 +12,9 @@ mod inspect;
 mod materialize;
 mod recover;
 mod remote;
+mod run;
+mod server;
+mod status;
 
 #[derive(Parser)]
 #[command(
@@ -36,6 +39,12 @@ enum Cmd {
     Materialize(materialize::Args),
     /// Drain every committed epoch not yet drained, in order (after a crash).
     Recover(recover::Args),
+    /// Run a program with capture on, a server draining it, and a summary.
+    Run(run::Args),
+    /// The node server: drain committed epochs to the remote as they appear.
+    Server(server::Args),
+    /// What a running server is doing (live on a terminal, --json for scripts).
+    Status(status::Args),
 }
 
 /// The node-local root, from `--local` or `PARALOG_LOCAL`.
@@ -75,6 +84,9 @@ fn main() -> ExitCode {
         Cmd::Inspect(a) => inspect::run(a),
         Cmd::Materialize(a) => materialize::run(a),
         Cmd::Recover(a) => recover::run(a),
+        Cmd::Run(a) => run::run(a),
+        Cmd::Server(a) => server::run(a),
+        Cmd::Status(a) => status::run(a),
     };
     match result {
         Ok(code) => code,

@@ -10,7 +10,7 @@ use anyhow::Context;
 use paralog_log::gc::collect_garbage;
 use paralog_log::reader::fmt_ids;
 use paralog_log::{FileInventory, Inventory};
-use paralog_server::drain::{drain_file, DrainCtx};
+use paralog_server::drain::{drain_file, lock_file_dir, DrainCtx};
 use paralog_server::pool::BufferPool;
 use serde_json::json;
 
@@ -78,6 +78,17 @@ fn recover_file(
     gc: bool,
 ) -> serde_json::Value {
     let name = file.display_name();
+    // The drain lock first, then a fresh look: a server may have drained
+    // some of it since the inventory was taken.
+    let _lock = match lock_file_dir(&file.dir) {
+        Ok(l) => l,
+        Err(e) => return json!({ "path": name, "error": e.to_string() }),
+    };
+    let fresh = match FileInventory::scan_dir(&file.dir) {
+        Ok(f) => f,
+        Err(e) => return json!({ "path": name, "error": e.to_string() }),
+    };
+    let file = &fresh;
     let backend = match remote.backend_for(file) {
         Ok(b) => b,
         Err(e) => return json!({ "path": name, "error": e }),

@@ -18,6 +18,9 @@ use crate::error::{LogError, Result};
 pub const PATH_FILE: &str = "path";
 /// Name of the server's progress record in a file directory.
 pub const PROGRESS_FILE: &str = "progress";
+/// Entries of the root whose names start so belong to the running server
+/// (its status socket, its lock), not to the log.
+pub const RUNTIME_PREFIX: &str = ".paralog-";
 
 /// FNV-1a, 64 bit: a stable, dependency-free name for a file directory.
 /// Collisions are detected (the `path` file and every manifest carry the full
@@ -107,6 +110,8 @@ pub fn validate_component(what: &'static str, value: &str) -> Result<()> {
         Some("is empty")
     } else if value == "." || value == ".." {
         Some("is a relative directory name")
+    } else if value.starts_with(RUNTIME_PREFIX) {
+        Some("starts with \".paralog-\", which is reserved for the server's files")
     } else if value.len() > 200 {
         Some("is longer than 200 bytes")
     } else if !value

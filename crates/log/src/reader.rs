@@ -103,6 +103,9 @@ impl Inventory {
             stray: Vec::new(),
         };
         for (name, path, is_dir) in list_dir(root)? {
+            if name.starts_with(layout::RUNTIME_PREFIX) {
+                continue;
+            }
             if !is_dir || layout::validate_component("job name", &name).is_err() {
                 inv.stray.push(path);
                 continue;
@@ -271,6 +274,28 @@ impl FileInventory {
             }
         }
         Ok(Some(file))
+    }
+
+    /// Scan one file directory (`<root>/<job>/f-<hash>`), as found by a
+    /// watcher; stray entries are ignored here (`inspect` lists them).
+    pub fn scan_dir(dir: &Path) -> Result<FileInventory> {
+        let mut stray = Vec::new();
+        scan_file(dir, &mut stray)
+    }
+
+    /// The committed epochs still to drain and the bytes of their local data
+    /// logs (all ranks held here).
+    pub fn pending_summary(&self) -> Result<(Vec<EpochId>, u64)> {
+        let pending = self.pending_epochs()?;
+        let mut bytes = 0;
+        for &(gen, epoch) in &pending {
+            if let Some(g) = self.gens.get(&gen) {
+                for r in g.ranks.values() {
+                    bytes += r.epochs.get(&epoch).and_then(|e| e.data).unwrap_or(0);
+                }
+            }
+        }
+        Ok((pending, bytes))
     }
 
     /// Every epoch that any rank has any record of, in program order.

@@ -13,6 +13,7 @@
 //! record, and re-applying an epoch is idempotent.
 
 use std::collections::BTreeSet;
+use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use paralog_backend::{Backend, BackendError, RemoteOp};
@@ -41,6 +42,9 @@ pub enum DrainError {
     Remote(BackendError),
     #[error("node-local log: {0}")]
     Local(LogError),
+    /// Another drain (a server, `paralog recover`) holds the file.
+    #[error("{0} is being drained by another process (a server or `paralog recover`)")]
+    Busy(String),
 }
 
 impl DrainError {
@@ -49,7 +53,7 @@ impl DrainError {
         match self {
             DrainError::Corrupt(_) => false,
             DrainError::Remote(e) => e.retryable(),
-            DrainError::Local(_) => true,
+            DrainError::Local(_) | DrainError::Busy(_) => true,
         }
     }
 }
@@ -63,6 +67,40 @@ fn local(e: LogError) -> DrainError {
         // damage, not a passing condition.
         _ => DrainError::Corrupt(e),
     }
+}
+
+/// The exclusive right to drain one file, held while its epochs are applied:
+/// the server's workers and `paralog recover` may run at the same time, and
+/// two drains of one file would race on the progress record. An advisory
+/// `flock` on the file's directory: released by the kernel when the holder
+/// dies, so a crash never leaves a file locked.
+pub struct DrainLock {
+    _dir: std::fs::File,
+}
+
+/// Take the drain lock of a file directory without waiting.
+pub fn lock_file_dir(dir: &Path) -> Result<DrainLock, DrainError> {
+    let f = std::fs::File::open(dir).map_err(|error| {
+        local(LogError::Io {
+            path: dir.to_path_buf(),
+            op: "open for locking",
+            error,
+        })
+    })?;
+    // SAFETY: flock on a descriptor we own.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let error = std::io::Error::last_os_error();
+        if error.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(DrainError::Busy(dir.display().to_string()));
+        }
+        return Err(DrainError::Local(LogError::Io {
+            path: dir.to_path_buf(),
+            op: "lock",
+            error,
+        }));
+    }
+    Ok(DrainLock { _dir: f })
 }
 
 /// One epoch reached the remote.

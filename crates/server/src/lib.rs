@@ -6,4 +6,8 @@ pub mod drain;
 pub mod failpoint;
 pub mod limit;
 pub mod pool;
+pub mod priority;
 pub mod remote;
+pub mod service;
+pub mod status;
+pub mod watch;

@@ -1,0 +1,55 @@
+//! Counters for `paralog run`'s summary: bytes the program wrote to
+//! captured files, epochs it committed, and the time it spent inside
+//! consistency points (local commit plus agreement). With PARALOG_STATS set,
+//! each process leaves them at exit in `<dir>/<pid>.json`, one JSON object.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+static BYTES: AtomicU64 = AtomicU64::new(0);
+static EPOCHS: AtomicU64 = AtomicU64::new(0);
+static CP_NANOS: AtomicU64 = AtomicU64::new(0);
+static DIR: OnceLock<PathBuf> = OnceLock::new();
+
+pub fn captured(bytes: usize) {
+    BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
+}
+
+pub fn consistency_point(took: Duration) {
+    EPOCHS.fetch_add(1, Ordering::Relaxed);
+    CP_NANOS.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+}
+
+/// Arrange for the counters to be written at exit (once per process).
+pub fn write_at_exit(dir: &Path) {
+    if DIR.set(dir.to_path_buf()).is_ok() {
+        // SAFETY: registering a plain extern "C" function.
+        unsafe {
+            libc::atexit(at_exit);
+        }
+    }
+}
+
+extern "C" fn at_exit() {
+    // Never unwind out of an exit handler.
+    let _ = std::panic::catch_unwind(|| {
+        let Some(dir) = DIR.get() else { return };
+        // None in a forked child: its counters are a copy of the parent's.
+        let Some(_g) = crate::guard::Guard::enter() else {
+            return;
+        };
+        let text = format!(
+            "{{\"pid\":{},\"bytes\":{},\"epochs\":{},\"sync_ns\":{}}}\n",
+            std::process::id(),
+            BYTES.load(Ordering::Relaxed),
+            EPOCHS.load(Ordering::Relaxed),
+            CP_NANOS.load(Ordering::Relaxed)
+        );
+        let path = dir.join(format!("{}.json", std::process::id()));
+        if let Err(e) = std::fs::write(&path, text) {
+            crate::report::line(&format!("writing counters to {}: {e}", path.display()));
+        }
+    });
+}

@@ -1,0 +1,501 @@
+//! `paralog run`: one job on one node in one command. Starts a server for
+//! the job, runs the program with capture on, waits until everything the
+//! program committed is drained, stops the server and prints a summary.
+//! Exit status: the program's; or 3 if the program succeeded but something
+//! it committed could not be drained (then the summary says how to recover).
+
+use std::io::Read;
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use paralog_log::Inventory;
+use paralog_server::status::{self, Request, Status};
+
+use crate::env::{capture_env, Mpi};
+use crate::status::human_bytes;
+
+#[derive(clap::Args)]
+#[command(trailing_var_arg = true)]
+pub struct Args {
+    #[command(flatten)]
+    remote: crate::remote::RemoteArg,
+    /// Node-local log directory [env: PARALOG_LOCAL; default: $TMPDIR/paralog-<uid>]
+    #[arg(long, value_name = "DIR")]
+    local: Option<PathBuf>,
+    /// Directory whose files are captured [env: PARALOG_PREFIX]
+    #[arg(long, value_name = "DIR")]
+    prefix: Option<PathBuf>,
+    /// MPI the program uses [default: detected from the launcher or the program; none: a plain POSIX program]
+    #[arg(long, value_enum)]
+    mpi: Option<MpiChoice>,
+    /// Job name [env: PARALOG_JOB; default: run-<time>-<pid>]
+    #[arg(long)]
+    job: Option<String>,
+    /// Return when the program ends; the server finishes the drain alone
+    /// (`paralog status` follows it).
+    #[arg(long)]
+    no_wait: bool,
+    /// Give up waiting for the drain after this many seconds [default: no limit]
+    #[arg(long, value_name = "SECONDS")]
+    wait_timeout: Option<f64>,
+    #[command(flatten)]
+    tuning: crate::server::Tuning,
+    /// The command, e.g. `mpirun.mpich -n 4 ./sim`.
+    #[arg(required = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum MpiChoice {
+    Mpich,
+    Openmpi,
+    None,
+}
+
+/// Which MPI a command uses: its launcher's name (through Debian's
+/// alternatives symlinks), else the libraries the program links.
+pub fn detect_mpi(command: &[String]) -> Option<Mpi> {
+    let by_name = |name: &str| -> Option<Mpi> {
+        if name.ends_with(".mpich") || name.contains("hydra") {
+            Some(Mpi::Mpich)
+        } else if name.ends_with(".openmpi") || name == "orterun" || name == "prterun" {
+            Some(Mpi::Openmpi)
+        } else {
+            None
+        }
+    };
+    let first = command.first()?;
+    let exe = which(first)?;
+    let real = std::fs::canonicalize(&exe).unwrap_or(exe.clone());
+    for p in [&exe, &real] {
+        if let Some(m) = p.file_name().and_then(|n| n.to_str()).and_then(by_name) {
+            return Some(m);
+        }
+    }
+    // A program started without a launcher (singleton MPI), or a launcher
+    // we do not know: look at what the programs on the line link.
+    for arg in command {
+        let Some(p) = which(arg) else { continue };
+        if let Some(m) = linked_mpi(&p) {
+            return Some(m);
+        }
+    }
+    None
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    if name.contains('/') {
+        let p = PathBuf::from(name);
+        return p.is_file().then_some(p);
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn linked_mpi(prog: &Path) -> Option<Mpi> {
+    let mut head = [0u8; 4];
+    std::fs::File::open(prog).ok()?.read_exact(&mut head).ok()?;
+    if &head != b"\x7fELF" {
+        return None;
+    }
+    let out = Command::new("ldd").arg(prog).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if text.contains("libmpich") {
+        Some(Mpi::Mpich)
+    } else if text.contains("libmpi.so") {
+        Some(Mpi::Openmpi)
+    } else {
+        None
+    }
+}
+
+fn default_local() -> PathBuf {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    std::env::temp_dir().join(format!("paralog-{uid}"))
+}
+
+fn env_path(flag: &Option<PathBuf>, var: &str) -> Option<PathBuf> {
+    flag.clone().or_else(|| {
+        std::env::var_os(var)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    })
+}
+
+/// Committed epochs of other jobs not yet drained: a crashed earlier run.
+/// Draining them alongside this job could put an older epoch over a newer
+/// one of the same file, so the user recovers them first.
+fn undrained_elsewhere(root: &Path, job: &str) -> anyhow::Result<Vec<String>> {
+    let inv = Inventory::scan(root).with_context(|| format!("scanning {}", root.display()))?;
+    let mut out = Vec::new();
+    for j in inv.jobs.iter().filter(|j| j.name != job) {
+        for f in &j.files {
+            let pending = f.pending_epochs().map(|p| p.len()).unwrap_or(1);
+            if pending > 0 {
+                out.push(format!("job {}: {}", j.name, f.display_name()));
+            }
+        }
+    }
+    Ok(out)
+}
+
+struct ServerProc {
+    child: Child,
+    socket: PathBuf,
+    log: PathBuf,
+}
+
+fn start_server(
+    args: &Args,
+    root: &Path,
+    job: &str,
+    remote: Option<&str>,
+) -> anyhow::Result<ServerProc> {
+    let socket = status::default_socket(root, Some(job));
+    let log = root.join(format!(
+        "{}server-{job}.log",
+        paralog_log::layout::RUNTIME_PREFIX
+    ));
+    let logf = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .with_context(|| format!("creating {}", log.display()))?;
+    let t = &args.tuning;
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.arg("server")
+        .arg("--local")
+        .arg(root)
+        .arg("--job")
+        .arg(job)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--workers")
+        .arg(t.workers.to_string())
+        .arg("--memory")
+        .arg(t.memory.to_string())
+        .arg("--buffer")
+        .arg(t.buffer.to_string())
+        .arg("--nice")
+        .arg(t.nice.to_string());
+    if let Some(r) = t.max_rate {
+        cmd.arg("--max-rate").arg(r.to_string());
+    }
+    if let Some(r) = remote {
+        cmd.arg("--remote").arg(r);
+    }
+    // The server is not the program: no capture, no inherited settings that
+    // would say otherwise.
+    cmd.env_remove("LD_PRELOAD")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(logf);
+    let mut child = cmd.spawn().context("starting the paralog server")?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if status::request_status(&socket, &Request::Status).is_ok_and(|s| s.pid == child.id()) {
+            return Ok(ServerProc { child, socket, log });
+        }
+        if let Some(st) = child.try_wait()? {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            bail!(
+                "the paralog server exited ({st}) before it was ready:\n{}",
+                text.trim_end()
+            );
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            bail!(
+                "the paralog server did not answer on {} within 20 s (log: {})",
+                socket.display(),
+                log.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    processes: u64,
+    bytes: u64,
+    max_epochs: u64,
+    max_sync: Duration,
+    sum_sync: Duration,
+}
+
+fn read_counters(dir: &Path) -> Counters {
+    let mut c = Counters::default();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return c;
+    };
+    for e in entries.flatten() {
+        let Ok(text) = std::fs::read_to_string(e.path()) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+            continue;
+        };
+        let epochs = v["epochs"].as_u64().unwrap_or(0);
+        let bytes = v["bytes"].as_u64().unwrap_or(0);
+        if epochs == 0 && bytes == 0 {
+            continue; // a launcher or helper process: it captured nothing
+        }
+        let sync = Duration::from_nanos(v["sync_ns"].as_u64().unwrap_or(0));
+        c.processes += 1;
+        c.bytes += bytes;
+        c.max_epochs = c.max_epochs.max(epochs);
+        c.max_sync = c.max_sync.max(sync);
+        c.sum_sync += sync;
+    }
+    c
+}
+
+fn exit_code_of(st: std::process::ExitStatus) -> u8 {
+    match (st.code(), st.signal()) {
+        (Some(c), _) => c as u8,
+        (None, Some(s)) => 128u8.wrapping_add(s as u8),
+        _ => 1,
+    }
+}
+
+/// Remove the job's directory when nothing is left in it but records of
+/// drained epochs: the job is over, its generation numbers are free.
+fn remove_finished_job(root: &Path, job: &str) -> anyhow::Result<bool> {
+    let inv = Inventory::scan(root)?;
+    let Some(j) = inv.job(job) else {
+        return Ok(true);
+    };
+    if j.files
+        .iter()
+        .any(|f| !f.epoch_ids().is_empty() || f.progress_error.is_some())
+    {
+        return Ok(false);
+    }
+    std::fs::remove_dir_all(&j.dir).with_context(|| format!("removing {}", j.dir.display()))?;
+    Ok(true)
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    crate::server::init_tracing();
+    let Some(prefix) = env_path(&args.prefix, "PARALOG_PREFIX") else {
+        bail!("no prefix: give --prefix DIR (the directory whose files are captured) or set PARALOG_PREFIX");
+    };
+    let local = env_path(&args.local, "PARALOG_LOCAL").unwrap_or_else(default_local);
+    let root = crate::server::prepare_root(&local)?;
+    let job = args
+        .job
+        .clone()
+        .or_else(|| std::env::var("PARALOG_JOB").ok().filter(|j| !j.is_empty()))
+        .unwrap_or_else(|| {
+            let secs = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            format!("run-{secs}-{}", std::process::id())
+        });
+    paralog_log::layout::validate_component("job name", &job)
+        .map_err(|e| anyhow::anyhow!("--job: {e}"))?;
+    let remote_url = args
+        .remote
+        .remote
+        .clone()
+        .or_else(|| std::env::var("PARALOG_REMOTE").ok())
+        .filter(|r| !r.is_empty());
+    // Validate the remote now rather than in the server's log.
+    args.remote.resolve()?;
+    let stale = undrained_elsewhere(&root, &job)?;
+    if !stale.is_empty() {
+        bail!(
+            "{} holds committed epochs that were never drained (a crashed run?):\n  {}\nrun `paralog recover --local {}{}` first, so that they reach the remote before newer output",
+            root.display(),
+            stale.join("\n  "),
+            root.display(),
+            remote_url.as_deref().map(|r| format!(" --remote {r}")).unwrap_or_default()
+        );
+    }
+    let mpi = match args.mpi {
+        Some(MpiChoice::Mpich) => Some(Mpi::Mpich),
+        Some(MpiChoice::Openmpi) => Some(Mpi::Openmpi),
+        Some(MpiChoice::None) => None,
+        None => detect_mpi(&args.command),
+    };
+    let vars = capture_env(mpi, &prefix, &root, remote_url.as_deref(), Some(&job))?;
+    let stats_dir = root.join(format!(
+        "{}stats-{job}",
+        paralog_log::layout::RUNTIME_PREFIX
+    ));
+    let _ = std::fs::remove_dir_all(&stats_dir);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(&stats_dir)
+        .with_context(|| format!("creating {}", stats_dir.display()))?;
+
+    let mut server = start_server(&args, &root, &job, remote_url.as_deref())?;
+    tracing::debug!(pid = server.child.id(), "server started");
+
+    let t0 = Instant::now();
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..])
+        .envs(vars.iter().map(|(k, v)| (k, v)))
+        .env("PARALOG_STATS", &stats_dir);
+    let program = match cmd.spawn() {
+        Ok(mut c) => c.wait(),
+        Err(e) => Err(e),
+    };
+    let program_time = t0.elapsed();
+    let at_end = status::request_status(&server.socket, &Request::Status).ok();
+
+    let program = match program {
+        Ok(st) => st,
+        Err(e) => {
+            let _ = status::request(&server.socket, &Request::Stop);
+            let _ = server.child.wait();
+            bail!("could not run {}: {e}", args.command[0]);
+        }
+    };
+    let code = exit_code_of(program);
+    let counters = read_counters(&stats_dir);
+
+    if args.no_wait {
+        let _ = status::request(&server.socket, &Request::Finish);
+        println!(
+            "paralog: program exited with status {code} after {:.2} s; the server (pid {}) finishes the drain in the background: `paralog status --local {} --job {job}`",
+            program_time.as_secs_f64(),
+            server.child.id(),
+            root.display()
+        );
+        let _ = std::fs::remove_dir_all(&stats_dir);
+        return Ok(ExitCode::from(code));
+    }
+
+    let drained = status::request_status(
+        &server.socket,
+        &Request::Drain {
+            timeout_s: args.wait_timeout,
+        },
+    );
+    let total_time = t0.elapsed();
+    let _ = status::request(&server.socket, &Request::Stop);
+    let server_exit = server.child.wait();
+    let _ = std::fs::remove_dir_all(&stats_dir);
+
+    let final_status = match drained {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!(
+                "paralog: the server failed before the drain finished: {e} (log: {})",
+                server.log.display()
+            );
+            eprintln!("{}", recover_hint(&root, &job, remote_url.as_deref()));
+            return Ok(ExitCode::from(if code == 0 { 3 } else { code }));
+        }
+    };
+    if let Ok(st) = server_exit {
+        if !st.success() {
+            tracing::warn!(status = %st, log = %server.log.display(), "server exit");
+        }
+    }
+    summary(
+        &args,
+        code,
+        program_time,
+        total_time,
+        &counters,
+        at_end.as_ref(),
+        &final_status,
+    );
+    let complete = final_status.idle
+        && final_status.epochs_pending == 0
+        && final_status.damaged == 0
+        && final_status.retrying == 0;
+    if complete {
+        match remove_finished_job(&root, &job) {
+            Ok(true) => {
+                let _ = std::fs::remove_file(&server.log);
+            }
+            Ok(false) => eprintln!(
+                "paralog: {} keeps records of epochs that were never committed (the program stopped inside an epoch); `paralog inspect --local {}` shows them, `paralog recover --local {} --gc` removes them",
+                root.join(&job).display(),
+                root.display(),
+                root.display()
+            ),
+            Err(e) => eprintln!("paralog: cleaning up job {job}: {e:#}"),
+        }
+        return Ok(ExitCode::from(code));
+    }
+    for f in final_status.files.iter().filter(|f| f.message.is_some()) {
+        eprintln!(
+            "paralog: NOT DRAINED: {}: {}",
+            f.path,
+            f.message.as_deref().unwrap_or("")
+        );
+    }
+    eprintln!("{}", recover_hint(&root, &job, remote_url.as_deref()));
+    Ok(ExitCode::from(if code == 0 { 3 } else { code }))
+}
+
+fn recover_hint(root: &Path, job: &str, remote: Option<&str>) -> String {
+    format!(
+        "paralog: every committed byte is kept in {}; once the cause is fixed, `paralog recover --local {} --job {job}{}` finishes the drain",
+        root.join(job).display(),
+        root.display(),
+        remote.map(|r| format!(" --remote {r}")).unwrap_or_default()
+    )
+}
+
+fn summary(
+    args: &Args,
+    code: u8,
+    program_time: Duration,
+    total_time: Duration,
+    c: &Counters,
+    at_end: Option<&Status>,
+    fin: &Status,
+) {
+    let overlapped = at_end.map_or(0.0, |s| s.drain_active_s);
+    let after = (total_time - program_time).as_secs_f64();
+    let mean_sync = if c.processes > 0 {
+        c.sum_sync.as_secs_f64() / c.processes as f64
+    } else {
+        0.0
+    };
+    eprintln!(
+        "paralog: summary of job {} ({})",
+        fin.job.as_deref().unwrap_or("?"),
+        args.command.join(" ")
+    );
+    eprintln!(
+        "  program            exit status {code}, {:.2} s",
+        program_time.as_secs_f64()
+    );
+    eprintln!(
+        "  captured           {} by {} process(es), {} epoch(s) per rank at most",
+        human_bytes(c.bytes),
+        c.processes,
+        c.max_epochs
+    );
+    eprintln!(
+        "  consistency points {:.1} ms per rank on average, {:.1} ms at most (local commit + agreement)",
+        mean_sync * 1e3,
+        c.max_sync.as_secs_f64() * 1e3
+    );
+    eprintln!(
+        "  drained            {} in {} epoch(s) to {}",
+        human_bytes(fin.bytes_drained),
+        fin.epochs_drained,
+        fin.remote
+    );
+    eprintln!(
+        "  drain time         {:.2} s while the program ran, then {:.2} s of waiting after it ended ({:.2} s end to end)",
+        overlapped,
+        after,
+        total_time.as_secs_f64()
+    );
+}

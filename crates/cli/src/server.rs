@@ -1,0 +1,200 @@
+//! `paralog server`: the node server in the foreground. Drains every
+//! committed epoch under the node-local root (one job, or all) to the
+//! remote, and answers `paralog status` on a Unix socket. docs/server.md.
+
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use paralog_server::service::{Config, Server};
+use paralog_server::status;
+use paralog_server::watch::Watcher;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Tuning {
+    /// Files drained in parallel (worker threads).
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub workers: usize,
+    /// Memory for drain buffers in all (K, M, G: binary multiples).
+    #[arg(long, default_value = "256M", value_parser = parse_bytes, value_name = "BYTES")]
+    pub memory: u64,
+    /// Size of one drain buffer (one remote write).
+    #[arg(long, default_value = "8M", value_parser = parse_bytes, value_name = "BYTES")]
+    pub buffer: u64,
+    /// Bandwidth cap for the drain, bytes per second (K, M, G) [default: none]
+    #[arg(long, value_parser = parse_bytes, value_name = "BYTES")]
+    pub max_rate: Option<u64>,
+    /// CPU niceness of the drain workers (their I/O runs at the lowest
+    /// best-effort priority too); 0 leaves both alone.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub nice: i32,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    local: crate::LocalArg,
+    #[command(flatten)]
+    remote: crate::remote::RemoteArg,
+    /// Serve only this job [default: every job under the node-local root]
+    #[arg(long)]
+    job: Option<String>,
+    /// Status socket [default: <local>/.paralog-server[-JOB].sock]
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    #[command(flatten)]
+    tuning: Tuning,
+}
+
+/// `123`, `64K`, `256M`, `1G` (binary multiples; a trailing `B`/`iB` is allowed).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (num, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1 << 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1 << 30),
+        Some('t' | 'T') => (&t[..t.len() - 1], 1 << 40),
+        _ => (t, 1),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (examples: 4096, 64K, 256M, 1G)"))?;
+    if !(n.is_finite() && n > 0.0) {
+        return Err(format!("{s:?} must be a positive size"));
+    }
+    Ok((n * mult as f64) as u64)
+}
+
+/// The node-local root, created 0700 if missing; refused if another user
+/// owns it (its data would not be private).
+pub fn prepare_root(root: &Path) -> anyhow::Result<PathBuf> {
+    let root = paralog_capture::settings::normalize(&std::env::current_dir()?.join(root));
+    if !root.exists() {
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&root)
+            .with_context(|| format!("creating the node-local directory {}", root.display()))?;
+    }
+    let md = std::fs::metadata(&root).with_context(|| format!("{}", root.display()))?;
+    if !md.is_dir() {
+        bail!("node-local directory {} is not a directory", root.display());
+    }
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    if md.uid() != uid {
+        bail!(
+            "node-local directory {} belongs to uid {}, not to you (uid {uid}): its data would not be private",
+            root.display(),
+            md.uid()
+        );
+    }
+    if md.mode() & 0o077 != 0 {
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("making {} private (0700)", root.display()))?;
+        tracing::warn!(root = %root.display(), "node-local directory was readable by others: made it 0700");
+    }
+    Ok(root)
+}
+
+pub fn init_tracing() {
+    let level = std::env::var("PARALOG_LOG").unwrap_or_else(|_| "info".into());
+    let filter = tracing_subscriber::EnvFilter::try_new(format!("warn,paralog={level}"))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
+}
+
+/// Hold the server lock of a job for the life of the process: one server
+/// per job (or per root) at a time.
+fn take_server_lock(root: &Path, job: Option<&str>) -> anyhow::Result<(std::fs::File, PathBuf)> {
+    let name = match job {
+        Some(j) => format!("{}server-{j}.lock", paralog_log::layout::RUNTIME_PREFIX),
+        None => format!("{}server.lock", paralog_log::layout::RUNTIME_PREFIX),
+    };
+    let path = root.join(name);
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        bail!(
+            "another paralog server already serves {} (lock {} is held)",
+            job.map_or_else(|| root.display().to_string(), |j| format!("job {j}")),
+            path.display()
+        );
+    }
+    Ok((f, path))
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    init_tracing();
+    let root = prepare_root(&args.local.resolve()?)?;
+    if let Some(j) = &args.job {
+        paralog_log::layout::validate_component("job name", j)
+            .map_err(|e| anyhow::anyhow!("--job: {e}"))?;
+    }
+    let remote = args.remote.resolve()?;
+    let (_lock, lock_path) = take_server_lock(&root, args.job.as_deref())?;
+    let socket = args
+        .socket
+        .clone()
+        .unwrap_or_else(|| status::default_socket(&root, args.job.as_deref()));
+    let t = &args.tuning;
+    if t.buffer > t.memory {
+        bail!("--buffer {} is larger than --memory {}", t.buffer, t.memory);
+    }
+    let server = Server::start(Config {
+        root: root.clone(),
+        job: args.job.clone(),
+        remote: remote.clone(),
+        workers: t.workers.max(1),
+        pool_bytes: t.memory as usize,
+        buf_bytes: t.buffer as usize,
+        max_rate: t.max_rate,
+        nice: t.nice,
+    });
+    let watcher = Watcher::new(server.clone())
+        .with_context(|| format!("watching {} (inotify)", root.display()))?;
+    status::serve(server.clone(), &socket)?;
+    std::thread::Builder::new()
+        .name("watch".into())
+        .spawn(move || {
+            if let Err(e) = watcher.run() {
+                tracing::error!(error = %e, "inotify failed: new epochs are found only by full scans now");
+            }
+        })?;
+    tracing::info!(
+        root = %root.display(),
+        job = args.job.as_deref().unwrap_or("(all)"),
+        remote = %remote.describe(),
+        socket = %socket.display(),
+        workers = t.workers,
+        "server ready"
+    );
+    server.wait_stop();
+    let _ = std::fs::remove_file(&socket);
+    let _ = std::fs::remove_file(&lock_path);
+    let st = server.status();
+    tracing::info!(
+        epochs = st.epochs_drained,
+        bytes = st.bytes_drained,
+        pending = st.epochs_pending,
+        "server stopped"
+    );
+    Ok(ExitCode::SUCCESS)
+}

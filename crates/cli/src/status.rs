@@ -1,0 +1,207 @@
+//! `paralog status`: what a running server is doing. On a terminal, live
+//! progress bars (one per file with work, and a total) until everything
+//! committed is drained; otherwise, or with `--once`, one table; `--json`
+//! for scripts.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use paralog_server::status::{self, FileState, Request, Status};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    local: crate::LocalArg,
+    /// The server of this job [default: the server of every job, else PARALOG_JOB's]
+    #[arg(long)]
+    job: Option<String>,
+    /// The server's status socket [default: from --local and --job]
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// One JSON object, for scripts.
+    #[arg(long)]
+    json: bool,
+    /// Print once, even on a terminal.
+    #[arg(long)]
+    once: bool,
+}
+
+/// The socket to talk to: the given one, or the job's server, or the
+/// all-jobs server, whichever exists.
+fn socket(args: &Args) -> anyhow::Result<PathBuf> {
+    if let Some(s) = &args.socket {
+        return Ok(s.clone());
+    }
+    let root = args.local.resolve()?;
+    let job = args
+        .job
+        .clone()
+        .or_else(|| std::env::var("PARALOG_JOB").ok());
+    let mut tried = Vec::new();
+    if let Some(j) = &job {
+        tried.push(status::default_socket(&root, Some(j)));
+    }
+    tried.push(status::default_socket(&root, None));
+    for t in &tried {
+        if t.exists() {
+            return Ok(t.clone());
+        }
+    }
+    anyhow::bail!(
+        "no paralog server is running for {} (looked for {})",
+        root.display(),
+        tried
+            .iter()
+            .map(|t| t.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn eta(s: Option<f64>) -> String {
+    match s {
+        Some(t) if t <= 0.0 => "-".into(),
+        Some(t) => format!("{t:.0}s"),
+        None => "?".into(),
+    }
+}
+
+fn state_name(s: FileState) -> &'static str {
+    match s {
+        FileState::Idle => "idle",
+        FileState::Queued => "queued",
+        FileState::Draining => "draining",
+        FileState::Retrying => "RETRYING",
+        FileState::Damaged => "DAMAGED",
+    }
+}
+
+pub fn print_table(st: &Status) {
+    println!(
+        "server pid {} · root {} · job {} · remote {}",
+        st.pid,
+        st.root,
+        st.job.as_deref().unwrap_or("(all)"),
+        st.remote
+    );
+    println!(
+        "drained {} in {} epoch(s) at {}/s; pending {} in {} epoch(s), ETA {}",
+        human_bytes(st.bytes_drained),
+        st.epochs_drained,
+        human_bytes(st.rate_bps as u64),
+        human_bytes(st.bytes_pending),
+        st.epochs_pending,
+        eta(st.eta_s)
+    );
+    if st.files.is_empty() {
+        println!("no captured files yet");
+        return;
+    }
+    println!(
+        "{:<9} {:>8} {:>8} {:>11} {:>11} {:>6}  file",
+        "state", "drained", "pending", "bytes", "pending", "ETA"
+    );
+    for f in &st.files {
+        println!(
+            "{:<9} {:>8} {:>8} {:>11} {:>11} {:>6}  {}",
+            state_name(f.state),
+            f.epochs_drained,
+            f.epochs_pending,
+            human_bytes(f.bytes_drained),
+            human_bytes(f.bytes_pending),
+            eta(f.eta_s),
+            f.path
+        );
+        if let Some(m) = &f.message {
+            println!("          {m}");
+        }
+    }
+}
+
+fn live(sock: &std::path::Path) -> anyhow::Result<()> {
+    let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stdout());
+    let style =
+        ProgressStyle::with_template("{prefix:>9} [{bar:30}] {bytes:>10}/{total_bytes:<10} {msg}")
+            .expect("static template")
+            .progress_chars("=> ");
+    let total = multi.add(ProgressBar::new(0).with_style(style.clone()));
+    total.set_prefix("total");
+    let mut bars: std::collections::BTreeMap<String, ProgressBar> = Default::default();
+    loop {
+        let st = status::request_status(sock, &Request::Status)?;
+        for f in &st.files {
+            if f.bytes_pending == 0 && f.state == FileState::Idle && !bars.contains_key(&f.path) {
+                continue;
+            }
+            let bar = bars
+                .entry(f.path.clone())
+                .or_insert_with(|| multi.add(ProgressBar::new(0).with_style(style.clone())));
+            bar.set_length(f.bytes_drained + f.bytes_pending);
+            bar.set_position(f.bytes_drained);
+            bar.set_prefix(state_name(f.state));
+            let mut msg = format!(
+                "{} ep left, ETA {} {}",
+                f.epochs_pending,
+                eta(f.eta_s),
+                f.path
+            );
+            if let Some(m) = &f.message {
+                msg.push_str(&format!(" ({m})"));
+            }
+            bar.set_message(msg);
+        }
+        total.set_length(st.bytes_drained + st.bytes_pending);
+        total.set_position(st.bytes_drained);
+        total.set_message(format!(
+            "{}/s, ETA {}",
+            human_bytes(st.rate_bps as u64),
+            eta(st.eta_s)
+        ));
+        if st.idle && st.epochs_pending == 0 {
+            total.finish();
+            for b in bars.values() {
+                b.finish();
+            }
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let sock = socket(&args)?;
+    if args.json {
+        let v = status::request(&sock, &Request::Status)?;
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !args.once && std::io::stdout().is_terminal() {
+        live(&sock).with_context(|| format!("following {}", sock.display()))?;
+    }
+    let st = status::request_status(&sock, &Request::Status)?;
+    print_table(&st);
+    Ok(if st.damaged > 0 {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

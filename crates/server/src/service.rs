@@ -1,0 +1,496 @@
+//! The running server: a queue of files with committed epochs to drain, a
+//! fixed set of worker threads that drain them (each file by one worker at a
+//! time, so its epochs stay in order; different files in parallel), retries
+//! with backoff when the remote fails, and the numbers `status` reports.
+//!
+//! Work arrives from the watcher (inotify, see `watch.rs`) and from full
+//! scans (at start, on a queue overflow, before a `drain` request answers).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use paralog_log::{layout, EpochId, FileInventory, Inventory};
+
+use crate::drain::{drain_file, lock_file_dir, DrainCtx, DrainError, Drained};
+use crate::limit::RateLimit;
+use crate::pool::BufferPool;
+use crate::remote::Remote;
+use crate::status::{FileState, FileStatus, Status};
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The node-local root (PARALOG_LOCAL).
+    pub root: PathBuf,
+    /// Only this job; `None`: every job under the root.
+    pub job: Option<String>,
+    pub remote: Remote,
+    /// Worker threads: files drained in parallel.
+    pub workers: usize,
+    /// Memory for drain buffers, in all.
+    pub pool_bytes: usize,
+    pub buf_bytes: usize,
+    /// Bytes per second for all workers together; `None`: no cap.
+    pub max_rate: Option<u64>,
+    /// Nice value for the workers (0: unchanged).
+    pub nice: i32,
+}
+
+/// First and longest wait before retrying a file whose remote failed.
+const BACKOFF_FIRST: Duration = Duration::from_millis(250);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Default)]
+struct Entry {
+    job: String,
+    path: String,
+    queued: bool,
+    busy: bool,
+    /// Something changed while a worker had it: look again afterwards.
+    dirty: bool,
+    epochs_drained: u64,
+    epochs_pending: u64,
+    bytes_drained: u64,
+    bytes_pending: u64,
+    busy_time: Duration,
+    /// Retrying after a remote failure: not before this instant.
+    retry_at: Option<Instant>,
+    attempts: u32,
+    /// Why the last attempt failed (retrying), or why the file is parked.
+    error: Option<String>,
+    /// A damaged epoch: nothing more of this file is drained.
+    damaged: bool,
+}
+
+#[derive(Default)]
+struct Sched {
+    files: BTreeMap<PathBuf, Entry>,
+    queue: VecDeque<PathBuf>,
+    busy_workers: usize,
+    active_since: Option<Instant>,
+    active_total: Duration,
+    bytes_drained: u64,
+    epochs_drained: u64,
+    stop: bool,
+}
+
+impl Sched {
+    fn active(&self, now: Instant) -> Duration {
+        self.active_total + self.active_since.map_or(Duration::ZERO, |s| now - s)
+    }
+
+    /// No file is waiting or being drained (damaged files count as done).
+    fn idle(&self) -> bool {
+        self.busy_workers == 0 && self.queue.is_empty()
+    }
+}
+
+struct Inner {
+    cfg: Config,
+    pool: BufferPool,
+    limit: Option<RateLimit>,
+    sched: Mutex<Sched>,
+    /// Workers wait here for work.
+    work: Condvar,
+    /// `wait_idle` and `wait_stop` wait here.
+    changed: Condvar,
+    started: Instant,
+}
+
+/// A handle on the running server; clones share it.
+#[derive(Clone)]
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+impl Server {
+    /// Start the workers (the caller starts the watcher, which finds the
+    /// work already on disk with its first scan).
+    pub fn start(cfg: Config) -> Server {
+        let inner = Arc::new(Inner {
+            pool: BufferPool::new(cfg.pool_bytes, cfg.buf_bytes),
+            limit: cfg.max_rate.map(RateLimit::new),
+            cfg,
+            sched: Mutex::new(Sched::default()),
+            work: Condvar::new(),
+            changed: Condvar::new(),
+            started: Instant::now(),
+        });
+        for i in 0..inner.cfg.workers.max(1) {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name(format!("drain-{i}"))
+                .spawn(move || {
+                    crate::priority::lower(inner.cfg.nice);
+                    worker(&inner)
+                })
+                .expect("spawning a drain worker");
+        }
+        Server { inner }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.cfg
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Sched> {
+        lock(&self.inner)
+    }
+
+    /// Whether a job is served by this server.
+    pub fn serves_job(&self, job: &str) -> bool {
+        self.inner.cfg.job.as_deref().is_none_or(|j| j == job)
+    }
+
+    /// Something changed under a file directory: drain it when a worker is
+    /// free (once, however many events arrive meanwhile).
+    pub fn notify(&self, file_dir: &Path) {
+        let mut s = self.lock();
+        let job = file_dir
+            .parent()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let e = s
+            .files
+            .entry(file_dir.to_path_buf())
+            .or_insert_with(|| Entry {
+                job,
+                path: file_dir.display().to_string(),
+                ..Entry::default()
+            });
+        if e.damaged {
+            return;
+        }
+        if e.busy {
+            e.dirty = true;
+            return;
+        }
+        if !e.queued {
+            e.queued = true;
+            s.queue.push_back(file_dir.to_path_buf());
+            self.inner.work.notify_one();
+        }
+    }
+
+    /// Queue every file directory of the served jobs (start, lost events,
+    /// before answering `drain`). Returns the directories found.
+    pub fn rescan(&self) -> Result<Vec<PathBuf>, paralog_log::LogError> {
+        let dirs = file_dirs(&self.inner.cfg.root, self.inner.cfg.job.as_deref())?;
+        for d in &dirs {
+            self.notify(d);
+        }
+        Ok(dirs)
+    }
+
+    /// Wait until every committed epoch found by a fresh scan is drained, or
+    /// a file cannot progress (damaged), or `timeout` passes. Files that are
+    /// retrying after a remote failure keep this waiting.
+    pub fn wait_idle(&self, timeout: Option<Duration>) -> Result<Status, paralog_log::LogError> {
+        self.rescan()?;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut s = self.lock();
+        while !s.idle() && !s.stop {
+            let wait = match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        break;
+                    }
+                    d - now
+                }
+                None => Duration::from_secs(3600),
+            };
+            s = self
+                .inner
+                .changed
+                .wait_timeout(s, wait)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        drop(s);
+        Ok(self.status())
+    }
+
+    pub fn status(&self) -> Status {
+        let s = self.lock();
+        let now = Instant::now();
+        let active = s.active(now);
+        let rate = rate(s.bytes_drained, active);
+        let files: Vec<FileStatus> = s
+            .files
+            .values()
+            .map(|e| {
+                let state = if e.damaged {
+                    FileState::Damaged
+                } else if e.busy {
+                    FileState::Draining
+                } else if e.retry_at.is_some() {
+                    FileState::Retrying
+                } else if e.queued {
+                    FileState::Queued
+                } else {
+                    FileState::Idle
+                };
+                let frate = rate_f(e.bytes_drained, e.busy_time);
+                FileStatus {
+                    job: e.job.clone(),
+                    path: e.path.clone(),
+                    state,
+                    epochs_drained: e.epochs_drained,
+                    epochs_pending: e.epochs_pending,
+                    bytes_drained: e.bytes_drained,
+                    bytes_pending: e.bytes_pending,
+                    rate_bps: frate,
+                    eta_s: eta(e.bytes_pending, if frate > 0.0 { frate } else { rate }),
+                    attempts: e.attempts,
+                    message: e.error.clone(),
+                }
+            })
+            .collect();
+        let bytes_pending = files.iter().map(|f| f.bytes_pending).sum();
+        Status {
+            pid: std::process::id(),
+            root: self.inner.cfg.root.display().to_string(),
+            job: self.inner.cfg.job.clone(),
+            remote: self.inner.cfg.remote.describe(),
+            uptime_s: (now - self.inner.started).as_secs_f64(),
+            drain_active_s: active.as_secs_f64(),
+            bytes_drained: s.bytes_drained,
+            epochs_drained: s.epochs_drained,
+            bytes_pending,
+            epochs_pending: files.iter().map(|f| f.epochs_pending).sum(),
+            rate_bps: rate,
+            eta_s: eta(bytes_pending, rate),
+            idle: s.idle(),
+            damaged: files
+                .iter()
+                .filter(|f| f.state == FileState::Damaged)
+                .count(),
+            retrying: files
+                .iter()
+                .filter(|f| f.state == FileState::Retrying)
+                .count(),
+            files,
+        }
+    }
+
+    /// Ask the server to stop (after `wait_idle`, if the caller wants the
+    /// drain finished). Workers finish the epoch they are applying.
+    pub fn request_stop(&self) {
+        let mut s = self.lock();
+        s.stop = true;
+        self.inner.work.notify_all();
+        self.inner.changed.notify_all();
+    }
+
+    /// Block until `request_stop`, then until no worker is mid-epoch.
+    pub fn wait_stop(&self) {
+        let mut s = self.lock();
+        while !s.stop || s.busy_workers > 0 {
+            s = self
+                .inner
+                .changed
+                .wait(s)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+fn lock(inner: &Inner) -> MutexGuard<'_, Sched> {
+    inner.sched.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn rate(bytes: u64, over: Duration) -> f64 {
+    rate_f(bytes, over)
+}
+
+fn rate_f(bytes: u64, over: Duration) -> f64 {
+    let s = over.as_secs_f64();
+    if s > 0.0 {
+        bytes as f64 / s
+    } else {
+        0.0
+    }
+}
+
+fn eta(pending: u64, rate: f64) -> Option<f64> {
+    (pending == 0)
+        .then_some(0.0)
+        .or((rate > 0.0).then(|| pending as f64 / rate))
+}
+
+/// The file directories of the served jobs under `root`.
+pub fn file_dirs(root: &Path, job: Option<&str>) -> Result<Vec<PathBuf>, paralog_log::LogError> {
+    let inv = Inventory::scan(root)?;
+    Ok(inv
+        .jobs
+        .iter()
+        .filter(|j| job.is_none_or(|n| n == j.name))
+        .flat_map(|j| j.files.iter().map(|f| f.dir.clone()))
+        .collect())
+}
+
+fn worker(inner: &Inner) {
+    loop {
+        let Some(dir) = next_file(inner) else {
+            return;
+        };
+        let started = Instant::now();
+        let result = drain_one(inner, &dir);
+        let mut s = lock(inner);
+        s.busy_workers -= 1;
+        if s.busy_workers == 0 {
+            if let Some(since) = s.active_since.take() {
+                s.active_total += since.elapsed();
+            }
+        }
+        let e = s.files.get_mut(&dir).expect("entries are never removed");
+        e.busy = false;
+        e.busy_time += started.elapsed();
+        let mut requeue = std::mem::take(&mut e.dirty);
+        match result {
+            Ok(()) => {
+                e.attempts = 0;
+                e.retry_at = None;
+                e.error = None;
+            }
+            Err(err) if err.retryable() => {
+                e.attempts += 1;
+                let wait = BACKOFF_FIRST
+                    .saturating_mul(1 << e.attempts.min(16).saturating_sub(1))
+                    .min(BACKOFF_MAX);
+                // Jitter so that many files do not retry in lockstep.
+                let jitter =
+                    wait.mul_f64(0.25 * (started.elapsed().subsec_nanos() % 1000) as f64 / 1000.0);
+                e.retry_at = Some(Instant::now() + wait + jitter);
+                let msg = err.to_string();
+                tracing::warn!(file = %e.path, attempt = e.attempts, retry_in_s = (wait + jitter).as_secs_f64(), error = %msg, "drain failed; local data kept, will retry");
+                e.error = Some(msg);
+                requeue = true;
+            }
+            Err(err) => {
+                let msg = err.to_string();
+                tracing::error!(file = %e.path, error = %msg, "drain stopped for this file; its local data is kept");
+                e.damaged = true;
+                e.error = Some(msg);
+                requeue = false;
+            }
+        }
+        if requeue && !e.queued {
+            e.queued = true;
+            s.queue.push_back(dir);
+            inner.work.notify_one();
+        }
+        inner.changed.notify_all();
+    }
+}
+
+/// Take the first queued file that is due, waiting for one; `None` on stop.
+fn next_file(inner: &Inner) -> Option<PathBuf> {
+    let mut s = lock(inner);
+    loop {
+        if s.stop {
+            return None;
+        }
+        let now = Instant::now();
+        let mut soonest: Option<Instant> = None;
+        let mut pick = None;
+        for (i, dir) in s.queue.iter().enumerate() {
+            let e = &s.files[dir];
+            if e.busy {
+                continue;
+            }
+            match e.retry_at {
+                Some(t) if t > now => soonest = Some(soonest.map_or(t, |x| x.min(t))),
+                _ => {
+                    pick = Some(i);
+                    break;
+                }
+            }
+        }
+        if let Some(i) = pick {
+            let dir = s.queue.remove(i).expect("index from the queue");
+            let e = s.files.get_mut(&dir).expect("queued files have entries");
+            e.queued = false;
+            e.busy = true;
+            e.dirty = false;
+            s.busy_workers += 1;
+            if s.active_since.is_none() {
+                s.active_since = Some(now);
+            }
+            return Some(dir);
+        }
+        let wait = soonest.map_or(Duration::from_secs(3600), |t| t - now);
+        s = inner
+            .work
+            .wait_timeout(s, wait)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+    }
+}
+
+fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
+    let _lock = lock_file_dir(dir)?;
+    let inv = FileInventory::scan_dir(dir).map_err(DrainError::Local)?;
+    if !inv.dir.join(layout::PATH_FILE).exists() && inv.gens.is_empty() {
+        // Being created (the path record comes first): its events follow.
+        return Ok(());
+    }
+    let (pending, bytes) = inv.pending_summary().map_err(DrainError::Corrupt)?;
+    let epoch_bytes: BTreeMap<EpochId, u64> = pending
+        .iter()
+        .map(|&id| (id, local_bytes(&inv, id)))
+        .collect();
+    {
+        let mut s = lock(inner);
+        let e = s.files.get_mut(dir).expect("entry");
+        if let Some(r) = &inv.record {
+            e.path = String::from_utf8_lossy(&r.path).into_owned();
+        }
+        e.epochs_pending = pending.len() as u64;
+        e.bytes_pending = bytes;
+    }
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let backend = inner.cfg.remote.backend_for(&inv).map_err(|m| {
+        DrainError::Remote(paralog_backend::BackendError {
+            kind: paralog_backend::ErrorKind::Permanent,
+            target: inv.display_name(),
+            op: "open remote",
+            message: m,
+        })
+    })?;
+    let ctx = DrainCtx {
+        backend: backend.as_ref(),
+        pool: &inner.pool,
+        limit: inner.limit.as_ref(),
+    };
+    let mut on_epoch = |d: Drained| {
+        let mut s = lock(inner);
+        s.bytes_drained += d.bytes;
+        s.epochs_drained += 1;
+        let e = s.files.get_mut(dir).expect("entry");
+        e.bytes_drained += d.bytes;
+        e.epochs_drained += 1;
+        e.epochs_pending = e.epochs_pending.saturating_sub(1);
+        e.bytes_pending = e
+            .bytes_pending
+            .saturating_sub(epoch_bytes.get(&d.id).copied().unwrap_or(0));
+        tracing::debug!(file = %e.path, generation = d.id.0, epoch = d.id.1, bytes = d.bytes, "epoch drained");
+    };
+    drain_file(&ctx, &inv, &mut on_epoch)?;
+    Ok(())
+}
+
+/// Bytes of an epoch's data logs held here (all ranks).
+fn local_bytes(inv: &FileInventory, (gen, epoch): EpochId) -> u64 {
+    inv.gens.get(&gen).map_or(0, |g| {
+        g.ranks
+            .values()
+            .filter_map(|r| r.epochs.get(&epoch).and_then(|e| e.data))
+            .sum()
+    })
+}

@@ -1,0 +1,229 @@
+//! What the server reports, and the status endpoint: a Unix socket private
+//! to the user (mode 0600 in the 0700 node-local root). One JSON request per
+//! connection, one JSON line back:
+//!
+//! - `{"cmd":"status"}`: a [`Status`].
+//! - `{"cmd":"drain","timeout_s":T}`: waits until every committed epoch is
+//!   drained (or a file is damaged, or T seconds pass; no T: no limit),
+//!   then a [`Status`].
+//! - `{"cmd":"finish"}`: `{"finishing":true}` at once; the server drains
+//!   everything committed, then stops.
+//! - `{"cmd":"stop"}`: `{"stopping":true}`; the server exits once no worker
+//!   is mid-epoch.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::service::Server;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileState {
+    /// Nothing to drain.
+    Idle,
+    /// Waiting for a worker.
+    Queued,
+    Draining,
+    /// The remote failed; local data kept; trying again after a backoff.
+    Retrying,
+    /// A local epoch failed its checks: it and later epochs stay local.
+    Damaged,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FileStatus {
+    pub job: String,
+    pub path: String,
+    pub state: FileState,
+    pub epochs_drained: u64,
+    pub epochs_pending: u64,
+    pub bytes_drained: u64,
+    pub bytes_pending: u64,
+    pub rate_bps: f64,
+    pub eta_s: Option<f64>,
+    pub attempts: u32,
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Status {
+    pub pid: u32,
+    pub root: String,
+    pub job: Option<String>,
+    pub remote: String,
+    pub uptime_s: f64,
+    /// Time during which at least one worker was draining.
+    pub drain_active_s: f64,
+    pub bytes_drained: u64,
+    pub epochs_drained: u64,
+    pub bytes_pending: u64,
+    pub epochs_pending: u64,
+    /// Bytes drained per second of drain activity.
+    pub rate_bps: f64,
+    pub eta_s: Option<f64>,
+    /// Nothing queued, nothing being drained.
+    pub idle: bool,
+    pub damaged: usize,
+    pub retrying: usize,
+    pub files: Vec<FileStatus>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "lowercase")]
+pub enum Request {
+    Status,
+    Drain {
+        timeout_s: Option<f64>,
+    },
+    /// Drain everything, then stop, without making the client wait.
+    Finish,
+    Stop,
+}
+
+/// Where a server's socket is by default: in the node-local root, named
+/// for the job it serves (the root is 0700, so only its owner connects).
+pub fn default_socket(root: &Path, job: Option<&str>) -> PathBuf {
+    match job {
+        Some(j) => root.join(format!(".paralog-server-{j}.sock")),
+        None => root.join(".paralog-server.sock"),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    #[error("{path}: {what}: {error}")]
+    Io {
+        path: PathBuf,
+        what: &'static str,
+        error: std::io::Error,
+    },
+    #[error("{path}: a socket path must be shorter than 108 bytes; give a shorter --socket")]
+    TooLong { path: PathBuf },
+    #[error("{path}: a server is already listening there")]
+    InUse { path: PathBuf },
+    #[error("{path}: bad answer from the server: {error}")]
+    Protocol {
+        path: PathBuf,
+        error: serde_json::Error,
+    },
+}
+
+fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> StatusError + 'a {
+    move |error| StatusError::Io {
+        path: path.to_path_buf(),
+        what,
+        error,
+    }
+}
+
+/// Bind the endpoint (replacing a stale socket left by a dead server) and
+/// serve it on a thread.
+pub fn serve(server: Server, path: &Path) -> Result<(), StatusError> {
+    if path.as_os_str().len() >= 108 {
+        return Err(StatusError::TooLong {
+            path: path.to_path_buf(),
+        });
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(StatusError::InUse {
+                path: path.to_path_buf(),
+            });
+        }
+        std::fs::remove_file(path).map_err(io(path, "remove stale socket"))?;
+    }
+    let listener = UnixListener::bind(path).map_err(io(path, "bind"))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(io(path, "chmod 0600"))?;
+    let owned = path.to_path_buf();
+    std::thread::Builder::new()
+        .name("status".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let server = server.clone();
+                let path = owned.clone();
+                // A `drain` request may wait long: one thread per client.
+                let _ = std::thread::Builder::new()
+                    .name("status-client".into())
+                    .spawn(move || {
+                        if let Err(e) = answer(&server, conn) {
+                            tracing::debug!(socket = %path.display(), error = %e, "status client");
+                        }
+                    });
+            }
+        })
+        .map_err(io(path, "spawn status thread"))?;
+    Ok(())
+}
+
+fn answer(server: &Server, conn: UnixStream) -> std::io::Result<()> {
+    let mut line = String::new();
+    BufReader::new(&conn).read_line(&mut line)?;
+    let reply = match serde_json::from_str::<Request>(&line) {
+        Ok(Request::Status) => serde_json::to_value(server.status()),
+        Ok(Request::Drain { timeout_s }) => {
+            let timeout = timeout_s.map(Duration::from_secs_f64);
+            match server.wait_idle(timeout) {
+                Ok(s) => serde_json::to_value(s),
+                Err(e) => Ok(serde_json::json!({ "error": e.to_string() })),
+            }
+        }
+        Ok(Request::Finish) => {
+            let server = server.clone();
+            std::thread::spawn(move || {
+                if let Err(e) = server.wait_idle(None) {
+                    tracing::error!(error = %e, "final scan failed");
+                }
+                server.request_stop();
+            });
+            Ok(serde_json::json!({ "finishing": true }))
+        }
+        Ok(Request::Stop) => {
+            server.request_stop();
+            Ok(serde_json::json!({ "stopping": true }))
+        }
+        Err(e) => Ok(serde_json::json!({ "error": format!("bad request: {e}") })),
+    }
+    .map_err(std::io::Error::other)?;
+    let mut w = &conn;
+    writeln!(w, "{reply}")?;
+    w.flush()
+}
+
+/// Send one request to a server and read its answer.
+pub fn request(path: &Path, req: &Request) -> Result<serde_json::Value, StatusError> {
+    let conn = UnixStream::connect(path).map_err(io(path, "connect to the server"))?;
+    let mut w = &conn;
+    let text = serde_json::to_string(req).expect("requests serialize");
+    writeln!(w, "{text}").map_err(io(path, "send request"))?;
+    let mut line = String::new();
+    BufReader::new(&conn)
+        .read_line(&mut line)
+        .map_err(io(path, "read answer"))?;
+    serde_json::from_str(&line).map_err(|error| StatusError::Protocol {
+        path: path.to_path_buf(),
+        error,
+    })
+}
+
+/// A [`Status`] from a server (for `status` and `drain` requests).
+pub fn request_status(path: &Path, req: &Request) -> Result<Status, StatusError> {
+    let v = request(path, req)?;
+    if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
+        return Err(StatusError::Io {
+            path: path.to_path_buf(),
+            what: "server",
+            error: std::io::Error::other(e.to_owned()),
+        });
+    }
+    serde_json::from_value(v).map_err(|error| StatusError::Protocol {
+        path: path.to_path_buf(),
+        error,
+    })
+}
