@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture lint bench-log clean
+.PHONY: all setup build shims demo test test-rust test-capture test-server lint bench-log clean
 
 all: build
 
@@ -30,7 +30,7 @@ $(TARGET)/libparalog_mpi_%.so: shim/paralog_mpi.c
 demo: build
 	@bash scripts/demo.sh
 
-test: build lint test-rust test-capture
+test: build lint test-rust test-capture test-server
 
 test-rust:
 	$(CARGO) test --release --workspace --locked
@@ -41,6 +41,12 @@ test-capture: build
 	/usr/bin/python3 tests/capture/run.py
 	/usr/bin/python3 tests/capture/bad_input.py
 	/usr/bin/python3 tests/capture/invariants.py
+
+# The node server: real programs under `paralog run` (all MPI modes, drained
+# to the prefix and to a separate remote), read-back while draining, start-up
+# scan, damaged epochs, a failing remote (tmpfs full / read-only), recover.
+test-server: build
+	/usr/bin/python3 tests/server/e2e.py
 
 lint:
 	$(CARGO) fmt --all -- --check
