@@ -52,6 +52,19 @@ impl BackendError {
 /// idempotent (the same writes, then the same size operations).
 pub trait EpochSink {
     fn apply(&mut self, op: RemoteOp<'_>) -> Result<(), BackendError>;
+    /// Write `len` bytes of the local file `src` at `src_off` to `off`
+    /// without passing them through user space, where the backend can
+    /// (`copy_file_range` into a POSIX remote). `Ok(false)`: it cannot here;
+    /// nothing was written and the caller uses [`RemoteOp::Write`].
+    fn copy_from(
+        &mut self,
+        _src: &std::fs::File,
+        _src_off: u64,
+        _len: u64,
+        _off: u64,
+    ) -> Result<bool, BackendError> {
+        Ok(false)
+    }
     /// Make everything applied durable (fsync, completed upload).
     fn commit(self: Box<Self>) -> Result<(), BackendError>;
 }

@@ -6,6 +6,7 @@
 use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
@@ -63,6 +64,7 @@ impl Backend for PosixBackend {
             root: &self.root,
             file: None,
             dir_changed: false,
+            no_copy: false,
         }))
     }
 
@@ -81,6 +83,8 @@ struct PosixSink<'a> {
     file: Option<File>,
     /// The file was created or removed: its directory must be synced too.
     dir_changed: bool,
+    /// copy_file_range does not work between these file systems.
+    no_copy: bool,
 }
 
 impl PosixSink<'_> {
@@ -149,6 +153,57 @@ impl EpochSink for PosixSink<'_> {
                 }
             }
         }
+    }
+
+    fn copy_from(
+        &mut self,
+        src: &File,
+        src_off: u64,
+        len: u64,
+        off: u64,
+    ) -> Result<bool, BackendError> {
+        if self.no_copy {
+            return Ok(false);
+        }
+        let path = self.path.clone();
+        let dst = self.file()?.as_raw_fd();
+        let (mut s_off, mut d_off) = (src_off as i64, off as i64);
+        let mut left = len;
+        while left > 0 {
+            // SAFETY: both descriptors are open for the call's duration; the
+            // offsets are ours.
+            let n = unsafe {
+                libc::copy_file_range(
+                    src.as_raw_fd(),
+                    &mut s_off,
+                    dst,
+                    &mut d_off,
+                    left as usize,
+                    0,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                let unsupported = matches!(
+                    e.raw_os_error(),
+                    Some(libc::EXDEV | libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)
+                );
+                if unsupported && left == len {
+                    self.no_copy = true;
+                    return Ok(false);
+                }
+                return Err(err(&path, "copy_file_range", e));
+            }
+            if n == 0 {
+                return Err(err(
+                    &path,
+                    "copy_file_range",
+                    io::Error::new(io::ErrorKind::UnexpectedEof, "source data log ended early"),
+                ));
+            }
+            left -= n as u64;
+        }
+        Ok(true)
     }
 
     fn commit(self: Box<Self>) -> Result<(), BackendError> {

@@ -793,6 +793,13 @@ impl SourceReader {
         Ok(&self.open.as_ref().expect("just opened").1)
     }
 
+    /// The data log of a source extent that already passed [`Self::verify`],
+    /// for an in-kernel copy of its bytes (`copy_file_range`).
+    pub fn verified_file(&mut self, src: &SourceExtent) -> Result<&File> {
+        self.verify(src)?;
+        self.file(src)
+    }
+
     /// Check a whole source extent against its checksum (once per extent).
     pub fn verify(&mut self, src: &SourceExtent) -> Result<()> {
         let key = (src.data_path.clone(), src.extent.log_pos);

@@ -175,22 +175,34 @@ fn drain_epoch(
         }
         let mut buf = ctx.pool.get();
         let chunk = buf.len() as u64;
+        // In-kernel copies while the backend takes them (a POSIX remote on a
+        // file system that supports copy_file_range from the local one).
+        let mut copy = true;
         for (off, len, piece) in lf.pieces() {
             let src = &lf.sources[piece.source];
             let mut done = 0;
             while done < len {
                 let n = (len - done).min(chunk) as usize;
-                reader
-                    .read(src, piece.skip + done, &mut buf[..n])
-                    .map_err(local)?;
                 if let Some(l) = ctx.limit {
                     l.take(n);
                 }
-                sink.apply(RemoteOp::Write {
-                    off: off + done,
-                    data: &buf[..n],
-                })
-                .map_err(DrainError::Remote)?;
+                let src_off = src.extent.log_pos + piece.skip + done;
+                if copy {
+                    let f = reader.verified_file(src).map_err(local)?;
+                    copy = sink
+                        .copy_from(f, src_off, n as u64, off + done)
+                        .map_err(DrainError::Remote)?;
+                }
+                if !copy {
+                    reader
+                        .read(src, piece.skip + done, &mut buf[..n])
+                        .map_err(local)?;
+                    sink.apply(RemoteOp::Write {
+                        off: off + done,
+                        data: &buf[..n],
+                    })
+                    .map_err(DrainError::Remote)?;
+                }
                 failpoint::hit("drain.mid_write");
                 done += n as u64;
                 bytes += n as u64;
@@ -258,8 +270,10 @@ fn remove_if_present(p: &Path) -> Result<(), LogError> {
 }
 
 /// A crash between the progress record and the deletion leaves records of
-/// drained epochs: finish deleting them.
-fn delete_drained_leftovers(file: &FileInventory) -> Result<(), LogError> {
+/// drained epochs, and so does a slow rank whose commit mark arrives after
+/// the epoch was drained (any one rank's mark lets the drain start): finish
+/// deleting them.
+pub fn delete_drained_leftovers(file: &FileInventory) -> Result<(), LogError> {
     let Some(done) = file.progress.map(|p| (p.gen, p.epoch)) else {
         return Ok(());
     };

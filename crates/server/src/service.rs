@@ -438,6 +438,7 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
         // Being created (the path record comes first): its events follow.
         return Ok(());
     }
+    crate::drain::delete_drained_leftovers(&inv).map_err(DrainError::Local)?;
     let (pending, bytes) = inv.pending_summary().map_err(DrainError::Corrupt)?;
     let epoch_bytes: BTreeMap<EpochId, u64> = pending
         .iter()

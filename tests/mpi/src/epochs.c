@@ -11,7 +11,11 @@
  * bytes (8-byte aligned, not page aligned) chosen by a hash of (epoch,
  * block): about 2/3 of the blocks of the epoch's range are written, each by
  * one rank (ranks write disjoint bytes within an epoch), so every epoch
- * overwrites parts of earlier epochs and leaves other parts alone.
+ * overwrites parts of earlier epochs and leaves other parts alone.  In the
+ * collective (even) epochs every block past the end of the file is written:
+ * ROMIO's two-phase write in a direct run would fill a hole there with
+ * garbage (tests/mpi/README.md, noncontig_holes), and the direct runs are
+ * the reference.
  *
  * The epoch's range and size operation follow a cycle of four:
  *   1: blocks [1, R+1): block 0 stays a hole (in the first epoch);
@@ -75,14 +79,16 @@ static void fill_block(char *dst, int64_t b, int e, int tag)
     }
 }
 
-/* Which rank writes block b of range [lo, hi) in epoch e, or -1.  The first
- * `ranks` blocks of the range go one to each rank (everyone writes). */
-static int owner(int64_t b, int64_t lo, int e, int ranks)
+/* Which rank writes block b of range [lo, hi) in epoch e, or -1 (a hole).
+ * The first `ranks` blocks of the range go one to each rank (everyone
+ * writes).  `dense_from`: blocks that end past this offset are never holes
+ * (see main). */
+static int owner(int64_t b, int64_t lo, int e, int ranks, int64_t dense_from)
 {
     if (b - lo < ranks)
         return (int)(b - lo);
     uint64_t h = splitmix64(((uint64_t)e << 32) ^ (uint64_t)b ^ 0xB10C);
-    if (h % 3 == 0)
+    if (h % 3 == 0 && (b + 1) * BLK <= dense_from)
         return -1;
     return (int)((h >> 8) % (uint64_t)ranks);
 }
@@ -132,6 +138,8 @@ int main(int argc, char **argv)
     }
     char *path = path_in(pos_args[0], "epochs.dat");
     const int64_t R = 3 * (int64_t)size * kib * 1024 / BLK / 2;
+    if ((2 * R + 8) * BLK > 0x7fffffff)
+        die("--kib=%ld is too large for %d ranks (offsets are ints)", kib, size);
 
     MPI_File fh;
     CHK(MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_RDWR, MPI_INFO_NULL, &fh));
@@ -142,6 +150,7 @@ int main(int argc, char **argv)
     if (!displs || !buf || !junk)
         die("out of memory");
 
+    int64_t eof = 0; /* the file's size, as this program made it */
     for (int e = 1; e <= nepochs; e++) {
         int cycle = (e - 1) % 4, second = ((e - 1) / 4) % 2;
         int64_t lo, hi;
@@ -152,18 +161,26 @@ int main(int argc, char **argv)
         default: lo = 0, hi = R; break;
         }
         if (cycle == 2) {
-            CHK(MPI_File_set_size(fh, (MPI_Offset)(2 * R / 3) * BLK + 8 * 37));
+            eof = (2 * R / 3) * BLK + 8 * 37;
+            CHK(MPI_File_set_size(fh, (MPI_Offset)eof));
             CHK(MPI_Barrier(MPI_COMM_WORLD));
         }
 
-        /* This rank's blocks, ascending. */
+        /* This rank's blocks, ascending.  A collective write leaves no hole
+         * past the end of the file: ROMIO's two-phase write (direct runs)
+         * reads such a hole short at EOF and writes back garbage. */
+        int64_t dense_from = e % 2 == 0 ? eof : INT64_MAX;
         int n = 0;
-        for (int64_t b = lo; b < hi; b++)
-            if (owner(b, lo, e, size) == rank) {
+        for (int64_t b = lo; b < hi; b++) {
+            int o = owner(b, lo, e, size, dense_from);
+            if (o >= 0 && (b + 1) * BLK > eof)
+                eof = (b + 1) * BLK;
+            if (o == rank) {
                 displs[n] = (int)(b * BLK);
                 fill_block(buf + (size_t)n * BLK, b, e, 0);
                 n++;
             }
+        }
 
         if (e % 2 == 1) {
             /* Independent writes, one per run, last run first; junk first. */
@@ -195,9 +212,8 @@ int main(int argc, char **argv)
 
         if (cycle == 3) {
             CHK(MPI_Barrier(MPI_COMM_WORLD));
-            MPI_Offset sz = second ? (MPI_Offset)(R / 2) * BLK + 8 * 5
-                                   : (MPI_Offset)(R + 5) * BLK + 8 * 11;
-            CHK(MPI_File_set_size(fh, sz));
+            eof = second ? (R / 2) * BLK + 8 * 5 : (R + 5) * BLK + 8 * 11;
+            CHK(MPI_File_set_size(fh, (MPI_Offset)eof));
         }
 
         if (rank == 0)

@@ -1,0 +1,382 @@
+#!/usr/bin/python3
+"""Drain throughput to a POSIX remote versus `cp` of the same bytes to the
+same destination, and the server's memory peak during a large drain.
+
+Throughput (per file system, per case, REPEAT rounds):
+  Each round first prepares, for every method, its own input (all written by
+  bench/drain_writer.c, which fsyncs every epoch, so every input is a file
+  just written whose pages are clean in the page cache; nothing is dropped):
+    - server / recover: the writer runs under the real capture library
+      (LD_PRELOAD, PARALOG_PREFIX/LOCAL/JOB, no server running), leaving a
+      node-local log of committed epochs;
+    - cp: the writer runs directly, leaving a plain file with the same bytes
+      (for the small-extents case it is the logical file, sparse, since
+      epochs write disjoint extents: `cp` copies only its data).
+  Then the methods are timed one after the other, in an order that rotates
+  from round to round, each into an empty destination directory on the
+  same file system:
+    - server: `paralog server --local L --job J --remote R` with its default
+      tuning (4 workers, 256M pool, 8M buffers, nice 10 + idle-ish ionice),
+      timed from spawn until its answer to {"cmd":"drain"} on the status
+      socket (startup included); then {"cmd":"stop"};
+    - server-nice0: the same with --nice 0 (to separate the priority cost);
+    - recover: `paralog recover --local L --remote R --job J` (the same
+      drain code, in the foreground, 64M pool);
+    - cp: `cp SRC DST` then `sync DST DSTDIR` (fsync of the file and of its
+      directory: the drain fsyncs both, so cp is made durable too).
+  Throughput = bytes the program wrote (= bytes drained) / wall time. The
+  table shows medians, min-max spread, and each drain's ratio to cp.
+
+Cases:
+  large:  one file, LARGE_MIB written sequentially in 8 MiB pwrites,
+          LARGE_EPOCHS epochs (fsync ends each);
+  small:  SMALL_EXTENTS noncontiguous 4..64 KiB pwrites per epoch at
+          scattered offsets (each a separate extent), SMALL_EPOCHS epochs.
+
+Memory (--memory-test): a MEM_GIB drain of one file (and of 4 files of
+MEM_GIB/4, so that 4 workers drain at once) by a server with --memory
+256M and 64M; VmRSS sampled every 10 ms from /proc/PID/status, VmHWM read
+when the drain answers. Only on the first --fs directory.
+
+Usage: bench/drain_vs_cp.py [--fs /tmp,/dev/shm] [--repeat N]
+         [--methods server,recover,cp] [--cases large,small]
+         [--large-mib N] [--large-epochs N] [--small-extents N]
+         [--small-epochs N] [--memory-test] [--mem-gib N]
+         [--mem-pools 256M,64M] [--no-throughput] [--json OUT] [--keep]
+
+The binaries are copied to a private directory first, so a rebuild of
+target/release during the run does not change what is measured.
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB = "b"
+
+
+def sh(*args, **kw):
+    return subprocess.run([str(a) for a in args], check=True, **kw)
+
+
+class Tools:
+    def __init__(self, base):
+        d = base / "bin"
+        d.mkdir()
+        self.paralog = d / "paralog"
+        self.capture = d / "libparalog_capture.so"
+        shutil.copy2(ROOT / "target/release/paralog", self.paralog)
+        shutil.copy2(ROOT / "target/release/libparalog_capture.so", self.capture)
+        self.writer = d / "drain_writer"
+        sh("cc", "-O2", "-Wall", "-Wextra", "-o", self.writer, ROOT / "bench/drain_writer.c")
+        self.rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                                  capture_output=True, text=True).stdout.strip()
+
+    def write(self, args, capture=None):
+        """Run the writer; capture=(prefix, local): under the capture library."""
+        env = dict(os.environ)
+        for k in list(env):
+            if k.startswith("PARALOG_"):
+                del env[k]
+        if capture:
+            prefix, local = capture
+            env.update(LD_PRELOAD=str(self.capture), PARALOG_PREFIX=str(prefix),
+                       PARALOG_LOCAL=str(local), PARALOG_JOB=JOB)
+        r = sh(self.writer, *args, env=env, capture_output=True, text=True)
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def writer_args(case, a, path):
+    if case == "large":
+        return ["large", path, a.large_mib, 8192, a.large_epochs]
+    return ["small", path, a.small_extents, a.small_epochs, 7]
+
+
+def request(sock, cmd, timeout=3600):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(timeout)
+    s.connect(str(sock))
+    s.sendall((json.dumps(cmd) + "\n").encode())
+    line = s.makefile().readline()
+    s.close()
+    return json.loads(line)
+
+
+def proc_status(pid):
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("VmHWM", "VmRSS", "RssAnon", "Threads"):
+                    out[k] = int(v.split()[0]) * (1024 if k != "Threads" else 1)
+    except OSError:
+        pass
+    return out
+
+
+def run_server(tools, local, remote, extra=(), sample=False):
+    """Start a server on an existing log, ask it to drain, stop it.
+    Returns (wall seconds from spawn to the drain answer, status, memory)."""
+    sock = local / f".paralog-server-{JOB}.sock"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALOG_")}
+    env["PARALOG_LOG"] = "warn"
+    t0 = time.perf_counter()
+    p = subprocess.Popen([str(tools.paralog), "server", "--local", str(local), "--job", JOB,
+                          "--remote", str(remote), *extra], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    samples, stop = [], threading.Event()
+
+    def sampler():
+        while not stop.is_set():
+            st = proc_status(p.pid)
+            if st:
+                samples.append((time.perf_counter() - t0, st.get("VmRSS", 0)))
+            time.sleep(0.01)
+
+    th = threading.Thread(target=sampler, daemon=True)
+    if sample:
+        th.start()
+    try:
+        while True:
+            if p.poll() is not None:
+                raise RuntimeError(f"server exited early: {p.stderr.read()}")
+            try:
+                st = request(sock, {"cmd": "drain"})
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                time.sleep(0.002)
+        wall = time.perf_counter() - t0
+        mem = proc_status(p.pid)
+        if "error" in st or st.get("damaged") or st.get("epochs_pending"):
+            raise RuntimeError(f"drain failed: {st}")
+        try:
+            request(sock, {"cmd": "stop"})
+        except (ValueError, OSError):
+            pass  # the server may exit before its answer is out (docs/benchmarks.md)
+        p.wait(timeout=120)
+    finally:
+        stop.set()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    if sample:
+        th.join()
+        mem["VmRSS_max_sampled"] = max((s[1] for s in samples), default=0)
+        mem["samples"] = len(samples)
+    return wall, st, mem
+
+
+def run_recover(tools, local, remote):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALOG_")}
+    t0 = time.perf_counter()
+    r = sh(tools.paralog, "recover", "--local", local, "--remote", remote, "--job", JOB, "--json",
+           env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    out = json.loads(r.stdout)
+    if out["failed"]:
+        raise RuntimeError(f"recover failed: {out}")
+    return wall
+
+
+def run_cp(src, dst):
+    t0 = time.perf_counter()
+    sh("cp", src, dst)
+    sh("sync", dst, dst.parent)
+    return time.perf_counter() - t0
+
+
+def same(a, b):
+    return subprocess.run(["cmp", "-s", str(a), str(b)]).returncode == 0
+
+
+def throughput(tools, a, fsdir, case, base, results):
+    methods = a.methods
+    rates = {m: [] for m in methods}
+    extra = {}
+    nbytes = None
+    for i in range(a.repeat):
+        work = Path(tempfile.mkdtemp(prefix=f"{case}-{i}-", dir=base))
+        try:
+            (work / "plain").mkdir()
+            src = work / "plain/f"
+            w = tools.write(writer_args(case, a, src))
+            nbytes = w["bytes"]
+            logs = {}
+            for m in methods:
+                if m == "cp":
+                    continue
+                pfs, local = work / f"pfs-{m}", work / f"local-{m}"
+                pfs.mkdir()
+                tools.write(writer_args(case, a, pfs / "f"), capture=(pfs, local))
+                if (pfs / "f").exists():
+                    raise RuntimeError("capture did not take the file: it reached the prefix")
+                logs[m] = local
+            order = methods[i % len(methods):] + methods[:i % len(methods)]
+            for m in order:
+                dst = work / f"dst-{m}"
+                dst.mkdir()
+                time.sleep(0.5)
+                if m == "cp":
+                    t = run_cp(src, dst / "f")
+                elif m == "recover":
+                    t = run_recover(tools, logs[m], dst)
+                else:
+                    ex = ["--nice", "0"] if m == "server-nice0" else []
+                    t, st, mem = run_server(tools, logs[m], dst, ex)
+                    if st["bytes_drained"] != nbytes:
+                        raise RuntimeError(f"drained {st['bytes_drained']} bytes, wrote {nbytes}")
+                    extra.setdefault(m, []).append(
+                        {"wall": t, "active_s": st["drain_active_s"], "hwm": mem.get("VmHWM")})
+                if not a.no_verify and not same(src, dst / "f"):
+                    raise RuntimeError(f"{m}: {dst / 'f'} differs from {src}")
+                rates[m].append(nbytes / t / 1e6)
+                shutil.rmtree(dst)
+                if m in logs:
+                    shutil.rmtree(logs[m])
+            print(f"  round {i + 1}: " + "  ".join(f"{m} {rates[m][-1]:.0f}" for m in methods),
+                  flush=True)
+        finally:
+            if not a.keep:
+                shutil.rmtree(work, ignore_errors=True)
+    row = {"fs": fsdir, "case": case, "bytes": nbytes, "runs": a.repeat, "MBps": rates,
+           "server_detail": extra}
+    results.append(row)
+    return row
+
+
+def print_table(rows, methods):
+    hdr = f"{'fs':10} {'case':7} {'MiB':>6} " + " ".join(f"{m + ' MB/s':>22}" for m in methods)
+    ratios = [m for m in methods if m != "cp"] if "cp" in methods else []
+    hdr += "".join(f" {m + '/cp':>14}" for m in ratios)
+    print(hdr)
+    for r in rows:
+        med = {m: statistics.median(v) for m, v in r["MBps"].items()}
+        line = f"{r['fs']:10} {r['case']:7} {r['bytes'] / 2**20:6.0f} "
+        line += " ".join(f"{med[m]:7.0f} ({min(r['MBps'][m]):5.0f}-{max(r['MBps'][m]):5.0f})"
+                         for m in methods)
+        line += "".join(f" {med[m] / med['cp']:13.2f}x" for m in ratios)
+        print(line)
+
+
+def memory_test(tools, a, base, results):
+    gib = a.mem_gib
+    print(f"\nmemory: {gib} GiB drain, server VmRSS sampled every 10 ms, VmHWM at the end")
+    print(f"{'pool':>6} {'files':>5} {'drain MB/s':>11} {'VmHWM MiB':>10} "
+          f"{'max sampled RSS MiB':>20} {'pool MiB':>9} {'HWM/pool':>9}")
+    # A server with nothing to drain: its baseline footprint.
+    idle = Path(tempfile.mkdtemp(prefix="mem-idle-", dir=base))
+    try:
+        (idle / "local").mkdir()
+        (idle / "remote").mkdir()
+        _, _, mem = run_server(tools, idle / "local", idle / "remote")
+        print(f"  (idle server, nothing to drain: VmHWM {mem.get('VmHWM', 0) / 2**20:.1f} MiB)")
+        results.append({"memory": "idle", "VmHWM": mem.get("VmHWM")})
+    finally:
+        shutil.rmtree(idle, ignore_errors=True)
+    for pool in a.mem_pools:
+        for nfiles in (1, 4):
+            work = Path(tempfile.mkdtemp(prefix=f"mem-{pool}-{nfiles}-", dir=base))
+            try:
+                pfs, local, dst = work / "pfs", work / "local", work / "remote"
+                pfs.mkdir()
+                dst.mkdir()
+                total = 0
+                for k in range(nfiles):
+                    w = tools.write(["large", pfs / f"f{k}", gib * 1024 // nfiles, 8192, 4],
+                                    capture=(pfs, local))
+                    total += w["bytes"]
+                time.sleep(0.5)
+                t, st, mem = run_server(tools, local, dst, ["--memory", pool], sample=True)
+                if st["bytes_drained"] != total:
+                    raise RuntimeError(f"drained {st['bytes_drained']} of {total}")
+                pool_b = parse_size(pool)
+                hwm = mem.get("VmHWM", 0)
+                print(f"{pool:>6} {nfiles:5} {total / t / 1e6:11.0f} {hwm / 2**20:10.1f} "
+                      f"{mem['VmRSS_max_sampled'] / 2**20:20.1f} {pool_b / 2**20:9.0f} "
+                      f"{hwm / pool_b:8.2f}x", flush=True)
+                results.append({"memory": pool, "files": nfiles, "bytes": total, "wall": t,
+                                "VmHWM": hwm, "VmRSS_max_sampled": mem["VmRSS_max_sampled"],
+                                "samples": mem["samples"], "pool": pool_b})
+            finally:
+                if not a.keep:
+                    shutil.rmtree(work, ignore_errors=True)
+
+
+def parse_size(s):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(float(s[:-1]) * mult[s[-1].upper()]) if s[-1].upper() in mult else int(s)
+
+
+def free_bytes(d):
+    st = os.statvfs(d)
+    return st.f_bavail * st.f_frsize
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--fs", default="/tmp,/dev/shm", help="comma-separated directories")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--methods", default="server,recover,cp")
+    ap.add_argument("--cases", default="large,small")
+    ap.add_argument("--large-mib", type=int, default=1024)
+    ap.add_argument("--large-epochs", type=int, default=1)
+    ap.add_argument("--small-extents", type=int, default=1000)
+    ap.add_argument("--small-epochs", type=int, default=16)
+    ap.add_argument("--memory-test", action="store_true")
+    ap.add_argument("--mem-gib", type=int, default=4)
+    ap.add_argument("--mem-pools", default="256M,64M")
+    ap.add_argument("--no-throughput", action="store_true")
+    ap.add_argument("--no-verify", action="store_true", help="skip cmp of each result")
+    ap.add_argument("--json", help="write the raw results here")
+    ap.add_argument("--keep", action="store_true")
+    a = ap.parse_args()
+    a.methods = a.methods.split(",")
+    a.mem_pools = a.mem_pools.split(",")
+    fss = a.fs.split(",")
+    # Space: per round, the source plus one log per drain method plus one
+    # destination at a time; the memory test: 4 GiB log + 4 GiB remote.
+    per_round = a.large_mib * (1 + len(a.methods)) * 2**20
+    need = max(per_round, 2 * a.mem_gib * 2**30 if a.memory_test else 0) + 2**30
+    for d in fss:
+        if free_bytes(d) < need:
+            sys.exit(f"{d}: {free_bytes(d) / 2**30:.1f} GiB free, need {need / 2**30:.1f} GiB")
+    results = []
+    scratch = Path(tempfile.mkdtemp(prefix="paralog-drainbench-", dir=fss[0]))
+    try:
+        tools = Tools(scratch)
+        print(f"paralog {tools.rev}; {os.cpu_count()} CPUs; load {os.getloadavg()[0]:.2f}; "
+              f"{a.repeat} rounds, methods rotated; medians (min-max) in MB/s")
+        rows = []
+        if not a.no_throughput:
+            for d in fss:
+                base = Path(tempfile.mkdtemp(prefix="paralog-drainbench-", dir=d))
+                try:
+                    for case in a.cases.split(","):
+                        print(f"{d} {case}:", flush=True)
+                        rows.append(throughput(tools, a, d, case, base, results))
+                finally:
+                    shutil.rmtree(base, ignore_errors=True)
+            print()
+            print_table(rows, a.methods)
+        if a.memory_test:
+            memory_test(tools, a, scratch, results)
+        print(f"load at the end {os.getloadavg()[0]:.2f}")
+    finally:
+        if not a.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
