@@ -118,7 +118,7 @@ pub fn print_table(st: &Status) {
     }
     println!(
         "{:<9} {:>8} {:>8} {:>11} {:>11} {:>6}  file",
-        "state", "drained", "pending", "bytes", "pending", "ETA"
+        "state", "epochs", "left", "drained", "pending", "ETA"
     );
     for f in &st.files {
         println!(

@@ -54,6 +54,8 @@ struct Entry {
     bytes_drained: u64,
     bytes_pending: u64,
     busy_time: Duration,
+    /// When the worker that has it now took it.
+    busy_since: Option<Instant>,
     /// Retrying after a remote failure: not before this instant.
     retry_at: Option<Instant>,
     attempts: u32,
@@ -233,7 +235,8 @@ impl Server {
                 } else {
                     FileState::Idle
                 };
-                let frate = rate_f(e.bytes_drained, e.busy_time);
+                let busy = e.busy_time + e.busy_since.map_or(Duration::ZERO, |t| now - t);
+                let frate = rate_f(e.bytes_drained, busy);
                 FileStatus {
                     job: e.job.clone(),
                     path: e.path.clone(),
@@ -348,6 +351,7 @@ fn worker(inner: &Inner) {
         }
         let e = s.files.get_mut(&dir).expect("entries are never removed");
         e.busy = false;
+        e.busy_since = None;
         e.busy_time += started.elapsed();
         let mut requeue = std::mem::take(&mut e.dirty);
         match result {
@@ -415,6 +419,7 @@ fn next_file(inner: &Inner) -> Option<PathBuf> {
             let e = s.files.get_mut(&dir).expect("queued files have entries");
             e.queued = false;
             e.busy = true;
+            e.busy_since = Some(now);
             e.dirty = false;
             s.busy_workers += 1;
             if s.active_since.is_none() {
