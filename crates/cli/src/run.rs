@@ -323,7 +323,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(MpiChoice::Mpich) => Some(Mpi::Mpich),
         Some(MpiChoice::Openmpi) => Some(Mpi::Openmpi),
         Some(MpiChoice::None) => None,
-        None => detect_mpi(&args.command),
+        None => {
+            let m = detect_mpi(&args.command);
+            if m.is_none() {
+                eprintln!("paralog: no MPI found in the command (launcher or linked library): capturing it as a plain POSIX program; give --mpi mpich|openmpi if it uses MPI-IO");
+            }
+            m
+        }
     };
     let vars = capture_env(mpi, &prefix, &root, remote_url.as_deref(), Some(&job))?;
     let stats_dir = root.join(format!(
