@@ -188,10 +188,12 @@ def run_recover(tools, local, remote):
     return wall
 
 
-def run_cp(src, dst):
+def run_cp(src, dst, remove=False):
     t0 = time.perf_counter()
     sh("cp", src, dst)
     sh("sync", dst, dst.parent)
+    if remove:
+        sh("rm", src)
     return time.perf_counter() - t0
 
 
@@ -212,8 +214,11 @@ def throughput(tools, a, fsdir, case, base, results):
             w = tools.write(writer_args(case, a, src))
             nbytes = w["bytes"]
             logs = {}
+            if "cp+rm" in methods:
+                (work / "plain-rm").mkdir()
+                tools.write(writer_args(case, a, work / "plain-rm/f"))
             for m in methods:
-                if m == "cp":
+                if m.startswith("cp"):
                     continue
                 pfs, local = work / f"pfs-{m}", work / f"local-{m}"
                 pfs.mkdir()
@@ -228,6 +233,8 @@ def throughput(tools, a, fsdir, case, base, results):
                 time.sleep(0.5)
                 if m == "cp":
                     t = run_cp(src, dst / "f")
+                elif m == "cp+rm":
+                    t = run_cp(work / "plain-rm/f", dst / "f", remove=True)
                 elif m == "recover":
                     t = run_recover(tools, logs[m], dst)
                 else:
@@ -255,16 +262,18 @@ def throughput(tools, a, fsdir, case, base, results):
 
 
 def print_table(rows, methods):
-    hdr = f"{'fs':10} {'case':7} {'MiB':>6} " + " ".join(f"{m + ' MB/s':>22}" for m in methods)
-    ratios = [m for m in methods if m != "cp"] if "cp" in methods else []
-    hdr += "".join(f" {m + '/cp':>14}" for m in ratios)
+    drains = [m for m in methods if not m.startswith("cp")]
+    bases = [m for m in methods if m.startswith("cp")]
+    ratios = [(d, b) for b in bases for d in drains]
+    hdr = f"{'fs':10} {'case':6} {'MiB':>5} " + " ".join(f"{m + ' MB/s':>19}" for m in methods)
+    hdr += "".join(f" {d + '/' + b:>13}" for d, b in ratios)
     print(hdr)
     for r in rows:
         med = {m: statistics.median(v) for m, v in r["MBps"].items()}
-        line = f"{r['fs']:10} {r['case']:7} {r['bytes'] / 2**20:6.0f} "
-        line += " ".join(f"{med[m]:7.0f} ({min(r['MBps'][m]):5.0f}-{max(r['MBps'][m]):5.0f})"
+        line = f"{r['fs']:10} {r['case']:6} {r['bytes'] / 2**20:5.0f} "
+        line += " ".join(f"{med[m]:6.0f} ({min(r['MBps'][m]):4.0f}-{max(r['MBps'][m]):4.0f})"
                          for m in methods)
-        line += "".join(f" {med[m] / med['cp']:13.2f}x" for m in ratios)
+        line += "".join(f" {med[d] / med[b]:12.2f}x" for d, b in ratios)
         print(line)
 
 

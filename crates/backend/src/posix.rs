@@ -92,9 +92,22 @@ impl PosixSink<'_> {
         if self.file.is_none() {
             let existed = self.path.exists();
             if !existed {
+                // The root itself must exist: a missing root is a remote
+                // file system that is not mounted, and creating it would
+                // write onto the mount point instead. Retried later.
+                if !self.root.is_dir() {
+                    return Err(err(
+                        self.root,
+                        "open remote root",
+                        io::Error::new(
+                            io::ErrorKind::NotFound,
+                            "the remote directory does not exist (not mounted?)",
+                        ),
+                    ));
+                }
+                // Directories below the root that the program created
+                // under the prefix.
                 if let Some(parent) = self.path.parent() {
-                    // Directories below the remote root that the program
-                    // created under the prefix; the root itself must exist.
                     if parent != self.root {
                         std::fs::create_dir_all(parent)
                             .map_err(|e| err(parent, "create directory", e))?;
