@@ -73,7 +73,7 @@ fn scans_watches_retries_and_keeps_order() {
     let remote = d.path().join("remote");
     let cfg = WriterConfig::default();
     let mut ranks: Vec<RankLog> = (0..2)
-        .map(|r| RankLog::create(&root, ident(), r, 2, cfg.clone()).unwrap())
+        .map(|r| RankLog::create(&root, ident(), r, 2, cfg).unwrap())
         .collect();
     write_epoch(&mut ranks, 1, true);
     write_epoch(&mut ranks, 2, true);
