@@ -209,47 +209,43 @@ def throughput(tools, a, fsdir, case, base, results):
     for i in range(a.repeat):
         work = Path(tempfile.mkdtemp(prefix=f"{case}-{i}-", dir=base))
         try:
-            (work / "plain").mkdir()
-            src = work / "plain/f"
-            w = tools.write(writer_args(case, a, src))
-            nbytes = w["bytes"]
-            logs = {}
-            if "cp+rm" in methods:
-                (work / "plain-rm").mkdir()
-                tools.write(writer_args(case, a, work / "plain-rm/f"))
-            for m in methods:
-                if m.startswith("cp"):
-                    continue
-                pfs, local = work / f"pfs-{m}", work / f"local-{m}"
-                pfs.mkdir()
-                tools.write(writer_args(case, a, pfs / "f"), capture=(pfs, local))
-                if (pfs / "f").exists():
-                    raise RuntimeError("capture did not take the file: it reached the prefix")
-                logs[m] = local
+            # The reference for checking every result.
+            (work / "ref").mkdir()
+            ref = work / "ref/f"
+            nbytes = tools.write(writer_args(case, a, ref))["bytes"]
             order = methods[i % len(methods):] + methods[:i % len(methods)]
             for m in order:
+                # Each method's input is written just before it is timed.
+                inp = work / f"in-{m}"
                 dst = work / f"dst-{m}"
+                inp.mkdir()
                 dst.mkdir()
-                time.sleep(0.5)
-                if m == "cp":
-                    t = run_cp(src, dst / "f")
-                elif m == "cp+rm":
-                    t = run_cp(work / "plain-rm/f", dst / "f", remove=True)
+                if m.startswith("cp"):
+                    tools.write(writer_args(case, a, inp / "f"))
+                else:
+                    pfs, local = inp / "pfs", inp / "local"
+                    pfs.mkdir()
+                    tools.write(writer_args(case, a, pfs / "f"), capture=(pfs, local))
+                    if (pfs / "f").exists():
+                        raise RuntimeError("capture did not take the file: it reached the prefix")
+                time.sleep(a.settle)
+                if m in ("cp", "cp+rm"):
+                    t = run_cp(inp / "f", dst / "f", remove=m == "cp+rm")
                 elif m == "recover":
-                    t = run_recover(tools, logs[m], dst)
+                    t = run_recover(tools, local, dst)
                 else:
                     ex = ["--nice", "0"] if m == "server-nice0" else []
-                    t, st, mem = run_server(tools, logs[m], dst, ex)
+                    t, st, mem = run_server(tools, local, dst, ex)
                     if st["bytes_drained"] != nbytes:
                         raise RuntimeError(f"drained {st['bytes_drained']} bytes, wrote {nbytes}")
                     extra.setdefault(m, []).append(
                         {"wall": t, "active_s": st["drain_active_s"], "hwm": mem.get("VmHWM")})
-                if not a.no_verify and not same(src, dst / "f"):
-                    raise RuntimeError(f"{m}: {dst / 'f'} differs from {src}")
+                if not a.no_verify and not same(ref, dst / "f"):
+                    raise RuntimeError(f"{m}: {dst / 'f'} differs from {ref}")
                 rates[m].append(nbytes / t / 1e6)
                 shutil.rmtree(dst)
-                if m in logs:
-                    shutil.rmtree(logs[m])
+                shutil.rmtree(inp)
+                time.sleep(a.settle)
             print(f"  round {i + 1}: " + "  ".join(f"{m} {rates[m][-1]:.0f}" for m in methods),
                   flush=True)
         finally:
@@ -335,7 +331,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fs", default="/tmp,/dev/shm", help="comma-separated directories")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--methods", default="server,recover,cp")
+    ap.add_argument("--methods", default="server,server-nice0,recover,cp,cp+rm")
+    ap.add_argument("--settle", type=float, default=1.0,
+                    help="seconds of quiet before each timed step and after each cleanup")
     ap.add_argument("--cases", default="large,small")
     ap.add_argument("--large-mib", type=int, default=1024)
     ap.add_argument("--large-epochs", type=int, default=1)
@@ -343,7 +341,7 @@ def main():
     ap.add_argument("--small-epochs", type=int, default=16)
     ap.add_argument("--memory-test", action="store_true")
     ap.add_argument("--mem-gib", type=int, default=4)
-    ap.add_argument("--mem-pools", default="256M,64M")
+    ap.add_argument("--mem-pools", default="256M,64M,16M")
     ap.add_argument("--no-throughput", action="store_true")
     ap.add_argument("--no-verify", action="store_true", help="skip cmp of each result")
     ap.add_argument("--json", help="write the raw results here")
@@ -354,7 +352,7 @@ def main():
     fss = a.fs.split(",")
     # Space: per round, the source plus one log per drain method plus one
     # destination at a time; the memory test: 4 GiB log + 4 GiB remote.
-    per_round = a.large_mib * (1 + len(a.methods)) * 2**20
+    per_round = a.large_mib * 3 * 2**20
     need = max(per_round, 2 * a.mem_gib * 2**30 if a.memory_test else 0) + 2**30
     for d in fss:
         if free_bytes(d) < need:
@@ -363,7 +361,8 @@ def main():
     scratch = Path(tempfile.mkdtemp(prefix="paralog-drainbench-", dir=fss[0]))
     try:
         tools = Tools(scratch)
-        print(f"paralog {tools.rev}; {os.cpu_count()} CPUs; load {os.getloadavg()[0]:.2f}; "
+        built = time.strftime("%Y-%m-%d %H:%M", time.localtime(tools.paralog.stat().st_mtime))
+        print(f"paralog {tools.rev} (binaries built {built}); {os.cpu_count()} CPUs; load {os.getloadavg()[0]:.2f}; "
               f"{a.repeat} rounds, methods rotated; medians (min-max) in MB/s")
         rows = []
         if not a.no_throughput:

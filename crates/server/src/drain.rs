@@ -42,6 +42,9 @@ pub enum DrainError {
     Remote(BackendError),
     #[error("node-local log: {0}")]
     Local(LogError),
+    /// A bug in paralog (a panic while draining this file).
+    #[error("internal error while draining (please report it): {0}")]
+    Internal(String),
     /// Another drain (a server, `paralog recover`) holds the file.
     #[error("{0} is being drained by another process (a server or `paralog recover`)")]
     Busy(String),
@@ -51,7 +54,7 @@ impl DrainError {
     /// Whether trying again later can succeed.
     pub fn retryable(&self) -> bool {
         match self {
-            DrainError::Corrupt(_) => false,
+            DrainError::Corrupt(_) | DrainError::Internal(_) => false,
             DrainError::Remote(e) => e.retryable(),
             DrainError::Local(_) | DrainError::Busy(_) => true,
         }

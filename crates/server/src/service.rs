@@ -341,7 +341,18 @@ fn worker(inner: &Inner) {
             return;
         };
         let started = Instant::now();
-        let result = drain_one(inner, &dir);
+        // A bug must not take a worker (and the drain of every file) with
+        // it: it parks this one file, with the panic as its message.
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drain_one(inner, &dir)))
+                .unwrap_or_else(|p| {
+                    let what = p
+                        .downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| p.downcast_ref::<&str>().copied())
+                        .unwrap_or("panic");
+                    Err(DrainError::Internal(what.to_owned()))
+                });
         let mut s = lock(inner);
         s.busy_workers -= 1;
         if s.busy_workers == 0 {

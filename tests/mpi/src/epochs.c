@@ -2,7 +2,7 @@
  * server crash tests (tests/server/crash.py).
  *
  * Usage: epochs OUTDIR [--epochs=N] [--kib=K] [--sleep-ms=M]
- *               [--progress=FILE] [--snapshot]
+ *               [--progress=FILE] [--kill-in-sync=E:R:USEC] [--snapshot]
  *
  * Writes OUTDIR/epochs.dat in N epochs (default 8).  Epochs 1..N-1 end with
  * MPI_File_sync (+ barrier), epoch N with MPI_File_close, so the file has
@@ -42,8 +42,16 @@
  * "committed N" right after it returned (one write(2) each, O_APPEND,
  * outside MPI: the file must be outside the captured prefix).  The crash
  * tests read it while the program runs (stdout would die with mpirun).
+ *
+ * --kill-in-sync=E:R:USEC: rank R arms a one-shot POSIX timer that sends
+ * itself SIGKILL USEC microseconds after it enters the consistency point of
+ * epoch E (MPI_File_sync, or the close for the last epoch).  A consistency
+ * point takes a few ms (fdatasync, manifest, agreement): a kill from outside
+ * the process rarely lands inside it on a busy machine; this one does,
+ * unless the sync returned first (then the rank dies soon after it).
  */
 #include "common.h"
+#include <signal.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -93,6 +101,24 @@ static int owner(int64_t b, int64_t lo, int e, int ranks, int64_t dense_from)
     return (int)((h >> 8) % (uint64_t)ranks);
 }
 
+/* SIGKILL to this process `usec` microseconds from now. */
+static void arm_kill(long usec)
+{
+    timer_t t;
+    struct sigevent ev;
+    memset(&ev, 0, sizeof ev);
+    ev.sigev_notify = SIGEV_SIGNAL;
+    ev.sigev_signo = SIGKILL;
+    if (timer_create(CLOCK_MONOTONIC, &ev, &t) != 0)
+        die("timer_create: %s", strerror(errno));
+    struct itimerspec its;
+    memset(&its, 0, sizeof its);
+    its.it_value.tv_sec = usec / 1000000;
+    its.it_value.tv_nsec = (usec % 1000000) * 1000 + 1; /* 0 would disarm */
+    if (timer_settime(t, 0, &its, NULL) != 0)
+        die("timer_settime: %s", strerror(errno));
+}
+
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -105,6 +131,8 @@ int main(int argc, char **argv)
     int rank, size, nepochs = 8;
     long kib = 512, sleep = 0;
     const char *progress = NULL;
+    int kill_epoch = 0, kill_rank = -1;
+    long kill_usec = 0;
 
     /* --key=value options are ours; the rest goes to setup(). */
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
@@ -120,13 +148,21 @@ int main(int argc, char **argv)
             sleep = atol(argv[i] + 11);
         else if (strncmp(argv[i], "--progress=", 11) == 0)
             progress = argv[i] + 11;
+        else if (strncmp(argv[i], "--kill-in-sync=", 15) == 0) {
+            if (sscanf(argv[i] + 15, "%d:%d:%ld", &kill_epoch, &kill_rank, &kill_usec) != 3 ||
+                kill_epoch < 1 || kill_rank < 0 || kill_usec < 0) {
+                fprintf(stderr, "epochs: bad %s (want E:R:USEC)\n", argv[i]);
+                return 2;
+            }
+        }
         else
             rest[nrest++] = argv[i];
     }
 
     MPI_Init(&argc, &argv);
     setup(nrest, rest, "epochs", 1, 1, NULL,
-          "OUTDIR [--epochs=N] [--kib=K] [--sleep-ms=M] [--progress=FILE] [--snapshot]");
+          "OUTDIR [--epochs=N] [--kib=K] [--sleep-ms=M] [--progress=FILE] "
+          "[--kill-in-sync=E:R:USEC] [--snapshot]");
     if (nepochs < 1 || nepochs > 1000 || kib < 4 || kib > (1 << 20) || sleep < 0)
         die("bad --epochs, --kib or --sleep-ms");
     CHK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
@@ -218,6 +254,8 @@ int main(int argc, char **argv)
 
         if (rank == 0)
             note("syncing", e);
+        if (e == kill_epoch && rank == kill_rank)
+            arm_kill(kill_usec);
         if (e < nepochs) {
             CHK(MPI_File_sync(fh));
             if (rank == 0)
