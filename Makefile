@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture test-server lint bench-log clean
+.PHONY: all setup build shims demo test test-rust test-capture test-server test-crash-long lint bench-log clean
 
 all: build
 
@@ -47,6 +47,11 @@ test-capture: build
 # scan, damaged epochs, a failing remote (tmpfs full / read-only), recover.
 test-server: build
 	/usr/bin/python3 tests/server/e2e.py
+	/usr/bin/python3 tests/server/crash.py
+
+# The long crash run (500 randomized trials, about 10 minutes).
+test-crash-long: build
+	/usr/bin/python3 tests/server/crash.py --trials 500
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -221,6 +221,56 @@ fn start_server(
     }
 }
 
+/// Our children other than the server: processes of the program that
+/// outlived its launcher and were re-parented to us.
+fn orphans(server: u32) -> Vec<i32> {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid as u32 != server)
+        .filter(|&pid| {
+            // Field 4 of /proc/PID/stat, after the parenthesised name.
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let rest = &s[s.rfind(')')? + 1..];
+                    rest.split_whitespace().nth(1)?.parse::<i32>().ok()
+                })
+                == Some(me)
+        })
+        .collect()
+}
+
+fn wait_for_orphans(server: u32) {
+    let mut told = false;
+    loop {
+        let left = orphans(server);
+        if left.is_empty() {
+            return;
+        }
+        if !told {
+            eprintln!(
+                "paralog: the launcher exited but {} process(es) of the program still run ({}); waiting for them",
+                left.len(),
+                left.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(" ")
+            );
+            told = true;
+        }
+        for pid in left {
+            let mut st = 0;
+            // SAFETY: reaping our own child without blocking.
+            unsafe {
+                libc::waitpid(pid, &mut st, libc::WNOHANG);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[derive(Default)]
 struct Counters {
     processes: u64,
@@ -346,6 +396,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut server = start_server(&args, &root, &job, remote_url.as_deref())?;
     tracing::debug!(pid = server.child.id(), "server started");
 
+    // Ranks that outlive their launcher (Open MPI's, when mpirun is killed)
+    // become our children, so that we can wait for them: the program is
+    // not over while one of its processes may still commit an epoch.
+    // SAFETY: prctl with integer arguments.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
     let t0 = Instant::now();
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..])
@@ -355,6 +412,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Ok(mut c) => c.wait(),
         Err(e) => Err(e),
     };
+    wait_for_orphans(server.child.id());
     let program_time = t0.elapsed();
     let at_end = status::request_status(&server.socket, &Request::Status).ok();
 

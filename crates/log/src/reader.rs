@@ -396,9 +396,13 @@ impl FileInventory {
     /// uncommitted tail never happened.
     pub fn committed_epochs(&self) -> Result<Vec<EpochId>> {
         let ids = self.epoch_ids();
+        // Epochs up to the progress record were committed and drained; what
+        // is left of them (a crash before their deletion finished, a slow
+        // rank's late mark) is neither evidence nor an obstacle.
+        let drained = self.progress.map(|p| (p.gen, p.epoch));
         let mut committed = Vec::with_capacity(ids.len());
         for &id in &ids {
-            committed.push(self.commit_status(id)?.is_committed());
+            committed.push(Some(id) <= drained || self.commit_status(id)?.is_committed());
         }
         let mut out = Vec::new();
         let mut blocked_gen = None;

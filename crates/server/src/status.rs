@@ -185,14 +185,23 @@ fn answer(server: &Server, conn: UnixStream) -> std::io::Result<()> {
             Ok(serde_json::json!({ "finishing": true }))
         }
         Ok(Request::Stop) => {
+            // Answer first: the process may exit as soon as it stops.
+            write_line(&conn, &serde_json::json!({ "stopping": true }))?;
             server.request_stop();
-            Ok(serde_json::json!({ "stopping": true }))
+            return Ok(());
         }
         Err(e) => Ok(serde_json::json!({ "error": format!("bad request: {e}") })),
     }
     .map_err(std::io::Error::other)?;
-    let mut w = &conn;
-    writeln!(w, "{reply}")?;
+    write_line(&conn, &reply)
+}
+
+/// One JSON line in one write.
+fn write_line(conn: &UnixStream, v: &serde_json::Value) -> std::io::Result<()> {
+    let mut text = v.to_string();
+    text.push('\n');
+    let mut w = conn;
+    w.write_all(text.as_bytes())?;
     w.flush()
 }
 
