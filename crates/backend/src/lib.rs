@@ -69,10 +69,52 @@ pub trait EpochSink {
     fn commit(self: Box<Self>) -> Result<(), BackendError>;
 }
 
+/// What an epoch does to a file's size, known before its bytes are sent: a
+/// backend that writes whole objects (S3, the object layout) needs the final
+/// size and which bytes of the previous version survive up front.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochShape {
+    /// The epoch's open, and the epoch: recorded by object backends.
+    pub epoch: (u64, u64),
+    /// The file is deleted at the end of the epoch.
+    pub deleted: bool,
+    /// The size implied by the epoch's writes and size operations.
+    pub min_size: u64,
+    /// A set-size happened: the previous version's length no longer counts.
+    pub size_set: bool,
+    /// Bytes of the previous version at or past this offset are gone.
+    pub base_cut: Option<u64>,
+}
+
+impl EpochShape {
+    /// The file's size after the epoch, given the previous version's.
+    pub fn final_size(&self, base_len: u64) -> u64 {
+        if self.size_set {
+            self.min_size
+        } else {
+            self.min_size.max(base_len)
+        }
+    }
+
+    /// How many leading bytes of the previous version survive where the
+    /// epoch does not overwrite them.
+    pub fn base_visible(&self, base_len: u64) -> u64 {
+        let cut = self.base_cut.map_or(base_len, |c| c.min(base_len));
+        cut.min(self.final_size(base_len))
+    }
+}
+
 pub trait Backend: Send + Sync + fmt::Debug {
     /// Start applying an epoch to the remote file at `rel` (relative to the
-    /// remote root, already validated: no `..`, not absolute).
-    fn begin(&self, rel: &[u8]) -> Result<Box<dyn EpochSink + '_>, BackendError>;
+    /// remote root, already validated: no `..`, not absolute). The
+    /// operations that follow are: a cut (`SetSize`) if `shape.base_cut`,
+    /// the writes in offset order, then the final size operation; or
+    /// `Delete`.
+    fn begin(
+        &self,
+        rel: &[u8],
+        shape: &EpochShape,
+    ) -> Result<Box<dyn EpochSink + '_>, BackendError>;
     /// Where `rel` lives, for messages.
     fn describe(&self, rel: &[u8]) -> String;
     /// The local path of `rel`, when the remote is a file system the

@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 
-use crate::{Backend, BackendError, EpochSink, ErrorKind, RemoteOp};
+use crate::{Backend, BackendError, EpochShape, EpochSink, ErrorKind, RemoteOp};
 
 #[derive(Debug)]
 pub struct PosixBackend {
@@ -58,7 +58,11 @@ fn err(path: &Path, op: &'static str, e: io::Error) -> BackendError {
 }
 
 impl Backend for PosixBackend {
-    fn begin(&self, rel: &[u8]) -> Result<Box<dyn EpochSink + '_>, BackendError> {
+    fn begin(
+        &self,
+        rel: &[u8],
+        _shape: &EpochShape,
+    ) -> Result<Box<dyn EpochSink + '_>, BackendError> {
         Ok(Box::new(PosixSink {
             path: self.path(rel),
             root: &self.root,
@@ -237,12 +241,20 @@ impl EpochSink for PosixSink<'_> {
 mod tests {
     use super::*;
 
+    const SHAPE: EpochShape = EpochShape {
+        epoch: (1, 1),
+        deleted: false,
+        min_size: 0,
+        size_set: false,
+        base_cut: None,
+    };
+
     #[test]
     fn applies_ops_and_replays_idempotently() {
         let d = tempfile::tempdir().unwrap();
         let b = PosixBackend::new(d.path().to_str().unwrap()).unwrap();
         let epoch = |b: &PosixBackend| {
-            let mut s = b.begin(b"sub/f").unwrap();
+            let mut s = b.begin(b"sub/f", &SHAPE).unwrap();
             s.apply(RemoteOp::Write {
                 off: 0,
                 data: &[1; 100],
@@ -267,7 +279,7 @@ mod tests {
             want,
             "replay changes nothing"
         );
-        let mut s = b.begin(b"sub/f").unwrap();
+        let mut s = b.begin(b"sub/f", &SHAPE).unwrap();
         s.apply(RemoteOp::Delete).unwrap();
         s.apply(RemoteOp::Delete).unwrap();
         s.commit().unwrap();

@@ -166,7 +166,14 @@ fn drain_epoch(
     }
 
     // 2. Apply.
-    let mut sink = ctx.backend.begin(rel).map_err(DrainError::Remote)?;
+    let shape = paralog_backend::EpochShape {
+        epoch: id,
+        deleted: lf.deleted,
+        min_size: lf.size.min_size,
+        size_set: lf.size.size_set,
+        base_cut: lf.size.base_cut,
+    };
+    let mut sink = ctx.backend.begin(rel, &shape).map_err(DrainError::Remote)?;
     let mut bytes = 0u64;
     if lf.deleted {
         sink.apply(RemoteOp::Delete).map_err(DrainError::Remote)?;
