@@ -5,6 +5,7 @@
 
 use std::fmt;
 
+pub mod objstore;
 pub mod posix;
 
 /// One operation of an epoch, in the order the drain applies them.
@@ -123,7 +124,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
 }
 
 /// Open the backend a remote URL names: `file:///abs/path` or a plain
-/// absolute path.
+/// absolute path, `objstore:///abs/path[?dirs=N&keep=K]`.
 pub fn open(url: &str) -> Result<Box<dyn Backend>, BackendError> {
     let bad = |message: String| BackendError {
         kind: ErrorKind::Permanent,
@@ -137,7 +138,12 @@ pub fn open(url: &str) -> Result<Box<dyn Backend>, BackendError> {
     {
         return posix::PosixBackend::new(path).map(|b| Box::new(b) as Box<dyn Backend>);
     }
-    if url.starts_with("s3://") || url.starts_with("objstore://") {
+    if let Some(spec) = url.strip_prefix("objstore://") {
+        return objstore::ObjStore::parse(spec)
+            .map(|b| Box::new(b) as Box<dyn Backend>)
+            .map_err(|e| bad(e.to_string()));
+    }
+    if url.starts_with("s3://") {
         return Err(bad(
             "this remote kind is not built yet (object storage issue)".into(),
         ));

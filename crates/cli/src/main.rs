@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod check_symbols;
 mod env;
+mod get;
 mod inspect;
 mod materialize;
 mod recover;
@@ -33,6 +34,8 @@ enum Cmd {
     CheckSymbols(check_symbols::Args),
     /// Print the `export` lines that turn capture on (for batch scripts).
     Env(env::Args),
+    /// Read an object back from an object remote (objstore:///root/NAME).
+    Get(get::Args),
     /// List what a node-local root holds: jobs, files, opens, epochs, ranks, extents.
     Inspect(inspect::Args),
     /// Write the logical file at a committed epoch from the node-local log.
@@ -81,6 +84,7 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::CheckSymbols(a) => check_symbols::run(a),
         Cmd::Env(a) => env::run(a),
+        Cmd::Get(a) => get::run(a),
         Cmd::Inspect(a) => inspect::run(a),
         Cmd::Materialize(a) => materialize::run(a),
         Cmd::Recover(a) => recover::run(a),

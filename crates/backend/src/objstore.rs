@@ -1,0 +1,898 @@
+//! The versioned object layout (`objstore:///root?dirs=N&keep=K`) on any
+//! POSIX file system: every committed epoch of a file becomes a complete,
+//! immutable version, published atomically. Format: docs/objstore.md.
+//!
+//! - Chunks: immutable objects named by a random UUID, placed by a hash of
+//!   the UUID in one of N storage directories (`data/<k>/<uuid>`). A chunk is
+//!   a sequence of blocks; each block has a CRC-32C recorded in the version
+//!   records that use it.
+//! - Versions: `meta/<name>/v<0000000001>`, one record per version listing
+//!   the pieces of the file (file range → block of a chunk), its size and
+//!   the epoch it came from; written to a temporary name, fsynced, renamed,
+//!   directory fsynced. A reader takes the highest version present and sees
+//!   it whole, or the previous one: never a partial version.
+//! - Chunked PUT: any number of writers add chunks ([`ObjStore::writer`]);
+//!   one [`ObjStore::publish`] makes them a version.
+//! - Retention: the last K versions are kept; chunks no kept version uses
+//!   are deleted after a publish.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use crate::{Backend, BackendError, EpochShape, EpochSink, ErrorKind, RemoteOp};
+
+const MAGIC: &[u8; 8] = b"PLGOBJVR";
+const FORMAT_VERSION: u16 = 1;
+const KIND_VERSION: u16 = 1;
+const HEADER_LEN: usize = 64;
+const PIECE_LEN: usize = 64;
+const FLAG_DELETED: u32 = 1;
+
+/// One file range of a version: bytes `[skip, skip + len)` of a block of a
+/// chunk. The block's CRC covers the whole block, so a reader reads and
+/// checks the whole block even when it needs part of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    pub file_off: u64,
+    pub len: u64,
+    pub chunk: [u8; 16],
+    /// Which storage directory holds the chunk (`data/<dir>/`).
+    pub dir: u32,
+    pub block_off: u64,
+    pub block_len: u64,
+    pub block_crc: u32,
+    pub skip: u64,
+}
+
+/// A published version of one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    pub number: u64,
+    pub size: u64,
+    pub deleted: bool,
+    /// The epoch (open, epoch) it was drained from; (0, 0) if none.
+    pub epoch: (u64, u64),
+    pub name: Vec<u8>,
+    /// Sorted by `file_off`, not overlapping; what they do not cover reads
+    /// as zeros.
+    pub pieces: Vec<Piece>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ObjError {
+    #[error("{path}: {op}: {error}")]
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        error: io::Error,
+    },
+    #[error("{path}: damaged at byte {offset}: {what}")]
+    Damaged {
+        path: PathBuf,
+        offset: u64,
+        what: String,
+    },
+    #[error("{what}")]
+    NotFound { what: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn io_err<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(io::Error) -> ObjError + 'a {
+    move |error| ObjError::Io {
+        path: path.to_path_buf(),
+        op,
+        error,
+    }
+}
+
+impl From<ObjError> for BackendError {
+    fn from(e: ObjError) -> BackendError {
+        let kind = match &e {
+            ObjError::Io { .. } => ErrorKind::Retryable,
+            _ => ErrorKind::Permanent,
+        };
+        BackendError {
+            kind,
+            target: "objstore".into(),
+            op: "object layout",
+            message: e.to_string(),
+        }
+    }
+}
+
+impl Version {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b =
+            Vec::with_capacity(HEADER_LEN + self.name.len() + self.pieces.len() * PIECE_LEN + 4);
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b.extend_from_slice(&KIND_VERSION.to_le_bytes());
+        b.extend_from_slice(&(HEADER_LEN as u32).to_le_bytes());
+        b.extend_from_slice(&self.number.to_le_bytes());
+        b.extend_from_slice(&self.size.to_le_bytes());
+        b.extend_from_slice(&self.epoch.0.to_le_bytes());
+        b.extend_from_slice(&self.epoch.1.to_le_bytes());
+        b.extend_from_slice(&(self.pieces.len() as u32).to_le_bytes());
+        b.extend_from_slice(&(if self.deleted { FLAG_DELETED } else { 0 }).to_le_bytes());
+        b.extend_from_slice(&(self.name.len() as u16).to_le_bytes());
+        b.resize(HEADER_LEN, 0);
+        b.extend_from_slice(&self.name);
+        for p in &self.pieces {
+            b.extend_from_slice(&p.file_off.to_le_bytes());
+            b.extend_from_slice(&p.len.to_le_bytes());
+            b.extend_from_slice(&p.chunk);
+            b.extend_from_slice(&p.block_off.to_le_bytes());
+            b.extend_from_slice(&p.block_len.to_le_bytes());
+            b.extend_from_slice(&p.block_crc.to_le_bytes());
+            b.extend_from_slice(&p.dir.to_le_bytes());
+            b.extend_from_slice(&p.skip.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8], path: &Path) -> Result<Version, ObjError> {
+        let bad = |offset: usize, what: String| ObjError::Damaged {
+            path: path.to_path_buf(),
+            offset: offset as u64,
+            what,
+        };
+        let u16_at = |o: usize| u16::from_le_bytes(b[o..o + 2].try_into().expect("2 bytes"));
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        if b.len() < HEADER_LEN + 4 {
+            return Err(bad(
+                b.len(),
+                format!("record of {} bytes is too short", b.len()),
+            ));
+        }
+        let end = b.len() - 4;
+        if crc32c::crc32c(&b[..end]) != u32_at(end) {
+            return Err(bad(end, "checksum mismatch".into()));
+        }
+        if &b[..8] != MAGIC {
+            return Err(bad(0, "not a version record (bad magic)".into()));
+        }
+        if u16_at(8) != FORMAT_VERSION || u16_at(10) != KIND_VERSION {
+            return Err(bad(
+                8,
+                format!("format {} kind {} is not understood", u16_at(8), u16_at(10)),
+            ));
+        }
+        if u32_at(12) as usize != HEADER_LEN {
+            return Err(bad(12, "bad header length".into()));
+        }
+        let n = u32_at(48) as usize;
+        let flags = u32_at(52);
+        let name_len = u16_at(56) as usize;
+        if flags & !FLAG_DELETED != 0 {
+            return Err(bad(52, format!("unknown flags {flags:#x}")));
+        }
+        if HEADER_LEN + name_len + n * PIECE_LEN != end {
+            return Err(bad(48, "lengths do not add up".into()));
+        }
+        let name = b[HEADER_LEN..HEADER_LEN + name_len].to_vec();
+        let mut pieces = Vec::with_capacity(n);
+        let mut prev_end = 0;
+        for i in 0..n {
+            let o = HEADER_LEN + name_len + i * PIECE_LEN;
+            let p = Piece {
+                file_off: u64_at(o),
+                len: u64_at(o + 8),
+                chunk: b[o + 16..o + 32].try_into().expect("16 bytes"),
+                block_off: u64_at(o + 32),
+                block_len: u64_at(o + 40),
+                block_crc: u32_at(o + 48),
+                dir: u32_at(o + 52),
+                skip: u64_at(o + 56),
+            };
+            if p.len == 0
+                || p.file_off < prev_end
+                || p.skip.checked_add(p.len).is_none_or(|e| e > p.block_len)
+            {
+                return Err(bad(
+                    o,
+                    format!("piece {i} is out of order or out of its block"),
+                ));
+            }
+            prev_end = p.file_off + p.len;
+            pieces.push(p);
+        }
+        let size = u64_at(24);
+        if prev_end > size {
+            return Err(bad(24, "pieces reach past the size".into()));
+        }
+        Ok(Version {
+            number: u64_at(16),
+            size,
+            deleted: flags & FLAG_DELETED != 0,
+            epoch: (u64_at(32), u64_at(40)),
+            name,
+            pieces,
+        })
+    }
+}
+
+/// `objstore:///root?dirs=N&keep=K`.
+#[derive(Debug, Clone)]
+pub struct ObjStore {
+    root: PathBuf,
+    dirs: u32,
+    keep: u64,
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
+fn hex(id: &[u8; 16]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn sync_dir(dir: &Path) -> Result<(), ObjError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(dir, "fsync directory"))
+}
+
+fn version_name(n: u64) -> String {
+    format!("v{n:010}")
+}
+
+impl ObjStore {
+    /// From the part of the URL after `objstore://`: `/root[?dirs=N&keep=K]`.
+    pub fn parse(spec: &str) -> Result<ObjStore, ObjError> {
+        let (path, query) = spec.split_once('?').unwrap_or((spec, ""));
+        let root = PathBuf::from(path);
+        if !root.is_absolute() || root.components().any(|c| c == Component::ParentDir) {
+            return Err(ObjError::Invalid(format!(
+                "objstore://{spec}: the root must be an absolute path without '..'"
+            )));
+        }
+        let mut store = ObjStore {
+            root,
+            dirs: 4,
+            keep: 3,
+        };
+        for kv in query.split('&').filter(|s| !s.is_empty()) {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            let n: u64 = v.parse().map_err(|_| {
+                ObjError::Invalid(format!("objstore://{spec}: {k}={v} is not a number"))
+            })?;
+            match k {
+                "dirs" if (1..=4096).contains(&n) => store.dirs = n as u32,
+                "keep" if n >= 1 => store.keep = n,
+                _ => {
+                    return Err(ObjError::Invalid(format!(
+                        "objstore://{spec}: unknown or out-of-range setting {k}={v} (dirs=1..4096, keep>=1)"
+                    )))
+                }
+            }
+        }
+        Ok(store)
+    }
+
+    /// Split `/root/NAME` (the part after `objstore://`) into the store
+    /// whose `meta/NAME` exists and the object's name.
+    pub fn locate(spec: &str) -> Result<(ObjStore, Vec<u8>), ObjError> {
+        let (path, query) = spec.split_once('?').unwrap_or((spec, ""));
+        let full = Path::new(path);
+        for root in full.ancestors().skip(1) {
+            if root.join("meta").is_dir() {
+                let name = full.strip_prefix(root).expect("an ancestor");
+                if name.as_os_str().is_empty() || !root.join("meta").join(name).is_dir() {
+                    break;
+                }
+                let q = if query.is_empty() {
+                    String::new()
+                } else {
+                    format!("?{query}")
+                };
+                let store = ObjStore::parse(&format!("{}{q}", root.display()))?;
+                return Ok((store, name.as_os_str().as_bytes().to_vec()));
+            }
+        }
+        Err(ObjError::NotFound {
+            what: format!("objstore://{spec}: no object store holds an object of this name (no meta/NAME under any parent directory)"),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn check_root(&self) -> Result<(), ObjError> {
+        if self.root.is_dir() {
+            Ok(())
+        } else {
+            Err(ObjError::Io {
+                path: self.root.clone(),
+                op: "open object store",
+                error: io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "the object store directory does not exist (not mounted?)",
+                ),
+            })
+        }
+    }
+
+    fn meta_dir(&self, name: &[u8]) -> PathBuf {
+        self.root.join("meta").join(OsStr::from_bytes(name))
+    }
+
+    /// Where a chunk lives. The directory index is recorded in every piece,
+    /// so a reader needs no setting, and changing `dirs` later only places
+    /// new chunks differently.
+    pub fn chunk_path(&self, dir: u32, id: &[u8; 16]) -> PathBuf {
+        self.root.join("data").join(dir.to_string()).join(hex(id))
+    }
+
+    /// The published version numbers of `name`, ascending.
+    pub fn versions(&self, name: &[u8]) -> Result<Vec<u64>, ObjError> {
+        let dir = self.meta_dir(name);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err(&dir, "list versions")(e)),
+        };
+        let mut out = Vec::new();
+        for e in entries {
+            let e = e.map_err(io_err(&dir, "list versions"))?;
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            if let Some(num) = n
+                .strip_prefix('v')
+                .filter(|d| d.len() == 10)
+                .and_then(|d| d.parse().ok())
+            {
+                out.push(num);
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// A version of `name` (default: the latest), its record checked.
+    pub fn version(&self, name: &[u8], number: Option<u64>) -> Result<Option<Version>, ObjError> {
+        let n = match number {
+            Some(n) => n,
+            None => match self.versions(name)?.last() {
+                Some(&n) => n,
+                None => return Ok(None),
+            },
+        };
+        let path = self.meta_dir(name).join(version_name(n));
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && number.is_none() => {
+                // Removed by retention between the listing and the read: a
+                // newer version exists; take it.
+                return self.version(name, None);
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(ObjError::NotFound {
+                    what: format!(
+                        "{}: no version {n} of {} (kept: {:?})",
+                        self.root.display(),
+                        String::from_utf8_lossy(name),
+                        self.versions(name)?
+                    ),
+                })
+            }
+            Err(e) => return Err(io_err(&path, "read version")(e)),
+        };
+        let v = Version::decode(&bytes, &path)?;
+        if v.number != n || v.name != name {
+            return Err(ObjError::Damaged {
+                path,
+                offset: 16,
+                what: format!(
+                    "record is version {} of {:?}",
+                    v.number,
+                    String::from_utf8_lossy(&v.name)
+                ),
+            });
+        }
+        Ok(Some(v))
+    }
+
+    /// Read a whole version into `out` (holes as zeros), every block checked.
+    pub fn read_version(&self, v: &Version, out: &mut dyn Write) -> Result<u64, ObjError> {
+        let mut pos = 0u64;
+        let mut block = Vec::new();
+        let mut cached: Option<([u8; 16], u64)> = None;
+        let zeros = vec![0u8; 1 << 16];
+        let fill = |out: &mut dyn Write, mut n: u64| -> Result<(), ObjError> {
+            while n > 0 {
+                let k = n.min(zeros.len() as u64) as usize;
+                out.write_all(&zeros[..k])
+                    .map_err(io_err(Path::new("output"), "write"))?;
+                n -= k as u64;
+            }
+            Ok(())
+        };
+        for p in &v.pieces {
+            fill(out, p.file_off - pos)?;
+            if cached != Some((p.chunk, p.block_off)) {
+                let path = self.chunk_path(p.dir, &p.chunk);
+                let f = File::open(&path).map_err(io_err(&path, "open chunk"))?;
+                block.resize(p.block_len as usize, 0);
+                f.read_exact_at(&mut block, p.block_off)
+                    .map_err(io_err(&path, "read chunk"))?;
+                if crc32c::crc32c(&block) != p.block_crc {
+                    return Err(ObjError::Damaged {
+                        path,
+                        offset: p.block_off,
+                        what: format!("block of {} bytes fails its checksum", p.block_len),
+                    });
+                }
+                cached = Some((p.chunk, p.block_off));
+            }
+            out.write_all(&block[p.skip as usize..(p.skip + p.len) as usize])
+                .map_err(io_err(Path::new("output"), "write"))?;
+            pos = p.file_off + p.len;
+        }
+        fill(out, v.size - pos)?;
+        Ok(v.size)
+    }
+
+    /// A new chunk for one writer of a chunked PUT.
+    pub fn writer(&self) -> Result<ChunkWriter, ObjError> {
+        self.check_root()?;
+        let id = *uuid::Uuid::new_v4().as_bytes();
+        let dir = (fnv(&id) % self.dirs as u64) as u32;
+        let path = self.chunk_path(dir, &id);
+        let parent = path.parent().expect("chunk paths have a directory");
+        std::fs::create_dir_all(parent).map_err(io_err(parent, "create storage directory"))?;
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&path)
+            .map_err(io_err(&path, "create chunk"))?;
+        Ok(ChunkWriter {
+            id,
+            dir,
+            path,
+            file,
+            len: 0,
+        })
+    }
+
+    /// Publish a new version of `name`: `base` (the version the pieces were
+    /// built on) must still be the latest, so two publishers of one object
+    /// cannot silently lose each other's version.
+    pub fn publish(&self, name: &[u8], base: Option<u64>, mut v: Version) -> Result<u64, ObjError> {
+        let dir = self.meta_dir(name);
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir, "create metadata directory"))?;
+        let latest = self.versions(name)?.last().copied();
+        if latest != base {
+            return Err(ObjError::Invalid(format!(
+                "{}: version {:?} was published meanwhile (this one was built on {:?})",
+                String::from_utf8_lossy(name),
+                latest,
+                base
+            )));
+        }
+        v.number = latest.unwrap_or(0) + 1;
+        v.name = name.to_vec();
+        let path = dir.join(version_name(v.number));
+        let tmp = dir.join(format!(
+            ".{}.tmp.{}",
+            version_name(v.number),
+            std::process::id()
+        ));
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&tmp)
+            .map_err(io_err(&tmp, "create version record"))?;
+        f.write_all(&v.encode())
+            .map_err(io_err(&tmp, "write version record"))?;
+        f.sync_all().map_err(io_err(&tmp, "fsync version record"))?;
+        std::fs::rename(&tmp, &path).map_err(io_err(&path, "publish version"))?;
+        sync_dir(&dir)?;
+        self.retain(name)?;
+        Ok(v.number)
+    }
+
+    /// Keep the last K versions of `name`: delete older records, then the
+    /// chunks they used that no kept version uses (a chunk belongs to one
+    /// object: it is written for one epoch of one file).
+    fn retain(&self, name: &[u8]) -> Result<(), ObjError> {
+        let all = self.versions(name)?;
+        if all.len() as u64 <= self.keep {
+            return Ok(());
+        }
+        let (old, kept) = all.split_at(all.len() - self.keep as usize);
+        let mut used = BTreeSet::new();
+        for &n in kept {
+            if let Some(v) = self.version(name, Some(n))? {
+                used.extend(v.pieces.iter().map(|p| (p.dir, p.chunk)));
+            }
+        }
+        let mut dropped = BTreeSet::new();
+        for &n in old {
+            if let Ok(Some(v)) = self.version(name, Some(n)) {
+                dropped.extend(v.pieces.iter().map(|p| (p.dir, p.chunk)));
+            }
+            let p = self.meta_dir(name).join(version_name(n));
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err(&p, "remove old version")(e)),
+            }
+        }
+        for (dir, id) in dropped.difference(&used) {
+            let p = self.chunk_path(*dir, id);
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err(&p, "remove unused chunk")(e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One writer's chunk of a chunked PUT: append blocks, then `finish`.
+pub struct ChunkWriter {
+    id: [u8; 16],
+    dir: u32,
+    path: PathBuf,
+    file: File,
+    len: u64,
+}
+
+impl ChunkWriter {
+    pub fn id(&self) -> [u8; 16] {
+        self.id
+    }
+
+    /// Append one block holding the bytes of `file_off..`; returns its piece.
+    pub fn add(&mut self, file_off: u64, data: &[u8]) -> Result<Piece, ObjError> {
+        self.file
+            .write_all_at(data, self.len)
+            .map_err(io_err(&self.path, "write chunk"))?;
+        let p = Piece {
+            file_off,
+            len: data.len() as u64,
+            chunk: self.id,
+            dir: self.dir,
+            block_off: self.len,
+            block_len: data.len() as u64,
+            block_crc: crc32c::crc32c(data),
+            skip: 0,
+        };
+        self.len += data.len() as u64;
+        Ok(p)
+    }
+
+    /// Make the chunk durable (file and its directory).
+    pub fn finish(self) -> Result<(), ObjError> {
+        self.file
+            .sync_all()
+            .map_err(io_err(&self.path, "fsync chunk"))?;
+        sync_dir(self.path.parent().expect("chunk paths have a directory"))
+    }
+}
+
+/// Last-writer-wins overlay of pieces by file range.
+#[derive(Debug, Default, Clone)]
+pub struct PieceMap {
+    map: BTreeMap<u64, Piece>,
+}
+
+impl PieceMap {
+    pub fn from_pieces(pieces: &[Piece]) -> PieceMap {
+        PieceMap {
+            map: pieces.iter().map(|p| (p.file_off, *p)).collect(),
+        }
+    }
+
+    /// Remove everything in `[start, end)`, trimming pieces that cross it.
+    pub fn clear(&mut self, start: u64, end: u64) {
+        let crossing: Vec<u64> = self
+            .map
+            .range(..end)
+            .rev()
+            .take_while(|(_, p)| p.file_off + p.len > start)
+            .map(|(&k, _)| k)
+            .collect();
+        for k in crossing {
+            let p = self.map.remove(&k).expect("listed");
+            if p.file_off < start {
+                let mut left = p;
+                left.len = start - p.file_off;
+                self.map.insert(left.file_off, left);
+            }
+            let p_end = p.file_off + p.len;
+            if p_end > end {
+                let mut right = p;
+                right.skip += end - p.file_off;
+                right.len = p_end - end;
+                right.file_off = end;
+                self.map.insert(end, right);
+            }
+        }
+    }
+
+    pub fn insert(&mut self, p: Piece) {
+        self.clear(p.file_off, p.file_off + p.len);
+        self.map.insert(p.file_off, p);
+    }
+
+    pub fn pieces(&self) -> Vec<Piece> {
+        self.map.values().copied().collect()
+    }
+}
+
+impl Backend for ObjStore {
+    fn begin(
+        &self,
+        rel: &[u8],
+        shape: &EpochShape,
+    ) -> Result<Box<dyn EpochSink + '_>, BackendError> {
+        self.check_root()?;
+        let base = self.version(rel, None)?;
+        // Already published (a drain that crashed before its progress
+        // record): applying the epoch again would only add a copy.
+        let done = base
+            .as_ref()
+            .is_some_and(|v| v.epoch == shape.epoch && shape.epoch != (0, 0));
+        let base_len = base.as_ref().filter(|v| !v.deleted).map_or(0, |v| v.size);
+        let mut map = PieceMap::default();
+        if let Some(v) = base.as_ref().filter(|v| !v.deleted) {
+            map = PieceMap::from_pieces(&v.pieces);
+        }
+        Ok(Box::new(ObjSink {
+            store: self,
+            name: rel.to_vec(),
+            base: base.map(|v| v.number),
+            size: base_len,
+            map,
+            writer: None,
+            deleted: false,
+            epoch: shape.epoch,
+            done,
+        }))
+    }
+
+    fn describe(&self, rel: &[u8]) -> String {
+        format!(
+            "objstore://{}/{}",
+            self.root.display(),
+            String::from_utf8_lossy(rel)
+        )
+    }
+
+    fn local_path(&self, _rel: &[u8]) -> Option<PathBuf> {
+        None
+    }
+}
+
+struct ObjSink<'a> {
+    store: &'a ObjStore,
+    name: Vec<u8>,
+    base: Option<u64>,
+    size: u64,
+    map: PieceMap,
+    writer: Option<ChunkWriter>,
+    deleted: bool,
+    epoch: (u64, u64),
+    done: bool,
+}
+
+impl EpochSink for ObjSink<'_> {
+    fn apply(&mut self, op: RemoteOp<'_>) -> Result<(), BackendError> {
+        if self.done {
+            return Ok(());
+        }
+        match op {
+            RemoteOp::Write { off, data } => {
+                if data.is_empty() {
+                    return Ok(());
+                }
+                if self.writer.is_none() {
+                    self.writer = Some(self.store.writer()?);
+                }
+                let p = self.writer.as_mut().expect("just made").add(off, data)?;
+                self.map.insert(p);
+                self.size = self.size.max(off + data.len() as u64);
+                self.deleted = false;
+            }
+            RemoteOp::SetSize(n) => {
+                self.map.clear(n, u64::MAX);
+                self.size = n;
+                self.deleted = false;
+            }
+            RemoteOp::Preallocate(n) => {
+                self.size = self.size.max(n);
+                self.deleted = false;
+            }
+            RemoteOp::Delete => {
+                self.map = PieceMap::default();
+                self.size = 0;
+                self.deleted = true;
+            }
+        }
+        Ok(())
+    }
+
+    fn commit(self: Box<Self>) -> Result<(), BackendError> {
+        if self.done {
+            return Ok(());
+        }
+        if let Some(w) = self.writer {
+            w.finish()?;
+        }
+        let v = Version {
+            number: 0,
+            size: self.size,
+            deleted: self.deleted,
+            epoch: self.epoch,
+            name: Vec::new(),
+            pieces: self.map.pieces(),
+        };
+        self.store.publish(&self.name, self.base, v)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape() -> EpochShape {
+        EpochShape {
+            epoch: (0, 0),
+            deleted: false,
+            min_size: 0,
+            size_set: false,
+            base_cut: None,
+        }
+    }
+
+    fn get(s: &ObjStore, name: &[u8], n: Option<u64>) -> Vec<u8> {
+        let v = s.version(name, n).unwrap().unwrap();
+        let mut out = Vec::new();
+        s.read_version(&v, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn versions_overlay_cut_and_keep_last_k() {
+        let d = tempfile::tempdir().unwrap();
+        let s = ObjStore::parse(&format!("{}?dirs=3&keep=2", d.path().display())).unwrap();
+        let mut want = Vec::new();
+        for e in 1..=4u8 {
+            let mut sink = s.begin(b"a/f", &shape()).unwrap();
+            let off = e as u64 * 10;
+            sink.apply(RemoteOp::Write {
+                off,
+                data: &[e; 30],
+            })
+            .unwrap();
+            if want.len() < off as usize + 30 {
+                want.resize(off as usize + 30, 0);
+            }
+            want[off as usize..off as usize + 30].fill(e);
+            if e == 3 {
+                sink.apply(RemoteOp::SetSize(35)).unwrap();
+                want.truncate(35);
+            }
+            sink.commit().unwrap();
+            assert_eq!(get(&s, b"a/f", None), want, "version {e}");
+        }
+        assert_eq!(s.versions(b"a/f").unwrap(), vec![3, 4]);
+        assert!(s.version(b"a/f", Some(1)).is_err(), "version 1 is gone");
+        // Every chunk left is used by a kept version.
+        let mut used = BTreeSet::new();
+        for n in [3, 4] {
+            used.extend(
+                s.version(b"a/f", Some(n))
+                    .unwrap()
+                    .unwrap()
+                    .pieces
+                    .iter()
+                    .map(|p| (p.dir, p.chunk)),
+            );
+        }
+        let on_disk: usize = (0..3)
+            .map(|k| {
+                std::fs::read_dir(d.path().join("data").join(k.to_string()))
+                    .map_or(0, |r| r.count())
+            })
+            .sum();
+        assert_eq!(on_disk, used.len());
+    }
+
+    #[test]
+    fn a_damaged_block_or_record_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let s = ObjStore::parse(d.path().to_str().unwrap()).unwrap();
+        let mut sink = s.begin(b"f", &shape()).unwrap();
+        sink.apply(RemoteOp::Write {
+            off: 0,
+            data: b"hello world",
+        })
+        .unwrap();
+        sink.commit().unwrap();
+        let v = s.version(b"f", None).unwrap().unwrap();
+        let chunk = s.chunk_path(v.pieces[0].dir, &v.pieces[0].chunk);
+        let mut b = std::fs::read(&chunk).unwrap();
+        b[3] ^= 1;
+        std::fs::write(&chunk, b).unwrap();
+        let err = s.read_version(&v, &mut Vec::new()).unwrap_err().to_string();
+        assert!(
+            err.contains("checksum") && err.contains(&hex(&v.pieces[0].chunk)),
+            "{err}"
+        );
+        let rec = d.path().join("meta/f/v0000000001");
+        let mut b = std::fs::read(&rec).unwrap();
+        b[70] ^= 1;
+        std::fs::write(&rec, b).unwrap();
+        assert!(s
+            .version(b"f", None)
+            .unwrap_err()
+            .to_string()
+            .contains("checksum mismatch"));
+    }
+
+    #[test]
+    fn chunked_put_by_many_writers_one_publish() {
+        let d = tempfile::tempdir().unwrap();
+        let s = ObjStore::parse(d.path().to_str().unwrap()).unwrap();
+        let pieces: Vec<Piece> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..4u8)
+                .map(|w| {
+                    let s = &s;
+                    sc.spawn(move || {
+                        let mut cw = s.writer().unwrap();
+                        let p = cw.add(w as u64 * 100, &[w + 1; 100]).unwrap();
+                        cw.finish().unwrap();
+                        p
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut map = PieceMap::default();
+        for p in pieces {
+            map.insert(p);
+        }
+        let v = Version {
+            number: 0,
+            size: 400,
+            deleted: false,
+            epoch: (0, 0),
+            name: Vec::new(),
+            pieces: map.pieces(),
+        };
+        assert_eq!(s.publish(b"x", None, v.clone()).unwrap(), 1);
+        let want: Vec<u8> = (0..4u8).flat_map(|w| [w + 1; 100]).collect();
+        assert_eq!(get(&s, b"x", None), want);
+        assert!(s.publish(b"x", None, v).is_err(), "a stale base is refused");
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        assert!(ObjStore::parse("rel/path").is_err());
+        assert!(ObjStore::parse("/a/../b").is_err());
+        assert!(ObjStore::parse("/a?dirs=0").is_err());
+        assert!(ObjStore::parse("/a?bogus=1").is_err());
+        let s = ObjStore::parse("/a?dirs=8&keep=5").unwrap();
+        assert_eq!((s.dirs, s.keep), (8, 5));
+    }
+}
