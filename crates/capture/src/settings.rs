@@ -34,6 +34,9 @@ pub struct Config {
     /// itself by default); `None` for object storage, which the capture
     /// library does not read (no network in the application's process).
     pub remote_root: Option<PathBuf>,
+    /// The object layout's spec (after `objstore://`) when the remote is
+    /// one: capture reads drained versions from it (plain file I/O).
+    pub remote_objstore: Option<String>,
     pub local: PathBuf,
     pub job: String,
     pub coalesce_bytes: usize,
@@ -170,9 +173,14 @@ impl Settings {
                 .or_else(|| r.starts_with('/').then_some(r))
                 .map(|p| normalize(Path::new(p))),
         };
+        let remote_objstore = remote
+            .as_deref()
+            .and_then(|r| r.strip_prefix("objstore://"))
+            .map(str::to_owned);
         Settings::On(Config {
             prefix,
             remote_root,
+            remote_objstore,
             local,
             job,
             coalesce_bytes,

@@ -198,12 +198,8 @@ impl State {
     /// The committed state of a path under the prefix.
     pub fn committed(&self, abs: &Path) -> CResult<Committed> {
         let rel = self.rel_of(abs).ok_or(libc::EINVAL)?;
-        let base = self
-            .cfg
-            .remote_root
-            .as_ref()
-            .map(|r| r.join(std::ffi::OsStr::from_bytes(&rel)));
-        view::committed(&self.cfg.local, &self.cfg.job, abs, &rel, base.as_deref())
+        let base = view::Base::of(&self.cfg, &rel)?;
+        view::committed(&self.cfg.local, &self.cfg.job, abs, &rel, base)
     }
 
     /// Create the log of a new open of `abs` and register it.
@@ -546,18 +542,8 @@ impl State {
                         .strip_prefix(&self.cfg.prefix)
                         .map_err(|_| libc::EINVAL)?;
                     let rel = rel.as_os_str().as_bytes().to_vec();
-                    let base = self
-                        .cfg
-                        .remote_root
-                        .as_ref()
-                        .map(|r| r.join(std::ffi::OsStr::from_bytes(&rel)));
-                    let c = view::committed(
-                        &self.cfg.local,
-                        &self.cfg.job,
-                        &h.path,
-                        &rel,
-                        base.as_deref(),
-                    )?;
+                    let base = view::Base::of(&self.cfg, &rel)?;
+                    let c = view::committed(&self.cfg.local, &self.cfg.job, &h.path, &rel, base)?;
                     h.view = Some(c.view);
                 }
                 let v = h.view.as_mut().expect("just built");

@@ -5,18 +5,55 @@
 //! that it did not write in the current epoch: MPI makes another rank's
 //! writes visible only after a sync, i.e. exactly the committed state.
 
-use std::path::Path;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
+use paralog_backend::objstore::{ObjStore, Version};
 use paralog_log::reader::SourceReader;
 use paralog_log::{FileInventory, LogicalFile};
 
 use crate::report;
+use crate::settings::Config;
 use crate::state::CResult;
+
+/// Where the drained bytes of a file are, for capture to read them: a
+/// POSIX remote's file (the prefix itself by default), the latest version
+/// in an object layout, or nowhere capture can read (S3: no network in the
+/// application's process).
+#[derive(Debug, Clone)]
+pub enum Base {
+    File(PathBuf),
+    Object(ObjStore, Vec<u8>),
+    Unreadable,
+}
+
+impl Base {
+    pub fn of(cfg: &Config, rel: &[u8]) -> CResult<Base> {
+        if let Some(spec) = &cfg.remote_objstore {
+            let store = ObjStore::parse(spec).map_err(|e| {
+                report::line(&format!("PARALOG_REMOTE=objstore://{spec}: {e}"));
+                libc::EINVAL
+            })?;
+            return Ok(Base::Object(store, rel.to_vec()));
+        }
+        Ok(match &cfg.remote_root {
+            Some(r) => Base::File(r.join(OsStr::from_bytes(rel))),
+            None => Base::Unreadable,
+        })
+    }
+}
+
+/// The drained state as opened for one view.
+enum Opened {
+    File(PathBuf),
+    Object(ObjStore, Version),
+    Unreadable,
+}
 
 pub struct View {
     pub lf: LogicalFile,
-    /// The drained file the epochs apply on top of.
-    pub base: Option<std::path::PathBuf>,
+    base: Opened,
     pub base_len: u64,
     /// Every committed epoch has all its ranks' records on this node; else
     /// the view lacks other nodes' bytes and must not answer reads.
@@ -30,11 +67,32 @@ pub struct Committed {
     pub size: u64,
 }
 
-fn real_len(abs: &Path) -> Option<u64> {
-    std::fs::metadata(abs)
-        .ok()
-        .filter(|m| m.is_file())
-        .map(|m| m.len())
+/// The drained file's length, if it exists.
+fn open_base(base: Base, abs: &Path) -> CResult<(Opened, Option<u64>)> {
+    Ok(match base {
+        Base::File(p) => {
+            let len = std::fs::metadata(&p)
+                .ok()
+                .filter(|m| m.is_file())
+                .map(|m| m.len());
+            (Opened::File(p), len)
+        }
+        Base::Object(store, name) => match store.version(&name, None) {
+            Ok(Some(v)) if !v.deleted => {
+                let len = v.size;
+                (Opened::Object(store, v), Some(len))
+            }
+            Ok(_) => (Opened::Unreadable, None),
+            Err(e) => {
+                report::line(&format!(
+                    "reading the drained versions of {}: {e}",
+                    abs.display()
+                ));
+                return Err(libc::EIO);
+            }
+        },
+        Base::Unreadable => (Opened::Unreadable, None),
+    })
 }
 
 /// Build the committed state of `abs` (remote-relative `rel`) for `job`.
@@ -43,7 +101,7 @@ pub fn committed(
     job: &str,
     abs: &Path,
     rel: &[u8],
-    base: Option<&Path>,
+    base: Base,
 ) -> CResult<Committed> {
     let fail = |e: paralog_log::LogError| {
         report::line(&format!(
@@ -52,15 +110,29 @@ pub fn committed(
         ));
         e.raw_os_error().unwrap_or(libc::EIO)
     };
-    let real = base.and_then(real_len);
-    let base_len = real.unwrap_or(0);
-    let (lf, complete) = match FileInventory::scan_path(local, job, rel).map_err(fail)? {
-        None => (LogicalFile::default(), true),
-        Some(inv) => (
-            inv.logical_file(None).map_err(fail)?,
-            inv.complete_locally().map_err(fail)?,
-        ),
+    // The log first, then the drained state: the server drains an epoch
+    // to the remote before it deletes it here, so a base read after the
+    // scan holds at least every epoch the scan no longer sees (and applying
+    // an epoch the base already holds again changes nothing). A record
+    // deleted by the drain while we scan: look again.
+    let mut attempt = 0;
+    let (lf, complete) = loop {
+        let scanned = FileInventory::scan_path(local, job, rel).and_then(|inv| match inv {
+            None => Ok((LogicalFile::default(), true)),
+            Some(inv) => Ok((inv.logical_file(None)?, inv.complete_locally()?)),
+        });
+        match scanned {
+            Ok(v) => break v,
+            Err(paralog_log::LogError::Io { ref error, .. })
+                if error.kind() == std::io::ErrorKind::NotFound && attempt < 50 =>
+            {
+                attempt += 1;
+            }
+            Err(e) => return Err(fail(e)),
+        }
     };
+    let (opened, real) = open_base(base, abs)?;
+    let base_len = real.unwrap_or(0);
     let (exists, size) = if lf.epochs.is_empty() {
         (real.is_some(), base_len)
     } else {
@@ -69,7 +141,7 @@ pub fn committed(
     Ok(Committed {
         view: View {
             lf,
-            base: base.map(Path::to_path_buf),
+            base: opened,
             base_len,
             complete,
             reader: SourceReader::default(),
@@ -84,24 +156,37 @@ impl View {
     /// quietly, when a data log went away under us (the server drained and
     /// deleted it): the caller rebuilds the view and asks again.
     pub fn read(&mut self, abs: &Path, off: u64, buf: &mut [u8]) -> CResult<()> {
-        let base_path = self.base.clone();
+        let opened = &self.base;
         let mut base = |at: u64, dst: &mut [u8]| -> paralog_log::Result<()> {
             use std::os::unix::fs::FileExt;
-            let p = base_path
-                .as_deref()
-                .ok_or_else(|| paralog_log::LogError::NotFound {
+            match opened {
+                Opened::File(p) => {
+                    let io = |op, error| paralog_log::LogError::Io {
+                        path: p.to_path_buf(),
+                        op,
+                        error,
+                    };
+                    let f = std::fs::File::open(p).map_err(|e| io("open", e))?;
+                    f.read_exact_at(dst, at).map_err(|e| io("read", e))
+                }
+                Opened::Object(store, v) => store.read_range(v, at, dst).map_err(|e| match e {
+                    // A chunk removed under us (a newer version replaced
+                    // this one and retention dropped it): rebuild and retry.
+                    paralog_backend::objstore::ObjError::Io { path, op, error } => {
+                        paralog_log::LogError::Io { path, op, error }
+                    }
+                    other => paralog_log::LogError::Inconsistent {
+                        path: store.root().to_path_buf(),
+                        what: format!("version {} of {}: {other}", v.number, abs.display()),
+                    },
+                }),
+                Opened::Unreadable => Err(paralog_log::LogError::NotFound {
                     what: format!(
-                        "drained bytes of {} are in object storage, which capture cannot read",
+                        "drained bytes of {} are in object storage that capture cannot read (S3)",
                         abs.display()
                     ),
-                })?;
-            let io = |op, error| paralog_log::LogError::Io {
-                path: p.to_path_buf(),
-                op,
-                error,
-            };
-            let f = std::fs::File::open(p).map_err(|e| io("open", e))?;
-            f.read_exact_at(dst, at).map_err(|e| io("read", e))
+                }),
+            }
         };
         self.lf.read_at(&mut self.reader, off, buf, self.base_len, &mut base).map_err(|e| {
             if matches!(&e, paralog_log::LogError::Io { error, .. } if error.kind() == std::io::ErrorKind::NotFound) {
