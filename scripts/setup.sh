@@ -10,7 +10,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 PKGS=(
-  build-essential pkg-config gfortran
+  build-essential pkg-config gfortran cmake
   mpich libmpich-dev
   openmpi-bin libopenmpi-dev
   libhdf5-mpich-dev libhdf5-openmpi-dev hdf5-tools

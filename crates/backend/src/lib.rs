@@ -121,6 +121,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// The local path of `rel`, when the remote is a file system the
     /// capture library can read (for reads of drained data).
     fn local_path(&self, rel: &[u8]) -> Option<std::path::PathBuf>;
+    /// Clean up what an interrupted drain of `rel` left on the remote that
+    /// the next drain would not replace (S3: its unfinished multipart
+    /// uploads). Returns how many things were removed.
+    fn abort_stale(&self, _rel: &[u8]) -> Result<usize, BackendError> {
+        Ok(0)
+    }
 }
 
 /// Open the backend a remote URL names: `file:///abs/path` or a plain
@@ -145,7 +151,8 @@ pub fn open(url: &str) -> Result<Box<dyn Backend>, BackendError> {
     }
     if url.starts_with("s3://") {
         return Err(bad(
-            "this remote kind is not built yet (object storage issue)".into(),
+            "s3:// remotes are opened by the paralog-s3 crate (paralog_server::remote::open)"
+                .into(),
         ));
     }
     Err(bad(

@@ -93,6 +93,16 @@ fn recover_file(
         Ok(b) => b,
         Err(e) => return json!({ "path": name, "error": e }),
     };
+    let rel_for_abort = file
+        .record
+        .as_ref()
+        .map(|r| r.rel.clone())
+        .unwrap_or_default();
+    // What a crashed drain left half-done remotely (S3 multipart uploads).
+    let aborted = match backend.abort_stale(&rel_for_abort) {
+        Ok(n) => n,
+        Err(e) => return json!({ "path": name, "error": e.to_string() }),
+    };
     let ctx = DrainCtx {
         backend: backend.as_ref(),
         pool,
@@ -114,6 +124,7 @@ fn recover_file(
         "remote": backend.describe(&rel),
         "drained": fmt_ids(&drained),
         "drained_epochs": drained.len(),
+        "aborted_uploads": aborted,
         "bytes": bytes,
     });
     if let Err(e) = result {

@@ -1,42 +1,54 @@
-//! Which remote a file drains to: a URL (`file:///path`, `/path`), or by
-//! default the prefix itself: each file goes back to the path the program
-//! wrote, derived from its path record (application path minus relative path).
+//! Which remote a file drains to: a URL (`file:///path` or `/path`,
+//! `objstore:///path`, `s3://bucket/prefix`), opened once and shared by all
+//! files; or by default the prefix itself: each file goes back to the path
+//! the program wrote, derived from its path record (application path minus
+//! relative path).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::Arc;
 
 use paralog_backend::Backend;
 use paralog_log::FileInventory;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Remote {
     Prefix,
-    Url(String),
+    Url(String, Arc<dyn Backend>),
+}
+
+/// Open the backend a URL names.
+pub fn open(url: &str) -> Result<Arc<dyn Backend>, String> {
+    if url.starts_with("s3://") {
+        return paralog_s3::S3Backend::open(url)
+            .map(|b| Arc::new(b) as Arc<dyn Backend>)
+            .map_err(|e| e.to_string());
+    }
+    paralog_backend::open(url)
+        .map(Arc::from)
+        .map_err(|e| e.to_string())
 }
 
 impl Remote {
-    /// From an optional URL (empty: the prefix); checks that it can be opened.
+    /// From an optional URL (empty: the prefix); opens it.
     pub fn parse(url: Option<&str>) -> Result<Remote, String> {
         match url.filter(|u| !u.is_empty()) {
             None => Ok(Remote::Prefix),
-            Some(u) => {
-                paralog_backend::open(u).map_err(|e| e.to_string())?;
-                Ok(Remote::Url(u.to_owned()))
-            }
+            Some(u) => Ok(Remote::Url(u.to_owned(), open(u)?)),
         }
     }
 
     pub fn describe(&self) -> String {
         match self {
             Remote::Prefix => "the prefix itself".into(),
-            Remote::Url(u) => u.clone(),
+            Remote::Url(u, _) => u.clone(),
         }
     }
 
-    pub fn backend_for(&self, file: &FileInventory) -> Result<Box<dyn Backend>, String> {
-        let url = match self {
-            Remote::Url(u) => u.clone(),
+    pub fn backend_for(&self, file: &FileInventory) -> Result<Arc<dyn Backend>, String> {
+        match self {
+            Remote::Url(_, b) => Ok(b.clone()),
             Remote::Prefix => {
                 let r = file
                     .record
@@ -56,9 +68,8 @@ impl Remote {
                         rel.display()
                     ));
                 }
-                root.to_string_lossy().into_owned()
+                open(&root.to_string_lossy())
             }
-        };
-        paralog_backend::open(&url).map_err(|e| e.to_string())
+        }
     }
 }

@@ -53,7 +53,7 @@ fn start(root: &Path, remote: &Path) -> Server {
     let server = Server::start(Config {
         root: root.to_path_buf(),
         job: None,
-        remote: Remote::Url(remote.display().to_string()),
+        remote: Remote::parse(Some(&remote.display().to_string())).unwrap(),
         workers: 2,
         pool_bytes: 1 << 20,
         buf_bytes: 4096,
