@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture test-server test-crash-long lint bench-log clean
+.PHONY: all setup build shims demo test test-rust test-capture test-server test-crash-long test-remote setup-test lint bench-log clean
 
 all: build
 
@@ -30,7 +30,10 @@ $(TARGET)/libparalog_mpi_%.so: shim/paralog_mpi.c
 demo: build
 	@bash scripts/demo.sh
 
-test: build lint test-rust test-capture test-server
+setup-test: setup
+	@bash scripts/setup.sh --test
+
+test: build setup-test lint test-rust test-capture test-server test-remote
 
 test-rust:
 	$(CARGO) test --release --workspace --locked
@@ -52,6 +55,12 @@ test-server: build
 # The long crash run (500 randomized trials, about 10 minutes).
 test-crash-long: build
 	/usr/bin/python3 tests/server/crash.py --trials 500
+
+# Object remotes: S3 against a real MinIO started on loopback, and the
+# versioned object layout.
+test-remote: build setup-test
+	/usr/bin/python3 tests/remote/s3.py
+	/usr/bin/python3 tests/remote/objstore.py
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -37,4 +37,26 @@ if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
   fi
   curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --default-toolchain stable -c rustfmt,clippy
 fi
+# Test-only tools, kept inside the clone (target/): a real S3 server
+# (MinIO, built from source with Go) and a standard S3 client (awscli).
+if [ "${1:-}" = "--test" ]; then
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
+  if [ ! -x "$root/target/go/bin/minio" ]; then
+    GO=$(command -v go || true)
+    [ -n "$GO" ] || { [ -x /usr/local/go/bin/go ] && GO=/usr/local/go/bin/go; }
+    [ -n "$GO" ] || { echo "setup: the S3 tests need Go (>= 1.24) to build MinIO; install it and run again" >&2; exit 1; }
+    echo "setup: building MinIO $MINIO_VERSION (a few minutes)"
+    GOPATH="$root/target/go" GOBIN="$root/target/go/bin" GOFLAGS=-modcacherw "$GO" install "github.com/minio/minio@$MINIO_VERSION"
+  fi
+  if [ ! -d "$root/target/pylib/awscli" ]; then
+    echo "setup: installing awscli into target/pylib"
+    PY=$(command -v python3)
+    if ! "$PY" -m pip --version >/dev/null 2>&1; then
+      $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null
+      PY=/usr/bin/python3
+    fi
+    "$PY" -m pip install -q --disable-pip-version-check --break-system-packages --target "$root/target/pylib" awscli==1.46.3
+  fi
+fi
 echo "setup: ok"

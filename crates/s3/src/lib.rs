@@ -38,11 +38,12 @@ const DEFAULT_PART: u64 = 8 * MIB;
 /// Part uploads in flight per file being drained.
 const INFLIGHT: usize = 4;
 
-/// `s3://bucket/prefix[?part_size=BYTES]`.
+/// `s3://bucket/prefix[?part_size=BYTES&max_parts=N]`.
 pub struct S3Backend {
     bucket: String,
     prefix: String,
     min_part: u64,
+    max_parts: u64,
     client: Client,
     rt: Arc<Runtime>,
 }
@@ -75,8 +76,8 @@ fn parse_size(s: &str) -> Option<u64> {
 
 /// The part size for an object of `size` bytes: at least `min`, large enough
 /// for 10,000 parts, a multiple of 1 MiB.
-pub fn part_size(size: u64, min: u64) -> u64 {
-    let need = size.div_ceil(MAX_PARTS).div_ceil(MIB) * MIB;
+pub fn part_size(size: u64, min: u64, max_parts: u64) -> u64 {
+    let need = size.div_ceil(max_parts).div_ceil(MIB) * MIB;
     need.max(min)
 }
 
@@ -102,6 +103,7 @@ impl S3Backend {
             ));
         }
         let mut min_part = DEFAULT_PART;
+        let mut max_parts = MAX_PARTS;
         for kv in query.split('&').filter(|s| !s.is_empty()) {
             match kv.split_once('=') {
                 Some(("part_size", v)) => {
@@ -109,7 +111,21 @@ impl S3Backend {
                         .filter(|&n| n >= MIN_PART)
                         .ok_or_else(|| bad(url, format!("part_size={v}: at least 5M")))?;
                 }
-                _ => return Err(bad(url, format!("unknown setting {kv} (known: part_size)"))),
+                // A lower part limit than S3's, so that tests can make the
+                // part size grow without writing 80 GB.
+                Some(("max_parts", v)) => {
+                    max_parts = v
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=MAX_PARTS).contains(n))
+                        .ok_or_else(|| bad(url, format!("max_parts={v}: 1 to 10000")))?;
+                }
+                _ => {
+                    return Err(bad(
+                        url,
+                        format!("unknown setting {kv} (known: part_size, max_parts)"),
+                    ))
+                }
             }
         }
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -146,6 +162,7 @@ impl S3Backend {
             bucket: bucket.to_owned(),
             prefix,
             min_part,
+            max_parts,
             client,
             rt: Arc::new(rt),
         })
@@ -296,7 +313,7 @@ impl Backend for S3Backend {
         let visible = shape.base_visible(base_len);
         Ok(Box::new(S3Sink {
             be: self,
-            part: part_size(size, self.min_part),
+            part: part_size(size, self.min_part, self.max_parts),
             key,
             shape: *shape,
             old: old
@@ -698,10 +715,11 @@ mod tests {
 
     #[test]
     fn parts_stay_within_s3_limits() {
-        assert_eq!(part_size(0, DEFAULT_PART), DEFAULT_PART);
-        assert_eq!(part_size(100 << 30, DEFAULT_PART), 11 * MIB);
+        assert_eq!(part_size(0, DEFAULT_PART, MAX_PARTS), DEFAULT_PART);
+        assert_eq!(part_size(100 << 30, DEFAULT_PART, MAX_PARTS), 11 * MIB);
+        assert_eq!(part_size(30 * MIB, MIN_PART, 4), 8 * MIB);
         for size in [1u64, 5 * MIB, 5 * MIB + 1, 80 << 30, 5 << 40] {
-            let p = part_size(size, DEFAULT_PART);
+            let p = part_size(size, DEFAULT_PART, MAX_PARTS);
             assert!(p >= MIN_PART && p.is_multiple_of(MIB));
             assert!(size.div_ceil(p) <= MAX_PARTS, "{size}");
         }
