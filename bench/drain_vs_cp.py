@@ -1,51 +1,58 @@
 #!/usr/bin/python3
 """Drain throughput to a POSIX remote versus `cp` of the same bytes to the
 same destination, and the server's memory peak during a large drain.
+Results and their reading: docs/benchmarks.md.
 
-Throughput (per file system, per case, REPEAT rounds):
-  Each round first prepares, for every method, its own input (all written by
-  bench/drain_writer.c, which fsyncs every epoch, so every input is a file
-  just written whose pages are clean in the page cache; nothing is dropped):
-    - server / recover: the writer runs under the real capture library
-      (LD_PRELOAD, PARALOG_PREFIX/LOCAL/JOB, no server running), leaving a
-      node-local log of committed epochs;
-    - cp: the writer runs directly, leaving a plain file with the same bytes
-      (for the small-extents case it is the logical file, sparse, since
-      epochs write disjoint extents: `cp` copies only its data).
-  Then the methods are timed one after the other, in an order that rotates
-  from round to round, each into an empty destination directory on the
-  same file system:
-    - server: `paralog server --local L --job J --remote R` with its default
-      tuning (4 workers, 256M pool, 8M buffers, nice 10 + idle-ish ionice),
-      timed from spawn until its answer to {"cmd":"drain"} on the status
-      socket (startup included); then {"cmd":"stop"};
-    - server-nice0: the same with --nice 0 (to separate the priority cost);
-    - recover: `paralog recover --local L --remote R --job J` (the same
-      drain code, in the foreground, 64M pool);
-    - cp: `cp SRC DST` then `sync DST DSTDIR` (fsync of the file and of its
-      directory: the drain fsyncs both, so cp is made durable too).
-  Throughput = bytes the program wrote (= bytes drained) / wall time. The
-  table shows medians, min-max spread, and each drain's ratio to cp.
+Throughput, per file system (--fs) and case, REPEAT rounds. In each round
+every method is timed once, in an order that rotates from round to round.
+Each method's input is written by bench/drain_writer.c just before it is
+timed; the writer fsyncs every epoch, so every input is a file just
+written whose pages are clean in the page cache (nothing is dropped, for
+either side). Every result is compared with a reference copy (cmp).
+  - server: the writer runs under the real capture library (LD_PRELOAD,
+    PARALOG_PREFIX/LOCAL/JOB, no server running) and leaves a node-local
+    log of committed epochs; then `paralog server --local L --job J
+    --remote R` with its default tuning (4 workers, 256M pool, 8M buffers,
+    nice 10 and the lowest best-effort I/O priority) is timed from spawn
+    until its answer to {"cmd":"drain"} on the status socket (start-up and
+    the deletion of the drained local records included); then {"cmd":"stop"};
+  - server-nice0: the same with --nice 0 (what the low priority costs);
+  - recover: `paralog recover --local L --remote R --job J` on such a log
+    (the same drain code, in the foreground, 64M pool);
+  - cp: the writer runs directly and leaves a plain file with the same
+    bytes (in the small case that is the logical file: epochs write
+    disjoint extents, so it is sparse and cp copies only its data); then
+    `cp SRC DST; sync DST DSTDIR` (fsync of the file and of its directory,
+    as the drain does);
+  - cp+rm: the same followed by `rm SRC`: a move, which is what a drain
+    does (it deletes the local copy). Large case only unless --cp-rm-small:
+    on ext4 mounted with -o discard, removing the 16,000-extent sparse file
+    takes ~20 s (one discard per extent) and would measure only that.
+Throughput = bytes the program wrote (= bytes drained) / wall time. The
+table shows medians (min-max) in MB/s and each drain's ratio to cp.
 
 Cases:
   large:  one file, LARGE_MIB written sequentially in 8 MiB pwrites,
-          LARGE_EPOCHS epochs (fsync ends each);
+          LARGE_EPOCHS epochs (an fsync ends each);
   small:  SMALL_EXTENTS noncontiguous 4..64 KiB pwrites per epoch at
-          scattered offsets (each a separate extent), SMALL_EPOCHS epochs.
+          scattered offsets (each a separate extent with holes around it),
+          SMALL_EPOCHS epochs.
 
-Memory (--memory-test): a MEM_GIB drain of one file (and of 4 files of
-MEM_GIB/4, so that 4 workers drain at once) by a server with --memory
-256M and 64M; VmRSS sampled every 10 ms from /proc/PID/status, VmHWM read
-when the drain answers. Only on the first --fs directory.
+Memory (--memory-test, on the first --fs directory): a MEM_GIB drain of one
+file, and of 4 files of MEM_GIB/4 (4 workers at once), by a server with
+each --memory of --mem-pools; VmRSS sampled every 10 ms from
+/proc/PID/status, VmHWM read when the drain answers. Also the VmHWM of a
+server with nothing to drain.
 
 Usage: bench/drain_vs_cp.py [--fs /tmp,/dev/shm] [--repeat N]
-         [--methods server,recover,cp] [--cases large,small]
+         [--methods server,server-nice0,recover,cp,cp+rm] [--cases large,small]
          [--large-mib N] [--large-epochs N] [--small-extents N]
-         [--small-epochs N] [--memory-test] [--mem-gib N]
-         [--mem-pools 256M,64M] [--no-throughput] [--json OUT] [--keep]
+         [--small-epochs N] [--settle S] [--memory-test] [--mem-gib N]
+         [--mem-pools 256M,64M,16M] [--no-throughput] [--json OUT] [--keep]
 
 The binaries are copied to a private directory first, so a rebuild of
-target/release during the run does not change what is measured.
+target/release during the run does not change what is measured. Space:
+about 3 x LARGE_MIB per file system, 2 x MEM_GIB for the memory test.
 """
 import argparse
 import json
@@ -162,7 +169,7 @@ def run_server(tools, local, remote, extra=(), sample=False):
         try:
             request(sock, {"cmd": "stop"})
         except (ValueError, OSError):
-            pass  # the server may exit before its answer is out (docs/benchmarks.md)
+            pass  # servers before 01c620f could exit before their answer was out
         p.wait(timeout=120)
     finally:
         stop.set()
