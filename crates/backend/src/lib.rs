@@ -121,6 +121,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// The local path of `rel`, when the remote is a file system the
     /// capture library can read (for reads of drained data).
     fn local_path(&self, rel: &[u8]) -> Option<std::path::PathBuf>;
+    /// The backend would rather receive the epochs of one open of a file
+    /// together, as one new version, once the open ended (S3's default
+    /// upload policy: one upload per close instead of one per sync).
+    fn whole_opens(&self) -> bool {
+        false
+    }
     /// Clean up what an interrupted drain of `rel` left on the remote that
     /// the next drain would not replace (S3: its unfinished multipart
     /// uploads). Returns how many things were removed.

@@ -55,9 +55,15 @@ fn golden_version_record() {
     for bit in 0..bytes.len() * 8 {
         let mut b = bytes.clone();
         b[bit / 8] ^= 1 << (bit % 8);
-        assert!(Version::decode(&b, path).is_err(), "flipped bit {bit} not detected");
+        assert!(
+            Version::decode(&b, path).is_err(),
+            "flipped bit {bit} not detected"
+        );
     }
     for cut in 0..bytes.len() {
-        assert!(Version::decode(&bytes[..cut], path).is_err(), "truncation at {cut} not detected");
+        assert!(
+            Version::decode(&bytes[..cut], path).is_err(),
+            "truncation at {cut} not detected"
+        );
     }
 }

@@ -445,6 +445,14 @@ impl State {
             .is_some_and(|h| h.fds == 0 && !h.pinned)
         {
             let h = self.handles.remove(&id).expect("checked");
+            if h.committed_any {
+                if let Some(log) = &h.log {
+                    if let Err(e) = log.mark_closed() {
+                        // Only an upload that waits for the close is delayed.
+                        log_errno(&format!("closing {}", h.path.display()), &e);
+                    }
+                }
+            }
             if self.cfg.verbose {
                 report::line(&format!(
                     "{}: {} reads answered from the committed view",

@@ -30,7 +30,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return get_s3(&args, rest);
     }
     let Some(spec) = args.url.strip_prefix("objstore://") else {
-        bail!("{}: `get` reads objstore:///root/NAME and s3://bucket/key URLs", args.url);
+        bail!(
+            "{}: `get` reads objstore:///root/NAME and s3://bucket/key URLs",
+            args.url
+        );
     };
     let (store, name) = ObjStore::locate(spec).map_err(|e| anyhow!("{e}"))?;
     if args.list {

@@ -107,6 +107,8 @@ fn recover_file(
         backend: backend.as_ref(),
         pool,
         limit: None,
+        // After a crash nothing is held back: the open will not go on.
+        flush: true,
     };
     let mut drained = Vec::new();
     let mut bytes = 0;

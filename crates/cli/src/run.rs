@@ -439,12 +439,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(code));
     }
 
-    let drained = status::request_status(
-        &server.socket,
-        &Request::Drain {
-            timeout_s: args.wait_timeout,
-        },
-    );
+    let drained = wait_drained(&server.socket, args.wait_timeout);
     let total_time = t0.elapsed();
     let _ = status::request(&server.socket, &Request::Stop);
     let server_exit = server.child.wait();
@@ -503,6 +498,53 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     eprintln!("{}", recover_hint(&root, &job, remote_url.as_deref()));
     Ok(ExitCode::from(if code == 0 { 3 } else { code }))
+}
+
+/// Ask the server to drain everything, in slices of a few seconds so that
+/// a remote that keeps failing is reported on stderr while we wait (the
+/// server's own log is a file), until done or `timeout` seconds passed.
+fn wait_drained(
+    socket: &Path,
+    timeout: Option<f64>,
+) -> Result<Status, paralog_server::status::StatusError> {
+    const SLICE: f64 = 10.0;
+    let start = Instant::now();
+    let mut last_said = String::new();
+    loop {
+        let left = timeout.map(|t| (t - start.elapsed().as_secs_f64()).max(0.0));
+        let slice = left.map_or(SLICE, |l| l.min(SLICE));
+        let st = status::request_status(
+            socket,
+            &Request::Drain {
+                timeout_s: Some(slice),
+            },
+        )?;
+        let done = st.idle && (st.epochs_pending == 0 || st.damaged > 0);
+        if done || left.is_some_and(|l| l <= slice) {
+            return Ok(st);
+        }
+        let trouble: Vec<String> = st
+            .files
+            .iter()
+            .filter_map(|f| f.message.as_ref().map(|m| format!("{}: {m}", f.path)))
+            .collect();
+        let say = if trouble.is_empty() {
+            format!(
+                "paralog: draining: {} in {} epoch(s) left",
+                human_bytes(st.bytes_pending),
+                st.epochs_pending
+            )
+        } else {
+            format!(
+                "paralog: the drain is retrying (local data is kept; Ctrl-C leaves it for `paralog recover`):\n  {}",
+                trouble.join("\n  ")
+            )
+        };
+        if say != last_said {
+            eprintln!("{say}");
+            last_said = say;
+        }
+    }
 }
 
 fn recover_hint(root: &Path, job: &str, remote: Option<&str>) -> String {

@@ -88,3 +88,17 @@ pub fn pread_exact(f: &File, buf: &mut [u8], off: u64, path: &Path) -> Result<()
         Err(e) => Err(e).ctx("read", path),
     }
 }
+
+/// Write a small file that needs no fsync (commit marks, close markers:
+/// each can be re-derived or only delays an upload if lost), private to
+/// the user like every node-local file.
+pub fn write_private(path: &Path, bytes: &[u8], what: &'static str) -> Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(FILE_MODE)
+        .open(path)
+        .ctx(what, path)?;
+    f.write_all(bytes).ctx(what, path)
+}

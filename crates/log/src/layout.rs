@@ -18,6 +18,9 @@ use crate::error::{LogError, Result};
 pub const PATH_FILE: &str = "path";
 /// Name of the server's progress record in a file directory.
 pub const PROGRESS_FILE: &str = "progress";
+/// In a rank's directory: the open ended (MPI_File_close, last POSIX
+/// close). Empty; its presence is the information.
+pub const CLOSED_FILE: &str = "closed";
 /// Entries of the root whose names start so belong to the running server
 /// (its status socket, its lock), not to the log.
 pub const RUNTIME_PREFIX: &str = ".paralog-";

@@ -28,6 +28,8 @@ pub struct EpochFiles {
 pub struct RankInventory {
     pub dir: PathBuf,
     pub epochs: BTreeMap<u64, EpochFiles>,
+    /// The rank's open of the file ended (its close marker is here).
+    pub closed: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -205,8 +207,13 @@ fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>) -> Result<FileInventory> {
             let mut r = RankInventory {
                 dir: rpath.clone(),
                 epochs: BTreeMap::new(),
+                closed: false,
             };
             for (ename, epath, edir) in list_dir(&rpath)? {
+                if ename == layout::CLOSED_FILE && !edir {
+                    r.closed = true;
+                    continue;
+                }
                 let Some((epoch, kind)) = (!edir)
                     .then(|| layout::parse_epoch_file_name(&ename))
                     .flatten()
@@ -425,6 +432,15 @@ impl FileInventory {
             blocked_gen = Some(id.0);
         }
         Ok(out)
+    }
+
+    /// Whether an open of the file has ended: a rank's close marker, or a
+    /// later open of the file with records (it began after this one ended).
+    pub fn open_ended(&self, gen: u64) -> bool {
+        self.gens
+            .get(&gen)
+            .is_some_and(|g| g.ranks.values().any(|r| r.closed))
+            || self.gens.range(gen + 1..).next().is_some()
     }
 
     /// The committed epochs not yet recorded as drained, in order.

@@ -425,11 +425,19 @@ impl RankLog {
             epoch: self.epoch,
         };
         // No fsync: a lost mark is re-derived from the manifests (design).
-        std::fs::write(&mark_path, mark.encode()).ctx("write commit mark", &mark_path)?;
+        durable::write_private(&mark_path, &mark.encode(), "write commit mark")?;
         let done = self.epoch;
         self.epoch += 1;
         self.cur = EpochState::default();
         Ok(done)
+    }
+
+    /// Record that this open ended (after its last consistency point). No
+    /// fsync: a lost marker only delays an upload that waits for the end
+    /// of the open until the job ends or the file is opened again.
+    pub fn mark_closed(&self) -> Result<()> {
+        let p = self.paths.rank_dir.join(layout::CLOSED_FILE);
+        durable::write_private(&p, b"", "write close marker")
     }
 
     fn build_manifest(&self) -> Result<Manifest> {

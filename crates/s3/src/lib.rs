@@ -38,12 +38,14 @@ const DEFAULT_PART: u64 = 8 * MIB;
 /// Part uploads in flight per file being drained.
 const INFLIGHT: usize = 4;
 
-/// `s3://bucket/prefix[?part_size=BYTES&max_parts=N]`.
+/// `s3://bucket/prefix[?upload=close|epoch&part_size=BYTES&max_parts=N]`.
 pub struct S3Backend {
     bucket: String,
     prefix: String,
     min_part: u64,
     max_parts: u64,
+    /// Upload once per open (at close), not at every committed epoch.
+    at_close: bool,
     client: Client,
     rt: Arc<Runtime>,
 }
@@ -104,6 +106,7 @@ impl S3Backend {
         }
         let mut min_part = DEFAULT_PART;
         let mut max_parts = MAX_PARTS;
+        let mut at_close = true;
         for kv in query.split('&').filter(|s| !s.is_empty()) {
             match kv.split_once('=') {
                 Some(("part_size", v)) => {
@@ -111,6 +114,9 @@ impl S3Backend {
                         .filter(|&n| n >= MIN_PART)
                         .ok_or_else(|| bad(url, format!("part_size={v}: at least 5M")))?;
                 }
+                Some(("upload", "close")) => at_close = true,
+                Some(("upload", "epoch")) => at_close = false,
+                Some(("upload", v)) => return Err(bad(url, format!("upload={v}: close or epoch"))),
                 // A lower part limit than S3's, so that tests can make the
                 // part size grow without writing 80 GB.
                 Some(("max_parts", v)) => {
@@ -123,7 +129,7 @@ impl S3Backend {
                 _ => {
                     return Err(bad(
                         url,
-                        format!("unknown setting {kv} (known: part_size, max_parts)"),
+                        format!("unknown setting {kv} (known: upload, part_size, max_parts)"),
                     ))
                 }
             }
@@ -163,6 +169,7 @@ impl S3Backend {
             prefix,
             min_part,
             max_parts,
+            at_close,
             client,
             rt: Arc::new(rt),
         })
@@ -177,12 +184,19 @@ impl S3Backend {
         }
     }
 
-    fn err(&self, key: &str, op: &'static str, e: impl std::error::Error) -> BackendError {
+    fn err<E>(&self, key: &str, op: &'static str, e: E) -> BackendError
+    where
+        E: std::error::Error + ProvideErrorMetadata,
+    {
+        self.err_msg(key, op, describe(&e))
+    }
+
+    fn err_msg(&self, key: &str, op: &'static str, message: String) -> BackendError {
         BackendError {
             kind: ErrorKind::Retryable,
             target: format!("s3://{}/{key}", self.bucket),
             op,
-            message: DisplayErrorContext(e).to_string(),
+            message,
         }
     }
 
@@ -251,18 +265,27 @@ impl S3Backend {
                 .await
                 .map_err(|e| self.err(key, "get object", e))?;
             let mut n = 0u64;
-            while let Some(chunk) = o
-                .body
-                .try_next()
-                .await
-                .map_err(|e| self.err(key, "read object", e))?
+            while let Some(chunk) =
+                o.body.try_next().await.map_err(|e| {
+                    self.err_msg(key, "read object", DisplayErrorContext(e).to_string())
+                })?
             {
                 out.write_all(&chunk)
-                    .map_err(|e| self.err(key, "write output", e))?;
+                    .map_err(|e| self.err_msg(key, "write output", e.to_string()))?;
                 n += chunk.len() as u64;
             }
             Ok(n)
         })
+    }
+}
+
+/// One line: the service's error code and message when there is one (no
+/// raw response dump), else the error chain.
+fn describe<E: std::error::Error + ProvideErrorMetadata>(e: &E) -> String {
+    match (e.code(), e.message()) {
+        (Some(code), Some(msg)) => format!("{code}: {msg}"),
+        (Some(code), None) => code.to_owned(),
+        _ => DisplayErrorContext(e).to_string(),
     }
 }
 
@@ -340,6 +363,10 @@ impl Backend for S3Backend {
     fn abort_stale(&self, rel: &[u8]) -> Result<usize, BackendError> {
         S3Backend::abort_stale(self, &self.key(rel))
     }
+
+    fn whole_opens(&self) -> bool {
+        self.at_close
+    }
 }
 
 impl S3Sink<'_> {
@@ -377,11 +404,13 @@ impl S3Sink<'_> {
                 .send()
                 .await
                 .map_err(|e| be.err(key, "read previous object", e))?;
-            o.body
-                .collect()
-                .await
-                .map(|b| b.into_bytes())
-                .map_err(|e| be.err(key, "read previous object", e))
+            o.body.collect().await.map(|b| b.into_bytes()).map_err(|e| {
+                be.err_msg(
+                    key,
+                    "read previous object",
+                    DisplayErrorContext(e).to_string(),
+                )
+            })
         })?;
         if bytes.len() as u64 != hi - start {
             return Err(BackendError {
@@ -456,7 +485,7 @@ impl S3Sink<'_> {
                     .body(ByteStream::from(data))
                     .send()
                     .await
-                    .map_err(|e| fail("upload part", DisplayErrorContext(e).to_string()))?;
+                    .map_err(|e| fail("upload part", describe(&e)))?;
                 Ok(CompletedPart::builder()
                     .part_number(number)
                     .set_e_tag(out.e_tag().map(str::to_owned))
@@ -480,9 +509,7 @@ impl S3Sink<'_> {
                         .copy_source_if_match(old.etag)
                         .send()
                         .await
-                        .map_err(|e| {
-                            fail("copy unchanged part", DisplayErrorContext(e).to_string())
-                        })?;
+                        .map_err(|e| fail("copy unchanged part", describe(&e)))?;
                     Ok(CompletedPart::builder()
                         .part_number(number)
                         .set_e_tag(

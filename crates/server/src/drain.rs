@@ -30,6 +30,10 @@ pub struct DrainCtx<'a> {
     pub backend: &'a dyn Backend,
     pub pool: &'a BufferPool,
     pub limit: Option<&'a RateLimit>,
+    /// Drain everything committed now, even epochs of an open that has not
+    /// ended and that the backend would rather receive whole (the job is
+    /// ending, or this is a recovery).
+    pub flush: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -139,24 +143,55 @@ pub fn drain_file(
         }
     };
     delete_drained_leftovers(file).map_err(DrainError::Local)?;
+    let pending = file.pending_epochs().map_err(local)?;
     let mut n = 0;
-    for id in file.pending_epochs().map_err(local)? {
-        let bytes = drain_epoch(ctx, file, &rel, id)?;
-        on_epoch(Drained { id, bytes });
-        n += 1;
+    if !ctx.backend.whole_opens() {
+        for id in pending {
+            let bytes = drain_epochs(ctx, file, &rel, &[id])?;
+            on_epoch(Drained { id, bytes });
+            n += 1;
+        }
+        return Ok(n);
+    }
+    // One upload per open of the file, once it ended (or at the end of the
+    // job, `flush`): the epochs of an open merge into one new object.
+    let mut i = 0;
+    while i < pending.len() {
+        let gen = pending[i].0;
+        let j = i + pending[i..].iter().take_while(|id| id.0 == gen).count();
+        if !ctx.flush && !file.open_ended(gen) {
+            break;
+        }
+        let group = &pending[i..j];
+        let bytes = drain_epochs(ctx, file, &rel, group)?;
+        for (k, &id) in group.iter().enumerate() {
+            let last = k + 1 == group.len();
+            on_epoch(Drained {
+                id,
+                bytes: if last { bytes } else { 0 },
+            });
+        }
+        n += group.len();
+        i = j;
     }
     Ok(n)
 }
 
-fn drain_epoch(
+/// Whether a backend wants whole opens is up to it; whether the server
+/// holds epochs back for that is `flush`'s business (end of the job,
+/// recovery: never hold).
+fn drain_epochs(
     ctx: &DrainCtx<'_>,
     file: &FileInventory,
     rel: &[u8],
-    id: EpochId,
+    ids: &[EpochId],
 ) -> Result<u64, DrainError> {
-    let manifests = file.manifests(id).map_err(local)?;
     let mut lf = LogicalFile::default();
-    lf.apply_epoch(id, &manifests).map_err(local)?;
+    for &id in ids {
+        let manifests = file.manifests(id).map_err(local)?;
+        lf.apply_epoch(id, &manifests).map_err(local)?;
+    }
+    let id = *ids.last().expect("at least one epoch");
 
     // 1. Verify every extent this epoch still uses before touching the remote.
     let mut reader = SourceReader::default();
@@ -183,8 +218,9 @@ fn drain_epoch(
             sink.apply(RemoteOp::SetSize(cut))
                 .map_err(DrainError::Remote)?;
         }
-        let mut buf = ctx.pool.get();
-        let chunk = buf.len() as u64;
+        // A pool buffer only once copy_file_range is not possible.
+        let mut buf = None;
+        let chunk = ctx.pool.buf_size() as u64;
         // In-kernel copies while the backend takes them (a POSIX remote on a
         // file system that supports copy_file_range from the local one).
         let mut copy = true;
@@ -204,6 +240,7 @@ fn drain_epoch(
                         .map_err(DrainError::Remote)?;
                 }
                 if !copy {
+                    let buf = buf.get_or_insert_with(|| ctx.pool.get());
                     reader
                         .read(src, piece.skip + done, &mut buf[..n])
                         .map_err(local)?;
@@ -240,7 +277,9 @@ fn drain_epoch(
     paralog_log::durable::write_atomic(&path, &tmp, &progress.encode())
         .map_err(DrainError::Local)?;
     failpoint::hit("drain.after_progress");
-    delete_epoch(file, id).map_err(DrainError::Local)?;
+    for &done in ids {
+        delete_epoch(file, done).map_err(DrainError::Local)?;
+    }
     Ok(bytes)
 }
 

@@ -90,6 +90,9 @@ impl Sched {
 
 struct Inner {
     cfg: Config,
+    /// A `drain` request came (the job is ending): nothing is held back for
+    /// a backend that prefers whole opens.
+    flush: std::sync::atomic::AtomicBool,
     pool: BufferPool,
     limit: Option<RateLimit>,
     sched: Mutex<Sched>,
@@ -111,6 +114,7 @@ impl Server {
     /// work already on disk with its first scan).
     pub fn start(cfg: Config) -> Server {
         let inner = Arc::new(Inner {
+            flush: std::sync::atomic::AtomicBool::new(false),
             pool: BufferPool::new(cfg.pool_bytes, cfg.buf_bytes),
             limit: cfg.max_rate.map(RateLimit::new),
             cfg,
@@ -190,6 +194,9 @@ impl Server {
     /// a file cannot progress (damaged), or `timeout` passes. Files that are
     /// retrying after a remote failure keep this waiting.
     pub fn wait_idle(&self, timeout: Option<Duration>) -> Result<Status, paralog_log::LogError> {
+        self.inner
+            .flush
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.rescan()?;
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut s = self.lock();
@@ -484,6 +491,7 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
         backend: backend.as_ref(),
         pool: &inner.pool,
         limit: inner.limit.as_ref(),
+        flush: inner.flush.load(std::sync::atomic::Ordering::SeqCst),
     };
     let mut on_epoch = |d: Drained| {
         let mut s = lock(inner);

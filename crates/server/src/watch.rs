@@ -131,10 +131,14 @@ impl Watcher {
     }
 }
 
-/// Names whose appearance can make an epoch globally committed: a manifest
-/// renamed into place, a commit mark.
+/// Names whose appearance can make an epoch drainable: a manifest renamed
+/// into place, a commit mark, the close marker of an open.
 fn relevant(name: &OsStr) -> bool {
     let n = name.to_string_lossy();
+    if n == layout::CLOSED_FILE {
+        // The open ended: epochs held for a whole-open upload may go.
+        return true;
+    }
     matches!(
         layout::parse_epoch_file_name(&n),
         Some((
