@@ -109,6 +109,7 @@ fn recover_file(
         limit: None,
         // After a crash nothing is held back: the open will not go on.
         flush: true,
+        deleter: None,
     };
     let mut drained = Vec::new();
     let mut bytes = 0;

@@ -34,6 +34,8 @@ pub struct DrainCtx<'a> {
     /// ended and that the backend would rather receive whole (the job is
     /// ending, or this is a recovery).
     pub flush: bool,
+    /// Where drained records go to be deleted; `None`: deleted inline.
+    pub deleter: Option<&'a crate::delete::Deleter>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -277,14 +279,20 @@ fn drain_epochs(
     paralog_log::durable::write_atomic(&path, &tmp, &progress.encode())
         .map_err(DrainError::Local)?;
     failpoint::hit("drain.after_progress");
-    for &done in ids {
-        delete_epoch(file, done).map_err(DrainError::Local)?;
+    match ctx.deleter {
+        Some(d) => d.submit(file, ids, reader),
+        None => {
+            drop(reader);
+            for &done in ids {
+                delete_epoch(file, done).map_err(DrainError::Local)?;
+            }
+        }
     }
     Ok(bytes)
 }
 
 /// Remove every rank's records of a drained epoch from this node.
-fn delete_epoch(file: &FileInventory, (gen, epoch): EpochId) -> Result<(), LogError> {
+pub(crate) fn delete_epoch(file: &FileInventory, (gen, epoch): EpochId) -> Result<(), LogError> {
     let Some(g) = file.gens.get(&gen) else {
         return Ok(());
     };

@@ -90,6 +90,7 @@ impl Sched {
 
 struct Inner {
     cfg: Config,
+    deleter: crate::delete::Deleter,
     /// A `drain` request came (the job is ending): nothing is held back for
     /// a backend that prefers whole opens.
     flush: std::sync::atomic::AtomicBool,
@@ -114,6 +115,7 @@ impl Server {
     /// work already on disk with its first scan).
     pub fn start(cfg: Config) -> Server {
         let inner = Arc::new(Inner {
+            deleter: crate::delete::Deleter::start(),
             flush: std::sync::atomic::AtomicBool::new(false),
             pool: BufferPool::new(cfg.pool_bytes, cfg.buf_bytes),
             limit: cfg.max_rate.map(RateLimit::new),
@@ -200,7 +202,17 @@ impl Server {
         self.rescan()?;
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut s = self.lock();
-        while !s.idle() && !s.stop {
+        loop {
+            if s.idle() || s.stop {
+                // Idle means the local records of what drained are gone too.
+                drop(s);
+                let wait = deadline.map_or(Duration::from_secs(3600), |d| {
+                    d.saturating_duration_since(Instant::now())
+                });
+                self.inner.deleter.wait_empty(wait);
+                s = self.lock();
+                break;
+            }
             let wait = match deadline {
                 Some(d) => {
                     let now = Instant::now();
@@ -305,6 +317,10 @@ impl Server {
                 .wait(s)
                 .unwrap_or_else(|p| p.into_inner());
         }
+        drop(s);
+        // Not needed for safety (leftovers are removed later), but a clean
+        // stop leaves a clean node-local root.
+        self.inner.deleter.wait_empty(Duration::from_secs(60));
     }
 }
 
@@ -492,6 +508,7 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
         pool: &inner.pool,
         limit: inner.limit.as_ref(),
         flush: inner.flush.load(std::sync::atomic::Ordering::SeqCst),
+        deleter: Some(&inner.deleter),
     };
     let mut on_epoch = |d: Drained| {
         let mut s = lock(inner);
