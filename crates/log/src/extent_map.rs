@@ -63,6 +63,15 @@ impl<V: Piece> ExtentMap<V> {
             .map_or(0, |(&off, (len, _))| off + len)
     }
 
+    /// The range that ends exactly at `off`, if any: (offset, length, value).
+    pub fn ending_at(&self, off: u64) -> Option<(u64, u64, &V)> {
+        self.map
+            .range(..off)
+            .next_back()
+            .filter(|(&o, (l, _))| o + l == off)
+            .map(|(&o, (l, v))| (o, *l, v))
+    }
+
     /// Make `[off, off + len)` point at `value`, replacing what was there.
     pub fn insert(&mut self, off: u64, len: u64, value: V) {
         if len == 0 {
