@@ -16,7 +16,7 @@ PKGS=(
   libhdf5-mpich-dev libhdf5-openmpi-dev hdf5-tools
   libpnetcdf-dev
   python3-mpi4py python3-h5py-mpi python3-numpy
-  iproute2 util-linux bc
+  iproute2 util-linux bc strace
 )
 
 missing=()

@@ -116,9 +116,22 @@ pub fn committed(
     // an epoch the base already holds again changes nothing). A record
     // deleted by the drain while we scan: look again.
     let mut attempt = 0;
+    let unreadable = matches!(base, Base::Unreadable);
     let (lf, complete) = loop {
         let scanned = FileInventory::scan_path(local, job, rel).and_then(|inv| match inv {
             None => Ok((LogicalFile::default(), true)),
+            Some(inv) if unreadable && inv.progress.is_some() => {
+                // Part of the file's committed content is in S3, which the
+                // capture library cannot read (no network in the program's
+                // process). Answering "empty" or "missing" would let the
+                // program build on the wrong file: refuse loudly.
+                Err(paralog_log::LogError::NotFound {
+                    what: format!(
+                        "{} was drained to S3 earlier in this job; capture cannot read it back (no network in the program): reopening a file drained to S3 is not supported (docs/s3.md)",
+                        abs.display()
+                    ),
+                })
+            }
             Some(inv) => Ok((inv.logical_file(None)?, inv.complete_locally()?)),
         });
         match scanned {

@@ -52,33 +52,68 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    let out = args.out.clone().expect("required unless --list");
+    // The latest version may be replaced and its chunks removed by
+    // retention while we read it: then start again from the newest one.
+    let mut attempt = 0;
+    loop {
+        match read_once(&args, &store, &name, &out) {
+            Err(ReadErr::Vanished(e)) if args.version.is_none() && attempt < 20 => {
+                attempt += 1;
+                eprintln!("paralog: {e}; a newer version replaced it, reading that one");
+            }
+            Err(ReadErr::Vanished(e)) | Err(ReadErr::Other(e)) => return Err(e),
+            Ok(()) => return Ok(ExitCode::SUCCESS),
+        }
+    }
+}
+
+enum ReadErr {
+    /// A chunk of the version disappeared (retention after a newer publish).
+    Vanished(anyhow::Error),
+    Other(anyhow::Error),
+}
+
+fn read_once(
+    args: &Args,
+    store: &ObjStore,
+    name: &[u8],
+    out: &std::path::Path,
+) -> Result<(), ReadErr> {
+    use paralog_backend::objstore::ObjError;
     let v = store
-        .version(&name, args.version)
-        .map_err(|e| anyhow!("{e}"))?
-        .ok_or_else(|| anyhow!("{}: no version published yet", args.url))?;
+        .version(name, args.version)
+        .map_err(|e| ReadErr::Other(anyhow!("{e}")))?
+        .ok_or_else(|| ReadErr::Other(anyhow!("{}: no version published yet", args.url)))?;
     if v.deleted {
-        bail!(
+        return Err(ReadErr::Other(anyhow!(
             "{}: version {} is a deletion (the program deleted the file)",
             args.url,
             v.number
-        );
+        )));
     }
-    let out = args.out.expect("required unless --list");
+    let classify = |e: ObjError| match e {
+        ObjError::Io { ref error, .. } if error.kind() == std::io::ErrorKind::NotFound => {
+            ReadErr::Vanished(anyhow!("{e}"))
+        }
+        e => ReadErr::Other(anyhow!("{e}")),
+    };
     if out.as_os_str() == "-" {
-        let stdout = std::io::stdout();
-        let mut w = std::io::BufWriter::new(stdout.lock());
-        store.read_version(&v, &mut w).map_err(|e| anyhow!("{e}"))?;
-        w.flush()?;
+        // Read and checked in memory first: nothing partial reaches the pipe.
+        let mut buf = Vec::with_capacity(v.size as usize);
+        store.read_version(&v, &mut buf).map_err(classify)?;
+        std::io::stdout()
+            .write_all(&buf)
+            .map_err(|e| ReadErr::Other(e.into()))?;
     } else {
-        let f =
-            std::fs::File::create(&out).with_context(|| format!("creating {}", out.display()))?;
+        let f = std::fs::File::create(out)
+            .with_context(|| format!("creating {}", out.display()))
+            .map_err(ReadErr::Other)?;
         let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
-        store
-            .read_version(&v, &mut w)
-            .map_err(|e| anyhow!("{e} (partial output left in {})", out.display()))?;
-        w.flush()?;
+        store.read_version(&v, &mut w).map_err(classify)?;
+        w.flush().map_err(|e| ReadErr::Other(e.into()))?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 fn get_s3(args: &Args, rest: &str) -> anyhow::Result<ExitCode> {

@@ -74,13 +74,21 @@ impl LocalArg {
 }
 
 fn main() -> ExitCode {
-    // Die quietly when the reader of our output goes away (`| head`), as
-    // Unix tools do, instead of panicking on a failed print.
-    // SAFETY: restoring the default disposition of one signal at start-up.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
     let cli = Cli::parse();
+    // Commands that print for pipelines die quietly when the reader goes
+    // away (`| head`), as Unix tools do. Not those that talk to a network
+    // or a socket (server, run, recover, status): a peer resetting a
+    // connection must be an error they handle, not a signal that kills
+    // them (Rust ignores SIGPIPE by default; children get it back).
+    if matches!(
+        cli.cmd,
+        Cmd::CheckSymbols(_) | Cmd::Env(_) | Cmd::Inspect(_) | Cmd::Materialize(_)
+    ) {
+        // SAFETY: restoring the default disposition of one signal at start-up.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let result = match cli.cmd {
         Cmd::CheckSymbols(a) => check_symbols::run(a),
         Cmd::Env(a) => env::run(a),
