@@ -85,6 +85,8 @@ pub struct EpochShape {
     pub size_set: bool,
     /// Bytes of the previous version at or past this offset are gone.
     pub base_cut: Option<u64>,
+    /// Nothing of this file was drained yet in this job.
+    pub fresh: bool,
 }
 
 impl EpochShape {
@@ -126,6 +128,15 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// upload policy: one upload per close instead of one per sync).
     fn whole_opens(&self) -> bool {
         false
+    }
+    /// Whether the capture library can read what was drained (a POSIX
+    /// remote, the object layout: plain files). When it cannot (S3: no
+    /// network in the program), the server keeps the local records of
+    /// drained epochs until the job ends, so that the program can reopen
+    /// and read its file, and the first upload of a file in a job starts
+    /// from an empty object, as the program saw it.
+    fn readable_by_capture(&self) -> bool {
+        true
     }
     /// Clean up what an interrupted drain of `rel` left on the remote that
     /// the next drain would not replace (S3: its unfinished multipart

@@ -791,6 +791,7 @@ mod tests {
             min_size: 0,
             size_set: false,
             base_cut: None,
+            fresh: false,
         }
     }
 

@@ -247,6 +247,7 @@ mod tests {
         min_size: 0,
         size_set: false,
         base_cut: None,
+        fresh: false,
     };
 
     #[test]

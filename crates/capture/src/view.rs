@@ -120,18 +120,19 @@ pub fn committed(
     let (lf, complete) = loop {
         let scanned = FileInventory::scan_path(local, job, rel).and_then(|inv| match inv {
             None => Ok((LogicalFile::default(), true)),
-            Some(inv) if unreadable && inv.progress.is_some() => {
-                // Part of the file's committed content is in S3, which the
-                // capture library cannot read (no network in the program's
-                // process). Answering "empty" or "missing" would let the
-                // program build on the wrong file: refuse loudly.
-                Err(paralog_log::LogError::NotFound {
+            // S3: capture cannot read it (no network in the program), so
+            // the server keeps the job's drained epochs here and the view is
+            // built from the job's first epoch. If they are gone, refuse
+            // loudly rather than show an empty or missing file.
+            Some(inv) if unreadable => match inv.logical_file_whole() {
+                Ok(lf) => Ok((lf, inv.complete_locally()?)),
+                Err(e) => Err(paralog_log::LogError::NotFound {
                     what: format!(
-                        "{} was drained to S3 earlier in this job; capture cannot read it back (no network in the program): reopening a file drained to S3 is not supported (docs/s3.md)",
+                        "{} was drained to S3 and cannot be read back here ({e}; docs/s3.md)",
                         abs.display()
                     ),
-                })
-            }
+                }),
+            },
             Some(inv) => Ok((inv.logical_file(None)?, inv.complete_locally()?)),
         });
         match scanned {

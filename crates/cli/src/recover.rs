@@ -110,6 +110,8 @@ fn recover_file(
         // After a crash nothing is held back: the open will not go on.
         flush: true,
         deleter: None,
+        // The job is over: nothing will read the drained records again.
+        keep_drained: false,
     };
     let mut drained = Vec::new();
     let mut bytes = 0;

@@ -322,9 +322,15 @@ fn remove_finished_job(root: &Path, job: &str) -> anyhow::Result<bool> {
     let Some(j) = inv.job(job) else {
         return Ok(true);
     };
+    // Records at or before the progress record are drained (kept until now
+    // for an S3 remote); anything after it was never committed.
+    let undrained = |f: &paralog_log::FileInventory| {
+        let done = f.progress.map(|p| (p.gen, p.epoch));
+        f.epoch_ids().iter().any(|id| Some(*id) > done)
+    };
     if j.files
         .iter()
-        .any(|f| !f.epoch_ids().is_empty() || f.progress_error.is_some())
+        .any(|f| undrained(f) || f.progress_error.is_some())
     {
         return Ok(false);
     }

@@ -522,6 +522,44 @@ impl FileInventory {
         Ok(lf)
     }
 
+    /// The logical file from the job's first epoch, drained ones included:
+    /// for a remote the capture library cannot read (S3), whose drained
+    /// epochs the server keeps here until the job ends. Refused if a
+    /// drained epoch's records are gone (the view would miss its bytes).
+    pub fn logical_file_whole(&self) -> Result<LogicalFile> {
+        let drained = self.progress.map(|p| (p.gen, p.epoch));
+        let committed = self.committed_epochs()?;
+        let mut lf = LogicalFile::default();
+        for &id in &committed {
+            let manifests = self.manifests(id)?;
+            if manifests.is_empty() {
+                return Err(LogError::NotFound {
+                    what: format!(
+                        "epoch {}:{} of {} was drained and its local records are gone (drained up to {})",
+                        id.0,
+                        id.1,
+                        self.display_name(),
+                        fmt_ids(&drained.into_iter().collect::<Vec<_>>())
+                    ),
+                });
+            }
+            lf.apply_epoch(id, &manifests)?;
+        }
+        if let Some(d) = drained {
+            if !committed.contains(&d) {
+                return Err(LogError::NotFound {
+                    what: format!(
+                        "{} was drained up to epoch {}:{}, whose local records are gone",
+                        self.display_name(),
+                        d.0,
+                        d.1
+                    ),
+                });
+            }
+        }
+        Ok(lf)
+    }
+
     pub fn display_name(&self) -> String {
         match &self.record {
             Some(r) => String::from_utf8_lossy(&r.path).into_owned(),

@@ -330,7 +330,9 @@ impl Backend for S3Backend {
         shape: &EpochShape,
     ) -> Result<Box<dyn EpochSink + '_>, BackendError> {
         let key = self.key(rel);
-        let old = self.head(&key)?;
+        // The program saw no previous object (capture cannot read S3): the
+        // job's first upload of a file starts from nothing, like its view.
+        let old = if shape.fresh { None } else { self.head(&key)? };
         let base_len = old.as_ref().map_or(0, |(len, _)| *len);
         let size = shape.final_size(base_len);
         let visible = shape.base_visible(base_len);
@@ -366,6 +368,10 @@ impl Backend for S3Backend {
 
     fn whole_opens(&self) -> bool {
         self.at_close
+    }
+
+    fn readable_by_capture(&self) -> bool {
+        false
     }
 }
 

@@ -36,6 +36,9 @@ pub struct DrainCtx<'a> {
     pub flush: bool,
     /// Where drained records go to be deleted; `None`: deleted inline.
     pub deleter: Option<&'a crate::delete::Deleter>,
+    /// Keep the records of drained epochs (a running job whose remote the
+    /// capture library cannot read: `Backend::readable_by_capture`).
+    pub keep_drained: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -144,7 +147,9 @@ pub fn drain_file(
             }))
         }
     };
-    delete_drained_leftovers(file).map_err(DrainError::Local)?;
+    if !ctx.keep_drained {
+        delete_drained_leftovers(file).map_err(DrainError::Local)?;
+    }
     let pending = file.pending_epochs().map_err(local)?;
     let mut n = 0;
     if !ctx.backend.whole_opens() {
@@ -209,6 +214,7 @@ fn drain_epochs(
         min_size: lf.size.min_size,
         size_set: lf.size.size_set,
         base_cut: lf.size.base_cut,
+        fresh: file.progress.is_none(),
     };
     let mut sink = ctx.backend.begin(rel, &shape).map_err(DrainError::Remote)?;
     let mut bytes = 0u64;
@@ -279,6 +285,10 @@ fn drain_epochs(
     paralog_log::durable::write_atomic(&path, &tmp, &progress.encode())
         .map_err(DrainError::Local)?;
     failpoint::hit("drain.after_progress");
+    if ctx.keep_drained {
+        // Kept for the program's reads until the job ends.
+        return Ok(bytes);
+    }
     match ctx.deleter {
         Some(d) => d.submit(file, ids, reader),
         None => {

@@ -477,7 +477,6 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
         // Being created (the path record comes first): its events follow.
         return Ok(());
     }
-    crate::drain::delete_drained_leftovers(&inv).map_err(DrainError::Local)?;
     let (pending, bytes) = inv.pending_summary().map_err(DrainError::Corrupt)?;
     let epoch_bytes: BTreeMap<EpochId, u64> = pending
         .iter()
@@ -492,9 +491,6 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
         e.epochs_pending = pending.len() as u64;
         e.bytes_pending = bytes;
     }
-    if pending.is_empty() {
-        return Ok(());
-    }
     let backend = inner.cfg.remote.backend_for(&inv).map_err(|m| {
         DrainError::Remote(paralog_backend::BackendError {
             kind: paralog_backend::ErrorKind::Permanent,
@@ -503,12 +499,19 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
             message: m,
         })
     })?;
+    if backend.readable_by_capture() {
+        crate::drain::delete_drained_leftovers(&inv).map_err(DrainError::Local)?;
+    }
+    if pending.is_empty() {
+        return Ok(());
+    }
     let ctx = DrainCtx {
         backend: backend.as_ref(),
         pool: &inner.pool,
         limit: inner.limit.as_ref(),
         flush: inner.flush.load(std::sync::atomic::Ordering::SeqCst),
         deleter: Some(&inner.deleter),
+        keep_drained: !backend.readable_by_capture(),
     };
     let mut on_epoch = |d: Drained| {
         let mut s = lock(inner);
