@@ -1,22 +1,55 @@
 //! The `--remote` argument shared by the commands that drain.
 
-use anyhow::anyhow;
+use anyhow::{anyhow, bail};
 pub use paralog_server::remote::Remote;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum S3Upload {
+    /// Once per open of a file, when it is closed.
+    Close,
+    /// At every committed epoch.
+    Epoch,
+}
 
 #[derive(clap::Args, Debug)]
 pub struct RemoteArg {
-    /// Where to drain: file:///path or /path [env: PARALOG_REMOTE; default:
-    /// the prefix itself, i.e. each file goes to the path the program wrote]
+    /// Where to drain: /path or file:///path, s3://BUCKET/PREFIX,
+    /// objstore:///ROOT [env: PARALOG_REMOTE; default: the prefix itself,
+    /// i.e. each file goes to the path the program wrote]
     #[arg(long, value_name = "URL")]
     pub remote: Option<String>,
+    /// S3 upload policy (same as `?upload=` in the URL) [default: close]
+    #[arg(long, value_enum, value_name = "WHEN")]
+    pub s3_upload: Option<S3Upload>,
 }
 
 impl RemoteArg {
-    pub fn resolve(&self) -> anyhow::Result<Remote> {
+    /// The remote URL from `--remote` or PARALOG_REMOTE, with the upload
+    /// policy folded into an s3:// URL's settings.
+    pub fn url(&self) -> anyhow::Result<Option<String>> {
         let url = self
             .remote
             .clone()
-            .or_else(|| std::env::var("PARALOG_REMOTE").ok());
-        Remote::parse(url.as_deref()).map_err(|e| anyhow!("{e}"))
+            .or_else(|| std::env::var("PARALOG_REMOTE").ok())
+            .filter(|r| !r.is_empty());
+        let Some(policy) = self.s3_upload else {
+            return Ok(url);
+        };
+        let Some(u) = url.filter(|u| u.starts_with("s3://")) else {
+            bail!("--s3-upload is for an s3:// remote");
+        };
+        if u.contains("upload=") {
+            bail!("{u}: give the upload policy once (--s3-upload or ?upload=)");
+        }
+        let word = match policy {
+            S3Upload::Close => "close",
+            S3Upload::Epoch => "epoch",
+        };
+        let sep = if u.contains('?') { '&' } else { '?' };
+        Ok(Some(format!("{u}{sep}upload={word}")))
+    }
+
+    pub fn resolve(&self) -> anyhow::Result<Remote> {
+        Remote::parse(self.url()?.as_deref()).map_err(|e| anyhow!("{e}"))
     }
 }

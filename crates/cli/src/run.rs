@@ -357,12 +357,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         });
     paralog_log::layout::validate_component("job name", &job)
         .map_err(|e| anyhow::anyhow!("--job: {e}"))?;
-    let remote_url = args
-        .remote
-        .remote
-        .clone()
-        .or_else(|| std::env::var("PARALOG_REMOTE").ok())
-        .filter(|r| !r.is_empty());
+    let remote_url = args.remote.url()?;
     // Validate the remote now rather than in the server's log.
     args.remote.resolve()?;
     let stale = undrained_elsewhere(&root, &job)?;
