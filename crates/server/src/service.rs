@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use paralog_log::{layout, EpochId, FileInventory, Inventory};
+use paralog_log::{EpochId, FileInventory, Inventory};
 
 use crate::drain::{drain_file, lock_file_dir, DrainCtx, DrainError, Drained};
 use crate::limit::RateLimit;
@@ -473,8 +473,14 @@ fn next_file(inner: &Inner) -> Option<PathBuf> {
 fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
     let _lock = lock_file_dir(dir)?;
     let inv = FileInventory::scan_dir(dir).map_err(DrainError::Local)?;
-    if !inv.dir.join(layout::PATH_FILE).exists() && inv.gens.is_empty() {
-        // Being created (the path record comes first): its events follow.
+    let any_manifest = inv.gens.values().any(|g| {
+        g.ranks
+            .values()
+            .any(|r| r.epochs.values().any(|e| e.manifest))
+    });
+    if inv.record.is_none() && inv.path_error.is_some() && !any_manifest {
+        // Being created (the path record comes first, and this scan may
+        // have raced with it): nothing is committed yet; its events follow.
         return Ok(());
     }
     let (pending, bytes) = inv.pending_summary().map_err(DrainError::Corrupt)?;
