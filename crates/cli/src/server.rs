@@ -143,6 +143,9 @@ fn take_server_lock(root: &Path, job: Option<&str>) -> anyhow::Result<(std::fs::
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_tracing();
+    // Before any thread exists: every thread created later (the S3
+    // runtime's, the status threads) inherits the lowered priorities.
+    paralog_server::priority::lower(args.tuning.nice);
     let root = prepare_root(&args.local.resolve()?)?;
     if let Some(j) = &args.job {
         paralog_log::layout::validate_component("job name", j)
