@@ -405,6 +405,23 @@ impl ObjStore {
         Ok(Some(v))
     }
 
+    /// The whole block a piece comes from, checked against its CRC.
+    fn read_block(&self, p: &Piece, block: &mut Vec<u8>) -> Result<(), ObjError> {
+        let path = self.chunk_path(p.dir, &p.chunk);
+        let f = File::open(&path).map_err(io_err(&path, "open chunk"))?;
+        block.resize(p.block_len as usize, 0);
+        f.read_exact_at(block, p.block_off)
+            .map_err(io_err(&path, "read chunk"))?;
+        if crc32c::crc32c(block) != p.block_crc {
+            return Err(ObjError::Damaged {
+                path,
+                offset: p.block_off,
+                what: format!("block of {} bytes fails its checksum", p.block_len),
+            });
+        }
+        Ok(())
+    }
+
     /// Read a whole version into `out` (holes as zeros), every block checked.
     pub fn read_version(&self, v: &Version, out: &mut dyn Write) -> Result<u64, ObjError> {
         let mut pos = 0u64;
@@ -423,18 +440,7 @@ impl ObjStore {
         for p in &v.pieces {
             fill(out, p.file_off - pos)?;
             if cached != Some((p.chunk, p.block_off)) {
-                let path = self.chunk_path(p.dir, &p.chunk);
-                let f = File::open(&path).map_err(io_err(&path, "open chunk"))?;
-                block.resize(p.block_len as usize, 0);
-                f.read_exact_at(&mut block, p.block_off)
-                    .map_err(io_err(&path, "read chunk"))?;
-                if crc32c::crc32c(&block) != p.block_crc {
-                    return Err(ObjError::Damaged {
-                        path,
-                        offset: p.block_off,
-                        what: format!("block of {} bytes fails its checksum", p.block_len),
-                    });
-                }
+                self.read_block(p, &mut block)?;
                 cached = Some((p.chunk, p.block_off));
             }
             out.write_all(&block[p.skip as usize..(p.skip + p.len) as usize])
@@ -456,18 +462,7 @@ impl ObjStore {
         for p in v.pieces[first..].iter().take_while(|p| p.file_off < end) {
             let lo = p.file_off.max(off);
             let hi = (p.file_off + p.len).min(end);
-            let path = self.chunk_path(p.dir, &p.chunk);
-            let f = File::open(&path).map_err(io_err(&path, "open chunk"))?;
-            block.resize(p.block_len as usize, 0);
-            f.read_exact_at(&mut block, p.block_off)
-                .map_err(io_err(&path, "read chunk"))?;
-            if crc32c::crc32c(&block) != p.block_crc {
-                return Err(ObjError::Damaged {
-                    path,
-                    offset: p.block_off,
-                    what: format!("block of {} bytes fails its checksum", p.block_len),
-                });
-            }
+            self.read_block(p, &mut block)?;
             let from = (p.skip + lo - p.file_off) as usize;
             buf[(lo - off) as usize..(hi - off) as usize]
                 .copy_from_slice(&block[from..from + (hi - lo) as usize]);
