@@ -290,19 +290,14 @@ impl FileInventory {
         scan_file(dir, &mut stray)
     }
 
-    /// The committed epochs still to drain and the bytes of their local data
-    /// logs (all ranks held here).
-    pub fn pending_summary(&self) -> Result<(Vec<EpochId>, u64)> {
-        let pending = self.pending_epochs()?;
-        let mut bytes = 0;
-        for &(gen, epoch) in &pending {
-            if let Some(g) = self.gens.get(&gen) {
-                for r in g.ranks.values() {
-                    bytes += r.epochs.get(&epoch).and_then(|e| e.data).unwrap_or(0);
-                }
-            }
-        }
-        Ok((pending, bytes))
+    /// Bytes of an epoch's data logs held here (all ranks).
+    pub fn local_bytes(&self, (gen, epoch): EpochId) -> u64 {
+        self.gens.get(&gen).map_or(0, |g| {
+            g.ranks
+                .values()
+                .filter_map(|r| r.epochs.get(&epoch).and_then(|e| e.data))
+                .sum()
+        })
     }
 
     /// Every epoch that any rank has any record of, in program order.

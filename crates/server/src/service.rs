@@ -238,7 +238,7 @@ impl Server {
         let s = self.lock();
         let now = Instant::now();
         let active = s.active(now);
-        let rate = rate(s.bytes_drained, active);
+        let overall = rate(s.bytes_drained, active);
         let files: Vec<FileStatus> = s
             .files
             .values()
@@ -255,7 +255,7 @@ impl Server {
                     FileState::Idle
                 };
                 let busy = e.busy_time + e.busy_since.map_or(Duration::ZERO, |t| now - t);
-                let frate = rate_f(e.bytes_drained, busy);
+                let frate = rate(e.bytes_drained, busy);
                 FileStatus {
                     job: e.job.clone(),
                     path: e.path.clone(),
@@ -265,7 +265,7 @@ impl Server {
                     bytes_drained: e.bytes_drained,
                     bytes_pending: e.bytes_pending,
                     rate_bps: frate,
-                    eta_s: eta(e.bytes_pending, if frate > 0.0 { frate } else { rate }),
+                    eta_s: eta(e.bytes_pending, if frate > 0.0 { frate } else { overall }),
                     attempts: e.attempts,
                     message: e.error.clone(),
                 }
@@ -283,8 +283,8 @@ impl Server {
             epochs_drained: s.epochs_drained,
             bytes_pending,
             epochs_pending: files.iter().map(|f| f.epochs_pending).sum(),
-            rate_bps: rate,
-            eta_s: eta(bytes_pending, rate),
+            rate_bps: overall,
+            eta_s: eta(bytes_pending, overall),
             idle: s.idle(),
             damaged: files
                 .iter()
@@ -329,10 +329,6 @@ fn lock(inner: &Inner) -> MutexGuard<'_, Sched> {
 }
 
 fn rate(bytes: u64, over: Duration) -> f64 {
-    rate_f(bytes, over)
-}
-
-fn rate_f(bytes: u64, over: Duration) -> f64 {
     let s = over.as_secs_f64();
     if s > 0.0 {
         bytes as f64 / s
@@ -483,11 +479,12 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
         // have raced with it): nothing is committed yet; its events follow.
         return Ok(());
     }
-    let (pending, bytes) = inv.pending_summary().map_err(DrainError::Corrupt)?;
+    let pending = inv.pending_epochs().map_err(DrainError::Corrupt)?;
     let epoch_bytes: BTreeMap<EpochId, u64> = pending
         .iter()
-        .map(|&id| (id, local_bytes(&inv, id)))
+        .map(|&id| (id, inv.local_bytes(id)))
         .collect();
+    let bytes = epoch_bytes.values().sum();
     {
         let mut s = lock(inner);
         let e = s.files.get_mut(dir).expect("entry");
@@ -534,14 +531,4 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
     };
     drain_file(&ctx, &inv, &mut on_epoch)?;
     Ok(())
-}
-
-/// Bytes of an epoch's data logs held here (all ranks).
-fn local_bytes(inv: &FileInventory, (gen, epoch): EpochId) -> u64 {
-    inv.gens.get(&gen).map_or(0, |g| {
-        g.ranks
-            .values()
-            .filter_map(|r| r.epochs.get(&epoch).and_then(|e| e.data))
-            .sum()
-    })
 }
