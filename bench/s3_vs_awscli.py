@@ -73,7 +73,6 @@ import json
 import os
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -82,55 +81,18 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from benchlib import JOB, Tools, request, sh  # noqa: E402
 sys.path.insert(0, str(ROOT / "tests/remote"))
 from common import MinIO, PY, PYLIB  # noqa: E402  (MinIO on loopback, awscli env)
 
-JOB = "b"
 BUCKET = "bench"
-
-
-def sh(*args, **kw):
-    return subprocess.run([str(a) for a in args], check=True, **kw)
-
-
-class Tools:
-    def __init__(self, base):
-        d = base / "bin"
-        d.mkdir()
-        self.paralog = d / "paralog"
-        self.capture = d / "libparalog_capture.so"
-        shutil.copy2(ROOT / "target/release/paralog", self.paralog)
-        shutil.copy2(ROOT / "target/release/libparalog_capture.so", self.capture)
-        self.writer = d / "drain_writer"
-        sh("cc", "-O2", "-Wall", "-Wextra", "-o", self.writer, ROOT / "bench/drain_writer.c")
-        self.rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                                  capture_output=True, text=True).stdout.strip()
-
-    def write(self, args, capture=None):
-        """Run the writer; capture=(prefix, local): under the capture library."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PARALOG_", "AWS_"))}
-        if capture:
-            prefix, local = capture
-            env.update(LD_PRELOAD=str(self.capture), PARALOG_PREFIX=str(prefix),
-                       PARALOG_LOCAL=str(local), PARALOG_JOB=JOB)
-        r = sh(self.writer, *args, env=env, capture_output=True, text=True)
-        return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def writer_args(case, a, path):
     if case == "large":
         return ["large", path, a.large_mib, 8192, 1]
     return ["small", path, a.extents, 1, 7]
-
-
-def request(sock, cmd, timeout=3600):
-    s = socket.socket(socket.AF_UNIX)
-    s.settimeout(timeout)
-    s.connect(str(sock))
-    s.sendall((json.dumps(cmd) + "\n").encode())
-    line = s.makefile().readline()
-    s.close()
-    return json.loads(line)
 
 
 def paralog_env(minio):
