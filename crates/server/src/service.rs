@@ -91,9 +91,9 @@ impl Sched {
 struct Inner {
     cfg: Config,
     deleter: crate::delete::Deleter,
-    /// A `drain` request came (the job is ending): nothing is held back for
-    /// a backend that prefers whole opens.
-    flush: std::sync::atomic::AtomicBool,
+    /// `drain` requests under way (the job is ending): while any is,
+    /// nothing is held back for a backend that prefers whole opens.
+    flush: std::sync::atomic::AtomicUsize,
     pool: BufferPool,
     limit: Option<RateLimit>,
     sched: Mutex<Sched>,
@@ -116,7 +116,7 @@ impl Server {
     pub fn start(cfg: Config) -> Server {
         let inner = Arc::new(Inner {
             deleter: crate::delete::Deleter::start(),
-            flush: std::sync::atomic::AtomicBool::new(false),
+            flush: std::sync::atomic::AtomicUsize::new(0),
             pool: BufferPool::new(cfg.pool_bytes, cfg.buf_bytes),
             limit: cfg.max_rate.map(RateLimit::new),
             cfg,
@@ -196,9 +196,17 @@ impl Server {
     /// a file cannot progress (damaged), or `timeout` passes. Files that are
     /// retrying after a remote failure keep this waiting.
     pub fn wait_idle(&self, timeout: Option<Duration>) -> Result<Status, paralog_log::LogError> {
-        self.inner
-            .flush
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        use std::sync::atomic::Ordering::SeqCst;
+        self.inner.flush.fetch_add(1, SeqCst);
+        let r = self.wait_idle_flushing(timeout);
+        self.inner.flush.fetch_sub(1, SeqCst);
+        r
+    }
+
+    fn wait_idle_flushing(
+        &self,
+        timeout: Option<Duration>,
+    ) -> Result<Status, paralog_log::LogError> {
         self.rescan()?;
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut s = self.lock();
@@ -512,7 +520,7 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
         backend: backend.as_ref(),
         pool: &inner.pool,
         limit: inner.limit.as_ref(),
-        flush: inner.flush.load(std::sync::atomic::Ordering::SeqCst),
+        flush: inner.flush.load(std::sync::atomic::Ordering::SeqCst) > 0,
         deleter: Some(&inner.deleter),
         keep_drained: !backend.readable_by_capture(),
     };
