@@ -184,9 +184,9 @@ pub fn drain_file(
     Ok(n)
 }
 
-/// Whether a backend wants whole opens is up to it; whether the server
-/// holds epochs back for that is `flush`'s business (end of the job,
-/// recovery: never hold).
+/// Apply consecutive committed epochs of one open (one epoch, or a whole
+/// open for a backend that wants them together) as one new remote state:
+/// verify, apply, make durable, record progress at the last, then delete.
 fn drain_epochs(
     ctx: &DrainCtx<'_>,
     file: &FileInventory,
