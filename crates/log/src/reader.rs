@@ -323,13 +323,21 @@ impl FileInventory {
         };
         let mut out: Vec<(Manifest, PathBuf)> = Vec::new();
         for (&rank, r) in &g.ranks {
-            if !r.epochs.get(&epoch).is_some_and(|e| e.manifest) {
-                continue;
-            }
             let path = r
                 .dir
                 .join(layout::epoch_file_name(epoch, EpochFileKind::Manifest));
-            let bytes = std::fs::read(&path).ctx("read manifest", &path)?;
+            let listed = r.epochs.get(&epoch).is_some_and(|e| e.manifest);
+            // A rank whose directory was listed before its manifest was
+            // renamed into place may have committed since: the scan lists the
+            // ranks one after another, so it can see another rank's commit
+            // mark (written after every rank's manifest) and miss this
+            // manifest. Look for it by name. A listed manifest that is gone
+            // is an error, as before (a drain deleted it under us).
+            let bytes = match std::fs::read(&path) {
+                Ok(b) => b,
+                Err(e) if !listed && e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e).ctx("read manifest", &path),
+            };
             let m = Manifest::decode(&bytes, &path)?;
             let mismatch = |what: String| LogError::Inconsistent {
                 path: path.clone(),
