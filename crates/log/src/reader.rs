@@ -221,11 +221,20 @@ fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>) -> Result<FileInventory> {
                     stray.push(epath);
                     continue;
                 };
+                // A data log deleted between the listing and its stat (the
+                // server removes drained epochs while others scan): as if
+                // it had not been listed, like a directory that vanished.
+                let data_len = match kind {
+                    EpochFileKind::Data => match std::fs::metadata(&epath) {
+                        Ok(m) => Some(m.len()),
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                        Err(e) => return Err(e).ctx("stat", &epath),
+                    },
+                    _ => None,
+                };
                 let e = r.epochs.entry(epoch).or_default();
                 match kind {
-                    EpochFileKind::Data => {
-                        e.data = Some(std::fs::metadata(&epath).ctx("stat", &epath)?.len());
-                    }
+                    EpochFileKind::Data => e.data = data_len,
                     EpochFileKind::Manifest => e.manifest = true,
                     EpochFileKind::ManifestTmp => e.manifest_tmp = true,
                     EpochFileKind::Mark => e.mark = true,
