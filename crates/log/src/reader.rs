@@ -158,31 +158,7 @@ impl Inventory {
 }
 
 fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>) -> Result<FileInventory> {
-    let path_file = dir.join(layout::PATH_FILE);
-    let (record, path_error) = match std::fs::read(&path_file) {
-        Ok(bytes) => match PathRecord::decode(&bytes, &path_file) {
-            Ok(r) => (Some(r), None),
-            Err(e) => (None, Some(e.to_string())),
-        },
-        Err(e) => (None, Some(format!("{}: {e}", path_file.display()))),
-    };
-    let progress_file = dir.join(layout::PROGRESS_FILE);
-    let (progress, progress_error) = match std::fs::read(&progress_file) {
-        Ok(bytes) => match ProgressRecord::decode(&bytes, &progress_file) {
-            Ok(p) => (Some(p), None),
-            Err(e) => (None, Some(e.to_string())),
-        },
-        Err(e) if e.kind() == io::ErrorKind::NotFound => (None, None),
-        Err(e) => (None, Some(format!("{}: {e}", progress_file.display()))),
-    };
-    let mut file = FileInventory {
-        dir: dir.to_path_buf(),
-        record,
-        path_error,
-        progress,
-        progress_error,
-        gens: BTreeMap::new(),
-    };
+    let mut gens = BTreeMap::new();
     for (name, path, is_dir) in list_dir(dir)? {
         if name == layout::PATH_FILE
             || name.starts_with("path.tmp.")
@@ -242,9 +218,39 @@ fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>) -> Result<FileInventory> {
             }
             g.ranks.insert(rank, r);
         }
-        file.gens.insert(gen, g);
+        gens.insert(gen, g);
     }
-    Ok(file)
+    // The records are read after the listing, not before: a writer records
+    // the path before any epoch exists, and the drain records progress
+    // before it deletes an epoch, so whatever the listing saw is covered by
+    // the records read now. Read first, a new file's path could be missing
+    // yet its first committed epoch listed (the server then parked a
+    // healthy file as damaged).
+    let path_file = dir.join(layout::PATH_FILE);
+    let (record, path_error) = match std::fs::read(&path_file) {
+        Ok(bytes) => match PathRecord::decode(&bytes, &path_file) {
+            Ok(r) => (Some(r), None),
+            Err(e) => (None, Some(e.to_string())),
+        },
+        Err(e) => (None, Some(format!("{}: {e}", path_file.display()))),
+    };
+    let progress_file = dir.join(layout::PROGRESS_FILE);
+    let (progress, progress_error) = match std::fs::read(&progress_file) {
+        Ok(bytes) => match ProgressRecord::decode(&bytes, &progress_file) {
+            Ok(p) => (Some(p), None),
+            Err(e) => (None, Some(e.to_string())),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => (None, None),
+        Err(e) => (None, Some(format!("{}: {e}", progress_file.display()))),
+    };
+    Ok(FileInventory {
+        dir: dir.to_path_buf(),
+        record,
+        path_error,
+        progress,
+        progress_error,
+        gens,
+    })
 }
 
 /// (name, path, is_dir) of each entry, sorted by name; a missing directory

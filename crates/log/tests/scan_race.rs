@@ -40,3 +40,74 @@ fn a_manifest_renamed_after_its_rank_was_listed_is_not_missed() {
     assert!(lf.is_ok(), "{lf:?}");
     assert_eq!(lf.unwrap().size.min_size, 108);
 }
+
+/// A scan that reads a new file directory's path record before the first
+/// rank writes it, and lists the directory after that rank has committed,
+/// must not report committed epochs of a file with no path (the server
+/// parks such a file as damaged). Writers create files while a scanner
+/// looks at each as soon as its directory exists.
+#[test]
+fn a_file_created_during_a_scan_never_shows_manifests_without_its_path() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().to_path_buf();
+    let done = Arc::new(AtomicBool::new(false));
+    let current = Arc::new(AtomicUsize::new(0));
+    // The scanner looks at the file being created, over and over, so that
+    // its scans straddle the creation.
+    // More scanners than cores, so that scans are preempted midway.
+    let scanners: Vec<_> = (0..6)
+        .map(|_| {
+            let (done, current, root) = (done.clone(), current.clone(), root.clone());
+            std::thread::spawn(move || {
+                let mut bad = Vec::new();
+                let mut scans = 0u64;
+                while !done.load(Ordering::SeqCst) {
+                    let rel = format!("f{}", current.load(Ordering::SeqCst));
+                    let Some(inv) = FileInventory::scan_path(&root, "j", rel.as_bytes()).unwrap()
+                    else {
+                        continue;
+                    };
+                    scans += 1;
+                    let committed = inv.gens.values().any(|g| {
+                        g.ranks
+                            .values()
+                            .any(|r| r.epochs.values().any(|e| e.manifest))
+                    });
+                    if committed && inv.record.is_none() {
+                        bad.push(format!("{rel}: {:?}", inv.path_error));
+                    }
+                }
+                (bad, scans)
+            })
+        })
+        .collect();
+    for i in 0..400 {
+        current.store(i, Ordering::SeqCst);
+        let ident = FileIdent {
+            job: "j".into(),
+            path: format!("/app/f{i}").into_bytes(),
+            rel: format!("f{i}").into_bytes(),
+            gen: 1,
+        };
+        let mut r = RankLog::create(&root, ident, 0, 1, WriterConfig::default()).unwrap();
+        r.write_at(0, b"x").unwrap();
+        r.commit_local().unwrap();
+        r.complete_epoch().unwrap();
+    }
+    done.store(true, Ordering::SeqCst);
+    let (mut bad, mut scans) = (Vec::new(), 0);
+    for s in scanners {
+        let (b, n) = s.join().unwrap();
+        bad.extend(b);
+        scans += n;
+    }
+    assert!(scans > 0);
+    assert!(
+        bad.is_empty(),
+        "{} scan(s) saw manifests but no path record: {:?}",
+        bad.len(),
+        &bad[..bad.len().min(3)]
+    );
+}
