@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture test-server test-crash-long test-remote setup-test lint bench-log clean
+.PHONY: all setup build shims demo test test-rust test-capture test-server test-crash-long test-remote setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench
 
 all: build
 
@@ -68,6 +68,27 @@ lint:
 
 bench-log: build
 	$(CARGO) bench -p paralog-log --bench log_vs_raw --locked
+
+# The end-to-end benchmark against a bandwidth-limited remote (network
+# namespaces, veth, tc tbf 200 Mbit/s, MinIO and sshfs; needs root) and the
+# micro benchmarks; docs/benchmarks.md sections 6 and 7 (about 30 minutes;
+# `make bench-quick`: a few). Plots go to docs/img/.
+setup-bench: setup
+	@bash scripts/setup-bench.sh
+
+bench: build setup-test setup-bench
+	/usr/bin/python3 bench/e2e/run.py $(E2E_FLAGS)
+	/usr/bin/python3 bench/micro.py $(MICRO_FLAGS)
+
+bench-quick: build setup-test setup-bench
+	/usr/bin/python3 bench/e2e/run.py --quick --plots "" $(E2E_FLAGS)
+	/usr/bin/python3 bench/micro.py --quick --plots "" $(MICRO_FLAGS)
+
+bench-e2e: build setup-test setup-bench
+	/usr/bin/python3 bench/e2e/run.py $(E2E_FLAGS)
+
+bench-micro: build setup-bench
+	/usr/bin/python3 bench/micro.py $(MICRO_FLAGS)
 
 clean:
 	$(CARGO) clean
