@@ -13,7 +13,8 @@ all: build
 setup:
 	@bash scripts/setup.sh
 
-SHIMS := $(TARGET)/libparalog_mpi_mpich.so $(TARGET)/libparalog_mpi_openmpi.so
+SHIMS := $(TARGET)/libparalog_mpi_mpich.so $(TARGET)/libparalog_mpi_openmpi.so \
+	$(TARGET)/libparalog_coord_mpich.so $(TARGET)/libparalog_coord_openmpi.so
 
 build: setup
 	$(CARGO) build --release --workspace --locked
@@ -26,6 +27,11 @@ shims: $(SHIMS)
 $(TARGET)/libparalog_mpi_%.so: shim/paralog_mpi.c
 	mpicc.$* -O2 -Wall -Wextra -Werror -shared -fPIC -Wl,--as-needed -o $@ $<
 	@! readelf -d $@ | grep -q 'NEEDED.*libmpi' || { echo "$@ must not depend on libmpi"; rm -f $@; exit 1; }
+
+# The servers' MPI operations (a server job): linked with its MPI, loaded by
+# `paralog server` at run time.
+$(TARGET)/libparalog_coord_%.so: shim/paralog_coord.c
+	mpicc.$* -O2 -Wall -Wextra -Werror -shared -fPIC -o $@ $<
 
 demo: build
 	@bash scripts/demo.sh

@@ -129,6 +129,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn whole_opens(&self) -> bool {
         false
     }
+    /// Whether several servers may write disjoint bytes of one file at
+    /// once, and one of them its size (a POSIX file system: the nodes of a
+    /// job drain their own bytes). Otherwise one server makes each new
+    /// version from bytes gathered from the others.
+    fn concurrent_writers(&self) -> bool {
+        false
+    }
     /// Whether the capture library can read what was drained (a POSIX
     /// remote, the object layout: plain files). When it cannot (S3: no
     /// network in the program), the server keeps the local records of

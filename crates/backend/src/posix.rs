@@ -79,6 +79,10 @@ impl Backend for PosixBackend {
     fn local_path(&self, rel: &[u8]) -> Option<PathBuf> {
         Some(self.path(rel))
     }
+
+    fn concurrent_writers(&self) -> bool {
+        true
+    }
 }
 
 struct PosixSink<'a> {

@@ -14,10 +14,10 @@ pub struct Setting {
 
 pub const SETTINGS: &[Setting] = &[
     Setting { name: "PARALOG_PREFIX", help: "directory whose files are captured (absolute); unset: capture nothing", default: None },
-    Setting { name: "PARALOG_LOCAL", help: "node-local log directory (absolute, outside the prefix)", default: None },
+    Setting { name: "PARALOG_LOCAL", help: "node-local log directory (absolute, outside the prefix); `{node}` in it stands for the node name", default: None },
     Setting { name: "PARALOG_JOB", help: "job name shared by all ranks (letters, digits, '.', '_', '-')", default: Some("default") },
     Setting { name: "PARALOG_REMOTE", help: "where the server drains to (path, file://, s3://, objstore://); unset: the prefix itself", default: None },
-    Setting { name: "PARALOG_NODE", help: "node name override (to simulate several nodes on one machine)", default: None },
+    Setting { name: "PARALOG_NODE", help: "this process's node name (default: the host name); with `{node}` in PARALOG_LOCAL, simulated nodes on one machine get their own directories", default: None },
     Setting { name: "PARALOG_COALESCE_BYTES", help: "size of the per-file buffer that gathers small writes", default: Some("4194304") },
     Setting { name: "PARALOG_SMALL_WRITE", help: "writes shorter than this go through the buffer", default: Some("262144") },
     Setting { name: "PARALOG_VERBOSE", help: "1: report every captured open and consistency point on stderr", default: Some("0") },
@@ -56,6 +56,41 @@ pub enum Settings {
         prefix: Option<PathBuf>,
         message: String,
     },
+}
+
+/// The node this process runs on: PARALOG_NODE, else the host name. A
+/// name that is not a plain file name component is refused (it becomes a
+/// directory name through `{node}`).
+pub fn node_name(override_: Option<&str>) -> Result<String, String> {
+    let name = match override_.filter(|n| !n.is_empty()) {
+        Some(n) => n.to_owned(),
+        None => {
+            let mut buf = [0u8; 256];
+            // SAFETY: a buffer and its length; gethostname NUL-terminates
+            // when the name fits.
+            if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+                return Err(format!(
+                    "the host name cannot be read ({}); set PARALOG_NODE",
+                    std::io::Error::last_os_error()
+                ));
+            }
+            let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+            String::from_utf8_lossy(&buf[..end]).into_owned()
+        }
+    };
+    paralog_log::layout::validate_component("node name (PARALOG_NODE)", &name)
+        .map_err(|e| e.to_string())?;
+    Ok(name)
+}
+
+/// `{node}` in a node-local directory replaced by the node's name.
+pub fn expand_node(local: &Path, node: &str) -> PathBuf {
+    let s = local.as_os_str().as_bytes();
+    if !s.windows(6).any(|w| w == b"{node}") {
+        return local.to_path_buf();
+    }
+    let text = String::from_utf8_lossy(s).replace("{node}", node);
+    PathBuf::from(text)
 }
 
 fn get(vars: &[(OsString, OsString)], name: &str) -> Option<OsString> {
@@ -126,6 +161,20 @@ impl Settings {
                 local.display()
             ));
         }
+        let node = get(&vars, "PARALOG_NODE").map(|n| n.to_string_lossy().into_owned());
+        let local = if local
+            .as_os_str()
+            .as_bytes()
+            .windows(6)
+            .any(|w| w == b"{node}")
+        {
+            match node_name(node.as_deref()) {
+                Ok(n) => expand_node(&local, &n),
+                Err(m) => return invalid(m),
+            }
+        } else {
+            local
+        };
         let local = normalize(&local);
         if local.starts_with(&prefix) {
             return invalid(format!(

@@ -110,12 +110,20 @@ pub fn capture_env(
     if let Settings::Invalid { message, .. } = Settings::from_vars(check) {
         bail!("{message}");
     }
-    if !local.exists() {
+    // With `{node}` each node's process makes its own directory: here only
+    // the part above it, which the capture library expects to exist.
+    let text = local.to_string_lossy();
+    let made = match text.find("{node}") {
+        Some(i) => PathBuf::from(&text[..text[..i].rfind('/').unwrap_or(0).max(1)]),
+        None => local.clone(),
+    };
+    if !made.exists() {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
             .mode(0o700)
-            .create(&local)
-            .with_context(|| format!("creating the node-local directory {}", local.display()))?;
+            .recursive(true)
+            .create(&made)
+            .with_context(|| format!("creating the node-local directory {}", made.display()))?;
     }
     Ok(vars)
 }

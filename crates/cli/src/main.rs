@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod check_symbols;
+mod cluster;
 mod env;
 mod get;
 mod inspect;
@@ -16,6 +17,7 @@ mod remote;
 mod run;
 mod server;
 mod status;
+mod wait;
 
 #[derive(Parser)]
 #[command(
@@ -48,6 +50,9 @@ enum Cmd {
     Server(server::Args),
     /// What a running server is doing (live on a terminal, --json for scripts).
     Status(status::Args),
+    /// Wait until everything committed is drained (on every node of a server
+    /// job), then let the servers exit: the end of a batch script.
+    Wait(wait::Args),
 }
 
 /// The node-local root, from `--local` or `PARALOG_LOCAL`.
@@ -59,17 +64,31 @@ pub struct LocalArg {
 }
 
 impl LocalArg {
+    /// The directory, with `{node}` standing for this node's name
+    /// (PARALOG_NODE, else the host name).
     pub fn resolve(&self) -> anyhow::Result<PathBuf> {
-        match &self.local {
-            Some(p) => Ok(p.clone()),
+        let node = std::env::var("PARALOG_NODE").ok();
+        self.resolve_for(node.as_deref())
+    }
+
+    /// The directory, with `{node}` standing for `node` (default: the host
+    /// name).
+    pub fn resolve_for(&self, node: Option<&str>) -> anyhow::Result<PathBuf> {
+        let raw = match &self.local {
+            Some(p) => p.clone(),
             None => std::env::var_os("PARALOG_LOCAL")
                 .map(PathBuf::from)
                 .ok_or_else(|| {
                     anyhow::anyhow!(
                         "no node-local directory: give --local DIR or set PARALOG_LOCAL"
                     )
-                }),
+                })?,
+        };
+        if !raw.to_string_lossy().contains("{node}") {
+            return Ok(raw);
         }
+        let name = paralog_capture::settings::node_name(node).map_err(|e| anyhow::anyhow!(e))?;
+        Ok(paralog_capture::settings::expand_node(&raw, &name))
     }
 }
 
@@ -99,6 +118,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => run::run(a),
         Cmd::Server(a) => server::run(a),
         Cmd::Status(a) => status::run(a),
+        Cmd::Wait(a) => wait::run(a),
     };
     match result {
         Ok(code) => code,

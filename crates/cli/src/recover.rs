@@ -31,11 +31,30 @@ pub struct Args {
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    job_of_servers: crate::server::ServerJobArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let root = args.local.resolve()?;
+    let (node, mpi) = args.job_of_servers.resolve()?;
+    let root = args.local.resolve_for(node.as_deref())?;
     let remote = args.remote.resolve()?;
+    if let Some(mpi) = mpi {
+        // One process per node: the servers' drain, everything, then stop.
+        crate::server::init_tracing();
+        let (totals, rank) = crate::cluster::run(crate::cluster::Job {
+            mpi,
+            root: root.clone(),
+            job: args.job.clone(),
+            remote,
+            node: args.job_of_servers.node_name(node.as_deref())?,
+            buf_bytes: 8 << 20,
+            socket: None,
+            finish_now: true,
+            peer_timeout: std::time::Duration::from_secs_f64(args.job_of_servers.peer_timeout),
+        })?;
+        return Ok(crate::cluster::report(&totals, rank, &root, "recover"));
+    }
     let inv = Inventory::scan(&root).with_context(|| format!("scanning {}", root.display()))?;
     let pool = BufferPool::new(64 << 20, 8 << 20);
     let mut rows = Vec::new();

@@ -46,6 +46,41 @@ pub struct Args {
     socket: Option<PathBuf>,
     #[command(flatten)]
     tuning: Tuning,
+    #[command(flatten)]
+    pub job_of_servers: ServerJobArgs,
+}
+
+/// How a server takes part in a server job (one server per node, started
+/// by an MPI launcher).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServerJobArgs {
+    /// This node's name [env: PARALOG_NODE; default: the host name]
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+    /// The MPI of the server job [default: detected from the launcher's
+    /// environment; without one, a server drains its node alone]
+    #[arg(long, value_enum, value_name = "MPI")]
+    pub mpi: Option<crate::env::Mpi>,
+    /// Seconds a server waits for the others in one step before it gives
+    /// up (a peer died or hangs) and ends the job, keeping every local log
+    #[arg(long, default_value_t = 600.0, value_name = "SECS")]
+    pub peer_timeout: f64,
+}
+
+impl ServerJobArgs {
+    /// The node name, and the MPI when this process is part of a server job.
+    pub fn resolve(&self) -> anyhow::Result<(Option<String>, Option<crate::env::Mpi>)> {
+        let node = self
+            .node
+            .clone()
+            .or_else(|| std::env::var("PARALOG_NODE").ok())
+            .filter(|n| !n.is_empty());
+        Ok((node, self.mpi.or_else(crate::cluster::launched_by)))
+    }
+
+    pub fn node_name(&self, node: Option<&str>) -> anyhow::Result<String> {
+        paralog_capture::settings::node_name(node).map_err(|e| anyhow::anyhow!(e))
+    }
 }
 
 /// `123`, `64K`, `256M`, `1G` (binary multiples; a trailing `B`/`iB` is allowed).
@@ -79,6 +114,7 @@ pub fn prepare_root(root: &Path) -> anyhow::Result<PathBuf> {
     if !root.exists() {
         std::fs::DirBuilder::new()
             .mode(0o700)
+            .recursive(true)
             .create(&root)
             .with_context(|| format!("creating the node-local directory {}", root.display()))?;
     }
@@ -146,7 +182,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Before any thread exists: every thread created later (the S3
     // runtime's, the status threads) inherits the lowered priorities.
     paralog_server::priority::lower(args.tuning.nice);
-    let root = prepare_root(&args.local.resolve()?)?;
+    let (node, mpi) = args.job_of_servers.resolve()?;
+    let root = prepare_root(&args.local.resolve_for(node.as_deref())?)?;
     if let Some(j) = &args.job {
         paralog_log::layout::validate_component("job name", j)
             .map_err(|e| anyhow::anyhow!("--job: {e}"))?;
@@ -160,6 +197,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let t = &args.tuning;
     if t.buffer > t.memory {
         bail!("--buffer {} is larger than --memory {}", t.buffer, t.memory);
+    }
+    if let Some(mpi) = mpi {
+        let (totals, rank) = crate::cluster::run(crate::cluster::Job {
+            mpi,
+            root: root.clone(),
+            job: args.job.clone(),
+            remote,
+            node: args.job_of_servers.node_name(node.as_deref())?,
+            buf_bytes: t.buffer as usize,
+            socket: Some(socket),
+            finish_now: false,
+            peer_timeout: std::time::Duration::from_secs_f64(args.job_of_servers.peer_timeout),
+        })?;
+        let _ = std::fs::remove_file(&lock_path);
+        return Ok(crate::cluster::report(&totals, rank, &root, "server"));
     }
     let server = Server::start(Config {
         root: root.clone(),

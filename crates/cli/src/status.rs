@@ -33,13 +33,21 @@ pub struct Args {
 /// The socket to talk to: the given one, or the job's server, or the
 /// all-jobs server, whichever exists.
 fn socket(args: &Args) -> anyhow::Result<PathBuf> {
-    if let Some(s) = &args.socket {
-        return Ok(s.clone());
+    find_socket(&args.local, args.job.as_deref(), args.socket.as_deref())
+}
+
+/// The socket of the server of `job` (or of every job) on this node.
+pub fn find_socket(
+    local: &crate::LocalArg,
+    job: Option<&str>,
+    given: Option<&std::path::Path>,
+) -> anyhow::Result<PathBuf> {
+    if let Some(s) = given {
+        return Ok(s.to_path_buf());
     }
-    let root = args.local.resolve()?;
-    let job = args
-        .job
-        .clone()
+    let root = local.resolve()?;
+    let job = job
+        .map(str::to_owned)
         .or_else(|| std::env::var("PARALOG_JOB").ok());
     let mut tried = Vec::new();
     if let Some(j) = &job {

@@ -253,6 +253,35 @@ fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>) -> Result<FileInventory> {
     })
 }
 
+/// Which of a file's epochs count, given which are committed (`ids` in
+/// order, `committed` alongside): an uncommitted epoch blocks the later
+/// epochs of its open, unless a later open has committed epochs (then the
+/// earlier open ended in a crash and its uncommitted tail never happened).
+/// Shared by one node's view and the servers' merged view of all nodes.
+pub fn committed_prefix(ids: &[EpochId], committed: &[bool]) -> Vec<EpochId> {
+    let mut out = Vec::new();
+    let mut blocked_gen = None;
+    for (i, &id) in ids.iter().enumerate() {
+        if blocked_gen == Some(id.0) {
+            continue;
+        }
+        if committed[i] {
+            out.push(id);
+            continue;
+        }
+        let later_open_committed = ids
+            .iter()
+            .zip(committed)
+            .skip(i)
+            .any(|(other, &c)| c && other.0 > id.0);
+        if !later_open_committed {
+            break;
+        }
+        blocked_gen = Some(id.0);
+    }
+    out
+}
+
 /// (name, path, is_dir) of each entry, sorted by name; a missing directory
 /// is empty (it may have been cleaned up while we looked).
 fn list_dir(dir: &Path) -> Result<Vec<(String, PathBuf, bool)>> {
@@ -429,27 +458,7 @@ impl FileInventory {
         for &id in &ids {
             committed.push(Some(id) <= drained || self.commit_status(id)?.is_committed());
         }
-        let mut out = Vec::new();
-        let mut blocked_gen = None;
-        for (i, &id) in ids.iter().enumerate() {
-            if blocked_gen == Some(id.0) {
-                continue;
-            }
-            if committed[i] {
-                out.push(id);
-                continue;
-            }
-            let later_open_committed = ids
-                .iter()
-                .zip(&committed)
-                .skip(i)
-                .any(|(other, &c)| c && other.0 > id.0);
-            if !later_open_committed {
-                break;
-            }
-            blocked_gen = Some(id.0);
-        }
-        Ok(out)
+        Ok(committed_prefix(&ids, &committed))
     }
 
     /// Whether an open of the file has ended: a rank's close marker, or a

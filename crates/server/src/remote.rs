@@ -47,23 +47,28 @@ impl Remote {
     }
 
     pub fn backend_for(&self, file: &FileInventory) -> Result<Arc<dyn Backend>, String> {
+        match (self, &file.record) {
+            (Remote::Url(_, b), _) => Ok(b.clone()),
+            (Remote::Prefix, Some(r)) => self.backend_for_record(&r.path, &r.rel),
+            (Remote::Prefix, None) => Err(format!("{}: no path record", file.dir.display())),
+        }
+    }
+
+    /// The backend of a file known by its path record (the program's path
+    /// and the path relative to the prefix).
+    pub fn backend_for_record(&self, path: &[u8], rel: &[u8]) -> Result<Arc<dyn Backend>, String> {
         match self {
             Remote::Url(_, b) => Ok(b.clone()),
             Remote::Prefix => {
-                let r = file
-                    .record
-                    .as_ref()
-                    .ok_or_else(|| format!("{}: no path record", file.dir.display()))?;
-                let path = Path::new(OsStr::from_bytes(&r.path));
-                let rel = Path::new(OsStr::from_bytes(&r.rel));
+                let path = Path::new(OsStr::from_bytes(path));
+                let rel = Path::new(OsStr::from_bytes(rel));
                 let mut root = path.to_path_buf();
                 for _ in rel.components() {
                     root.pop();
                 }
                 if root.join(rel) != path {
                     return Err(format!(
-                        "{}: path {} does not end in {}",
-                        file.dir.display(),
+                        "path {} does not end in {}",
                         path.display(),
                         rel.display()
                     ));

@@ -82,6 +82,11 @@ pub enum Request {
     },
     /// Drain everything, then stop, without making the client wait.
     Finish,
+    /// Drain everything, answer when done (or after T seconds), then stop:
+    /// `paralog wait`.
+    Wait {
+        timeout_s: Option<f64>,
+    },
     Stop,
 }
 
@@ -124,6 +129,15 @@ fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> 
 /// Bind the endpoint (replacing a stale socket left by a dead server) and
 /// serve it on a thread.
 pub fn serve(server: Server, path: &Path) -> Result<(), StatusError> {
+    serve_with(path, move |conn| answer(&server, conn))
+}
+
+/// Bind the endpoint and answer each connection with `handler`, on a thread
+/// of its own (a `drain` or `wait` request may wait long).
+pub fn serve_with<H>(path: &Path, handler: H) -> Result<(), StatusError>
+where
+    H: Fn(UnixStream) -> std::io::Result<()> + Send + Sync + 'static,
+{
     if path.as_os_str().len() >= 108 {
         return Err(StatusError::TooLong {
             path: path.to_path_buf(),
@@ -141,18 +155,18 @@ pub fn serve(server: Server, path: &Path) -> Result<(), StatusError> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .map_err(io(path, "chmod 0600"))?;
     let owned = path.to_path_buf();
+    let handler = std::sync::Arc::new(handler);
     std::thread::Builder::new()
         .name("status".into())
         .spawn(move || {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { continue };
-                let server = server.clone();
+                let handler = handler.clone();
                 let path = owned.clone();
-                // A `drain` request may wait long: one thread per client.
                 let _ = std::thread::Builder::new()
                     .name("status-client".into())
                     .spawn(move || {
-                        if let Err(e) = answer(&server, conn) {
+                        if let Err(e) = handler(conn) {
                             tracing::debug!(socket = %path.display(), error = %e, "status client");
                         }
                     });
@@ -183,6 +197,29 @@ fn answer(server: &Server, conn: UnixStream) -> std::io::Result<()> {
                 server.request_stop();
             });
             Ok(serde_json::json!({ "finishing": true }))
+        }
+        Ok(Request::Wait { timeout_s }) => {
+            let timeout = timeout_s.map(Duration::from_secs_f64);
+            let reply = match server.wait_idle(timeout) {
+                Ok(s) if s.idle && s.damaged == 0 && s.retrying == 0 => {
+                    serde_json::json!({ "drained": true, "epochs_drained": s.epochs_drained, "bytes_drained": s.bytes_drained, "nodes": 1 })
+                }
+                Ok(s) => {
+                    let why: Vec<String> = s
+                        .files
+                        .iter()
+                        .filter_map(|f| f.message.as_ref().map(|m| format!("{}: {m}", f.path)))
+                        .collect();
+                    serde_json::json!({ "drained": false, "epochs_pending": s.epochs_pending, "failed": why })
+                }
+                Err(e) => serde_json::json!({ "error": e.to_string() }),
+            };
+            // Answer first: the process may exit as soon as it stops.
+            write_line(&conn, &reply)?;
+            if reply["drained"] == true {
+                server.request_stop();
+            }
+            return Ok(());
         }
         Ok(Request::Stop) => {
             // Answer first: the process may exit as soon as it stops.

@@ -1,0 +1,851 @@
+//! Many nodes: the servers of a job run as one MPI job, one per node, and
+//! drain in rounds. Each round every server scans its node-local root,
+//! all servers exchange what they hold (summaries with the manifests of
+//! every undrained epoch), every server computes the same plan, and the
+//! servers drain each planned group of epochs together:
+//!
+//! - a POSIX remote (several writers may write one file): the leader cuts
+//!   the file if the epochs say so, every server writes the winning bytes
+//!   whose logs it holds (no two servers write the same byte), and the
+//!   leader applies the final size; an agreement after each step;
+//! - an object remote (S3, the object layout): the bytes are gathered at
+//!   the leader window by window, each byte sent once, and the leader makes
+//!   the new version.
+//!
+//! Progress is recorded on every node only after the remote holds the
+//! group durably, so any node's progress record is proof for all. No clocks
+//! enter a decision that the servers must share: retries count rounds.
+//! docs/cluster.md.
+
+pub mod mpi;
+pub mod plan;
+pub mod summary;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use paralog_backend::{Backend, RemoteOp};
+use paralog_log::format::ProgressRecord;
+use paralog_log::layout;
+use paralog_log::reader::{fmt_ids, SourceReader};
+use paralog_log::{FileInventory, LogicalFile};
+
+use crate::remote::Remote;
+use mpi::{Comm, MpiError, Reduce};
+use plan::{GlobalFile, Group};
+use summary::NodeSummary;
+
+pub struct ClusterConfig {
+    pub root: PathBuf,
+    pub job: Option<String>,
+    pub remote: Remote,
+    pub node: String,
+    /// Bytes of one window of an object upload's gather (and of one read).
+    pub buf_bytes: usize,
+    /// Time between rounds when there is nothing to do.
+    pub poll: Duration,
+    /// Drain everything, then stop (recover; `paralog wait` sets it later).
+    pub finish_now: bool,
+    /// A collective that takes longer than this means a peer died or hangs.
+    pub peer_timeout: Duration,
+}
+
+/// What the servers did, the same on every node.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Totals {
+    pub nodes: usize,
+    pub rounds: u64,
+    pub epochs_drained: u64,
+    pub bytes_drained: u64,
+    /// Files that could not be drained, with the reason.
+    pub failed: Vec<String>,
+}
+
+/// State shared with the status socket's threads.
+#[derive(Default)]
+pub struct Control {
+    state: Mutex<ControlState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct ControlState {
+    finish: bool,
+    done: Option<Totals>,
+    totals: Totals,
+    pending_epochs: u64,
+    retrying: Vec<String>,
+}
+
+impl Control {
+    pub fn request_finish(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).finish = true;
+    }
+
+    /// Block until the servers finished (everything drained, or they gave
+    /// up on some files), or `timeout`.
+    pub fn wait_done(&self, timeout: Option<Duration>) -> Option<Totals> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(t) = &s.done {
+                return Some(t.clone());
+            }
+            let wait = match deadline {
+                Some(d) => d.checked_duration_since(Instant::now())?,
+                None => Duration::from_secs(3600),
+            };
+            s = self
+                .changed
+                .wait_timeout(s, wait)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    pub fn snapshot(&self) -> serde_json::Value {
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        serde_json::json!({
+            "cluster": true,
+            "nodes": s.totals.nodes,
+            "rounds": s.totals.rounds,
+            "epochs_drained": s.totals.epochs_drained,
+            "bytes_drained": s.totals.bytes_drained,
+            "epochs_pending": s.pending_epochs,
+            "retrying": s.retrying,
+            "failed": s.totals.failed,
+            "finishing": s.finish,
+        })
+    }
+}
+
+/// Watches the coordinator's collectives: one that lasts longer than the
+/// peer timeout ends this server with a message (the launcher then stops
+/// the others), so that no server waits forever for a dead peer.
+struct Watchdog {
+    since: Arc<AtomicU64>,
+    start: Instant,
+}
+
+impl Watchdog {
+    fn start(timeout: Duration, node: String) -> Watchdog {
+        let since = Arc::new(AtomicU64::new(0));
+        let start = Instant::now();
+        let s = since.clone();
+        std::thread::Builder::new()
+            .name("watchdog".into())
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_millis(500).min(timeout));
+                let t = s.load(Ordering::SeqCst);
+                if t == 0 {
+                    continue;
+                }
+                let waited = start.elapsed().saturating_sub(Duration::from_millis(t));
+                if waited > timeout {
+                    eprintln!(
+                        "paralog server (node {node}): no answer from the other servers for {:.0} s (a server died or hangs); stopping. Every local log is kept: restart the server job, or run `paralog recover` as an MPI job",
+                        waited.as_secs_f64()
+                    );
+                    std::process::exit(4);
+                }
+            })
+            .expect("spawn watchdog thread");
+        Watchdog { since, start }
+    }
+
+    /// Run one collective under watch.
+    fn watch<T>(&self, f: impl FnOnce() -> T) -> T {
+        let now = self.start.elapsed().as_millis().max(1) as u64;
+        self.since.store(now, Ordering::SeqCst);
+        let r = f();
+        self.since.store(0, Ordering::SeqCst);
+        r
+    }
+}
+
+/// The coordinator: rounds until finished. Every error path keeps the
+/// servers' collectives matched: a local failure becomes a flag in the next
+/// agreement, never an early return on one node alone.
+pub struct Coordinator {
+    comm: Comm,
+    cfg: ClusterConfig,
+    ctl: Arc<Control>,
+    dog: Watchdog,
+    /// File → (failed attempts, round before which it is not retried).
+    backoff: BTreeMap<(String, Vec<u8>), (u32, u64)>,
+    /// Files that will not be drained by this job (damaged, permanent).
+    parked: BTreeMap<(String, Vec<u8>), String>,
+    totals: Totals,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error(transparent)]
+    Mpi(#[from] MpiError),
+    #[error(transparent)]
+    Decode(#[from] summary::DecodeError),
+}
+
+/// What one step of a group's drain did, agreed by all servers.
+enum StepError {
+    /// Try the group again in a later round (a remote failure).
+    Retry(String),
+    /// Never drain this file in this job (a damaged log, a permanent error).
+    Park(String),
+}
+
+impl Coordinator {
+    pub fn new(comm: Comm, cfg: ClusterConfig, ctl: Arc<Control>) -> Coordinator {
+        let dog = Watchdog::start(cfg.peer_timeout, cfg.node.clone());
+        if cfg.finish_now {
+            ctl.request_finish();
+        }
+        let totals = Totals {
+            nodes: comm.size(),
+            ..Totals::default()
+        };
+        Coordinator {
+            comm,
+            cfg,
+            ctl,
+            dog,
+            backoff: BTreeMap::new(),
+            parked: BTreeMap::new(),
+            totals,
+        }
+    }
+
+    fn leader(&self) -> bool {
+        self.comm.rank() == 0
+    }
+
+    /// Every server's message (empty where it had none), joined.
+    fn messages(&self, mine: Option<&str>) -> Result<String, MpiError> {
+        let (all, counts) = self
+            .dog
+            .watch(|| self.comm.gather_bytes(mine.unwrap_or("").as_bytes(), None))?;
+        let mut out = Vec::new();
+        let mut at = 0;
+        for c in counts {
+            if c > 0 {
+                out.push(String::from_utf8_lossy(&all[at..at + c]).into_owned());
+            }
+            at += c;
+        }
+        Ok(out.join("; "))
+    }
+
+    /// One agreement on a step's local outcomes.
+    fn agree(&self, local: Option<StepError>) -> Result<Option<StepError>, MpiError> {
+        let code = match &local {
+            None => 0,
+            Some(StepError::Retry(_)) => 1,
+            Some(StepError::Park(_)) => 2,
+        };
+        let mut v = [code];
+        self.dog
+            .watch(|| self.comm.allreduce(&mut v, Reduce::Max))?;
+        if v[0] == 0 {
+            return Ok(None);
+        }
+        let text = match &local {
+            Some(StepError::Retry(m) | StepError::Park(m)) => {
+                Some(format!("node {}: {m}", self.cfg.node))
+            }
+            None => None,
+        };
+        let all = self.messages(text.as_deref())?;
+        Ok(Some(if v[0] == 2 {
+            StepError::Park(all)
+        } else {
+            StepError::Retry(all)
+        }))
+    }
+
+    /// Rounds until finished; the totals, the same on every server.
+    pub fn run(&mut self) -> Result<Totals, ClusterError> {
+        let mut round = 0u64;
+        loop {
+            round += 1;
+            let finish_local = self
+                .ctl
+                .state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .finish;
+            let mine = match summary::collect(
+                &self.cfg.root,
+                self.cfg.job.as_deref(),
+                &self.cfg.node,
+                finish_local,
+            ) {
+                Ok(s) => s,
+                Err(e) => {
+                    // This round without this node's files; said once per round.
+                    tracing::error!(error = %e, "scanning the node-local root failed");
+                    NodeSummary {
+                        node: self.cfg.node.clone(),
+                        finishing: finish_local,
+                        files: Vec::new(),
+                    }
+                }
+            };
+            let (all, counts) = self
+                .dog
+                .watch(|| self.comm.gather_bytes(&mine.encode(), None))?;
+            let mut nodes = Vec::with_capacity(counts.len());
+            let mut at = 0;
+            for (i, c) in counts.iter().enumerate() {
+                nodes.push(NodeSummary::decode(&all[at..at + c], i)?);
+                at += c;
+            }
+            let finishing = nodes.iter().any(|n| n.finishing);
+            let whole = self.whole_opens();
+            let files = plan::plan(&nodes, whole, finishing);
+            if round == 1 && self.cfg.finish_now && self.leader() {
+                // Recovery: what an interrupted drain left half-done on the
+                // remote (S3 multipart uploads) goes before anything else.
+                for f in &files {
+                    match self.backend(f).map(|b| b.abort_stale(&f.rel)) {
+                        Ok(Ok(0)) => {}
+                        Ok(Ok(n)) => {
+                            tracing::info!(file = %f.name(), uploads = n, "aborted unfinished uploads")
+                        }
+                        Ok(Err(e)) => {
+                            tracing::warn!(file = %f.name(), error = %e, "aborting unfinished uploads failed")
+                        }
+                        Err(e) => tracing::warn!(file = %f.name(), error = %e, "no remote"),
+                    }
+                }
+            }
+            let mut worked = false;
+            let mut pending = 0u64;
+            let mut retrying = Vec::new();
+            for f in &files {
+                let key = (f.job.clone(), f.rel.clone());
+                self.sync_progress(f);
+                if self.parked.contains_key(&key) {
+                    continue;
+                }
+                if let Some(why) = &f.blocked {
+                    tracing::error!(file = %f.name(), reason = %why, "not drained; every local log is kept");
+                    self.parked.insert(key, why.clone());
+                    continue;
+                }
+                pending += f.pending() as u64;
+                if f.groups.is_empty() {
+                    continue;
+                }
+                if self
+                    .backoff
+                    .get(&key)
+                    .is_some_and(|&(_, until)| round < until)
+                {
+                    retrying.push(f.name());
+                    continue;
+                }
+                for group in &f.groups {
+                    worked = true;
+                    match self.drain_group(f, group)? {
+                        Ok(bytes) => {
+                            self.backoff.remove(&key);
+                            self.totals.epochs_drained += group.ids.len() as u64;
+                            self.totals.bytes_drained += bytes;
+                            pending = pending.saturating_sub(group.ids.len() as u64);
+                        }
+                        Err(StepError::Retry(m)) => {
+                            let leader = self.leader();
+                            let e = self.backoff.entry(key.clone()).or_insert((0, 0));
+                            e.0 += 1;
+                            // Rounds, not seconds: the same on every server.
+                            e.1 = round + (1u64 << e.0.min(6));
+                            if leader {
+                                tracing::warn!(file = %f.name(), epochs = %fmt_ids(&group.ids), attempt = e.0, error = %m, "drain failed; local data kept, retrying");
+                            }
+                            retrying.push(f.name());
+                            break;
+                        }
+                        Err(StepError::Park(m)) => {
+                            if self.leader() {
+                                tracing::error!(file = %f.name(), epochs = %fmt_ids(&group.ids), error = %m, "refusing to drain; every local log is kept");
+                            }
+                            self.parked.insert(key.clone(), m);
+                            break;
+                        }
+                    }
+                }
+            }
+            self.totals.rounds = round;
+            self.totals.failed = self
+                .parked
+                .iter()
+                .map(|((job, rel), why)| format!("{job}:{}: {why}", String::from_utf8_lossy(rel)))
+                .collect();
+            {
+                let mut s = self.ctl.state.lock().unwrap_or_else(|p| p.into_inner());
+                s.totals = self.totals.clone();
+                s.pending_epochs = pending;
+                s.retrying = retrying.clone();
+            }
+            // Finished when nothing drainable is left: every file drained or
+            // parked. Every server sees the same plan, so all stop together.
+            if finishing && !worked && pending == 0 && retrying.is_empty() {
+                break;
+            }
+            if !worked {
+                std::thread::sleep(self.cfg.poll);
+            }
+        }
+        // The job is over: records kept for the program's reads (S3) go.
+        if let Err(e) = self.delete_all_drained() {
+            tracing::warn!(error = %e, "deleting drained records at the end failed; `paralog recover` finishes it");
+        }
+        let t = self.totals.clone();
+        {
+            let mut s = self.ctl.state.lock().unwrap_or_else(|p| p.into_inner());
+            s.done = Some(t.clone());
+        }
+        self.ctl.changed.notify_all();
+        self.dog.watch(|| self.comm.barrier())?;
+        Ok(t)
+    }
+
+    fn delete_all_drained(&self) -> Result<(), paralog_log::LogError> {
+        let inv = paralog_log::Inventory::scan(&self.cfg.root)?;
+        for j in inv
+            .jobs
+            .iter()
+            .filter(|j| self.cfg.job.as_ref().is_none_or(|n| *n == j.name))
+        {
+            for f in &j.files {
+                crate::drain::delete_drained_leftovers(f)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn finalize(self) -> Result<(), MpiError> {
+        self.comm.finalize()
+    }
+
+    fn whole_opens(&self) -> bool {
+        match &self.cfg.remote {
+            Remote::Url(_, b) => b.whole_opens(),
+            Remote::Prefix => false,
+        }
+    }
+
+    fn backend(&self, f: &GlobalFile) -> Result<Arc<dyn Backend>, String> {
+        self.cfg.remote.backend_for_record(&f.path, &f.rel)
+    }
+
+    /// This node's directory of `f`, if it holds any of it.
+    fn my_dir(&self, f: &GlobalFile) -> Option<PathBuf> {
+        f.holders
+            .iter()
+            .find(|(n, _)| *n == self.comm.rank())
+            .map(|(_, d)| PathBuf::from(d))
+    }
+
+    /// Bring this node's progress record up to the servers' (another
+    /// node's record proves the remote has those epochs), then delete what
+    /// it proves drained.
+    fn sync_progress(&self, f: &GlobalFile) {
+        let (Some(dir), Some(p)) = (self.my_dir(f), f.progress) else {
+            return;
+        };
+        let keep = self.backend(f).is_ok_and(|b| !b.readable_by_capture());
+        let result = (|| -> Result<(), paralog_log::LogError> {
+            let inv = FileInventory::scan_dir(&dir)?;
+            if inv.progress.map(|q| (q.gen, q.epoch)) < Some(p) {
+                write_progress(&dir, p)?;
+            }
+            if !keep {
+                let inv = FileInventory::scan_dir(&dir)?;
+                crate::drain::delete_drained_leftovers(&inv)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            tracing::warn!(file = %f.name(), error = %e, "updating local progress failed; tried again next round");
+        }
+    }
+
+    /// Drain one group on every server. `Err` only for a failure of MPI
+    /// itself; the inner result is agreed by all servers.
+    fn drain_group(
+        &mut self,
+        f: &GlobalFile,
+        g: &Group,
+    ) -> Result<Result<u64, StepError>, ClusterError> {
+        let me = self.comm.rank();
+        // 1. The merged file, and a check of every byte this node will send.
+        let mut reader = SourceReader::default();
+        let local = (|| -> Result<(LogicalFile, Arc<dyn Backend>), StepError> {
+            let lf = g
+                .logical_file()
+                .map_err(|e| StepError::Park(e.to_string()))?;
+            for (_, _, piece) in lf.pieces() {
+                let src = &lf.sources[piece.source];
+                if g.owner.get(&(src.epoch.0, src.rank)) == Some(&me) {
+                    reader
+                        .verify(src)
+                        .map_err(|e| StepError::Park(e.to_string()))?;
+                }
+            }
+            let b = self.backend(f).map_err(StepError::Park)?;
+            Ok((lf, b))
+        })();
+        let (lf, backend, local_err) = match local {
+            Ok((lf, b)) => (Some(lf), Some(b), None),
+            Err(e) => (None, None, Some(e)),
+        };
+        if let Some(e) = self.agree(local_err)? {
+            return Ok(Err(e));
+        }
+        let lf = lf.expect("agreed: every server built it");
+        let backend = backend.expect("agreed: every server opened it");
+        let shape = paralog_backend::EpochShape {
+            epoch: *g.ids.last().expect("groups are not empty"),
+            deleted: lf.deleted,
+            min_size: lf.size.min_size,
+            size_set: lf.size.size_set,
+            base_cut: lf.size.base_cut,
+            fresh: f.progress.is_none(),
+        };
+        let result = if backend.concurrent_writers() {
+            self.drain_shared(f, g, &lf, &shape, backend.as_ref(), &mut reader)?
+        } else {
+            self.drain_gathered(f, g, &lf, &shape, backend.as_ref(), &mut reader)?
+        };
+        let bytes = match result {
+            Ok(b) => b,
+            Err(e) => return Ok(Err(e)),
+        };
+        // 2. Durable everywhere: record it, then free the local records.
+        drop(reader);
+        let last = shape.epoch;
+        if let Some(dir) = self.my_dir(f) {
+            let keep = !backend.readable_by_capture();
+            let r = write_progress(&dir, last).and_then(|()| {
+                if keep {
+                    return Ok(());
+                }
+                let inv = FileInventory::scan_dir(&dir)?;
+                for &id in &g.ids {
+                    crate::drain::delete_epoch(&inv, id)?;
+                }
+                Ok(())
+            });
+            if let Err(e) = r {
+                // The remote has it; another node's record proves it, and
+                // the next round retries this one.
+                tracing::warn!(file = %f.name(), error = %e, "recording progress failed here");
+            }
+        }
+        crate::failpoint::hit("cluster.after_progress");
+        Ok(Ok(bytes))
+    }
+
+    /// Several servers write one POSIX file: cut, everyone's bytes, size.
+    fn drain_shared(
+        &self,
+        f: &GlobalFile,
+        g: &Group,
+        lf: &LogicalFile,
+        shape: &paralog_backend::EpochShape,
+        backend: &dyn Backend,
+        reader: &mut SourceReader,
+    ) -> Result<Result<u64, StepError>, ClusterError> {
+        let me = self.comm.rank();
+        let remote = |e: paralog_backend::BackendError| {
+            if e.retryable() {
+                StepError::Retry(e.to_string())
+            } else {
+                StepError::Park(e.to_string())
+            }
+        };
+        // Remote bytes past the cut must be gone before anyone writes.
+        let cut = (|| -> Result<(), StepError> {
+            if self.leader() && !lf.deleted {
+                if let Some(c) = lf.size.base_cut {
+                    let mut s = backend.begin(&f.rel, shape).map_err(remote)?;
+                    s.apply(RemoteOp::SetSize(c)).map_err(remote)?;
+                    s.commit().map_err(remote)?;
+                }
+            }
+            Ok(())
+        })();
+        if let Some(e) = self.agree(cut.err())? {
+            return Ok(Err(e));
+        }
+        let mut mine = 0u64;
+        let writes = (|| -> Result<(), StepError> {
+            if lf.deleted {
+                return Ok(());
+            }
+            let mut sink = None;
+            let mut buf: Vec<u8> = Vec::new();
+            let mut copy = true;
+            for (off, len, piece) in lf.pieces() {
+                let src = &lf.sources[piece.source];
+                if g.owner.get(&(src.epoch.0, src.rank)) != Some(&me) {
+                    continue;
+                }
+                let s = match &mut sink {
+                    Some(s) => s,
+                    None => sink.insert(backend.begin(&f.rel, shape).map_err(remote)?),
+                };
+                let mut done = 0;
+                while done < len {
+                    let n = (len - done).min(self.cfg.buf_bytes as u64);
+                    if copy {
+                        let file = reader
+                            .verified_file(src)
+                            .map_err(|e| StepError::Park(e.to_string()))?;
+                        let at = src.extent.log_pos + piece.skip + done;
+                        copy = s.copy_from(file, at, n, off + done).map_err(remote)?;
+                    }
+                    if !copy {
+                        buf.resize(n as usize, 0);
+                        reader
+                            .read(src, piece.skip + done, &mut buf)
+                            .map_err(|e| StepError::Park(e.to_string()))?;
+                        s.apply(RemoteOp::Write {
+                            off: off + done,
+                            data: &buf,
+                        })
+                        .map_err(remote)?;
+                    }
+                    crate::failpoint::hit("cluster.mid_write");
+                    done += n;
+                    mine += n;
+                }
+            }
+            if let Some(s) = sink {
+                s.commit().map_err(remote)?;
+            }
+            Ok(())
+        })();
+        if let Some(e) = self.agree(writes.err())? {
+            return Ok(Err(e));
+        }
+        let size = (|| -> Result<(), StepError> {
+            if !self.leader() {
+                return Ok(());
+            }
+            let mut s = backend.begin(&f.rel, shape).map_err(remote)?;
+            let op = if lf.deleted {
+                RemoteOp::Delete
+            } else if lf.size.size_set {
+                RemoteOp::SetSize(lf.size.min_size)
+            } else {
+                RemoteOp::Preallocate(lf.size.min_size)
+            };
+            s.apply(op).map_err(remote)?;
+            s.commit().map_err(remote)
+        })();
+        if let Some(e) = self.agree(size.err())? {
+            return Ok(Err(e));
+        }
+        let mut v = [mine as i64];
+        self.dog
+            .watch(|| self.comm.allreduce(&mut v, Reduce::Sum))?;
+        Ok(Ok(v[0] as u64))
+    }
+
+    /// An object remote: the leader makes the new version from bytes that
+    /// every server sends it, window by window, each byte once.
+    fn drain_gathered(
+        &self,
+        f: &GlobalFile,
+        g: &Group,
+        lf: &LogicalFile,
+        shape: &paralog_backend::EpochShape,
+        backend: &dyn Backend,
+        reader: &mut SourceReader,
+    ) -> Result<Result<u64, StepError>, ClusterError> {
+        let me = self.comm.rank();
+        let nodes = self.comm.size();
+        let remote = |e: paralog_backend::BackendError| {
+            if e.retryable() {
+                StepError::Retry(e.to_string())
+            } else {
+                StepError::Park(e.to_string())
+            }
+        };
+        // The pieces, cut to window size, and grouped into windows.
+        let w = self.cfg.buf_bytes as u64;
+        let mut windows: Vec<Vec<Chunk>> = Vec::new();
+        let mut cur = Vec::new();
+        let mut cur_bytes = 0u64;
+        for (off, len, piece) in lf.pieces() {
+            let src = &lf.sources[piece.source];
+            let owner = g.owner[&(src.epoch.0, src.rank)];
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(w - cur_bytes);
+                cur.push((off + done, n, piece.source, piece.skip + done, owner));
+                cur_bytes += n;
+                done += n;
+                if cur_bytes == w {
+                    windows.push(std::mem::take(&mut cur));
+                    cur_bytes = 0;
+                }
+            }
+        }
+        if !cur.is_empty() {
+            windows.push(cur);
+        }
+        let mut sink = None;
+        let begin = (|| -> Result<(), StepError> {
+            if self.leader() {
+                sink = Some(backend.begin(&f.rel, shape).map_err(remote)?);
+                if lf.deleted {
+                    sink.as_mut()
+                        .expect("just begun")
+                        .apply(RemoteOp::Delete)
+                        .map_err(remote)?;
+                } else if let Some(c) = lf.size.base_cut {
+                    sink.as_mut()
+                        .expect("just begun")
+                        .apply(RemoteOp::SetSize(c))
+                        .map_err(remote)?;
+                }
+            }
+            Ok(())
+        })();
+        let mut failed = self.agree(begin.err())?;
+        let mut total = 0u64;
+        let mut pack = Vec::new();
+        for win in &windows {
+            if failed.is_some() || lf.deleted {
+                break;
+            }
+            let mut counts = vec![0i64; nodes];
+            for c in win {
+                counts[c.4] += c.1 as i64;
+            }
+            pack.clear();
+            let read = (|| -> Result<(), StepError> {
+                for &(_, n, source, skip, owner) in win {
+                    if owner != me {
+                        continue;
+                    }
+                    let at = pack.len();
+                    pack.resize(at + n as usize, 0);
+                    reader
+                        .read(&lf.sources[source], skip, &mut pack[at..])
+                        .map_err(|e| StepError::Park(e.to_string()))?;
+                }
+                Ok(())
+            })();
+            if let Some(e) = self.agree(read.err())? {
+                failed = Some(e);
+                break;
+            }
+            let all = self
+                .dog
+                .watch(|| self.comm.gather_known(&pack, &counts, Some(0)))?;
+            let apply = (|| -> Result<(), StepError> {
+                let Some(s) = sink.as_mut() else {
+                    return Ok(());
+                };
+                let mut at: Vec<usize> = Vec::with_capacity(nodes);
+                let mut d = 0usize;
+                for &c in &counts {
+                    at.push(d);
+                    d += c as usize;
+                }
+                for &(off, n, _, _, owner) in win {
+                    let p = at[owner];
+                    s.apply(RemoteOp::Write {
+                        off,
+                        data: &all[p..p + n as usize],
+                    })
+                    .map_err(remote)?;
+                    at[owner] += n as usize;
+                }
+                Ok(())
+            })();
+            total += counts.iter().sum::<i64>() as u64;
+            if let Some(e) = self.agree(apply.err())? {
+                failed = Some(e);
+                break;
+            }
+        }
+        if let Some(e) = failed {
+            return Ok(Err(e));
+        }
+        let finish = (|| -> Result<(), StepError> {
+            let Some(mut s) = sink.take() else {
+                return Ok(());
+            };
+            if !lf.deleted {
+                let op = if lf.size.size_set {
+                    RemoteOp::SetSize(lf.size.min_size)
+                } else {
+                    RemoteOp::Preallocate(lf.size.min_size)
+                };
+                s.apply(op).map_err(remote)?;
+            }
+            s.commit().map_err(remote)
+        })();
+        if let Some(e) = self.agree(finish.err())? {
+            return Ok(Err(e));
+        }
+        Ok(Ok(total))
+    }
+}
+
+/// A piece of a window: (file offset, length, source, offset in the
+/// source, node that holds the source).
+type Chunk = (u64, u64, usize, u64, usize);
+
+fn write_progress(dir: &Path, (gen, epoch): (u64, u64)) -> Result<(), paralog_log::LogError> {
+    let path = dir.join(layout::PROGRESS_FILE);
+    let tmp = dir.join(format!("{}.tmp", layout::PROGRESS_FILE));
+    paralog_log::durable::write_atomic(&path, &tmp, &ProgressRecord { gen, epoch }.encode())
+}
+
+/// Answer one status-socket connection of a server in a server job.
+pub fn answer(ctl: &Control, conn: std::os::unix::net::UnixStream) -> std::io::Result<()> {
+    use crate::status::Request;
+    use std::io::{BufRead, Write};
+    let mut line = String::new();
+    std::io::BufReader::new(&conn).read_line(&mut line)?;
+    let reply = match serde_json::from_str::<Request>(&line) {
+        Ok(Request::Status) => ctl.snapshot(),
+        Ok(Request::Finish) => {
+            ctl.request_finish();
+            serde_json::json!({ "finishing": true })
+        }
+        Ok(Request::Wait { timeout_s }) => {
+            ctl.request_finish();
+            match ctl.wait_done(timeout_s.map(Duration::from_secs_f64)) {
+                Some(t) => {
+                    let mut v = serde_json::to_value(&t).unwrap_or_default();
+                    v["drained"] = serde_json::Value::Bool(t.failed.is_empty());
+                    v
+                }
+                None => {
+                    let mut v = ctl.snapshot();
+                    v["error"] = "timed out before everything was drained".into();
+                    v
+                }
+            }
+        }
+        Ok(Request::Drain { .. } | Request::Stop) => serde_json::json!({
+            "error": "a server of a server job answers status, finish and wait (`paralog wait`); to stop without draining, end the server job"
+        }),
+        Err(e) => serde_json::json!({ "error": format!("bad request: {e}") }),
+    };
+    let mut text = reply.to_string();
+    text.push('\n');
+    let mut w = &conn;
+    w.write_all(text.as_bytes())?;
+    w.flush()
+}

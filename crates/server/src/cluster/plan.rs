@@ -1,0 +1,269 @@
+//! The merged view of all nodes: which epochs of which file are globally
+//! committed and not yet drained, with every rank's manifest, and which node
+//! holds each rank's data. Every server computes the same plan from the same
+//! gathered summaries (same order, no clocks), so their collective steps
+//! match without further talk.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use paralog_log::format::Manifest;
+use paralog_log::reader::{committed_prefix, fmt_ids};
+use paralog_log::{EpochId, LogicalFile};
+
+use super::summary::{decode_manifest, manifest_path, NodeSummary};
+
+/// One file as all nodes hold it.
+#[derive(Debug)]
+pub struct GlobalFile {
+    pub job: String,
+    pub rel: Vec<u8>,
+    pub path: Vec<u8>,
+    /// The last epoch any node recorded as drained: the remote holds it
+    /// (progress is written only after every node's part is durable).
+    pub progress: Option<EpochId>,
+    /// Node index and that node's file directory, for every node that has one.
+    pub holders: Vec<(usize, String)>,
+    /// What to drain now: groups of consecutive epochs, each applied as one
+    /// new remote state.
+    pub groups: Vec<Group>,
+    /// Why draining stops before the next epoch (a damaged or missing log).
+    pub blocked: Option<String>,
+    /// Committed epochs waiting for their open to end (whole-open backends).
+    pub waiting: usize,
+}
+
+#[derive(Debug)]
+pub struct Group {
+    pub ids: Vec<EpochId>,
+    /// Every rank's manifest of every epoch of the group, with the path it
+    /// has on its own node.
+    pub epochs: Vec<(EpochId, Vec<(Manifest, PathBuf)>)>,
+    /// (generation, rank) → node holding that rank's data logs.
+    pub owner: BTreeMap<(u64, u32), usize>,
+}
+
+impl Group {
+    /// The file after the group's epochs, merged over all ranks of all nodes.
+    pub fn logical_file(&self) -> Result<LogicalFile, paralog_log::LogError> {
+        let mut lf = LogicalFile::default();
+        for (id, manifests) in &self.epochs {
+            lf.apply_epoch(*id, manifests)?;
+        }
+        Ok(lf)
+    }
+}
+
+impl GlobalFile {
+    pub fn name(&self) -> String {
+        format!("{}:{}", self.job, String::from_utf8_lossy(&self.path))
+    }
+
+    pub fn pending(&self) -> usize {
+        self.groups.iter().map(|g| g.ids.len()).sum::<usize>() + self.waiting
+    }
+}
+
+#[derive(Default)]
+struct EpochView {
+    marked: bool,
+    /// rank → (node, manifest bytes)
+    manifests: BTreeMap<u32, (usize, Vec<u8>)>,
+}
+
+/// Merge the nodes' summaries. `whole_opens`: the backend takes the epochs
+/// of an open together once it ended (or at the end, `flush`).
+pub fn plan(nodes: &[NodeSummary], whole_opens: bool, flush: bool) -> Vec<GlobalFile> {
+    type Key = (String, Vec<u8>);
+    let mut by_file: BTreeMap<Key, Vec<(usize, &super::summary::FileSummary)>> = BTreeMap::new();
+    for (n, s) in nodes.iter().enumerate() {
+        for f in &s.files {
+            by_file
+                .entry((f.job.clone(), f.rel.clone()))
+                .or_default()
+                .push((n, f));
+        }
+    }
+    let mut out = Vec::new();
+    for ((job, rel), parts) in by_file {
+        let mut g = GlobalFile {
+            job,
+            rel,
+            path: parts[0].1.path.clone(),
+            progress: parts.iter().filter_map(|(_, f)| f.progress).max(),
+            holders: parts.iter().map(|(n, f)| (*n, f.dir.clone())).collect(),
+            groups: Vec::new(),
+            blocked: None,
+            waiting: 0,
+        };
+        if let Some((n, f)) = parts.iter().find(|(_, f)| f.damaged.is_some()) {
+            g.blocked = Some(format!(
+                "on node {}: {}",
+                nodes[*n].node,
+                f.damaged.as_deref().unwrap_or("")
+            ));
+            out.push(g);
+            continue;
+        }
+        if let Some((n, f)) = parts.iter().find(|(_, f)| f.path != g.path) {
+            g.blocked = Some(format!(
+                "node {} holds {} for {:?}, another node for {:?}",
+                nodes[*n].node,
+                f.dir,
+                String::from_utf8_lossy(&f.path),
+                String::from_utf8_lossy(&g.path)
+            ));
+            out.push(g);
+            continue;
+        }
+        if let Err(e) = fill(&mut g, nodes, &parts, whole_opens, flush) {
+            g.blocked = Some(e);
+        }
+        out.push(g);
+    }
+    out
+}
+
+fn fill(
+    g: &mut GlobalFile,
+    nodes: &[NodeSummary],
+    parts: &[(usize, &super::summary::FileSummary)],
+    whole_opens: bool,
+    flush: bool,
+) -> Result<(), String> {
+    let mut epochs: BTreeMap<EpochId, EpochView> = BTreeMap::new();
+    let mut closed: BTreeMap<u64, bool> = BTreeMap::new();
+    // Which node has a directory for (generation, rank): names the node
+    // whose log is missing when a committed epoch lacks a manifest.
+    let mut rank_homes: BTreeMap<(u64, u32), Vec<usize>> = BTreeMap::new();
+    for (n, f) in parts {
+        for gs in &f.gens {
+            *closed.entry(gs.gen).or_default() |= gs.closed;
+            for &r in &gs.ranks {
+                rank_homes.entry((gs.gen, r)).or_default().push(*n);
+            }
+            for es in &gs.epochs {
+                let id = (gs.gen, es.epoch);
+                if Some(id) <= g.progress {
+                    continue;
+                }
+                let v = epochs.entry(id).or_default();
+                v.marked |= es.marked;
+                for (rank, bytes) in &es.manifests {
+                    if let Some((other, _)) = v.manifests.get(rank) {
+                        return Err(format!(
+                            "epoch {}:{} rank {rank} has a manifest on node {} and on node {}",
+                            id.0, id.1, nodes[*other].node, nodes[*n].node
+                        ));
+                    }
+                    v.manifests.insert(*rank, (*n, bytes.clone()));
+                }
+            }
+        }
+    }
+    let dir_of = |n: usize| -> &str {
+        parts
+            .iter()
+            .find(|(m, _)| *m == n)
+            .map_or("", |(_, f)| f.dir.as_str())
+    };
+    // Decode everything first: a bad manifest anywhere stops the file.
+    let mut decoded: BTreeMap<EpochId, Vec<(Manifest, PathBuf, usize)>> = BTreeMap::new();
+    let mut comm_sizes: BTreeMap<EpochId, u32> = BTreeMap::new();
+    for (&id, v) in &epochs {
+        let mut ms: Vec<(Manifest, PathBuf, usize)> = Vec::new();
+        for (&rank, (n, bytes)) in &v.manifests {
+            let path = manifest_path(dir_of(*n), id.0, rank, id.1);
+            let m = decode_manifest(bytes, &path, id.0, rank, id.1)
+                .map_err(|e| format!("on node {}: {e}", nodes[*n].node))?;
+            if let Some((first, p, _)) = ms.first() {
+                if first.comm_size != m.comm_size {
+                    return Err(format!(
+                        "epoch {}:{}: {} says {} ranks, {} says {}",
+                        id.0,
+                        id.1,
+                        p.display(),
+                        first.comm_size,
+                        path.display(),
+                        m.comm_size
+                    ));
+                }
+            }
+            comm_sizes.insert(id, m.comm_size);
+            ms.push((m, path, *n));
+        }
+        decoded.insert(id, ms);
+    }
+    let ids: Vec<EpochId> = epochs.keys().copied().collect();
+    let complete = |id: &EpochId| {
+        let have = epochs[id].manifests.len() as u32;
+        comm_sizes.get(id).is_some_and(|&c| c == have)
+    };
+    let committed: Vec<bool> = ids
+        .iter()
+        .map(|id| epochs[id].marked || complete(id))
+        .collect();
+    let order = committed_prefix(&ids, &committed);
+    let last_gen = ids.last().map(|id| id.0);
+    let mut i = 0;
+    while i < order.len() {
+        let gen = order[i].0;
+        let j = if whole_opens {
+            i + order[i..].iter().take_while(|id| id.0 == gen).count()
+        } else {
+            i + 1
+        };
+        let ended = closed.get(&gen).copied().unwrap_or(false) || last_gen > Some(gen);
+        if whole_opens && !flush && !ended {
+            g.waiting = j - i;
+            break;
+        }
+        let ids = &order[i..j];
+        // A committed epoch must have every rank's manifest somewhere, or it
+        // would be applied without that rank's bytes.
+        for id in ids {
+            if !complete(id) {
+                let have: Vec<u32> = epochs[id].manifests.keys().copied().collect();
+                let size = comm_sizes.get(id).copied().unwrap_or(0);
+                let missing: Vec<String> = (0..size)
+                    .filter(|r| !have.contains(r))
+                    .map(|r| match rank_homes.get(&(id.0, r)) {
+                        Some(ns) => format!(
+                            "rank {r} (its log is on node {}, without this epoch)",
+                            ns.iter()
+                                .map(|&n| nodes[n].node.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                        None => format!("rank {r} (no node holds its log: a lost disk?)"),
+                    })
+                    .collect();
+                let why = if size == 0 {
+                    "no node holds any manifest of it (lost logs?)".to_owned()
+                } else {
+                    format!("no manifest of {}", missing.join("; "))
+                };
+                return Err(format!(
+                    "epoch {} is committed but {why}; it and the later epochs stay local",
+                    fmt_ids(&[*id])
+                ));
+            }
+        }
+        let mut owner = BTreeMap::new();
+        let mut group_epochs = Vec::new();
+        for id in ids {
+            let ms = decoded.remove(id).unwrap_or_default();
+            for (m, _, n) in &ms {
+                owner.insert((id.0, m.rank), *n);
+            }
+            group_epochs.push((*id, ms.into_iter().map(|(m, p, _)| (m, p)).collect()));
+        }
+        g.groups.push(Group {
+            ids: ids.to_vec(),
+            epochs: group_epochs,
+            owner,
+        });
+        i = j;
+    }
+    Ok(())
+}
