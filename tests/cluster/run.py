@@ -1,0 +1,342 @@
+#!/usr/bin/python3
+"""Many nodes on one machine: simulated nodes (PARALOG_NODE, each with its own
+node-local directory through `{node}` in PARALOG_LOCAL), 2 ranks each, the
+servers started as one MPI job (one per node), real MPICH and Open MPI.
+
+For 2, 3 and 4 nodes, every program is run directly (the reference) and
+under capture; `paralog wait` ends the server job once everything is
+drained, and the remote file must equal the direct one byte for byte (HDF5:
+h5diff). Remotes: a POSIX directory, the object layout (read back with
+`paralog get`) and S3 (a real MinIO on loopback).
+
+Failures: a server killed mid-drain (a failpoint) makes the whole server
+job stop within a bounded time; `paralog recover` run as an MPI job
+finishes the drain. Ranks of one node killed in the middle of a
+consistency point: that epoch is not committed anywhere and never reaches
+the remote.
+
+Usage: tests/cluster/run.py [--only SUBSTRING] [--keep] [--quick]
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests/remote"))
+import common  # noqa: E402
+from common import Failed, check, sh, same_bytes  # noqa: E402
+
+BIN = ROOT / "target/release/paralog"
+AS_NODE = ROOT / "tests/cluster/as_node.sh"
+RUN_DIRECT = ROOT / "tests/mpi/run_direct.sh"
+PROGS = ROOT / "target/mpi-tests"
+RANKS_PER_NODE = 2
+
+# (label, program, args, output files, hdf5)
+PROGRAMS = [
+    ("header_subarray", "header_subarray", [], False),
+    ("noncontig_holes", "noncontig_holes", [], False),
+    ("size_ops", "size_ops", ["--no-preallocate"], False),
+    # Every epoch overwrites blocks that other ranks (other nodes) wrote in
+    # earlier epochs, and shrinks and grows the file.
+    ("epochs", "epochs", ["--epochs=6", "--kib=96"], False),
+    ("hdf5", "hdf5_writer", [], True),
+]
+
+FLAVOURS = {"mpich": "romio", "openmpi": "ompio"}
+
+
+def launcher(flavour, np, mode=None):
+    if flavour == "mpich":
+        return ["mpirun.mpich", "-n", str(np)]
+    cmd = ["mpirun.openmpi", "-n", str(np), "--oversubscribe"]
+    if mode:
+        cmd += ["--mca", "io", mode]
+    return cmd
+
+
+def mpi_env(extra=None):
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                "OMPI_MCA_rmaps_base_oversubscribe": "1"})
+    env.update(extra or {})
+    return env
+
+
+class Cluster:
+    """One simulated job: its nodes' local directories, its server job."""
+
+    def __init__(self, work, flavour, nodes, remote, aws_env=None):
+        self.work = Path(work)
+        self.flavour = flavour
+        self.nodes = nodes
+        self.remote = remote
+        self.aws_env = aws_env or {}
+        self.local = f"{self.work}/local/{{node}}"
+        self.prefix = self.work / "prefix"
+        self.prefix.mkdir(parents=True, exist_ok=True)
+        (self.work / "local").mkdir(mode=0o700, exist_ok=True)
+        self.servers = None
+        self.server_log = self.work / "servers.log"
+
+    def env(self, extra=None):
+        e = mpi_env(self.aws_env)
+        e.update(extra or {})
+        return e
+
+    def node_cmd(self, cmd, per_node_env=None):
+        """An MPMD command line: one process per node, each told its name."""
+        out = launcher(self.flavour, 1)
+        for n in range(self.nodes):
+            if n:
+                out += [":", "-n", "1"]
+            env = {"PARALOG_NODE": f"n{n}", **(per_node_env or {}).get(n, {})}
+            out += ["env", *(f"{k}={v}" for k, v in env.items()), *map(str, cmd)]
+        return out
+
+    def start_servers(self, per_node_env=None):
+        cmd = [BIN, "server", "--local", self.local, "--remote", self.remote, "--job", "t",
+               "--peer-timeout", "60"]
+        self.log = open(self.server_log, "ab")
+        self.servers = subprocess.Popen(self.node_cmd(cmd, per_node_env), stdout=self.log,
+                                        stderr=subprocess.STDOUT, env=self.env(),
+                                        start_new_session=True)
+        # Each server's socket appears when it is ready.
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            socks = [self.work / "local" / f"n{n}" / ".paralog-server-t.sock" for n in range(self.nodes)]
+            if all(s.exists() for s in socks):
+                return
+            if self.servers.poll() is not None:
+                raise Failed(f"server job exited {self.servers.returncode}: {self.tail()}")
+            time.sleep(0.1)
+        raise Failed(f"server job not ready in 60 s: {self.tail()}")
+
+    def tail(self, n=1500):
+        try:
+            return self.server_log.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def run_app(self, prog, args, outdir, timeout=300, check_rc=True):
+        r = sh([BIN, "env", "--mpi", self.flavour, "--prefix", self.prefix, "--local", self.local,
+                "--remote", self.remote, "--job", "t"])
+        env = self.env({"RANKS_PER_NODE": str(RANKS_PER_NODE)})
+        for line in r.stdout.splitlines():
+            k, _, v = line.removeprefix("export ").partition("=")
+            env[k] = v.strip("'")
+        np = self.nodes * RANKS_PER_NODE
+        cmd = launcher(self.flavour, np, FLAVOURS[self.flavour]) + [AS_NODE, program(self.flavour, prog), outdir, *args]
+        return sh(cmd, env=env, check_rc=check_rc, timeout=timeout)
+
+    def wait(self, timeout=180):
+        """`paralog wait` on one node; then the server job must end, cleanly."""
+        r = sh([BIN, "wait", "--local", self.local, "--job", "t", "--timeout", str(timeout)],
+               env=self.env({"PARALOG_NODE": "n0"}), check_rc=False, timeout=timeout + 30)
+        check(r.returncode == 0, f"paralog wait exited {r.returncode}: {r.stdout}{r.stderr}\n{self.tail()}")
+        try:
+            rc = self.servers.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise Failed(f"the server job did not exit after paralog wait: {self.tail()}")
+        check(rc == 0, f"server job exited {rc}: {self.tail()}")
+        return r.stdout.strip()
+
+    def stop(self):
+        if self.servers and self.servers.poll() is None:
+            common.kill_tree(self.servers)
+        if self.servers:
+            self.log.close()
+
+
+def program(flavour, prog):
+    p = PROGS / flavour / prog
+    if not p.exists():
+        raise Failed(f"{p} is missing: run `make build` (tests/mpi)")
+    return p
+
+
+def direct(flavour, prog, args, outdir, np):
+    env = mpi_env({"NP": str(np)})
+    sh(["bash", RUN_DIRECT, flavour, FLAVOURS[flavour], prog, outdir, *args], env=env, timeout=300)
+
+
+def outputs(d):
+    return sorted(str(p.relative_to(d)) for p in Path(d).rglob("*") if p.is_file())
+
+
+def compare(want_dir, got_dir, hdf5):
+    want, got = outputs(want_dir), outputs(got_dir)
+    check(want == got, f"files differ: direct {want}, drained {got}")
+    for rel in want:
+        if hdf5:
+            r = sh(["h5diff", "-r", Path(want_dir) / rel, Path(got_dir) / rel], check_rc=False)
+            check(r.returncode == 0, f"{rel}: h5diff: {r.stdout[-500:]}")
+        else:
+            same_bytes((Path(want_dir) / rel).read_bytes(), Path(got_dir) / rel, rel)
+    return len(want)
+
+
+class Remotes:
+    """The three remotes: where to drain, and how to read a file back."""
+
+    def __init__(self, base, minio):
+        self.base = Path(base)
+        self.minio = minio
+        self.n = 0
+
+    def make(self, kind, work):
+        self.n += 1
+        if kind == "posix":
+            d = Path(work) / "remote"
+            d.mkdir()
+            return str(d), {}
+        if kind == "objstore":
+            d = Path(work) / "objstore"
+            d.mkdir()
+            return f"objstore://{d}?dirs=3&keep=2", {}
+        bucket = f"cl{self.n}"
+        self.minio.mb(bucket)
+        return f"s3://{bucket}/out", self.minio.env()
+
+    def fetch(self, kind, url, names, dest):
+        dest = Path(dest)
+        dest.mkdir(parents=True, exist_ok=True)
+        if kind == "posix":
+            for n in names:
+                (dest / n).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(Path(url) / n, dest / n)
+        elif kind == "objstore":
+            for n in names:
+                (dest / n).parent.mkdir(parents=True, exist_ok=True)
+                sh([BIN, "get", f"{url.split('?')[0]}/{n}", dest / n])
+        else:
+            bucket = url.removeprefix("s3://").split("/")[0]
+            self.minio.download_all(bucket, "out", dest)
+
+
+def drain_case(remotes, kind, flavour, nodes, label, prog, args, hdf5):
+    def run(work):
+        np = nodes * RANKS_PER_NODE
+        ref = work / "direct"
+        direct(flavour, prog, args, ref, np)
+        url, aws = remotes.make(kind, work)
+        c = Cluster(work, flavour, nodes, url, aws)
+        try:
+            c.start_servers()
+            c.run_app(prog, args, c.prefix)
+            said = c.wait()
+        finally:
+            c.stop()
+        got = work / "got"
+        remotes.fetch(kind, url, outputs(ref), got)
+        n = compare(ref, got, hdf5)
+        return f"{n} file(s) equal direct MPI-IO ({said.removeprefix('paralog wait: ')})"
+    return run
+
+
+def server_killed_case(remotes, kind, flavour):
+    """Node n1's server dies in the middle of writing an epoch's bytes."""
+    def run(work):
+        nodes, np = 2, 2 * RANKS_PER_NODE
+        args = ["--epochs=4", "--kib=256"]
+        ref = work / "direct"
+        direct(flavour, "epochs", args, ref, np)
+        url, aws = remotes.make(kind, work)
+        c = Cluster(work, flavour, nodes, url, aws)
+        try:
+            c.start_servers({1: {"PARALOG_FAILPOINT": "cluster.mid_write:2"}})
+            c.run_app("epochs", args, c.prefix)
+            t = time.time()
+            try:
+                rc = c.servers.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                raise Failed(f"the server job went on for 120 s after a server died: {c.tail()}")
+            stopped = time.time() - t
+            check(rc != 0, f"the server job exited 0 although a server died: {c.tail()}")
+        finally:
+            c.stop()
+        # Every local log is still there; recover as an MPI job finishes.
+        r = sh(c.node_cmd([BIN, "recover", "--local", c.local, "--remote", url, "--job", "t"]),
+               env=c.env(), check_rc=False, timeout=300)
+        check(r.returncode == 0, f"recover exited {r.returncode}: {r.stdout}{r.stderr}")
+        got = work / "got"
+        remotes.fetch(kind, url, outputs(ref), got)
+        compare(ref, got, False)
+        again = sh(c.node_cmd([BIN, "recover", "--local", c.local, "--remote", url, "--job", "t"]),
+                   env=c.env(), check_rc=False, timeout=300)
+        check(again.returncode == 0 and " 0 epoch(s)" in again.stdout,
+              f"a second recover changed something: {again.stdout}{again.stderr}")
+        return f"server job stopped {stopped:.1f} s after the failpoint; recover made the file equal direct MPI-IO; a second recover drained nothing"
+    return run
+
+
+def app_killed_case(remotes, kind, flavour):
+    """Rank 2 (node n1) dies inside the consistency point of epoch 3: epochs
+    1-2 are committed everywhere; epoch 3 must never reach the remote."""
+    def run(work):
+        nodes, np = 2, 2 * RANKS_PER_NODE
+        args = ["--epochs=5", "--kib=64"]
+        ref = work / "direct"
+        direct(flavour, "epochs", args + ["--snapshot"], ref, np)
+        url, aws = remotes.make(kind, work)
+        c = Cluster(work, flavour, nodes, url, aws)
+        try:
+            c.start_servers()
+            r = c.run_app("epochs", args + ["--kill-in-sync=3:2:0"], c.prefix, check_rc=False, timeout=120)
+            check(r.returncode != 0, "the program survived its rank's SIGKILL")
+            said = c.wait()
+        finally:
+            c.stop()
+        got = work / "got"
+        remotes.fetch(kind, url, ["epochs.dat"], got)
+        # Epoch 3 reached its agreement on no rank (rank 2 never joined it).
+        same_bytes((ref / "epochs.dat.epoch2").read_bytes(), got / "epochs.dat", "epochs.dat after the kill")
+        return f"remote holds exactly epoch 2 ({said.removeprefix('paralog wait: ')})"
+    return run
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only")
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="2 and 4 nodes, POSIX and S3 only")
+    a = ap.parse_args()
+    suite = common.Suite("cluster", keep=a.keep)
+    minio = common.MinIO(suite.base)
+    try:
+        minio.start()
+        suite.cleanup.append(minio.stop)
+        remotes = Remotes(suite.base, minio)
+        cases = []
+        for flavour in FLAVOURS:
+            for nodes in (2, 3, 4):
+                for label, prog, args, hdf5 in PROGRAMS:
+                    cases.append((f"{flavour} {nodes} nodes {label} posix",
+                                  drain_case(remotes, "posix", flavour, nodes, label, prog, args, hdf5)))
+            for nodes in (2, 4):
+                for kind in ("objstore", "s3"):
+                    for label, prog, args, hdf5 in PROGRAMS:
+                        cases.append((f"{flavour} {nodes} nodes {label} {kind}",
+                                      drain_case(remotes, kind, flavour, nodes, label, prog, args, hdf5)))
+            for kind in ("posix", "s3"):
+                cases.append((f"{flavour} server killed mid-drain {kind}", server_killed_case(remotes, kind, flavour)))
+            cases.append((f"{flavour} application killed on one node", app_killed_case(remotes, "posix", flavour)))
+        for label, fn in cases:
+            if a.only and a.only not in label:
+                continue
+            if a.quick and (" 3 nodes" in label or "objstore" in label):
+                continue
+            suite.case(label, fn)
+    finally:
+        pass
+    return suite.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
