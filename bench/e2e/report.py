@@ -103,7 +103,8 @@ def summarize(res):
                       "compute": med([r["summary"]["compute_s"] for r in recs]),
                       "output": med([r["summary"]["output_s"] for r in recs]),
                       "prog": med([r["prog_wall"] for r in recs]),
-                      "load": med([r["load_after"] for r in recs])}
+                      "load": med([r["load_after"] for r in recs]),
+                      "testbed_cpu": med([sum(r.get("testbed_cpu", {}).values()) for r in recs])}
             st = [drain_stats(r, link, B) for r in recs]
             # The same bound from the run itself (its own compute and first
             # output, under the load it had): the drain's cost alone.
@@ -169,8 +170,8 @@ def tables(res):
                    "committed output waiting, and the program's compute seconds against the local run's")
         out.append("")
         out.append("| every k | method | share while computing | share when busy | idle with backlog, s | "
-                   "compute s | local compute s | program s | output phases s |")
-        out.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+                   "compute s | local compute s | program s | output phases s | remote side CPU s |")
+        out.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in rs:
             for m in ms:
                 d = r[m]["drain"]
@@ -179,7 +180,8 @@ def tables(res):
                 ib = f"{d['idle_backlog_s']:.1f}" if own else "-"
                 out.append(f"| {r['k']} | {m} | {wc} | {d['busy']:.3f} | "
                            f"{ib} | {r[m]['compute']:.1f} | "
-                           f"{r['local-aws']['compute']:.1f} | {r[m]['prog']:.1f} | {r[m]['output']:.2f} |")
+                           f"{r['local-aws']['compute']:.1f} | {r[m]['prog']:.1f} | {r[m]['output']:.2f} | "
+                           f"{r[m]['testbed_cpu']:.1f} |")
         out.append("")
     loads = [r["load_after"] for r in res["runs"]]
     out.append(f"link {link * 8 / 1e6:.0f} Mbit/s = {link / 1e6:.1f} MB/s; one TCP stream "

@@ -32,7 +32,7 @@ while the program computes, and timeline plots (bench/e2e/report.py).
 
 Usage: bench/e2e/run.py [--quick] [--repeat 3] [--freqs 1,2,4,8,20]
          [--hdf5-freqs 1] [--cycles 40] [--mib 16] [--ranks 2] [--mpi mpich]
-         [--rate-mbit 200] [--compute-ratio 1.15] [--methods ...]
+         [--rate-mbit 200] [--compute-ratio 1.3] [--methods ...]
          [--tmp /var/tmp] [--json OUT] [--plots docs/img] [--keep]
 """
 import argparse
@@ -53,7 +53,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 import report  # noqa: E402
-from testbed import BASE_PREFIX, Testbed, run, stop_group  # noqa: E402
+from testbed import BASE_PREFIX, CpuGroup, Testbed, run, stop_group  # noqa: E402
 
 METHODS = ["local-aws", "direct-sshfs", "paralog-sshfs", "paralog-s3"]
 CURRENT = {}  # the process of the run in progress (ended on interrupt)
@@ -168,6 +168,7 @@ class Bench:
             cmd += ["--", *self.mpirun(), *prog]
         else:
             cmd = [*self.mpirun(), *prog]
+        cpu0 = self.bed.cpu_seconds()
         tx0 = self.bed.counters()[0]
         with self.bed.sampler() as smp:
             t0, t1, stdout = self.spawn(cmd, env, log)
@@ -186,6 +187,8 @@ class Bench:
         rec["prog_start"], rec["prog_end"] = t["start"] - t0, t["end"] - t0
         rec["samples"] = [[round(s - t0, 4), tx - tx0] for s, tx, _ in smp.samples]
         rec["wire_bytes"] = self.bed.counters()[0] - tx0
+        cpu1 = self.bed.cpu_seconds()
+        rec["testbed_cpu"] = {k: cpu1[k] - cpu0[k] for k in cpu0}
         if method.startswith("paralog"):
             text = log.read_text(errors="replace")
             rec["paralog_summary"] = [ln.strip() for ln in text.splitlines() if ln.startswith("  ")][-8:]
@@ -269,11 +272,13 @@ def main():
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--mpi", default="mpich", choices=["mpich", "openmpi"])
     ap.add_argument("--rate-mbit", type=int, default=200)
-    ap.add_argument("--compute-ratio", type=float, default=1.15,
+    ap.add_argument("--compute-ratio", type=float, default=1.3,
                     help="compute per cycle / (output bytes per phase / link rate)")
     ap.add_argument("--sweeps", type=int, help="stencil sweeps per cycle (default: calibrated)")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--timeline-freqs", default="1,4", help="frequencies with a timeline plot")
+    ap.add_argument("--cpu-shares", type=int, default=16384,
+                    help="scheduler weight of the benchmark's cpu cgroup (1024 = one ordinary task; 0: no cgroup)")
     ap.add_argument("--tmp", default="/var/tmp")
     ap.add_argument("--json", default=str(ROOT / "target/bench/e2e.json"))
     ap.add_argument("--plots", default=str(ROOT / "docs/img"))
@@ -293,11 +298,14 @@ def main():
 
     base = Path(tempfile.mkdtemp(prefix=f"{BASE_PREFIX}{os.getpid()}-", dir=a.tmp))
     bed = Testbed(base, a.rate_mbit)
+    group = None
     results = {"args": {k: v for k, v in vars(a).items()}, "runs": []}
     t_begin = time.time()
     errors = []
     try:
         tools = Tools(base, a.mpi)
+        group = CpuGroup(a.cpu_shares)
+        results["cgroup"] = group.desc if group.path else None
         bed.start()
         b = Bench(a, base, bed, tools)
         goodput = bed.tcp_goodput()
@@ -310,6 +318,7 @@ def main():
         print(f"paralog {tools.rev}; {a.ranks} ranks ({a.mpi}), {a.cycles} cycles, {a.mib} MiB per output; "
               f"link {a.rate_mbit} Mbit/s (tbf), one TCP stream {goodput / 1e6:.1f} MB/s; "
               f"sshfs: {bed.mnt} -> sshd {bed.storage}; S3: MinIO at {bed.s3_url}", flush=True)
+        print(f"cpu cgroup: {results['cgroup']}", flush=True)
         print(f"compute: {sweep_s * 1e3:.3f} ms per sweep, {sweeps} sweeps per cycle = "
               f"{sweeps * sweep_s:.2f} s per cycle; one output at link rate: {u:.2f} s; "
               f"load {os.getloadavg()[0]:.1f}", flush=True)
@@ -326,7 +335,8 @@ def main():
                     group.append(rec)
                     print(f"  round {rep + 1} {api} every {k:2d}: {m:14s} T {rec['T']:7.2f} s "
                           f"(program {rec['prog_wall']:6.2f} s, compute {rec['summary']['compute_s']:6.2f} s, "
-                          f"output {rec['summary']['output_s']:6.2f} s)  load {rec['load_after']:.1f}",
+                          f"output {rec['summary']['output_s']:6.2f} s; remote side CPU "
+                          f"{sum(rec['testbed_cpu'].values()):5.1f} s)  load {rec['load_after']:.1f}",
                           flush=True)
                 b.verify(group)
                 results["runs"] += group
@@ -343,7 +353,7 @@ def main():
         p = CURRENT.get("p")
         if p:
             stop_group(p)
-        errors = bed.close()
+        errors = bed.close() + (group.close() if group else [])
         for e in errors:
             print(f"teardown: {e}", file=sys.stderr)
         if not a.keep and not bed.mounted:
