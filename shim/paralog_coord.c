@@ -17,6 +17,12 @@
 
 static MPI_Comm comm = MPI_COMM_NULL;
 
+/* A zero-length buffer from Rust has the address 1, which Open MPI's
+ * MPI_IN_PLACE is: give MPI a real address instead. */
+static char no_bytes[1];
+#define REAL(p, n) ((n) == 0 ? (void *)no_bytes : (void *)(p))
+
+
 int pl_init(int *rank, int *size)
 {
     int provided, rc, inited;
@@ -83,7 +89,7 @@ int pl_bcast(void *buf, int64_t n, int root)
 {
     if (n < 0 || n > INT_MAX)
         return MPI_ERR_COUNT;
-    return MPI_Bcast(buf, (int)n, MPI_BYTE, root, comm);
+    return MPI_Bcast(REAL(buf, n), (int)n, MPI_BYTE, root, comm);
 }
 
 /* counts/displs: one per process, in bytes; root == -1: all processes get
@@ -99,7 +105,9 @@ int pl_gatherv(const void *send, int64_t n, void *recv, const int64_t *counts,
     if (!c)
         return MPI_ERR_NO_MEM;
     int *d = c + size;
+    int64_t total = 0;
     for (int i = 0; i < size; i++) {
+        total += counts[i];
         if (counts[i] < 0 || counts[i] > INT_MAX || displs[i] < 0 || displs[i] > INT_MAX) {
             free(c);
             return MPI_ERR_COUNT;
@@ -107,10 +115,12 @@ int pl_gatherv(const void *send, int64_t n, void *recv, const int64_t *counts,
         c[i] = (int)counts[i];
         d[i] = (int)displs[i];
     }
+    const void *s = REAL(send, n);
+    void *r = REAL(recv, total);
     if (root < 0)
-        rc = MPI_Allgatherv(send, (int)n, MPI_BYTE, recv, c, d, MPI_BYTE, comm);
+        rc = MPI_Allgatherv(s, (int)n, MPI_BYTE, r, c, d, MPI_BYTE, comm);
     else
-        rc = MPI_Gatherv(send, (int)n, MPI_BYTE, recv, c, d, MPI_BYTE, root, comm);
+        rc = MPI_Gatherv(s, (int)n, MPI_BYTE, r, c, d, MPI_BYTE, root, comm);
     free(c);
     return rc;
 }

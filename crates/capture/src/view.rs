@@ -49,6 +49,8 @@ enum Opened {
     File(PathBuf),
     Object(ObjStore, Version),
     Unreadable,
+    /// Drained bytes this node cannot rebuild: why.
+    Lost(String),
 }
 
 pub struct View {
@@ -117,23 +119,25 @@ pub fn committed(
     // deleted by the drain while we scan: look again.
     let mut attempt = 0;
     let unreadable = matches!(base, Base::Unreadable);
-    let (lf, complete) = loop {
+    let (lf, complete, lost) = loop {
         let scanned = FileInventory::scan_path(local, job, rel).and_then(|inv| match inv {
-            None => Ok((LogicalFile::default(), true)),
-            // S3: capture cannot read it (no network in the program), so
-            // the server keeps the job's drained epochs here and the view is
-            // built from the job's first epoch. If they are gone, refuse
-            // loudly rather than show an empty or missing file.
+            None => Ok((LogicalFile::default(), true, None)),
             Some(inv) if unreadable => match inv.logical_file_whole() {
-                Ok(lf) => Ok((lf, inv.complete_locally()?)),
-                Err(e) => Err(paralog_log::LogError::NotFound {
-                    what: format!(
+                Ok(lf) => Ok((lf, inv.complete_locally()?, None)),
+                // Drained to S3 and not all of it is here (another node of
+                // the job holds the rest, or its records went): the open
+                // goes on with what this node knows; a read of the rest
+                // fails with this message, never with made-up bytes.
+                Err(e) => Ok((
+                    inv.logical_file(None)?,
+                    false,
+                    Some(format!(
                         "{} was drained to S3 and cannot be read back here ({e}; docs/s3.md)",
                         abs.display()
-                    ),
-                }),
+                    )),
+                )),
             },
-            Some(inv) => Ok((inv.logical_file(None)?, inv.complete_locally()?)),
+            Some(inv) => Ok((inv.logical_file(None)?, inv.complete_locally()?, None)),
         });
         match scanned {
             Ok(v) => break v,
@@ -145,13 +149,21 @@ pub fn committed(
             Err(e) => return Err(fail(e)),
         }
     };
-    let (opened, real) = open_base(base, abs)?;
+    let lost_here = lost.is_some();
+    let (opened, real) = match lost {
+        Some(why) => (Opened::Lost(why), Some(0)),
+        None => open_base(base, abs)?,
+    };
     let base_len = real.unwrap_or(0);
     let (exists, size) = if lf.epochs.is_empty() {
         (real.is_some(), base_len)
     } else {
         (!lf.deleted, lf.size.final_size(base_len))
     };
+    // The size is what this node knows; for reads the unknown base reaches
+    // as far as any read may go, so that every byte of it fails loudly
+    // unless a later cut (set_size) removed it.
+    let base_len = if lost_here { u64::MAX } else { base_len };
     Ok(Committed {
         view: View {
             lf,
@@ -194,6 +206,7 @@ impl View {
                         what: format!("version {} of {}: {other}", v.number, abs.display()),
                     },
                 }),
+                Opened::Lost(why) => Err(paralog_log::LogError::NotFound { what: why.clone() }),
                 Opened::Unreadable => Err(paralog_log::LogError::NotFound {
                     what: format!(
                         "drained bytes of {} are in object storage that capture cannot read (S3)",

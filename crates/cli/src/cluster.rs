@@ -55,6 +55,7 @@ pub fn run(job: Job) -> anyhow::Result<(Totals, usize)> {
     let comm = Comm::init(&lib).context("starting MPI for the server job")?;
     let rank = comm.rank();
     let ctl = Arc::new(Control::default());
+    let answered = ctl.clone();
     if let Some(socket) = &job.socket {
         let c = ctl.clone();
         paralog_server::status::serve_with(socket, move |conn| {
@@ -84,6 +85,7 @@ pub fn run(job: Job) -> anyhow::Result<(Totals, usize)> {
         ctl,
     );
     let totals = coord.run().context("the server job failed")?;
+    answered.answered(Duration::from_secs(10));
     coord.finalize().context("ending MPI in the server job")?;
     if let Some(socket) = &job.socket {
         let _ = std::fs::remove_file(socket);

@@ -74,6 +74,8 @@ pub struct Control {
 #[derive(Default)]
 struct ControlState {
     finish: bool,
+    /// `wait` clients not yet answered: the process stays until they are.
+    waiters: usize,
     done: Option<Totals>,
     totals: Totals,
     pending_epochs: u64,
@@ -104,6 +106,29 @@ impl Control {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
+    }
+
+    /// Before the process exits: let the `wait` clients have their answer.
+    pub fn answered(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        while s.waiters > 0 {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return;
+            };
+            s = self
+                .changed
+                .wait_timeout(s, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    fn waiter(&self, delta: isize) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.waiters = s.waiters.saturating_add_signed(delta);
+        drop(s);
+        self.changed.notify_all();
     }
 
     pub fn snapshot(&self) -> serde_json::Value {
@@ -814,7 +839,7 @@ fn write_progress(dir: &Path, (gen, epoch): (u64, u64)) -> Result<(), paralog_lo
 /// Answer one status-socket connection of a server in a server job.
 pub fn answer(ctl: &Control, conn: std::os::unix::net::UnixStream) -> std::io::Result<()> {
     use crate::status::Request;
-    use std::io::{BufRead, Write};
+    use std::io::BufRead;
     let mut line = String::new();
     std::io::BufReader::new(&conn).read_line(&mut line)?;
     let reply = match serde_json::from_str::<Request>(&line) {
@@ -824,8 +849,9 @@ pub fn answer(ctl: &Control, conn: std::os::unix::net::UnixStream) -> std::io::R
             serde_json::json!({ "finishing": true })
         }
         Ok(Request::Wait { timeout_s }) => {
+            ctl.waiter(1);
             ctl.request_finish();
-            match ctl.wait_done(timeout_s.map(Duration::from_secs_f64)) {
+            let reply = match ctl.wait_done(timeout_s.map(Duration::from_secs_f64)) {
                 Some(t) => {
                     let mut v = serde_json::to_value(&t).unwrap_or_default();
                     v["drained"] = serde_json::Value::Bool(t.failed.is_empty());
@@ -836,16 +862,27 @@ pub fn answer(ctl: &Control, conn: std::os::unix::net::UnixStream) -> std::io::R
                     v["error"] = "timed out before everything was drained".into();
                     v
                 }
-            }
+            };
+            let r = write_reply(&conn, &reply);
+            ctl.waiter(-1);
+            return r;
         }
         Ok(Request::Drain { .. } | Request::Stop) => serde_json::json!({
             "error": "a server of a server job answers status, finish and wait (`paralog wait`); to stop without draining, end the server job"
         }),
         Err(e) => serde_json::json!({ "error": format!("bad request: {e}") }),
     };
+    write_reply(&conn, &reply)
+}
+
+fn write_reply(
+    conn: &std::os::unix::net::UnixStream,
+    reply: &serde_json::Value,
+) -> std::io::Result<()> {
+    use std::io::Write;
     let mut text = reply.to_string();
     text.push('\n');
-    let mut w = &conn;
+    let mut w = conn;
     w.write_all(text.as_bytes())?;
     w.flush()
 }
