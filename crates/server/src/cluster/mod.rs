@@ -750,6 +750,7 @@ impl Coordinator {
             if failed.is_some() || lf.deleted {
                 break;
             }
+            crate::failpoint::hit("cluster.mid_write");
             let mut counts = vec![0i64; nodes];
             for c in win {
                 counts[c.4] += c.1 as i64;
