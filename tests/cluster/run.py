@@ -304,6 +304,35 @@ def app_killed_case(remotes, kind, flavour):
     return run
 
 
+def lost_log_case(remotes, kind, flavour):
+    """Node n1's node-local directory is wiped after the run, before the
+    servers start: the committed epochs lack ranks 2 and 3 everywhere. The
+    servers must refuse the file, name the node, and apply nothing."""
+    def run(work):
+        nodes, np = 2, 2 * RANKS_PER_NODE
+        args = ["--epochs=3", "--kib=64"]
+        url, aws = remotes.make(kind, work)
+        c = Cluster(work, flavour, nodes, url, aws)
+        c.run_app("epochs", args, c.prefix)
+        shutil.rmtree(work / "local" / "n1")
+        try:
+            c.start_servers()
+            r = sh([BIN, "wait", "--local", c.local, "--job", "t", "--timeout", "120"],
+                   env=c.env({"PARALOG_NODE": "n0"}), check_rc=False, timeout=180)
+            rc = c.servers.wait(timeout=60)
+        finally:
+            c.stop()
+        said = r.stdout + r.stderr
+        check(r.returncode == 3, f"paralog wait exited {r.returncode}, not 3: {said}")
+        check(rc == 3, f"the server job exited {rc}, not 3: {c.tail()}")
+        check("n1" in said and "rank 2" in said and "rank 3" in said,
+              f"the report does not name node n1 and ranks 2, 3: {said}")
+        check(not (Path(url) / "epochs.dat").exists(), "bytes of the file reached the remote")
+        check(any((work / "local" / "n0").rglob("*.manifest")), "node n0's records were deleted")
+        return "refused, named node n1 and ranks 2, 3; nothing applied; node n0's records kept"
+    return run
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only")
@@ -330,6 +359,7 @@ def main():
             for kind in ("posix", "s3"):
                 cases.append((f"{flavour} server killed mid-drain {kind}", server_killed_case(remotes, kind, flavour)))
             cases.append((f"{flavour} application killed on one node", app_killed_case(remotes, "posix", flavour)))
+            cases.append((f"{flavour} node-local log lost on one node", lost_log_case(remotes, "posix", flavour)))
         for label, fn in cases:
             if a.only and a.only not in label:
                 continue

@@ -175,16 +175,21 @@ impl State {
             }
             Err(_) => {
                 use std::os::unix::fs::DirBuilderExt;
-                std::fs::DirBuilder::new()
-                    .mode(0o700)
-                    .create(local)
-                    .map_err(|e| {
-                        report::line(&format!(
-                            "PARALOG_LOCAL={}: cannot create it: {e}",
-                            local.display()
-                        ));
-                        e.raw_os_error().unwrap_or(libc::EIO)
-                    })
+                // The ranks of one node race here: another one's directory
+                // is as good as ours.
+                match std::fs::DirBuilder::new().mode(0o700).create(local) {
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && local.is_dir() => {
+                        return Ok(())
+                    }
+                    r => r,
+                }
+                .map_err(|e| {
+                    report::line(&format!(
+                        "PARALOG_LOCAL={}: cannot create it: {e}",
+                        local.display()
+                    ));
+                    e.raw_os_error().unwrap_or(libc::EIO)
+                })
             }
         }
     }

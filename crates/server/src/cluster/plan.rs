@@ -235,14 +235,32 @@ fn fill(
                                 .collect::<Vec<_>>()
                                 .join(", ")
                         ),
-                        None => format!("rank {r} (no node holds its log: a lost disk?)"),
+                        None => format!("rank {r} (no node holds its log)"),
                     })
                     .collect();
-                let why = if size == 0 {
-                    "no node holds any manifest of it (lost logs?)".to_owned()
+                // A node with no record of this open at all is where the
+                // missing ranks most likely ran (a lost disk, a wiped root).
+                let silent: Vec<&str> = nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(n, _)| {
+                        !rank_homes
+                            .iter()
+                            .any(|((g, _), ns)| *g == id.0 && ns.contains(n))
+                    })
+                    .map(|(_, s)| s.node.as_str())
+                    .collect();
+                let mut why = if size == 0 {
+                    "no node holds any manifest of it".to_owned()
                 } else {
                     format!("no manifest of {}", missing.join("; "))
                 };
+                if !silent.is_empty() {
+                    why += &format!(
+                        "; node(s) holding no record of this open: {} (a lost or wiped node-local disk?)",
+                        silent.join(", ")
+                    );
+                }
                 return Err(format!(
                     "epoch {} is committed but {why}; it and the later epochs stay local",
                     fmt_ids(&[*id])
