@@ -203,6 +203,9 @@ pub struct Coordinator {
     backoff: BTreeMap<(String, Vec<u8>), (u32, u64)>,
     /// Files that will not be drained by this job (damaged, permanent).
     parked: BTreeMap<(String, Vec<u8>), String>,
+    /// Epochs seen committed with manifests missing, and the round that
+    /// first saw them (see plan::plan).
+    incomplete: BTreeMap<(String, Vec<u8>), ((u64, u64), u64)>,
     totals: Totals,
 }
 
@@ -239,6 +242,7 @@ impl Coordinator {
             dog,
             backoff: BTreeMap::new(),
             parked: BTreeMap::new(),
+            incomplete: BTreeMap::new(),
             totals,
         }
     }
@@ -356,9 +360,33 @@ impl Coordinator {
                     continue;
                 }
                 if let Some(why) = &f.blocked {
-                    tracing::error!(file = %f.name(), reason = %why, "not drained; every local log is kept");
-                    self.parked.insert(key, why.clone());
-                    continue;
+                    let confirmed = match f.missing {
+                        // Seen in an earlier round already: really missing.
+                        Some(id) => self
+                            .incomplete
+                            .get(&key)
+                            .is_some_and(|&(seen, r)| seen == id && r < round),
+                        None => true,
+                    };
+                    if confirmed {
+                        tracing::error!(file = %f.name(), reason = %why, "not drained; every local log is kept");
+                        self.parked.insert(key, why.clone());
+                        continue;
+                    }
+                    let id = f.missing.expect("unconfirmed means missing manifests");
+                    self.incomplete
+                        .entry(key.clone())
+                        .and_modify(|e| {
+                            if e.0 != id {
+                                *e = (id, round)
+                            }
+                        })
+                        .or_insert((id, round));
+                    // Look again next round, without sleeping.
+                    pending += 1;
+                    worked = true;
+                } else {
+                    self.incomplete.remove(&key);
                 }
                 pending += f.pending() as u64;
                 if f.groups.is_empty() {

@@ -29,6 +29,10 @@ pub struct GlobalFile {
     pub groups: Vec<Group>,
     /// Why draining stops before the next epoch (a damaged or missing log).
     pub blocked: Option<String>,
+    /// The blocking epoch, when what blocks it is missing manifests: that
+    /// can be a view of a moment (see [`plan`]), so it counts only when a
+    /// later round still sees it.
+    pub missing: Option<EpochId>,
     /// Committed epochs waiting for their open to end (whole-open backends).
     pub waiting: usize,
 }
@@ -73,6 +77,13 @@ struct EpochView {
 
 /// Merge the nodes' summaries. `whole_opens`: the backend takes the epochs
 /// of an open together once it ended (or at the end, `flush`).
+///
+/// The nodes scan at slightly different moments, so one round can see a
+/// rank's commit mark (written after the agreement) from one node and,
+/// from another node that scanned a moment earlier, no manifest yet of its
+/// own ranks. Every scan of the next round starts after this round's
+/// exchange, hence after that mark, hence after every manifest of the
+/// epoch was durable: an epoch still incomplete then is really missing.
 pub fn plan(nodes: &[NodeSummary], whole_opens: bool, flush: bool) -> Vec<GlobalFile> {
     type Key = (String, Vec<u8>);
     let mut by_file: BTreeMap<Key, Vec<(usize, &super::summary::FileSummary)>> = BTreeMap::new();
@@ -94,6 +105,7 @@ pub fn plan(nodes: &[NodeSummary], whole_opens: bool, flush: bool) -> Vec<Global
             holders: parts.iter().map(|(n, f)| (*n, f.dir.clone())).collect(),
             groups: Vec::new(),
             blocked: None,
+            missing: None,
             waiting: 0,
         };
         if let Some((n, f)) = parts.iter().find(|(_, f)| f.damaged.is_some()) {
@@ -261,6 +273,7 @@ fn fill(
                         silent.join(", ")
                     );
                 }
+                g.missing = Some(*id);
                 return Err(format!(
                     "epoch {} is committed but {why}; it and the later epochs stay local",
                     fmt_ids(&[*id])
