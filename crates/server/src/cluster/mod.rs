@@ -191,6 +191,9 @@ impl Watchdog {
     }
 }
 
+/// A file of the job: (job name, path relative to the prefix).
+type FileKey = (String, Vec<u8>);
+
 /// The coordinator: rounds until finished. Every error path keeps the
 /// servers' collectives matched: a local failure becomes a flag in the next
 /// agreement, never an early return on one node alone.
@@ -200,12 +203,12 @@ pub struct Coordinator {
     ctl: Arc<Control>,
     dog: Watchdog,
     /// File → (failed attempts, round before which it is not retried).
-    backoff: BTreeMap<(String, Vec<u8>), (u32, u64)>,
+    backoff: BTreeMap<FileKey, (u32, u64)>,
     /// Files that will not be drained by this job (damaged, permanent).
-    parked: BTreeMap<(String, Vec<u8>), String>,
+    parked: BTreeMap<FileKey, String>,
     /// Epochs seen committed with manifests missing, and the round that
     /// first saw them (see plan::plan).
-    incomplete: BTreeMap<(String, Vec<u8>), ((u64, u64), u64)>,
+    incomplete: BTreeMap<FileKey, (paralog_log::EpochId, u64)>,
     totals: Totals,
 }
 
