@@ -298,3 +298,115 @@ fn fill(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::summary::{EpochSummary, FileSummary, GenSummary};
+    use super::*;
+    use paralog_log::{Extent, FileIdent, Op};
+
+    fn manifest(rank: u32, epoch: u64, off: u64, len: u64) -> Vec<u8> {
+        Manifest {
+            ident: FileIdent {
+                job: "j".into(),
+                path: b"/p/f".to_vec(),
+                rel: b"f".to_vec(),
+                gen: 1,
+            },
+            rank,
+            comm_size: 4,
+            epoch,
+            data_len: 8192,
+            ops: vec![Op::Extent(Extent {
+                file_off: off,
+                len,
+                log_pos: 4096,
+                crc: 0,
+            })],
+        }
+        .encode()
+    }
+
+    /// Node `n` holds ranks 2n and 2n+1; `epochs`: (epoch, marked, ranks with a manifest).
+    fn node(n: u32, epochs: &[(u64, bool, &[u32])]) -> NodeSummary {
+        NodeSummary {
+            node: format!("n{n}"),
+            finishing: false,
+            files: vec![FileSummary {
+                job: "j".into(),
+                dir: format!("/l/n{n}/j/f"),
+                path: b"/p/f".to_vec(),
+                rel: b"f".to_vec(),
+                progress: None,
+                damaged: None,
+                gens: vec![GenSummary {
+                    gen: 1,
+                    closed: false,
+                    ranks: vec![2 * n, 2 * n + 1],
+                    epochs: epochs
+                        .iter()
+                        .map(|&(e, marked, ranks)| EpochSummary {
+                            epoch: e,
+                            marked,
+                            manifests: ranks
+                                .iter()
+                                .map(|&r| (r, manifest(r, e, 100 * r as u64 + e, 10)))
+                                .collect(),
+                        })
+                        .collect(),
+                }],
+            }],
+        }
+    }
+
+    #[test]
+    fn an_epoch_is_committed_by_the_union_of_all_nodes() {
+        // No marks: every rank's manifest exists, but on two nodes.
+        let nodes = [
+            node(0, &[(1, false, &[0, 1])]),
+            node(1, &[(1, false, &[2, 3])]),
+        ];
+        let files = plan(&nodes, false, false);
+        assert_eq!(files.len(), 1);
+        let f = &files[0];
+        assert!(f.blocked.is_none(), "{:?}", f.blocked);
+        assert_eq!(f.groups.len(), 1);
+        let g = &f.groups[0];
+        assert_eq!(g.owner[&(1, 0)], 0);
+        assert_eq!(g.owner[&(1, 3)], 1);
+        let lf = g.logical_file().unwrap();
+        assert_eq!(lf.data_bytes(), 40);
+        // Half of it alone is not committed: nothing to drain, nothing wrong.
+        let files = plan(&nodes[..1], false, false);
+        assert!(files[0].groups.is_empty() && files[0].blocked.is_none());
+    }
+
+    #[test]
+    fn a_marked_epoch_without_some_ranks_blocks_and_names_the_node() {
+        // Epoch 1 complete; epoch 2 marked on node 0, node 1 shows no
+        // manifest of it (a scan a moment early, or a lost disk).
+        let nodes = [
+            node(0, &[(1, false, &[0, 1]), (2, true, &[0, 1])]),
+            node(1, &[(1, false, &[2, 3])]),
+        ];
+        let files = plan(&nodes, false, false);
+        let f = &files[0];
+        assert_eq!(f.groups.len(), 1, "epoch 1 still drains");
+        assert_eq!(f.missing, Some((1, 2)));
+        let why = f.blocked.as_deref().unwrap();
+        assert!(why.contains("rank 2") && why.contains("node n1"), "{why}");
+    }
+
+    #[test]
+    fn a_rank_on_two_nodes_is_refused() {
+        let nodes = [
+            node(0, &[(1, false, &[0, 1])]),
+            node(1, &[(1, false, &[1, 2, 3])]),
+        ];
+        let why = plan(&nodes, false, false)[0].blocked.clone().unwrap();
+        assert!(
+            why.contains("rank 1") && why.contains("n0") && why.contains("n1"),
+            "{why}"
+        );
+    }
+}
