@@ -333,6 +333,40 @@ def lost_log_case(remotes, kind, flavour):
     return run
 
 
+def single_server_wait_case(flavour):
+    """`paralog wait` with an ordinary one-node server (no MPI launcher):
+    it returns once everything is drained, and the server exits 0."""
+    def run(work):
+        np = RANKS_PER_NODE
+        ref = work / "direct"
+        direct(flavour, "epochs", ["--epochs=4", "--kib=128"], ref, np)
+        remote = work / "remote"
+        remote.mkdir()
+        c = Cluster(work, flavour, 1, str(remote))
+        log = open(c.server_log, "ab")
+        server = subprocess.Popen([BIN, "server", "--local", str(work / "local" / "n0"), "--remote", str(remote),
+                                   "--job", "t"], stdout=log, stderr=subprocess.STDOUT, env=mpi_env(),
+                                  start_new_session=True)
+        try:
+            deadline = time.time() + 30
+            while not (work / "local" / "n0" / ".paralog-server-t.sock").exists():
+                check(time.time() < deadline and server.poll() is None, f"server not ready: {c.tail()}")
+                time.sleep(0.1)
+            c.run_app("epochs", ["--epochs=4", "--kib=128"], c.prefix)
+            r = sh([BIN, "wait", "--local", c.local, "--job", "t", "--timeout", "120"],
+                   env=c.env({"PARALOG_NODE": "n0"}), check_rc=False, timeout=180)
+            check(r.returncode == 0, f"paralog wait exited {r.returncode}: {r.stdout}{r.stderr}")
+            rc = server.wait(timeout=60)
+            check(rc == 0, f"server exited {rc}: {c.tail()}")
+        finally:
+            if server.poll() is None:
+                common.kill_tree(server)
+            log.close()
+        compare(ref, remote, False)
+        return f"equal direct MPI-IO; {r.stdout.strip().removeprefix('paralog wait: ')}; the server exited 0"
+    return run
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only")
@@ -346,6 +380,7 @@ def main():
         suite.cleanup.append(minio.stop)
         remotes = Remotes(suite.base, minio)
         cases = []
+        cases.append(("mpich one server, paralog wait", single_server_wait_case("mpich")))
         for flavour in FLAVOURS:
             for nodes in (2, 3, 4):
                 for label, prog, args, hdf5 in PROGRAMS:
