@@ -402,7 +402,8 @@ def main():
                 continue
             suite.case(label, fn)
     finally:
-        pass
+        # Also on a signal or an error: MinIO must not outlive the run.
+        suite.run_cleanup()
     return suite.finish()
 
 
