@@ -14,13 +14,18 @@ directly. Cases:
                 ?part_size=5M&max_parts=4 (5 MiB is one PUT, 5 MiB + 1 two
                 parts, 30 MiB four parts of 8 MiB: the part size grew) and
                 with the defaults (8 MiB parts); part layout read back with
-                head-object --part-number; one object also read back with
+                head-object --part-number; every object carries a CRC32C of
+                the whole object (checksum type FULL_OBJECT) equal to the
+                CRC32C of the expected bytes; one object also read back with
                 `paralog get s3://`
   extents       a 40 MiB file with holes written as 5,000 scattered extents
                 of 512 B to 16 KiB in 3 opens x 2 epochs, drained by a server
                 of our own with PARALOG_LOG=debug: its log shows server-side
                 copies of unchanged parts, and the object equals the expected
-                bytes (per epoch uploads and per close uploads)
+                bytes (per epoch uploads and per close uploads); an object
+                assembled with copies has no whole-object checksum (its parts
+                carried Content-MD5: MinIO refuses copies into an upload
+                with a checksum algorithm)
   reopen        a file drained to S3, then reopened by the program the way
                 HDF5's H5Fcreate(H5F_ACC_TRUNC) does (truncate only if not
                 empty): the program must see the size of the file it wrote,
@@ -41,6 +46,11 @@ directly. Cases:
   minio-restart MinIO is SIGKILLed mid-upload and restarted 10 s later while
                 `paralog run` still waits: the server's retries complete the
                 object
+  permanent     errors that retrying cannot fix end `paralog run` at once
+                (exit 3, well under --wait-timeout 120) with a message naming
+                the bucket and the S3 error: a bucket that does not exist
+                (NoSuchBucket), an access key id MinIO does not know
+                (InvalidAccessKeyId)
   credentials   the secret key appears in no output of paralog (stdout,
                 stderr, server logs) of this whole run, nor with a wrong
                 secret key (signature errors), nor with SDK trace logging
@@ -50,6 +60,8 @@ Prints one line per case and ends with "s3: N passed, N failed".
 """
 
 import argparse
+import base64
+import functools
 import importlib.util
 import json
 import re
@@ -77,6 +89,38 @@ FAULTPROXY = Path(__file__).resolve().parent / "faultproxy.py"
 def jobs_left(local):
     local = Path(local)
     return [p.name for p in local.iterdir() if not p.name.startswith(".paralog-")] if local.exists() else []
+
+
+def _crc32c_table():
+    t = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        t.append(c)
+    return t
+
+
+CRC32C_TABLE = _crc32c_table()
+
+
+@functools.lru_cache(maxsize=16)
+def crc32c_b64(data):
+    """CRC32C (Castagnoli) as S3's x-amz-checksum-crc32c header: big-endian,
+    base64. Plain Python (about 15 MB/s): for small objects."""
+    crc, t = 0xFFFFFFFF, CRC32C_TABLE
+    for b in data:
+        crc = t[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return base64.b64encode((crc ^ 0xFFFFFFFF).to_bytes(4, "big")).decode()
+
+
+assert crc32c_b64(b"Hello, World!") == "TVUQaA=="  # S3's documented example
+
+
+def whole_checksum(minio, key):
+    """(ChecksumCRC32C, ChecksumType) of an object, (None, None) if none."""
+    h = minio.api("head-object", "--bucket", BUCKET, "--key", key, "--checksum-mode", "ENABLED")
+    return h.get("ChecksumCRC32C"), h.get("ChecksumType")
 
 
 def compare_tree(minio, prefix, want, work, what):
@@ -140,11 +184,19 @@ def sizes_case(minio, work, query, layout):
         got = parts_of(minio, f"{prefix}/{name}")
         check(got == (n_parts, part1), f"{name}: (parts, part 1 bytes) = {got}, want {(n_parts, part1)}")
         seen.append(f"{name}={'PUT' if n_parts is None else f'{n_parts}x{part1 >> 20}MiB'}")
+        # MinIO checked the whole-object CRC32C paralog sent against the
+        # parts' before it completed the upload; computed here too, for
+        # the objects small enough for a plain-Python CRC (five1.bin is
+        # 2 parts with 5 MiB parts).
+        crc, kind = whole_checksum(minio, f"{prefix}/{name}")
+        check(crc and kind == "FULL_OBJECT", f"{name}: no whole-object CRC32C ({crc}, {kind})")
+        if len(want[name]) <= 6 * MIB:
+            check(crc == crc32c_b64(want[name]), f"{name}: whole-object CRC32C {crc}, want {crc32c_b64(want[name])}")
     # The same bytes through paralog's own reader.
     out = work / "get.bin"
     sh([BIN, "get", f"s3://{BUCKET}/{prefix}/five1.bin", out], env=minio.env())
     same_bytes(want["five1.bin"], out, "paralog get s3://")
-    return f"0 B, 1 B, 5 MiB, 5 MiB+1, 30 MiB verified; {' '.join(seen)}"
+    return f"0 B, 1 B, 5 MiB, 5 MiB+1, 30 MiB verified, each with a whole-object CRC32C; {' '.join(seen)}"
 
 
 # --- extents -----------------------------------------------------------------
@@ -171,6 +223,10 @@ def extents_case(minio, work, query):
     copies = sum(1 for *_, how in parts if how == "server-side copy")
     uploads = sum(1 for *_, how in parts if how == "upload")
     check(copies >= 1, f"no server-side copy in the debug log ({uploads} part uploads)")
+    # The last upload copied parts: Content-MD5 per part, no checksum
+    # algorithm on the upload, so no whole-object checksum.
+    crc, kind = whole_checksum(minio, f"{prefix}/scattered.bin")
+    check(crc is None, f"an object assembled with server-side copies has a CRC32C ({crc}, {kind})")
     return (f"5,000 extents, 6 epochs in 3 opens, object equal; {copies} part(s) copied server-side, "
             f"{uploads} uploaded ({query})")
 
@@ -420,6 +476,40 @@ def minio_restart_case(suite, minio, work):
             f"retried, object verified{note}")
 
 
+# --- permanent errors --------------------------------------------------------
+
+def permanent_case(minio, work):
+    """Errors that retrying cannot fix stop the drain of the file at once:
+    `paralog run` returns well before --wait-timeout, exit 3, naming the
+    bucket and the error; the local data is kept for `paralog recover`."""
+    bucket = f"no-such-bucket-{int(time.time())}"
+    wrong_key = minio.env()
+    wrong_key["AWS_ACCESS_KEY_ID"] = "plunknown" + minio.user[::-1]
+    # (error, remote, environment, bucket to name, size: 12 MiB is a
+    # multipart upload, 1000 bytes one PUT)
+    runs = [("NoSuchBucket", f"s3://{bucket}/p", minio.env(), bucket, 12 * MIB),
+            ("InvalidAccessKeyId", f"s3://{BUCKET}/permanent", wrong_key, BUCKET, 1000)]
+    said = []
+    for i, (code, url, env, named, size) in enumerate(runs):
+        pfs, local = work / f"pfs{i}", work / f"local{i}"
+        pfs.mkdir(parents=True)
+        t0 = time.time()
+        r = paralog_run(local, pfs, [PY, WRITER, "write", "big", pfs, str(size)], url, env=env,
+                        extra=["--wait-timeout", "120"], check_rc=False, timeout=200)
+        took = time.time() - t0
+        err = r.stderr
+        check(r.returncode == 3, f"{code}: paralog run exited {r.returncode}, want 3: {err[-400:]}")
+        check(took < 30, f"{code}: paralog run took {took:.0f} s: retried an error that cannot go away")
+        lines = [l for l in err.splitlines() if "NOT DRAINED" in l]
+        check(lines and all(code in l and f"s3://{named}/" in l and "not retried" in l for l in lines),
+              f"{code}: the message does not name the bucket {named} and the error: {err[-600:]}")
+        check("paralog recover" in err, f"{code}: run did not name the recover command: {err[-400:]}")
+        check(jobs_left(local), f"{code}: the local data was not kept")
+        said.append(f"{code} in {took:.1f} s")
+    check(not minio.keys(BUCKET, "permanent"), "an object appeared with an unknown access key")
+    return "run failed at once (exit 3), naming the bucket and the error: " + ", ".join(said)
+
+
 # --- credentials -------------------------------------------------------------
 
 def credentials_case(minio, work):
@@ -495,6 +585,7 @@ def main():
         ("resets mid-upload", lambda w: reset_case(suite, minio, w)),
         ("minio-kill", lambda w: minio_kill_case(suite, minio, w)),
         ("minio-restart", lambda w: minio_restart_case(suite, minio, w)),
+        ("permanent errors", lambda w: permanent_case(minio, w)),
         ("credentials", lambda w: credentials_case(minio, w)),
     ]
     cases = [(label, fn) for label, fn in cases if want(label)]

@@ -10,19 +10,25 @@
 //! when a part is partly changed), and zeros for holes. Parts are at least
 //! 8 MiB (so always above S3's 5 MiB minimum) and grow so that no object
 //! needs more than 10,000; a file no larger than one part is one PUT.
-//! Uploads run concurrently, a bounded number per file. Every part and PUT
-//! carries a Content-MD5; the object's metadata records the epoch and its
-//! size. Endpoint, region and credentials come from the standard AWS
-//! environment and configuration files; credentials are never logged.
+//! Uploads run concurrently, a bounded number per file. Every payload is
+//! checked by the server: a CRC32C per part and of the whole object
+//! (S3's full-object checksum), or, for an upload that copies parts
+//! server-side, a Content-MD5 per uploaded part; the hashes are computed on
+//! the drain's thread, not on the runtime's. The object's metadata records
+//! the epoch and its size. Errors that retrying cannot fix (no such bucket,
+//! access denied, bad credentials) are permanent. Endpoint, region and
+//! credentials come from the standard AWS environment and configuration
+//! files; credentials are never logged.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata};
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumType, CompletedMultipartUpload, CompletedPart};
 use aws_sdk_s3::Client;
 use base64::Engine;
 use md5::{Digest, Md5};
@@ -35,8 +41,13 @@ const MIB: u64 = 1 << 20;
 pub const MIN_PART: u64 = 5 * MIB;
 pub const MAX_PARTS: u64 = 10_000;
 const DEFAULT_PART: u64 = 8 * MIB;
-/// Part uploads in flight per file being drained.
-const INFLIGHT: usize = 4;
+/// Part uploads in flight per file being drained, at most...
+const INFLIGHT: usize = 8;
+/// ...and at most this many bytes of them (at least 2 parts), so that the
+/// larger parts of a huge file do not multiply the memory: a file being
+/// drained holds at most max(2 parts, INFLIGHT_BYTES) in flight plus the
+/// part being assembled.
+const INFLIGHT_BYTES: u64 = 64 * MIB;
 
 /// `s3://bucket/prefix[?upload=close|epoch&part_size=BYTES&max_parts=N]`.
 pub struct S3Backend {
@@ -74,6 +85,11 @@ fn parse_size(s: &str) -> Option<u64> {
         _ => (s, 1),
     };
     n.parse::<u64>().ok().map(|v| v * mult)
+}
+
+/// Part uploads in flight per file for parts of `part` bytes.
+fn inflight_limit(part: u64) -> usize {
+    ((INFLIGHT_BYTES / part.max(1)) as usize).clamp(2, INFLIGHT)
 }
 
 /// The part size for an object of `size` bytes: at least `min`, large enough
@@ -156,8 +172,9 @@ impl S3Backend {
                         .operation_attempt_timeout(Duration::from_secs(120))
                         .build(),
                 )
-                // Content-MD5 on every payload instead (universally
-                // supported by S3-compatible servers).
+                // The checksums are computed by the drain (on its own
+                // thread, before the request is queued) and set on each
+                // request, so the SDK adds none of its own.
                 .request_checksum_calculation(
                     aws_sdk_s3::config::RequestChecksumCalculation::WhenRequired,
                 )
@@ -184,11 +201,11 @@ impl S3Backend {
         }
     }
 
-    fn err<E>(&self, key: &str, op: &'static str, e: E) -> BackendError
+    fn err<E>(&self, key: &str, op: &'static str, e: SdkError<E, HttpResponse>) -> BackendError
     where
-        E: std::error::Error + ProvideErrorMetadata,
+        E: std::error::Error + ProvideErrorMetadata + 'static,
     {
-        self.err_msg(key, op, describe(&e))
+        s3_error(&self.bucket, key, op, &e)
     }
 
     fn err_msg(&self, key: &str, op: &'static str, message: String) -> BackendError {
@@ -265,10 +282,11 @@ impl S3Backend {
                 .await
                 .map_err(|e| self.err(key, "get object", e))?;
             let mut n = 0u64;
-            while let Some(chunk) =
-                o.body.try_next().await.map_err(|e| {
-                    self.err_msg(key, "read object", DisplayErrorContext(e).to_string())
-                })?
+            while let Some(chunk) = o
+                .body
+                .try_next()
+                .await
+                .map_err(|e| self.err_msg(key, "read object", chain(&e)))?
             {
                 out.write_all(&chunk)
                     .map_err(|e| self.err_msg(key, "write output", e.to_string()))?;
@@ -279,18 +297,117 @@ impl S3Backend {
     }
 }
 
-/// One line: the service's error code and message when there is one (no
-/// raw response dump), else the error chain.
-fn describe<E: std::error::Error + ProvideErrorMetadata>(e: &E) -> String {
-    match (e.code(), e.message()) {
-        (Some(code), Some(msg)) => format!("{code}: {msg}"),
-        (Some(code), None) => code.to_owned(),
-        _ => DisplayErrorContext(e).to_string(),
+/// Service error codes that the same request will get again however often
+/// it is retried: a missing bucket, refused access, wrong credentials or
+/// region, a request the server does not support. Everything else
+/// (throttling, 5xx, timeouts, resets, a previous object that changed under
+/// the upload, expired temporary credentials) is retryable.
+const PERMANENT_CODES: &[&str] = &[
+    "NoSuchBucket",
+    "InvalidBucketName",
+    "AccessDenied",
+    "AllAccessDisabled",
+    "AccountProblem",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "AuthorizationHeaderMalformed",
+    "InvalidRegion",
+    "PermanentRedirect",
+    "NotImplemented",
+    "MethodNotAllowed",
+    "KeyTooLongError",
+    "MetadataTooLarge",
+    "EntityTooLarge",
+    "InvalidStorageClass",
+    "InvalidObjectState",
+];
+
+/// Whether an S3 error can go away by retrying. A response without an
+/// error code (HEAD has no body) is judged by its status: 403 is access
+/// denied, 301 a bucket in another region.
+fn classify(code: Option<&str>, status: Option<u16>) -> ErrorKind {
+    match (code, status) {
+        (Some(c), _) if PERMANENT_CODES.contains(&c) => ErrorKind::Permanent,
+        (None, Some(301 | 403)) => ErrorKind::Permanent,
+        _ => ErrorKind::Retryable,
     }
 }
 
+/// A failed SDK call as a backend error: retryable or permanent, with a
+/// one-line message (the service's code and message, never a raw response
+/// dump) and the bucket and key it concerned.
+fn s3_error<E>(
+    bucket: &str,
+    key: &str,
+    op: &'static str,
+    e: &SdkError<E, HttpResponse>,
+) -> BackendError
+where
+    E: std::error::Error + ProvideErrorMetadata + 'static,
+{
+    let status = e.raw_response().map(|r| r.status().as_u16());
+    let kind = classify(e.code(), status);
+    let mut message = match (e.code(), e.message(), status) {
+        (Some(code), Some(msg), _) => format!("{code}: {msg}"),
+        (Some(code), None, _) => code.to_owned(),
+        (None, _, Some(403)) => "HTTP 403 Forbidden (access denied)".to_owned(),
+        (None, _, Some(301)) => "HTTP 301 (the bucket is in another region)".to_owned(),
+        (None, _, Some(s)) => format!("HTTP {s}"),
+        _ => chain(e),
+    };
+    if kind == ErrorKind::Permanent {
+        message.push_str(&format!(
+            " (not retried: check the bucket {bucket}, the endpoint and the credentials)"
+        ));
+    }
+    BackendError {
+        kind,
+        target: format!("s3://{bucket}/{key}"),
+        op,
+        message,
+    }
+}
+
+/// An error and its sources on one line (`a: b: c`), without the debug
+/// dump of `DisplayErrorContext`.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
 fn md5_b64(data: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(Md5::digest(data))
+    b64(&Md5::digest(data))
+}
+
+fn crc_b64(crc: u32) -> String {
+    b64(&crc.to_be_bytes())
+}
+
+/// How the server checks an upload's payloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Integrity {
+    /// `x-amz-checksum-crc32c` on every part and on the single PUT, and on
+    /// completion the whole object's CRC32C (checksum type FULL_OBJECT),
+    /// which the server checks against the parts and keeps with the object.
+    Crc32c,
+    /// `Content-MD5` on every uploaded part, no whole-object checksum: an
+    /// upload that may copy parts server-side. An upload with a checksum
+    /// algorithm needs a checksum for every part, and MinIO refuses
+    /// UploadPartCopy into one (S3 computes it); MD5 works on every server.
+    Md5,
 }
 
 /// The previous object, as far as this epoch keeps it.
@@ -318,8 +435,13 @@ struct S3Sink<'a> {
     next: u64,
     cur: Option<Part>,
     upload_id: Option<String>,
+    integrity: Integrity,
+    /// Part uploads in flight at most (INFLIGHT, fewer for large parts).
+    max_inflight: usize,
     inflight: VecDeque<JoinHandle<Result<CompletedPart, BackendError>>>,
     done: Vec<CompletedPart>,
+    /// (part number, CRC32C, length) of every part, for the whole object's.
+    crcs: Vec<(i32, u32, u64)>,
     deleted: bool,
 }
 
@@ -336,9 +458,17 @@ impl Backend for S3Backend {
         let base_len = old.as_ref().map_or(0, |(len, _)| *len);
         let size = shape.final_size(base_len);
         let visible = shape.base_visible(base_len);
+        let part = part_size(size, self.min_part, self.max_parts);
+        // A part can be copied server-side only if the previous object
+        // keeps at least one whole part (and the object has several).
+        let integrity = if size > part && visible >= part {
+            Integrity::Md5
+        } else {
+            Integrity::Crc32c
+        };
         Ok(Box::new(S3Sink {
             be: self,
-            part: part_size(size, self.min_part, self.max_parts),
+            part,
             key,
             shape: *shape,
             old: old
@@ -348,8 +478,11 @@ impl Backend for S3Backend {
             next: 0,
             cur: None,
             upload_id: None,
+            integrity,
+            max_inflight: inflight_limit(part),
             inflight: VecDeque::new(),
             done: Vec::new(),
+            crcs: Vec::new(),
             deleted: shape.deleted,
         }))
     }
@@ -410,13 +543,11 @@ impl S3Sink<'_> {
                 .send()
                 .await
                 .map_err(|e| be.err(key, "read previous object", e))?;
-            o.body.collect().await.map(|b| b.into_bytes()).map_err(|e| {
-                be.err_msg(
-                    key,
-                    "read previous object",
-                    DisplayErrorContext(e).to_string(),
-                )
-            })
+            o.body
+                .collect()
+                .await
+                .map(|b| b.into_bytes())
+                .map_err(|e| be.err_msg(key, "read previous object", chain(&e)))
         })?;
         if bytes.len() as u64 != hi - start {
             return Err(BackendError {
@@ -437,14 +568,20 @@ impl S3Sink<'_> {
         let be = self.be;
         let key = &self.key;
         let (g, e) = self.shape.epoch;
+        let mut req = be
+            .client
+            .create_multipart_upload()
+            .bucket(&be.bucket)
+            .key(key)
+            .metadata("paralog-epoch", format!("{g}:{e}"))
+            .metadata("paralog-size", self.size.to_string());
+        if self.integrity == Integrity::Crc32c {
+            req = req
+                .checksum_algorithm(ChecksumAlgorithm::Crc32C)
+                .checksum_type(ChecksumType::FullObject);
+        }
         let id = be.rt.block_on(async {
-            be.client
-                .create_multipart_upload()
-                .bucket(&be.bucket)
-                .key(key)
-                .metadata("paralog-epoch", format!("{g}:{e}"))
-                .metadata("paralog-size", self.size.to_string())
-                .send()
+            req.send()
                 .await
                 .map_err(|err| be.err(key, "create multipart upload", err))
         })?;
@@ -456,7 +593,7 @@ impl S3Sink<'_> {
     /// Queue a part's upload (bytes) or server-side copy (`buf` None).
     fn send_part(&mut self, index: u64, buf: Option<Vec<u8>>) -> Result<(), BackendError> {
         let id = self.upload_id()?;
-        while self.inflight.len() >= INFLIGHT {
+        while self.inflight.len() >= self.max_inflight {
             self.wait_one()?;
         }
         let client = self.be.client.clone();
@@ -464,13 +601,6 @@ impl S3Sink<'_> {
         let key = self.key.clone();
         let number = index as i32 + 1;
         let (start, end) = self.range(index);
-        let target = format!("s3://{bucket}/{key}");
-        let fail = move |op: &'static str, e: String| BackendError {
-            kind: ErrorKind::Retryable,
-            target: target.clone(),
-            op,
-            message: e,
-        };
         tracing::debug!(
             key = %self.key,
             part = number,
@@ -479,29 +609,44 @@ impl S3Sink<'_> {
             "part"
         );
         let h = match buf {
-            Some(data) => self.be.rt.spawn(async move {
-                let md5 = md5_b64(&data);
-                let out = client
+            Some(data) => {
+                let mut req = client
                     .upload_part()
                     .bucket(&bucket)
                     .key(&key)
                     .upload_id(&id)
-                    .part_number(number)
-                    .content_md5(md5)
-                    .body(ByteStream::from(data))
-                    .send()
-                    .await
-                    .map_err(|e| fail("upload part", describe(&e)))?;
-                Ok(CompletedPart::builder()
-                    .part_number(number)
-                    .set_e_tag(out.e_tag().map(str::to_owned))
-                    .build())
-            }),
+                    .part_number(number);
+                // Hashed here, on the drain's thread, while the runtime's
+                // threads send the parts before this one.
+                let mut crc = None;
+                match self.integrity {
+                    Integrity::Crc32c => {
+                        let c = crc32c::crc32c(&data);
+                        self.crcs.push((number, c, data.len() as u64));
+                        req = req.checksum_crc32_c(crc_b64(c));
+                        crc = Some(crc_b64(c));
+                    }
+                    Integrity::Md5 => req = req.content_md5(md5_b64(&data)),
+                }
+                self.be.rt.spawn(async move {
+                    let out = req
+                        .body(ByteStream::from(data))
+                        .send()
+                        .await
+                        .map_err(|e| s3_error(&bucket, &key, "upload part", &e))?;
+                    Ok(CompletedPart::builder()
+                        .part_number(number)
+                        .set_e_tag(out.e_tag().map(str::to_owned))
+                        .set_checksum_crc32_c(crc)
+                        .build())
+                })
+            }
             None => {
                 let old = self
                     .old
                     .clone()
                     .expect("copies come from the previous object");
+                debug_assert_eq!(self.integrity, Integrity::Md5);
                 let source = format!("{bucket}/{}", encode_key(&key));
                 self.be.rt.spawn(async move {
                     let out = client
@@ -515,7 +660,7 @@ impl S3Sink<'_> {
                         .copy_source_if_match(old.etag)
                         .send()
                         .await
-                        .map_err(|e| fail("copy unchanged part", describe(&e)))?;
+                        .map_err(|e| s3_error(&bucket, &key, "copy unchanged part", &e))?;
                     Ok(CompletedPart::builder()
                         .part_number(number)
                         .set_e_tag(
@@ -595,12 +740,14 @@ impl S3Sink<'_> {
         let be = self.be;
         let key = &self.key;
         let (g, e) = self.shape.epoch;
+        // The whole object's CRC32C: a PUT's checksum is of the full object.
+        let crc = crc_b64(crc32c::crc32c(&body));
         be.rt.block_on(async {
             be.client
                 .put_object()
                 .bucket(&be.bucket)
                 .key(key)
-                .content_md5(md5_b64(&body))
+                .checksum_crc32_c(crc)
                 .metadata("paralog-epoch", format!("{g}:{e}"))
                 .metadata("paralog-size", body.len().to_string())
                 .body(ByteStream::from(body))
@@ -610,6 +757,14 @@ impl S3Sink<'_> {
                 .map_err(|err| be.err(key, "put object", err))
         })
     }
+}
+
+/// The CRC32C of the object from its parts' (number, CRC32C, length).
+fn whole_crc(parts: &mut [(i32, u32, u64)]) -> u32 {
+    parts.sort_by_key(|p| p.0);
+    parts.iter().fold(0, |acc, &(_, crc, len)| {
+        crc32c::crc32c_combine(acc, crc, len as usize)
+    })
 }
 
 /// Percent-encode a key for `x-amz-copy-source` (keep `/` and the
@@ -695,18 +850,27 @@ impl EpochSink for S3Sink<'_> {
         let mut parts = std::mem::take(&mut self.done);
         parts.sort_by_key(|p| p.part_number());
         let key = self.key.clone();
+        let mut req = be
+            .client
+            .complete_multipart_upload()
+            .bucket(&be.bucket)
+            .key(&key)
+            .upload_id(&id)
+            .mpu_object_size(self.size as i64)
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts))
+                    .build(),
+            );
+        if self.integrity == Integrity::Crc32c {
+            // The server combines the parts' CRC32Cs the same way and
+            // refuses the upload if its result differs.
+            req = req
+                .checksum_type(ChecksumType::FullObject)
+                .checksum_crc32_c(crc_b64(whole_crc(&mut self.crcs)));
+        }
         be.rt.block_on(async {
-            be.client
-                .complete_multipart_upload()
-                .bucket(&be.bucket)
-                .key(&key)
-                .upload_id(&id)
-                .multipart_upload(
-                    CompletedMultipartUpload::builder()
-                        .set_parts(Some(parts))
-                        .build(),
-                )
-                .send()
+            req.send()
                 .await
                 .map_err(|e| be.err(&key, "complete multipart upload", e))
         })?;
@@ -768,5 +932,65 @@ mod tests {
         assert_eq!(b.key(b"x/y.dat"), "a/b/x/y.dat");
         assert_eq!(b.min_part, 16 * MIB);
         assert_eq!(encode_key("a b/c+d"), "a%20b/c%2Bd");
+    }
+
+    #[test]
+    fn whole_object_crc_from_parts() {
+        let data: Vec<u8> = (0..3_000_017u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        let mut parts: Vec<(i32, u32, u64)> = data
+            .chunks(1 << 20)
+            .enumerate()
+            .map(|(i, c)| (i as i32 + 1, crc32c::crc32c(c), c.len() as u64))
+            .rev()
+            .collect();
+        assert_eq!(whole_crc(&mut parts), crc32c::crc32c(&data));
+        assert_eq!(whole_crc(&mut []), crc32c::crc32c(b""));
+        // The header's encoding: big-endian, base64 (S3's documented
+        // example: CRC32C of "Hello, World!" is 0x4d551068).
+        assert_eq!(crc32c::crc32c(b"Hello, World!"), 0x4d55_1068);
+        assert_eq!(crc_b64(0x4d55_1068), "TVUQaA==");
+    }
+
+    #[test]
+    fn errors_are_classified() {
+        for code in [
+            "NoSuchBucket",
+            "AccessDenied",
+            "InvalidAccessKeyId",
+            "SignatureDoesNotMatch",
+        ] {
+            assert_eq!(
+                classify(Some(code), Some(403)),
+                ErrorKind::Permanent,
+                "{code}"
+            );
+        }
+        for code in [
+            "SlowDown",
+            "InternalError",
+            "ServiceUnavailable",
+            "RequestTimeout",
+            "ExpiredToken",
+            "PreconditionFailed",
+            "NoSuchUpload",
+            "BadDigest",
+        ] {
+            assert_eq!(
+                classify(Some(code), Some(500)),
+                ErrorKind::Retryable,
+                "{code}"
+            );
+        }
+        assert_eq!(classify(None, Some(403)), ErrorKind::Permanent);
+        assert_eq!(classify(None, Some(503)), ErrorKind::Retryable);
+        assert_eq!(classify(None, None), ErrorKind::Retryable);
+    }
+
+    #[test]
+    fn inflight_parts_fit_the_memory_bound() {
+        assert_eq!(inflight_limit(8 * MIB), INFLIGHT);
+        assert_eq!(inflight_limit(5 * MIB), INFLIGHT);
+        assert_eq!(inflight_limit(11 * MIB), 5);
+        assert_eq!(inflight_limit(525 * MIB), 2);
     }
 }
