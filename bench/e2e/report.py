@@ -25,9 +25,13 @@ import statistics
 import sys
 from pathlib import Path
 
-PARALOG = ["paralog-sshfs", "paralog-s3"]
+PARALOG = ["paralog-sshfs", "paralog-s3", "paralog-sshfs-shm", "paralog-s3-shm"]
 LABEL = {"local-aws": "local disk + aws s3 cp", "direct-sshfs": "direct MPI-IO to sshfs",
-         "paralog-sshfs": "paralog to sshfs", "paralog-s3": "paralog to S3"}
+         "paralog-sshfs": "paralog to sshfs", "paralog-s3": "paralog to S3",
+         "paralog-sshfs-shm": "paralog to sshfs, log on tmpfs", "paralog-s3-shm": "paralog to S3, log on tmpfs"}
+ALL = ["local-aws", "direct-sshfs", "paralog-sshfs", "paralog-s3", "paralog-sshfs-shm", "paralog-s3-shm"]
+BASELINE = {"paralog-sshfs": "direct-sshfs", "paralog-sshfs-shm": "direct-sshfs", "paralog-s3": "local-aws",
+            "paralog-s3-shm": "local-aws"}
 BUSY = 0.2
 
 
@@ -137,7 +141,7 @@ def tables(res):
         rs = [r for r in rows if r["api"] == api]
         if not rs:
             continue
-        ms = [m for m in ("local-aws", "direct-sshfs", "paralog-sshfs", "paralog-s3") if m in rs[0]]
+        ms = [m for m in ALL if m in rs[0]]
         out.append(f"### {'collective MPI-IO' if api == 'mpiio' else 'parallel HDF5'}: end-to-end time, "
                    f"seconds, median (min-max) of {rs[0][ms[0]]['n']}")
         out.append("")
@@ -165,6 +169,19 @@ def tables(res):
                        f"{r.get('paralog-sshfs', {}).get('self_ideal_ratio', float('nan')):.2f} | "
                        f"{r.get('paralog-s3', {}).get('self_ideal_ratio', float('nan')):.2f} |")
         out.append("")
+        extra = [m for m in ("paralog-sshfs-shm", "paralog-s3-shm") if m in rs[0]]
+        if extra:
+            out.append("With the node-local log on tmpfs: ratio to the baseline (direct for sshfs, local+aws for "
+                       "S3), to T_ideal, to the run's own bound")
+            out.append("")
+            out.append("| every k | method | T/baseline | T/T_ideal | T/own bound |")
+            out.append("|---:|---|---:|---:|---:|")
+            for r in rs:
+                for m in extra:
+                    if m in r:
+                        out.append(f"| {r['k']} | {m} | {ratio(r, m, BASELINE[m]):.2f} | "
+                                   f"{r[m]['T'] / r['T_ideal']:.2f} | {r[m]['self_ideal_ratio']:.2f} |")
+            out.append("")
         out.append("Drain and compute (medians): the drain's share of the link rate while the program computes "
                    "(target >= 0.90), its share whenever the link is busy, seconds the link stood idle with "
                    "committed output waiting, and the program's compute seconds against the local run's")

@@ -20,6 +20,8 @@ Methods, each run REPEAT times per output frequency (order rotated):
                  its usual remote path, paralog drains there (the prefix is
                  the remote).
   paralog-s3     `paralog run --prefix <dir> --remote s3://bench/<run>`.
+  paralog-sshfs-shm, paralog-s3-shm (only with --methods): the same with
+                 the node-local log on /dev/shm instead of --tmp.
 T is the wall time from spawning the command to its exit (for paralog run:
 including the wait for the last drain). Every run's output is compared with
 the local run's of the same round (byte for byte; ETags for S3; h5diff and
@@ -56,6 +58,9 @@ import report  # noqa: E402
 from testbed import BASE_PREFIX, CpuGroup, Testbed, run, stop_group  # noqa: E402
 
 METHODS = ["local-aws", "direct-sshfs", "paralog-sshfs", "paralog-s3"]
+# Not run by default: paralog with its node-local log on tmpfs (/dev/shm)
+# instead of the disk, to show what the local commit costs.
+EXTRA = ["paralog-sshfs-shm", "paralog-s3-shm"]
 CURRENT = {}  # the process of the run in progress (ended on interrupt)
 
 
@@ -94,6 +99,7 @@ class Bench:
         self.s3env = dict(bed.aws_env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         self.work = base / "work"
         self.work.mkdir()
+        self.shm = Path(tempfile.mkdtemp(prefix=f"{BASE_PREFIX}{os.getpid()}-", dir="/dev/shm"))
 
     def mpirun(self):
         if self.a.mpi == "mpich":
@@ -148,7 +154,7 @@ class Bench:
             out = self.work / "local" / rid
             out.mkdir(parents=True)
             rec["out"] = str(out)
-        elif method.endswith("sshfs"):
+        elif "sshfs" in method:
             out = self.bed.mnt / rid
             out.mkdir()  # through the mount (one small request), so sshfs knows it
             rec["remote_dir"] = str(self.bed.storage / rid)
@@ -159,11 +165,11 @@ class Bench:
         prog = self.workload(api, out, k, sweeps, tl)
         env = self.env
         if method.startswith("paralog"):
-            local = self.work / "log" / rid
+            local = (self.shm if method.endswith("-shm") else self.work) / "log" / rid
             local.parent.mkdir(exist_ok=True)
             cmd = [self.tools.paralog, "run", "--prefix", out, "--local", local, "--job", "e2e", "--mpi",
                    self.a.mpi]
-            if method == "paralog-s3":
+            if method.startswith("paralog-s3"):
                 cmd += ["--remote", f"s3://bench/{rid}"]
                 env = self.s3env
             cmd += ["--", *self.mpirun(), *prog]
@@ -292,6 +298,9 @@ def main():
     a.freqs = [int(x) for x in a.freqs.split(",") if x]
     a.hdf5_freqs = [int(x) for x in a.hdf5_freqs.split(",") if x]
     a.methods = a.methods.split(",")
+    for m in a.methods:
+        if m not in METHODS + EXTRA:
+            ap.error(f"unknown method {m}")
     if "local-aws" not in a.methods:
         ap.error("local-aws is needed: its files are the reference and its time is T_local")
     if os.geteuid() != 0:
@@ -302,6 +311,7 @@ def main():
     base = Path(tempfile.mkdtemp(prefix=f"{BASE_PREFIX}{os.getpid()}-", dir=a.tmp))
     bed = Testbed(base, a.rate_mbit)
     cg = None
+    b = None
     results = {"args": {k: v for k, v in vars(a).items()}, "runs": []}
     t_begin = time.time()
     errors = []
@@ -359,6 +369,8 @@ def main():
         errors = bed.close() + (cg.close() if cg else [])
         for e in errors:
             print(f"teardown: {e}", file=sys.stderr)
+        if b is not None:
+            shutil.rmtree(b.shm, ignore_errors=True)
         if not a.keep and not bed.mounted:
             shutil.rmtree(base, ignore_errors=True)
         elif a.keep:
