@@ -197,10 +197,38 @@ fn live(sock: &std::path::Path) -> anyhow::Result<()> {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let sock = socket(&args)?;
+    let v = status::request(&sock, &Request::Status)?;
     if args.json {
-        let v = status::request(&sock, &Request::Status)?;
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
+    }
+    if v["cluster"] == true {
+        // A server of a server job: the servers' totals (docs/cluster.md).
+        println!(
+            "server job of {} node(s), round {}: drained {} in {} epoch(s); {} epoch(s) pending{}",
+            v["nodes"],
+            v["rounds"],
+            human_bytes(v["bytes_drained"].as_u64().unwrap_or(0)),
+            v["epochs_drained"],
+            v["epochs_pending"],
+            if v["finishing"] == true {
+                "; finishing"
+            } else {
+                ""
+            }
+        );
+        for f in v["retrying"].as_array().into_iter().flatten() {
+            println!("RETRYING {}", f.as_str().unwrap_or("?"));
+        }
+        let failed = v["failed"].as_array().map_or(0, |a| a.len());
+        for f in v["failed"].as_array().into_iter().flatten() {
+            println!("NOT DRAINED {}", f.as_str().unwrap_or("?"));
+        }
+        return Ok(if failed > 0 {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        });
     }
     if !args.once && std::io::stdout().is_terminal() {
         live(&sock).with_context(|| format!("following {}", sock.display()))?;

@@ -321,6 +321,7 @@ impl Coordinator {
                     NodeSummary {
                         node: self.cfg.node.clone(),
                         finishing: finish_local,
+                        scan_failed: true,
                         files: Vec::new(),
                     }
                 }
@@ -335,6 +336,12 @@ impl Coordinator {
                 at += c;
             }
             let finishing = nodes.iter().any(|n| n.finishing);
+            if nodes.iter().any(|n| n.scan_failed) {
+                // A node's files are missing from this round's view: no
+                // plan from it (their absence would read as lost logs).
+                std::thread::sleep(self.cfg.poll);
+                continue;
+            }
             let whole = self.whole_opens();
             let files = plan::plan(&nodes, whole, finishing);
             if round == 1 && self.cfg.finish_now && self.leader() {
@@ -538,9 +545,18 @@ impl Coordinator {
         g: &Group,
     ) -> Result<Result<u64, StepError>, ClusterError> {
         let me = self.comm.rank();
+        // The same drain lock as the one-node server and `recover` take: a
+        // one-node `recover` run by hand on this node must not interleave.
+        let mut lock = None;
         // 1. The merged file, and a check of every byte this node will send.
         let mut reader = SourceReader::default();
         let local = (|| -> Result<(LogicalFile, Arc<dyn Backend>), StepError> {
+            if let Some(dir) = self.my_dir(f) {
+                lock = Some(crate::drain::lock_file_dir(&dir).map_err(|e| match e {
+                    crate::drain::DrainError::Busy(_) => StepError::Retry(e.to_string()),
+                    other => StepError::Park(other.to_string()),
+                })?);
+            }
             let lf = g
                 .logical_file()
                 .map_err(|e| StepError::Park(e.to_string()))?;

@@ -332,6 +332,7 @@ mod tests {
         NodeSummary {
             node: format!("n{n}"),
             finishing: false,
+            scan_failed: false,
             files: vec![FileSummary {
                 job: "j".into(),
                 dir: format!("/l/n{n}/j/f"),

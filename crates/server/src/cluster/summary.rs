@@ -18,6 +18,9 @@ pub struct NodeSummary {
     /// Someone on this node asked for everything to be drained and the
     /// servers to stop (`paralog wait`, or recover).
     pub finishing: bool,
+    /// This node could not scan its root this round: its files are not in
+    /// the summary, so nobody may conclude anything from their absence.
+    pub scan_failed: bool,
     pub files: Vec<FileSummary>,
 }
 
@@ -76,6 +79,7 @@ pub fn collect(
     Ok(NodeSummary {
         node: node.to_owned(),
         finishing,
+        scan_failed: false,
         files,
     })
 }
@@ -278,6 +282,7 @@ impl NodeSummary {
         let mut o = Out::default();
         o.bytes(self.node.as_bytes());
         o.bool(self.finishing);
+        o.bool(self.scan_failed);
         o.u64(self.files.len() as u64);
         for f in &self.files {
             o.bytes(f.job.as_bytes());
@@ -314,6 +319,7 @@ impl NodeSummary {
         let mut i = In { b, at: 0, from };
         let node = i.string()?;
         let finishing = i.bool()?;
+        let scan_failed = i.bool()?;
         let nfiles = i.len()?;
         let mut files = Vec::with_capacity(nfiles.min(1 << 16));
         for _ in 0..nfiles {
@@ -374,6 +380,7 @@ impl NodeSummary {
         Ok(NodeSummary {
             node,
             finishing,
+            scan_failed,
             files,
         })
     }
@@ -388,6 +395,7 @@ mod tests {
         let s = NodeSummary {
             node: "n1".into(),
             finishing: true,
+            scan_failed: false,
             files: vec![FileSummary {
                 job: "j".into(),
                 dir: "/l/j/f-1".into(),
