@@ -12,6 +12,7 @@ Cases (each timed by the program itself, opens and closes included):
   append       one file, N appends of SIZE bytes, fsync, close;
   seek         one file, the same N writes, each after an lseek to its
                slot, slots in shuffled order, fsync, close.
+Runs in a cpu cgroup with a high scheduler weight, as bench/e2e/run.py.
 paralog: `paralog run --mpi none --prefix P --local L --remote R` on the same
 file system (log in L, drained to R by the server while the program runs,
 at its default nice 10); the program's own time is what counts, the final
@@ -37,6 +38,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench/e2e"))
+from testbed import CpuGroup  # noqa: E402  (the same cpu cgroup as the end-to-end benchmark)
+
 FS = {"tmpfs": "/dev/shm", "disk": "/var/tmp"}
 SIZES = ["1K", "4K", "16K", "64K", "256K", "1M", "4M", "16M"]
 CASES = ["files", "files+fsync", "append", "seek"]
@@ -47,9 +51,11 @@ def parse_size(s):
 
 
 def count(case, size):
+    """Writes per run: 200 files at most (16 MiB in all, at least 8 files);
+    32 MiB per file for append and seek (at least 4 writes)."""
     if case.startswith("files"):
-        return min(1000, max(8, (32 << 20) // size))
-    return max(4, (64 << 20) // size)
+        return min(200, max(8, (16 << 20) // size))
+    return max(4, (32 << 20) // size)
 
 
 def run(cmd, **kw):
@@ -99,6 +105,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--sizes", default=",".join(SIZES))
     ap.add_argument("--fs", default="tmpfs,disk")
+    ap.add_argument("--cpu-shares", type=int, default=32768,
+                    help="scheduler weight of the benchmark's cpu cgroup, as bench/e2e/run.py (0: none)")
     ap.add_argument("--json", default=str(ROOT / "target/bench/micro.json"))
     ap.add_argument("--plots", default=str(ROOT / "docs/img"))
     a = ap.parse_args()
@@ -108,7 +116,10 @@ def main():
     base = Path(tempfile.mkdtemp(prefix="paralog-micro-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARALOG_")}
     results = {"runs": [], "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    cg = None
     try:
+        cg = CpuGroup(a.cpu_shares)
+        results["cgroup"] = cg.desc if cg.path else None
         bin_dir = base / "bin"
         bin_dir.mkdir()
         shutil.copy2(ROOT / "target/release/paralog", bin_dir / "paralog")
@@ -152,6 +163,8 @@ def main():
             print(f"plot: {plot(results, Path(a.plots))}")
     finally:
         shutil.rmtree(base, ignore_errors=True)
+        for e in (cg.close() if cg else []):
+            print(f"teardown: {e}", file=sys.stderr)
 
 
 def medians(results):

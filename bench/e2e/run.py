@@ -88,6 +88,9 @@ class Tools:
         self.rev = run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], check=False).stdout.strip()
         dirty = run(["git", "-C", ROOT, "status", "--porcelain", "--", "crates", "shim"], check=False).stdout.strip()
         self.rev += "+uncommitted changes in crates/ or shim/" if dirty else ""
+        built = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime((ROOT / "target/release/paralog").stat().st_mtime))
+        digest = hashlib.sha256(self.paralog.read_bytes()).hexdigest()[:12]
+        self.binary = f"target/release/paralog built {built}, sha256 {digest}"
 
 
 class Bench:
@@ -322,13 +325,13 @@ def main():
         bed.start()
         b = Bench(a, base, bed, tools)
         goodput = bed.tcp_goodput()
-        results.update(rev=tools.rev, link_Bps=bed.link_Bps, tcp_goodput_Bps=goodput, tc=bed.tc_show(),
+        results.update(rev=tools.rev, binary=tools.binary, link_Bps=bed.link_Bps, tcp_goodput_Bps=goodput, tc=bed.tc_show(),
                        cpus=os.cpu_count(), started=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
         u = b.B / bed.link_Bps
         sweep_s = b.calibrate(a.compute_ratio * u)
         sweeps = a.sweeps or max(1, round(a.compute_ratio * u / sweep_s))
         results.update(sweep_s=sweep_s, sweeps=sweeps, bytes_per_output=b.B)
-        print(f"paralog {tools.rev}; {a.ranks} ranks ({a.mpi}), {a.cycles} cycles, {a.mib} MiB per output; "
+        print(f"paralog {tools.rev} ({tools.binary}); {a.ranks} ranks ({a.mpi}), {a.cycles} cycles, {a.mib} MiB per output; "
               f"link {a.rate_mbit} Mbit/s (tbf), one TCP stream {goodput / 1e6:.1f} MB/s; "
               f"sshfs: {bed.mnt} -> sshd {bed.storage}; S3: MinIO at {bed.s3_url}", flush=True)
         print(f"cpu cgroup: {results['cgroup']}", flush=True)
