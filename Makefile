@@ -82,7 +82,7 @@ bench-log: build
 
 # The end-to-end benchmark against a bandwidth-limited remote (network
 # namespaces, veth, tc tbf 200 Mbit/s, MinIO and sshfs; needs root) and the
-# micro benchmarks; docs/benchmarks.md sections 6 and 7 (about 30 minutes;
+# micro benchmarks; docs/benchmarks.md sections 6 and 7 (about 35 minutes;
 # `make bench-quick`: a few). Plots go to docs/img/.
 setup-bench: setup
 	@bash scripts/setup-bench.sh
