@@ -72,6 +72,7 @@ test-remote: build setup-test
 # Open MPI), every remote, server and application failures.
 test-cluster: build setup-test
 	/usr/bin/python3 tests/cluster/run.py
+	/usr/bin/python3 tests/cluster/netns.py
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -100,6 +101,10 @@ bench-e2e: build setup-test setup-bench
 
 bench-micro: build setup-bench
 	/usr/bin/python3 bench/micro.py $(MICRO_FLAGS)
+
+# Drain with many nodes (network namespaces; needs root): docs/benchmarks.md section 8.
+bench-cluster: build
+	/usr/bin/python3 bench/cluster_drain.py $(CLUSTER_FLAGS)
 
 clean:
 	$(CARGO) clean
