@@ -87,6 +87,15 @@ def clean_stale():
             if m and not pid_alive(int(m.group(1))):
                 print(f"testbed: unmounting {f[1]} left by a run that ended", flush=True)
                 run(["umount", "-l", f[1]], check=False)
+    # Working directories of runs that ended without their clean-up (never
+    # one with a mount inside).
+    mounts = Path("/proc/mounts").read_text()
+    for top in ("/var/tmp", "/tmp", "/dev/shm"):
+        for d in Path(top).glob(f"{BASE_PREFIX}*-*"):
+            m = re.match(rf"{BASE_PREFIX}(\d+)-", d.name)
+            if m and not pid_alive(int(m.group(1))) and str(d) + "/" not in mounts:
+                print(f"testbed: removing {d} left by a run that ended", flush=True)
+                shutil.rmtree(d, ignore_errors=True)
 
 
 class Testbed:
