@@ -250,33 +250,6 @@ fn is_lockedfile(name: &[u8]) -> bool {
         && fields.next().is_some_and(|base| !base.is_empty())
 }
 
-#[cfg(test)]
-mod helper_file_tests {
-    use super::is_mpi_helper_file;
-    use std::path::Path;
-
-    #[test]
-    fn mpi_helper_files_are_recognised() {
-        for yes in [
-            "/p/.out.dat.shfp.123",
-            "/p/out.dat.locktest.0",
-            "/p/out.dat-3214737409-18311.lock",
-        ] {
-            assert!(is_mpi_helper_file(Path::new(yes)), "{yes}");
-        }
-        for no in [
-            "/p/out.dat",
-            "/p/out.lock",
-            "/p/out-1.lock",
-            "/p/-1-2.lock",
-            "/p/out-a-2.lock",
-            "/p/out.dat-1-2.lockx",
-        ] {
-            assert!(!is_mpi_helper_file(Path::new(no)), "{no}");
-        }
-    }
-}
-
 fn report_invalid_once(message: &str) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -1078,4 +1051,31 @@ pub unsafe extern "C" fn aio_cancel64(fd: c_int, cb: *mut aiocb) -> c_int {
         return libc::AIO_ALLDONE;
     }
     pass!(aio_cancel64(fd, cb), -1)
+}
+
+#[cfg(test)]
+mod helper_file_tests {
+    use super::is_mpi_helper_file;
+    use std::path::Path;
+
+    #[test]
+    fn mpi_helper_files_are_recognised() {
+        for yes in [
+            "/p/.out.dat.shfp.123",
+            "/p/out.dat.locktest.0",
+            "/p/out.dat-3214737409-18311.lock",
+        ] {
+            assert!(is_mpi_helper_file(Path::new(yes)), "{yes}");
+        }
+        for no in [
+            "/p/out.dat",
+            "/p/out.lock",
+            "/p/out-1.lock",
+            "/p/-1-2.lock",
+            "/p/out-a-2.lock",
+            "/p/out.dat-1-2.lockx",
+        ] {
+            assert!(!is_mpi_helper_file(Path::new(no)), "{no}");
+        }
+    }
 }
