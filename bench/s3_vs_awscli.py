@@ -39,8 +39,8 @@ Methods, each timed once per round, in an order that rotates per round:
                  the plain file the writer leaves when run without capture
                  (the same logical bytes; written once per case, clean in
                  the page cache, as the log is);
-  aws-c4:        the same with max_concurrent_requests = 4 (in an AWS config
-                 file that sets only that): paralog's 4 part uploads in
+  aws-c8:        the same with max_concurrent_requests = 8 (in an AWS config
+                 file that sets only that): paralog's 8 part uploads in
                  flight per file, to tell concurrency from per-byte cost.
 The log of a paralog method is written just before it is timed (its pages
 are clean in the page cache too).
@@ -48,8 +48,12 @@ are clean in the page cache too).
 Throughput = object size (= the plain file's size) / wall time, in MB/s
 (10^6). The table shows medians (min-max) and the ratio of each other
 method's median to aws's, then the median CPU time (user+sys, from
-getrusage of the waited-for child) each method spent per GiB of object. Every paralog object is downloaded once with
-awscli and compared (cmp) with the plain file; every aws object's size is
+getrusage of the waited-for child) each method spent per GiB of object,
+and MinIO's during the same timing (from /proc/PID/stat; on 2 cores the
+two compete), and the median over rounds of each round's ratio to aws
+(paired: less exposed to load that drifts). Every paralog object is downloaded once with awscli and compared (cmp)
+with the plain file, and must carry a whole-object CRC32C (checksum type
+FULL_OBJECT, which MinIO checked on completion); every aws object's size is
 checked; the multipart ETags of both sides are compared (with 8 MiB parts
 on both sides they are equal when the bytes are). Objects are deleted after
 each round.
@@ -60,7 +64,7 @@ Fixed costs, measured first (3 times each, medians): `aws s3 cp` of a
 and the S3 client's set-up). They are included in every timing above.
 
 Usage: bench/s3_vs_awscli.py [--cases large,extents] [--repeat 3]
-         [--methods server,server-nice0,recover,aws,aws-c4] [--large-mib 1024]
+         [--methods server,server-nice0,recover,aws,aws-c8] [--large-mib 1024]
          [--extents 5000] [--tmp /tmp] [--json OUT] [--keep]
 
 The binaries are copied to a private directory first, so a rebuild of
@@ -173,9 +177,21 @@ def child_cpu():
     return r.ru_utime + r.ru_stime
 
 
-def head(minio, key):
-    r = aws(minio, "s3api", "head-object", "--bucket", BUCKET, "--key", key, "--output", "json")
+def minio_cpu(minio):
+    """CPU seconds (user+sys) MinIO has used so far, from /proc."""
+    f = Path(f"/proc/{minio.p.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def head(minio, key, checksum=False):
+    """(size, ETag), and with checksum=True the whole-object checksum's type
+    (FULL_OBJECT for paralog's CRC32C, None if the object has none)."""
+    r = aws(minio, "s3api", "head-object", "--bucket", BUCKET, "--key", key, "--output", "json",
+            *(["--checksum-mode", "ENABLED"] if checksum else []))
     h = json.loads(r.stdout)
+    if checksum:
+        kind = h.get("ChecksumType") if h.get("ChecksumCRC32C") else None
+        return h["ContentLength"], h["ETag"].strip('"'), kind
     return h["ContentLength"], h["ETag"].strip('"')
 
 
@@ -204,14 +220,14 @@ def bench_case(tools, minio, a, case, base, results):
                 key = f"{prefix}/f"
                 if m.startswith("aws"):
                     time.sleep(a.settle)
-                    c0 = child_cpu()
+                    c0, s0 = child_cpu(), minio_cpu(minio)
                     t = run_aws_cp(minio, plain, f"s3://{BUCKET}/{key}",
-                                   concurrency=4 if m == "aws-c4" else None)
-                    cpu = child_cpu() - c0
+                                   concurrency=8 if m == "aws-c8" else None)
+                    cpu, scpu = child_cpu() - c0, minio_cpu(minio) - s0
                     n, etag = head(minio, key)
                     if n != size:
                         raise RuntimeError(f"{m}: object of {n} bytes, file of {size}")
-                    detail[m].append({"wall": t, "cpu": cpu})
+                    detail[m].append({"wall": t, "cpu": cpu, "minio_cpu": scpu})
                 else:
                     inp = work / f"in-{m}"
                     pfs, local = inp / "pfs", inp / "local"
@@ -221,18 +237,22 @@ def bench_case(tools, minio, a, case, base, results):
                         raise RuntimeError("capture did not take the file: it reached the prefix")
                     time.sleep(a.settle)
                     remote = f"s3://{BUCKET}/{prefix}"
-                    c0 = child_cpu()
+                    c0, s0 = child_cpu(), minio_cpu(minio)
                     if m == "recover":
                         t, st = run_recover(tools, minio, local, remote)
-                        detail[m].append({"wall": t, "cpu": child_cpu() - c0})
+                        detail[m].append({"wall": t, "cpu": child_cpu() - c0,
+                                          "minio_cpu": minio_cpu(minio) - s0})
                     else:
                         ex = ["--nice", "0"] if m == "server-nice0" else []
                         t, st = run_server(tools, minio, local, remote, ex, work / f"server-{m}.log")
                         detail[m].append({"wall": t, "cpu": child_cpu() - c0,
+                                          "minio_cpu": minio_cpu(minio) - s0,
                                           "drain_active_s": st.get("drain_active_s"),
                                           "bytes_drained": st.get("bytes_drained")})
                     shutil.rmtree(inp)
-                    n, etag = head(minio, key)
+                    n, etag, kind = head(minio, key, checksum=True)
+                    if kind != "FULL_OBJECT":
+                        raise RuntimeError(f"{m}: s3://{BUCKET}/{key} has no whole-object CRC32C ({kind})")
                     dl = work / "download"
                     aws(minio, "s3", "cp", "--no-progress", "--only-show-errors",
                         f"s3://{BUCKET}/{key}", dl)
@@ -289,18 +309,29 @@ def print_table(rows, methods):
         if "aws" in methods:
             line += "".join(f" {med[m] / med['aws']:12.2f}x" for m in paralogs)
         print(line)
-    print("CPU seconds (user+sys) per GiB of object, median; ETags of all objects equal")
+    if "aws" in methods and paralogs:
+        # Each round runs every method within a few tens of seconds: the
+        # ratio within a round is less exposed to load that drifts.
+        print("paired: median over rounds of the round's ratio to aws")
+        for r in rows:
+            v = r["MBps"]
+            print(f"{r['case']:8} " + "  ".join(
+                f"{m}/aws {statistics.median(x / y for x, y in zip(v[m], v['aws'])):.2f}x"
+                for m in paralogs))
+    print("CPU seconds (user+sys) per GiB of object, median: the tool (+ MinIO during its "
+          "timing); ETags of all objects equal")
     for r in rows:
         gib = r["object_bytes"] / 2**30
         cpu = {m: statistics.median(d["cpu"] for d in r["detail"][m]) / gib for m in methods}
-        print(f"{r['case']:8} " + "  ".join(f"{m} {cpu[m]:.2f}" for m in methods)
+        srv = {m: statistics.median(d["minio_cpu"] for d in r["detail"][m]) / gib for m in methods}
+        print(f"{r['case']:8} " + "  ".join(f"{m} {cpu[m]:.2f} (+{srv[m]:.2f})" for m in methods)
               + f"  ETags equal: {r['etags_equal']}")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", default="large,extents")
-    ap.add_argument("--methods", default="server,server-nice0,aws,aws-c4")
+    ap.add_argument("--methods", default="server,server-nice0,aws,aws-c8")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--large-mib", type=int, default=1024)
     ap.add_argument("--extents", type=int, default=5000)
@@ -312,7 +343,7 @@ def main():
     a.cases = a.cases.split(",")
     a.methods = a.methods.split(",")
     for m in a.methods:
-        if m not in ("server", "server-nice0", "recover", "aws", "aws-c4"):
+        if m not in ("server", "server-nice0", "recover", "aws", "aws-c8"):
             ap.error(f"unknown method {m}")
     largest = max(a.large_mib << 20 if c == "large" else a.extents * 80 << 10 for c in a.cases)
     free = shutil.disk_usage(a.tmp).free
