@@ -337,6 +337,25 @@ def faults_case(suite, minio, work, seed):
             f"by operation: {ops}) in {took:.0f} s{note}")
 
 
+def pending_many_case(minio, work, query):
+    """Several epochs and opens of each file pending at once (captured with
+    no server running), then one `recover`: every upload after a file's
+    first must start from the object the first made, not from nothing (a
+    drain that called every one of them "fresh" left zeros where the
+    earlier epochs wrote)."""
+    pfs, local = work / "pfs", work / "local"
+    pfs.mkdir(parents=True)
+    prefix = f"pending{query.replace('?', '-').replace('=', '-').replace('&', '-')}"
+    remote = f"s3://{BUCKET}/{prefix}{query}"
+    run_writer_captured(pfs, local, remote, ["write", "mixed", pfs], minio.env())
+    r = sh([BIN, "recover", "--local", local, "--remote", remote, "--json"], env=minio.env())
+    rows = json.loads(r.stdout)["files"]
+    check(all("error" not in row for row in rows), f"recover: {r.stdout[-600:]}")
+    want = writer.expected(writer.plan("mixed"))
+    compare_tree(minio, prefix, want, work, prefix)
+    return f"{len(want)} objects equal the program's files after one recover of {sum(r['drained_epochs'] for r in rows)} epochs"
+
+
 def reset_case(suite, minio, work, rounds=3):
     """Connections reset while part bodies are being sent (the proxy reads
     the head and part of the body, then resets): the server must retry, not
@@ -581,6 +600,8 @@ def main():
         ("extents upload=close", lambda w: extents_case(minio, w, "?part_size=5M")),
         ("reopen after drain", lambda w: reopen_case(minio, w, "")),
         ("reopen after drain upload=epoch", lambda w: reopen_case(minio, w, "?upload=epoch")),
+        ("many epochs pending, one recover", lambda w: pending_many_case(minio, w, "")),
+        ("many epochs pending, one recover upload=epoch", lambda w: pending_many_case(minio, w, "?upload=epoch")),
         (f"faults seed={a.fault_seed}", lambda w: faults_case(suite, minio, w, a.fault_seed)),
         ("resets mid-upload", lambda w: reset_case(suite, minio, w)),
         ("minio-kill", lambda w: minio_kill_case(suite, minio, w)),

@@ -152,9 +152,14 @@ pub fn drain_file(
     }
     let pending = file.pending_epochs().map_err(local)?;
     let mut n = 0;
+    // Nothing of the file drained yet in this job: true for the first
+    // group only, not for every group of this call (the later ones start
+    // from the version the first one made).
+    let mut fresh = file.progress.is_none();
     if !ctx.backend.whole_opens() {
         for id in pending {
-            let bytes = drain_epochs(ctx, file, &rel, &[id])?;
+            let bytes = drain_epochs(ctx, file, &rel, &[id], fresh)?;
+            fresh = false;
             on_epoch(Drained { id, bytes });
             n += 1;
         }
@@ -170,7 +175,8 @@ pub fn drain_file(
             break;
         }
         let group = &pending[i..j];
-        let bytes = drain_epochs(ctx, file, &rel, group)?;
+        let bytes = drain_epochs(ctx, file, &rel, group, fresh)?;
+        fresh = false;
         for (k, &id) in group.iter().enumerate() {
             let last = k + 1 == group.len();
             on_epoch(Drained {
@@ -192,6 +198,7 @@ fn drain_epochs(
     file: &FileInventory,
     rel: &[u8],
     ids: &[EpochId],
+    fresh: bool,
 ) -> Result<u64, DrainError> {
     let mut lf = LogicalFile::default();
     for &id in ids {
@@ -214,7 +221,7 @@ fn drain_epochs(
         min_size: lf.size.min_size,
         size_set: lf.size.size_set,
         base_cut: lf.size.base_cut,
-        fresh: file.progress.is_none(),
+        fresh,
     };
     let mut sink = ctx.backend.begin(rel, &shape).map_err(DrainError::Remote)?;
     let mut bytes = 0u64;

@@ -410,10 +410,14 @@ impl Coordinator {
                     retrying.push(f.name());
                     continue;
                 }
+                // Only the first group of a file that had nothing drained
+                // starts from no object; the next ones from what it made.
+                let mut fresh = f.progress.is_none();
                 for group in &f.groups {
                     worked = true;
-                    match self.drain_group(f, group)? {
+                    match self.drain_group(f, group, fresh)? {
                         Ok(bytes) => {
+                            fresh = false;
                             self.backoff.remove(&key);
                             self.totals.epochs_drained += group.ids.len() as u64;
                             self.totals.bytes_drained += bytes;
@@ -543,6 +547,7 @@ impl Coordinator {
         &mut self,
         f: &GlobalFile,
         g: &Group,
+        fresh: bool,
     ) -> Result<Result<u64, StepError>, ClusterError> {
         let me = self.comm.rank();
         // The same drain lock as the one-node server and `recover` take: a
@@ -586,7 +591,7 @@ impl Coordinator {
             min_size: lf.size.min_size,
             size_set: lf.size.size_set,
             base_cut: lf.size.base_cut,
-            fresh: f.progress.is_none(),
+            fresh,
         };
         let result = if backend.concurrent_writers() {
             self.drain_shared(f, g, &lf, &shape, backend.as_ref(), &mut reader)?
