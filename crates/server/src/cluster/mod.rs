@@ -191,6 +191,15 @@ impl Watchdog {
     }
 }
 
+/// A remote failure as a step's outcome: retried later if retrying can help.
+fn remote_error(e: paralog_backend::BackendError) -> StepError {
+    if e.retryable() {
+        StepError::Retry(e.to_string())
+    } else {
+        StepError::Park(e.to_string())
+    }
+}
+
 /// A file of the job: (job name, path relative to the prefix).
 type FileKey = (String, Vec<u8>);
 
@@ -638,20 +647,13 @@ impl Coordinator {
         reader: &mut SourceReader,
     ) -> Result<Result<u64, StepError>, ClusterError> {
         let me = self.comm.rank();
-        let remote = |e: paralog_backend::BackendError| {
-            if e.retryable() {
-                StepError::Retry(e.to_string())
-            } else {
-                StepError::Park(e.to_string())
-            }
-        };
         // Remote bytes past the cut must be gone before anyone writes.
         let cut = (|| -> Result<(), StepError> {
             if self.leader() && !lf.deleted {
                 if let Some(c) = lf.size.base_cut {
-                    let mut s = backend.begin(&f.rel, shape).map_err(remote)?;
-                    s.apply(RemoteOp::SetSize(c)).map_err(remote)?;
-                    s.commit().map_err(remote)?;
+                    let mut s = backend.begin(&f.rel, shape).map_err(remote_error)?;
+                    s.apply(RemoteOp::SetSize(c)).map_err(remote_error)?;
+                    s.commit().map_err(remote_error)?;
                 }
             }
             Ok(())
@@ -674,7 +676,7 @@ impl Coordinator {
                 }
                 let s = match &mut sink {
                     Some(s) => s,
-                    None => sink.insert(backend.begin(&f.rel, shape).map_err(remote)?),
+                    None => sink.insert(backend.begin(&f.rel, shape).map_err(remote_error)?),
                 };
                 let mut done = 0;
                 while done < len {
@@ -684,7 +686,7 @@ impl Coordinator {
                             .verified_file(src)
                             .map_err(|e| StepError::Park(e.to_string()))?;
                         let at = src.extent.log_pos + piece.skip + done;
-                        copy = s.copy_from(file, at, n, off + done).map_err(remote)?;
+                        copy = s.copy_from(file, at, n, off + done).map_err(remote_error)?;
                     }
                     if !copy {
                         buf.resize(n as usize, 0);
@@ -695,7 +697,7 @@ impl Coordinator {
                             off: off + done,
                             data: &buf,
                         })
-                        .map_err(remote)?;
+                        .map_err(remote_error)?;
                     }
                     crate::failpoint::hit("cluster.mid_write");
                     done += n;
@@ -703,7 +705,7 @@ impl Coordinator {
                 }
             }
             if let Some(s) = sink {
-                s.commit().map_err(remote)?;
+                s.commit().map_err(remote_error)?;
             }
             Ok(())
         })();
@@ -714,7 +716,7 @@ impl Coordinator {
             if !self.leader() {
                 return Ok(());
             }
-            let mut s = backend.begin(&f.rel, shape).map_err(remote)?;
+            let mut s = backend.begin(&f.rel, shape).map_err(remote_error)?;
             let op = if lf.deleted {
                 RemoteOp::Delete
             } else if lf.size.size_set {
@@ -722,8 +724,8 @@ impl Coordinator {
             } else {
                 RemoteOp::Preallocate(lf.size.min_size)
             };
-            s.apply(op).map_err(remote)?;
-            s.commit().map_err(remote)
+            s.apply(op).map_err(remote_error)?;
+            s.commit().map_err(remote_error)
         })();
         if let Some(e) = self.agree(size.err())? {
             return Ok(Err(e));
@@ -747,13 +749,6 @@ impl Coordinator {
     ) -> Result<Result<u64, StepError>, ClusterError> {
         let me = self.comm.rank();
         let nodes = self.comm.size();
-        let remote = |e: paralog_backend::BackendError| {
-            if e.retryable() {
-                StepError::Retry(e.to_string())
-            } else {
-                StepError::Park(e.to_string())
-            }
-        };
         // The pieces, cut to window size, and grouped into windows.
         let w = self.cfg.buf_bytes as u64;
         let mut windows: Vec<Vec<Chunk>> = Vec::new();
@@ -780,17 +775,17 @@ impl Coordinator {
         let mut sink = None;
         let begin = (|| -> Result<(), StepError> {
             if self.leader() {
-                sink = Some(backend.begin(&f.rel, shape).map_err(remote)?);
+                sink = Some(backend.begin(&f.rel, shape).map_err(remote_error)?);
                 if lf.deleted {
                     sink.as_mut()
                         .expect("just begun")
                         .apply(RemoteOp::Delete)
-                        .map_err(remote)?;
+                        .map_err(remote_error)?;
                 } else if let Some(c) = lf.size.base_cut {
                     sink.as_mut()
                         .expect("just begun")
                         .apply(RemoteOp::SetSize(c))
-                        .map_err(remote)?;
+                        .map_err(remote_error)?;
                 }
             }
             Ok(())
@@ -844,7 +839,7 @@ impl Coordinator {
                         off,
                         data: &all[p..p + n as usize],
                     })
-                    .map_err(remote)?;
+                    .map_err(remote_error)?;
                     at[owner] += n as usize;
                 }
                 Ok(())
@@ -868,9 +863,9 @@ impl Coordinator {
                 } else {
                     RemoteOp::Preallocate(lf.size.min_size)
                 };
-                s.apply(op).map_err(remote)?;
+                s.apply(op).map_err(remote_error)?;
             }
-            s.commit().map_err(remote)
+            s.commit().map_err(remote_error)
         })();
         if let Some(e) = self.agree(finish.err())? {
             return Ok(Err(e));
