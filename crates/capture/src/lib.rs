@@ -13,10 +13,12 @@ pub mod mpi;
 pub mod posix;
 pub mod real;
 pub mod report;
-pub mod settings;
 pub mod stat;
 pub mod state;
 pub mod stats;
 pub mod view;
 
-pub use real::SYMBOLS;
+// The settings and the symbol table live in `paralog-settings` (shared with
+// the `paralog` command, which must not link this library).
+pub use paralog_settings as settings;
+pub use paralog_settings::SYMBOLS;

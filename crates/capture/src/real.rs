@@ -1,6 +1,7 @@
 //! The next definition of each wrapped libc symbol (`dlsym(RTLD_NEXT)`),
-//! looked up once. This is the one table of wrapped symbols: `SYMBOLS` feeds
-//! `paralog check-symbols` and docs/capture.md.
+//! looked up once. The one table of wrapped symbols is in `paralog-settings`
+//! (`crates/settings/src/symbols.rs`), so that `paralog check-symbols` can
+//! read its names without linking this library; it is expanded here.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -19,13 +20,11 @@ macro_rules! real_symbols {
                     None
                 } else {
                     // SAFETY: dlsym returned the address of this very symbol,
-                    // whose C prototype is the one declared in this table.
+                    // whose C prototype is the one the table declares.
                     Some(unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($arg),*) -> $ret>(a) })
                 }
             }
         )*
-        /// Every symbol the capture library defines, for reports and docs.
-        pub const SYMBOLS: &[&str] = &[$(stringify!($name)),*];
     };
 }
 
@@ -33,79 +32,7 @@ use libc::{
     aiocb, c_char, c_int, c_uint, c_void, iovec, mode_t, off64_t, off_t, size_t, ssize_t, timespec,
 };
 
-real_symbols! {
-    open: fn(*const c_char, c_int, mode_t) -> c_int;
-    open64: fn(*const c_char, c_int, mode_t) -> c_int;
-    openat: fn(c_int, *const c_char, c_int, mode_t) -> c_int;
-    openat64: fn(c_int, *const c_char, c_int, mode_t) -> c_int;
-    __open_2: fn(*const c_char, c_int) -> c_int;
-    __open64_2: fn(*const c_char, c_int) -> c_int;
-    __openat_2: fn(c_int, *const c_char, c_int) -> c_int;
-    __openat64_2: fn(c_int, *const c_char, c_int) -> c_int;
-    creat: fn(*const c_char, mode_t) -> c_int;
-    creat64: fn(*const c_char, mode_t) -> c_int;
-    fcntl: fn(c_int, c_int, libc::c_ulong) -> c_int;
-    fcntl64: fn(c_int, c_int, libc::c_ulong) -> c_int;
-    close: fn(c_int) -> c_int;
-    write: fn(c_int, *const c_void, size_t) -> ssize_t;
-    read: fn(c_int, *mut c_void, size_t) -> ssize_t;
-    pwrite: fn(c_int, *const c_void, size_t, off_t) -> ssize_t;
-    pwrite64: fn(c_int, *const c_void, size_t, off64_t) -> ssize_t;
-    pread: fn(c_int, *mut c_void, size_t, off_t) -> ssize_t;
-    pread64: fn(c_int, *mut c_void, size_t, off64_t) -> ssize_t;
-    writev: fn(c_int, *const iovec, c_int) -> ssize_t;
-    readv: fn(c_int, *const iovec, c_int) -> ssize_t;
-    pwritev: fn(c_int, *const iovec, c_int, off_t) -> ssize_t;
-    pwritev64: fn(c_int, *const iovec, c_int, off64_t) -> ssize_t;
-    preadv: fn(c_int, *const iovec, c_int, off_t) -> ssize_t;
-    preadv64: fn(c_int, *const iovec, c_int, off64_t) -> ssize_t;
-    lseek: fn(c_int, off_t, c_int) -> off_t;
-    lseek64: fn(c_int, off64_t, c_int) -> off64_t;
-    fsync: fn(c_int) -> c_int;
-    fdatasync: fn(c_int) -> c_int;
-    ftruncate: fn(c_int, off_t) -> c_int;
-    ftruncate64: fn(c_int, off64_t) -> c_int;
-    truncate: fn(*const c_char, off_t) -> c_int;
-    truncate64: fn(*const c_char, off64_t) -> c_int;
-    fallocate: fn(c_int, c_int, off_t, off_t) -> c_int;
-    fallocate64: fn(c_int, c_int, off64_t, off64_t) -> c_int;
-    posix_fallocate: fn(c_int, off_t, off_t) -> c_int;
-    posix_fallocate64: fn(c_int, off64_t, off64_t) -> c_int;
-    stat: fn(*const c_char, *mut libc::stat) -> c_int;
-    stat64: fn(*const c_char, *mut libc::stat64) -> c_int;
-    lstat: fn(*const c_char, *mut libc::stat) -> c_int;
-    lstat64: fn(*const c_char, *mut libc::stat64) -> c_int;
-    fstat: fn(c_int, *mut libc::stat) -> c_int;
-    fstat64: fn(c_int, *mut libc::stat64) -> c_int;
-    fstatat: fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int;
-    fstatat64: fn(c_int, *const c_char, *mut libc::stat64, c_int) -> c_int;
-    __xstat: fn(c_int, *const c_char, *mut libc::stat) -> c_int;
-    __xstat64: fn(c_int, *const c_char, *mut libc::stat64) -> c_int;
-    __lxstat: fn(c_int, *const c_char, *mut libc::stat) -> c_int;
-    __lxstat64: fn(c_int, *const c_char, *mut libc::stat64) -> c_int;
-    __fxstat: fn(c_int, c_int, *mut libc::stat) -> c_int;
-    __fxstat64: fn(c_int, c_int, *mut libc::stat64) -> c_int;
-    __fxstatat: fn(c_int, c_int, *const c_char, *mut libc::stat, c_int) -> c_int;
-    __fxstatat64: fn(c_int, c_int, *const c_char, *mut libc::stat64, c_int) -> c_int;
-    statx: fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int;
-    dup: fn(c_int) -> c_int;
-    dup2: fn(c_int, c_int) -> c_int;
-    dup3: fn(c_int, c_int, c_int) -> c_int;
-    aio_write: fn(*mut aiocb) -> c_int;
-    aio_write64: fn(*mut aiocb) -> c_int;
-    aio_read: fn(*mut aiocb) -> c_int;
-    aio_read64: fn(*mut aiocb) -> c_int;
-    aio_error: fn(*const aiocb) -> c_int;
-    aio_error64: fn(*const aiocb) -> c_int;
-    aio_return: fn(*mut aiocb) -> ssize_t;
-    aio_return64: fn(*mut aiocb) -> ssize_t;
-    aio_suspend: fn(*const *const aiocb, c_int, *const timespec) -> c_int;
-    aio_suspend64: fn(*const *const aiocb, c_int, *const timespec) -> c_int;
-    aio_cancel: fn(c_int, *mut aiocb) -> c_int;
-    aio_cancel64: fn(c_int, *mut aiocb) -> c_int;
-    unlink: fn(*const c_char) -> c_int;
-    access: fn(*const c_char, c_int) -> c_int;
-}
+paralog_settings::wrapped_symbols!(real_symbols);
 
 fn lookup(name: &str) -> usize {
     // SAFETY: `name` is NUL-terminated (built with concat! above).

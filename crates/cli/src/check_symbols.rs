@@ -185,7 +185,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !args.program.is_file() {
         bail!("{}: no such program", args.program.display());
     }
-    let captured: BTreeSet<&str> = paralog_capture::SYMBOLS.iter().copied().collect();
+    let captured: BTreeSet<&str> = paralog_settings::SYMBOLS.iter().copied().collect();
     // symbol -> (status, note, objects that call it)
     let mut found: BTreeMap<String, (&str, &str, Vec<String>)> = BTreeMap::new();
     for obj in objects(&args.program)? {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use paralog_capture::settings::Settings;
+use paralog_settings::Settings;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mpi {
@@ -52,7 +52,7 @@ pub fn capture_env(
     job: Option<&str>,
 ) -> anyhow::Result<Vec<(String, String)>> {
     let abs = |p: &Path| -> anyhow::Result<PathBuf> {
-        Ok(paralog_capture::settings::normalize(
+        Ok(paralog_settings::normalize(
             &std::env::current_dir()?.join(p),
         ))
     };

@@ -87,8 +87,8 @@ impl LocalArg {
         if !raw.to_string_lossy().contains("{node}") {
             return Ok(raw);
         }
-        let name = paralog_capture::settings::node_name(node).map_err(|e| anyhow::anyhow!(e))?;
-        Ok(paralog_capture::settings::expand_node(&raw, &name))
+        let name = paralog_settings::node_name(node).map_err(|e| anyhow::anyhow!(e))?;
+        Ok(paralog_settings::expand_node(&raw, &name))
     }
 }
 

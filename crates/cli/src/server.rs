@@ -79,7 +79,7 @@ impl ServerJobArgs {
     }
 
     pub fn node_name(&self, node: Option<&str>) -> anyhow::Result<String> {
-        paralog_capture::settings::node_name(node).map_err(|e| anyhow::anyhow!(e))
+        paralog_settings::node_name(node).map_err(|e| anyhow::anyhow!(e))
     }
 }
 
@@ -110,7 +110,7 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
 /// The node-local root, created 0700 if missing; refused if another user
 /// owns it (its data would not be private).
 pub fn prepare_root(root: &Path) -> anyhow::Result<PathBuf> {
-    let root = paralog_capture::settings::normalize(&std::env::current_dir()?.join(root));
+    let root = paralog_settings::normalize(&std::env::current_dir()?.join(root));
     if !root.exists() {
         std::fs::DirBuilder::new()
             .mode(0o700)

@@ -1,6 +1,17 @@
 //! The PARALOG_* settings: one table (name, meaning, default) that the
 //! capture library reads from the environment, and that `paralog env` and
 //! the docs print. A PARALOG_* name not in the table is an error, not ignored.
+//!
+//! A crate of its own, with the table of wrapped libc symbols (`symbols`),
+//! so that the `paralog` command can use both without linking the capture
+//! library: linked in, capture's `write`, `open`, ... would be the command's
+//! own, and its I/O (MPI's too, inside `paralog server`) would go through
+//! capture's wrappers, capturing the files it drains whenever PARALOG_PREFIX
+//! is set in the shell. Nothing here is exported under a C name.
+
+pub mod symbols;
+
+pub use symbols::SYMBOLS;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
