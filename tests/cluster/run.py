@@ -20,6 +20,7 @@ Usage: tests/cluster/run.py [--only SUBSTRING] [--keep] [--quick]
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -240,19 +241,63 @@ def drain_case(remotes, kind, flavour, nodes, label, prog, args, hdf5):
     return run
 
 
-def server_killed_case(remotes, kind, flavour):
-    """Node n1's server dies in the middle of writing an epoch's bytes."""
+def s3_parts_case(remotes, flavour, nodes, upload):
+    """A file of several S3 parts (5 MiB): each part is uploaded by the
+    server holding most of its bytes, the others send it theirs once, and
+    the leader completes the one shared upload. upload=epoch: every epoch
+    is a new version on top of the previous object (read back for the parts
+    the epoch only partly writes, copied server-side where it keeps whole
+    parts)."""
+    def run(work):
+        np = nodes * RANKS_PER_NODE
+        args = ["--epochs=4", f"--kib={4096 // nodes}"]
+        ref = work / "direct"
+        direct(flavour, "epochs", args, ref, np)
+        url, aws = remotes.make("s3", work)
+        url += f"?part_size=5M&upload={upload}"
+        c = Cluster(work, flavour, nodes, url, aws)
+        try:
+            c.start_servers()
+            c.run_app("epochs", args, c.prefix)
+            said = c.wait()
+        finally:
+            c.stop()
+        got = work / "got"
+        remotes.fetch("s3", url, ["epochs.dat"], got)
+        size = (ref / "epochs.dat").stat().st_size
+        check(size > 10 << 20, f"epochs.dat is {size} bytes: not several parts")
+        compare(ref, got, False)
+        m = re.search(r"(\d+) bytes\)?, .*?(\d+) bytes between nodes, parts uploaded by node ([\d/]+)", said)
+        check(m, f"paralog wait did not report the parts: {said}")
+        drained, between = int(m.group(1)), int(m.group(2))
+        parts = [int(n) for n in m.group(3).split("/")]
+        check(len(parts) == nodes and sum(1 for n in parts if n) >= 2,
+              f"the parts were not spread over the servers: {parts}")
+        # Each byte crosses at most once, and a part's owner holds its
+        # largest share: well under all of them cross.
+        check(0 < between < drained, f"{between} bytes between nodes of {drained} drained")
+        return f"equal direct MPI-IO; parts by node {parts}, {between} of {drained} bytes between nodes"
+    return run
+
+
+def server_killed_case(remotes, kind, flavour, parts=False):
+    """Node n1's server dies in the middle of writing an epoch's bytes.
+    parts: an S3 upload of several parts, shared by the servers; n1 dies
+    after uploading its first part."""
     def run(work):
         nodes, np = 2, 2 * RANKS_PER_NODE
-        args = ["--epochs=4", "--kib=256"]
+        args = ["--epochs=4", "--kib=2048" if parts else "--kib=256"]
         ref = work / "direct"
         direct(flavour, "epochs", args, ref, np)
         url, aws = remotes.make(kind, work)
+        if parts:
+            url += "?part_size=5M"
         c = Cluster(work, flavour, nodes, url, aws)
         try:
             # POSIX: the second piece node n1 writes; S3: the first window
-            # of the one upload (at close) that n1 sends its bytes for.
-            point = "cluster.mid_write:2" if kind == "posix" else "cluster.mid_write:1"
+            # of the one upload (at close) that n1 sends its bytes for, or
+            # the second part of the shared upload.
+            point = "cluster.mid_write:1" if kind == "s3" and not parts else "cluster.mid_write:2"
             c.start_servers({1: {"PARALOG_FAILPOINT": point}})
             c.run_app("epochs", args, c.prefix)
             t = time.time()
@@ -391,8 +436,14 @@ def main():
                     for label, prog, args, hdf5 in PROGRAMS:
                         cases.append((f"{flavour} {nodes} nodes {label} {kind}",
                                       drain_case(remotes, kind, flavour, nodes, label, prog, args, hdf5)))
+            for nodes in (2, 4):
+                for upload in ("close", "epoch"):
+                    cases.append((f"{flavour} {nodes} nodes s3 parts {upload}",
+                                  s3_parts_case(remotes, flavour, nodes, upload)))
             for kind in ("posix", "s3"):
                 cases.append((f"{flavour} server killed mid-drain {kind}", server_killed_case(remotes, kind, flavour)))
+            cases.append((f"{flavour} server killed mid-drain s3 parts",
+                          server_killed_case(remotes, "s3", flavour, parts=True)))
             cases.append((f"{flavour} application killed on one node", app_killed_case(remotes, "posix", flavour)))
             cases.append((f"{flavour} node-local log lost on one node", lost_log_case(remotes, "posix", flavour)))
         for label, fn in cases:

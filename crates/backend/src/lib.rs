@@ -6,7 +6,10 @@
 use std::fmt;
 
 pub mod objstore;
+pub mod parted;
 pub mod posix;
+
+pub use parted::{PartDone, PartUploader, PartedBackend, PartedVersion};
 
 /// One operation of an epoch, in the order the drain applies them.
 #[derive(Debug)]
@@ -150,6 +153,11 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// uploads). Returns how many things were removed.
     fn abort_stale(&self, _rel: &[u8]) -> Result<usize, BackendError> {
         Ok(0)
+    }
+    /// Where several servers can upload the parts of one new version
+    /// (S3), the interface for it; otherwise one server makes each version.
+    fn parted(&self) -> Option<&dyn PartedBackend> {
+        None
     }
 }
 

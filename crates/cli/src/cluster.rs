@@ -97,9 +97,18 @@ pub fn run(job: Job) -> anyhow::Result<(Totals, usize)> {
 /// exit status: non-zero when something could not be drained.
 pub fn report(t: &Totals, rank: usize, root: &Path, what: &str) -> ExitCode {
     if rank == 0 {
+        let parts: Vec<String> = t.parts_by_node.iter().map(|n| n.to_string()).collect();
         println!(
-            "paralog {what}: {} node(s), {} epoch(s), {} bytes drained",
-            t.nodes, t.epochs_drained, t.bytes_drained
+            "paralog {what}: {} node(s), {} epoch(s), {} bytes drained, {} bytes between nodes{}",
+            t.nodes,
+            t.epochs_drained,
+            t.bytes_drained,
+            t.bytes_between_nodes,
+            if parts.is_empty() {
+                String::new()
+            } else {
+                format!(", parts uploaded by node {}", parts.join("/"))
+            }
         );
         for f in &t.failed {
             println!("paralog {what}: NOT DRAINED: {f}");

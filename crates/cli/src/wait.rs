@@ -37,8 +37,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     if v["drained"] == true {
+        let between = match v["bytes_between_nodes"].as_u64() {
+            Some(b) if b > 0 => format!(", {b} bytes between nodes"),
+            _ => String::new(),
+        };
+        let parts = match v["parts_by_node"].as_array() {
+            Some(p) if !p.is_empty() => {
+                let p: Vec<String> = p.iter().map(|n| n.to_string()).collect();
+                format!(", parts uploaded by node {}", p.join("/"))
+            }
+            _ => String::new(),
+        };
         println!(
-            "paralog wait: everything committed is drained ({} node(s), {} epoch(s), {} bytes)",
+            "paralog wait: everything committed is drained ({} node(s), {} epoch(s), {} bytes{between}{parts})",
             v["nodes"].as_u64().unwrap_or(1),
             v["epochs_drained"],
             v["bytes_drained"]

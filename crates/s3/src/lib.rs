@@ -32,7 +32,10 @@ use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumType, CompletedMultipartUploa
 use aws_sdk_s3::Client;
 use base64::Engine;
 use md5::{Digest, Md5};
-use paralog_backend::{Backend, BackendError, EpochShape, EpochSink, ErrorKind, RemoteOp};
+use paralog_backend::{
+    Backend, BackendError, EpochShape, EpochSink, ErrorKind, PartDone, PartUploader, PartedBackend,
+    PartedVersion, RemoteOp,
+};
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
@@ -427,7 +430,8 @@ struct Part {
 struct S3Sink<'a> {
     be: &'a S3Backend,
     key: String,
-    shape: EpochShape,
+    /// Recorded in the object's metadata.
+    epoch: (u64, u64),
     old: Option<Old>,
     size: u64,
     part: u64,
@@ -435,6 +439,9 @@ struct S3Sink<'a> {
     next: u64,
     cur: Option<Part>,
     upload_id: Option<String>,
+    /// The upload is shared with other servers: the leader's to complete
+    /// or abort, not this sink's.
+    shared: bool,
     integrity: Integrity,
     /// Part uploads in flight at most (INFLIGHT, fewer for large parts).
     max_inflight: usize,
@@ -445,16 +452,18 @@ struct S3Sink<'a> {
     deleted: bool,
 }
 
-impl Backend for S3Backend {
-    fn begin(
+impl S3Backend {
+    /// What an epoch makes of the object at `key`: the previous version as
+    /// far as it survives, the new size, the part size, and how payloads
+    /// are checked.
+    fn plan_version(
         &self,
-        rel: &[u8],
+        key: &str,
         shape: &EpochShape,
-    ) -> Result<Box<dyn EpochSink + '_>, BackendError> {
-        let key = self.key(rel);
+    ) -> Result<(Option<Old>, u64, u64, Integrity), BackendError> {
         // The program saw no previous object (capture cannot read S3): the
         // job's first upload of a file starts from nothing, like its view.
-        let old = if shape.fresh { None } else { self.head(&key)? };
+        let old = if shape.fresh { None } else { self.head(key)? };
         let base_len = old.as_ref().map_or(0, |(len, _)| *len);
         let size = shape.final_size(base_len);
         let visible = shape.base_visible(base_len);
@@ -466,25 +475,130 @@ impl Backend for S3Backend {
         } else {
             Integrity::Crc32c
         };
-        Ok(Box::new(S3Sink {
+        let old = old
+            .filter(|_| visible > 0)
+            .map(|(_, etag)| Old { etag, visible });
+        Ok((old, size, part, integrity))
+    }
+
+    fn sink(
+        &self,
+        key: String,
+        epoch: (u64, u64),
+        (old, size, part, integrity): (Option<Old>, u64, u64, Integrity),
+        upload_id: Option<String>,
+    ) -> S3Sink<'_> {
+        S3Sink {
             be: self,
             part,
             key,
-            shape: *shape,
-            old: old
-                .filter(|_| visible > 0)
-                .map(|(_, etag)| Old { etag, visible }),
+            epoch,
+            old,
             size,
             next: 0,
             cur: None,
-            upload_id: None,
+            shared: upload_id.is_some(),
+            upload_id,
             integrity,
             max_inflight: inflight_limit(part),
             inflight: VecDeque::new(),
             done: Vec::new(),
             crcs: Vec::new(),
-            deleted: shape.deleted,
-        }))
+            deleted: false,
+        }
+    }
+
+    /// Start a multipart upload of the next version of `key`; its id.
+    fn create_upload(
+        &self,
+        key: &str,
+        (g, e): (u64, u64),
+        size: u64,
+        integrity: Integrity,
+    ) -> Result<String, BackendError> {
+        let mut req = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .metadata("paralog-epoch", format!("{g}:{e}"))
+            .metadata("paralog-size", size.to_string());
+        if integrity == Integrity::Crc32c {
+            req = req
+                .checksum_algorithm(ChecksumAlgorithm::Crc32C)
+                .checksum_type(ChecksumType::FullObject);
+        }
+        let out = self.rt.block_on(async {
+            req.send()
+                .await
+                .map_err(|err| self.err(key, "create multipart upload", err))
+        })?;
+        Ok(out.upload_id().unwrap_or_default().to_owned())
+    }
+
+    /// Make an upload's parts the object. `whole`: the object's CRC32C,
+    /// which the server checks against the parts' (FULL_OBJECT).
+    fn complete_upload(
+        &self,
+        key: &str,
+        id: &str,
+        size: u64,
+        mut parts: Vec<CompletedPart>,
+        whole: Option<u32>,
+    ) -> Result<(), BackendError> {
+        parts.sort_by_key(|p| p.part_number());
+        let mut req = self
+            .client
+            .complete_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(id)
+            .mpu_object_size(size as i64)
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts))
+                    .build(),
+            );
+        if let Some(crc) = whole {
+            req = req
+                .checksum_type(ChecksumType::FullObject)
+                .checksum_crc32_c(crc_b64(crc));
+        }
+        self.rt.block_on(async {
+            req.send()
+                .await
+                .map(|_| ())
+                .map_err(|e| self.err(key, "complete multipart upload", e))
+        })
+    }
+
+    fn abort_upload(&self, key: &str, id: &str) {
+        let r = self.rt.block_on(async {
+            self.client
+                .abort_multipart_upload()
+                .bucket(&self.bucket)
+                .key(key)
+                .upload_id(id)
+                .send()
+                .await
+        });
+        if let Err(e) = r {
+            tracing::warn!(key = %key, code = ?e.code(), "could not abort a failed multipart upload; `paralog recover` will");
+        }
+    }
+}
+
+impl Backend for S3Backend {
+    fn begin(
+        &self,
+        rel: &[u8],
+        shape: &EpochShape,
+    ) -> Result<Box<dyn EpochSink + '_>, BackendError> {
+        let key = self.key(rel);
+        let plan = self.plan_version(&key, shape)?;
+        let mut sink = self.sink(key, shape.epoch, plan, None);
+        sink.deleted = shape.deleted;
+        Ok(Box::new(sink))
     }
 
     fn describe(&self, rel: &[u8]) -> String {
@@ -505,6 +619,151 @@ impl Backend for S3Backend {
 
     fn readable_by_capture(&self) -> bool {
         false
+    }
+
+    fn parted(&self) -> Option<&dyn PartedBackend> {
+        Some(self)
+    }
+}
+
+impl PartedBackend for S3Backend {
+    fn start_parted(
+        &self,
+        rel: &[u8],
+        shape: &EpochShape,
+    ) -> Result<Option<PartedVersion>, BackendError> {
+        if shape.deleted {
+            return Ok(None);
+        }
+        let key = self.key(rel);
+        let (old, size, part, integrity) = self.plan_version(&key, shape)?;
+        if size <= part {
+            return Ok(None);
+        }
+        let upload_id = self.create_upload(&key, shape.epoch, size, integrity)?;
+        Ok(Some(PartedVersion {
+            rel: rel.to_vec(),
+            upload_id,
+            size,
+            part,
+            base_visible: old.as_ref().map_or(0, |o| o.visible),
+            base_tag: old.map(|o| o.etag),
+            copies: integrity == Integrity::Md5,
+        }))
+    }
+
+    fn part_uploader<'a>(&'a self, v: &PartedVersion) -> Box<dyn PartUploader + 'a> {
+        let old = v.base_tag.clone().map(|etag| Old {
+            etag,
+            visible: v.base_visible,
+        });
+        let integrity = if v.copies {
+            Integrity::Md5
+        } else {
+            Integrity::Crc32c
+        };
+        // The epoch is in the upload's metadata already (the leader's).
+        Box::new(self.sink(
+            self.key(&v.rel),
+            (0, 0),
+            (old, v.size, v.part, integrity),
+            Some(v.upload_id.clone()),
+        ))
+    }
+
+    fn complete_parted(
+        &self,
+        v: &PartedVersion,
+        mut parts: Vec<PartDone>,
+    ) -> Result<(), BackendError> {
+        let key = self.key(&v.rel);
+        parts.sort_by_key(|p| p.index);
+        let indexes: Vec<u64> = parts.iter().map(|p| p.index).collect();
+        if indexes != (0..v.parts()).collect::<Vec<_>>() {
+            // The servers' plans differ: a bug, not something to retry.
+            return Err(BackendError {
+                kind: ErrorKind::Permanent,
+                target: self.describe(&v.rel),
+                op: "complete multipart upload",
+                message: format!(
+                    "the servers reported parts {indexes:?}, not each of 0..{} once",
+                    v.parts()
+                ),
+            });
+        }
+        let whole = if v.copies {
+            None
+        } else {
+            let mut crcs = Vec::with_capacity(parts.len());
+            for p in &parts {
+                let Some(c) = p.crc32c else {
+                    return Err(self.err_msg(
+                        &key,
+                        "complete multipart upload",
+                        format!("part {} has no CRC32C", p.index + 1),
+                    ));
+                };
+                crcs.push((p.index as i32 + 1, c, p.len));
+            }
+            Some(whole_crc(&mut crcs))
+        };
+        let completed = parts
+            .into_iter()
+            .map(|p| {
+                CompletedPart::builder()
+                    .part_number(p.index as i32 + 1)
+                    .e_tag(p.tag)
+                    .set_checksum_crc32_c(p.crc32c.map(crc_b64))
+                    .build()
+            })
+            .collect();
+        self.complete_upload(&key, &v.upload_id, v.size, completed, whole)
+    }
+
+    fn abort_parted(&self, v: &PartedVersion) {
+        self.abort_upload(&self.key(&v.rel), &v.upload_id);
+    }
+}
+
+impl PartUploader for S3Sink<'_> {
+    fn base(&mut self, index: u64) -> Result<Vec<u8>, BackendError> {
+        let (start, end) = self.range(index);
+        let mut buf = vec![0u8; (end - start) as usize];
+        self.fill_old(start, end, &mut buf)?;
+        Ok(buf)
+    }
+
+    fn upload(&mut self, index: u64, bytes: Vec<u8>) -> Result<(), BackendError> {
+        let (start, end) = self.range(index);
+        assert_eq!(bytes.len() as u64, end - start, "part {index}'s length");
+        self.send_part(index, Some(bytes))
+    }
+
+    fn upload_untouched(&mut self, index: u64) -> Result<(), BackendError> {
+        self.send_untouched(index)
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<Vec<PartDone>, BackendError> {
+        while !self.inflight.is_empty() {
+            self.wait_one()?;
+        }
+        let crcs: std::collections::HashMap<i32, u32> =
+            self.crcs.iter().map(|&(n, c, _)| (n, c)).collect();
+        let done = std::mem::take(&mut self.done);
+        Ok(done
+            .into_iter()
+            .map(|p| {
+                let n = p.part_number().unwrap_or(0);
+                let index = (n - 1).max(0) as u64;
+                let (start, end) = self.range(index);
+                PartDone {
+                    index,
+                    tag: p.e_tag().unwrap_or_default().to_owned(),
+                    crc32c: crcs.get(&n).copied(),
+                    len: end - start,
+                }
+            })
+            .collect())
     }
 }
 
@@ -565,27 +824,9 @@ impl S3Sink<'_> {
         if let Some(id) = &self.upload_id {
             return Ok(id.clone());
         }
-        let be = self.be;
-        let key = &self.key;
-        let (g, e) = self.shape.epoch;
-        let mut req = be
-            .client
-            .create_multipart_upload()
-            .bucket(&be.bucket)
-            .key(key)
-            .metadata("paralog-epoch", format!("{g}:{e}"))
-            .metadata("paralog-size", self.size.to_string());
-        if self.integrity == Integrity::Crc32c {
-            req = req
-                .checksum_algorithm(ChecksumAlgorithm::Crc32C)
-                .checksum_type(ChecksumType::FullObject);
-        }
-        let id = be.rt.block_on(async {
-            req.send()
-                .await
-                .map_err(|err| be.err(key, "create multipart upload", err))
-        })?;
-        let id = id.upload_id().unwrap_or_default().to_owned();
+        let id = self
+            .be
+            .create_upload(&self.key, self.epoch, self.size, self.integrity)?;
         self.upload_id = Some(id.clone());
         Ok(id)
     }
@@ -739,7 +980,7 @@ impl S3Sink<'_> {
     fn put_single(&mut self, body: Vec<u8>) -> Result<(), BackendError> {
         let be = self.be;
         let key = &self.key;
-        let (g, e) = self.shape.epoch;
+        let (g, e) = self.epoch;
         // The whole object's CRC32C: a PUT's checksum is of the full object.
         let crc = crc_b64(crc32c::crc32c(&body));
         be.rt.block_on(async {
@@ -847,33 +1088,9 @@ impl EpochSink for S3Sink<'_> {
             self.wait_one()?;
         }
         let id = self.upload_id()?;
-        let mut parts = std::mem::take(&mut self.done);
-        parts.sort_by_key(|p| p.part_number());
-        let key = self.key.clone();
-        let mut req = be
-            .client
-            .complete_multipart_upload()
-            .bucket(&be.bucket)
-            .key(&key)
-            .upload_id(&id)
-            .mpu_object_size(self.size as i64)
-            .multipart_upload(
-                CompletedMultipartUpload::builder()
-                    .set_parts(Some(parts))
-                    .build(),
-            );
-        if self.integrity == Integrity::Crc32c {
-            // The server combines the parts' CRC32Cs the same way and
-            // refuses the upload if its result differs.
-            req = req
-                .checksum_type(ChecksumType::FullObject)
-                .checksum_crc32_c(crc_b64(whole_crc(&mut self.crcs)));
-        }
-        be.rt.block_on(async {
-            req.send()
-                .await
-                .map_err(|e| be.err(&key, "complete multipart upload", e))
-        })?;
+        let parts = std::mem::take(&mut self.done);
+        let whole = (self.integrity == Integrity::Crc32c).then(|| whole_crc(&mut self.crcs));
+        be.complete_upload(&self.key, &id, self.size, parts, whole)?;
         self.upload_id = None;
         Ok(())
     }
@@ -883,25 +1100,14 @@ impl Drop for S3Sink<'_> {
     /// A failed epoch leaves no half-built upload behind (best effort: the
     /// next `recover` aborts what a crash left).
     fn drop(&mut self) {
-        let Some(id) = self.upload_id.take() else {
-            return;
-        };
         for h in self.inflight.drain(..) {
             h.abort();
         }
-        let be = self.be;
-        let key = self.key.clone();
-        let r = be.rt.block_on(async {
-            be.client
-                .abort_multipart_upload()
-                .bucket(&be.bucket)
-                .key(&key)
-                .upload_id(&id)
-                .send()
-                .await
-        });
-        if let Err(e) = r {
-            tracing::warn!(key = %key, code = ?e.code(), "could not abort a failed multipart upload; `paralog recover` will");
+        if self.shared {
+            return;
+        }
+        if let Some(id) = self.upload_id.take() {
+            self.be.abort_upload(&self.key, &id);
         }
     }
 }

@@ -8,9 +8,11 @@
 //!   the file if the epochs say so, every server writes the winning bytes
 //!   whose logs it holds (no two servers write the same byte), and the
 //!   leader applies the final size; an agreement after each step;
-//! - an object remote (S3, the object layout): the bytes are gathered at
-//!   the leader window by window, each byte sent once, and the leader makes
-//!   the new version.
+//! - S3: the leader starts a multipart upload and shares it, each part is
+//!   gathered at and uploaded by one server, each byte sent once, and the
+//!   leader completes the upload (parts.rs); an object of one part, and
+//!   the object layout: the bytes are gathered at the leader window by
+//!   window, each byte sent once, and the leader makes the new version.
 //!
 //! Progress is recorded on every node only after the remote holds the
 //! group durably, so any node's progress record is proof for all. No clocks
@@ -18,6 +20,7 @@
 //! docs/cluster.md.
 
 pub mod mpi;
+pub mod parts;
 pub mod plan;
 pub mod summary;
 
@@ -60,6 +63,11 @@ pub struct Totals {
     pub rounds: u64,
     pub epochs_drained: u64,
     pub bytes_drained: u64,
+    /// Bytes that one server sent another to assemble a version (each byte
+    /// at most once).
+    pub bytes_between_nodes: u64,
+    /// Parts of shared uploads (S3) that each server uploaded.
+    pub parts_by_node: Vec<u64>,
     /// Files that could not be drained, with the reason.
     pub failed: Vec<String>,
 }
@@ -139,6 +147,8 @@ impl Control {
             "rounds": s.totals.rounds,
             "epochs_drained": s.totals.epochs_drained,
             "bytes_drained": s.totals.bytes_drained,
+            "bytes_between_nodes": s.totals.bytes_between_nodes,
+            "parts_by_node": s.totals.parts_by_node,
             "epochs_pending": s.pending_epochs,
             "retrying": s.retrying,
             "failed": s.totals.failed,
@@ -192,7 +202,7 @@ impl Watchdog {
 }
 
 /// A remote failure as a step's outcome: retried later if retrying can help.
-fn remote_error(e: paralog_backend::BackendError) -> StepError {
+pub(crate) fn remote_error(e: paralog_backend::BackendError) -> StepError {
     if e.retryable() {
         StepError::Retry(e.to_string())
     } else {
@@ -230,7 +240,7 @@ pub enum ClusterError {
 }
 
 /// What one step of a group's drain did, agreed by all servers.
-enum StepError {
+pub(crate) enum StepError {
     /// Try the group again in a later round (a remote failure).
     Retry(String),
     /// Never drain this file in this job (a damaged log, a permanent error).
@@ -602,8 +612,14 @@ impl Coordinator {
             base_cut: lf.size.base_cut,
             fresh,
         };
+        let parted = backend.parted().filter(|_| !lf.deleted);
         let result = if backend.concurrent_writers() {
             self.drain_shared(f, g, &lf, &shape, backend.as_ref(), &mut reader)?
+        } else if let Some(r) = match parted {
+            Some(p) => self.drain_parted(f, g, &lf, &shape, backend.as_ref(), p, &mut reader)?,
+            None => None,
+        } {
+            r
         } else {
             self.drain_gathered(f, g, &lf, &shape, backend.as_ref(), &mut reader)?
         };
@@ -739,7 +755,7 @@ impl Coordinator {
     /// An object remote: the leader makes the new version from bytes that
     /// every server sends it, window by window, each byte once.
     fn drain_gathered(
-        &self,
+        &mut self,
         f: &GlobalFile,
         g: &Group,
         lf: &LogicalFile,
@@ -845,6 +861,7 @@ impl Coordinator {
                 Ok(())
             })();
             total += counts.iter().sum::<i64>() as u64;
+            self.totals.bytes_between_nodes += counts[1..].iter().sum::<i64>() as u64;
             if let Some(e) = self.agree(apply.err())? {
                 failed = Some(e);
                 break;
