@@ -28,6 +28,16 @@ int pl_init(int *rank, int *size)
     int provided, rc, inited;
     MPI_Initialized(&inited);
     if (!inited) {
+#ifdef OPEN_MPI
+        /* A server waiting in a collective yields its core (to the
+         * application's ranks on the node, or to other servers when nodes
+         * are simulated) instead of spinning: the servers' collectives are
+         * few and carry little, so polling buys nothing. An explicit
+         * setting from the launcher wins. (setenv races only with a
+         * concurrent getenv: the server's other threads, the S3 runtime's,
+         * read their settings when they started.) */
+        setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+#endif
         rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
         if (rc != MPI_SUCCESS)
             return rc;
@@ -122,5 +132,85 @@ int pl_gatherv(const void *send, int64_t n, void *recv, const int64_t *counts,
     else
         rc = MPI_Gatherv(s, (int)n, MPI_BYTE, r, c, d, MPI_BYTE, root, comm);
     free(c);
+    return rc;
+}
+
+/* Collective MPI-IO into a POSIX remote file (`--posix-writes collective`):
+ * every server opens the file, each window is one MPI_File_write_all of
+ * this server's blocks through an hindexed view, so that the MPI library's
+ * own aggregation (ROMIO's two-phase, OMPIO's fcoll) and file-system
+ * tuning apply. The handle is opaque to the caller. */
+int pl_file_open(const char *path, void **out)
+{
+    MPI_File *fh = malloc(sizeof *fh);
+    if (!fh)
+        return MPI_ERR_NO_MEM;
+    int rc = MPI_File_open(comm, path, MPI_MODE_WRONLY | MPI_MODE_CREATE, MPI_INFO_NULL, fh);
+    if (rc != MPI_SUCCESS) {
+        free(fh);
+        return rc;
+    }
+    MPI_File_set_errhandler(*fh, MPI_ERRORS_RETURN);
+    *out = fh;
+    return 0;
+}
+
+/* This server's n blocks (file offsets, lengths, ascending and disjoint),
+ * whose bytes lie back to back in buf. Every server calls it the same
+ * number of times, n == 0 where it has nothing: a local error still takes
+ * part in both collectives (with nothing), then is returned. */
+int pl_file_write_all(void *h, const int64_t *offs, const int64_t *lens, int n, const void *buf)
+{
+    MPI_File fh = *(MPI_File *)h;
+    MPI_Datatype ft = MPI_BYTE;
+    int local = 0, typed = 0;
+    int64_t total = 0;
+    if (n > 0) {
+        MPI_Aint *d = malloc(sizeof(MPI_Aint) * (size_t)n);
+        int *l = malloc(sizeof(int) * (size_t)n);
+        if (!d || !l)
+            local = MPI_ERR_NO_MEM;
+        for (int i = 0; !local && i < n; i++) {
+            if (lens[i] < 0 || lens[i] > INT_MAX || offs[i] < 0)
+                local = MPI_ERR_COUNT;
+            else {
+                d[i] = (MPI_Aint)offs[i];
+                l[i] = (int)lens[i];
+                total += lens[i];
+            }
+        }
+        if (!local && total > INT_MAX)
+            local = MPI_ERR_COUNT;
+        if (!local) {
+            local = MPI_Type_create_hindexed(n, l, d, MPI_BYTE, &ft);
+            if (!local)
+                local = MPI_Type_commit(&ft);
+            typed = !local;
+        }
+        free(d);
+        free(l);
+        if (local) {
+            ft = MPI_BYTE;
+            total = 0;
+        }
+    }
+    int rc = MPI_File_set_view(fh, 0, MPI_BYTE, ft, "native", MPI_INFO_NULL);
+    MPI_Status st;
+    int rc2 = MPI_File_write_all(fh, REAL(buf, total), (int)total, MPI_BYTE, &st);
+    if (typed)
+        MPI_Type_free(&ft);
+    return local ? local : rc ? rc : rc2;
+}
+
+int pl_file_sync(void *h)
+{
+    return MPI_File_sync(*(MPI_File *)h);
+}
+
+int pl_file_close(void *h)
+{
+    MPI_File *fh = h;
+    int rc = MPI_File_close(fh);
+    free(fh);
     return rc;
 }

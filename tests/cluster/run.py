@@ -73,12 +73,13 @@ def mpi_env(extra=None):
 class Cluster:
     """One simulated job: its nodes' local directories, its server job."""
 
-    def __init__(self, work, flavour, nodes, remote, aws_env=None):
+    def __init__(self, work, flavour, nodes, remote, aws_env=None, server_args=()):
         self.work = Path(work)
         self.flavour = flavour
         self.nodes = nodes
         self.remote = remote
         self.aws_env = aws_env or {}
+        self.server_args = list(server_args)
         self.local = f"{self.work}/local/{{node}}"
         self.prefix = self.work / "prefix"
         self.prefix.mkdir(parents=True, exist_ok=True)
@@ -103,7 +104,7 @@ class Cluster:
 
     def start_servers(self, per_node_env=None):
         cmd = [BIN, "server", "--local", self.local, "--remote", self.remote, "--job", "t",
-               "--peer-timeout", "60"]
+               "--peer-timeout", "60", *self.server_args]
         self.log = open(self.server_log, "ab")
         self.servers = subprocess.Popen(self.node_cmd(cmd, per_node_env), stdout=self.log,
                                         stderr=subprocess.STDOUT, env=self.env(),
@@ -221,13 +222,13 @@ class Remotes:
             self.minio.download_all(bucket, "out", dest)
 
 
-def drain_case(remotes, kind, flavour, nodes, label, prog, args, hdf5):
+def drain_case(remotes, kind, flavour, nodes, label, prog, args, hdf5, server_args=()):
     def run(work):
         np = nodes * RANKS_PER_NODE
         ref = work / "direct"
         direct(flavour, prog, args, ref, np)
         url, aws = remotes.make(kind, work)
-        c = Cluster(work, flavour, nodes, url, aws)
+        c = Cluster(work, flavour, nodes, url, aws, server_args)
         try:
             c.start_servers()
             c.run_app(prog, args, c.prefix)
@@ -436,6 +437,13 @@ def main():
                     for label, prog, args, hdf5 in PROGRAMS:
                         cases.append((f"{flavour} {nodes} nodes {label} {kind}",
                                       drain_case(remotes, kind, flavour, nodes, label, prog, args, hdf5)))
+            # The servers' collective MPI-IO instead of independent writes.
+            for nodes in (2, 4):
+                for label, prog, args, hdf5 in PROGRAMS:
+                    if label in ("epochs", "noncontig_holes", "hdf5"):
+                        cases.append((f"{flavour} {nodes} nodes {label} mpi-io",
+                                      drain_case(remotes, "posix", flavour, nodes, label, prog, args, hdf5,
+                                                 ["--posix-writes", "collective"])))
             for nodes in (2, 4):
                 for upload in ("close", "epoch"):
                     cases.append((f"{flavour} {nodes} nodes s3 parts {upload}",

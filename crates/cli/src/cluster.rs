@@ -46,6 +46,7 @@ pub struct Job {
     pub socket: Option<PathBuf>,
     pub finish_now: bool,
     pub peer_timeout: Duration,
+    pub posix_writes: paralog_server::cluster::PosixWrites,
 }
 
 /// Run this node's server of the job until the servers finish; the totals
@@ -81,6 +82,7 @@ pub fn run(job: Job) -> anyhow::Result<(Totals, usize)> {
             poll: Duration::from_millis(200),
             finish_now: job.finish_now,
             peer_timeout: job.peer_timeout,
+            posix_writes: job.posix_writes,
         },
         ctl,
     );

@@ -52,6 +52,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             socket: None,
             finish_now: true,
             peer_timeout: std::time::Duration::from_secs_f64(args.job_of_servers.peer_timeout),
+            posix_writes: args.job_of_servers.posix_writes.into(),
         })?;
         return Ok(crate::cluster::report(&totals, rank, &root, "recover"));
     }

@@ -65,6 +65,26 @@ pub struct ServerJobArgs {
     /// up (a peer died or hangs) and ends the job, keeping every local log
     #[arg(long, default_value_t = 600.0, value_name = "SECS")]
     pub peer_timeout: f64,
+    /// How the servers write a POSIX remote: each its own bytes
+    /// (independent; measured faster, docs/benchmarks.md §8), or together
+    /// with collective MPI-IO (MPI_File_write_all)
+    #[arg(long, value_enum, default_value = "independent", value_name = "HOW")]
+    pub posix_writes: PosixWritesArg,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub enum PosixWritesArg {
+    Independent,
+    Collective,
+}
+
+impl From<PosixWritesArg> for paralog_server::cluster::PosixWrites {
+    fn from(a: PosixWritesArg) -> Self {
+        match a {
+            PosixWritesArg::Independent => Self::Independent,
+            PosixWritesArg::Collective => Self::Collective,
+        }
+    }
 }
 
 impl ServerJobArgs {
@@ -209,6 +229,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             socket: Some(socket),
             finish_now: false,
             peer_timeout: std::time::Duration::from_secs_f64(args.job_of_servers.peer_timeout),
+            posix_writes: args.job_of_servers.posix_writes.into(),
         })?;
         let _ = std::fs::remove_file(&lock_path);
         return Ok(crate::cluster::report(&totals, rank, &root, "server"));

@@ -19,6 +19,7 @@
 //! enter a decision that the servers must share: retries count rounds.
 //! docs/cluster.md.
 
+mod collective;
 pub mod mpi;
 pub mod parts;
 pub mod plan;
@@ -54,6 +55,20 @@ pub struct ClusterConfig {
     pub finish_now: bool,
     /// A collective that takes longer than this means a peer died or hangs.
     pub peer_timeout: Duration,
+    /// How the servers write a POSIX remote's bytes.
+    pub posix_writes: PosixWrites,
+}
+
+/// How the servers write the bytes of an epoch into a POSIX remote file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PosixWrites {
+    /// Each server writes its own bytes (`copy_file_range` from its log
+    /// where it can), then fsyncs: measured faster (docs/benchmarks.md §8).
+    #[default]
+    Independent,
+    /// Collective MPI-IO (`MPI_File_write_all`): the MPI library's
+    /// aggregation and file-system tuning (collective.rs).
+    Collective,
 }
 
 /// What the servers did, the same on every node.
@@ -664,22 +679,36 @@ impl Coordinator {
     ) -> Result<Result<u64, StepError>, ClusterError> {
         let me = self.comm.rank();
         // Remote bytes past the cut must be gone before anyone writes.
+        let collective = match backend.local_path(&f.rel) {
+            Some(p) if self.cfg.posix_writes == PosixWrites::Collective && !lf.deleted => Some(p),
+            _ => None,
+        };
         let cut = (|| -> Result<(), StepError> {
-            if self.leader() && !lf.deleted {
-                if let Some(c) = lf.size.base_cut {
-                    let mut s = backend.begin(&f.rel, shape).map_err(remote_error)?;
-                    s.apply(RemoteOp::SetSize(c)).map_err(remote_error)?;
-                    s.commit().map_err(remote_error)?;
-                }
+            if !self.leader() || lf.deleted || (lf.size.base_cut.is_none() && collective.is_none())
+            {
+                return Ok(());
             }
-            Ok(())
+            let mut s = backend.begin(&f.rel, shape).map_err(remote_error)?;
+            if let Some(c) = lf.size.base_cut {
+                s.apply(RemoteOp::SetSize(c)).map_err(remote_error)?;
+            }
+            if collective.is_some() {
+                // The file (and its directories: MPI_File_open makes
+                // neither) reaches the epoch's size first, so that every
+                // write lands inside it: ROMIO's two-phase write fills a
+                // hole past the end with stale buffer bytes
+                // (tests/mpi/README.md), inside the file it reads zeros.
+                s.apply(RemoteOp::Preallocate(lf.size.min_size))
+                    .map_err(remote_error)?;
+            }
+            s.commit().map_err(remote_error)
         })();
         if let Some(e) = self.agree(cut.err())? {
             return Ok(Err(e));
         }
         let mut mine = 0u64;
-        let writes = (|| -> Result<(), StepError> {
-            if lf.deleted {
+        let mut writes = (|| -> Result<(), StepError> {
+            if lf.deleted || collective.is_some() {
                 return Ok(());
             }
             let mut sink = None;
@@ -725,6 +754,13 @@ impl Coordinator {
             }
             Ok(())
         })();
+        if let Some(path) = &collective {
+            let (wrote, failed) = self.write_collective(path, g, lf, reader)?;
+            mine = wrote;
+            if let Some(e) = failed {
+                writes = Err(e);
+            }
+        }
         if let Some(e) = self.agree(writes.err())? {
             return Ok(Err(e));
         }

@@ -23,6 +23,10 @@ type AllgatherFn = unsafe extern "C" fn(i64, *mut i64) -> c_int;
 type BcastFn = unsafe extern "C" fn(*mut c_void, i64, c_int) -> c_int;
 type GathervFn =
     unsafe extern "C" fn(*const c_void, i64, *mut c_void, *const i64, *const i64, c_int) -> c_int;
+type FileOpenFn = unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> c_int;
+type FileWriteAllFn =
+    unsafe extern "C" fn(*mut c_void, *const i64, *const i64, c_int, *const c_void) -> c_int;
+type FileFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 
 /// Reduction operations of [`Comm::allreduce`].
 #[derive(Debug, Clone, Copy)]
@@ -45,6 +49,10 @@ pub struct Comm {
     allgather: AllgatherFn,
     bcast: BcastFn,
     gatherv: GathervFn,
+    file_open: FileOpenFn,
+    file_write_all: FileWriteAllFn,
+    file_sync: FileFn,
+    file_close: FileFn,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
@@ -107,6 +115,12 @@ impl Comm {
                 )?),
                 bcast: std::mem::transmute::<*mut c_void, BcastFn>(sym("pl_bcast")?),
                 gatherv: std::mem::transmute::<*mut c_void, GathervFn>(sym("pl_gatherv")?),
+                file_open: std::mem::transmute::<*mut c_void, FileOpenFn>(sym("pl_file_open")?),
+                file_write_all: std::mem::transmute::<*mut c_void, FileWriteAllFn>(sym(
+                    "pl_file_write_all",
+                )?),
+                file_sync: std::mem::transmute::<*mut c_void, FileFn>(sym("pl_file_sync")?),
+                file_close: std::mem::transmute::<*mut c_void, FileFn>(sym("pl_file_close")?),
                 _not_send: std::marker::PhantomData,
             };
             let (mut r, mut s) = (0, 0);
@@ -229,6 +243,19 @@ impl Comm {
         Ok(all)
     }
 
+    /// Open `path` for collective writes by every server (collective).
+    pub fn file_open(&self, path: &Path) -> Result<MpiFile<'_>, MpiError> {
+        let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| MpiError::Call {
+            op: "MPI_File_open",
+            message: format!("{}: the path contains a NUL byte", path.display()),
+        })?;
+        let mut h = std::ptr::null_mut();
+        // SAFETY: a valid C string and a place for the handle.
+        let rc = unsafe { (self.file_open)(c.as_ptr(), &mut h) };
+        self.check("MPI_File_open", rc)?;
+        Ok(MpiFile { comm: self, h })
+    }
+
     /// End the whole server job now (a peer failed, or this one cannot go
     /// on): every server stops; the local logs stay.
     pub fn abort(&self, code: i32) -> ! {
@@ -241,5 +268,50 @@ impl Comm {
         // SAFETY: called once, from the thread that initialised MPI.
         let rc = unsafe { (self.finalize)() };
         self.check("MPI_Finalize", rc)
+    }
+}
+
+/// A file every server opened together; closed (collectively) by
+/// [`MpiFile::close`], which every server must call.
+pub struct MpiFile<'a> {
+    comm: &'a Comm,
+    h: *mut c_void,
+}
+
+impl MpiFile<'_> {
+    /// One collective write: this server's `blocks` (file offset, length;
+    /// ascending, disjoint), whose bytes lie back to back in `data`.
+    pub fn write_all(&self, blocks: &[(u64, u64)], data: &[u8]) -> Result<(), MpiError> {
+        assert_eq!(
+            blocks.iter().map(|b| b.1).sum::<u64>(),
+            data.len() as u64,
+            "the blocks' bytes"
+        );
+        let offs: Vec<i64> = blocks.iter().map(|b| b.0 as i64).collect();
+        let lens: Vec<i64> = blocks.iter().map(|b| b.1 as i64).collect();
+        // SAFETY: the handle from file_open; arrays of blocks.len() entries
+        // and the bytes they describe.
+        let rc = unsafe {
+            (self.comm.file_write_all)(
+                self.h,
+                offs.as_ptr(),
+                lens.as_ptr(),
+                blocks.len() as c_int,
+                data.as_ptr().cast(),
+            )
+        };
+        self.comm.check("MPI_File_write_all", rc)
+    }
+
+    pub fn sync(&self) -> Result<(), MpiError> {
+        // SAFETY: the handle from file_open.
+        let rc = unsafe { (self.comm.file_sync)(self.h) };
+        self.comm.check("MPI_File_sync", rc)
+    }
+
+    pub fn close(self) -> Result<(), MpiError> {
+        // SAFETY: the handle from file_open, closed once (self is consumed).
+        let rc = unsafe { (self.comm.file_close)(self.h) };
+        self.comm.check("MPI_File_close", rc)
     }
 }

@@ -1,0 +1,116 @@
+//! The bytes of a POSIX drain written with collective MPI-IO
+//! (`--posix-writes collective`): every server opens the remote file, and
+//! each window is one `MPI_File_write_all` of the blocks whose logs this
+//! server holds, so that the MPI library aggregates them (ROMIO's
+//! two-phase I/O, OMPIO's fcoll) with its file-system tuning. The default
+//! is independent writes, measured faster here (docs/benchmarks.md §8).
+
+use std::path::Path;
+
+use paralog_log::reader::SourceReader;
+use paralog_log::LogicalFile;
+
+use super::mpi::Reduce;
+use super::plan::Group;
+use super::{ClusterError, Coordinator, StepError};
+
+impl Coordinator {
+    /// Write this server's winning bytes of `lf` into `path` together with
+    /// the others. Every server calls it; a local failure still takes part
+    /// in every collective (with nothing) and is returned for the agreement
+    /// that follows. The bytes this server wrote, and its failure.
+    pub(super) fn write_collective(
+        &self,
+        path: &Path,
+        g: &Group,
+        lf: &LogicalFile,
+        reader: &mut SourceReader,
+    ) -> Result<(u64, Option<StepError>), ClusterError> {
+        let me = self.comm.rank();
+        let w = self.cfg.buf_bytes as u64;
+        // This server's blocks, in offset order, cut into windows of at
+        // most `w` bytes.
+        let mut windows: Vec<Vec<(u64, u64, usize, u64)>> = Vec::new();
+        let mut cur = Vec::new();
+        let mut cur_bytes = 0u64;
+        for (off, len, piece) in lf.pieces() {
+            let src = &lf.sources[piece.source];
+            if g.owner.get(&(src.epoch.0, src.rank)) != Some(&me) {
+                continue;
+            }
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(w - cur_bytes);
+                cur.push((off + done, n, piece.source, piece.skip + done));
+                cur_bytes += n;
+                done += n;
+                if cur_bytes == w {
+                    windows.push(std::mem::take(&mut cur));
+                    cur_bytes = 0;
+                }
+            }
+        }
+        if !cur.is_empty() {
+            windows.push(cur);
+        }
+        let mut rounds = [windows.len() as i64];
+        self.dog
+            .watch(|| self.comm.allreduce(&mut rounds, Reduce::Max))?;
+        let opened = self.dog.watch(|| self.comm.file_open(path));
+        let (file, open_err) = match opened {
+            Ok(f) => (Some(f), None),
+            Err(e) => (
+                None,
+                Some(StepError::Retry(format!("{}: {e}", path.display()))),
+            ),
+        };
+        // Opening is collective: if it failed anywhere, nobody writes.
+        if let Some(e) = self.agree(open_err)? {
+            if let Some(f) = file {
+                let _ = self.dog.watch(|| f.close());
+            }
+            return Ok((0, Some(e)));
+        }
+        let file = file.expect("agreed: opened everywhere");
+        let mut failed: Option<StepError> = None;
+        let mut mine = 0u64;
+        let mut data = Vec::new();
+        let mut blocks = Vec::new();
+        for k in 0..rounds[0] as usize {
+            crate::failpoint::hit("cluster.mid_write");
+            data.clear();
+            blocks.clear();
+            if failed.is_none() {
+                for &(off, n, source, skip) in windows.get(k).into_iter().flatten() {
+                    let at = data.len();
+                    data.resize(at + n as usize, 0);
+                    if let Err(e) = reader.read(&lf.sources[source], skip, &mut data[at..]) {
+                        failed = Some(StepError::Park(e.to_string()));
+                        break;
+                    }
+                    blocks.push((off, n));
+                }
+                if failed.is_some() {
+                    data.clear();
+                    blocks.clear();
+                }
+            }
+            let r = self.dog.watch(|| file.write_all(&blocks, &data));
+            match r {
+                Ok(()) => mine += data.len() as u64,
+                Err(e) => {
+                    if failed.is_none() {
+                        failed = Some(StepError::Retry(format!("{}: {e}", path.display())));
+                    }
+                }
+            }
+        }
+        if let Err(e) = self.dog.watch(|| file.sync()) {
+            failed.get_or_insert(StepError::Retry(format!("{}: {e}", path.display())));
+        }
+        if let Err(e) = self.dog.watch(|| file.close()) {
+            failed.get_or_insert(StepError::Retry(format!("{}: {e}", path.display())));
+        }
+        Ok((mine, failed))
+    }
+}
