@@ -32,16 +32,22 @@ server runs in n0's namespace. The server job's MPI is Open MPI there
 (MPICH 4.0.2 hangs in MPI_Finalize across namespaces with 3 or more
 processes: tests/cluster/netns.py). With --no-netns all processes share
 the root namespace and the MPI of --mpi (MPICH: shared memory between the
-servers). For the object remote the bytes that reach the leader (n0) are
-counted from its eth0 rx counter: with this layout the other nodes hold
-(N-1)/N of the bytes drained, and each must cross once, to the leader.
+servers). The bytes received are counted from the eth0 rx counters, of the
+leader (n0) and of all nodes, next to the bytes the servers say they sent
+each other: with this layout the other nodes hold (N-1)/N of the bytes
+drained. The object layout gathers them at the leader (each must cross
+once); S3 uploads each 8 MiB part from the server holding its bytes, and
+here every part's bytes are on one node, so none need to cross.
 
 Remotes (--remotes): posix (a directory; every node writes its own bytes),
+posix-mpiio (the same, written with the servers' collective MPI-IO,
+--posix-writes collective; its `single` is the ordinary server, as for posix),
 objstore (the versioned object layout in a directory; the leader makes
 each version from bytes gathered over MPI), both on the same file system
 as the logs (--dir, default /tmp), and s3 (a MinIO started here: in the
 hub namespace on its bridge address with --netns, else on loopback; data
-on --dir; the leader uploads, one multipart upload of 8 MiB parts). Round
+on --dir; one multipart upload of 8 MiB parts, each uploaded by the server
+holding its bytes). Round
 1 checks every drained file against the file ior_like writes without
 capture (cmp; objstore: `paralog get` first; s3: awscli download).
 
@@ -228,7 +234,7 @@ class Bench:
             return f"s3://bench/r{self.n_s3}", None
         d = self.scratch / "remote"
         d.mkdir()
-        return (str(d) if kind == "posix" else f"objstore://{d}"), d
+        return (str(d) if kind.startswith("posix") else f"objstore://{d}"), d
 
     def fresh(self, logs):
         if self.scratch.exists():
@@ -239,14 +245,20 @@ class Bench:
         return local
 
     def counters(self):
-        return self.net.counters()[0][0] if self.net else 0
+        """Bytes received by the leader (n0), and by all nodes."""
+        if not self.net:
+            return (0, 0)
+        c = self.net.counters()
+        return (c[0][0], sum(rx for rx, _ in c))
 
-    def server_cmd(self, variant, nodes, local, url):
+    def server_cmd(self, variant, nodes, local, url, kind):
         srv = [self.paralog, "server", "--remote", url, "--job", JOB, "--nice", "0"]
         if variant == "single":
             cmd = srv + ["--local", local / "n0"]
             return (self.net.exec_in(0) if self.net else []) + cmd
         srv += ["--local", f"{local}/{{node}}", "--peer-timeout", "300"]
+        if kind == "posix-mpiio":
+            srv += ["--posix-writes", "collective"]
         if self.net:
             return self.net.launcher(self.a.mpi, 1, nodes, nodes=nodes) + srv
         if self.a.mpi == "mpich":
@@ -270,7 +282,7 @@ class Bench:
             env["OMPI_MCA_mpi_yield_when_idle"] = "1"
         if kind == "s3":
             env.update(self.minio.env())
-        cmd = [str(c) for c in self.server_cmd(variant, nodes, local, url)]
+        cmd = [str(c) for c in self.server_cmd(variant, nodes, local, url, kind)]
         sock = local / "n0" / f".paralog-server-{JOB}.sock"
         log = open(self.scratch / "server.log", "wb")
         rx0 = self.counters()
@@ -303,9 +315,12 @@ class Bench:
                 os.killpg(p.pid, 9)
                 p.wait()
             log.close()
-        rx = self.counters() - rx0
+        rx1 = self.counters()
+        rx, rx_all = rx1[0] - rx0[0], rx1[1] - rx0[1]
         m = re.search(r"(\d+) epoch\(s\), (\d+) bytes", w.stdout)
         drained = int(m.group(2)) if m else -1
+        m = re.search(r"(\d+) bytes between nodes", w.stdout)
+        between = int(m.group(1)) if m else 0
         if drained != self.bytes:
             raise RuntimeError(f"{variant}: drained {drained} bytes, want {self.bytes}: {w.stdout}")
         if check_against:
@@ -318,7 +333,8 @@ class Bench:
                 raise RuntimeError(f"{variant} {kind}: the drained file differs from the direct one")
         if kind == "s3":
             self.minio.aws("s3", "rm", "--recursive", "--only-show-errors", f"{url}/")
-        return {"wall": wall, "ready": ready, "rx_leader": rx, "drained": drained}
+        return {"wall": wall, "ready": ready, "rx_leader": rx, "rx_all": rx_all, "between": between,
+                "drained": drained}
 
     def tail(self):
         try:
@@ -400,7 +416,8 @@ def main():
                         results.setdefault((kind, name), []).append(res)
                         print(f"round {r + 1} {kind:8} {name:6} {res['wall']:6.2f} s "
                               f"({fmt_mb(b.bytes, res['wall']):6.0f} MB/s, ready after {res['ready']:.2f} s, "
-                              f"leader rx {res['rx_leader'] / 1e6:.1f} MB)", flush=True)
+                              f"rx leader {res['rx_leader'] / 1e6:.1f} MB, all nodes {res['rx_all'] / 1e6:.1f} MB, "
+                              f"sent between servers {res['between'] / 1e6:.1f} MB)", flush=True)
         finally:
             if minio:
                 minio.stop()
@@ -411,7 +428,8 @@ def main():
               f"{'netns' if net else 'one namespace'}, server job on {a.mpi}"
               f"{' (busy-polling)' if a.spin and a.mpi == 'openmpi' else ''}, commit {b.rev}, "
               f"{t_start}-{time.strftime('%H:%M', time.gmtime())} UTC, load {load0[0]:.1f} -> {load1[0]:.1f}")
-        print("remote   | variant | median s | MB/s (min-max) | x single | start-up s | leader rx / other nodes' bytes")
+        print("remote   | variant | median s | MB/s (min-max) | x single | start-up s | "
+              "rx leader, rx all nodes, sent between servers / other nodes' bytes")
         table = []
         for kind in remotes:
             single = statistics.median(x["wall"] for x in results[(kind, "single")])
@@ -421,13 +439,21 @@ def main():
                 med = statistics.median(walls)
                 others = b.bytes * (n - 1) / n if name != "single" else 0
                 rx = statistics.median(x["rx_leader"] for x in runs)
-                share = f"{rx / others:.3f}" if others and net else ("-" if not net else f"{rx / 1e6:.1f} MB")
+                rx_all = statistics.median(x["rx_all"] for x in runs)
+                between = statistics.median(x["between"] for x in runs)
+                if others and net:
+                    share = f"{rx / others:.3f}, {rx_all / others:.3f}, {between / others:.3f}"
+                elif net:
+                    share = f"{rx / 1e6:.1f} MB, {rx_all / 1e6:.1f} MB, {between / 1e6:.1f} MB"
+                else:
+                    share = "-"
                 row = {"remote": kind, "variant": name, "nodes": n, "median_s": med,
                        "mbps": fmt_mb(b.bytes, med), "mbps_min": fmt_mb(b.bytes, max(walls)),
                        "mbps_max": fmt_mb(b.bytes, min(walls)), "ratio": single / med,
                        "ready_s": statistics.median(x["ready"] for x in runs), "rx_leader": rx,
                        "other_nodes_bytes": others, "walls": walls, "readies": [x["ready"] for x in runs],
-                       "rx_leader_runs": [x["rx_leader"] for x in runs]}
+                       "rx_leader_runs": [x["rx_leader"] for x in runs],
+                       "rx_all": rx_all, "between": between}
                 table.append(row)
                 print(f"{kind:8} | {name:7} | {med:8.2f} | {row['mbps']:5.0f} ({row['mbps_min']:.0f}-{row['mbps_max']:.0f}) "
                       f"| {row['ratio']:5.2f} | {row['ready_s']:6.2f} | {share}")

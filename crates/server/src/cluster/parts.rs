@@ -167,7 +167,7 @@ impl Coordinator {
         );
         let mut up = parted.part_uploader(v);
         // A local failure: this server stops reading and uploading, goes on
-        // taking part in the collectives, and says so at the next agreement.
+        // taking part in the gathers, and says so at the agreement.
         let mut failed: Option<StepError> = None;
         let mut total = 0u64;
         let mut sent_between = 0u64;
@@ -267,18 +267,17 @@ impl Coordinator {
             if owner == me && failed.is_none() {
                 failed = up.upload(index, part).map_err(remote_error).err();
             }
-            // Stop early on a failure anywhere (a damaged log, a refused
-            // part) rather than gather the rest for nothing.
-            if let Some(e) = self.agree(failed.take())? {
-                return Ok(Err(e));
-            }
+            // No agreement per part: a part that needs no other server's
+            // bytes involves no collective, so the servers assemble and
+            // upload their own parts side by side. A failure (rare: every
+            // extent sent was verified in step 1) is agreed on at the end.
         }
-        let reported = match up.finish() {
-            Ok(parts) => Ok(PartDone::encode_all(&parts)),
-            Err(e) => Err(remote_error(e)),
+        let reported = match failed {
+            Some(e) => Err(e),
+            None => up.finish().map_err(remote_error),
         };
         let (mine, err) = match reported {
-            Ok(b) => (b, None),
+            Ok(parts) => (PartDone::encode_all(&parts), None),
             Err(e) => (Vec::new(), Some(e)),
         };
         if let Some(e) = self.agree(err)? {
