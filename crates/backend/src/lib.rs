@@ -120,7 +120,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
         &self,
         rel: &[u8],
         shape: &EpochShape,
-    ) -> Result<Box<dyn EpochSink + '_>, BackendError>;
+    ) -> Result<Box<dyn EpochSink + Send + '_>, BackendError>;
     /// Where `rel` lives, for messages.
     fn describe(&self, rel: &[u8]) -> String;
     /// The local path of `rel`, when the remote is a file system the

@@ -668,7 +668,7 @@ impl Backend for ObjStore {
         &self,
         rel: &[u8],
         shape: &EpochShape,
-    ) -> Result<Box<dyn EpochSink + '_>, BackendError> {
+    ) -> Result<Box<dyn EpochSink + Send + '_>, BackendError> {
         self.check_root()?;
         let base = self.version(rel, None)?;
         // Already published (a drain that crashed before its progress

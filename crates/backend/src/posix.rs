@@ -62,7 +62,7 @@ impl Backend for PosixBackend {
         &self,
         rel: &[u8],
         _shape: &EpochShape,
-    ) -> Result<Box<dyn EpochSink + '_>, BackendError> {
+    ) -> Result<Box<dyn EpochSink + Send + '_>, BackendError> {
         Ok(Box::new(PosixSink {
             path: self.path(rel),
             root: &self.root,

@@ -593,7 +593,7 @@ impl Backend for S3Backend {
         &self,
         rel: &[u8],
         shape: &EpochShape,
-    ) -> Result<Box<dyn EpochSink + '_>, BackendError> {
+    ) -> Result<Box<dyn EpochSink + Send + '_>, BackendError> {
         let key = self.key(rel);
         let plan = self.plan_version(&key, shape)?;
         let mut sink = self.sink(key, shape.epoch, plan, None);

@@ -842,68 +842,97 @@ impl Coordinator {
             }
             Ok(())
         })();
-        let mut failed = self.agree(begin.err())?;
+        if let Some(e) = self.agree(begin.err())? {
+            return Ok(Err(e));
+        }
+        // The leader writes window k on its own thread while the servers
+        // gather window k+1 (at most one more waits in between). A failure
+        // (rare: every extent sent was verified in step 1) does not stop
+        // the gathers; it is agreed on once, before the version is made.
+        let leader = self.leader();
+        let mut local: Option<StepError> = None;
         let mut total = 0u64;
-        let mut pack = Vec::new();
-        for win in &windows {
-            if failed.is_some() || lf.deleted {
-                break;
-            }
-            crate::failpoint::hit("cluster.mid_write");
-            let mut counts = vec![0i64; nodes];
-            for c in win {
-                counts[c.4] += c.1 as i64;
-            }
-            pack.clear();
-            let read = (|| -> Result<(), StepError> {
+        let mut between = 0u64;
+        std::thread::scope(|scope| -> Result<(), ClusterError> {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<(Vec<(u64, usize, usize)>, Vec<u8>)>(1);
+            let writer = sink.take().map(|mut s| {
+                scope.spawn(move || {
+                    let mut err = None;
+                    for (ops, data) in rx {
+                        if err.is_some() {
+                            continue;
+                        }
+                        for (off, p, n) in ops {
+                            let op = RemoteOp::Write {
+                                off,
+                                data: &data[p..p + n],
+                            };
+                            if let Err(e) = s.apply(op) {
+                                err = Some(remote_error(e));
+                                break;
+                            }
+                        }
+                    }
+                    (s, err)
+                })
+            });
+            let mut pack = Vec::new();
+            for win in windows.iter().filter(|_| !lf.deleted) {
+                crate::failpoint::hit("cluster.mid_write");
+                let mut counts = vec![0i64; nodes];
+                for c in win {
+                    counts[c.4] += c.1 as i64;
+                }
+                pack.clear();
                 for &(_, n, source, skip, owner) in win {
                     if owner != me {
                         continue;
                     }
                     let at = pack.len();
                     pack.resize(at + n as usize, 0);
-                    reader
-                        .read(&lf.sources[source], skip, &mut pack[at..])
-                        .map_err(|e| StepError::Park(e.to_string()))?;
+                    if local.is_none() {
+                        if let Err(e) = reader.read(&lf.sources[source], skip, &mut pack[at..]) {
+                            local = Some(StepError::Park(e.to_string()));
+                        }
+                    }
                 }
-                Ok(())
-            })();
-            if let Some(e) = self.agree(read.err())? {
-                failed = Some(e);
-                break;
+                let all = self
+                    .dog
+                    .watch(|| self.comm.gather_known(&pack, &counts, Some(0)))?;
+                total += counts.iter().sum::<i64>() as u64;
+                between += counts[1..].iter().sum::<i64>() as u64;
+                if leader {
+                    let mut at: Vec<usize> = Vec::with_capacity(nodes);
+                    let mut d = 0usize;
+                    for &c in &counts {
+                        at.push(d);
+                        d += c as usize;
+                    }
+                    let ops = win
+                        .iter()
+                        .map(|&(off, n, _, _, owner)| {
+                            let p = at[owner];
+                            at[owner] += n as usize;
+                            (off, p, n as usize)
+                        })
+                        .collect();
+                    // The writer only stops early by panicking, which the
+                    // join below reports.
+                    let _ = tx.send((ops, all));
+                }
             }
-            let all = self
-                .dog
-                .watch(|| self.comm.gather_known(&pack, &counts, Some(0)))?;
-            let apply = (|| -> Result<(), StepError> {
-                let Some(s) = sink.as_mut() else {
-                    return Ok(());
-                };
-                let mut at: Vec<usize> = Vec::with_capacity(nodes);
-                let mut d = 0usize;
-                for &c in &counts {
-                    at.push(d);
-                    d += c as usize;
+            drop(tx);
+            if let Some(h) = writer {
+                let (s, err) = h.join().expect("the leader's writer thread panicked");
+                sink = Some(s);
+                if local.is_none() {
+                    local = err;
                 }
-                for &(off, n, _, _, owner) in win {
-                    let p = at[owner];
-                    s.apply(RemoteOp::Write {
-                        off,
-                        data: &all[p..p + n as usize],
-                    })
-                    .map_err(remote_error)?;
-                    at[owner] += n as usize;
-                }
-                Ok(())
-            })();
-            total += counts.iter().sum::<i64>() as u64;
-            self.totals.bytes_between_nodes += counts[1..].iter().sum::<i64>() as u64;
-            if let Some(e) = self.agree(apply.err())? {
-                failed = Some(e);
-                break;
             }
-        }
-        if let Some(e) = failed {
+            Ok(())
+        })?;
+        self.totals.bytes_between_nodes += between;
+        if let Some(e) = self.agree(local)? {
             return Ok(Err(e));
         }
         let finish = (|| -> Result<(), StepError> {
