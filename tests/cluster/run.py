@@ -448,7 +448,7 @@ def main():
                 for upload in ("close", "epoch"):
                     cases.append((f"{flavour} {nodes} nodes s3 parts {upload}",
                                   s3_parts_case(remotes, flavour, nodes, upload)))
-            for kind in ("posix", "s3"):
+            for kind in ("posix", "objstore", "s3"):
                 cases.append((f"{flavour} server killed mid-drain {kind}", server_killed_case(remotes, kind, flavour)))
             cases.append((f"{flavour} server killed mid-drain s3 parts",
                           server_killed_case(remotes, "s3", flavour, parts=True)))

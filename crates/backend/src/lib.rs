@@ -69,8 +69,34 @@ pub trait EpochSink {
     ) -> Result<bool, BackendError> {
         Ok(false)
     }
+    /// Add bytes that other servers already stored for this version (the
+    /// encoded pieces their [`ChunkSink`]s returned), in place of the
+    /// bytes they cover; only where the backend is [`Backend::chunked`].
+    fn place(&mut self, _pieces: &[u8]) -> Result<(), BackendError> {
+        Err(BackendError {
+            kind: ErrorKind::Permanent,
+            target: "remote".into(),
+            op: "place pieces",
+            message: "this remote stores no pieces written by other servers".into(),
+        })
+    }
     /// Make everything applied durable (fsync, completed upload).
     fn commit(self: Box<Self>) -> Result<(), BackendError>;
+}
+
+/// A remote where several servers store the bytes of one new version side
+/// by side and one of them publishes it (the object layout's chunked PUT):
+/// no byte of the version travels between servers, only where it lies.
+pub trait ChunkedBackend: Send + Sync {
+    fn chunk_writer(&self) -> Result<Box<dyn ChunkSink + '_>, BackendError>;
+}
+
+/// One server's bytes of a version being built by several.
+pub trait ChunkSink {
+    fn write(&mut self, off: u64, data: &[u8]) -> Result<(), BackendError>;
+    /// Make the bytes durable; what the publishing server passes to
+    /// [`EpochSink::place`].
+    fn finish(self: Box<Self>) -> Result<Vec<u8>, BackendError>;
 }
 
 /// What an epoch does to a file's size, known before its bytes are sent: a
@@ -157,6 +183,11 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Where several servers can upload the parts of one new version
     /// (S3), the interface for it; otherwise one server makes each version.
     fn parted(&self) -> Option<&dyn PartedBackend> {
+        None
+    }
+    /// Where several servers can store the bytes of one new version and
+    /// one publish it (the object layout), the interface for it.
+    fn chunked(&self) -> Option<&dyn ChunkedBackend> {
         None
     }
 }

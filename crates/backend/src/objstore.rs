@@ -24,7 +24,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 
-use crate::{Backend, BackendError, EpochShape, EpochSink, ErrorKind, RemoteOp};
+use crate::{
+    Backend, BackendError, ChunkSink, ChunkedBackend, EpochShape, EpochSink, ErrorKind, RemoteOp,
+};
 
 const MAGIC: &[u8; 8] = b"PLGOBJVR";
 const FORMAT_VERSION: u16 = 1;
@@ -106,6 +108,36 @@ impl From<ObjError> for BackendError {
     }
 }
 
+impl Piece {
+    /// The piece's 64 bytes, as in a version record (docs/objstore.md).
+    pub fn encode_into(&self, b: &mut Vec<u8>) {
+        b.extend_from_slice(&self.file_off.to_le_bytes());
+        b.extend_from_slice(&self.len.to_le_bytes());
+        b.extend_from_slice(&self.chunk);
+        b.extend_from_slice(&self.block_off.to_le_bytes());
+        b.extend_from_slice(&self.block_len.to_le_bytes());
+        b.extend_from_slice(&self.block_crc.to_le_bytes());
+        b.extend_from_slice(&self.dir.to_le_bytes());
+        b.extend_from_slice(&self.skip.to_le_bytes());
+    }
+
+    /// From exactly [`PIECE_LEN`] bytes (unchecked: the caller validates).
+    fn decode(b: &[u8]) -> Piece {
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        Piece {
+            file_off: u64_at(0),
+            len: u64_at(8),
+            chunk: b[16..32].try_into().expect("16 bytes"),
+            block_off: u64_at(32),
+            block_len: u64_at(40),
+            block_crc: u32_at(48),
+            dir: u32_at(52),
+            skip: u64_at(56),
+        }
+    }
+}
+
 impl Version {
     pub fn encode(&self) -> Vec<u8> {
         let mut b =
@@ -124,14 +156,7 @@ impl Version {
         b.resize(HEADER_LEN, 0);
         b.extend_from_slice(&self.name);
         for p in &self.pieces {
-            b.extend_from_slice(&p.file_off.to_le_bytes());
-            b.extend_from_slice(&p.len.to_le_bytes());
-            b.extend_from_slice(&p.chunk);
-            b.extend_from_slice(&p.block_off.to_le_bytes());
-            b.extend_from_slice(&p.block_len.to_le_bytes());
-            b.extend_from_slice(&p.block_crc.to_le_bytes());
-            b.extend_from_slice(&p.dir.to_le_bytes());
-            b.extend_from_slice(&p.skip.to_le_bytes());
+            p.encode_into(&mut b);
         }
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
@@ -183,16 +208,7 @@ impl Version {
         let mut prev_end = 0;
         for i in 0..n {
             let o = HEADER_LEN + name_len + i * PIECE_LEN;
-            let p = Piece {
-                file_off: u64_at(o),
-                len: u64_at(o + 8),
-                chunk: b[o + 16..o + 32].try_into().expect("16 bytes"),
-                block_off: u64_at(o + 32),
-                block_len: u64_at(o + 40),
-                block_crc: u32_at(o + 48),
-                dir: u32_at(o + 52),
-                skip: u64_at(o + 56),
-            };
+            let p = Piece::decode(&b[o..o + PIECE_LEN]);
             if p.len == 0
                 || p.file_off < prev_end
                 || p.skip.checked_add(p.len).is_none_or(|e| e > p.block_len)
@@ -705,6 +721,53 @@ impl Backend for ObjStore {
     fn local_path(&self, _rel: &[u8]) -> Option<PathBuf> {
         None
     }
+
+    fn chunked(&self) -> Option<&dyn ChunkedBackend> {
+        Some(self)
+    }
+}
+
+impl ChunkedBackend for ObjStore {
+    fn chunk_writer(&self) -> Result<Box<dyn ChunkSink + '_>, BackendError> {
+        self.check_root()?;
+        Ok(Box::new(ObjChunks {
+            store: self,
+            writer: None,
+            pieces: Vec::new(),
+        }))
+    }
+}
+
+/// One server's share of a version: its bytes in a chunk of its own.
+struct ObjChunks<'a> {
+    store: &'a ObjStore,
+    writer: Option<ChunkWriter>,
+    pieces: Vec<Piece>,
+}
+
+impl ChunkSink for ObjChunks<'_> {
+    fn write(&mut self, off: u64, data: &[u8]) -> Result<(), BackendError> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let w = match &mut self.writer {
+            Some(w) => w,
+            None => self.writer.insert(self.store.writer()?),
+        };
+        self.pieces.push(w.add(off, data)?);
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>) -> Result<Vec<u8>, BackendError> {
+        if let Some(w) = self.writer {
+            w.finish()?;
+        }
+        let mut out = Vec::with_capacity(self.pieces.len() * PIECE_LEN);
+        for p in &self.pieces {
+            p.encode_into(&mut out);
+        }
+        Ok(out)
+    }
 }
 
 struct ObjSink<'a> {
@@ -755,6 +818,33 @@ impl EpochSink for ObjSink<'_> {
         Ok(())
     }
 
+    fn place(&mut self, pieces: &[u8]) -> Result<(), BackendError> {
+        if self.done {
+            return Ok(());
+        }
+        if pieces.len() % PIECE_LEN != 0 {
+            return Err(ObjError::Invalid(format!(
+                "{} bytes of placed pieces are not whole pieces of {PIECE_LEN}",
+                pieces.len()
+            ))
+            .into());
+        }
+        for b in pieces.chunks(PIECE_LEN) {
+            let p = Piece::decode(b);
+            if p.len == 0 || p.skip.checked_add(p.len).is_none_or(|e| e > p.block_len) {
+                return Err(ObjError::Invalid(format!(
+                    "a placed piece at offset {} is out of its block",
+                    p.file_off
+                ))
+                .into());
+            }
+            self.map.insert(p);
+            self.size = self.size.max(p.file_off + p.len);
+            self.deleted = false;
+        }
+        Ok(())
+    }
+
     fn commit(self: Box<Self>) -> Result<(), BackendError> {
         if self.done {
             return Ok(());
@@ -795,6 +885,46 @@ mod tests {
         let mut out = Vec::new();
         s.read_version(&v, &mut out).unwrap();
         out
+    }
+
+    #[test]
+    fn pieces_stored_by_several_writers_make_one_version() {
+        let d = tempfile::tempdir().unwrap();
+        let s = ObjStore::parse(&format!("{}?dirs=3", d.path().display())).unwrap();
+        let mut v1 = s.begin(b"f", &shape()).unwrap();
+        v1.apply(RemoteOp::Write {
+            off: 0,
+            data: &[1; 100],
+        })
+        .unwrap();
+        v1.commit().unwrap();
+        // Two servers store disjoint bytes of the next version (one past
+        // the old end), the publisher cuts at 50 and places both.
+        let mut a = s.chunk_writer().unwrap();
+        a.write(10, &[2; 10]).unwrap();
+        a.write(120, &[3; 5]).unwrap();
+        let mut b = s.chunk_writer().unwrap();
+        b.write(30, &[4; 10]).unwrap();
+        let mut placed = a.finish().unwrap();
+        placed.extend(b.finish().unwrap());
+        assert_eq!(placed.len(), 3 * PIECE_LEN);
+        let mut v2 = s.begin(b"f", &shape()).unwrap();
+        v2.apply(RemoteOp::SetSize(50)).unwrap();
+        v2.place(&placed).unwrap();
+        v2.apply(RemoteOp::Preallocate(130)).unwrap();
+        v2.commit().unwrap();
+        let mut want = vec![0u8; 130];
+        want[..50].fill(1);
+        want[10..20].fill(2);
+        want[30..40].fill(4);
+        want[120..125].fill(3);
+        assert_eq!(get(&s, b"f", None), want);
+        // Not whole pieces: refused, nothing published.
+        let mut v3 = s.begin(b"f", &shape()).unwrap();
+        assert!(v3.place(&placed[..PIECE_LEN + 1]).is_err());
+        // Other backends take no placed pieces.
+        let p = crate::posix::PosixBackend::new(d.path().to_str().unwrap()).unwrap();
+        assert!(p.begin(b"g", &shape()).unwrap().place(&placed).is_err());
     }
 
     #[test]

@@ -8,17 +8,21 @@
 //!   the file if the epochs say so, every server writes the winning bytes
 //!   whose logs it holds (no two servers write the same byte), and the
 //!   leader applies the final size; an agreement after each step;
+//! - the object layout: every server stores its bytes in a chunk of its
+//!   own and sends the leader where they lie; the leader publishes the
+//!   version (chunks.rs);
 //! - S3: the leader starts a multipart upload and shares it, each part is
 //!   gathered at and uploaded by one server, each byte sent once, and the
-//!   leader completes the upload (parts.rs); an object of one part, and
-//!   the object layout: the bytes are gathered at the leader window by
-//!   window, each byte sent once, and the leader makes the new version.
+//!   leader completes the upload (parts.rs); an object of one part: the
+//!   bytes are gathered at the leader window by window, each byte sent
+//!   once, and the leader makes the new version.
 //!
 //! Progress is recorded on every node only after the remote holds the
 //! group durably, so any node's progress record is proof for all. No clocks
 //! enter a decision that the servers must share: retries count rounds.
 //! docs/cluster.md.
 
+mod chunks;
 mod collective;
 pub mod mpi;
 pub mod parts;
@@ -630,6 +634,8 @@ impl Coordinator {
         let parted = backend.parted().filter(|_| !lf.deleted);
         let result = if backend.concurrent_writers() {
             self.drain_shared(f, g, &lf, &shape, backend.as_ref(), &mut reader)?
+        } else if let Some(c) = backend.chunked() {
+            self.drain_chunked(f, g, &lf, &shape, backend.as_ref(), c, &mut reader)?
         } else if let Some(r) = match parted {
             Some(p) => self.drain_parted(f, g, &lf, &shape, backend.as_ref(), p, &mut reader)?,
             None => None,
