@@ -822,7 +822,7 @@ impl EpochSink for ObjSink<'_> {
         if self.done {
             return Ok(());
         }
-        if pieces.len() % PIECE_LEN != 0 {
+        if !pieces.len().is_multiple_of(PIECE_LEN) {
             return Err(ObjError::Invalid(format!(
                 "{} bytes of placed pieces are not whole pieces of {PIECE_LEN}",
                 pieces.len()
