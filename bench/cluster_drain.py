@@ -52,9 +52,10 @@ holding its bytes). Round
 capture (cmp; objstore: `paralog get` first; s3: awscli download).
 
 Open MPI's servers yield the CPU while they wait in a collective
-(OMPI_MCA_mpi_yield_when_idle=1): here 4 nodes share 2 cores, and
-busy-polling servers would take the CPU that the one working server
-needs; --spin measures the default (busy-polling) instead.
+(OMPI_MCA_mpi_yield_when_idle=1, which the servers also set for themselves
+unless it is set): here 4 nodes share 2 cores, and busy-polling servers
+would take the CPU that the one working server needs; --spin measures Open
+MPI's default (busy-polling, =0) instead.
 
 Usage: bench/cluster_drain.py [--nodes 1,2,4] [--remotes posix,objstore,s3]
          [--repeat 3] [--mib 1024] [--xfer-kib 8192] [--ranks 4]
@@ -276,10 +277,11 @@ class Bench:
         url, rdir = self.remote_url(kind)
         env = self.net.env() if self.net else base_env()
         env["PARALOG_LOG"] = "warn"
-        if self.a.mpi == "openmpi" and not self.a.spin:
-            # Idle servers (waiting in a collective) yield the CPU: 4 nodes
-            # share 2 cores here, unlike real nodes.
-            env["OMPI_MCA_mpi_yield_when_idle"] = "1"
+        if self.a.mpi == "openmpi":
+            # Idle servers (waiting in a collective) yield the CPU (what the
+            # servers choose for themselves unless told): 4 nodes share 2
+            # cores here, unlike real nodes. --spin: Open MPI's default.
+            env["OMPI_MCA_mpi_yield_when_idle"] = "0" if self.a.spin else "1"
         if kind == "s3":
             env.update(self.minio.env())
         cmd = [str(c) for c in self.server_cmd(variant, nodes, local, url, kind)]
