@@ -57,7 +57,7 @@ unless it is set): here 4 nodes share 2 cores, and busy-polling servers
 would take the CPU that the one working server needs; --spin measures Open
 MPI's default (busy-polling, =0) instead.
 
-Usage: bench/cluster_drain.py [--nodes 1,2,4] [--remotes posix,objstore,s3]
+Usage: bench/cluster_drain.py [--nodes 1,2,4] [--remotes posix,posix-mpiio,objstore,s3]
          [--repeat 3] [--mib 1024] [--xfer-kib 8192] [--ranks 4]
          [--dir /tmp] [--no-netns] [--mpi openmpi|mpich] [--spin]
          [--json OUT] [--keep]
@@ -352,7 +352,7 @@ def fmt_mb(bytes_, secs):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", default="1,2,4")
-    ap.add_argument("--remotes", default="posix,objstore,s3")
+    ap.add_argument("--remotes", default="posix,posix-mpiio,objstore,s3")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--mib", type=int, default=1024)
     ap.add_argument("--xfer-kib", type=int, default=8192)
