@@ -5,9 +5,9 @@
 //! servers drain each planned group of epochs together:
 //!
 //! - a POSIX remote (several writers may write one file): the leader cuts
-//!   the file if the epochs say so, every server writes the winning bytes
-//!   whose logs it holds (no two servers write the same byte), and the
-//!   leader applies the final size; an agreement after each step;
+//!   the file if the epochs say so and gives it the epoch's size, then
+//!   every server writes the winning bytes whose logs it holds (no two
+//!   servers write the same byte); an agreement after each step;
 //! - the object layout: every server stores its bytes in a chunk of its
 //!   own and sends the leader where they lie; the leader publishes the
 //!   version (chunks.rs);
@@ -673,7 +673,7 @@ impl Coordinator {
         Ok(Ok(bytes))
     }
 
-    /// Several servers write one POSIX file: cut, everyone's bytes, size.
+    /// Several servers write one POSIX file: its shape, then everyone's bytes.
     fn drain_shared(
         &self,
         f: &GlobalFile,
@@ -684,32 +684,39 @@ impl Coordinator {
         reader: &mut SourceReader,
     ) -> Result<Result<u64, StepError>, ClusterError> {
         let me = self.comm.rank();
-        // Remote bytes past the cut must be gone before anyone writes.
         let collective = match backend.local_path(&f.rel) {
             Some(p) if self.cfg.posix_writes == PosixWrites::Collective && !lf.deleted => Some(p),
             _ => None,
         };
-        let cut = (|| -> Result<(), StepError> {
-            if !self.leader() || lf.deleted || (lf.size.base_cut.is_none() && collective.is_none())
-            {
+        // The leader gives the file its shape before anyone writes: bytes
+        // past the cut gone, then the epoch's size (every winning byte
+        // lies below it), or the deletion. One step and one fsync; the
+        // writes that follow only fill bytes in. The file (and its
+        // directories) exist before MPI_File_open, which makes neither,
+        // and every collective write lands inside the file: ROMIO's
+        // two-phase write fills a hole past the end with stale buffer
+        // bytes (tests/mpi/README.md), inside the file it reads zeros.
+        let shaped = (|| -> Result<(), StepError> {
+            if !self.leader() {
                 return Ok(());
             }
             let mut s = backend.begin(&f.rel, shape).map_err(remote_error)?;
-            if let Some(c) = lf.size.base_cut {
-                s.apply(RemoteOp::SetSize(c)).map_err(remote_error)?;
-            }
-            if collective.is_some() {
-                // The file (and its directories: MPI_File_open makes
-                // neither) reaches the epoch's size first, so that every
-                // write lands inside it: ROMIO's two-phase write fills a
-                // hole past the end with stale buffer bytes
-                // (tests/mpi/README.md), inside the file it reads zeros.
-                s.apply(RemoteOp::Preallocate(lf.size.min_size))
-                    .map_err(remote_error)?;
+            if lf.deleted {
+                s.apply(RemoteOp::Delete).map_err(remote_error)?;
+            } else {
+                if let Some(c) = lf.size.base_cut {
+                    s.apply(RemoteOp::SetSize(c)).map_err(remote_error)?;
+                }
+                s.apply(if lf.size.size_set {
+                    RemoteOp::SetSize(lf.size.min_size)
+                } else {
+                    RemoteOp::Preallocate(lf.size.min_size)
+                })
+                .map_err(remote_error)?;
             }
             s.commit().map_err(remote_error)
         })();
-        if let Some(e) = self.agree(cut.err())? {
+        if let Some(e) = self.agree(shaped.err())? {
             return Ok(Err(e));
         }
         let mut mine = 0u64;
@@ -768,24 +775,6 @@ impl Coordinator {
             }
         }
         if let Some(e) = self.agree(writes.err())? {
-            return Ok(Err(e));
-        }
-        let size = (|| -> Result<(), StepError> {
-            if !self.leader() {
-                return Ok(());
-            }
-            let mut s = backend.begin(&f.rel, shape).map_err(remote_error)?;
-            let op = if lf.deleted {
-                RemoteOp::Delete
-            } else if lf.size.size_set {
-                RemoteOp::SetSize(lf.size.min_size)
-            } else {
-                RemoteOp::Preallocate(lf.size.min_size)
-            };
-            s.apply(op).map_err(remote_error)?;
-            s.commit().map_err(remote_error)
-        })();
-        if let Some(e) = self.agree(size.err())? {
             return Ok(Err(e));
         }
         let mut v = [mine as i64];
