@@ -522,6 +522,8 @@ def permanent_case(minio, work):
         lines = [l for l in err.splitlines() if "NOT DRAINED" in l]
         check(lines and all(code in l and f"s3://{named}/" in l and "not retried" in l for l in lines),
               f"{code}: the message does not name the bucket {named} and the error: {err[-600:]}")
+        check(all("(refused by the remote)" in l for l in lines),
+              f"{code}: not reported as refused by the remote (a damaged record?): {lines}")
         check("paralog recover" in err, f"{code}: run did not name the recover command: {err[-400:]}")
         check(jobs_left(local), f"{code}: the local data was not kept")
         said.append(f"{code} in {took:.1f} s")

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use paralog_log::Inventory;
-use paralog_server::status::{self, Request, Status};
+use paralog_server::status::{self, FileState, Request, Status};
 
 use crate::env::{capture_env, Mpi};
 use crate::status::human_bytes;
@@ -491,8 +491,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(code));
     }
     for f in final_status.files.iter().filter(|f| f.message.is_some()) {
+        let why = match f.state {
+            FileState::Refused => " (refused by the remote)",
+            FileState::Damaged => " (a damaged record)",
+            _ => "",
+        };
         eprintln!(
-            "paralog: NOT DRAINED: {}: {}",
+            "paralog: NOT DRAINED{why}: {}: {}",
             f.path,
             f.message.as_deref().unwrap_or("")
         );

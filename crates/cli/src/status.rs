@@ -100,6 +100,7 @@ fn state_name(s: FileState) -> &'static str {
         FileState::Draining => "draining",
         FileState::Retrying => "RETRYING",
         FileState::Damaged => "DAMAGED",
+        FileState::Refused => "REFUSED",
     }
 }
 

@@ -61,8 +61,11 @@ struct Entry {
     attempts: u32,
     /// Why the last attempt failed (retrying), or why the file is parked.
     error: Option<String>,
-    /// A damaged epoch: nothing more of this file is drained.
+    /// A damaged epoch, or a remote that refuses the file for good:
+    /// nothing more of this file is drained.
     damaged: bool,
+    /// It is the remote that refused (not a damaged record).
+    refused: bool,
 }
 
 #[derive(Default)]
@@ -251,7 +254,9 @@ impl Server {
             .files
             .values()
             .map(|e| {
-                let state = if e.damaged {
+                let state = if e.refused {
+                    FileState::Refused
+                } else if e.damaged {
                     FileState::Damaged
                 } else if e.busy {
                     FileState::Draining
@@ -294,9 +299,10 @@ impl Server {
             rate_bps: overall,
             eta_s: eta(bytes_pending, overall),
             idle: s.idle(),
+            // Files that will not be drained, whatever the reason.
             damaged: files
                 .iter()
-                .filter(|f| f.state == FileState::Damaged)
+                .filter(|f| matches!(f.state, FileState::Damaged | FileState::Refused))
                 .count(),
             retrying: files
                 .iter()
@@ -416,6 +422,7 @@ fn worker(inner: &Inner) {
                 let msg = err.to_string();
                 tracing::error!(file = %e.path, error = %msg, "drain stopped for this file; its local data is kept");
                 e.damaged = true;
+                e.refused = matches!(err, DrainError::Remote(_));
                 e.error = Some(msg);
                 requeue = false;
             }

@@ -33,6 +33,9 @@ pub enum FileState {
     Retrying,
     /// A local epoch failed its checks: it and later epochs stay local.
     Damaged,
+    /// The remote refuses this file for good (no such bucket, access
+    /// denied): nothing more is tried; every local byte is kept.
+    Refused,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
