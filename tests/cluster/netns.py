@@ -25,13 +25,12 @@ launcher itself runs in the hub, so that every node is remote to it.
   subnet and `--mca pml ob1 --mca btl tcp,self`: vader names its segments
   after the host name and the job id, so ranks of two namespaces that share
   the host name and a local rank collide (the application segfaulted in
-  mca_btl_vader_poll_handle_frag). The application also gets
-  `--mca sharedfp individual`: with ranks on more than one node OMPIO picks
-  sharedfp `lockedfile`, whose MPI_File_open makes rank 0 create
-  `FILE-<jobid>-<pid>.lock` next to the file; under capture that file
-  exists only in node n0's log, the ranks of the other nodes cannot open
-  it, and MPI_File_open fails with MPI_ERR_IO or hangs (a limitation of
-  capture on real clusters too; tests/cluster/run.py cannot see it, its
+  mca_btl_vader_poll_handle_frag). With ranks on more than one node OMPIO
+  picks sharedfp `lockedfile`, whose MPI_File_open makes rank 0 create
+  `FILE-<jobid>-<pid>.lock` next to the file; capture passes that file
+  through to the file system, so every node's ranks open it (before, it
+  existed only in node n0's log and MPI_File_open failed with MPI_ERR_IO
+  or hung on the other nodes; tests/cluster/run.py cannot see it, its
   simulated nodes being one Open MPI node, where OMPIO picks sharedfp sm).
 - MPICH 4.0.2 (Hydra, ch4:ucx): `mpirun.mpich -launcher ssh -launcher-exec
   SCRIPT -localhost 10.231.7.254 -hosts IP:SLOTS,...` (-localhost: the
@@ -263,7 +262,7 @@ exec ip netns exec "$ns" env PARALOG_NODE="$node" /bin/sh -c "$*"
                "--mca", "oob_tcp_if_include", self.cidr, "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
                "--mca", "btl_tcp_if_include", self.cidr, "--host", hosts, "-n", str(np)]
         if app:
-            cmd += ["--mca", "io", "ompio", "--mca", "sharedfp", "individual"]
+            cmd += ["--mca", "io", "ompio"]
         return cmd
 
     def env(self, extra=None):
