@@ -19,6 +19,12 @@
 //! access denied, bad credentials) are permanent. Endpoint, region and
 //! credentials come from the standard AWS environment and configuration
 //! files; credentials are never logged.
+//!
+//! In a server job the servers of several nodes build one object together
+//! ([`PartedBackend`]): the leader plans the version and creates the
+//! upload, each server uploads the parts it owns through its own sink on
+//! the shared upload id, and the leader completes the upload from every
+//! server's part list (docs/s3.md, docs/cluster.md).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
