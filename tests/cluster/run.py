@@ -281,6 +281,45 @@ def s3_parts_case(remotes, flavour, nodes, upload):
     return run
 
 
+def s3_outage_case(remotes, flavour):
+    """MinIO dies while the servers share an upload and comes back 15 s
+    later (longer than the SDK's own retries): the servers agree on a
+    retry, the leader's abort fails (MinIO is down), and a later attempt
+    must first abort what the failed one left, then make the file whole.
+    No unfinished upload may remain."""
+    def run(work):
+        nodes, np = 2, 2 * RANKS_PER_NODE
+        args = ["--epochs=2", "--kib=16384"]
+        ref = work / "direct"
+        direct(flavour, "epochs", args, ref, np)
+        url, aws = remotes.make("s3", work)
+        bucket = url.removeprefix("s3://").split("/")[0]
+        c = Cluster(work, flavour, nodes, url + "?part_size=5M", aws)
+        minio = remotes.minio
+        try:
+            c.run_app("epochs", args, c.prefix)  # no server yet: the logs wait
+            c.start_servers()
+            time.sleep(0.2)
+            minio.kill()
+            time.sleep(15)
+            minio.start()
+            said = c.wait(timeout=300)
+        finally:
+            if minio.p is None or minio.p.poll() is not None:
+                minio.start()
+            c.stop()
+        got = work / "got"
+        remotes.fetch("s3", url, ["epochs.dat"], got)
+        compare(ref, got, False)
+        left = minio.uploads(bucket, "out/epochs.dat")
+        check(not left, f"unfinished uploads remain: {left}")
+        log = c.tail(200000)
+        retried = log.count("drain failed; local data kept, retrying")
+        check(retried > 0, f"the outage never reached the servers (the upload ended first?): {log[-800:]}")
+        return f"equal direct MPI-IO after {retried} failed attempt(s); no unfinished upload left"
+    return run
+
+
 def server_killed_case(remotes, kind, flavour, parts=False):
     """Node n1's server dies in the middle of writing an epoch's bytes.
     parts: an S3 upload of several parts, shared by the servers; n1 dies
@@ -450,6 +489,7 @@ def main():
                                   s3_parts_case(remotes, flavour, nodes, upload)))
             for kind in ("posix", "objstore", "s3"):
                 cases.append((f"{flavour} server killed mid-drain {kind}", server_killed_case(remotes, kind, flavour)))
+            cases.append((f"{flavour} s3 outage in a shared upload", s3_outage_case(remotes, flavour)))
             cases.append((f"{flavour} server killed mid-drain s3 parts",
                           server_killed_case(remotes, "s3", flavour, parts=True)))
             cases.append((f"{flavour} application killed on one node", app_killed_case(remotes, "posix", flavour)))

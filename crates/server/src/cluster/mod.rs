@@ -386,16 +386,7 @@ impl Coordinator {
                 // Recovery: what an interrupted drain left half-done on the
                 // remote (S3 multipart uploads) goes before anything else.
                 for f in &files {
-                    match self.backend(f).map(|b| b.abort_stale(&f.rel)) {
-                        Ok(Ok(0)) => {}
-                        Ok(Ok(n)) => {
-                            tracing::info!(file = %f.name(), uploads = n, "aborted unfinished uploads")
-                        }
-                        Ok(Err(e)) => {
-                            tracing::warn!(file = %f.name(), error = %e, "aborting unfinished uploads failed")
-                        }
-                        Err(e) => tracing::warn!(file = %f.name(), error = %e, "no remote"),
-                    }
+                    self.abort_stale(f);
                 }
             }
             let mut worked = false;
@@ -447,6 +438,12 @@ impl Coordinator {
                 {
                     retrying.push(f.name());
                     continue;
+                }
+                if self.backoff.contains_key(&key) && self.leader() {
+                    // A retry: what the failed attempt may have left on the
+                    // remote (an S3 upload whose abort failed too) goes
+                    // first. Only the leader starts and ends uploads.
+                    self.abort_stale(f);
                 }
                 // Only the first group of a file that had nothing drained
                 // starts from no object; the next ones from what it made.
@@ -516,6 +513,21 @@ impl Coordinator {
         self.ctl.changed.notify_all();
         self.dog.watch(|| self.comm.barrier())?;
         Ok(t)
+    }
+
+    /// Remove what an interrupted drain of `f` left on the remote (S3:
+    /// its unfinished multipart uploads); best effort, said in the log.
+    fn abort_stale(&self, f: &GlobalFile) {
+        match self.backend(f).map(|b| b.abort_stale(&f.rel)) {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => {
+                tracing::info!(file = %f.name(), uploads = n, "aborted unfinished uploads")
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(file = %f.name(), error = %e, "aborting unfinished uploads failed")
+            }
+            Err(e) => tracing::warn!(file = %f.name(), error = %e, "no remote"),
+        }
     }
 
     fn delete_all_drained(&self) -> Result<(), paralog_log::LogError> {
