@@ -98,6 +98,10 @@ _spec.loader.exec_module(cluster_run)
 
 BIN = ROOT / "target/release/paralog"
 PREFIX = "plcl-"
+# What Open MPI says when its launch over the namespaces failed before any
+# process of the job ran.
+LAUNCH_FAILURES = ("ORTE does not know how to route", "ORTE was unable to reliably start",
+                   "daemon on the local node", "connection back to mpirun")
 
 
 def ip(*args, check_rc=True):
@@ -229,15 +233,30 @@ exec ip netns exec "$ns" env PARALOG_NODE="$node" /bin/sh -c "$*"
         except FileNotFoundError:
             pass
 
-    def kill_nodes(self):
+    def kill_nodes(self, but_servers=False):
         """Every process in the nodes' namespaces (a failed launch's daemons,
-        which detach from the launcher)."""
+        which detach from the launcher); but_servers: not `paralog server`
+        processes nor the daemons they run under (a server job that runs)."""
         for ns in self.ns:
             for pid in ip("netns", "pids", ns, check_rc=False).stdout.split():
+                if but_servers and self.serves(pid):
+                    continue
                 try:
                     os.kill(int(pid), signal.SIGKILL)
                 except (ProcessLookupError, ValueError):
                     pass
+
+    @staticmethod
+    def serves(pid):
+        """Whether a process is a `paralog server` or an ancestor of one."""
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            return False
+        if argv and argv[0].endswith(b"paralog") and b"server" in argv[1:3]:
+            return True
+        return any(Net.serves(k) for k in kids)
 
     def counters(self):
         """(rx, tx) bytes of every node's eth0."""
@@ -365,7 +384,21 @@ class NetCluster:
         np = self.net.nodes * self.rpn
         cmd = self.net.launcher(self.flavour, self.rpn, np, app=True) + [
             str(cluster_run.program(self.flavour, prog)), str(self.prefix), *args]
-        return sh(cmd, env=env, timeout=timeout)
+        for attempt in (1, 2):
+            r = sh(cmd, env=env, timeout=timeout, check_rc=False)
+            if r.returncode == 0:
+                return r
+            said = r.stdout + r.stderr
+            # Open MPI's launch over the namespaces fails now and then before
+            # any rank runs (a daemon it cannot route to, as for the server
+            # job above): then, and only if no rank captured anything, the
+            # program is started once more.
+            launch = any(m in said for m in LAUNCH_FAILURES)
+            captured = any(p.is_file() for p in (self.work / "local").glob("*/t/**/*"))
+            if attempt == 2 or not launch or captured:
+                raise Failed(f"{' '.join(cmd)[:300]} exited {r.returncode}: {said.strip()[-800:]}")
+            print(f"  (the application's launch failed, starting it again: {said.strip()[-200:]})", flush=True)
+            self.net.kill_nodes(but_servers=True)
 
     def wait(self, timeout=240):
         """`paralog wait` on node n0, inside its namespace: the epochs and
