@@ -418,13 +418,7 @@ class NetCluster:
         r = sh(self.net.exec_in(0) + ["env", "PARALOG_NODE=n0", str(BIN), "wait", "--local", self.local,
                                       "--job", "t", "--timeout", str(timeout)],
                env=cluster_run.mpi_env(), check_rc=False, timeout=timeout + 30)
-        check(r.returncode == 0, f"paralog wait exited {r.returncode}: {r.stdout}{r.stderr}\n{self.tail()}")
-        try:
-            rc = self.servers.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            raise Failed(f"the server job did not exit after paralog wait: {self.tail()}")
-        check(rc == 0, f"server job exited {rc}: {self.tail()}")
-        return r.stdout.strip()
+        return cluster_run.waited(r, self.servers, self.tail)
 
     def stop(self):
         if self.servers and self.servers.poll() is None:

@@ -141,19 +141,25 @@ class Cluster:
         """`paralog wait` on one node; then the server job must end, cleanly."""
         r = sh([BIN, "wait", "--local", self.local, "--job", "t", "--timeout", str(timeout)],
                env=self.env({"PARALOG_NODE": "n0"}), check_rc=False, timeout=timeout + 30)
-        check(r.returncode == 0, f"paralog wait exited {r.returncode}: {r.stdout}{r.stderr}\n{self.tail()}")
-        try:
-            rc = self.servers.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            raise Failed(f"the server job did not exit after paralog wait: {self.tail()}")
-        check(rc == 0, f"server job exited {rc}: {self.tail()}")
-        return r.stdout.strip()
+        return waited(r, self.servers, self.tail)
 
     def stop(self):
         if self.servers and self.servers.poll() is None:
             common.kill_tree(self.servers)
         if self.servers:
             self.log.close()
+
+
+def waited(r, servers, tail):
+    """What `paralog wait` (result `r`) said, once it succeeded and the
+    server job then ended cleanly."""
+    check(r.returncode == 0, f"paralog wait exited {r.returncode}: {r.stdout}{r.stderr}\n{tail()}")
+    try:
+        rc = servers.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        raise Failed(f"the server job did not exit after paralog wait: {tail()}")
+    check(rc == 0, f"server job exited {rc}: {tail()}")
+    return r.stdout.strip()
 
 
 def program(flavour, prog):

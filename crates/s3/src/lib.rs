@@ -264,14 +264,7 @@ impl S3Backend {
                     continue;
                 }
                 if let Some(id) = u.upload_id() {
-                    self.client
-                        .abort_multipart_upload()
-                        .bucket(&self.bucket)
-                        .key(key)
-                        .upload_id(id)
-                        .send()
-                        .await
-                        .map_err(|e| self.err(key, "abort multipart upload", e))?;
+                    self.abort(key, id).await?;
                     n += 1;
                 }
             }
@@ -578,18 +571,22 @@ impl S3Backend {
         })
     }
 
+    async fn abort(&self, key: &str, id: &str) -> Result<(), BackendError> {
+        self.client
+            .abort_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(id)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.err(key, "abort multipart upload", e))
+    }
+
+    /// Best effort: a failed epoch leaves no upload behind.
     fn abort_upload(&self, key: &str, id: &str) {
-        let r = self.rt.block_on(async {
-            self.client
-                .abort_multipart_upload()
-                .bucket(&self.bucket)
-                .key(key)
-                .upload_id(id)
-                .send()
-                .await
-        });
-        if let Err(e) = r {
-            tracing::warn!(key = %key, code = ?e.code(), "could not abort a failed multipart upload; `paralog recover` will");
+        if let Err(e) = self.rt.block_on(self.abort(key, id)) {
+            tracing::warn!(key = %key, error = %e, "could not abort a failed multipart upload; the next attempt or `paralog recover` will");
         }
     }
 }

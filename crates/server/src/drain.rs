@@ -190,6 +190,16 @@ pub fn drain_file(
     Ok(n)
 }
 
+/// The operation that gives the file the size its epochs leave: exactly
+/// that size after a set-size, else at least it.
+pub(crate) fn size_op(lf: &paralog_log::LogicalFile) -> RemoteOp<'static> {
+    if lf.size.size_set {
+        RemoteOp::SetSize(lf.size.min_size)
+    } else {
+        RemoteOp::Preallocate(lf.size.min_size)
+    }
+}
+
 /// Apply consecutive committed epochs of one open (one epoch, or a whole
 /// open for a backend that wants them together) as one new remote state:
 /// verify, apply, make durable, record progress at the last, then delete.
@@ -270,13 +280,8 @@ fn drain_epochs(
                 bytes += n as u64;
             }
         }
-        let size_op = if lf.size.size_set {
-            RemoteOp::SetSize(lf.size.min_size)
-        } else {
-            RemoteOp::Preallocate(lf.size.min_size)
-        };
         // Also creates the file for an epoch without data (it was opened).
-        sink.apply(size_op).map_err(DrainError::Remote)?;
+        sink.apply(size_op(&lf)).map_err(DrainError::Remote)?;
     }
     failpoint::hit("drain.before_fsync");
     sink.commit().map_err(DrainError::Remote)?;

@@ -27,32 +27,8 @@ impl Coordinator {
         reader: &mut SourceReader,
     ) -> Result<(u64, Option<StepError>), ClusterError> {
         let me = self.comm.rank();
-        let w = self.cfg.buf_bytes as u64;
-        // This server's blocks, in offset order, cut into windows of at
-        // most `w` bytes.
-        let mut windows: Vec<Vec<(u64, u64, usize, u64)>> = Vec::new();
-        let mut cur = Vec::new();
-        let mut cur_bytes = 0u64;
-        for (off, len, piece) in lf.pieces() {
-            let src = &lf.sources[piece.source];
-            if g.owner.get(&(src.epoch.0, src.rank)) != Some(&me) {
-                continue;
-            }
-            let mut done = 0;
-            while done < len {
-                let n = (len - done).min(w - cur_bytes);
-                cur.push((off + done, n, piece.source, piece.skip + done));
-                cur_bytes += n;
-                done += n;
-                if cur_bytes == w {
-                    windows.push(std::mem::take(&mut cur));
-                    cur_bytes = 0;
-                }
-            }
-        }
-        if !cur.is_empty() {
-            windows.push(cur);
-        }
+        // This server's blocks, in offset order, in windows.
+        let windows = super::windows(g, lf, self.cfg.buf_bytes as u64, Some(me));
         let mut rounds = [windows.len() as i64];
         self.dog
             .watch(|| self.comm.allreduce(&mut rounds, Reduce::Max))?;
@@ -81,7 +57,7 @@ impl Coordinator {
             data.clear();
             blocks.clear();
             if failed.is_none() {
-                for &(off, n, source, skip) in windows.get(k).into_iter().flatten() {
+                for &(off, n, source, skip, _) in windows.get(k).into_iter().flatten() {
                     let at = data.len();
                     data.resize(at + n as usize, 0);
                     if let Err(e) = reader.read(&lf.sources[source], skip, &mut data[at..]) {

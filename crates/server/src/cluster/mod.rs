@@ -708,26 +708,11 @@ impl Coordinator {
         // and every collective write lands inside the file: ROMIO's
         // two-phase write fills a hole past the end with stale buffer
         // bytes (tests/mpi/README.md), inside the file it reads zeros.
-        let shaped = (|| -> Result<(), StepError> {
-            if !self.leader() {
-                return Ok(());
-            }
-            let mut s = backend.begin(&f.rel, shape).map_err(remote_error)?;
-            if lf.deleted {
-                s.apply(RemoteOp::Delete).map_err(remote_error)?;
-            } else {
-                if let Some(c) = lf.size.base_cut {
-                    s.apply(RemoteOp::SetSize(c)).map_err(remote_error)?;
-                }
-                s.apply(if lf.size.size_set {
-                    RemoteOp::SetSize(lf.size.min_size)
-                } else {
-                    RemoteOp::Preallocate(lf.size.min_size)
-                })
-                .map_err(remote_error)?;
-            }
-            s.commit().map_err(remote_error)
-        })();
+        let shaped = if self.leader() {
+            shape_version(backend, &f.rel, shape, lf, None)
+        } else {
+            Ok(())
+        };
         if let Some(e) = self.agree(shaped.err())? {
             return Ok(Err(e));
         }
@@ -739,40 +724,30 @@ impl Coordinator {
             let mut sink = None;
             let mut buf: Vec<u8> = Vec::new();
             let mut copy = true;
-            for (off, len, piece) in lf.pieces() {
-                let src = &lf.sources[piece.source];
-                if g.owner.get(&(src.epoch.0, src.rank)) != Some(&me) {
-                    continue;
-                }
+            let w = self.cfg.buf_bytes as u64;
+            for &(off, n, source, skip, _) in windows(g, lf, w, Some(me)).iter().flatten() {
+                let src = &lf.sources[source];
                 let s = match &mut sink {
                     Some(s) => s,
                     None => sink.insert(backend.begin(&f.rel, shape).map_err(remote_error)?),
                 };
-                let mut done = 0;
-                while done < len {
-                    let n = (len - done).min(self.cfg.buf_bytes as u64);
-                    if copy {
-                        let file = reader
-                            .verified_file(src)
-                            .map_err(|e| StepError::Park(e.to_string()))?;
-                        let at = src.extent.log_pos + piece.skip + done;
-                        copy = s.copy_from(file, at, n, off + done).map_err(remote_error)?;
-                    }
-                    if !copy {
-                        buf.resize(n as usize, 0);
-                        reader
-                            .read(src, piece.skip + done, &mut buf)
-                            .map_err(|e| StepError::Park(e.to_string()))?;
-                        s.apply(RemoteOp::Write {
-                            off: off + done,
-                            data: &buf,
-                        })
-                        .map_err(remote_error)?;
-                    }
-                    crate::failpoint::hit("cluster.mid_write");
-                    done += n;
-                    mine += n;
+                if copy {
+                    let file = reader
+                        .verified_file(src)
+                        .map_err(|e| StepError::Park(e.to_string()))?;
+                    let at = src.extent.log_pos + skip;
+                    copy = s.copy_from(file, at, n, off).map_err(remote_error)?;
                 }
+                if !copy {
+                    buf.resize(n as usize, 0);
+                    reader
+                        .read(src, skip, &mut buf)
+                        .map_err(|e| StepError::Park(e.to_string()))?;
+                    s.apply(RemoteOp::Write { off, data: &buf })
+                        .map_err(remote_error)?;
+                }
+                crate::failpoint::hit("cluster.mid_write");
+                mine += n;
             }
             if let Some(s) = sink {
                 s.commit().map_err(remote_error)?;
@@ -789,10 +764,15 @@ impl Coordinator {
         if let Some(e) = self.agree(writes.err())? {
             return Ok(Err(e));
         }
+        Ok(Ok(self.sum(mine)?))
+    }
+
+    /// Every server's count, added up (on every server).
+    fn sum(&self, mine: u64) -> Result<u64, MpiError> {
         let mut v = [mine as i64];
         self.dog
             .watch(|| self.comm.allreduce(&mut v, Reduce::Sum))?;
-        Ok(Ok(v[0] as u64))
+        Ok(v[0] as u64)
     }
 
     /// An object remote: the leader makes the new version from bytes that
@@ -808,29 +788,7 @@ impl Coordinator {
     ) -> Result<Result<u64, StepError>, ClusterError> {
         let me = self.comm.rank();
         let nodes = self.comm.size();
-        // The pieces, cut to window size, and grouped into windows.
-        let w = self.cfg.buf_bytes as u64;
-        let mut windows: Vec<Vec<Chunk>> = Vec::new();
-        let mut cur = Vec::new();
-        let mut cur_bytes = 0u64;
-        for (off, len, piece) in lf.pieces() {
-            let src = &lf.sources[piece.source];
-            let owner = g.owner[&(src.epoch.0, src.rank)];
-            let mut done = 0;
-            while done < len {
-                let n = (len - done).min(w - cur_bytes);
-                cur.push((off + done, n, piece.source, piece.skip + done, owner));
-                cur_bytes += n;
-                done += n;
-                if cur_bytes == w {
-                    windows.push(std::mem::take(&mut cur));
-                    cur_bytes = 0;
-                }
-            }
-        }
-        if !cur.is_empty() {
-            windows.push(cur);
-        }
+        let windows = windows(g, lf, self.cfg.buf_bytes as u64, None);
         let mut sink = None;
         let begin = (|| -> Result<(), StepError> {
             if self.leader() {
@@ -947,12 +905,7 @@ impl Coordinator {
                 return Ok(());
             };
             if !lf.deleted {
-                let op = if lf.size.size_set {
-                    RemoteOp::SetSize(lf.size.min_size)
-                } else {
-                    RemoteOp::Preallocate(lf.size.min_size)
-                };
-                s.apply(op).map_err(remote_error)?;
+                s.apply(crate::drain::size_op(lf)).map_err(remote_error)?;
             }
             s.commit().map_err(remote_error)
         })();
@@ -966,6 +919,61 @@ impl Coordinator {
 /// A piece of a window: (file offset, length, source, offset in the
 /// source, node that holds the source).
 type Chunk = (u64, u64, usize, u64, usize);
+
+/// The merged file's pieces (of node `only`'s logs, or all), in offset
+/// order, cut into windows of at most `w` bytes.
+fn windows(g: &Group, lf: &LogicalFile, w: u64, only: Option<usize>) -> Vec<Vec<Chunk>> {
+    let mut windows = Vec::new();
+    let mut cur = Vec::new();
+    let mut cur_bytes = 0u64;
+    for (off, len, piece) in lf.pieces() {
+        let src = &lf.sources[piece.source];
+        let owner = g.owner[&(src.epoch.0, src.rank)];
+        if only.is_some_and(|n| n != owner) {
+            continue;
+        }
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(w - cur_bytes);
+            cur.push((off + done, n, piece.source, piece.skip + done, owner));
+            cur_bytes += n;
+            done += n;
+            if cur_bytes == w {
+                windows.push(std::mem::take(&mut cur));
+                cur_bytes = 0;
+            }
+        }
+    }
+    if !cur.is_empty() {
+        windows.push(cur);
+    }
+    windows
+}
+
+/// The leader's steps that give a new version its shape: the deletion,
+/// or the cut, the bytes other servers stored (`placed`, the object
+/// layout), and the size; then made durable.
+fn shape_version(
+    backend: &dyn Backend,
+    rel: &[u8],
+    shape: &paralog_backend::EpochShape,
+    lf: &LogicalFile,
+    placed: Option<&[u8]>,
+) -> Result<(), StepError> {
+    let mut s = backend.begin(rel, shape).map_err(remote_error)?;
+    if lf.deleted {
+        s.apply(RemoteOp::Delete).map_err(remote_error)?;
+    } else {
+        if let Some(c) = lf.size.base_cut {
+            s.apply(RemoteOp::SetSize(c)).map_err(remote_error)?;
+        }
+        if let Some(p) = placed {
+            s.place(p).map_err(remote_error)?;
+        }
+        s.apply(crate::drain::size_op(lf)).map_err(remote_error)?;
+    }
+    s.commit().map_err(remote_error)
+}
 
 fn write_progress(dir: &Path, (gen, epoch): (u64, u64)) -> Result<(), paralog_log::LogError> {
     let path = dir.join(layout::PROGRESS_FILE);
