@@ -103,7 +103,7 @@ bench-micro: build setup-bench
 	/usr/bin/python3 bench/micro.py $(MICRO_FLAGS)
 
 # Drain with many nodes (network namespaces; needs root): docs/benchmarks.md section 8.
-bench-cluster: build
+bench-cluster: build setup-test
 	/usr/bin/python3 bench/cluster_drain.py $(CLUSTER_FLAGS)
 
 clean:
