@@ -571,7 +571,7 @@ impl State {
                     return Err(libc::EIO);
                 }
                 match v.read(&h.path, r.off, &mut dst[..keep]) {
-                    Err(libc::ENOENT) if attempt == 0 => {
+                    Err(libc::ENOENT) if attempt < 20 => {
                         h.view = None;
                         attempt += 1;
                     }

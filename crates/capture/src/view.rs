@@ -123,7 +123,7 @@ pub fn committed(
         let scanned = FileInventory::scan_path(local, job, rel).and_then(|inv| match inv {
             None => Ok((LogicalFile::default(), true, None)),
             Some(inv) if unreadable => match inv.logical_file_whole() {
-                Ok(lf) => Ok((lf, inv.complete_locally()?, None)),
+                Ok(lf) => Ok((lf, inv.complete_locally_whole()?, None)),
                 // Drained to S3 and not all of it is here (another node of
                 // the job holds the rest, or its records went): the open
                 // goes on with what this node knows; a read of the rest

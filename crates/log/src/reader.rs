@@ -483,8 +483,30 @@ impl FileInventory {
     /// Whether this node holds every rank's manifest of every committed epoch
     /// (one node ran all ranks): only then is [`Self::logical_file`] the
     /// whole file rather than this node's part of it.
+    ///
+    /// Epochs up to the progress record do not count: they are in the
+    /// remote file, and the drain deletes their records one rank after
+    /// another, so a scan in the middle of that deletion sees some ranks'
+    /// manifests and not others. The progress record is read after the
+    /// listing and written before any deletion, so every epoch the listing
+    /// saw partly deleted is at or before it.
     pub fn complete_locally(&self) -> Result<bool> {
-        for id in self.committed_epochs()? {
+        self.complete_locally_after(self.progress.map(|p| (p.gen, p.epoch)))
+    }
+
+    /// [`Self::complete_locally`] for [`Self::logical_file_whole`]: drained
+    /// epochs count too (their records are kept for a remote capture cannot
+    /// read).
+    pub fn complete_locally_whole(&self) -> Result<bool> {
+        self.complete_locally_after(None)
+    }
+
+    fn complete_locally_after(&self, drained: Option<EpochId>) -> Result<bool> {
+        for id in self
+            .committed_epochs()?
+            .into_iter()
+            .filter(|id| Some(*id) > drained)
+        {
             let manifests = self.manifests(id)?;
             let comm_size = manifests.first().map_or(0, |(m, _)| m.comm_size as usize);
             if manifests.len() != comm_size {

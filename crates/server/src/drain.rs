@@ -332,6 +332,7 @@ pub(crate) fn delete_epoch(file: &FileInventory, (gen, epoch): EpochId) -> Resul
         }
         paralog_log::durable::sync_dir(&r.dir)?;
         failpoint::hit("drain.mid_delete");
+        failpoint::delete_delay();
     }
     Ok(())
 }

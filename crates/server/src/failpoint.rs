@@ -17,6 +17,22 @@ pub const POINTS: &[&str] = &[
     "drain.mid_delete",
 ];
 
+/// `PARALOG_FAILPOINT_DELETE_DELAY_MS=N`: sleep N ms at each step of a
+/// drained epoch's deletion, so that tests can read through every
+/// intermediate state of it while a real server drains.
+pub fn delete_delay() {
+    static DELAY: OnceLock<Option<std::time::Duration>> = OnceLock::new();
+    let d = DELAY.get_or_init(|| {
+        std::env::var("PARALOG_FAILPOINT_DELETE_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(std::time::Duration::from_millis)
+    });
+    if let Some(d) = d {
+        std::thread::sleep(*d);
+    }
+}
+
 pub fn hit(name: &str) {
     let target = TARGET.get_or_init(|| {
         let v = std::env::var("PARALOG_FAILPOINT").ok()?;

@@ -35,6 +35,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting { name: "PARALOG_STATS", help: "directory where each process writes its capture counters at exit (set by `paralog run` for its summary)", default: None },
     Setting { name: "PARALOG_LOG", help: "log level of `paralog server` and `run` (error, warn, info, debug, trace)", default: Some("info") },
     Setting { name: "PARALOG_FAILPOINT", help: "crash injection for the crash tests: the server kills itself at NAME[:N] (docs/server.md)", default: None },
+    Setting { name: "PARALOG_FAILPOINT_DELETE_DELAY_MS", help: "test hook: the server sleeps this long after deleting each rank's records of a drained epoch, widening the window the read tests probe (docs/server.md)", default: None },
     Setting { name: "PARALOG_MPI", help: "MPI flavour the shim was built for (set by `paralog env`/`run`)", default: None },
 ];
 
