@@ -116,6 +116,7 @@ fn file_json(f: &FileInventory) -> Value {
                             Op::SetSize(n) => json!({ "set_size": n }),
                             Op::Preallocate(n) => json!({ "preallocate": n }),
                             Op::Delete => json!({ "delete": true }),
+                            Op::Phase(p) => json!({ "phase": p }),
                         })
                         .collect()
                 })

@@ -43,6 +43,7 @@ const OP_EXTENT: u8 = 1;
 const OP_SET_SIZE: u8 = 2;
 const OP_PREALLOCATE: u8 = 3;
 const OP_DELETE: u8 = 4;
+const OP_PHASE: u8 = 5;
 
 /// Which open of which file, by which job: the identity shared by every rank.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -60,9 +61,12 @@ pub struct FileIdent {
 /// One entry of a manifest, in the order the rank performed them.
 ///
 /// Extents are the rank's final bytes of one *phase*: the writes between two
-/// size operations, already resolved last-writer-wins. Size operations split
-/// the epoch into phases so that ranks can be merged: phase p of every rank,
-/// then size operation p, then phase p+1 (see docs/format.md, "Merging ranks").
+/// synchronizing points of the program, already resolved last-writer-wins.
+/// Phases are numbered alike on every rank, so that ranks can be merged:
+/// phase p of every rank, then the size operation that ends phase p, then
+/// phase p+1 (see docs/format.md, "Merging ranks"). A size operation ends
+/// its phase; a phase operation says which phase the next extents are in
+/// when it is not the one the size operations imply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
     Extent(Extent),
@@ -73,6 +77,9 @@ pub enum Op {
     /// `unlink`/`MPI_File_delete`: the file no longer exists (a later open
     /// of the path starts from nothing).
     Delete,
+    /// The following extents and size operation belong to this phase (a
+    /// later one than the previous operations imply).
+    Phase(u64),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,6 +147,7 @@ impl Manifest {
                 Op::SetSize(n) => (OP_SET_SIZE, 0, n, 0, 0),
                 Op::Preallocate(n) => (OP_PREALLOCATE, 0, n, 0, 0),
                 Op::Delete => (OP_DELETE, 0, 0, 0, 0),
+                Op::Phase(p) => (OP_PHASE, 0, p, 0, 0),
             };
             out.push(tag);
             out.extend_from_slice(&[0u8; 3]);
@@ -258,6 +266,8 @@ impl Manifest {
         let mut ops = Vec::with_capacity(n_ops);
         // Within one phase the extents are the resolved map: sorted, disjoint.
         let mut phase_end: Option<u64> = None;
+        // The phase the operations so far imply.
+        let mut phase = 0u64;
         for i in 0..n_ops {
             let o = at + i * OP_LEN;
             let tag = bytes[o];
@@ -326,11 +336,29 @@ impl Manifest {
                         ));
                     }
                     phase_end = None;
+                    phase += 1;
                     match tag {
                         OP_SET_SIZE => Op::SetSize(a),
                         OP_PREALLOCATE => Op::Preallocate(a),
                         _ => Op::Delete,
                     }
+                }
+                OP_PHASE => {
+                    if crc != 0 || b != 0 || c != 0 {
+                        return Err(corrupt(
+                            o,
+                            format!("operation {i}: phase operation has nonzero unused fields"),
+                        ));
+                    }
+                    if a <= phase || a > u64::from(u32::MAX) {
+                        return Err(corrupt(
+                            o,
+                            format!("operation {i}: phase {a} does not follow phase {phase}"),
+                        ));
+                    }
+                    phase = a;
+                    phase_end = None;
+                    Op::Phase(a)
                 }
                 other => {
                     return Err(corrupt(

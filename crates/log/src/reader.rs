@@ -702,35 +702,33 @@ pub struct LogicalFile {
 }
 
 impl LogicalFile {
-    /// Merge the ranks of one epoch: for each phase p, every rank's phase-p
-    /// extents (ascending rank breaks ties, which MPI forbids anyway), then
-    /// size operation p, which all ranks that recorded it must agree on.
+    /// Merge the ranks of one epoch: for each phase p in order, every rank's
+    /// phase-p extents (a later phase wins; within a phase ascending rank
+    /// breaks ties: the program gave those writes no order), then the size
+    /// operation ending phase p, which all ranks that recorded it must agree
+    /// on.
     pub fn apply_epoch(&mut self, id: EpochId, manifests: &[(Manifest, PathBuf)]) -> Result<()> {
-        let mut phases: Vec<Vec<(&Manifest, &PathBuf, &Extent)>> = Vec::new();
-        let mut size_ops: Vec<Option<(Op, u32, &PathBuf)>> = Vec::new();
+        type RankExtent<'a> = (&'a Manifest, &'a PathBuf, &'a Extent);
+        let mut phases: BTreeMap<u64, Vec<RankExtent>> = BTreeMap::new();
+        let mut size_ops: BTreeMap<u64, (Op, u32, &PathBuf)> = BTreeMap::new();
         let mut ordered: Vec<&(Manifest, PathBuf)> = manifests.iter().collect();
         ordered.sort_by_key(|(m, _)| m.rank);
         for (m, path) in ordered {
-            let mut phase = 0usize;
+            let mut phase = 0u64;
             for op in &m.ops {
                 match op {
-                    Op::Extent(e) => {
-                        if phases.len() <= phase {
-                            phases.resize_with(phase + 1, Vec::new);
-                        }
-                        phases[phase].push((m, path, e));
-                    }
+                    Op::Extent(e) => phases.entry(phase).or_default().push((m, path, e)),
+                    Op::Phase(p) => phase = *p,
                     Op::SetSize(_) | Op::Preallocate(_) | Op::Delete => {
-                        if size_ops.len() <= phase {
-                            size_ops.resize(phase + 1, None);
-                        }
-                        match size_ops[phase] {
-                            None => size_ops[phase] = Some((*op, m.rank, path)),
-                            Some((other, other_rank, _)) if other != *op => {
+                        match size_ops.get(&phase) {
+                            None => {
+                                size_ops.insert(phase, (*op, m.rank, path));
+                            }
+                            Some((other, other_rank, _)) if other != op => {
                                 return Err(LogError::Inconsistent {
                                     path: path.clone(),
                                     what: format!(
-                                        "epoch {}:{} size operation {phase}: rank {} recorded {op:?}, rank {other_rank} {other:?}",
+                                        "epoch {}:{} size operation ending phase {phase}: rank {} recorded {op:?}, rank {other_rank} {other:?}",
                                         id.0, id.1, m.rank
                                     ),
                                 });
@@ -743,9 +741,11 @@ impl LogicalFile {
             }
         }
         self.deleted = false;
-        let n = phases.len().max(size_ops.len());
-        for p in 0..n {
-            for (m, path, e) in phases.get(p).into_iter().flatten() {
+        let mut order: Vec<u64> = phases.keys().chain(size_ops.keys()).copied().collect();
+        order.sort_unstable();
+        order.dedup();
+        for p in order {
+            for (m, path, e) in phases.get(&p).into_iter().flatten() {
                 let data_path =
                     path.with_file_name(layout::epoch_file_name(id.1, EpochFileKind::Data));
                 self.sources.push(SourceExtent {
@@ -760,7 +760,7 @@ impl LogicalFile {
                 self.size.min_size = self.size.min_size.max(e.file_end());
                 self.deleted = false;
             }
-            match size_ops.get(p).copied().flatten() {
+            match size_ops.get(&p).copied() {
                 Some((Op::SetSize(n), _, _)) => {
                     self.deleted = false;
                     self.map.truncate(n);

@@ -8,6 +8,7 @@
 //! 3. after the agreement (run by the caller) says every rank committed,
 //!    create `e<N>.commit` (the *commit mark*; no fsync, it can be re-derived).
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
@@ -142,7 +143,13 @@ struct EpochState {
     log_end: u64,
     buf: Vec<u8>,
     map: ExtentMap<LogPiece>,
-    size_ops: Vec<Op>,
+    /// Size operations with the phase each ends.
+    size_ops: Vec<(u32, Op)>,
+    /// The current phase: how many synchronizing points (collective calls
+    /// that every rank of the file takes part in, size operations) this
+    /// rank has passed in the epoch. Every rank counts the same points, so
+    /// equal numbers mean the same moment of the program.
+    phase: u32,
 }
 
 impl EpochState {
@@ -296,7 +303,7 @@ impl RankLog {
             durable::pwrite_all(f, data, pos, &path)?;
         }
         self.cur.log_end += len;
-        let phase = self.cur.size_ops.len() as u32;
+        let phase = self.cur.phase;
         // The neighbour the map will glue this write to, if it continues it.
         let joined_crc = self
             .cur
@@ -332,12 +339,12 @@ impl RankLog {
     pub fn set_size(&mut self, size: u64) {
         self.cur.map.truncate(size);
         self.own.truncate(size);
-        self.cur.size_ops.push(Op::SetSize(size));
+        self.size_op(Op::SetSize(size));
     }
 
     /// `MPI_File_preallocate`: the file becomes at least `size` long.
     pub fn preallocate(&mut self, size: u64) {
-        self.cur.size_ops.push(Op::Preallocate(size));
+        self.size_op(Op::Preallocate(size));
     }
 
     /// `unlink`: the file stops existing. Later writes in the same epoch
@@ -345,7 +352,21 @@ impl RankLog {
     pub fn delete(&mut self) {
         self.cur.map.truncate(0);
         self.own.truncate(0);
-        self.cur.size_ops.push(Op::Delete);
+        self.size_op(Op::Delete);
+    }
+
+    /// A size operation ends the current phase (it is collective in MPI).
+    fn size_op(&mut self, op: Op) {
+        self.cur.size_ops.push((self.cur.phase, op));
+        self.cur.phase = self.cur.phase.saturating_add(1);
+    }
+
+    /// A synchronizing point of the program that every rank of the file's
+    /// communicator passes (a collective I/O call, a barrier, another
+    /// collective over a communicator holding all of them): writes after it
+    /// are ordered after every rank's writes before it.
+    pub fn sync_point(&mut self) {
+        self.cur.phase = self.cur.phase.saturating_add(1);
     }
 
     /// Fill `buf` with this rank's own newest bytes at `off`, from any of its
@@ -459,14 +480,13 @@ impl RankLog {
     }
 
     fn build_manifest(&self) -> Result<Manifest> {
-        let phases = self.cur.size_ops.len() + 1;
-        let mut by_phase: Vec<Vec<Extent>> = vec![Vec::new(); phases];
+        let mut by_phase: BTreeMap<u32, Vec<Extent>> = BTreeMap::new();
         for (off, len, piece) in self.cur.map.iter() {
             let crc = match piece.crc {
                 Some(c) => c,
                 None => self.crc_from_log(piece.log_pos, len)?,
             };
-            by_phase[piece.phase as usize].push(Extent {
+            by_phase.entry(piece.phase).or_default().push(Extent {
                 file_off: off,
                 len,
                 log_pos: piece.log_pos,
@@ -474,10 +494,32 @@ impl RankLog {
             });
         }
         let mut ops = Vec::with_capacity(self.cur.map.len() + self.cur.size_ops.len());
-        for (p, extents) in by_phase.into_iter().enumerate() {
-            ops.extend(extents.into_iter().map(Op::Extent));
-            if let Some(op) = self.cur.size_ops.get(p) {
+        // The phase a reader infers (each size operation ends one); a phase
+        // operation says where the next extents belong when it differs.
+        let mut implied = 0u32;
+        let mut size_ops = self.cur.size_ops.iter().peekable();
+        let mut groups = by_phase.into_iter().peekable();
+        loop {
+            let next_size = size_ops.peek().map(|(p, _)| *p);
+            let next_group = groups.peek().map(|(p, _)| *p);
+            let p = match (next_group, next_size) {
+                (None, None) => break,
+                (Some(g), Some(s)) => g.min(s),
+                (Some(g), None) => g,
+                (None, Some(s)) => s,
+            };
+            if p != implied {
+                ops.push(Op::Phase(u64::from(p)));
+                implied = p;
+            }
+            if next_group == Some(p) {
+                let (_, extents) = groups.next().expect("peeked");
+                ops.extend(extents.into_iter().map(Op::Extent));
+            }
+            if next_size == Some(p) {
+                let (_, op) = size_ops.next().expect("peeked");
                 ops.push(*op);
+                implied = p + 1;
             }
         }
         Ok(Manifest {

@@ -26,6 +26,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(file_off, len, pos, crc)| Op::Extent(Extent { file_off, len, log_pos: DATA_HEADER_LEN + pos, crc })),
         1 => (0u64..1 << 20).prop_map(Op::SetSize),
         1 => (0u64..1 << 20).prop_map(Op::Preallocate),
+        1 => (1u64..4).prop_map(Op::Phase),
     ]
 }
 
@@ -41,8 +42,15 @@ fn manifest() -> impl Strategy<Value = Manifest> {
         .prop_map(|(size, rank, gen, epoch, raw)| {
             let mut ops = Vec::new();
             let mut end = 0u64;
+            // The phase the operations imply; a phase operation moves it on.
+            let mut phase = 0u64;
             for op in raw {
                 match op {
+                    Op::Phase(step) => {
+                        phase += step;
+                        end = 0;
+                        ops.push(Op::Phase(phase));
+                    }
                     Op::Extent(mut e) => {
                         if e.file_off < end {
                             e.file_off = end;
@@ -52,6 +60,7 @@ fn manifest() -> impl Strategy<Value = Manifest> {
                     }
                     other => {
                         end = 0;
+                        phase += 1;
                         ops.push(other);
                     }
                 }
@@ -130,6 +139,7 @@ fn check_accepted(bytes: &[u8], m: &Manifest) -> Result<(), TestCaseError> {
     );
     prop_assert!(m.rank < m.comm_size && m.epoch > 0 && m.ident.gen > 0);
     let mut end = 0;
+    let mut phase = 0;
     for op in &m.ops {
         match op {
             Op::Extent(e) => {
@@ -137,7 +147,15 @@ fn check_accepted(bytes: &[u8], m: &Manifest) -> Result<(), TestCaseError> {
                 prop_assert!(e.log_pos >= DATA_HEADER_LEN && e.log_pos + e.len <= m.data_len);
                 end = e.file_end();
             }
-            _ => end = 0,
+            Op::Phase(p) => {
+                prop_assert!(*p > phase, "phases must increase");
+                phase = *p;
+                end = 0;
+            }
+            _ => {
+                phase += 1;
+                end = 0
+            }
         }
     }
     Ok(())

@@ -52,6 +52,37 @@ fn manifest() -> Manifest {
     }
 }
 
+/// A manifest whose phases come from synchronizing points, not only size
+/// operations (issue 12): phase 2 after two barriers, a set size ending
+/// phase 2, then phase 5.
+fn manifest_phases() -> Manifest {
+    let mut m = manifest();
+    m.ops = vec![
+        Op::Extent(Extent {
+            file_off: 0,
+            len: 100,
+            log_pos: 4096,
+            crc: 0x1234_5678,
+        }),
+        Op::Phase(2),
+        Op::Extent(Extent {
+            file_off: 0,
+            len: 50,
+            log_pos: 4196,
+            crc: 0x9abc_def0,
+        }),
+        Op::SetSize(220),
+        Op::Phase(5),
+        Op::Extent(Extent {
+            file_off: 10,
+            len: 150,
+            log_pos: 4246,
+            crc: 0x0bad_cafe,
+        }),
+    ];
+    m
+}
+
 fn data_header() -> DataHeader {
     DataHeader {
         rank: 3,
@@ -88,6 +119,9 @@ fn vectors() -> Vec<(&'static str, Vec<u8>, Check)> {
     vec![
         ("manifest_v1.bin", manifest().encode(), |b, p| {
             Manifest::decode(b, p).is_ok_and(|m| m == manifest())
+        }),
+        ("manifest_phases_v1.bin", manifest_phases().encode(), |b, p| {
+            Manifest::decode(b, p).is_ok_and(|m| m == manifest_phases())
         }),
         ("data_header_v1.bin", data_header().encode(), |b, p| {
             DataHeader::decode(b, p).is_ok_and(|h| h == data_header())
@@ -162,6 +196,22 @@ fn manifest_vector_fields() {
         u64::from_le_bytes(bytes[op3 + 8..op3 + 16].try_into().unwrap()),
         1 << 40
     );
+}
+
+#[test]
+fn phase_operations_must_move_forward() {
+    let path = dir().join("manifest_phases_v1.bin");
+    for bad in [
+        vec![Op::Phase(0)],
+        vec![Op::SetSize(1), Op::Phase(1)],
+        vec![Op::Phase(3), Op::Phase(3)],
+        vec![Op::Phase(1 << 33)],
+    ] {
+        let mut m = manifest_phases();
+        m.ops = bad.clone();
+        let e = Manifest::decode(&m.encode(), &path).expect_err("accepted");
+        assert!(e.to_string().contains("phase"), "{bad:?}: {e}");
+    }
 }
 
 #[test]
