@@ -30,6 +30,7 @@ extern int paralog_mpi_complete(int64_t handle, uint64_t global_size);
 extern int paralog_mpi_set_size(int64_t handle, uint64_t size);
 extern int paralog_mpi_preallocate(int64_t handle, uint64_t size);
 extern void paralog_mpi_release(int64_t handle);
+extern void paralog_mpi_sync_point(int64_t handle);
 extern void paralog_report(const char *msg);
 
 enum { OPEN_WRITE = 1, OPEN_CREATE = 2 };
@@ -76,7 +77,9 @@ static void *mpi_sym(const char *name) { return lookup(name, 0); }
 #define OP_MAX OMPI_HANDLE(MPI_Op, "ompi_mpi_op_max")
 #define TYPE_INT64 OMPI_HANDLE(MPI_Datatype, "ompi_mpi_int64_t")
 #define INFO_NULL OMPI_HANDLE(MPI_Info, "ompi_mpi_info_null")
+#define COMM_NULL OMPI_HANDLE(MPI_Comm, "ompi_mpi_comm_null")
 #else
+#define COMM_NULL MPI_COMM_NULL
 #define OP_MAX MPI_MAX
 #define TYPE_INT64 MPI_INT64_T
 #define INFO_NULL MPI_INFO_NULL
@@ -99,6 +102,57 @@ REAL(int, PMPI_Info_set, (MPI_Info, const char *, const char *))
 REAL(int, PMPI_Info_free, (MPI_Info *))
 REAL(int, PMPI_Info_get, (MPI_Info, const char *, int, char *, int *))
 REAL(int, PMPI_File_get_info, (MPI_File, MPI_Info *))
+REAL(int, PMPI_Comm_compare, (MPI_Comm, MPI_Comm, int *))
+REAL(int, PMPI_Comm_test_inter, (MPI_Comm, int *))
+REAL(int, PMPI_Comm_group, (MPI_Comm, MPI_Group *))
+REAL(int, PMPI_Group_intersection, (MPI_Group, MPI_Group, MPI_Group *))
+REAL(int, PMPI_Group_size, (MPI_Group, int *))
+REAL(int, PMPI_Group_free, (MPI_Group *))
+REAL(int, PMPI_Get_library_version, (char *, int *))
+
+/* ---- the MPI the shim was built for, and the one in the process -------- */
+
+#ifdef OPEN_MPI
+#define BUILT_FOR "Open MPI"
+#define OTHER_FLAVOUR "MPICH"
+#define BUILT_FLAG "openmpi"
+#define OTHER_FLAG "mpich"
+#else
+#define BUILT_FOR "MPICH"
+#define OTHER_FLAVOUR "Open MPI"
+#define BUILT_FLAG "mpich"
+#define OTHER_FLAG "openmpi"
+#endif
+
+/* 1 when the process's MPI is the one this shim was compiled against. A
+ * shim of the other flavour passes its own constants (MPI_INFO_NULL,
+ * MPI_INT64_T, ...) to the wrong library and crashes it: find out first,
+ * from the library's own version string, and refuse with a clear line. */
+static int flavour_ok(void) {
+    static int known = -1;
+    if (known >= 0) return known;
+    if (!real_PMPI_Get_library_version()) return 1; /* no MPI: nothing to check */
+    static char version[8192]; /* MPICH's MPI_MAX_LIBRARY_VERSION_STRING; Open MPI's is 256 */
+    int len = 0;
+    memset(version, 0, sizeof version);
+    if (real_PMPI_Get_library_version()(version, &len) != MPI_SUCCESS) return 1;
+    int is_ompi = strstr(version, "Open MPI") != NULL;
+#ifdef OPEN_MPI
+    known = strstr(version, "MPICH") == NULL || is_ompi;
+#else
+    known = !is_ompi;
+#endif
+    if (!known) {
+        char line[512];
+        snprintf(line, sizeof line,
+                 "the MPI shim in LD_PRELOAD was built for " BUILT_FOR " but this program runs " OTHER_FLAVOUR
+                 " (%.80s): run it with `paralog run --mpi " OTHER_FLAG "` (or `paralog env --mpi " OTHER_FLAG
+                 "`); its MPI files are not opened",
+                 version);
+        paralog_report(line);
+    }
+    return known;
+}
 
 /* PARALOG_VERBOSE=1: say which read-avoiding settings are in force for a
  * captured file, as the MPI library reports them (the tests check it). */
@@ -124,8 +178,10 @@ static void report_hints(MPI_File fh, const char *path) {
 typedef struct {
     MPI_File fh;
     int64_t handle;
-    MPI_Comm agree; /* private duplicate of the file's communicator */
-    char path[64];  /* for messages */
+    MPI_Comm agree;  /* private duplicate of the file's communicator */
+    MPI_Group group; /* its group, to tell which collectives every rank takes part in */
+    int size;
+    char path[64]; /* for messages */
 } entry_t;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -197,6 +253,7 @@ static int agree_max(MPI_Comm comm, int64_t *v, int n) {
 
 static int shim_open(MPI_Comm comm, const char *filename, int amode, MPI_Info info, MPI_File *fh) {
     if (depth || !real_PMPI_File_open()) return real_PMPI_File_open()(comm, filename, amode, info, fh);
+    if (!flavour_ok()) return MPI_ERR_OTHER;
     depth++;
     const char *path = strip_driver(filename);
     int flags = ((amode & (MPI_MODE_WRONLY | MPI_MODE_RDWR)) ? OPEN_WRITE : 0) | ((amode & MPI_MODE_CREATE) ? OPEN_CREATE : 0);
@@ -250,7 +307,8 @@ static int shim_open(MPI_Comm comm, const char *filename, int amode, MPI_Info in
         goto out;
     }
     report_hints(*fh, path);
-    entry_t e = {.fh = *fh, .handle = handle, .agree = agree};
+    entry_t e = {.fh = *fh, .handle = handle, .agree = agree, .size = size};
+    real_PMPI_Comm_group()(agree, &e.group);
     snprintf(e.path, sizeof e.path, "%s", path);
     if (!add(e)) {
         paralog_report("out of memory registering a captured MPI file");
@@ -310,6 +368,7 @@ static int shim_close(MPI_File *fh) {
     drop(e.fh);
     rc = consistency_point(&e, rc);
     paralog_mpi_release(e.handle);
+    real_PMPI_Group_free()(&e.group);
     real_PMPI_Comm_free()(&e.agree);
     depth--;
     return rc;
@@ -342,6 +401,155 @@ static int shim_preallocate(MPI_File fh, MPI_Offset size) {
 
 int MPI_File_preallocate(MPI_File fh, MPI_Offset size) { return shim_preallocate(fh, size); }
 int PMPI_File_preallocate(MPI_File fh, MPI_Offset size) { return shim_preallocate(fh, size); }
+
+/* ---- program order across ranks: synchronizing points ------------------ */
+
+/* Writes of different ranks to the same bytes in one epoch are merged in
+ * the order the program gave them (docs/format.md, "Phases"). The points
+ * that give an order are the ones every rank of the file passes: the
+ * collective I/O calls on the file (start and end), and collectives on a
+ * communicator that holds every rank of the file. Each such point starts a
+ * new phase on every rank alike; the capture library numbers them. */
+
+/* Does `comm` hold every rank of the file (so that every rank of the file
+ * takes part in a collective on it)? */
+static int covers(MPI_Comm comm, const entry_t *e) {
+    static MPI_Comm null;
+    static int null_known;
+    if (!null_known) {
+        null = COMM_NULL;
+        null_known = 1;
+    }
+    if (comm == null) return 0;
+    int cmp, inter = 0, n = 0;
+    if (real_PMPI_Comm_compare()(comm, e->agree, &cmp) != MPI_SUCCESS) return 0;
+    if (cmp == MPI_IDENT || cmp == MPI_CONGRUENT || cmp == MPI_SIMILAR) return 1;
+    if (real_PMPI_Comm_test_inter()(comm, &inter) != MPI_SUCCESS || inter) return 0;
+    if (real_PMPI_Comm_size()(comm, &n) != MPI_SUCCESS || n < e->size) return 0;
+    MPI_Group g, both;
+    if (real_PMPI_Comm_group()(comm, &g) != MPI_SUCCESS) return 0;
+    int common = 0;
+    if (real_PMPI_Group_intersection()(g, e->group, &both) == MPI_SUCCESS) {
+        real_PMPI_Group_size()(both, &common);
+        real_PMPI_Group_free()(&both);
+    }
+    real_PMPI_Group_free()(&g);
+    return common == e->size;
+}
+
+/* A collective on `comm` returned: a new phase for every captured file all
+ * of whose ranks took part. Costs nothing while no MPI file is captured. */
+static void sync_point_comm(MPI_Comm comm) {
+    if (depth || __atomic_load_n(&n_entries, __ATOMIC_RELAXED) == 0) return;
+    depth++;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < n_entries; i++)
+        if (covers(comm, &table[i])) paralog_mpi_sync_point(table[i].handle);
+    pthread_mutex_unlock(&mu);
+    depth--;
+}
+
+static void sync_point_file(MPI_File fh) {
+    entry_t e;
+    if (find(fh, &e)) paralog_mpi_sync_point(e.handle);
+}
+
+REAL(int, PMPI_Barrier, (MPI_Comm c))
+REAL(int, PMPI_Bcast, (void *b, int n, MPI_Datatype t, int root, MPI_Comm c))
+REAL(int, PMPI_Reduce, (const void *s, void *r, int n, MPI_Datatype t, MPI_Op o, int root, MPI_Comm c))
+REAL(int, PMPI_Scan, (const void *s, void *r, int n, MPI_Datatype t, MPI_Op o, MPI_Comm c))
+REAL(int, PMPI_Exscan, (const void *s, void *r, int n, MPI_Datatype t, MPI_Op o, MPI_Comm c))
+REAL(int, PMPI_Allgather, (const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt, MPI_Comm c))
+REAL(int, PMPI_Gather, (const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt, int root, MPI_Comm c))
+REAL(int, PMPI_Scatter, (const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt, int root, MPI_Comm c))
+REAL(int, PMPI_Alltoall, (const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt, MPI_Comm c))
+REAL(int, PMPI_Reduce_scatter, (const void *s, void *r, const int *rn, MPI_Datatype t, MPI_Op o, MPI_Comm c))
+REAL(int, PMPI_Reduce_scatter_block, (const void *s, void *r, int rn, MPI_Datatype t, MPI_Op o, MPI_Comm c))
+REAL(int, PMPI_Allgatherv, (const void *s, int sn, MPI_Datatype st, void *r, const int *rn, const int *rd, MPI_Datatype rt, MPI_Comm c))
+REAL(int, PMPI_Gatherv, (const void *s, int sn, MPI_Datatype st, void *r, const int *rn, const int *rd, MPI_Datatype rt, int root, MPI_Comm c))
+REAL(int, PMPI_Scatterv, (const void *s, const int *sn, const int *sd, MPI_Datatype st, void *r, int rn, MPI_Datatype rt, int root, MPI_Comm c))
+REAL(int, PMPI_Alltoallv, (const void *s, const int *sn, const int *sd, MPI_Datatype st, void *r, const int *rn, const int *rd, MPI_Datatype rt, MPI_Comm c))
+
+/* Wrappers of the collectives: MPI_ and PMPI_ names (Open MPI's Fortran
+ * bindings call the PMPI_ ones). A collective the MPI library makes inside
+ * a wrapped call (depth > 0) is part of that call, not a point of its own. */
+#define COLL(name, params, args, comm)                                     \
+    static int shim_##name params {                                        \
+        if (depth || !real_PMPI_##name()) return real_PMPI_##name() args;  \
+        int rc = real_PMPI_##name() args;                                  \
+        if (rc == MPI_SUCCESS) sync_point_comm(comm);                      \
+        return rc;                                                         \
+    }                                                                      \
+    int MPI_##name params { return shim_##name args; }                     \
+    int PMPI_##name params { return shim_##name args; }
+
+COLL(Barrier, (MPI_Comm c), (c), c)
+COLL(Bcast, (void *b, int n, MPI_Datatype t, int root, MPI_Comm c), (b, n, t, root, c), c)
+COLL(Allreduce, (const void *s, void *r, int n, MPI_Datatype t, MPI_Op o, MPI_Comm c), (s, r, n, t, o, c), c)
+COLL(Reduce, (const void *s, void *r, int n, MPI_Datatype t, MPI_Op o, int root, MPI_Comm c), (s, r, n, t, o, root, c), c)
+COLL(Scan, (const void *s, void *r, int n, MPI_Datatype t, MPI_Op o, MPI_Comm c), (s, r, n, t, o, c), c)
+COLL(Exscan, (const void *s, void *r, int n, MPI_Datatype t, MPI_Op o, MPI_Comm c), (s, r, n, t, o, c), c)
+COLL(Allgather, (const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt, MPI_Comm c),
+     (s, sn, st, r, rn, rt, c), c)
+COLL(Allgatherv,
+     (const void *s, int sn, MPI_Datatype st, void *r, const int *rn, const int *rd, MPI_Datatype rt, MPI_Comm c),
+     (s, sn, st, r, rn, rd, rt, c), c)
+COLL(Gather, (const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt, int root, MPI_Comm c),
+     (s, sn, st, r, rn, rt, root, c), c)
+COLL(Gatherv,
+     (const void *s, int sn, MPI_Datatype st, void *r, const int *rn, const int *rd, MPI_Datatype rt, int root,
+      MPI_Comm c),
+     (s, sn, st, r, rn, rd, rt, root, c), c)
+COLL(Scatter, (const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt, int root, MPI_Comm c),
+     (s, sn, st, r, rn, rt, root, c), c)
+COLL(Scatterv,
+     (const void *s, const int *sn, const int *sd, MPI_Datatype st, void *r, int rn, MPI_Datatype rt, int root,
+      MPI_Comm c),
+     (s, sn, sd, st, r, rn, rt, root, c), c)
+COLL(Alltoall, (const void *s, int sn, MPI_Datatype st, void *r, int rn, MPI_Datatype rt, MPI_Comm c),
+     (s, sn, st, r, rn, rt, c), c)
+COLL(Alltoallv,
+     (const void *s, const int *sn, const int *sd, MPI_Datatype st, void *r, const int *rn, const int *rd,
+      MPI_Datatype rt, MPI_Comm c),
+     (s, sn, sd, st, r, rn, rd, rt, c), c)
+COLL(Reduce_scatter, (const void *s, void *r, const int *rn, MPI_Datatype t, MPI_Op o, MPI_Comm c),
+     (s, r, rn, t, o, c), c)
+COLL(Reduce_scatter_block, (const void *s, void *r, int rn, MPI_Datatype t, MPI_Op o, MPI_Comm c),
+     (s, r, rn, t, o, c), c)
+
+/* Collective calls on a captured file: a point at the start (the call's
+ * writes come after every rank's earlier ones) and at the end. */
+#define FCOLL(name, params, args, fh)                                      \
+    REAL(int, PMPI_File_##name, params)                                    \
+    static int shim_File_##name params {                                   \
+        if (depth || !real_PMPI_File_##name()) return real_PMPI_File_##name() args; \
+        depth++;                                                           \
+        sync_point_file(fh);                                               \
+        int rc = real_PMPI_File_##name() args;                             \
+        sync_point_file(fh);                                               \
+        depth--;                                                           \
+        return rc;                                                         \
+    }                                                                      \
+    int MPI_File_##name params { return shim_File_##name args; }           \
+    int PMPI_File_##name params { return shim_File_##name args; }
+
+FCOLL(write_all, (MPI_File f, const void *b, int n, MPI_Datatype t, MPI_Status *st), (f, b, n, t, st), f)
+FCOLL(write_at_all, (MPI_File f, MPI_Offset o, const void *b, int n, MPI_Datatype t, MPI_Status *st),
+      (f, o, b, n, t, st), f)
+FCOLL(write_all_begin, (MPI_File f, const void *b, int n, MPI_Datatype t), (f, b, n, t), f)
+FCOLL(write_all_end, (MPI_File f, const void *b, MPI_Status *st), (f, b, st), f)
+FCOLL(write_at_all_begin, (MPI_File f, MPI_Offset o, const void *b, int n, MPI_Datatype t), (f, o, b, n, t), f)
+FCOLL(write_at_all_end, (MPI_File f, const void *b, MPI_Status *st), (f, b, st), f)
+FCOLL(write_ordered, (MPI_File f, const void *b, int n, MPI_Datatype t, MPI_Status *st), (f, b, n, t, st), f)
+FCOLL(write_ordered_begin, (MPI_File f, const void *b, int n, MPI_Datatype t), (f, b, n, t), f)
+FCOLL(write_ordered_end, (MPI_File f, const void *b, MPI_Status *st), (f, b, st), f)
+FCOLL(iwrite_all, (MPI_File f, const void *b, int n, MPI_Datatype t, MPI_Request *rq), (f, b, n, t, rq), f)
+FCOLL(iwrite_at_all, (MPI_File f, MPI_Offset o, const void *b, int n, MPI_Datatype t, MPI_Request *rq),
+      (f, o, b, n, t, rq), f)
+FCOLL(read_all, (MPI_File f, void *b, int n, MPI_Datatype t, MPI_Status *st), (f, b, n, t, st), f)
+FCOLL(read_at_all, (MPI_File f, MPI_Offset o, void *b, int n, MPI_Datatype t, MPI_Status *st), (f, o, b, n, t, st), f)
+FCOLL(set_view, (MPI_File f, MPI_Offset d, MPI_Datatype et, MPI_Datatype ft, const char *rep, MPI_Info info),
+      (f, d, et, ft, rep, info), f)
 
 /* ---- process start ------------------------------------------------------ */
 

@@ -173,6 +173,20 @@ pub unsafe extern "C" fn paralog_mpi_preallocate(handle: i64, size: u64) -> c_in
     })
 }
 
+/// A synchronizing point that every rank of the file passes (a collective
+/// I/O call, or a collective on a communicator holding every rank of the
+/// file): this rank's later writes are ordered after every rank's earlier
+/// ones (docs/format.md, "Phases").
+#[no_mangle]
+pub unsafe extern "C" fn paralog_mpi_sync_point(handle: i64) {
+    with_state("MPI synchronizing call", (), |st| {
+        if let Some(log) = st.handles.get_mut(&(handle as u64)).and_then(|h| h.log.as_mut()) {
+            log.sync_point();
+        }
+        Ok(())
+    })
+}
+
 /// MPI_File_close (or a failed open) is done with the handle.
 #[no_mangle]
 pub unsafe extern "C" fn paralog_mpi_release(handle: i64) {
