@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 
 /* The capture library's side (crates/capture/src/mpi.rs). */
@@ -125,9 +126,10 @@ REAL(int, PMPI_Get_library_version, (char *, int *))
 #endif
 
 /* 1 when the process's MPI is the one this shim was compiled against. A
- * shim of the other flavour passes its own constants (MPI_INFO_NULL,
- * MPI_INT64_T, ...) to the wrong library and crashes it: find out first,
- * from the library's own version string, and refuse with a clear line. */
+ * shim of the other flavour cannot even forward a call: its handle types
+ * differ (MPICH's are ints, Open MPI's pointers), so the handles would be
+ * cut short and the library would crash. Find out first, from the
+ * library's own version string, and stop with one clear line. */
 static int flavour_ok(void) {
     static int known = -1;
     if (known >= 0) return known;
@@ -143,15 +145,24 @@ static int flavour_ok(void) {
     known = !is_ompi;
 #endif
     if (!known) {
+        char *nl = strpbrk(version, "\n,");
+        if (nl) *nl = 0;
+        for (char *c = version; *c; c++)
+            if (*c == '\t') *c = ' ';
         char line[512];
         snprintf(line, sizeof line,
                  "the MPI shim in LD_PRELOAD was built for " BUILT_FOR " but this program runs " OTHER_FLAVOUR
-                 " (%.80s): run it with `paralog run --mpi " OTHER_FLAG "` (or `paralog env --mpi " OTHER_FLAG
-                 "`); its MPI files are not opened",
+                 " (%.60s): run it with `paralog run --mpi " OTHER_FLAG "` (or `paralog env --mpi " OTHER_FLAG
+                 "`); stopping",
                  version);
         paralog_report(line);
     }
     return known;
+}
+
+/* Every wrapper calls this before it touches an MPI handle. */
+static void check_flavour(void) {
+    if (!flavour_ok()) _exit(1);
 }
 
 /* PARALOG_VERBOSE=1: say which read-avoiding settings are in force for a
@@ -252,8 +263,8 @@ static int agree_max(MPI_Comm comm, int64_t *v, int n) {
 /* ---- open ---------------------------------------------------------------- */
 
 static int shim_open(MPI_Comm comm, const char *filename, int amode, MPI_Info info, MPI_File *fh) {
+    check_flavour();
     if (depth || !real_PMPI_File_open()) return real_PMPI_File_open()(comm, filename, amode, info, fh);
-    if (!flavour_ok()) return MPI_ERR_OTHER;
     depth++;
     const char *path = strip_driver(filename);
     int flags = ((amode & (MPI_MODE_WRONLY | MPI_MODE_RDWR)) ? OPEN_WRITE : 0) | ((amode & MPI_MODE_CREATE) ? OPEN_CREATE : 0);
@@ -347,6 +358,7 @@ static int consistency_point(entry_t *e, int local_rc) {
 
 static int shim_sync(MPI_File fh) {
     entry_t e;
+    check_flavour();
     if (depth || !find(fh, &e)) return real_PMPI_File_sync()(fh);
     depth++;
     int rc = real_PMPI_File_sync()(fh);
@@ -361,6 +373,7 @@ int PMPI_File_sync(MPI_File fh) { return shim_sync(fh); }
 
 static int shim_close(MPI_File *fh) {
     entry_t e;
+    check_flavour();
     if (depth || !fh || !find(*fh, &e)) return real_PMPI_File_close()(fh);
     depth++;
     /* Close first: the library may still write buffered data through us. */
@@ -384,6 +397,7 @@ int PMPI_File_close(MPI_File *fh) { return shim_close(fh); }
  * truncation must reach the remote only as part of a committed epoch. */
 static int shim_set_size(MPI_File fh, MPI_Offset size) {
     entry_t e;
+    check_flavour();
     if (depth || !find(fh, &e)) return real_PMPI_File_set_size()(fh, size);
     if (size < 0) return MPI_ERR_ARG;
     return paralog_mpi_set_size(e.handle, (uint64_t)size) ? MPI_ERR_IO : MPI_SUCCESS;
@@ -394,6 +408,7 @@ int PMPI_File_set_size(MPI_File fh, MPI_Offset size) { return shim_set_size(fh, 
 
 static int shim_preallocate(MPI_File fh, MPI_Offset size) {
     entry_t e;
+    check_flavour();
     if (depth || !find(fh, &e)) return real_PMPI_File_preallocate()(fh, size);
     if (size < 0) return MPI_ERR_ARG;
     return paralog_mpi_preallocate(e.handle, (uint64_t)size) ? MPI_ERR_IO : MPI_SUCCESS;
@@ -475,6 +490,7 @@ REAL(int, PMPI_Alltoallv, (const void *s, const int *sn, const int *sd, MPI_Data
  * a wrapped call (depth > 0) is part of that call, not a point of its own. */
 #define COLL(name, params, args, comm)                                     \
     static int shim_##name params {                                        \
+        check_flavour();                                                   \
         if (depth || !real_PMPI_##name()) return real_PMPI_##name() args;  \
         int rc = real_PMPI_##name() args;                                  \
         if (rc == MPI_SUCCESS) sync_point_comm(comm);                      \
@@ -522,6 +538,7 @@ COLL(Reduce_scatter_block, (const void *s, void *r, int rn, MPI_Datatype t, MPI_
 #define FCOLL(name, params, args, fh)                                      \
     REAL(int, PMPI_File_##name, params)                                    \
     static int shim_File_##name params {                                   \
+        check_flavour();                                                   \
         if (depth || !real_PMPI_File_##name()) return real_PMPI_File_##name() args; \
         depth++;                                                           \
         sync_point_file(fh);                                               \
