@@ -222,6 +222,7 @@ impl State {
         let job = self.cfg.job.clone();
         let gen = match gen {
             Some(g) => g,
+            None if mode == Mode::Posix => paralog_log::single::STAGED_GEN,
             None => paralog_log::next_generation(&self.cfg.local, &job, &rel)
                 .map_err(|e| log_errno("choosing the open generation", &e))?,
         };
@@ -231,8 +232,15 @@ impl State {
             rel,
             gen,
         };
-        let log = RankLog::create(&self.cfg.local, ident, rank, size, self.writer_config())
-            .map_err(|e| log_errno(&format!("capturing {}", abs.display()), &e))?;
+        // A plain POSIX open agrees with no other process: each of its
+        // commits becomes a generation of its own (paralog_log::single), so
+        // that several processes writing one file never share a rank.
+        let log = if mode == Mode::Posix {
+            RankLog::create_single(&self.cfg.local, ident, self.writer_config())
+        } else {
+            RankLog::create(&self.cfg.local, ident, rank, size, self.writer_config())
+        }
+        .map_err(|e| log_errno(&format!("capturing {}", abs.display()), &e))?;
         let base = if committed.exists { committed.size } else { 0 };
         let id = self.next_id;
         self.next_id += 1;

@@ -92,9 +92,16 @@ pub fn collect_garbage(file: &FileInventory, dry_run: bool) -> Result<GcReport> 
             }
         }
     }
+    // A staging place holds only what a one-process writer never committed
+    // (its commit moves the records out): with no writer alive, nothing.
+    let staging = crate::single::staging_dirs(&file.dir)?;
+    report.removed.extend(staging.iter().cloned());
     if !dry_run {
+        for d in &staging {
+            std::fs::remove_dir_all(d).ctx("remove", d)?;
+        }
         let mut dirs = std::collections::BTreeSet::new();
-        for p in &report.removed {
+        for p in report.removed.iter().filter(|p| !staging.contains(p)) {
             std::fs::remove_file(p).ctx("remove", p)?;
             dirs.insert(
                 p.parent()

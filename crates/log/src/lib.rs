@@ -13,6 +13,7 @@ pub mod format;
 pub mod gc;
 pub mod layout;
 pub mod reader;
+pub mod single;
 pub mod writer;
 
 pub use error::{LogError, Result};

@@ -164,6 +164,8 @@ fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>) -> Result<FileInventory> {
             || name.starts_with("path.tmp.")
             || name == layout::PROGRESS_FILE
             || name.starts_with("progress.tmp")
+            || name == crate::single::LOCK_FILE
+            || crate::single::is_staging_name(&name)
         {
             continue;
         }

@@ -168,6 +168,9 @@ pub struct RankLog {
     epoch: u64,
     cur: EpochState,
     own: ExtentMap<OwnPiece>,
+    /// A communicator of one whose every commit is a generation of its own
+    /// (`single.rs`); the rank directory of its last commit.
+    staged: Option<Option<PathBuf>>,
 }
 
 impl RankLog {
@@ -181,38 +184,31 @@ impl RankLog {
         comm_size: u32,
         cfg: WriterConfig,
     ) -> Result<RankLog> {
-        layout::validate_component("job name", &ident.job)?;
-        layout::validate_rel(&ident.rel)?;
-        if !ident.path.starts_with(b"/") || ident.path.len() > crate::format::MAX_PATH_LEN {
-            return Err(LogError::InvalidName {
-                what: "application path",
-                value: String::from_utf8_lossy(&ident.path).into_owned(),
-                why: "must be absolute and at most PATH_MAX bytes",
-            });
-        }
-        if comm_size == 0 || rank >= comm_size {
-            return Err(LogError::InvalidName {
-                what: "rank",
-                value: format!("{rank} of {comm_size}"),
-                why: "must be below the communicator size",
-            });
-        }
-        if ident.gen == 0 {
-            return Err(LogError::InvalidName {
-                what: "generation",
-                value: "0".into(),
-                why: "generations start at 1",
-            });
-        }
-        let meta = std::fs::metadata(root).ctx("stat node-local root", root)?;
-        if !meta.is_dir() {
-            return Err(LogError::Io {
-                path: root.to_path_buf(),
-                op: "use as node-local root",
-                error: io::Error::from_raw_os_error(libc::ENOTDIR),
-            });
-        }
+        validate(root, &ident, rank, comm_size)?;
         let paths = RankPaths::new(root, &ident.job, &ident.rel, ident.gen, rank);
+        Self::create_at(root, ident, rank, comm_size, cfg, paths, false)
+    }
+
+    /// The log of a writer that agrees with nobody (a POSIX process): it
+    /// writes into a staging directory, and each commit becomes the next
+    /// generation of the file (`single.rs`). `ident.gen` is ignored.
+    pub fn create_single(root: &Path, mut ident: FileIdent, cfg: WriterConfig) -> Result<RankLog> {
+        ident.gen = crate::single::STAGED_GEN;
+        validate(root, &ident, 0, 1)?;
+        let named = RankPaths::new(root, &ident.job, &ident.rel, ident.gen, 0);
+        let paths = crate::single::staging_paths(&named.file_dir, &named.job_dir);
+        Self::create_at(root, ident, 0, 1, cfg, paths, true)
+    }
+
+    fn create_at(
+        root: &Path,
+        ident: FileIdent,
+        rank: u32,
+        comm_size: u32,
+        cfg: WriterConfig,
+        paths: RankPaths,
+        staged: bool,
+    ) -> Result<RankLog> {
         durable::create_dirs_below(root, &paths.file_dir)?;
         record_path(&paths.file_dir, &ident, rank)?;
         durable::create_dirs_below(root, &paths.rank_dir)?;
@@ -225,6 +221,7 @@ impl RankLog {
             epoch: 1,
             cur: EpochState::default(),
             own: ExtentMap::new(),
+            staged: staged.then_some(None),
         };
         for kind in [EpochFileKind::Data, EpochFileKind::Manifest] {
             let p = log.paths.epoch_file(1, kind);
@@ -432,6 +429,9 @@ impl RankLog {
     /// program went on: the new manifest then covers everything written.
     pub fn commit_local(&mut self) -> Result<LocalCommit> {
         self.flush()?;
+        if self.staged.is_some() {
+            return self.commit_single();
+        }
         let data_path = self.data_path();
         if let Some(f) = &self.cur.data {
             // One fdatasync per epoch, not per write.
@@ -453,6 +453,50 @@ impl RankLog {
         })
     }
 
+    /// The local commit of a communicator of one: the next generation of
+    /// the file, reserved and filled under the file's commit lock
+    /// (`single.rs`). Its commit is also its global commit.
+    fn commit_single(&mut self) -> Result<LocalCommit> {
+        let _lock = crate::single::lock(&self.paths.file_dir)?;
+        let gen = crate::single::reserve_generation(&self.paths.file_dir)?;
+        self.ident.gen = gen;
+        let data_path = self.data_path();
+        if let Some(f) = &self.cur.data {
+            let header = DataHeader {
+                rank: self.rank,
+                comm_size: self.comm_size,
+                gen,
+                epoch: self.epoch,
+            };
+            crate::single::stamp_header(f, &data_path, header)?;
+            f.sync_data().ctx("fdatasync data log", &data_path)?;
+        }
+        let manifest = self.build_manifest()?;
+        durable::write_atomic(
+            &self.paths.epoch_file(self.epoch, EpochFileKind::Manifest),
+            &self.paths.epoch_file(self.epoch, EpochFileKind::ManifestTmp),
+            &manifest.encode(),
+        )?;
+        self.paths = crate::single::publish(&self.paths, gen)?;
+        Ok(LocalCommit {
+            epoch: self.epoch,
+            extents: manifest.extents().count(),
+            data_bytes: self.epoch_data_bytes(),
+        })
+    }
+
+    /// A communicator of one starts its next epoch in a new staging place;
+    /// its earlier bytes are read back through the committed state.
+    fn restage(&mut self) -> Result<()> {
+        let next = crate::single::staging_paths(&self.paths.file_dir, &self.paths.job_dir);
+        let committed = std::mem::replace(&mut self.paths, next);
+        self.staged = Some(Some(committed.rank_dir));
+        self.ident.gen = crate::single::STAGED_GEN;
+        self.epoch = 1;
+        self.own = ExtentMap::new();
+        durable::create_dirs_below(&self.paths.file_dir, &self.paths.rank_dir)
+    }
+
     /// After the agreement said every rank committed the current epoch: write
     /// the commit mark and start the next epoch.
     pub fn complete_epoch(&mut self) -> Result<u64> {
@@ -468,6 +512,10 @@ impl RankLog {
         let done = self.epoch;
         self.epoch += 1;
         self.cur = EpochState::default();
+        if self.staged.is_some() {
+            self.restage()?;
+            return Ok(done);
+        }
         Ok(done)
     }
 
@@ -475,6 +523,14 @@ impl RankLog {
     /// fsync: a lost marker only delays an upload that waits for the end
     /// of the open until the job ends or the file is opened again.
     pub fn mark_closed(&self) -> Result<()> {
+        if let Some(last) = &self.staged {
+            // The staging place of an epoch that never came holds nothing.
+            if self.cur.data.is_none() && self.cur.buf.is_empty() && self.cur.size_ops.is_empty() {
+                crate::single::remove_staging(&self.paths.gen_dir);
+            }
+            let Some(last) = last else { return Ok(()) };
+            return durable::write_private(&last.join(layout::CLOSED_FILE), b"", "write close marker");
+        }
         let p = self.paths.rank_dir.join(layout::CLOSED_FILE);
         durable::write_private(&p, b"", "write close marker")
     }
@@ -604,9 +660,52 @@ impl RankLog {
 /// highest generation directory present. The server keeps generation
 /// directories until the job is finished, so numbers are never reused.
 /// Callers with several ranks agree on the maximum over all ranks.
+/// What every new log checks first: names that stay inside the root, a
+/// rank inside its communicator, a root that is a directory.
+fn validate(root: &Path, ident: &FileIdent, rank: u32, comm_size: u32) -> Result<()> {
+        layout::validate_component("job name", &ident.job)?;
+        layout::validate_rel(&ident.rel)?;
+        if !ident.path.starts_with(b"/") || ident.path.len() > crate::format::MAX_PATH_LEN {
+            return Err(LogError::InvalidName {
+                what: "application path",
+                value: String::from_utf8_lossy(&ident.path).into_owned(),
+                why: "must be absolute and at most PATH_MAX bytes",
+            });
+        }
+        if comm_size == 0 || rank >= comm_size {
+            return Err(LogError::InvalidName {
+                what: "rank",
+                value: format!("{rank} of {comm_size}"),
+                why: "must be below the communicator size",
+            });
+        }
+        if ident.gen == 0 {
+            return Err(LogError::InvalidName {
+                what: "generation",
+                value: "0".into(),
+                why: "generations start at 1",
+            });
+        }
+        let meta = std::fs::metadata(root).ctx("stat node-local root", root)?;
+        if !meta.is_dir() {
+            return Err(LogError::Io {
+                path: root.to_path_buf(),
+                op: "use as node-local root",
+                error: io::Error::from_raw_os_error(libc::ENOTDIR),
+            });
+        }
+    Ok(())
+}
+
 pub fn next_generation(root: &Path, job: &str, rel: &[u8]) -> Result<u64> {
     layout::validate_component("job name", job)?;
     let file_dir = root.join(job).join(layout::file_dir_name(rel));
+    next_generation_in(&file_dir)
+}
+
+/// One more than the highest generation in a file directory.
+pub(crate) fn next_generation_in(file_dir: &Path) -> Result<u64> {
+    let file_dir = file_dir.to_path_buf();
     let mut max = 0;
     match std::fs::read_dir(&file_dir) {
         Ok(entries) => {
