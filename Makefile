@@ -57,6 +57,8 @@ test-capture: build
 test-server: build
 	/usr/bin/python3 tests/server/e2e.py
 	/usr/bin/python3 tests/server/crash.py
+	/usr/bin/python3 tests/correctness/posix_processes.py
+	/usr/bin/python3 tests/correctness/mpi_flavour.py
 
 # The long crash run (500 randomized trials, about 10 minutes).
 test-crash-long: build
