@@ -59,6 +59,7 @@ test-server: build
 	/usr/bin/python3 tests/server/crash.py
 	/usr/bin/python3 tests/correctness/posix_processes.py
 	/usr/bin/python3 tests/correctness/mpi_flavour.py
+	/usr/bin/python3 tests/correctness/hdf5_examples.py
 
 # The long crash run (500 randomized trials, about 10 minutes).
 test-crash-long: build

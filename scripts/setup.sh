@@ -13,7 +13,7 @@ PKGS=(
   build-essential pkg-config gfortran cmake
   mpich libmpich-dev
   openmpi-bin libopenmpi-dev
-  libhdf5-mpich-dev libhdf5-openmpi-dev hdf5-tools
+  libhdf5-mpich-dev libhdf5-openmpi-dev hdf5-tools libhdf5-doc
   libpnetcdf-dev
   python3-mpi4py python3-h5py-mpi python3-numpy
   iproute2 util-linux bc strace
