@@ -50,7 +50,8 @@ def source(name):
 def build(name, compiler):
     exe = BUILD / f"{Path(name).stem}.{compiler}"
     if not exe.exists():
-        subprocess.run([compiler, "-o", exe, source(name)], check=True, capture_output=True)
+        # cwd: h5pcc leaves its object file in the working directory.
+        subprocess.run([compiler, "-o", exe, source(name)], check=True, capture_output=True, cwd=BUILD)
     return exe
 
 
