@@ -180,7 +180,11 @@ pub unsafe extern "C" fn paralog_mpi_preallocate(handle: i64, size: u64) -> c_in
 #[no_mangle]
 pub unsafe extern "C" fn paralog_mpi_sync_point(handle: i64) {
     with_state("MPI synchronizing call", (), |st| {
-        if let Some(log) = st.handles.get_mut(&(handle as u64)).and_then(|h| h.log.as_mut()) {
+        if let Some(log) = st
+            .handles
+            .get_mut(&(handle as u64))
+            .and_then(|h| h.log.as_mut())
+        {
             log.sync_point();
         }
         Ok(())

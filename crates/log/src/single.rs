@@ -44,10 +44,7 @@ pub fn staging_paths(file_dir: &Path, job_dir: &Path) -> RankPaths {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    let gen_dir = file_dir.join(format!(
-        "{STAGE_PREFIX}{}-{nanos}-{n}",
-        std::process::id()
-    ));
+    let gen_dir = file_dir.join(format!("{STAGE_PREFIX}{}-{nanos}-{n}", std::process::id()));
     RankPaths {
         job_dir: job_dir.to_path_buf(),
         file_dir: file_dir.to_path_buf(),

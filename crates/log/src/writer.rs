@@ -474,7 +474,9 @@ impl RankLog {
         let manifest = self.build_manifest()?;
         durable::write_atomic(
             &self.paths.epoch_file(self.epoch, EpochFileKind::Manifest),
-            &self.paths.epoch_file(self.epoch, EpochFileKind::ManifestTmp),
+            &self
+                .paths
+                .epoch_file(self.epoch, EpochFileKind::ManifestTmp),
             &manifest.encode(),
         )?;
         self.paths = crate::single::publish(&self.paths, gen)?;
@@ -529,7 +531,11 @@ impl RankLog {
                 crate::single::remove_staging(&self.paths.gen_dir);
             }
             let Some(last) = last else { return Ok(()) };
-            return durable::write_private(&last.join(layout::CLOSED_FILE), b"", "write close marker");
+            return durable::write_private(
+                &last.join(layout::CLOSED_FILE),
+                b"",
+                "write close marker",
+            );
         }
         let p = self.paths.rank_dir.join(layout::CLOSED_FILE);
         durable::write_private(&p, b"", "write close marker")
@@ -663,37 +669,37 @@ impl RankLog {
 /// What every new log checks first: names that stay inside the root, a
 /// rank inside its communicator, a root that is a directory.
 fn validate(root: &Path, ident: &FileIdent, rank: u32, comm_size: u32) -> Result<()> {
-        layout::validate_component("job name", &ident.job)?;
-        layout::validate_rel(&ident.rel)?;
-        if !ident.path.starts_with(b"/") || ident.path.len() > crate::format::MAX_PATH_LEN {
-            return Err(LogError::InvalidName {
-                what: "application path",
-                value: String::from_utf8_lossy(&ident.path).into_owned(),
-                why: "must be absolute and at most PATH_MAX bytes",
-            });
-        }
-        if comm_size == 0 || rank >= comm_size {
-            return Err(LogError::InvalidName {
-                what: "rank",
-                value: format!("{rank} of {comm_size}"),
-                why: "must be below the communicator size",
-            });
-        }
-        if ident.gen == 0 {
-            return Err(LogError::InvalidName {
-                what: "generation",
-                value: "0".into(),
-                why: "generations start at 1",
-            });
-        }
-        let meta = std::fs::metadata(root).ctx("stat node-local root", root)?;
-        if !meta.is_dir() {
-            return Err(LogError::Io {
-                path: root.to_path_buf(),
-                op: "use as node-local root",
-                error: io::Error::from_raw_os_error(libc::ENOTDIR),
-            });
-        }
+    layout::validate_component("job name", &ident.job)?;
+    layout::validate_rel(&ident.rel)?;
+    if !ident.path.starts_with(b"/") || ident.path.len() > crate::format::MAX_PATH_LEN {
+        return Err(LogError::InvalidName {
+            what: "application path",
+            value: String::from_utf8_lossy(&ident.path).into_owned(),
+            why: "must be absolute and at most PATH_MAX bytes",
+        });
+    }
+    if comm_size == 0 || rank >= comm_size {
+        return Err(LogError::InvalidName {
+            what: "rank",
+            value: format!("{rank} of {comm_size}"),
+            why: "must be below the communicator size",
+        });
+    }
+    if ident.gen == 0 {
+        return Err(LogError::InvalidName {
+            what: "generation",
+            value: "0".into(),
+            why: "generations start at 1",
+        });
+    }
+    let meta = std::fs::metadata(root).ctx("stat node-local root", root)?;
+    if !meta.is_dir() {
+        return Err(LogError::Io {
+            path: root.to_path_buf(),
+            op: "use as node-local root",
+            error: io::Error::from_raw_os_error(libc::ENOTDIR),
+        });
+    }
     Ok(())
 }
 

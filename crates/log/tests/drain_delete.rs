@@ -33,7 +33,7 @@ fn write_epochs(root: &Path) {
             let block = vec![(e as u8) * 16 + r as u8; 1000];
             log.write_at(r as u64 * 1000, &block).unwrap();
         }
-        logs[0].write_at(0, &vec![0xe0 + e as u8; 10]).unwrap();
+        logs[0].write_at(0, &[0xe0 + e as u8; 10]).unwrap();
         for log in logs.iter_mut() {
             log.commit_local().unwrap();
         }
@@ -60,8 +60,14 @@ fn read_view(root: &Path, base: &Path) -> Vec<u8> {
         dst.copy_from_slice(&base_bytes[at as usize..at as usize + dst.len()]);
         Ok(())
     };
-    lf.read_at(&mut reader, 0, &mut buf, base_bytes.len() as u64, &mut from_base)
-        .unwrap();
+    lf.read_at(
+        &mut reader,
+        0,
+        &mut buf,
+        base_bytes.len() as u64,
+        &mut from_base,
+    )
+    .unwrap();
     buf
 }
 
@@ -81,7 +87,10 @@ fn every_state_of_a_drained_epochs_deletion_reads_the_same_file() {
     let remote_after: Vec<Vec<u8>> = (1..=EPOCHS)
         .map(|e| {
             let out = d.path().join(format!("remote-after-{e}"));
-            inv.logical_file(Some((1, e))).unwrap().materialize(&out, None).unwrap();
+            inv.logical_file(Some((1, e)))
+                .unwrap()
+                .materialize(&out, None)
+                .unwrap();
             std::fs::read(out).unwrap()
         })
         .collect();
@@ -93,10 +102,18 @@ fn every_state_of_a_drained_epochs_deletion_reads_the_same_file() {
         paralog_log::durable::write_atomic(
             &file_dir.join(layout::PROGRESS_FILE),
             &file_dir.join("progress.tmp"),
-            &ProgressRecord { gen: 1, epoch: drained }.encode(),
+            &ProgressRecord {
+                gen: 1,
+                epoch: drained,
+            }
+            .encode(),
         )
         .unwrap();
-        assert_eq!(read_view(&root, &base), expected, "after progress {drained}");
+        assert_eq!(
+            read_view(&root, &base),
+            expected,
+            "after progress {drained}"
+        );
         // ...then the deletion, one record at a time, in the drain's order.
         for rank in 0..RANKS {
             let rank_dir = inv.gens[&1].ranks[&rank].dir.clone();

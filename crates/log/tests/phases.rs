@@ -42,7 +42,10 @@ fn a_later_phase_wins_over_a_higher_rank() {
     // A barrier: every rank passes it.
     l.iter_mut().for_each(RankLog::sync_point);
     l[0].write_at(0, &[0u8; 4]).unwrap();
-    assert_eq!(commit_and_read(d.path(), &mut l, 8), [0, 0, 0, 0, 1, 1, 1, 1]);
+    assert_eq!(
+        commit_and_read(d.path(), &mut l, 8),
+        [0, 0, 0, 0, 1, 1, 1, 1]
+    );
 }
 
 #[test]

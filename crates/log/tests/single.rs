@@ -36,7 +36,11 @@ fn processes_commit_as_generations_in_commit_order() {
     b.write_at(4, b"bbbbbbbb").unwrap();
     // Nothing is committed yet: the staging places are not opens.
     let inv = FileInventory::scan_path(root, "j", b"f").unwrap().unwrap();
-    assert!(inv.gens.is_empty(), "staging seen as an open: {:?}", inv.gens.keys());
+    assert!(
+        inv.gens.is_empty(),
+        "staging seen as an open: {:?}",
+        inv.gens.keys()
+    );
     // b commits first, then a: a's bytes are the later ones.
     b.commit_local().unwrap();
     b.complete_epoch().unwrap();
@@ -54,7 +58,10 @@ fn processes_commit_as_generations_in_commit_order() {
     let inv = FileInventory::scan_path(root, "j", b"f").unwrap().unwrap();
     let gens: Vec<u64> = inv.gens.keys().copied().collect();
     assert_eq!(gens, vec![1, 2, 3, 4]);
-    assert_eq!(inv.committed_epochs().unwrap(), vec![(1, 1), (2, 1), (3, 1), (4, 1)]);
+    assert_eq!(
+        inv.committed_epochs().unwrap(),
+        vec![(1, 1), (2, 1), (3, 1), (4, 1)]
+    );
     a.mark_closed().unwrap();
     b.mark_closed().unwrap();
     // The staging places of the epochs that never came are gone.

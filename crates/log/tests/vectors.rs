@@ -120,9 +120,11 @@ fn vectors() -> Vec<(&'static str, Vec<u8>, Check)> {
         ("manifest_v1.bin", manifest().encode(), |b, p| {
             Manifest::decode(b, p).is_ok_and(|m| m == manifest())
         }),
-        ("manifest_phases_v1.bin", manifest_phases().encode(), |b, p| {
-            Manifest::decode(b, p).is_ok_and(|m| m == manifest_phases())
-        }),
+        (
+            "manifest_phases_v1.bin",
+            manifest_phases().encode(),
+            |b, p| Manifest::decode(b, p).is_ok_and(|m| m == manifest_phases()),
+        ),
         ("data_header_v1.bin", data_header().encode(), |b, p| {
             DataHeader::decode(b, p).is_ok_and(|h| h == data_header())
         }),
