@@ -57,6 +57,7 @@ test-capture: build
 test-server: build
 	/usr/bin/python3 tests/server/e2e.py
 	/usr/bin/python3 tests/server/crash.py
+	/usr/bin/python3 tests/correctness/mpi_order.py
 	/usr/bin/python3 tests/correctness/posix_processes.py
 	/usr/bin/python3 tests/correctness/mpi_flavour.py
 	/usr/bin/python3 tests/correctness/hdf5_examples.py

@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""Issue 12, points 1 and 3, with real MPIs under `paralog run`:
+
+  reopen     tests/correctness/progs/reopen_read.c: 30 iterations of write,
+             close, reopen, read everything back, on 2 and 4 ranks,
+             collective and independent writes, with the server draining
+             at full speed and with its deletion slowed
+             (PARALOG_FAILPOINT_DELETE_DELAY_MS): zero errors, zero stale
+             reads, no hang (every run has a time limit), and the remote
+             equals the direct run
+  overlap    tests/correctness/progs/overlap.c: overlapping writes of
+             different ranks in one epoch separated by a barrier, an
+             allreduce, a broadcast, collective writes, and rounds with a
+             size change: byte-identical to direct MPI-IO
+
+in MPICH/ROMIO, Open MPI/OMPIO and Open MPI/ROMIO 3.2.1.
+Usage: tests/correctness/mpi_order.py [--only SUBSTRING] [--iterations N]
+Ends with "mpi order: N passed, N failed".
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = ROOT / "target/release/paralog"
+SRC = ROOT / "tests/correctness/progs"
+BUILD = ROOT / "target/correctness"
+BASE_ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+MODES = {  # mode: (flavour, launcher, extra environment)
+    "mpich": ("mpich", "mpirun.mpich", {}),
+    "ompio": ("openmpi", "mpirun.openmpi", {"OMPI_MCA_io": "ompio"}),
+    "romio321": ("openmpi", "mpirun.openmpi", {"OMPI_MCA_io": "romio321"}),
+}
+
+
+def build(prog, flavour):
+    BUILD.mkdir(parents=True, exist_ok=True)
+    exe = BUILD / f"{prog}.{flavour}"
+    src = SRC / f"{prog}.c"
+    if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
+        subprocess.run([f"mpicc.{flavour}", "-O2", "-Wall", "-Werror", "-o", exe, src], check=True)
+    return exe
+
+
+def run_pair(mode, ranks, prog, args, work, delay=None):
+    """Direct, then under paralog; None if both succeed with equal files."""
+    flavour, launcher, extra = MODES[mode]
+    env = {**BASE_ENV, **extra}
+    exe = build(prog, flavour)
+    direct, prefix, local = work / "direct", work / "prefix", work / "local"
+    direct.mkdir()
+    prefix.mkdir()
+    r = subprocess.run([launcher, "-n", str(ranks), exe, direct / "out.dat", *args], env=env,
+                       capture_output=True, text=True, timeout=180)
+    if r.returncode != 0:
+        return f"direct run failed ({r.returncode}): {r.stdout[-300:]}{r.stderr[-300:]}"
+    penv = dict(env)
+    if delay is not None:
+        penv["PARALOG_FAILPOINT_DELETE_DELAY_MS"] = str(delay)
+    cmd = [BIN, "run", "--prefix", prefix, "--local", local, "--job", "t", "--mpi", flavour, "--",
+           launcher, "-n", str(ranks), exe, prefix / "out.dat", *args]
+    try:
+        r = subprocess.run(list(map(str, cmd)), env=penv, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return "paralog run hung (no exit within 300 s)"
+    if r.returncode != 0:
+        return f"paralog run exited {r.returncode}: {r.stdout[-400:]}{r.stderr[-600:]}"
+    a, b = (direct / "out.dat").read_bytes(), (prefix / "out.dat").read_bytes()
+    if a != b:
+        at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        return f"remote differs from direct MPI-IO at byte {at} (sizes {len(a)} vs {len(b)})"
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only")
+    ap.add_argument("--iterations", type=int, default=30)
+    opts = ap.parse_args()
+    cases = []
+    for mode in MODES:
+        for ranks, how, delay in [(2, "collective", None), (4, "collective", 20), (4, "independent", None), (2, "independent", 20)]:
+            args = [str(opts.iterations)] + (["--independent"] if how == "independent" else [])
+            slow = f", deletion slowed {delay} ms" if delay else ""
+            cases.append((f"{mode} reopen {ranks} ranks {how}{slow}", mode, ranks, "reopen_read", args, delay))
+        for case in ("barrier", "allreduce", "bcast", "collective", "rounds"):
+            cases.append((f"{mode} overlap {case}", mode, 2 if case != "rounds" else 3, "overlap", [case], None))
+    passed = failed = 0
+    for name, mode, ranks, prog, args, delay in cases:
+        if opts.only and opts.only not in name:
+            continue
+        work = Path(tempfile.mkdtemp(prefix="paralog-order-"))
+        try:
+            why = run_pair(mode, ranks, prog, args, work, delay)
+        except (subprocess.TimeoutExpired, subprocess.CalledProcessError) as e:
+            why = str(e)
+        if why:
+            failed += 1
+            print(f"FAIL {name}: {why}", flush=True)
+        else:
+            passed += 1
+            print(f"PASS {name}: equal to direct MPI-IO, no error", flush=True)
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"mpi order: {passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
