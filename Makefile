@@ -60,6 +60,7 @@ test-server: build
 	/usr/bin/python3 tests/correctness/mpi_order.py
 	/usr/bin/python3 tests/correctness/posix_processes.py
 	/usr/bin/python3 tests/correctness/mpi_flavour.py
+	/usr/bin/python3 tests/correctness/run_summary.py
 	/usr/bin/python3 tests/correctness/hdf5_examples.py
 
 # The long crash run (500 randomized trials, about 10 minutes).

@@ -399,10 +399,12 @@ impl State {
             }
         }
         if let Some(msg) = &h.bypass {
-            report::line(&format!(
+            let line = format!(
                 "{msg} (an uninterposed call, AIO or a raw syscall wrote to the file): this epoch cannot be committed; \
                  run `paralog check-symbols` on the program"
-            ));
+            );
+            report::line(&line);
+            crate::stats::refused(&line);
             return Err(libc::EIO);
         }
         Ok(())

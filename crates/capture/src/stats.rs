@@ -1,7 +1,10 @@
 //! Counters for `paralog run`'s summary: bytes the program wrote to
 //! captured files, epochs it committed, and the time it spent inside
 //! consistency points (local commit plus agreement). With PARALOG_STATS set,
-//! each process leaves them at exit in `<dir>/<pid>.json`, one JSON object.
+//! each process leaves them in `<dir>/<pid>.json`, one JSON object, at every
+//! consistency point and at exit (so that a rank killed later, by
+//! MPI_Abort or a signal, still counts), and every epoch capture refused in
+//! `<dir>/<pid>.refused`, one line each, at once.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +23,23 @@ pub fn captured(bytes: usize) {
 pub fn consistency_point(took: Duration) {
     EPOCHS.fetch_add(1, Ordering::Relaxed);
     CP_NANOS.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+    write_now();
+}
+
+/// An epoch capture could not commit (bytes bypassed it): `paralog run`
+/// names it and exits non-zero even if the program ignored the error.
+pub fn refused(line: &str) {
+    use std::io::Write;
+    let Some(dir) = DIR.get() else { return };
+    let path = dir.join(format!("{}.refused", std::process::id()));
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
+    if let Err(e) = written {
+        crate::report::line(&format!("writing {}: {e}", path.display()));
+    }
 }
 
 /// Arrange for the counters to be written at exit (once per process).
@@ -35,21 +55,26 @@ pub fn write_at_exit(dir: &Path) {
 extern "C" fn at_exit() {
     // Never unwind out of an exit handler.
     let _ = std::panic::catch_unwind(|| {
-        let Some(dir) = DIR.get() else { return };
         // None in a forked child: its counters are a copy of the parent's.
         let Some(_g) = crate::guard::Guard::enter() else {
             return;
         };
-        let text = format!(
-            "{{\"pid\":{},\"bytes\":{},\"epochs\":{},\"sync_ns\":{}}}\n",
-            std::process::id(),
-            BYTES.load(Ordering::Relaxed),
-            EPOCHS.load(Ordering::Relaxed),
-            CP_NANOS.load(Ordering::Relaxed)
-        );
-        let path = dir.join(format!("{}.json", std::process::id()));
-        if let Err(e) = std::fs::write(&path, text) {
-            crate::report::line(&format!("writing counters to {}: {e}", path.display()));
-        }
+        write_now();
     });
+}
+
+/// Write this process's counters (no fsync: they are for the summary).
+fn write_now() {
+    let Some(dir) = DIR.get() else { return };
+    let text = format!(
+        "{{\"pid\":{},\"bytes\":{},\"epochs\":{},\"sync_ns\":{}}}\n",
+        std::process::id(),
+        BYTES.load(Ordering::Relaxed),
+        EPOCHS.load(Ordering::Relaxed),
+        CP_NANOS.load(Ordering::Relaxed)
+    );
+    let path = dir.join(format!("{}.json", std::process::id()));
+    if let Err(e) = std::fs::write(&path, text) {
+        crate::report::line(&format!("writing counters to {}: {e}", path.display()));
+    }
 }

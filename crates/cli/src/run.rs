@@ -278,6 +278,8 @@ struct Counters {
     max_epochs: u64,
     max_sync: Duration,
     sum_sync: Duration,
+    /// Epochs capture refused to commit (bytes bypassed it), one line each.
+    refused: Vec<String>,
 }
 
 fn read_counters(dir: &Path) -> Counters {
@@ -289,6 +291,10 @@ fn read_counters(dir: &Path) -> Counters {
         let Ok(text) = std::fs::read_to_string(e.path()) else {
             continue;
         };
+        if e.path().extension().is_some_and(|x| x == "refused") {
+            c.refused.extend(text.lines().map(str::to_owned));
+            continue;
+        }
         let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
             continue;
         };
@@ -475,6 +481,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         && final_status.epochs_pending == 0
         && final_status.damaged == 0
         && final_status.retrying == 0;
+    // A refused epoch is lost output even if the program ignored the error.
+    for line in &counters.refused {
+        eprintln!("paralog: REFUSED: {line}");
+    }
+    let code = if counters.refused.is_empty() || code != 0 {
+        code
+    } else {
+        3
+    };
     if complete {
         match remove_finished_job(&root, &job) {
             Ok(true) => {

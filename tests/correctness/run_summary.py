@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+"""What `paralog run` says at the end (issue 12, point 4):
+
+  refused    a program that writes past capture (a raw write syscall on a
+             captured descriptor) and ignores the error: run names the file
+             and exits non-zero, although the program exited 0
+  abort      an MPI job whose ranks commit an epoch and then MPI_Abort:
+             the summary counts the bytes captured (the counters are
+             written at every consistency point, not only at exit)
+
+Usage: tests/correctness/run_summary.py
+Ends with "run summary: N passed, N failed".
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = ROOT / "target/release/paralog"
+PY = "/usr/bin/python3"
+ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+       "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+BYPASS = r'''
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)
+os.write(fd, b"through capture\n")
+libc.syscall(1, fd, b"past capture\n", 13)  # write(2), not through any wrapper
+try:
+    os.close(fd)
+except OSError:
+    pass  # the program ignores the error, as a shell redirection would
+'''
+
+ABORT = r'''
+import sys
+from mpi4py import MPI
+fh = MPI.File.Open(MPI.COMM_WORLD, sys.argv[1], MPI.MODE_CREATE | MPI.MODE_WRONLY)
+fh.Write_at(MPI.COMM_WORLD.rank * 100000, bytes([65 + MPI.COMM_WORLD.rank]) * 100000)
+fh.Sync()
+MPI.COMM_WORLD.Barrier()
+MPI.COMM_WORLD.Abort(7)
+'''
+
+
+def run(work, cmd, mpi):
+    prefix = work / "p"
+    prefix.mkdir()
+    args = [BIN, "run", "--prefix", prefix, "--local", work / "l", "--job", "t", "--mpi", mpi, "--", *cmd(prefix)]
+    return subprocess.run(list(map(str, args)), env=ENV, capture_output=True, text=True, timeout=120)
+
+
+def case_refused(work):
+    r = run(work, lambda p: [PY, "-c", BYPASS, p / "f.txt"], "none")
+    out = r.stdout + r.stderr
+    if r.returncode == 0:
+        return f"paralog run exited 0: {out[-500:]}"
+    if not re.search(r"REFUSED: .*f\.txt", out):
+        return f"no line naming the refused file: {out[-500:]}"
+    return None
+
+
+def case_abort(work):
+    r = run(work, lambda p: ["mpirun.openmpi", "-n", "2", PY, "-c", ABORT, p / "out.dat"], "openmpi")
+    out = r.stdout + r.stderr
+    if r.returncode == 0:
+        return "paralog run exited 0 for an aborted job"
+    m = re.search(r"captured\s+(\S+) (\S+) by (\d+) process", out)
+    if not m:
+        return f"no 'captured' line in the summary: {out[-500:]}"
+    if float(m.group(1)) == 0 or m.group(3) == "0":
+        return f"the summary counted nothing: {m.group(0)}"
+    return None
+
+
+def main():
+    passed = failed = 0
+    for name, fn in [("refused epoch makes run fail", case_refused), ("aborted ranks still counted", case_abort)]:
+        work = Path(tempfile.mkdtemp(prefix="paralog-summary-"))
+        try:
+            why = fn(work)
+        except subprocess.TimeoutExpired as e:
+            why = f"timed out: {e}"
+        if why:
+            failed += 1
+            print(f"FAIL {name}: {why}", flush=True)
+        else:
+            passed += 1
+            print(f"PASS {name}", flush=True)
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"run summary: {passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
