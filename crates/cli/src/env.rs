@@ -25,9 +25,10 @@ impl Mpi {
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// MPI implementation the program uses (the shim is built per MPI).
+    /// MPI implementation the program uses (the shim is built per MPI);
+    /// none: a plain POSIX program, as `paralog run --mpi none`.
     #[arg(long, value_enum)]
-    mpi: Mpi,
+    mpi: crate::run::MpiChoice,
     /// Directory whose files are captured.
     #[arg(long)]
     prefix: PathBuf,
@@ -143,7 +144,7 @@ fn shell_quote(s: &str) -> String {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let vars = capture_env(
-        Some(args.mpi),
+        args.mpi.shim(),
         &args.prefix,
         &args.local,
         args.remote.as_deref(),

@@ -56,6 +56,17 @@ pub enum MpiChoice {
     None,
 }
 
+impl MpiChoice {
+    /// The MPI shim to preload (`None` for a plain POSIX program).
+    pub fn shim(self) -> Option<Mpi> {
+        match self {
+            MpiChoice::Mpich => Some(Mpi::Mpich),
+            MpiChoice::Openmpi => Some(Mpi::Openmpi),
+            MpiChoice::None => None,
+        }
+    }
+}
+
 /// Which MPI a command uses: its launcher's name (through Debian's
 /// alternatives symlinks), else the libraries the program links.
 pub fn detect_mpi(command: &[String]) -> Option<Mpi> {
@@ -377,9 +388,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let mpi = match args.mpi {
-        Some(MpiChoice::Mpich) => Some(Mpi::Mpich),
-        Some(MpiChoice::Openmpi) => Some(Mpi::Openmpi),
-        Some(MpiChoice::None) => None,
+        Some(choice) => choice.shim(),
         None => {
             let m = detect_mpi(&args.command);
             if m.is_none() {

@@ -181,3 +181,44 @@ fn check_symbols_classifies_what_a_program_calls() {
     assert_eq!(status("statfs").as_deref(), Some("passes through"));
     assert_eq!(status("printf"), None, "not an I/O entry point of a file");
 }
+
+/// `env` takes the same `--mpi` values as `run`: `none` preloads capture
+/// alone (a plain POSIX program), an MPI adds its shim first.
+#[test]
+fn env_and_run_agree_on_mpi_none() {
+    let d = tempfile::tempdir().unwrap();
+    let prefix = d.path().join("out");
+    std::fs::create_dir(&prefix).unwrap();
+    let local = d.path().join("local");
+    let env = |mpi: &str| {
+        let out = paralog(&[
+            "env",
+            "--mpi",
+            mpi,
+            "--prefix",
+            prefix.to_str().unwrap(),
+            "--local",
+            local.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "env --mpi {mpi}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        text.lines()
+            .find(|l| l.starts_with("export LD_PRELOAD="))
+            .unwrap_or_else(|| panic!("no LD_PRELOAD in {text}"))
+            .to_owned()
+    };
+    let none = env("none");
+    assert!(
+        none.contains("libparalog_capture.so") && !none.contains("libparalog_mpi_"),
+        "{none}"
+    );
+    let mpich = env("mpich");
+    assert!(
+        mpich.contains("libparalog_mpi_mpich.so") && mpich.contains("libparalog_capture.so"),
+        "{mpich}"
+    );
+}
