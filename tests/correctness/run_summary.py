@@ -7,6 +7,8 @@
   abort      an MPI job whose ranks commit an epoch and then MPI_Abort:
              the summary counts the bytes captured (the counters are
              written at every consistency point, not only at exit)
+  status     `paralog status --local L` finds the server that `paralog
+             run` started without --job (its job is run-<time>-<pid>)
 
 Usage: tests/correctness/run_summary.py
 Ends with "run summary: N passed, N failed".
@@ -17,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,9 +81,30 @@ def case_abort(work):
     return None
 
 
+def case_status(work):
+    prefix, local = work / "p", work / "l"
+    prefix.mkdir()
+    env = {k: v for k, v in ENV.items() if k != "PARALOG_JOB"}
+    run = subprocess.Popen([str(BIN), "run", "--prefix", str(prefix), "--local", str(local), "--mpi", "none", "--",
+                            "/bin/bash", "-c", f"sleep 4; echo hi > {prefix}/x"],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline, last = time.time() + 3.5, None
+        while time.time() < deadline:
+            last = subprocess.run([str(BIN), "status", "--local", str(local), "--once"], env=env,
+                                  capture_output=True, text=True, timeout=30)
+            if last.returncode == 0 and "job run-" in last.stdout:
+                return None
+            time.sleep(0.2)
+        return f"status did not find run's server: {last.returncode}: {last.stdout}{last.stderr}"
+    finally:
+        run.communicate(timeout=60)
+
+
 def main():
     passed = failed = 0
-    for name, fn in [("refused epoch makes run fail", case_refused), ("aborted ranks still counted", case_abort)]:
+    for name, fn in [("refused epoch makes run fail", case_refused), ("aborted ranks still counted", case_abort),
+                     ("status finds run's server without --job", case_status)]:
         work = Path(tempfile.mkdtemp(prefix="paralog-summary-"))
         try:
             why = fn(work)

@@ -59,6 +59,36 @@ pub fn find_socket(
             return Ok(t.clone());
         }
     }
+    // No job named: the one job server on this node, whatever its name
+    // (`paralog run` names its job run-<time>-<pid>).
+    if job.is_none() {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&root)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| {
+                        p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                            n.starts_with(".paralog-server-") && n.ends_with(".sock")
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.sort();
+        match found.len() {
+            1 => return Ok(found.remove(0)),
+            0 => {}
+            _ => anyhow::bail!(
+                "several paralog servers run for {}: give --job (their sockets: {})",
+                root.display(),
+                found
+                    .iter()
+                    .map(|t| t.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
     anyhow::bail!(
         "no paralog server is running for {} (looked for {})",
         root.display(),
