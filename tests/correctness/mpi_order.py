@@ -12,6 +12,10 @@
              different ranks in one epoch separated by a barrier, an
              allreduce, a broadcast, collective writes, and rounds with a
              size change: byte-identical to direct MPI-IO
+  pnetcdf    tests/correctness/progs/pnetcdf_layouts.c: fill mode, then
+             column-wise and block-cyclic writes over the fill values in
+             one epoch, read back and checked by the program, and
+             byte-identical to direct MPI-IO (Open MPI: Debian's PnetCDF)
 
 in MPICH/ROMIO, Open MPI/OMPIO and Open MPI/ROMIO 3.2.1.
 Usage: tests/correctness/mpi_order.py [--only SUBSTRING] [--iterations N]
@@ -43,7 +47,8 @@ def build(prog, flavour):
     exe = BUILD / f"{prog}.{flavour}"
     src = SRC / f"{prog}.c"
     if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
-        subprocess.run([f"mpicc.{flavour}", "-O2", "-Wall", "-Werror", "-o", exe, src], check=True)
+        libs = ["-lpnetcdf"] if prog.startswith("pnetcdf") else []
+        subprocess.run([f"mpicc.{flavour}", "-O2", "-Wall", "-Werror", "-o", exe, src, *libs], check=True)
     return exe
 
 
@@ -90,6 +95,10 @@ def main():
             cases.append((f"{mode} reopen {ranks} ranks {how}{slow}", mode, ranks, "reopen_read", args, delay))
         for case in ("barrier", "allreduce", "bcast", "collective", "rounds"):
             cases.append((f"{mode} overlap {case}", mode, 2 if case != "rounds" else 3, "overlap", [case], None))
+        # PnetCDF is built for Open MPI only on Debian.
+        if MODES[mode][0] == "openmpi":
+            for layout, ranks in (("colwise", 4), ("blockcyclic", 3)):
+                cases.append((f"{mode} pnetcdf fill mode {layout}", mode, ranks, "pnetcdf_layouts", [layout], None))
     passed = failed = 0
     for name, mode, ranks, prog, args, delay in cases:
         if opts.only and opts.only not in name:
