@@ -15,19 +15,15 @@ Ends with "hdf5 examples: N passed, N failed".
 """
 import argparse
 import gzip
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = ROOT / "target/release/paralog"
+from common import BIN, ENV, ROOT, run_cases
+
 EXAMPLES = Path("/usr/share/doc/libhdf5-doc/examples")
 BUILD = ROOT / "target/hdf5-examples"
-ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-       "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 MODES = {  # mode: (flavour, launcher, extra environment)
     "mpich": ("mpich", "mpirun.mpich", {}),
     "ompio": ("openmpi", "mpirun.openmpi", {"OMPI_MCA_io": "ompio"}),
@@ -117,23 +113,7 @@ def main():
         sys.exit(1)
     cases = [(f"{m} ph5example x{opts.rounds}", lambda w, m=m: case_ph5(m, opts.rounds, w)) for m in MODES]
     cases.append(("serial h5_write + h5_read", case_serial))
-    passed = failed = 0
-    for name, fn in cases:
-        work = Path(tempfile.mkdtemp(prefix="paralog-h5ex-"))
-        try:
-            why = fn(work)
-        except (subprocess.TimeoutExpired, subprocess.CalledProcessError, OSError) as e:
-            why = f"{e}"
-        if why:
-            failed += 1
-            print(f"FAIL {name}: {why}", flush=True)
-        else:
-            passed += 1
-            print(f"PASS {name}: equal to the direct run", flush=True)
-        shutil.rmtree(work, ignore_errors=True)
-    print(f"hdf5 examples: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
-
+    run_cases("hdf5 examples", cases)
 
 if __name__ == "__main__":
     main()

@@ -22,19 +22,12 @@ Usage: tests/correctness/mpi_order.py [--only SUBSTRING] [--iterations N]
 Ends with "mpi order: N passed, N failed".
 """
 import argparse
-import os
-import shutil
 import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = ROOT / "target/release/paralog"
+from common import BIN, ENV, ROOT, first_difference, run_cases
+
 SRC = ROOT / "tests/correctness/progs"
 BUILD = ROOT / "target/correctness"
-BASE_ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 MODES = {  # mode: (flavour, launcher, extra environment)
     "mpich": ("mpich", "mpirun.mpich", {}),
     "ompio": ("openmpi", "mpirun.openmpi", {"OMPI_MCA_io": "ompio"}),
@@ -52,10 +45,10 @@ def build(prog, flavour):
     return exe
 
 
-def run_pair(mode, ranks, prog, args, work, delay=None):
+def run_pair(mode, ranks, prog, args, delay, work):
     """Direct, then under paralog; None if both succeed with equal files."""
     flavour, launcher, extra = MODES[mode]
-    env = {**BASE_ENV, **extra}
+    env = {**ENV, **extra}
     exe = build(prog, flavour)
     direct, prefix, local = work / "direct", work / "prefix", work / "local"
     direct.mkdir()
@@ -75,11 +68,7 @@ def run_pair(mode, ranks, prog, args, work, delay=None):
         return "paralog run hung (no exit within 300 s)"
     if r.returncode != 0:
         return f"paralog run exited {r.returncode}: {r.stdout[-400:]}{r.stderr[-600:]}"
-    a, b = (direct / "out.dat").read_bytes(), (prefix / "out.dat").read_bytes()
-    if a != b:
-        at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-        return f"remote differs from direct MPI-IO at byte {at} (sizes {len(a)} vs {len(b)})"
-    return None
+    return first_difference((direct / "out.dat").read_bytes(), (prefix / "out.dat").read_bytes())
 
 
 def main():
@@ -99,25 +88,9 @@ def main():
         if MODES[mode][0] == "openmpi":
             for layout, ranks in (("colwise", 4), ("blockcyclic", 3)):
                 cases.append((f"{mode} pnetcdf fill mode {layout}", mode, ranks, "pnetcdf_layouts", [layout], None))
-    passed = failed = 0
-    for name, mode, ranks, prog, args, delay in cases:
-        if opts.only and opts.only not in name:
-            continue
-        work = Path(tempfile.mkdtemp(prefix="paralog-order-"))
-        try:
-            why = run_pair(mode, ranks, prog, args, work, delay)
-        except (subprocess.TimeoutExpired, subprocess.CalledProcessError) as e:
-            why = str(e)
-        if why:
-            failed += 1
-            print(f"FAIL {name}: {why}", flush=True)
-        else:
-            passed += 1
-            print(f"PASS {name}: equal to direct MPI-IO, no error", flush=True)
-        shutil.rmtree(work, ignore_errors=True)
-    print(f"mpi order: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
-
+    chosen = [c for c in cases if not opts.only or opts.only in c[0]]
+    run_cases("mpi order", [(name, lambda w, c=(mode, ranks, prog, args, delay): run_pair(*c, w))
+                            for name, mode, ranks, prog, args, delay in chosen])
 
 if __name__ == "__main__":
     main()

@@ -10,19 +10,11 @@ Usage: tests/correctness/posix_processes.py [--keep]
 Ends with "posix processes: N passed, N failed".
 """
 import argparse
-import os
-import shutil
 import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = ROOT / "target/release/paralog"
+from common import BIN, ENV, PY, ROOT, first_difference, run_cases
+
 WRITER = ROOT / "tests/correctness/posix_writer.py"
-PY = "/usr/bin/python3"
-OMPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
 
 def launch_cmd(kind, n, target, tokens):
@@ -41,7 +33,7 @@ def run_case(kind, n, work):
     direct, prefix, local = work / "direct", work / "prefix", work / "local"
     for d in (direct, prefix, work / "tok-direct", work / "tok-paralog"):
         d.mkdir(parents=True)
-    env = {**os.environ, **OMPI_ENV}
+    env = ENV
     cmd, _ = launch_cmd(kind, n, direct / "shared.dat", work / "tok-direct")
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
@@ -53,11 +45,7 @@ def run_case(kind, n, work):
     r = subprocess.run([*map(str, args), "--", *map(str, cmd)], env=env, capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         return f"paralog run exited {r.returncode}: {r.stderr[-800:]}"
-    a, b = (direct / "shared.dat").read_bytes(), (prefix / "shared.dat").read_bytes()
-    if a != b:
-        diff = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-        return f"remote differs from direct at byte {diff} (sizes {len(a)} vs {len(b)})"
-    return None
+    return first_difference((direct / "shared.dat").read_bytes(), (prefix / "shared.dat").read_bytes())
 
 
 def main():
@@ -65,24 +53,8 @@ def main():
     ap.add_argument("--keep", action="store_true")
     opts = ap.parse_args()
     cases = [("processes", 2), ("processes", 4), ("mpich", 3), ("openmpi", 2)]
-    passed = failed = 0
-    for kind, n in cases:
-        work = Path(tempfile.mkdtemp(prefix="paralog-posixproc-"))
-        try:
-            why = run_case(kind, n, work)
-        except subprocess.TimeoutExpired as e:
-            why = f"timed out: {e}"
-        name = f"{kind} x{n}: one file written through POSIX"
-        if why:
-            failed += 1
-            print(f"FAIL {name}: {why}", flush=True)
-        else:
-            passed += 1
-            print(f"PASS {name}: equal to the direct run", flush=True)
-        if not opts.keep:
-            shutil.rmtree(work, ignore_errors=True)
-    print(f"posix processes: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    run_cases("posix processes", [(f"{kind} x{n}: one file written through POSIX equals the direct run",
+                                   lambda w, kind=kind, n=n: run_case(kind, n, w)) for kind, n in cases], opts.keep)
 
 
 if __name__ == "__main__":

@@ -13,20 +13,11 @@
 Usage: tests/correctness/run_summary.py
 Ends with "run summary: N passed, N failed".
 """
-import os
 import re
-import shutil
 import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = ROOT / "target/release/paralog"
-PY = "/usr/bin/python3"
-ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-       "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+from common import BIN, ENV, PY, run_cases
 
 BYPASS = r'''
 import ctypes, os, sys
@@ -102,24 +93,8 @@ def case_status(work):
 
 
 def main():
-    passed = failed = 0
-    for name, fn in [("refused epoch makes run fail", case_refused), ("aborted ranks still counted", case_abort),
-                     ("status finds run's server without --job", case_status)]:
-        work = Path(tempfile.mkdtemp(prefix="paralog-summary-"))
-        try:
-            why = fn(work)
-        except subprocess.TimeoutExpired as e:
-            why = f"timed out: {e}"
-        if why:
-            failed += 1
-            print(f"FAIL {name}: {why}", flush=True)
-        else:
-            passed += 1
-            print(f"PASS {name}", flush=True)
-        shutil.rmtree(work, ignore_errors=True)
-    print(f"run summary: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
-
+    run_cases("run summary", [("refused epoch makes run fail", case_refused), ("aborted ranks still counted", case_abort),
+                              ("status finds run's server without --job", case_status)])
 
 if __name__ == "__main__":
     main()

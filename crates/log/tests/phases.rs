@@ -4,7 +4,9 @@
 //! phase wins whatever the ranks' numbers (issue 12: rank order won, so a
 //! barrier-separated overwrite by rank 0 lost to rank 1's earlier bytes).
 
-use paralog_log::{FileIdent, FileInventory, RankLog, WriterConfig};
+mod common;
+
+use paralog_log::{FileIdent, RankLog, WriterConfig};
 
 fn logs(root: &std::path::Path, n: u32) -> Vec<RankLog> {
     let ident = FileIdent {
@@ -25,13 +27,7 @@ fn commit_and_read(root: &std::path::Path, logs: &mut [RankLog], len: usize) -> 
     for l in logs.iter_mut() {
         l.complete_epoch().unwrap();
     }
-    let inv = FileInventory::scan_path(root, "j", b"f").unwrap().unwrap();
-    let lf = inv.logical_file(None).unwrap();
-    let mut buf = vec![0u8; len];
-    let mut reader = paralog_log::reader::SourceReader::default();
-    lf.read_at(&mut reader, 0, &mut buf, 0, &mut |_, _| Ok(()))
-        .unwrap();
-    buf
+    common::read_committed(root, len)
 }
 
 #[test]

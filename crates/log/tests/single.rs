@@ -3,6 +3,9 @@
 //! commits became durable, so no process's bytes are lost and the one that
 //! committed last wins where they overlap.
 
+mod common;
+
+use common::read_committed;
 use paralog_log::{FileIdent, FileInventory, RankLog, WriterConfig};
 
 fn ident() -> FileIdent {
@@ -12,17 +15,6 @@ fn ident() -> FileIdent {
         rel: b"f".to_vec(),
         gen: 0,
     }
-}
-
-fn read(root: &std::path::Path, len: usize) -> Vec<u8> {
-    let inv = FileInventory::scan_path(root, "j", b"f").unwrap().unwrap();
-    assert!(inv.complete_locally().unwrap());
-    let lf = inv.logical_file(None).unwrap();
-    let mut buf = vec![0u8; len];
-    let mut reader = paralog_log::reader::SourceReader::default();
-    lf.read_at(&mut reader, 0, &mut buf, 0, &mut |_, _| Ok(()))
-        .unwrap();
-    buf
 }
 
 #[test]
@@ -46,7 +38,7 @@ fn processes_commit_as_generations_in_commit_order() {
     b.complete_epoch().unwrap();
     a.commit_local().unwrap();
     a.complete_epoch().unwrap();
-    assert_eq!(read(root, 12), b"aaaaaaaabbbb");
+    assert_eq!(read_committed(root, 12), b"aaaaaaaabbbb");
     // Both go on: b's second epoch commits last and wins.
     a.write_at(0, b"AA").unwrap();
     b.write_at(1, b"BB").unwrap();
@@ -54,7 +46,7 @@ fn processes_commit_as_generations_in_commit_order() {
     a.complete_epoch().unwrap();
     b.commit_local().unwrap();
     b.complete_epoch().unwrap();
-    assert_eq!(read(root, 12), b"ABBaaaaabbbb");
+    assert_eq!(read_committed(root, 12), b"ABBaaaaabbbb");
     let inv = FileInventory::scan_path(root, "j", b"f").unwrap().unwrap();
     let gens: Vec<u64> = inv.gens.keys().copied().collect();
     assert_eq!(gens, vec![1, 2, 3, 4]);
