@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""Programs as they really write files (issue 13), each run twice: directly
+into a directory, and under `paralog run --mpi none` with that directory as
+the prefix and a separate directory as the remote. After the drain the
+remote must hold exactly the direct run's tree (every file's bytes, every
+directory), the program must succeed both times with the same output, and
+nothing may be left in the prefix that the drain did not put there.
+
+  stdio        C fopen/fwrite/fprintf/fseek/fread/"a"/"w+"/fdopen (progs/stdio_ckpt.c)
+  fstream      C++ ofstream/fstream/ifstream, std::ios::app (progs/fstream_ckpt.cpp)
+  exit-open    write() and exit without close (progs/exit_open.c)
+  identity     one path opened twice has one st_dev/st_ino (progs/identity.c)
+  mmap         a shared writable mapping is refused at mmap, no SIGBUS (progs/mmap_write.c)
+  numpy        save/load, tofile/fromfile, savez, pickle (progs/pyprogs.py)
+  atomic       tmp + fsync + os.replace, replacing, rotation with unlink
+  dup2         dup2 of a file onto fds 1 and 2, then restored
+  subprocess   subprocess.run(stdout=f), the parent writing before and after
+  dirs         makedirs, files, remove + rmdir
+  h5py         serial h5py (HDF5's sec2 driver)
+  shell        bash with >, >>, 2>, a pipeline into a file, cat of a captured file
+  tools        tar -x of an archive, cp and dd into the prefix
+
+Usage: tests/correctness/posix_programs.py [--keep] [--only NAME]
+Ends with "posix programs: N passed, N failed".
+"""
+import argparse
+import os
+import subprocess
+import tarfile
+
+from common import BIN, ENV, PY, ROOT, run_cases
+
+PROGS = ROOT / "tests/correctness/progs"
+BUILD = ROOT / "target/posix-programs"
+
+
+def build():
+    BUILD.mkdir(parents=True, exist_ok=True)
+    for src, cc in (("stdio_ckpt.c", "cc"), ("exit_open.c", "cc"), ("identity.c", "cc"),
+                    ("mmap_write.c", "cc"), ("fstream_ckpt.cpp", "c++")):
+        exe = BUILD / src.rsplit(".", 1)[0]
+        subprocess.run([cc, "-O2", "-Wall", "-Werror", "-o", exe, PROGS / src], check=True)
+
+
+def tree(root):
+    """{relative path: bytes, or None for a directory} under root."""
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        rel = os.path.relpath(dirpath, root)
+        for name in dirs:
+            out[os.path.normpath(os.path.join(rel, name))] = None
+        for name in files:
+            p = os.path.join(dirpath, name)
+            with open(p, "rb") as f:
+                out[os.path.normpath(os.path.join(rel, name))] = f.read()
+    return out
+
+
+def describe(direct, remote):
+    """None if the two trees are equal, else the first difference."""
+    for path in sorted(set(direct) | set(remote)):
+        a, b = direct.get(path, "missing"), remote.get(path, "missing")
+        if a == b:
+            continue
+        kind = lambda v: "missing" if v == "missing" else "a directory" if v is None else f"{len(v)} bytes"
+        if isinstance(a, bytes) and isinstance(b, bytes):
+            at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            return f"{path}: differs at byte {at} ({len(a)} bytes direct, {len(b)} on the remote)"
+        return f"{path}: {kind(a)} in the direct run, {kind(b)} on the remote"
+    return None
+
+
+def compare(work, cmd, expect_rc=0, setup=None):
+    """Run cmd(dir) directly and under paralog run; compare trees and output."""
+    direct, prefix, remote = work / "direct", work / "prefix", work / "remote"
+    for d in (direct, prefix, remote):
+        d.mkdir()
+    if setup:
+        setup(direct)
+        setup(prefix)
+        setup(remote)
+    r = subprocess.run(list(map(str, cmd(direct))), env=ENV, capture_output=True, timeout=120)
+    if r.returncode != expect_rc:
+        return f"direct run exited {r.returncode}: {r.stderr[-400:]!r}"
+    want_out = r.stdout.replace(str(direct).encode(), b"DIR")
+    args = [BIN, "run", "--mpi", "none", "--prefix", prefix, "--remote", remote, "--local", work / "local",
+            "--job", "t", "--", *cmd(prefix)]
+    p = subprocess.run(list(map(str, args)), env=ENV, capture_output=True, timeout=300)
+    out = (p.stdout + p.stderr).decode(errors="replace")
+    if expect_rc == 0 and p.returncode != 0:
+        return f"paralog run exited {p.returncode}: {out[-800:]}"
+    got_out = p.stdout.replace(str(prefix).encode(), b"DIR")
+    if not got_out.startswith(want_out):
+        return f"the program printed {got_out[:300]!r}, directly {want_out[:300]!r}"
+    why = describe(tree(direct), tree(remote))
+    if why:
+        return f"remote differs from the direct run: {why}"
+    stray = [k for k, v in tree(prefix).items() if v is not None]
+    if stray:
+        return f"files written to the prefix past capture (never drained): {stray[:5]}"
+    return None
+
+
+SHELL = ("echo hello > {d}/r.txt; echo more >> {d}/r.txt; ls /nonexistent-paralog 2> {d}/err.txt; "
+         "seq 1 3000 | sort -r | head -100 > {d}/pipe.txt; cat {d}/r.txt > {d}/copy.txt; "
+         "cat {d}/r.txt {d}/pipe.txt | wc -c; true")
+
+
+def make_archive(work):
+    src = work / "src"
+    (src / "sub/deeper").mkdir(parents=True)
+    for i in range(5):
+        (src / f"f{i}.dat").write_bytes(bytes((i * 3 + k) % 256 for k in range(20000 * (i + 1))))
+    (src / "sub/deeper/leaf.txt").write_text("leaf\n" * 100)
+    with tarfile.open(work / "a.tar", "w") as t:
+        t.add(src, arcname="tree")
+    return work / "a.tar"
+
+
+def tools_cmd(work):
+    archive = make_archive(work)
+    blob = work / "blob.bin"
+    blob.write_bytes(os.urandom(1 << 20))
+    return lambda d: ["/bin/bash", "-c",
+                      f"tar -xf {archive} -C {d} && cp {blob} {d}/cp.bin && "
+                      f"dd if={blob} of={d}/dd.bin bs=64k status=none && cmp {blob} {d}/dd.bin && echo tools ok"]
+
+
+def cases():
+    exe = lambda name: BUILD / name
+    py = lambda kind: (lambda d: [PY, PROGS / "pyprogs.py", kind, d])
+    return [
+        ("stdio: C stdio checkpoint (fwrite, fseek, fprintf, append, w+, fdopen)",
+         lambda w: compare(w, lambda d: [exe("stdio_ckpt"), d])),
+        ("fstream: C++ ofstream/fstream/ifstream", lambda w: compare(w, lambda d: [exe("fstream_ckpt"), d])),
+        ("exit-open: write() then exit without close", lambda w: compare(w, lambda d: [exe("exit_open"), d / "e.txt"])),
+        ("identity: one st_dev/st_ino per path", lambda w: compare(w, lambda d: [exe("identity"), d])),
+        ("numpy: save/load, tofile/fromfile, savez, pickle", lambda w: compare(w, py("numpy"))),
+        ("atomic: tmp + fsync + replace, rotation", lambda w: compare(w, py("atomic"))),
+        ("dup2: a file dup2'ed onto stdout and stderr", lambda w: compare(w, py("dup2"))),
+        ("subprocess: subprocess.run(stdout=f)", lambda w: compare(w, py("subprocess"))),
+        ("dirs: makedirs, files, remove and rmdir", lambda w: compare(w, py("dirs"))),
+        ("h5py: serial HDF5 file", lambda w: compare(w, py("h5py"))),
+        ("shell: >, >>, 2>, pipeline, cat", lambda w: compare(w, lambda d: ["/bin/bash", "-c", SHELL.format(d=d)])),
+        ("tools: tar -x, cp, dd", lambda w: compare(w, tools_cmd(w))),
+        ("mmap: writable shared mapping refused, no SIGBUS", case_mmap),
+    ]
+
+
+def case_mmap(work):
+    prefix = work / "prefix"
+    prefix.mkdir()
+    args = [BIN, "run", "--mpi", "none", "--prefix", prefix, "--remote", work / "remote", "--local", work / "local",
+            "--job", "t", "--", BUILD / "mmap_write", prefix / "m.bin"]
+    (work / "remote").mkdir()
+    p = subprocess.run(list(map(str, args)), env=ENV, capture_output=True, text=True, timeout=120)
+    out = p.stdout + p.stderr
+    if "mmap refused" not in out:
+        return f"the mapping was not refused at mmap (exit {p.returncode}): {out[-500:]}"
+    if "m.bin" not in out:
+        return f"no line naming the file: {out[-500:]}"
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--only")
+    opts = ap.parse_args()
+    build()
+    chosen = [c for c in cases() if not opts.only or c[0].startswith(opts.only)]
+    run_cases("posix programs", chosen, opts.keep)
+
+
+if __name__ == "__main__":
+    main()

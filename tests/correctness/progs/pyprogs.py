@@ -1,0 +1,137 @@
+#!/usr/bin/python3
+"""Python programs writing files the ways training loops and scripts do.
+
+Usage: pyprogs.py KIND DIR   (KIND below; exit 1 with a line on a failed check)
+
+  numpy      numpy.save/load, tofile/fromfile, savez, pickle dump/load
+  atomic     write ckpt.tmp, flush, fsync, os.replace to ckpt (4 rounds,
+             replacing the previous one), a rotation keeping the last 2
+             (the oldest unlinked), each read back after the rename
+  dup2       os.dup2 of a file onto fds 1 and 2, print() and os.write, restored
+  subprocess subprocess.run(stdout=f) into a file, the parent writing before
+             and after the child
+  dirs       os.makedirs of nested directories, files in them, one removed
+             again with its directory (os.remove + os.rmdir), a listing checked
+  h5py       a serial HDF5 file through h5py (sec2 driver): created, closed,
+             reopened for append, read back
+"""
+import os
+import pickle
+import subprocess
+import sys
+
+
+def check(cond, what):
+    if not cond:
+        print(f"pyprogs: {what}", file=sys.stderr)
+        sys.exit(1)
+
+
+def numpy_case(d):
+    import numpy as np
+    a = np.arange(200000, dtype=np.float64).reshape(400, 500) * 0.25
+    np.save(f"{d}/a.npy", a)
+    b = np.load(f"{d}/a.npy")
+    check((a == b).all(), "numpy.load after numpy.save")
+    a[3:7] = -1
+    a.tofile(f"{d}/a.raw")
+    c = np.fromfile(f"{d}/a.raw", dtype=np.float64).reshape(400, 500)
+    check((a == c).all(), "fromfile after tofile")
+    np.savez(f"{d}/z.npz", x=a[:10], y=np.ones(7, dtype=np.int32))
+    z = np.load(f"{d}/z.npz")
+    check(int(z["y"].sum()) == 7, "savez/load")
+    with open(f"{d}/state.pkl", "wb") as f:
+        pickle.dump({"step": 12, "w": a[:20].tolist()}, f)
+    with open(f"{d}/state.pkl", "rb") as f:
+        s = pickle.load(f)
+    check(s["step"] == 12 and len(s["w"]) == 20, "pickle round trip")
+
+
+def save_atomic(path, data):
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_case(d):
+    for step in range(4):
+        data = bytes((step * 11 + i) % 251 for i in range(300000 + step))
+        save_atomic(f"{d}/ckpt", data)
+        with open(f"{d}/ckpt", "rb") as f:
+            check(f.read() == data, f"ckpt after rename {step}")
+        check(not os.path.exists(f"{d}/ckpt.tmp"), "no temporary after the rename")
+    os.makedirs(f"{d}/rot", exist_ok=True)
+    for step in range(5):
+        save_atomic(f"{d}/rot/step-{step:03d}", bytes([step]) * (1000 + step))
+        kept = sorted(os.listdir(f"{d}/rot"))
+        if len(kept) > 2:
+            os.unlink(f"{d}/rot/{kept[0]}")
+    check(sorted(os.listdir(f"{d}/rot")) == ["step-003", "step-004"], f"rotation kept {os.listdir(d + '/rot')}")
+
+
+def dup2_case(d):
+    sys.stdout.flush()
+    saved_out, saved_err = os.dup(1), os.dup(2)
+    fd = os.open(f"{d}/out.txt", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.write(1, b"line one via fd 1\n")
+    os.write(2, b"line two via fd 2\n")
+    print("line three via print", flush=True)
+    os.dup2(saved_out, 1)
+    os.dup2(saved_err, 2)
+    os.close(saved_out)
+    os.close(saved_err)
+    with open(f"{d}/out.txt") as f:
+        got = f.read()
+    check(got == "line one via fd 1\nline two via fd 2\nline three via print\n", f"out.txt is {got!r}")
+    print("stdout is back")
+
+
+def subprocess_case(d):
+    with open(f"{d}/child.txt", "w") as f:
+        f.write("parent before\n")
+        f.flush()
+        subprocess.run(["/bin/echo", "child line"], stdout=f, check=True)
+        subprocess.run(["/bin/sh", "-c", "echo from sh; printf 'printf %s\\n' 42"], stdout=f, check=True)
+        f.write("parent after\n")
+    with open(f"{d}/child.txt") as f:
+        got = f.read()
+    check(got == "parent before\nchild line\nfrom sh\nprintf 42\nparent after\n", f"child.txt is {got!r}")
+    print("parent stdout still works")
+
+
+def dirs_case(d):
+    os.makedirs(f"{d}/a/b/c", exist_ok=True)
+    os.makedirs(f"{d}/a/x", exist_ok=True)
+    for p in ("a/top.txt", "a/b/mid.txt", "a/b/c/deep.txt", "a/x/gone.txt"):
+        with open(f"{d}/{p}", "w") as f:
+            f.write(p * 3)
+    os.remove(f"{d}/a/x/gone.txt")
+    os.rmdir(f"{d}/a/x")
+    check(sorted(os.listdir(f"{d}/a")) == ["b", "top.txt"], f"listing {sorted(os.listdir(d + '/a'))}")
+
+
+def h5py_case(d):
+    import h5py
+    import numpy as np
+    with h5py.File(f"{d}/serial.h5", "w", libver="earliest") as f:
+        f.create_dataset("x", data=np.arange(10000, dtype=np.int32))
+        f.attrs["note"] = "serial"
+    with h5py.File(f"{d}/serial.h5", "a") as f:
+        f.create_dataset("y", data=np.linspace(0, 1, 5000))
+        f["x"][10:20] = -5
+    with h5py.File(f"{d}/serial.h5", "r") as f:
+        check(int(f["x"][15]) == -5 and f["y"].shape == (5000,), "h5py read back")
+
+
+CASES = {"numpy": numpy_case, "atomic": atomic_case, "dup2": dup2_case,
+         "subprocess": subprocess_case, "dirs": dirs_case, "h5py": h5py_case}
+
+if __name__ == "__main__":
+    check(len(sys.argv) == 3 and sys.argv[1] in CASES, f"usage: pyprogs.py {{{','.join(CASES)}}} DIR")
+    CASES[sys.argv[1]](sys.argv[2])
