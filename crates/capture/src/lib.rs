@@ -9,6 +9,7 @@
 //! network I/O. See docs/capture.md.
 
 pub mod guard;
+pub mod mmap;
 pub mod mpi;
 pub mod posix;
 pub mod real;
@@ -16,6 +17,7 @@ pub mod report;
 pub mod stat;
 pub mod state;
 pub mod stats;
+pub mod stdio;
 pub mod view;
 
 // The settings and the symbol table live in `paralog-settings` (shared with

@@ -213,7 +213,7 @@ unsafe fn paralog_open_impl(
 }
 
 /// Is this absolute path under the prefix (and not the prefix itself)?
-fn under_prefix(abs: &Path) -> Option<&'static Settings> {
+pub(crate) fn under_prefix(abs: &Path) -> Option<&'static Settings> {
     let s = state::settings();
     let prefix = match s {
         Settings::Off => return None,
@@ -288,7 +288,11 @@ fn open_captured(dirfd: c_int, path: &Path, flags: c_int) -> CResult<OpenDecisio
             id
         }
         None if !writing => {
-            if committed.view.lf.epochs.is_empty() {
+            // Nothing undrained: the real file answers, unless the drained
+            // bytes live on a remote other than the prefix (then the prefix
+            // holds no copy, and the program reads its output from there).
+            let elsewhere = st.cfg.remote_root.as_ref() != Some(&st.cfg.prefix);
+            if committed.view.lf.epochs.is_empty() && !(elsewhere && committed.exists) {
                 return Ok(OpenDecision::Pass);
             }
             if !committed.exists {
@@ -516,7 +520,7 @@ pub unsafe extern "C" fn pwritev64(
 
 // ---- read ----------------------------------------------------------------
 
-fn do_read(fd: c_int, buf: &mut [u8], at: Option<u64>) -> ssize_t {
+pub(crate) fn do_read(fd: c_int, buf: &mut [u8], at: Option<u64>) -> ssize_t {
     contain("read", -1, || {
         let mut slot = lock();
         let st = State::get(&mut slot).ok_or(libc::EBADF)?;
@@ -617,7 +621,7 @@ fn do_lseek(fd: c_int, off: i64, whence: c_int) -> i64 {
     contain("lseek", -1, || {
         let mut slot = lock();
         let st = State::get(&mut slot).ok_or(libc::EBADF)?;
-        let e = st.fds.get(&fd).ok_or(libc::EBADF)?;
+        let e = st.ofd(fd)?;
         let size = st.handles.get(&e.handle).ok_or(libc::EBADF)?.size as i64;
         let base = match whence {
             libc::SEEK_SET => 0,
@@ -646,7 +650,7 @@ fn do_lseek(fd: c_int, off: i64, whence: c_int) -> i64 {
 }
 
 fn set_offset(st: &mut State, fd: c_int, to: i64) -> CResult<i64> {
-    st.fds.get_mut(&fd).ok_or(libc::EBADF)?.offset = to as u64;
+    st.set_offset(fd, to as u64)?;
     Ok(to)
 }
 
@@ -749,7 +753,9 @@ pub(crate) fn logged_state(abs: &Path) -> CResult<Option<(bool, u64)>> {
     let mut slot = lock();
     let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
     let c = st.committed(abs)?;
-    Ok((!c.view.lf.epochs.is_empty()).then_some((c.exists, c.size)))
+    let elsewhere = st.cfg.remote_root.as_ref() != Some(&st.cfg.prefix);
+    let known = !c.view.lf.epochs.is_empty() || (elsewhere && c.exists);
+    Ok(known.then_some((c.exists, c.size)))
 }
 
 /// unlink of a captured path: recorded in the log (a delete reaches the

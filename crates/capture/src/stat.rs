@@ -15,8 +15,8 @@ use crate::pass;
 use crate::posix::{logged_state, prefix_path};
 use crate::state::{is_captured, lock, resolve, set_errno};
 
-/// (size, an open placeholder to take the rest of the answer from).
-fn known(fd: Option<c_int>, id: Option<u64>) -> Option<(u64, Option<c_int>)> {
+/// (size, an open placeholder to take the rest of the answer from, path).
+fn known(fd: Option<c_int>, id: Option<u64>) -> Option<(u64, Option<c_int>, std::path::PathBuf)> {
     let slot = lock();
     let st = slot.as_ref()?;
     let id = match (fd, id) {
@@ -24,14 +24,43 @@ fn known(fd: Option<c_int>, id: Option<u64>) -> Option<(u64, Option<c_int>)> {
         (None, Some(id)) => id,
         (None, None) => return None,
     };
-    let size = st.handles.get(&id)?.size;
+    let h = st.handles.get(&id)?;
     let any_fd = fd.or_else(|| st.fds.iter().find(|(_, e)| e.handle == id).map(|(&f, _)| f));
-    Some((size, any_fd))
+    Some((h.size, any_fd, h.path.clone()))
+}
+
+/// The identity of a captured file: one `st_dev`/`st_ino` per path for as
+/// long as capture answers for it, whichever open or call asks (HDF5 finds
+/// a file it already has open by comparing them). The device is the
+/// prefix's; the inode a hash of the path with the top bit set, a range
+/// that real inode numbers do not reach.
+fn identity(path: &Path) -> (u64, u64) {
+    static DEV: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let dev = *DEV.get_or_init(|| match crate::state::settings() {
+        crate::settings::Settings::On(c) => {
+            let p = std::ffi::CString::new(c.prefix.as_os_str().as_bytes()).unwrap_or_default();
+            // SAFETY: a zeroed stat buffer filled by the kernel.
+            unsafe {
+                let mut st: libc::stat = std::mem::zeroed();
+                libc::syscall(libc::SYS_newfstatat, libc::AT_FDCWD, p.as_ptr(), &mut st, 0);
+                st.st_dev
+            }
+        }
+        _ => 0,
+    });
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in path.as_os_str().as_bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (dev, h | 1 << 63)
 }
 
 macro_rules! patch {
-    ($buf:expr, $size:expr) => {{
+    ($buf:expr, $size:expr, $path:expr) => {{
         let b = &mut *$buf;
+        let (dev, ino) = identity($path);
+        b.st_dev = dev as _;
+        b.st_ino = ino as _;
         b.st_size = $size as _;
         b.st_blocks = ($size as u64).div_ceil(512) as _;
         b.st_mode = libc::S_IFREG | 0o644;
@@ -41,7 +70,7 @@ macro_rules! patch {
 
 /// Fill `buf` for a captured file: kernel answer for the placeholder (or the
 /// prefix directory when no placeholder is open), then our size and type.
-unsafe fn fill_stat(size: u64, fd: Option<c_int>, buf: *mut libc::stat) -> c_int {
+unsafe fn fill_stat(size: u64, fd: Option<c_int>, path: &Path, buf: *mut libc::stat) -> c_int {
     let rc = match fd {
         Some(fd) => libc::syscall(libc::SYS_fstat, fd, buf) as c_int,
         None => match crate::state::settings() {
@@ -56,7 +85,7 @@ unsafe fn fill_stat(size: u64, fd: Option<c_int>, buf: *mut libc::stat) -> c_int
         set_errno(libc::EIO);
         return -1;
     }
-    patch!(buf, size);
+    patch!(buf, size, path);
     0
 }
 
@@ -65,20 +94,20 @@ unsafe fn by_fd(fd: c_int, buf: *mut libc::stat) -> Option<c_int> {
         return None;
     }
     let _g = Guard::enter()?;
-    let (size, fd) = known(Some(fd), None)?;
-    Some(fill_stat(size, fd, buf))
+    let (size, fd, path) = known(Some(fd), None)?;
+    Some(fill_stat(size, fd, &path, buf))
 }
 
 unsafe fn by_path(path: *const c_char, buf: *mut libc::stat) -> Option<c_int> {
     let (_g, abs, id) = prefix_path(path)?;
     if let Some(id) = id {
-        let (size, fd) = known(None, Some(id))?;
-        return Some(fill_stat(size, fd, buf));
+        let (size, fd, path) = known(None, Some(id))?;
+        return Some(fill_stat(size, fd, &path, buf));
     }
     // Closed, but committed epochs not yet drained: the log answers.
     match logged_state(&abs) {
         Ok(None) => None,
-        Ok(Some((true, size))) => Some(fill_stat(size, None, buf)),
+        Ok(Some((true, size))) => Some(fill_stat(size, None, &abs, buf)),
         Ok(Some((false, _))) => {
             set_errno(libc::ENOENT);
             Some(-1)
@@ -249,6 +278,9 @@ pub unsafe extern "C" fn statx(
             b.stx_blksize = st.st_blksize as u32;
         }
         b.stx_size = st.st_size as u64;
+        b.stx_ino = st.st_ino as u64;
+        b.stx_dev_major = libc::major(st.st_dev);
+        b.stx_dev_minor = libc::minor(st.st_dev);
         b.stx_blocks = st.st_blocks as u64;
         b.stx_mode = (libc::S_IFREG | 0o644) as u16;
         b.stx_nlink = 1;

@@ -102,18 +102,30 @@ pub struct Handle {
     pub cp_started: Option<std::time::Instant>,
 }
 
+/// A captured descriptor: which open file description it refers to (its
+/// `dup`s refer to the same one) and, for the cheap lookups, its handle.
 pub struct FdEntry {
+    pub handle: u64,
+    pub ofd: u64,
+}
+
+/// An open file description (POSIX): what an `open` made and every `dup` of
+/// it shares, above all the file offset.
+pub struct Ofd {
     pub handle: u64,
     pub offset: u64,
     pub append: bool,
     pub readable: bool,
     pub writable: bool,
+    /// Descriptors of this process that refer to it.
+    refs: u32,
 }
 
 pub struct State {
     pub cfg: Config,
     pub handles: HashMap<u64, Handle>,
     pub fds: HashMap<c_int, FdEntry>,
+    pub ofds: HashMap<u64, Ofd>,
     pub by_path: HashMap<PathBuf, u64>,
     next_id: u64,
     /// Results of captured AIO requests, by aiocb address: (return, errno).
@@ -134,10 +146,16 @@ impl State {
         if let Some(dir) = &cfg.stats {
             crate::stats::write_at_exit(dir);
         }
+        // SAFETY: registering a plain extern "C" function, once (the state
+        // is created once per process).
+        unsafe {
+            libc::atexit(close_at_exit);
+        }
         State {
             cfg,
             handles: HashMap::new(),
             fds: HashMap::new(),
+            ofds: HashMap::new(),
             by_path: HashMap::new(),
             next_id: 1,
             aio: HashMap::new(),
@@ -318,16 +336,20 @@ impl State {
             return Err(errno());
         }
         let acc = flags & libc::O_ACCMODE;
-        self.fds.insert(
-            fd,
-            FdEntry {
+        let ofd = self.next_id;
+        self.next_id += 1;
+        self.ofds.insert(
+            ofd,
+            Ofd {
                 handle: id,
                 offset: 0,
                 append: flags & libc::O_APPEND != 0,
                 readable: acc != libc::O_WRONLY,
                 writable: acc != libc::O_RDONLY,
+                refs: 1,
             },
         );
+        self.fds.insert(fd, FdEntry { handle: id, ofd });
         if let Some(h) = self.handles.get_mut(&id) {
             h.fds += 1;
             if let Some(log) = h.log.as_mut().filter(|_| flags & libc::O_TRUNC != 0) {
@@ -341,28 +363,47 @@ impl State {
         Ok(fd)
     }
 
-    /// Register `new_fd` (a dup of a captured descriptor) on the same handle.
+    /// Register `new_fd` (a dup of a captured descriptor): the same open
+    /// file description, so the same offset (POSIX).
     pub fn dup_fd(&mut self, old: c_int, new_fd: c_int) {
         if let Some(e) = self.fds.get(&old) {
             let entry = FdEntry {
                 handle: e.handle,
-                offset: e.offset,
-                append: e.append,
-                readable: e.readable,
-                writable: e.writable,
+                ofd: e.ofd,
             };
             if let Some(h) = self.handles.get_mut(&e.handle) {
                 h.fds += 1;
+            }
+            if let Some(o) = self.ofds.get_mut(&e.ofd) {
+                o.refs += 1;
             }
             self.fds.insert(new_fd, entry);
             set_captured(new_fd, true);
         }
     }
 
+    /// The open file description of a captured descriptor.
+    pub fn ofd(&self, fd: c_int) -> CResult<&Ofd> {
+        let e = self.fds.get(&fd).ok_or(libc::EBADF)?;
+        self.ofds.get(&e.ofd).ok_or(libc::EBADF)
+    }
+
+    pub fn set_offset(&mut self, fd: c_int, to: u64) -> CResult<()> {
+        let e = self.fds.get(&fd).ok_or(libc::EBADF)?;
+        self.ofds.get_mut(&e.ofd).ok_or(libc::EBADF)?.offset = to;
+        Ok(())
+    }
+
     /// Forget a descriptor (the caller closes it). Returns its handle.
     pub fn detach_fd(&mut self, fd: c_int) -> Option<u64> {
         let e = self.fds.remove(&fd)?;
         set_captured(fd, false);
+        if let Some(o) = self.ofds.get_mut(&e.ofd) {
+            o.refs -= 1;
+            if o.refs == 0 {
+                self.ofds.remove(&e.ofd);
+            }
+        }
         if let Some(h) = self.handles.get_mut(&e.handle) {
             if let Some(n) = sentinel_len(fd).filter(|&n| n > 0) {
                 h.bypass.get_or_insert_with(|| {
@@ -482,7 +523,7 @@ impl State {
     }
 
     pub fn write(&mut self, fd: c_int, data: &[u8], at: Option<u64>) -> CResult<usize> {
-        let e = self.fds.get(&fd).ok_or(libc::EBADF)?;
+        let e = self.ofd(fd)?;
         if !e.writable {
             return Err(libc::EBADF);
         }
@@ -508,13 +549,13 @@ impl State {
         h.size = h.size.max(end);
         h.dirty = true;
         if at.is_none() {
-            self.fds.get_mut(&fd).expect("looked up above").offset = end;
+            self.set_offset(fd, end)?;
         }
         Ok(data.len())
     }
 
     pub fn read(&mut self, fd: c_int, buf: &mut [u8], at: Option<u64>) -> CResult<usize> {
-        let e = self.fds.get(&fd).ok_or(libc::EBADF)?;
+        let e = self.ofd(fd)?;
         if !e.readable {
             return Err(libc::EBADF);
         }
@@ -598,7 +639,7 @@ impl State {
             h.view_reads += 1;
         }
         if at.is_none() {
-            self.fds.get_mut(&fd).expect("looked up above").offset = pos + n as u64;
+            self.set_offset(fd, pos + n as u64)?;
         }
         Ok(n)
     }
@@ -648,6 +689,50 @@ impl State {
 
     pub fn handle_of(&self, fd: c_int) -> CResult<u64> {
         self.fds.get(&fd).map(|e| e.handle).ok_or(libc::EBADF)
+    }
+}
+
+/// At exit the kernel closes every descriptor: for a plain POSIX open that
+/// is its last close, so its epoch is committed here (a program that writes
+/// and returns from `main` without `close` keeps its bytes, as without
+/// paralog). Runs before the counters are written (atexit order).
+extern "C" fn close_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        let Some(_g) = crate::guard::Guard::enter() else {
+            return;
+        };
+        let mut slot = lock();
+        let Some(st) = slot.as_mut() else { return };
+        st.close_all_posix();
+    });
+}
+
+impl State {
+    /// The last close of every plain POSIX open (exit).
+    fn close_all_posix(&mut self) {
+        let ids: Vec<u64> = self
+            .handles
+            .iter()
+            .filter(|(_, h)| h.mode == Mode::Posix && h.log.is_some())
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ids {
+            let fds: Vec<c_int> = self
+                .fds
+                .iter()
+                .filter(|(_, e)| e.handle == id)
+                .map(|(&fd, _)| fd)
+                .collect();
+            for fd in fds {
+                self.detach_fd(fd);
+            }
+            let h = &self.handles[&id];
+            if h.dirty || !h.committed_any {
+                // The line is printed; the exit status is the program's.
+                let _ = self.commit_single(id);
+            }
+            self.maybe_release(id);
+        }
     }
 }
 

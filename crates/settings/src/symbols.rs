@@ -80,7 +80,22 @@ macro_rules! wrapped_symbols {
             aio_cancel: fn(c_int, *mut aiocb) -> c_int;
             aio_cancel64: fn(c_int, *mut aiocb) -> c_int;
             unlink: fn(*const c_char) -> c_int;
+            unlinkat: fn(c_int, *const c_char, c_int) -> c_int;
             access: fn(*const c_char, c_int) -> c_int;
+            rename: fn(*const c_char, *const c_char) -> c_int;
+            renameat: fn(c_int, *const c_char, c_int, *const c_char) -> c_int;
+            renameat2: fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int;
+            link: fn(*const c_char, *const c_char) -> c_int;
+            linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int;
+            mmap: fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void;
+            mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void;
+            fopen: fn(*const c_char, *const c_char) -> *mut FILE;
+            fopen64: fn(*const c_char, *const c_char) -> *mut FILE;
+            fdopen: fn(c_int, *const c_char) -> *mut FILE;
+            freopen: fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
+            freopen64: fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
+            fileno: fn(*mut FILE) -> c_int;
+            fileno_unlocked: fn(*mut FILE) -> c_int;
         }
     };
 }
