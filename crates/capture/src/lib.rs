@@ -8,9 +8,11 @@
 //! calls the `paralog_mpi_*` functions. It starts no thread and does no
 //! network I/O. See docs/capture.md.
 
+pub mod dirlist;
 pub mod guard;
 pub mod mmap;
 pub mod mpi;
+pub mod namespace;
 pub mod posix;
 pub mod real;
 pub mod report;

@@ -758,26 +758,6 @@ pub(crate) fn logged_state(abs: &Path) -> CResult<Option<(bool, u64)>> {
     Ok(known.then_some((c.exists, c.size)))
 }
 
-/// unlink of a captured path: recorded in the log (a delete reaches the
-/// remote in order, after the epochs before it), never applied directly.
-#[no_mangle]
-pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
-    let Some((_g, abs, id)) = prefix_path(path) else {
-        return pass!(unlink(path), -1);
-    };
-    contain("unlink", -1, || {
-        let mut slot = lock();
-        let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
-        if let Some(id) = id {
-            return st.delete(id).map(|_| 0);
-        }
-        if !st.committed(&abs)?.exists {
-            return Err(libc::ENOENT);
-        }
-        st.path_op(&abs, |st, id| st.delete(id)).map(|_| 0)
-    })
-}
-
 unsafe fn do_truncate_path(id: u64, len: i64) -> c_int {
     contain("truncate", -1, || {
         let len = offset(len)?;

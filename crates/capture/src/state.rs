@@ -554,6 +554,17 @@ impl State {
         Ok(data.len())
     }
 
+    /// A write into a handle at `pos`, with no descriptor (path operations).
+    pub fn write_handle(&mut self, id: u64, pos: u64, data: &[u8]) -> CResult<()> {
+        let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
+        log_of(h)?.write_at(pos, data).map_err(|e| {
+            log_errno(&format!("writing {} bytes at offset {pos} of {}", data.len(), h.path.display()), &e)
+        })?;
+        h.size = h.size.max(pos + data.len() as u64);
+        h.dirty = true;
+        Ok(())
+    }
+
     pub fn read(&mut self, fd: c_int, buf: &mut [u8], at: Option<u64>) -> CResult<usize> {
         let e = self.ofd(fd)?;
         if !e.readable {
@@ -673,6 +684,16 @@ impl State {
         op: impl FnOnce(&mut State, u64) -> CResult<()>,
     ) -> CResult<()> {
         let committed = self.committed(abs)?;
+        self.path_op_with(abs, committed, op)
+    }
+
+    /// `path_op` with the committed state already at hand.
+    pub fn path_op_with(
+        &mut self,
+        abs: &Path,
+        committed: Committed,
+        op: impl FnOnce(&mut State, u64) -> CResult<()>,
+    ) -> CResult<()> {
         let id = self.new_handle(abs, Mode::Posix, 0, 1, None, committed)?;
         let r = op(self, id).and_then(|_| self.commit_single(id));
         self.maybe_release(id);

@@ -86,6 +86,15 @@ macro_rules! wrapped_symbols {
             renameat: fn(c_int, *const c_char, c_int, *const c_char) -> c_int;
             renameat2: fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int;
             link: fn(*const c_char, *const c_char) -> c_int;
+            mkdir: fn(*const c_char, mode_t) -> c_int;
+            mkdirat: fn(c_int, *const c_char, mode_t) -> c_int;
+            rmdir: fn(*const c_char) -> c_int;
+            opendir: fn(*const c_char) -> *mut DIR;
+            readdir: fn(*mut DIR) -> *mut libc::dirent;
+            readdir64: fn(*mut DIR) -> *mut libc::dirent64;
+            closedir: fn(*mut DIR) -> c_int;
+            dirfd: fn(*mut DIR) -> c_int;
+            rewinddir: fn(*mut DIR) -> ();
             linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int;
             mmap: fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void;
             mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void;

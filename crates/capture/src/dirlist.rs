@@ -1,0 +1,244 @@
+//! Directory listings under the prefix as the program sees its files:
+//! what the real directory holds (the drained files, when the prefix is the
+//! remote), what a POSIX remote other than the prefix holds, and the
+//! captured files of this job that the log knows, less those it has
+//! deleted. `opendir` of such a directory returns a listing built at once;
+//! `readdir`, `readdir64`, `dirfd`, `rewinddir` and `closedir` serve it.
+
+#![allow(clippy::missing_safety_doc)]
+
+use std::collections::{BTreeMap, HashSet};
+use std::ffi::{CStr, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use libc::{c_char, c_int, dirent64, DIR};
+
+use crate::pass;
+use crate::posix::{contain, prefix_path};
+use crate::state::{lock, CResult, State};
+
+/// A file of this job under a directory, as the log knows it.
+pub struct Logged {
+    /// Path below the directory.
+    pub name: Vec<u8>,
+    /// It exists in the program's view (not deleted).
+    pub exists: bool,
+    /// Some committed epoch of it is not drained yet.
+    pub pending: bool,
+}
+
+/// The files the log knows under directory `dir` (directly in it, or at
+/// any depth).
+pub fn logged(st: &State, dir: &Path, recursive: bool) -> CResult<Vec<Logged>> {
+    let rel: Vec<u8> = if dir == st.cfg.prefix {
+        Vec::new()
+    } else {
+        st.rel_of(dir).ok_or(libc::EINVAL)?
+    };
+    let job_dir = st.cfg.local.join(&st.cfg.job);
+    let Ok(entries) = std::fs::read_dir(&job_dir) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        if !paralog_log::layout::is_file_dir_name(&name.to_string_lossy()) {
+            continue;
+        }
+        let rec_path = e.path().join("path");
+        let Ok(bytes) = std::fs::read(&rec_path) else {
+            continue;
+        };
+        let Ok(rec) = paralog_log::format::PathRecord::decode(&bytes, &rec_path) else {
+            continue;
+        };
+        let below = if rel.is_empty() {
+            &rec.rel[..]
+        } else if rec.rel.starts_with(&rel) && rec.rel.get(rel.len()) == Some(&b'/') {
+            &rec.rel[rel.len() + 1..]
+        } else {
+            continue;
+        };
+        if below.is_empty() || (!recursive && below.contains(&b'/')) {
+            continue;
+        }
+        let abs = st.cfg.prefix.join(OsStr::from_bytes(&rec.rel));
+        let c = st.committed(&abs)?;
+        out.push(Logged {
+            name: below.to_vec(),
+            exists: c.exists,
+            pending: !c.view.lf.epochs.is_empty(),
+        });
+    }
+    Ok(out)
+}
+
+struct Listing {
+    real: *mut DIR,
+    /// name -> (d_type, d_ino)
+    entries: Vec<(Vec<u8>, u8, u64)>,
+    pos: usize,
+    ent: dirent64,
+}
+
+static OURS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+static N_OURS: AtomicUsize = AtomicUsize::new(0);
+
+fn ours(d: *mut DIR) -> bool {
+    N_OURS.load(Ordering::Relaxed) != 0
+        && OURS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|s| s.contains(&(d as usize)))
+}
+
+unsafe fn read_all(d: *mut DIR, into: &mut BTreeMap<Vec<u8>, (u8, u64)>) {
+    loop {
+        let Some(e) = crate::real::readdir64().map(|f| f(d)) else {
+            return;
+        };
+        if e.is_null() {
+            return;
+        }
+        let name = CStr::from_ptr((*e).d_name.as_ptr()).to_bytes().to_vec();
+        into.insert(name, ((*e).d_type, (*e).d_ino));
+    }
+}
+
+unsafe fn open_listing(path: *const c_char) -> Option<*mut DIR> {
+    let (_g, abs, _) = prefix_path(path).or_else(|| {
+        // The prefix itself is a directory under capture's care too.
+        let g = crate::guard::Guard::enter()?;
+        let p = Path::new(OsStr::from_bytes(CStr::from_ptr(path).to_bytes()));
+        let abs = crate::state::resolve(libc::AT_FDCWD, p)?;
+        match crate::state::settings() {
+            crate::settings::Settings::On(c) if c.prefix == abs => Some((g, abs, None)),
+            _ => None,
+        }
+    })?;
+    Some(contain("opendir", std::ptr::null_mut(), || {
+        let real = pass!(opendir(path), std::ptr::null_mut());
+        if real.is_null() {
+            return Err(crate::state::errno());
+        }
+        let mut names = BTreeMap::new();
+        read_all(real, &mut names);
+        if let Some(f) = crate::real::rewinddir() {
+            f(real);
+        }
+        let mut slot = lock();
+        let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
+        if let Some(root) = st.cfg.remote_root.as_ref().filter(|r| **r != st.cfg.prefix) {
+            let remote = match st.rel_of(&abs) {
+                Some(rel) => root.join(OsStr::from_bytes(&rel)),
+                None => root.clone(),
+            };
+            let c = std::ffi::CString::new(remote.as_os_str().as_bytes()).map_err(|_| libc::EINVAL)?;
+            let rd = pass!(opendir(c.as_ptr()), std::ptr::null_mut());
+            if !rd.is_null() {
+                read_all(rd, &mut names);
+                if let Some(f) = crate::real::closedir() {
+                    f(rd);
+                }
+            }
+        }
+        for f in logged(st, &abs, false)? {
+            if f.exists {
+                let ino = 1u64 << 63 | names.len() as u64;
+                names.entry(f.name).or_insert((libc::DT_REG, ino));
+            } else {
+                names.remove(&f.name);
+            }
+        }
+        let listing = Box::new(Listing {
+            real,
+            entries: names.into_iter().map(|(n, (t, i))| (n, t, i)).collect(),
+            pos: 0,
+            ent: std::mem::zeroed(),
+        });
+        let p = Box::into_raw(listing) as *mut DIR;
+        OURS.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(HashSet::new).insert(p as usize);
+        N_OURS.fetch_add(1, Ordering::Relaxed);
+        Ok(p)
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
+    if path.is_null() {
+        return pass!(opendir(path), std::ptr::null_mut());
+    }
+    open_listing(path).unwrap_or_else(|| pass!(opendir(path), std::ptr::null_mut()))
+}
+
+unsafe fn next(d: *mut DIR) -> *mut dirent64 {
+    let l = &mut *(d as *mut Listing);
+    let Some((name, t, ino)) = l.entries.get(l.pos) else {
+        return std::ptr::null_mut();
+    };
+    l.pos += 1;
+    let e = &mut l.ent;
+    let n = name.len().min(e.d_name.len() - 1);
+    for (i, &b) in name[..n].iter().enumerate() {
+        e.d_name[i] = b as c_char;
+    }
+    e.d_name[n] = 0;
+    e.d_ino = *ino;
+    e.d_off = l.pos as i64;
+    e.d_type = *t;
+    e.d_reclen = std::mem::size_of::<dirent64>() as u16;
+    e
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readdir(d: *mut DIR) -> *mut libc::dirent {
+    if ours(d) {
+        // dirent and dirent64 have one layout on 64-bit Linux.
+        return next(d) as *mut libc::dirent;
+    }
+    pass!(readdir(d), std::ptr::null_mut())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readdir64(d: *mut DIR) -> *mut dirent64 {
+    if ours(d) {
+        return next(d);
+    }
+    pass!(readdir64(d), std::ptr::null_mut())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rewinddir(d: *mut DIR) {
+    if ours(d) {
+        (*(d as *mut Listing)).pos = 0;
+        return;
+    }
+    if let Some(f) = crate::real::rewinddir() {
+        f(d)
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dirfd(d: *mut DIR) -> c_int {
+    if ours(d) {
+        return pass!(dirfd((*(d as *mut Listing)).real), -1);
+    }
+    pass!(dirfd(d), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn closedir(d: *mut DIR) -> c_int {
+    if ours(d) {
+        if let Some(s) = OURS.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            s.remove(&(d as usize));
+        }
+        N_OURS.fetch_sub(1, Ordering::Relaxed);
+        let l = Box::from_raw(d as *mut Listing);
+        return pass!(closedir(l.real), -1);
+    }
+    pass!(closedir(d), -1)
+}

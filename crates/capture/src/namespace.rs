@@ -1,0 +1,392 @@
+//! Namespace operations on captured paths: `unlink`/`unlinkat`, `rename`
+//! (and `renameat`, `renameat2`), `link`, `mkdir`, `rmdir`. They take effect
+//! in the program's view at once and reach the remote in order with the
+//! epochs:
+//!
+//! - `unlink` is an epoch of the file (a delete), drained after the epochs
+//!   before it.
+//! - `rename(src, dst)` of a file is the new content of `dst`, committed as
+//!   one epoch of `dst` (a copy of `src`'s committed bytes on the node), and
+//!   then a delete epoch of `src`. So the final name only ever holds a whole
+//!   committed file (the old one or the new one), and the temporary name is
+//!   deleted once the final one is committed. A rename across the prefix's
+//!   edge, or of a directory holding captured files, fails with EXDEV, as
+//!   between two file systems (`mv` then copies).
+//! - `link` onto or from a captured file fails with EXDEV: a copy would
+//!   part ways with its source at the next write.
+//! - `mkdir` and `rmdir` act on the prefix, and on a POSIX remote other
+//!   than the prefix too, since no directory reaches it otherwise; `rmdir`
+//!   first waits until every delete under the directory is drained, so that
+//!   the directory is empty on the remote as in the program's view.
+
+#![allow(clippy::missing_safety_doc)]
+
+use std::ffi::{CStr, CString, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use libc::{c_char, c_int, c_uint, mode_t};
+
+use crate::guard::Guard;
+use crate::pass;
+use crate::posix::{contain, prefix_path, under_prefix};
+use crate::report;
+use crate::settings::Settings;
+use crate::state::{self, lock, resolve, CResult, State};
+
+/// How long `rmdir` waits for the drain of the deletes under a directory.
+const RMDIR_WAIT: Duration = Duration::from_secs(120);
+
+/// unlink of a captured path: recorded in the log (a delete reaches the
+/// remote in order, after the epochs before it), never applied directly.
+#[no_mangle]
+pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
+    let Some((_g, abs, id)) = prefix_path(path) else {
+        return pass!(unlink(path), -1);
+    };
+    contain("unlink", -1, || unlink_captured(&abs, id))
+}
+
+fn unlink_captured(abs: &Path, id: Option<u64>) -> CResult<c_int> {
+    let mut slot = lock();
+    let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
+    if let Some(id) = id {
+        return st.delete(id).map(|_| 0);
+    }
+    if !st.committed(abs)?.exists {
+        if real_is_dir(abs) {
+            return Err(libc::EISDIR);
+        }
+        return Err(libc::ENOENT);
+    }
+    st.path_op(abs, |st, id| st.delete(id)).map(|_| 0)
+}
+
+fn real_is_dir(abs: &Path) -> bool {
+    std::fs::symlink_metadata(abs).is_ok_and(|m| m.is_dir())
+}
+
+/// A path of an `*at` call under the prefix (capture on): the guard and the
+/// absolute path.
+unsafe fn at_path(dirfd: c_int, path: *const c_char) -> Option<(Guard, PathBuf)> {
+    if path.is_null() {
+        return None;
+    }
+    let g = Guard::enter()?;
+    let p = Path::new(OsStr::from_bytes(CStr::from_ptr(path).to_bytes()));
+    let abs = resolve(dirfd, p)?;
+    matches!(under_prefix(&abs)?, Settings::On(_)).then_some((g, abs))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    let Some((_g, abs)) = at_path(dirfd, path) else {
+        return pass!(unlinkat(dirfd, path, flags), -1);
+    };
+    if flags & libc::AT_REMOVEDIR != 0 {
+        return contain("unlinkat", -1, || rmdir_captured(&abs));
+    }
+    contain("unlinkat", -1, || {
+        let id = {
+            let mut slot = lock();
+            State::get(&mut slot).and_then(|st| st.by_path.get(&abs).copied())
+        };
+        unlink_captured(&abs, id)
+    })
+}
+
+// ---- rename ----------------------------------------------------------------
+
+/// Where each side of a rename or link is: (guard, src, dst) when either is
+/// under the prefix; `None`: neither is, pass through.
+unsafe fn two_paths(
+    olddir: c_int,
+    old: *const c_char,
+    newdir: c_int,
+    new: *const c_char,
+) -> Option<(Guard, Option<PathBuf>, Option<PathBuf>, PathBuf, PathBuf)> {
+    if old.is_null() || new.is_null() {
+        return None;
+    }
+    let g = Guard::enter()?;
+    let a = resolve(olddir, Path::new(OsStr::from_bytes(CStr::from_ptr(old).to_bytes())))?;
+    let b = resolve(newdir, Path::new(OsStr::from_bytes(CStr::from_ptr(new).to_bytes())))?;
+    let on = |p: &Path| matches!(under_prefix(p), Some(Settings::On(_)));
+    let (ia, ib) = (on(&a).then(|| a.clone()), on(&b).then(|| b.clone()));
+    (ia.is_some() || ib.is_some()).then_some((g, ia, ib, a, b))
+}
+
+fn exdev(what: &str, a: &Path, b: &Path, why: &str) -> c_int {
+    report::line(&format!(
+        "{what} {} -> {}: {why}; failing with EXDEV as between two file systems (docs/capture.md)",
+        a.display(),
+        b.display()
+    ));
+    libc::EXDEV
+}
+
+/// `Ok(None)`: not captured's to do (a plain directory), the real rename.
+fn rename_captured(src: &Path, dst: &Path, flags: c_uint) -> CResult<Option<c_int>> {
+    if flags & (libc::RENAME_EXCHANGE | libc::RENAME_WHITEOUT) != 0 {
+        return Err(libc::EINVAL);
+    }
+    let mut slot = lock();
+    let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
+    if src == dst {
+        return Ok(Some(0));
+    }
+    let from = st.committed(src)?;
+    if !from.exists {
+        if real_is_dir(src) {
+            let elsewhere = st.cfg.remote_root.as_ref() != Some(&st.cfg.prefix);
+            if elsewhere || !crate::dirlist::logged(st, src, true)?.is_empty() {
+                return Err(exdev("rename", src, dst, "a directory holding captured files"));
+            }
+            return Ok(None);
+        }
+        return Err(libc::ENOENT);
+    }
+    for p in [src, dst] {
+        if st.by_path.contains_key(p) {
+            report::line(&format!(
+                "rename {} -> {}: {} is open in this process; close it first (docs/capture.md)",
+                src.display(),
+                dst.display(),
+                p.display()
+            ));
+            return Err(libc::EBUSY);
+        }
+    }
+    let to = st.committed(dst)?;
+    if flags & libc::RENAME_NOREPLACE != 0 && to.exists {
+        return Err(libc::EEXIST);
+    }
+    if real_is_dir(dst) {
+        return Err(libc::EISDIR);
+    }
+    // The new content of dst: one epoch, a copy of src's committed bytes.
+    let size = from.size;
+    let mut view = from.view;
+    st.path_op_with(dst, to, |st, id| {
+        st.set_size(id, 0)?;
+        let mut buf = vec![0u8; size.min(4 << 20) as usize];
+        let mut off = 0u64;
+        while off < size {
+            let n = (size - off).min(buf.len() as u64) as usize;
+            let mut attempt = 0;
+            // A data log drained and deleted under the read: look again.
+            while let Err(e) = view.read(src, off, &mut buf[..n]) {
+                if e != libc::ENOENT || attempt == 20 {
+                    return Err(e);
+                }
+                attempt += 1;
+                view = st.committed(src)?.view;
+            }
+            st.write_handle(id, off, &buf[..n])?;
+            off += n as u64;
+        }
+        Ok(())
+    })?;
+    // Then src is gone.
+    st.path_op(src, |st, id| st.delete(id))?;
+    Ok(Some(0))
+}
+
+unsafe fn rename_common(
+    olddir: c_int,
+    old: *const c_char,
+    newdir: c_int,
+    new: *const c_char,
+    flags: c_uint,
+    real: impl FnOnce() -> c_int,
+) -> c_int {
+    let Some((g, a, b, ra, rb)) = two_paths(olddir, old, newdir, new) else {
+        return real();
+    };
+    let r = match (a, b) {
+        (Some(a), Some(b)) => contain("rename", Some(-1), || rename_captured(&a, &b, flags)),
+        // One side outside the prefix: EXDEV if the inside one is captured's.
+        _ => contain("rename", Some(-1), || {
+            let mut slot = lock();
+            let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
+            let inside = if st.rel_of(&ra).is_some() { &ra } else { &rb };
+            if st.committed(inside)?.exists || real_is_dir(inside) {
+                return Err(exdev("rename", &ra, &rb, "one side is outside the prefix"));
+            }
+            Ok(None)
+        }),
+    };
+    drop(g);
+    r.unwrap_or_else(real)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rename(old: *const c_char, new: *const c_char) -> c_int {
+    rename_common(libc::AT_FDCWD, old, libc::AT_FDCWD, new, 0, || pass!(rename(old, new), -1))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn renameat(
+    olddir: c_int,
+    old: *const c_char,
+    newdir: c_int,
+    new: *const c_char,
+) -> c_int {
+    rename_common(olddir, old, newdir, new, 0, || pass!(renameat(olddir, old, newdir, new), -1))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn renameat2(
+    olddir: c_int,
+    old: *const c_char,
+    newdir: c_int,
+    new: *const c_char,
+    flags: c_uint,
+) -> c_int {
+    rename_common(olddir, old, newdir, new, flags, || {
+        pass!(renameat2(olddir, old, newdir, new, flags), -1)
+    })
+}
+
+// ---- link ------------------------------------------------------------------
+
+unsafe fn link_common(
+    olddir: c_int,
+    old: *const c_char,
+    newdir: c_int,
+    new: *const c_char,
+    real: impl FnOnce() -> c_int,
+) -> c_int {
+    let Some((g, _, _, ra, rb)) = two_paths(olddir, old, newdir, new) else {
+        return real();
+    };
+    drop(g);
+    contain("link", -1, || Err(exdev("link", &ra, &rb, "a hard link to a captured file cannot be kept")))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn link(old: *const c_char, new: *const c_char) -> c_int {
+    link_common(libc::AT_FDCWD, old, libc::AT_FDCWD, new, || pass!(link(old, new), -1))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn linkat(
+    olddir: c_int,
+    old: *const c_char,
+    newdir: c_int,
+    new: *const c_char,
+    flags: c_int,
+) -> c_int {
+    link_common(olddir, old, newdir, new, || pass!(linkat(olddir, old, newdir, new, flags), -1))
+}
+
+// ---- directories ------------------------------------------------------------
+
+/// The same directory on a POSIX remote other than the prefix.
+fn remote_dir(st: &State, abs: &Path) -> Option<PathBuf> {
+    let root = st.cfg.remote_root.as_ref().filter(|r| **r != st.cfg.prefix)?;
+    Some(root.join(OsStr::from_bytes(&st.rel_of(abs)?)))
+}
+
+fn c_path(p: &Path) -> CResult<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| libc::EINVAL)
+}
+
+unsafe fn mkdir_captured(abs: &Path, mode: mode_t, real: impl FnOnce() -> c_int) -> CResult<c_int> {
+    if real() != 0 {
+        return Err(state::errno());
+    }
+    let remote = {
+        let mut slot = lock();
+        State::get(&mut slot).and_then(|st| remote_dir(st, abs))
+    };
+    if let Some(r) = remote {
+        let c = c_path(&r)?;
+        if let Some(f) = crate::real::mkdir() {
+            if f(c.as_ptr(), mode) != 0 && state::errno() != libc::EEXIST {
+                report::line(&format!("mkdir {} on the remote: {}", r.display(), std::io::Error::last_os_error()));
+            }
+        }
+    }
+    Ok(0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
+    let Some((_g, abs, _)) = prefix_path(path) else {
+        return pass!(mkdir(path, mode), -1);
+    };
+    contain("mkdir", -1, || mkdir_captured(&abs, mode, || pass!(mkdir(path, mode), -1)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
+    let Some((_g, abs)) = at_path(dirfd, path) else {
+        return pass!(mkdirat(dirfd, path, mode), -1);
+    };
+    contain("mkdirat", -1, || mkdir_captured(&abs, mode, || pass!(mkdirat(dirfd, path, mode), -1)))
+}
+
+/// rmdir under the prefix: empty in the program's view (no captured file
+/// exists under it), and once every delete under it is drained, removed
+/// from the prefix and from a POSIX remote other than it.
+fn rmdir_captured(abs: &Path) -> CResult<c_int> {
+    let deadline = Instant::now() + RMDIR_WAIT;
+    loop {
+        let pending = {
+            let mut slot = lock();
+            let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
+            let under = crate::dirlist::logged(st, abs, true)?;
+            if under.iter().any(|f| f.exists) {
+                return Err(libc::ENOTEMPTY);
+            }
+            under.iter().any(|f| f.pending)
+        };
+        if !pending {
+            break;
+        }
+        if Instant::now() > deadline {
+            report::line(&format!(
+                "rmdir {}: the deletes under it were not drained within {} s (is the server running?)",
+                abs.display(),
+                RMDIR_WAIT.as_secs()
+            ));
+            return Err(libc::EBUSY);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let remote = {
+        let mut slot = lock();
+        State::get(&mut slot).and_then(|st| remote_dir(st, abs))
+    };
+    let c = c_path(abs)?;
+    // SAFETY: a NUL-terminated path.
+    let rc = unsafe { pass!(rmdir(c.as_ptr()), -1) };
+    if rc != 0 {
+        let e = state::errno();
+        if !(e == libc::ENOENT && remote.is_some()) {
+            return Err(e);
+        }
+    }
+    if let Some(r) = remote {
+        let c = c_path(&r)?;
+        // SAFETY: a NUL-terminated path.
+        if unsafe { pass!(rmdir(c.as_ptr()), -1) } != 0 {
+            let e = state::errno();
+            if e != libc::ENOENT {
+                report::line(&format!("rmdir {} on the remote: {}", r.display(), std::io::Error::from_raw_os_error(e)));
+                return Err(e);
+            }
+        }
+    }
+    Ok(0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
+    let Some((_g, abs, _)) = prefix_path(path) else {
+        return pass!(rmdir(path), -1);
+    };
+    contain("rmdir", -1, || rmdir_captured(&abs))
+}
