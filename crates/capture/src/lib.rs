@@ -10,6 +10,7 @@
 
 pub mod dirlist;
 pub mod guard;
+pub mod inherit;
 pub mod mmap;
 pub mod mpi;
 pub mod namespace;

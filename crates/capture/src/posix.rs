@@ -197,7 +197,7 @@ unsafe fn paralog_open_impl(
     match decision {
         Some(OpenDecision::Fd(fd)) => fd,
         None => -1,
-        Some(OpenDecision::Pass) => match kind {
+        Some(OpenDecision::Pass) => forget_if_stale(match kind {
             K_OPEN => pass!(open(path, flags, mode), -1),
             K_OPEN64 => pass!(open64(path, flags, mode), -1),
             K_OPENAT => pass!(openat(dirfd, path, flags, mode), -1),
@@ -208,8 +208,23 @@ unsafe fn paralog_open_impl(
             K_OPENAT64_2 => pass!(__openat64_2(dirfd, path, flags), -1),
             K_CREAT => pass!(creat(path, mode), -1),
             _ => pass!(creat64(path, mode), -1),
-        },
+        }),
     }
+}
+
+/// A descriptor the real open returned that the table still lists as
+/// captured was closed past the wrappers (glibc's fclose of stdout on an
+/// inherited placeholder): it is the program's plain file now.
+fn forget_if_stale(fd: c_int) -> c_int {
+    if fd >= 0 && is_captured(fd) {
+        if let Some(_g) = Guard::enter() {
+            let mut slot = lock();
+            if let Some(st) = slot.as_mut() {
+                st.forget_stale(fd);
+            }
+        }
+    }
+    fd
 }
 
 /// Is this absolute path under the prefix (and not the prefix itself)?
@@ -339,7 +354,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         let rc = pass!(close(fd), -1);
         let mut result = if rc == 0 { Ok(0) } else { Err(state::errno()) };
         let h = st.handles.get(&id).ok_or(libc::EBADF)?;
-        let writer = h.log.is_some();
+        let writer = h.log.is_some() || h.lazy;
         if writer
             && h.mode == Mode::Posix
             && h.fds == 0
@@ -621,6 +636,7 @@ fn do_lseek(fd: c_int, off: i64, whence: c_int) -> i64 {
     contain("lseek", -1, || {
         let mut slot = lock();
         let st = State::get(&mut slot).ok_or(libc::EBADF)?;
+        st.harvest(fd)?;
         let e = st.ofd(fd)?;
         let size = st.handles.get(&e.handle).ok_or(libc::EBADF)?.size as i64;
         let base = match whence {

@@ -30,7 +30,7 @@ macro_rules! real_symbols {
 
 use libc::{
     aiocb, c_char, c_int, c_uint, c_void, iovec, mode_t, off64_t, off_t, size_t, ssize_t, timespec,
-    DIR, FILE,
+    pid_t, DIR, FILE,
 };
 
 paralog_settings::wrapped_symbols!(real_symbols);

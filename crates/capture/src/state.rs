@@ -3,7 +3,6 @@
 //! each captured open file its log, its size and its consistency state.
 
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -27,7 +26,7 @@ static STATE: Mutex<Option<State>> = Mutex::new(None);
 
 pub fn settings() -> &'static Settings {
     SETTINGS.get_or_init(|| {
-        crate::guard::install_fork_handler();
+        crate::inherit::install_fork_handlers();
         Settings::from_env()
     })
 }
@@ -53,6 +52,11 @@ fn set_captured(fd: c_int, on: bool) {
     } else if on {
         HIGH_FDS.store(true, Ordering::Release);
     }
+}
+
+/// Forget that `fd` is captured (a forked child dropping its parent's state).
+pub fn forget_captured(fd: c_int) {
+    set_captured(fd, false);
 }
 
 pub fn lock() -> MutexGuard<'static, Option<State>> {
@@ -100,6 +104,8 @@ pub struct Handle {
     pub view_reads: u64,
     /// When the current consistency point started (its local commit).
     pub cp_started: Option<std::time::Instant>,
+    /// A writer whose log is made at its first write (inherited).
+    pub lazy: bool,
 }
 
 /// A captured descriptor: which open file description it refers to (its
@@ -119,6 +125,17 @@ pub struct Ofd {
     pub writable: bool,
     /// Descriptors of this process that refer to it.
     refs: u32,
+    /// Reachable past capture: dup'ed (glibc's own stdio may write to the
+    /// copy) or shared with another process. Then the placeholder's kernel
+    /// offset mirrors `offset`, and bytes written raw into the placeholder
+    /// are harvested into the log (crate::inherit).
+    pub shared: bool,
+    /// The kernel offset of the placeholder as last set or seen.
+    pub kpos: u64,
+    /// A private duplicate of the placeholder (close-on-exec) while shared,
+    /// so that its bytes can be harvested even after glibc closed the
+    /// program's descriptor past the wrappers (fclose(stdout) at exit).
+    pub keep: c_int,
 }
 
 pub struct State {
@@ -225,16 +242,9 @@ impl State {
         view::committed(&self.cfg.local, &self.cfg.job, abs, &rel, base)
     }
 
-    /// Create the log of a new open of `abs` and register it.
-    pub fn new_handle(
-        &mut self,
-        abs: &Path,
-        mode: Mode,
-        rank: u32,
-        size: u32,
-        gen: Option<u64>,
-        committed: Committed,
-    ) -> CResult<u64> {
+    /// The log of an open of `abs` (a generation of its own for a POSIX
+    /// open, chosen at its commit).
+    fn make_log(&self, abs: &Path, mode: Mode, rank: u32, size: u32, gen: Option<u64>) -> CResult<RankLog> {
         self.ensure_local()?;
         let rel = self.rel_of(abs).ok_or(libc::EINVAL)?;
         let job = self.cfg.job.clone();
@@ -253,19 +263,50 @@ impl State {
         // A plain POSIX open agrees with no other process: each of its
         // commits becomes a generation of its own (paralog_log::single), so
         // that several processes writing one file never share a rank.
-        let log = if mode == Mode::Posix {
+        if mode == Mode::Posix {
             RankLog::create_single(&self.cfg.local, ident, self.writer_config())
         } else {
             RankLog::create(&self.cfg.local, ident, rank, size, self.writer_config())
         }
-        .map_err(|e| log_errno(&format!("capturing {}", abs.display()), &e))?;
+        .map_err(|e| log_errno(&format!("capturing {}", abs.display()), &e))
+    }
+
+    /// Create the log of a new open of `abs` and register it.
+    pub fn new_handle(
+        &mut self,
+        abs: &Path,
+        mode: Mode,
+        rank: u32,
+        size: u32,
+        gen: Option<u64>,
+        committed: Committed,
+    ) -> CResult<u64> {
+        let log = self.make_log(abs, mode, rank, size, gen)?;
+        let id = self.register(abs, mode, Some(log), committed);
+        if self.cfg.verbose {
+            report::line(&format!("capturing {} (rank {rank} of {size})", abs.display()));
+        }
+        Ok(id)
+    }
+
+    /// A handle for a descriptor this process inherited (crate::inherit): a
+    /// POSIX writer of its own whose log is made at its first write.
+    pub fn inherited_handle(&mut self, abs: &Path, committed: Committed) -> u64 {
+        let id = self.register(abs, Mode::Posix, None, committed);
+        let h = self.handles.get_mut(&id).expect("just registered");
+        h.lazy = true;
+        h.committed_any = true;
+        id
+    }
+
+    fn register(&mut self, abs: &Path, mode: Mode, log: Option<RankLog>, committed: Committed) -> u64 {
         let base = if committed.exists { committed.size } else { 0 };
         let id = self.next_id;
         self.next_id += 1;
         self.handles.insert(
             id,
             Handle {
-                log: Some(log),
+                log,
                 mode,
                 path: abs.to_path_buf(),
                 size: base,
@@ -279,16 +320,24 @@ impl State {
                 bypass: None,
                 view_reads: 0,
                 cp_started: None,
+                lazy: false,
             },
         );
         self.by_path.insert(abs.to_path_buf(), id);
-        if self.cfg.verbose {
-            report::line(&format!(
-                "capturing {} (open {gen}, rank {rank} of {size})",
-                abs.display()
-            ));
+        id
+    }
+
+    /// Make the log of an inherited handle at its first write.
+    pub fn ensure_log(&mut self, id: u64) -> CResult<()> {
+        let h = self.handles.get(&id).ok_or(libc::EBADF)?;
+        if h.lazy && h.log.is_none() {
+            let path = h.path.clone();
+            let log = self.make_log(&path, Mode::Posix, 0, 1, None)?;
+            let h = self.handles.get_mut(&id).expect("looked up above");
+            h.log = Some(log);
+            h.lazy = false;
         }
-        Ok(id)
+        Ok(())
     }
 
     /// A read-only open of a captured file whose committed epochs are not
@@ -315,6 +364,7 @@ impl State {
                 bypass: None,
                 view_reads: 0,
                 cp_started: None,
+                lazy: false,
             },
         );
         id
@@ -323,7 +373,8 @@ impl State {
     /// Hand out a placeholder descriptor for `handle`: a memfd that must stay
     /// empty (anything written to it bypassed capture).
     pub fn attach_fd(&mut self, id: u64, flags: c_int) -> CResult<c_int> {
-        let name = CString::new("paralog-placeholder").expect("no NUL");
+        let path = self.handles.get(&id).map(|h| h.path.clone()).unwrap_or_default();
+        let name = crate::inherit::placeholder_name(&path, flags);
         let mfd_flags = if flags & libc::O_CLOEXEC != 0 {
             libc::MFD_CLOEXEC
         } else {
@@ -347,6 +398,9 @@ impl State {
                 readable: acc != libc::O_WRONLY,
                 writable: acc != libc::O_RDONLY,
                 refs: 1,
+                shared: false,
+                kpos: 0,
+                keep: -1,
             },
         );
         self.fds.insert(fd, FdEntry { handle: id, ofd });
@@ -374,8 +428,19 @@ impl State {
             if let Some(h) = self.handles.get_mut(&e.handle) {
                 h.fds += 1;
             }
+            let size = self.handles.get(&e.handle).map_or(0, |h| h.size);
             if let Some(o) = self.ofds.get_mut(&e.ofd) {
                 o.refs += 1;
+                if !o.shared {
+                    o.shared = true;
+                    o.keep = crate::inherit::keep(new_fd);
+                    // Raw writes of an appending description go to the end.
+                    if o.append {
+                        o.offset = size;
+                    }
+                    crate::inherit::set_kernel_offset(o.keep, o.offset);
+                    o.kpos = o.offset;
+                }
             }
             self.fds.insert(new_fd, entry);
             set_captured(new_fd, true);
@@ -390,22 +455,136 @@ impl State {
 
     pub fn set_offset(&mut self, fd: c_int, to: u64) -> CResult<()> {
         let e = self.fds.get(&fd).ok_or(libc::EBADF)?;
-        self.ofds.get_mut(&e.ofd).ok_or(libc::EBADF)?.offset = to;
+        let o = self.ofds.get_mut(&e.ofd).ok_or(libc::EBADF)?;
+        o.offset = to;
+        if o.shared && o.kpos != to {
+            crate::inherit::set_kernel_offset(o.keep, to);
+            o.kpos = to;
+        }
+        Ok(())
+    }
+
+    /// The descriptor to check a placeholder through: the private duplicate
+    /// of a shared one (the program's may have been closed past the
+    /// wrappers and its number reused), else the program's own.
+    fn sentinel_fd(&self, fd: c_int) -> c_int {
+        self.fds
+            .get(&fd)
+            .and_then(|e| self.ofds.get(&e.ofd))
+            .filter(|o| o.shared && o.keep >= 0)
+            .map_or(fd, |o| o.keep)
+    }
+
+    /// A descriptor number the kernel handed out anew while the table still
+    /// had it as captured (glibc closed it past the wrappers): forget it.
+    pub fn forget_stale(&mut self, fd: c_int) {
+        if self.fds.contains_key(&fd) {
+            let _ = self.harvest(fd);
+            if let Some(e) = self.fds.remove(&fd) {
+                if let Some(o) = self.ofds.get_mut(&e.ofd) {
+                    o.refs -= 1;
+                }
+                if let Some(h) = self.handles.get_mut(&e.handle) {
+                    h.fds = h.fds.saturating_sub(1);
+                }
+            }
+            set_captured(fd, false);
+        }
+    }
+
+    /// Register an inherited placeholder (crate::inherit): `fd` refers to
+    /// open file description `ofd` of handle `id`, at kernel offset `pos`.
+    pub fn adopt_fd(&mut self, fd: c_int, id: u64, ofd: Option<u64>, flags: c_int, pos: u64) -> u64 {
+        let ofd = ofd.unwrap_or_else(|| {
+            let o = self.next_id;
+            self.next_id += 1;
+            let acc = flags & libc::O_ACCMODE;
+            self.ofds.insert(
+                o,
+                Ofd {
+                    handle: id,
+                    offset: pos,
+                    append: flags & libc::O_APPEND != 0,
+                    readable: acc != libc::O_WRONLY,
+                    writable: acc != libc::O_RDONLY,
+                    refs: 0,
+                    shared: true,
+                    kpos: pos,
+                    keep: crate::inherit::keep(fd),
+                },
+            );
+            o
+        });
+        if let Some(o) = self.ofds.get_mut(&ofd) {
+            o.refs += 1;
+        }
+        if let Some(h) = self.handles.get_mut(&id) {
+            h.fds += 1;
+        }
+        self.fds.insert(fd, FdEntry { handle: id, ofd });
+        set_captured(fd, true);
+        ofd
+    }
+
+    /// Bytes written into a shared placeholder past capture (glibc's stdio
+    /// on a dup, a child process's raw writes) go into the log, where they
+    /// were written: sequential writes from the kernel offset capture last
+    /// set leave exactly [that offset, the kernel offset now) in the
+    /// otherwise empty memfd. Anything else stays there and is refused at
+    /// the next consistency point (invariant 5). The kernel offset moved
+    /// by another process is taken over.
+    pub fn harvest(&mut self, fd: c_int) -> CResult<()> {
+        let Some(e) = self.fds.get(&fd) else {
+            return Ok(());
+        };
+        let (id, ofd) = (e.handle, e.ofd);
+        self.harvest_ofd(id, ofd)
+    }
+
+    pub fn harvest_ofd(&mut self, id: u64, ofd: u64) -> CResult<()> {
+        let Some(o) = self.ofds.get(&ofd).filter(|o| o.shared && o.keep >= 0) else {
+            return Ok(());
+        };
+        let (kpos, fd) = (o.kpos, o.keep);
+        let len = sentinel_len(fd).unwrap_or(0);
+        let now = crate::inherit::kernel_offset(fd).unwrap_or(kpos);
+        if len == 0 {
+            if now != kpos {
+                let o = self.ofds.get_mut(&ofd).expect("looked up above");
+                o.offset = now;
+                o.kpos = now;
+            }
+            return Ok(());
+        }
+        let writable = o.writable && self.handles.get(&id).is_some_and(|h| h.log.is_some() || h.lazy);
+        if len != now || now <= kpos || !writable {
+            return Ok(()); // left for the sentinel check
+        }
+        let data = crate::inherit::read_placeholder(fd, kpos, (now - kpos) as usize)?;
+        self.write_handle(id, kpos, &data)?;
+        crate::stats::captured(data.len());
+        crate::inherit::empty_placeholder(fd);
+        let o = self.ofds.get_mut(&ofd).expect("looked up above");
+        o.offset = now;
+        o.kpos = now;
         Ok(())
     }
 
     /// Forget a descriptor (the caller closes it). Returns its handle.
     pub fn detach_fd(&mut self, fd: c_int) -> Option<u64> {
+        let _ = self.harvest(fd);
+        let probe = self.sentinel_fd(fd);
         let e = self.fds.remove(&fd)?;
         set_captured(fd, false);
         if let Some(o) = self.ofds.get_mut(&e.ofd) {
             o.refs -= 1;
             if o.refs == 0 {
+                crate::inherit::drop_keep(o.keep);
                 self.ofds.remove(&e.ofd);
             }
         }
         if let Some(h) = self.handles.get_mut(&e.handle) {
-            if let Some(n) = sentinel_len(fd).filter(|&n| n > 0) {
+            if let Some(n) = sentinel_len(probe).filter(|&n| n > 0) {
                 h.bypass.get_or_insert_with(|| {
                     format!(
                         "{} bytes reached {} without passing through capture",
@@ -427,6 +606,10 @@ impl State {
             .filter(|(_, e)| e.handle == id)
             .map(|(&fd, _)| fd)
             .collect();
+        for &fd in &fds {
+            self.harvest(fd)?;
+        }
+        let fds: Vec<c_int> = fds.into_iter().map(|fd| self.sentinel_fd(fd)).collect();
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
         for fd in fds {
             if let Some(n) = sentinel_len(fd).filter(|&n| n > 0) {
@@ -523,11 +706,13 @@ impl State {
     }
 
     pub fn write(&mut self, fd: c_int, data: &[u8], at: Option<u64>) -> CResult<usize> {
+        self.harvest(fd)?;
         let e = self.ofd(fd)?;
         if !e.writable {
             return Err(libc::EBADF);
         }
         let (id, append, offset) = (e.handle, e.append, e.offset);
+        self.ensure_log(id)?;
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
         let pos = match at {
             Some(p) => p,
@@ -556,6 +741,7 @@ impl State {
 
     /// A write into a handle at `pos`, with no descriptor (path operations).
     pub fn write_handle(&mut self, id: u64, pos: u64, data: &[u8]) -> CResult<()> {
+        self.ensure_log(id)?;
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
         log_of(h)?.write_at(pos, data).map_err(|e| {
             log_errno(&format!("writing {} bytes at offset {pos} of {}", data.len(), h.path.display()), &e)
@@ -566,6 +752,7 @@ impl State {
     }
 
     pub fn read(&mut self, fd: c_int, buf: &mut [u8], at: Option<u64>) -> CResult<usize> {
+        self.harvest(fd)?;
         let e = self.ofd(fd)?;
         if !e.readable {
             return Err(libc::EBADF);
@@ -656,6 +843,7 @@ impl State {
     }
 
     pub fn set_size(&mut self, id: u64, size: u64) -> CResult<()> {
+        self.ensure_log(id)?;
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
         log_of(h)?.set_size(size);
         h.size = size;
@@ -667,6 +855,7 @@ impl State {
     /// `unlink` of the path of an open handle: the file is gone at the end
     /// of this epoch unless written again.
     pub fn delete(&mut self, id: u64) -> CResult<()> {
+        self.ensure_log(id)?;
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
         log_of(h)?.delete();
         h.size = 0;
@@ -701,6 +890,7 @@ impl State {
     }
 
     pub fn preallocate(&mut self, id: u64, size: u64) -> CResult<()> {
+        self.ensure_log(id)?;
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
         log_of(h)?.preallocate(size);
         h.size = h.size.max(size);
@@ -717,7 +907,7 @@ impl State {
 /// is its last close, so its epoch is committed here (a program that writes
 /// and returns from `main` without `close` keeps its bytes, as without
 /// paralog). Runs before the counters are written (atexit order).
-extern "C" fn close_at_exit() {
+pub extern "C" fn close_at_exit() {
     let _ = std::panic::catch_unwind(|| {
         let Some(_g) = crate::guard::Guard::enter() else {
             return;
@@ -734,10 +924,14 @@ impl State {
         let ids: Vec<u64> = self
             .handles
             .iter()
-            .filter(|(_, h)| h.mode == Mode::Posix && h.log.is_some())
+            .filter(|(_, h)| h.mode == Mode::Posix && (h.log.is_some() || h.lazy))
             .map(|(&id, _)| id)
             .collect();
         for id in ids {
+            let ofds: Vec<u64> = self.ofds.iter().filter(|(_, o)| o.handle == id).map(|(&k, _)| k).collect();
+            for ofd in ofds {
+                let _ = self.harvest_ofd(id, ofd);
+            }
             let fds: Vec<c_int> = self
                 .fds
                 .iter()

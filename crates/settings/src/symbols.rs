@@ -105,6 +105,16 @@ macro_rules! wrapped_symbols {
             freopen64: fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
             fileno: fn(*mut FILE) -> c_int;
             fileno_unlocked: fn(*mut FILE) -> c_int;
+            posix_spawn: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int;
+            posix_spawnp: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int;
+            system: fn(*const c_char) -> c_int;
+            execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+            execv: fn(*const c_char, *const *const c_char) -> c_int;
+            execvp: fn(*const c_char, *const *const c_char) -> c_int;
+            execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+            vfork: fn() -> pid_t;
+            _exit: fn(c_int) -> ();
+            _Exit: fn(c_int) -> ();
         }
     };
 }

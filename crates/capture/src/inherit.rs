@@ -1,0 +1,413 @@
+//! Captured descriptors shared with other processes: `fork`, `exec`,
+//! `posix_spawn`, `system` and `vfork` children (a shell's `>` and `>>`,
+//! `subprocess.run(stdout=f)`, a child writing its parent's file).
+//!
+//! The rule: every process is a writer of its own (docs/capture.md).
+//! - Before a child can run, the parent commits what it wrote to its plain
+//!   POSIX files (an epoch each), so that the child's commits come after
+//!   the parent's earlier writes, as in the program.
+//! - The placeholder memfd carries what a new process needs to take it
+//!   over: its name is `paralog:<r|w|b><a|->:<path>` (read, write or both;
+//!   append), and its kernel offset mirrors the shared file offset.
+//! - A forked child forgets the parent's state and takes over the
+//!   placeholders it holds; an exec'd program does so when the library
+//!   loads. Writes through the wrappers go to the log; bytes written past
+//!   them (glibc's stdio on stdout, a raw `write(2)`) land in the memfd at
+//!   the shared offset and are harvested into the log at the next captured
+//!   call, consistency point, close or exit (`State::harvest`).
+//! - `vfork` is served by `fork`: a vfork child shares the parent's memory,
+//!   and its `dup2`/`close` through the wrappers would rewrite the parent's
+//!   capture state.
+
+#![allow(clippy::missing_safety_doc)]
+
+use std::ffi::{CString, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use libc::{c_char, c_int, pid_t};
+
+use crate::guard::Guard;
+use crate::pass;
+use crate::state::{self, lock, Mode, State};
+
+const TAG: &[u8] = b"paralog:";
+
+/// The memfd name of a placeholder for `path` opened with `flags`
+/// (memfd names hold 249 bytes; a longer path cannot be taken over by
+/// another process, which then writes into the sentinel and is refused).
+pub fn placeholder_name(path: &Path, flags: c_int) -> CString {
+    let acc = match flags & libc::O_ACCMODE {
+        libc::O_RDONLY => b'r',
+        libc::O_WRONLY => b'w',
+        _ => b'b',
+    };
+    let app = if flags & libc::O_APPEND != 0 { b'a' } else { b'-' };
+    let mut name = TAG.to_vec();
+    name.extend_from_slice(&[acc, app, b':']);
+    let p = path.as_os_str().as_bytes();
+    if name.len() + p.len() <= 249 {
+        name.extend_from_slice(p);
+    }
+    CString::new(name).unwrap_or_default()
+}
+
+/// (path, open flags) from the target of `/proc/self/fd/N` of a placeholder.
+fn parse_link(link: &[u8]) -> Option<(PathBuf, c_int)> {
+    let rest = link.strip_prefix(b"/memfd:")?.strip_prefix(TAG)?;
+    let rest = rest.strip_suffix(b" (deleted)").unwrap_or(rest);
+    let (&acc, rest) = rest.split_first()?;
+    let (&app, rest) = rest.split_first()?;
+    let path = rest.strip_prefix(b":")?;
+    if !path.starts_with(b"/") {
+        return None;
+    }
+    let mut flags = match acc {
+        b'r' => libc::O_RDONLY,
+        b'w' => libc::O_WRONLY,
+        b'b' => libc::O_RDWR,
+        _ => return None,
+    };
+    if app == b'a' {
+        flags |= libc::O_APPEND;
+    }
+    Some((PathBuf::from(OsStr::from_bytes(path)), flags))
+}
+
+/// A private close-on-exec duplicate of a placeholder (raw fcntl, so that
+/// the wrappers never see it), above the descriptors programs use.
+pub fn keep(fd: c_int) -> c_int {
+    // SAFETY: raw syscall on a descriptor the program holds.
+    unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, 512) as c_int }
+}
+
+pub fn drop_keep(fd: c_int) {
+    if fd >= 0 {
+        // SAFETY: our own duplicate.
+        unsafe {
+            libc::syscall(libc::SYS_close, fd);
+        }
+    }
+}
+
+pub fn set_kernel_offset(fd: c_int, to: u64) {
+    // SAFETY: raw syscall on a descriptor we own; never our wrapper.
+    unsafe {
+        libc::syscall(libc::SYS_lseek, fd, to as i64, libc::SEEK_SET);
+    }
+}
+
+pub fn kernel_offset(fd: c_int) -> Option<u64> {
+    // SAFETY: as above.
+    let r = unsafe { libc::syscall(libc::SYS_lseek, fd, 0i64, libc::SEEK_CUR) };
+    u64::try_from(r).ok()
+}
+
+pub fn read_placeholder(fd: c_int, at: u64, n: usize) -> state::CResult<Vec<u8>> {
+    let mut buf = vec![0u8; n];
+    let mut done = 0;
+    while done < n {
+        // SAFETY: the buffer is valid for n - done bytes.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_pread64,
+                fd,
+                buf[done..].as_mut_ptr(),
+                n - done,
+                (at + done as u64) as i64,
+            )
+        };
+        if r <= 0 {
+            return Err(libc::EIO);
+        }
+        done += r as usize;
+    }
+    Ok(buf)
+}
+
+pub fn empty_placeholder(fd: c_int) {
+    // SAFETY: raw syscall; the kernel offset is kept (past the end is fine).
+    unsafe {
+        libc::syscall(libc::SYS_ftruncate, fd, 0i64);
+    }
+}
+
+/// Take over every placeholder this process holds that the state does not
+/// know (inherited across exec, or kept after fork).
+pub fn adopt(st: &mut State) {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    // Descriptors of one open file description share one memfd inode.
+    let mut by_inode: std::collections::HashMap<u64, u64> = Default::default();
+    for e in dir.flatten() {
+        let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<c_int>().ok()) else {
+            continue;
+        };
+        if st.fds.contains_key(&fd) {
+            continue;
+        }
+        let Ok(link) = std::fs::read_link(e.path()) else {
+            continue;
+        };
+        let Some((path, flags)) = parse_link(link.as_os_str().as_bytes()) else {
+            continue;
+        };
+        if st.rel_of(&path).is_none() {
+            continue;
+        }
+        // SAFETY: a zeroed stat buffer filled by the kernel.
+        let ino = unsafe {
+            let mut sb: libc::stat = std::mem::zeroed();
+            libc::syscall(libc::SYS_fstat, fd, &mut sb);
+            sb.st_ino
+        };
+        let id = match st.by_path.get(&path) {
+            Some(&id) => id,
+            None => match st.committed(&path) {
+                Ok(c) => st.inherited_handle(&path, c),
+                Err(_) => continue,
+            },
+        };
+        let pos = kernel_offset(fd).unwrap_or(0);
+        let ofd = st.adopt_fd(fd, id, by_inode.get(&ino).copied(), flags, pos);
+        by_inode.insert(ino, ofd);
+        if st.cfg.verbose {
+            crate::report::line(&format!("took over {} (descriptor {fd}, offset {pos})", path.display()));
+        }
+    }
+}
+
+/// Before another process can touch the shared descriptors: commit this
+/// process's plain POSIX writes, and publish every offset in its
+/// placeholder's kernel offset.
+pub fn before_child(st: &mut State) {
+    let dirty: Vec<u64> = st
+        .handles
+        .iter()
+        .filter(|(_, h)| h.mode == Mode::Posix && h.dirty && h.log.is_some())
+        .map(|(&id, _)| id)
+        .collect();
+    for id in dirty {
+        let _ = st.commit_single(id);
+    }
+    let fds: Vec<(c_int, u64)> = st.fds.iter().map(|(&fd, e)| (fd, e.ofd)).collect();
+    for (fd, ofd) in fds {
+        let _ = st.harvest(fd);
+        let size = st.fds.get(&fd).and_then(|e| st.handles.get(&e.handle)).map_or(0, |h| h.size);
+        if let Some(o) = st.ofds.get_mut(&ofd) {
+            if o.append {
+                o.offset = size;
+            }
+            if !o.shared {
+                o.shared = true;
+                o.keep = keep(fd);
+            }
+            set_kernel_offset(o.keep, o.offset);
+            o.kpos = o.offset;
+        }
+    }
+}
+
+fn prepare_spawn() {
+    let Some(_g) = Guard::enter() else { return };
+    let mut slot = lock();
+    if let Some(st) = slot.as_mut() {
+        before_child(st);
+    }
+}
+
+// ---- fork -------------------------------------------------------------------
+
+thread_local! {
+    static HELD: std::cell::RefCell<Option<std::sync::MutexGuard<'static, Option<State>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+extern "C" fn at_prepare() {
+    let _ = std::panic::catch_unwind(|| {
+        let g = Guard::enter();
+        let mut slot = lock();
+        if g.is_some() {
+            if let Some(st) = slot.as_mut() {
+                before_child(st);
+            }
+        }
+        // Held across fork: the child must not inherit a lock another
+        // thread holds.
+        HELD.with(|h| *h.borrow_mut() = Some(slot));
+    });
+}
+
+extern "C" fn at_parent() {
+    let _ = std::panic::catch_unwind(|| HELD.with(|h| h.borrow_mut().take()));
+}
+
+extern "C" fn at_child() {
+    let _ = std::panic::catch_unwind(|| {
+        let Some(mut slot) = HELD.with(|h| h.borrow_mut().take()) else {
+            return;
+        };
+        // The parent's logs are the parent's: forget them without closing
+        // or committing anything, then take over the placeholders anew.
+        if let Some(old) = slot.take() {
+            for &fd in old.fds.keys() {
+                state::forget_captured(fd);
+            }
+            for o in old.ofds.values() {
+                drop_keep(o.keep);
+            }
+            std::mem::forget(old);
+            if let Some(st) = State::get(&mut slot) {
+                adopt(st);
+            }
+        }
+    });
+}
+
+/// Register the fork handlers once (called at initialization).
+pub fn install_fork_handlers() {
+    // SAFETY: registering plain functions with no captured state.
+    unsafe {
+        libc::pthread_atfork(Some(at_prepare), Some(at_parent), Some(at_child));
+    }
+}
+
+/// At load: an exec'd program takes over the placeholders it inherited.
+extern "C" fn at_load() {
+    let _ = std::panic::catch_unwind(|| {
+        if std::env::var_os("PARALOG_PREFIX").is_none() {
+            return;
+        }
+        let Some(_g) = Guard::enter() else { return };
+        let mut slot = lock();
+        if slot.is_some() {
+            return;
+        }
+        let any = std::fs::read_dir("/proc/self/fd").is_ok_and(|d| {
+            d.flatten().any(|e| {
+                std::fs::read_link(e.path())
+                    .is_ok_and(|l| parse_link(l.as_os_str().as_bytes()).is_some())
+            })
+        });
+        if any {
+            if let Some(st) = State::get(&mut slot) {
+                adopt(st);
+            }
+        }
+    });
+}
+
+#[used]
+#[link_section = ".init_array"]
+static AT_LOAD: extern "C" fn() = at_load;
+
+// ---- spawning wrappers ----------------------------------------------------------
+
+/// `_exit` skips atexit handlers, and shells (dash) end with it: the last
+/// close of this process's plain POSIX files happens here first.
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    crate::state::close_at_exit();
+    match crate::real::_exit() {
+        Some(f) => f(status),
+        None => {
+            libc::syscall(libc::SYS_exit_group, status);
+        }
+    };
+    unreachable!("_exit returned")
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    _exit(status)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn vfork() -> pid_t {
+    libc::fork()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut pid_t,
+    path: *const c_char,
+    acts: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    prepare_spawn();
+    pass!(posix_spawn(pid, path, acts, attr, argv, envp), libc::ENOSYS)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut pid_t,
+    file: *const c_char,
+    acts: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    prepare_spawn();
+    pass!(posix_spawnp(pid, file, acts, attr, argv, envp), libc::ENOSYS)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn system(cmd: *const c_char) -> c_int {
+    prepare_spawn();
+    pass!(system(cmd), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    prepare_spawn();
+    pass!(execve(path, argv, envp), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    prepare_spawn();
+    pass!(execv(path, argv), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    prepare_spawn();
+    pass!(execvp(file, argv), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    prepare_spawn();
+    pass!(execvpe(file, argv, envp), -1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        let p = Path::new("/pfs/run/out.txt");
+        for flags in [libc::O_WRONLY, libc::O_RDONLY, libc::O_RDWR | libc::O_APPEND] {
+            let name = placeholder_name(p, flags);
+            let link = [b"/memfd:".as_slice(), name.as_bytes(), b" (deleted)"].concat();
+            assert_eq!(parse_link(&link), Some((p.to_path_buf(), flags)));
+        }
+        assert_eq!(parse_link(b"/memfd:other (deleted)"), None);
+        assert_eq!(parse_link(b"/tmp/paralog:w-:/x"), None);
+        let long = PathBuf::from(format!("/{}", "x".repeat(300)));
+        let link = [b"/memfd:".as_slice(), placeholder_name(&long, libc::O_WRONLY).as_bytes()].concat();
+        assert_eq!(parse_link(&link), None);
+    }
+}
