@@ -137,7 +137,8 @@ unsafe fn open_listing(path: *const c_char) -> Option<*mut DIR> {
                 Some(rel) => root.join(OsStr::from_bytes(&rel)),
                 None => root.clone(),
             };
-            let c = std::ffi::CString::new(remote.as_os_str().as_bytes()).map_err(|_| libc::EINVAL)?;
+            let c =
+                std::ffi::CString::new(remote.as_os_str().as_bytes()).map_err(|_| libc::EINVAL)?;
             let rd = pass!(opendir(c.as_ptr()), std::ptr::null_mut());
             if !rd.is_null() {
                 read_all(rd, &mut names);
@@ -161,7 +162,10 @@ unsafe fn open_listing(path: *const c_char) -> Option<*mut DIR> {
             ent: std::mem::zeroed(),
         });
         let p = Box::into_raw(listing) as *mut DIR;
-        OURS.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(HashSet::new).insert(p as usize);
+        OURS.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(HashSet::new)
+            .insert(p as usize);
         N_OURS.fetch_add(1, Ordering::Relaxed);
         Ok(p)
     }))

@@ -42,7 +42,11 @@ pub fn placeholder_name(path: &Path, flags: c_int) -> CString {
         libc::O_WRONLY => b'w',
         _ => b'b',
     };
-    let app = if flags & libc::O_APPEND != 0 { b'a' } else { b'-' };
+    let app = if flags & libc::O_APPEND != 0 {
+        b'a'
+    } else {
+        b'-'
+    };
     let mut name = TAG.to_vec();
     name.extend_from_slice(&[acc, app, b':']);
     let p = path.as_os_str().as_bytes();
@@ -173,7 +177,10 @@ pub fn adopt(st: &mut State) {
         let ofd = st.adopt_fd(fd, id, by_inode.get(&ino).copied(), flags, pos);
         by_inode.insert(ino, ofd);
         if st.cfg.verbose {
-            crate::report::line(&format!("took over {} (descriptor {fd}, offset {pos})", path.display()));
+            crate::report::line(&format!(
+                "took over {} (descriptor {fd}, offset {pos})",
+                path.display()
+            ));
         }
     }
 }
@@ -194,7 +201,11 @@ pub fn before_child(st: &mut State) {
     let fds: Vec<(c_int, u64)> = st.fds.iter().map(|(&fd, e)| (fd, e.ofd)).collect();
     for (fd, ofd) in fds {
         let _ = st.harvest(fd);
-        let size = st.fds.get(&fd).and_then(|e| st.handles.get(&e.handle)).map_or(0, |h| h.size);
+        let size = st
+            .fds
+            .get(&fd)
+            .and_then(|e| st.handles.get(&e.handle))
+            .map_or(0, |h| h.size);
         if let Some(o) = st.ofds.get_mut(&ofd) {
             if o.append {
                 o.offset = size;
@@ -351,7 +362,10 @@ pub unsafe extern "C" fn posix_spawnp(
     envp: *const *mut c_char,
 ) -> c_int {
     prepare_spawn();
-    pass!(posix_spawnp(pid, file, acts, attr, argv, envp), libc::ENOSYS)
+    pass!(
+        posix_spawnp(pid, file, acts, attr, argv, envp),
+        libc::ENOSYS
+    )
 }
 
 #[no_mangle]
@@ -399,7 +413,11 @@ mod tests {
     #[test]
     fn names_round_trip() {
         let p = Path::new("/pfs/run/out.txt");
-        for flags in [libc::O_WRONLY, libc::O_RDONLY, libc::O_RDWR | libc::O_APPEND] {
+        for flags in [
+            libc::O_WRONLY,
+            libc::O_RDONLY,
+            libc::O_RDWR | libc::O_APPEND,
+        ] {
             let name = placeholder_name(p, flags);
             let link = [b"/memfd:".as_slice(), name.as_bytes(), b" (deleted)"].concat();
             assert_eq!(parse_link(&link), Some((p.to_path_buf(), flags)));
@@ -407,7 +425,11 @@ mod tests {
         assert_eq!(parse_link(b"/memfd:other (deleted)"), None);
         assert_eq!(parse_link(b"/tmp/paralog:w-:/x"), None);
         let long = PathBuf::from(format!("/{}", "x".repeat(300)));
-        let link = [b"/memfd:".as_slice(), placeholder_name(&long, libc::O_WRONLY).as_bytes()].concat();
+        let link = [
+            b"/memfd:".as_slice(),
+            placeholder_name(&long, libc::O_WRONLY).as_bytes(),
+        ]
+        .concat();
         assert_eq!(parse_link(&link), None);
     }
 }

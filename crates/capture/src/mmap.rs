@@ -46,8 +46,13 @@ unsafe fn map_captured(
         return Some(libc::MAP_FAILED);
     };
     // A private copy: anonymous memory filled with the file's bytes.
-    let anon = flags & !(libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE) | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-    let p = pass!(mmap64(addr, len, prot | libc::PROT_WRITE, anon, -1, 0), libc::MAP_FAILED);
+    let anon = flags & !(libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE)
+        | libc::MAP_PRIVATE
+        | libc::MAP_ANONYMOUS;
+    let p = pass!(
+        mmap64(addr, len, prot | libc::PROT_WRITE, anon, -1, 0),
+        libc::MAP_FAILED
+    );
     if p == libc::MAP_FAILED {
         return Some(p);
     }

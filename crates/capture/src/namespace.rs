@@ -98,23 +98,42 @@ pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_in
 
 // ---- rename ----------------------------------------------------------------
 
-/// Where each side of a rename or link is: (guard, src, dst) when either is
-/// under the prefix; `None`: neither is, pass through.
+/// Both names of a rename or link, when either is under the prefix.
+struct TwoPaths {
+    _guard: Guard,
+    old: PathBuf,
+    new: PathBuf,
+    old_in: bool,
+    new_in: bool,
+}
+
 unsafe fn two_paths(
     olddir: c_int,
     old: *const c_char,
     newdir: c_int,
     new: *const c_char,
-) -> Option<(Guard, Option<PathBuf>, Option<PathBuf>, PathBuf, PathBuf)> {
+) -> Option<TwoPaths> {
     if old.is_null() || new.is_null() {
         return None;
     }
     let g = Guard::enter()?;
-    let a = resolve(olddir, Path::new(OsStr::from_bytes(CStr::from_ptr(old).to_bytes())))?;
-    let b = resolve(newdir, Path::new(OsStr::from_bytes(CStr::from_ptr(new).to_bytes())))?;
+    let a = resolve(
+        olddir,
+        Path::new(OsStr::from_bytes(CStr::from_ptr(old).to_bytes())),
+    )?;
+    let b = resolve(
+        newdir,
+        Path::new(OsStr::from_bytes(CStr::from_ptr(new).to_bytes())),
+    )?;
     let on = |p: &Path| matches!(under_prefix(p), Some(Settings::On(_)));
-    let (ia, ib) = (on(&a).then(|| a.clone()), on(&b).then(|| b.clone()));
-    (ia.is_some() || ib.is_some()).then_some((g, ia, ib, a, b))
+    let (old_in, new_in) = (on(&a), on(&b));
+    (old_in || new_in).then_some(TwoPaths {
+        _guard: g,
+        old: a,
+        new: b,
+        old_in,
+        new_in,
+    })
 }
 
 fn exdev(what: &str, a: &Path, b: &Path, why: &str) -> c_int {
@@ -141,7 +160,12 @@ fn rename_captured(src: &Path, dst: &Path, flags: c_uint) -> CResult<Option<c_in
         if real_is_dir(src) {
             let elsewhere = st.cfg.remote_root.as_ref() != Some(&st.cfg.prefix);
             if elsewhere || !crate::dirlist::logged(st, src, true)?.is_empty() {
-                return Err(exdev("rename", src, dst, "a directory holding captured files"));
+                return Err(exdev(
+                    "rename",
+                    src,
+                    dst,
+                    "a directory holding captured files",
+                ));
             }
             return Ok(None);
         }
@@ -201,29 +225,33 @@ unsafe fn rename_common(
     flags: c_uint,
     real: impl FnOnce() -> c_int,
 ) -> c_int {
-    let Some((g, a, b, ra, rb)) = two_paths(olddir, old, newdir, new) else {
+    let Some(t) = two_paths(olddir, old, newdir, new) else {
         return real();
     };
-    let r = match (a, b) {
-        (Some(a), Some(b)) => contain("rename", Some(-1), || rename_captured(&a, &b, flags)),
+    let (ra, rb) = (&t.old, &t.new);
+    let r = if t.old_in && t.new_in {
+        contain("rename", Some(-1), || rename_captured(ra, rb, flags))
+    } else {
         // One side outside the prefix: EXDEV if the inside one is captured's.
-        _ => contain("rename", Some(-1), || {
+        contain("rename", Some(-1), || {
             let mut slot = lock();
             let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
-            let inside = if st.rel_of(&ra).is_some() { &ra } else { &rb };
+            let inside = if t.old_in { ra } else { rb };
             if st.committed(inside)?.exists || real_is_dir(inside) {
-                return Err(exdev("rename", &ra, &rb, "one side is outside the prefix"));
+                return Err(exdev("rename", ra, rb, "one side is outside the prefix"));
             }
             Ok(None)
-        }),
+        })
     };
-    drop(g);
+    drop(t);
     r.unwrap_or_else(real)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rename(old: *const c_char, new: *const c_char) -> c_int {
-    rename_common(libc::AT_FDCWD, old, libc::AT_FDCWD, new, 0, || pass!(rename(old, new), -1))
+    rename_common(libc::AT_FDCWD, old, libc::AT_FDCWD, new, 0, || {
+        pass!(rename(old, new), -1)
+    })
 }
 
 #[no_mangle]
@@ -233,7 +261,9 @@ pub unsafe extern "C" fn renameat(
     newdir: c_int,
     new: *const c_char,
 ) -> c_int {
-    rename_common(olddir, old, newdir, new, 0, || pass!(renameat(olddir, old, newdir, new), -1))
+    rename_common(olddir, old, newdir, new, 0, || {
+        pass!(renameat(olddir, old, newdir, new), -1)
+    })
 }
 
 #[no_mangle]
@@ -258,16 +288,26 @@ unsafe fn link_common(
     new: *const c_char,
     real: impl FnOnce() -> c_int,
 ) -> c_int {
-    let Some((g, _, _, ra, rb)) = two_paths(olddir, old, newdir, new) else {
+    let Some(t) = two_paths(olddir, old, newdir, new) else {
         return real();
     };
-    drop(g);
-    contain("link", -1, || Err(exdev("link", &ra, &rb, "a hard link to a captured file cannot be kept")))
+    let (ra, rb) = (t.old.clone(), t.new.clone());
+    drop(t);
+    contain("link", -1, || {
+        Err(exdev(
+            "link",
+            &ra,
+            &rb,
+            "a hard link to a captured file cannot be kept",
+        ))
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn link(old: *const c_char, new: *const c_char) -> c_int {
-    link_common(libc::AT_FDCWD, old, libc::AT_FDCWD, new, || pass!(link(old, new), -1))
+    link_common(libc::AT_FDCWD, old, libc::AT_FDCWD, new, || {
+        pass!(link(old, new), -1)
+    })
 }
 
 #[no_mangle]
@@ -278,14 +318,20 @@ pub unsafe extern "C" fn linkat(
     new: *const c_char,
     flags: c_int,
 ) -> c_int {
-    link_common(olddir, old, newdir, new, || pass!(linkat(olddir, old, newdir, new, flags), -1))
+    link_common(olddir, old, newdir, new, || {
+        pass!(linkat(olddir, old, newdir, new, flags), -1)
+    })
 }
 
 // ---- directories ------------------------------------------------------------
 
 /// The same directory on a POSIX remote other than the prefix.
 fn remote_dir(st: &State, abs: &Path) -> Option<PathBuf> {
-    let root = st.cfg.remote_root.as_ref().filter(|r| **r != st.cfg.prefix)?;
+    let root = st
+        .cfg
+        .remote_root
+        .as_ref()
+        .filter(|r| **r != st.cfg.prefix)?;
     Some(root.join(OsStr::from_bytes(&st.rel_of(abs)?)))
 }
 
@@ -305,7 +351,11 @@ unsafe fn mkdir_captured(abs: &Path, mode: mode_t, real: impl FnOnce() -> c_int)
         let c = c_path(&r)?;
         if let Some(f) = crate::real::mkdir() {
             if f(c.as_ptr(), mode) != 0 && state::errno() != libc::EEXIST {
-                report::line(&format!("mkdir {} on the remote: {}", r.display(), std::io::Error::last_os_error()));
+                report::line(&format!(
+                    "mkdir {} on the remote: {}",
+                    r.display(),
+                    std::io::Error::last_os_error()
+                ));
             }
         }
     }
@@ -317,7 +367,9 @@ pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
     let Some((_g, abs, _)) = prefix_path(path) else {
         return pass!(mkdir(path, mode), -1);
     };
-    contain("mkdir", -1, || mkdir_captured(&abs, mode, || pass!(mkdir(path, mode), -1)))
+    contain("mkdir", -1, || {
+        mkdir_captured(&abs, mode, || pass!(mkdir(path, mode), -1))
+    })
 }
 
 #[no_mangle]
@@ -325,7 +377,9 @@ pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t
     let Some((_g, abs)) = at_path(dirfd, path) else {
         return pass!(mkdirat(dirfd, path, mode), -1);
     };
-    contain("mkdirat", -1, || mkdir_captured(&abs, mode, || pass!(mkdirat(dirfd, path, mode), -1)))
+    contain("mkdirat", -1, || {
+        mkdir_captured(&abs, mode, || pass!(mkdirat(dirfd, path, mode), -1))
+    })
 }
 
 /// rmdir under the prefix: empty in the program's view (no captured file
@@ -375,7 +429,11 @@ fn rmdir_captured(abs: &Path) -> CResult<c_int> {
         if unsafe { pass!(rmdir(c.as_ptr()), -1) } != 0 {
             let e = state::errno();
             if e != libc::ENOENT {
-                report::line(&format!("rmdir {} on the remote: {}", r.display(), std::io::Error::from_raw_os_error(e)));
+                report::line(&format!(
+                    "rmdir {} on the remote: {}",
+                    r.display(),
+                    std::io::Error::from_raw_os_error(e)
+                ));
                 return Err(e);
             }
         }

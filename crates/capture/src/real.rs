@@ -29,8 +29,8 @@ macro_rules! real_symbols {
 }
 
 use libc::{
-    aiocb, c_char, c_int, c_uint, c_void, iovec, mode_t, off64_t, off_t, size_t, ssize_t, timespec,
-    pid_t, DIR, FILE,
+    aiocb, c_char, c_int, c_uint, c_void, iovec, mode_t, off64_t, off_t, pid_t, size_t, ssize_t,
+    timespec, DIR, FILE,
 };
 
 paralog_settings::wrapped_symbols!(real_symbols);

@@ -244,7 +244,14 @@ impl State {
 
     /// The log of an open of `abs` (a generation of its own for a POSIX
     /// open, chosen at its commit).
-    fn make_log(&self, abs: &Path, mode: Mode, rank: u32, size: u32, gen: Option<u64>) -> CResult<RankLog> {
+    fn make_log(
+        &self,
+        abs: &Path,
+        mode: Mode,
+        rank: u32,
+        size: u32,
+        gen: Option<u64>,
+    ) -> CResult<RankLog> {
         self.ensure_local()?;
         let rel = self.rel_of(abs).ok_or(libc::EINVAL)?;
         let job = self.cfg.job.clone();
@@ -284,7 +291,10 @@ impl State {
         let log = self.make_log(abs, mode, rank, size, gen)?;
         let id = self.register(abs, mode, Some(log), committed);
         if self.cfg.verbose {
-            report::line(&format!("capturing {} (rank {rank} of {size})", abs.display()));
+            report::line(&format!(
+                "capturing {} (rank {rank} of {size})",
+                abs.display()
+            ));
         }
         Ok(id)
     }
@@ -299,7 +309,13 @@ impl State {
         id
     }
 
-    fn register(&mut self, abs: &Path, mode: Mode, log: Option<RankLog>, committed: Committed) -> u64 {
+    fn register(
+        &mut self,
+        abs: &Path,
+        mode: Mode,
+        log: Option<RankLog>,
+        committed: Committed,
+    ) -> u64 {
         let base = if committed.exists { committed.size } else { 0 };
         let id = self.next_id;
         self.next_id += 1;
@@ -373,7 +389,11 @@ impl State {
     /// Hand out a placeholder descriptor for `handle`: a memfd that must stay
     /// empty (anything written to it bypassed capture).
     pub fn attach_fd(&mut self, id: u64, flags: c_int) -> CResult<c_int> {
-        let path = self.handles.get(&id).map(|h| h.path.clone()).unwrap_or_default();
+        let path = self
+            .handles
+            .get(&id)
+            .map(|h| h.path.clone())
+            .unwrap_or_default();
         let name = crate::inherit::placeholder_name(&path, flags);
         let mfd_flags = if flags & libc::O_CLOEXEC != 0 {
             libc::MFD_CLOEXEC
@@ -494,7 +514,14 @@ impl State {
 
     /// Register an inherited placeholder (crate::inherit): `fd` refers to
     /// open file description `ofd` of handle `id`, at kernel offset `pos`.
-    pub fn adopt_fd(&mut self, fd: c_int, id: u64, ofd: Option<u64>, flags: c_int, pos: u64) -> u64 {
+    pub fn adopt_fd(
+        &mut self,
+        fd: c_int,
+        id: u64,
+        ofd: Option<u64>,
+        flags: c_int,
+        pos: u64,
+    ) -> u64 {
         let ofd = ofd.unwrap_or_else(|| {
             let o = self.next_id;
             self.next_id += 1;
@@ -556,7 +583,11 @@ impl State {
             }
             return Ok(());
         }
-        let writable = o.writable && self.handles.get(&id).is_some_and(|h| h.log.is_some() || h.lazy);
+        let writable = o.writable
+            && self
+                .handles
+                .get(&id)
+                .is_some_and(|h| h.log.is_some() || h.lazy);
         if len != now || now <= kpos || !writable {
             return Ok(()); // left for the sentinel check
         }
@@ -744,7 +775,14 @@ impl State {
         self.ensure_log(id)?;
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
         log_of(h)?.write_at(pos, data).map_err(|e| {
-            log_errno(&format!("writing {} bytes at offset {pos} of {}", data.len(), h.path.display()), &e)
+            log_errno(
+                &format!(
+                    "writing {} bytes at offset {pos} of {}",
+                    data.len(),
+                    h.path.display()
+                ),
+                &e,
+            )
         })?;
         h.size = h.size.max(pos + data.len() as u64);
         h.dirty = true;
@@ -928,7 +966,12 @@ impl State {
             .map(|(&id, _)| id)
             .collect();
         for id in ids {
-            let ofds: Vec<u64> = self.ofds.iter().filter(|(_, o)| o.handle == id).map(|(&k, _)| k).collect();
+            let ofds: Vec<u64> = self
+                .ofds
+                .iter()
+                .filter(|(_, o)| o.handle == id)
+                .map(|(&k, _)| k)
+                .collect();
             for ofd in ofds {
                 let _ = self.harvest_ofd(id, ofd);
             }

@@ -116,7 +116,9 @@ unsafe fn cookie_stream(fd: c_int, mode: *const c_char) -> *mut FILE {
         set_errno(e);
         return f;
     }
-    streams().get_or_insert_with(HashMap::new).insert(f as usize, fd);
+    streams()
+        .get_or_insert_with(HashMap::new)
+        .insert(f as usize, fd);
     N_STREAMS.fetch_add(1, Ordering::Relaxed);
     f
 }

@@ -67,34 +67,6 @@ const PASS_THROUGH: &[(&str, &str)] = &[
 /// I/O entry points capture does not handle, with what that means.
 const NOT_HANDLED: &[(&str, &str)] = &[
     (
-        "fopen",
-        "stdio opens inside glibc: a file opened this way is not captured",
-    ),
-    (
-        "fopen64",
-        "stdio opens inside glibc: a file opened this way is not captured",
-    ),
-    (
-        "freopen",
-        "stdio opens inside glibc: a file opened this way is not captured",
-    ),
-    (
-        "freopen64",
-        "stdio opens inside glibc: a file opened this way is not captured",
-    ),
-    (
-        "fdopen",
-        "stdio writes bypass the wrappers: caught by the sentinel",
-    ),
-    (
-        "mmap",
-        "writes through a mapping bypass capture: caught by the sentinel",
-    ),
-    (
-        "mmap64",
-        "writes through a mapping bypass capture: caught by the sentinel",
-    ),
-    (
         "copy_file_range",
         "the kernel writes the placeholder: caught by the sentinel",
     ),
@@ -116,15 +88,6 @@ const NOT_HANDLED: &[(&str, &str)] = &[
     ("preadv64v2", "not wrapped: reads the empty placeholder"),
     ("lio_listio", "not wrapped: caught by the sentinel"),
     ("lio_listio64", "not wrapped: caught by the sentinel"),
-    ("rename", "a rename under the prefix bypasses the log"),
-    ("renameat", "a rename under the prefix bypasses the log"),
-    ("renameat2", "a rename under the prefix bypasses the log"),
-    (
-        "unlinkat",
-        "an unlink under the prefix through unlinkat bypasses the log",
-    ),
-    ("link", "a link under the prefix bypasses the log"),
-    ("linkat", "a link under the prefix bypasses the log"),
     ("syncfs", "not a consistency point under capture"),
     ("sync_file_range", "not a consistency point under capture"),
     ("faccessat", "answered by the real file system"),
