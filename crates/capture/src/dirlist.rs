@@ -10,14 +10,15 @@
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::{CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use libc::{c_char, c_int, dirent64, DIR};
 
+use crate::guard::Guard;
 use crate::pass;
-use crate::posix::{contain, prefix_path};
+use crate::posix::contain;
 use crate::state::{lock, CResult, State};
 
 /// A file of this job under a directory, as the log knows it.
@@ -109,66 +110,94 @@ unsafe fn read_all(d: *mut DIR, into: &mut BTreeMap<Vec<u8>, (u8, u64)>) {
     }
 }
 
-unsafe fn open_listing(path: *const c_char) -> Option<*mut DIR> {
-    let (_g, abs, _) = prefix_path(path).or_else(|| {
-        // The prefix itself is a directory under capture's care too.
-        let g = crate::guard::Guard::enter()?;
-        let p = Path::new(OsStr::from_bytes(CStr::from_ptr(path).to_bytes()));
-        let abs = crate::state::resolve(libc::AT_FDCWD, p)?;
-        match crate::state::settings() {
-            crate::settings::Settings::On(c) if c.prefix == abs => Some((g, abs, None)),
-            _ => None,
+/// The directory a path names, if it is under the prefix (or is it) and
+/// capture is on.
+fn listed_dir(abs: PathBuf) -> Option<PathBuf> {
+    match crate::state::settings() {
+        crate::settings::Settings::On(c)
+            if abs.starts_with(&c.prefix) && !crate::posix::is_mpi_helper_file(&abs) =>
+        {
+            Some(abs)
         }
-    })?;
-    Some(contain("opendir", std::ptr::null_mut(), || {
+        _ => None,
+    }
+}
+
+/// A listing over `real` (an open real directory stream of `abs`).
+unsafe fn make_listing(real: *mut DIR, abs: &Path) -> CResult<*mut DIR> {
+    let mut names = BTreeMap::new();
+    read_all(real, &mut names);
+    if let Some(f) = crate::real::rewinddir() {
+        f(real);
+    }
+    let mut slot = lock();
+    let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
+    if let Some(root) = st.cfg.remote_root.as_ref().filter(|r| **r != st.cfg.prefix) {
+        let remote = match st.rel_of(abs) {
+            Some(rel) => root.join(OsStr::from_bytes(&rel)),
+            None => root.clone(),
+        };
+        let c = std::ffi::CString::new(remote.as_os_str().as_bytes()).map_err(|_| libc::EINVAL)?;
+        let rd = pass!(opendir(c.as_ptr()), std::ptr::null_mut());
+        if !rd.is_null() {
+            read_all(rd, &mut names);
+            if let Some(f) = crate::real::closedir() {
+                f(rd);
+            }
+        }
+    }
+    for f in logged(st, abs, false)? {
+        if f.exists {
+            let ino = 1u64 << 63 | names.len() as u64;
+            names.entry(f.name).or_insert((libc::DT_REG, ino));
+        } else {
+            names.remove(&f.name);
+        }
+    }
+    let listing = Box::new(Listing {
+        real,
+        entries: names.into_iter().map(|(n, (t, i))| (n, t, i)).collect(),
+        pos: 0,
+        ent: std::mem::zeroed(),
+    });
+    let p = Box::into_raw(listing) as *mut DIR;
+    OURS.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(HashSet::new)
+        .insert(p as usize);
+    N_OURS.fetch_add(1, Ordering::Relaxed);
+    Ok(p)
+}
+
+unsafe fn open_listing(path: *const c_char) -> Option<*mut DIR> {
+    let g = Guard::enter()?;
+    let p = Path::new(OsStr::from_bytes(CStr::from_ptr(path).to_bytes()));
+    let abs = listed_dir(crate::state::resolve(libc::AT_FDCWD, p)?)?;
+    let r = contain("opendir", std::ptr::null_mut(), || {
         let real = pass!(opendir(path), std::ptr::null_mut());
         if real.is_null() {
             return Err(crate::state::errno());
         }
-        let mut names = BTreeMap::new();
-        read_all(real, &mut names);
-        if let Some(f) = crate::real::rewinddir() {
-            f(real);
-        }
-        let mut slot = lock();
-        let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
-        if let Some(root) = st.cfg.remote_root.as_ref().filter(|r| **r != st.cfg.prefix) {
-            let remote = match st.rel_of(&abs) {
-                Some(rel) => root.join(OsStr::from_bytes(&rel)),
-                None => root.clone(),
-            };
-            let c =
-                std::ffi::CString::new(remote.as_os_str().as_bytes()).map_err(|_| libc::EINVAL)?;
-            let rd = pass!(opendir(c.as_ptr()), std::ptr::null_mut());
-            if !rd.is_null() {
-                read_all(rd, &mut names);
-                if let Some(f) = crate::real::closedir() {
-                    f(rd);
-                }
-            }
-        }
-        for f in logged(st, &abs, false)? {
-            if f.exists {
-                let ino = 1u64 << 63 | names.len() as u64;
-                names.entry(f.name).or_insert((libc::DT_REG, ino));
-            } else {
-                names.remove(&f.name);
-            }
-        }
-        let listing = Box::new(Listing {
-            real,
-            entries: names.into_iter().map(|(n, (t, i))| (n, t, i)).collect(),
-            pos: 0,
-            ent: std::mem::zeroed(),
-        });
-        let p = Box::into_raw(listing) as *mut DIR;
-        OURS.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert_with(HashSet::new)
-            .insert(p as usize);
-        N_OURS.fetch_add(1, Ordering::Relaxed);
-        Ok(p)
-    }))
+        make_listing(real, &abs)
+    });
+    drop(g);
+    Some(r)
+}
+
+/// `fdopendir` (Python's `os.scandir(fd)`, `shutil.rmtree`, `rm -r`).
+#[no_mangle]
+pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
+    let listed = Guard::enter().and_then(|g| {
+        let abs = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+        Some((g, listed_dir(abs)?))
+    });
+    let real = pass!(fdopendir(fd), std::ptr::null_mut());
+    match listed {
+        Some((_g, abs)) if !real.is_null() => contain("fdopendir", std::ptr::null_mut(), || {
+            make_listing(real, &abs)
+        }),
+        _ => real,
+    }
 }
 
 #[no_mangle]

@@ -259,6 +259,12 @@ extern "C" fn at_child() {
         let Some(mut slot) = HELD.with(|h| h.borrow_mut().take()) else {
             return;
         };
+        // Our own I/O below (scanning the log, statting the remote) must
+        // pass straight through the wrappers, which would take the lock
+        // held here.
+        let Some(_g) = Guard::enter() else {
+            return;
+        };
         // The parent's logs are the parent's: forget them without closing
         // or committing anything, then take over the placeholders anew.
         if let Some(old) = slot.take() {

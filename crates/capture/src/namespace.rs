@@ -323,6 +323,118 @@ pub unsafe extern "C" fn linkat(
     })
 }
 
+// ---- permissions ------------------------------------------------------------
+
+/// Wait until every committed epoch of `abs` is drained (the remote file
+/// then stands for it), up to `RMDIR_WAIT`.
+fn wait_drained(abs: &Path, what: &str) -> CResult<()> {
+    let deadline = Instant::now() + RMDIR_WAIT;
+    loop {
+        let pending = {
+            let mut slot = lock();
+            let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
+            !st.committed(abs)?.view.lf.epochs.is_empty()
+        };
+        if !pending {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            report::line(&format!(
+                "{what} {}: its epochs were not drained within {} s (is the server running?)",
+                abs.display(),
+                RMDIR_WAIT.as_secs()
+            ));
+            return Err(libc::EBUSY);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// chmod of a captured file: the log keeps bytes, not metadata, so the
+/// mode is set on the drained file once its committed epochs are drained
+/// (on the prefix, or on a POSIX remote other than it; an object remote
+/// keeps no modes), and stat answers it in this process at once.
+/// `Ok(None)`: not a captured file, the real chmod answers.
+fn chmod_captured(abs: &Path, mode: mode_t) -> CResult<Option<c_int>> {
+    let (exists, open, target) = {
+        let mut slot = lock();
+        let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
+        let exists = st.by_path.contains_key(abs) || st.committed(abs)?.exists;
+        let target = match &st.cfg.remote_root {
+            Some(root) if *root != st.cfg.prefix => {
+                st.rel_of(abs).map(|r| root.join(OsStr::from_bytes(&r)))
+            }
+            Some(_) => Some(abs.to_path_buf()),
+            None => None,
+        };
+        (exists, st.by_path.contains_key(abs), target)
+    };
+    if !exists {
+        return Ok(None);
+    }
+    if !open {
+        wait_drained(abs, "chmod")?;
+    }
+    if let Some(t) = target {
+        let c = c_path(&t)?;
+        // SAFETY: a NUL-terminated path.
+        if unsafe { pass!(chmod(c.as_ptr(), mode), -1) } != 0 && state::errno() != libc::ENOENT {
+            return Err(state::errno());
+        }
+    }
+    let mut slot = lock();
+    if let Some(st) = State::get(&mut slot) {
+        st.modes.insert(abs.to_path_buf(), mode & 0o7777);
+    }
+    Ok(Some(0))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn chmod(path: *const c_char, mode: mode_t) -> c_int {
+    let Some((_g, abs, _)) = prefix_path(path) else {
+        return pass!(chmod(path, mode), -1);
+    };
+    contain("chmod", Some(-1), || chmod_captured(&abs, mode))
+        .unwrap_or_else(|| pass!(chmod(path, mode), -1))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchmodat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: mode_t,
+    flags: c_int,
+) -> c_int {
+    let Some((_g, abs)) = at_path(dirfd, path) else {
+        return pass!(fchmodat(dirfd, path, mode, flags), -1);
+    };
+    contain("fchmodat", Some(-1), || chmod_captured(&abs, mode))
+        .unwrap_or_else(|| pass!(fchmodat(dirfd, path, mode, flags), -1))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
+    if !state::is_captured(fd) {
+        return pass!(fchmod(fd, mode), -1);
+    }
+    let Some(_g) = Guard::enter() else {
+        return pass!(fchmod(fd, mode), -1);
+    };
+    let path = {
+        let mut slot = lock();
+        State::get(&mut slot).and_then(|st| {
+            let e = st.fds.get(&fd)?;
+            Some(st.handles.get(&e.handle)?.path.clone())
+        })
+    };
+    match path {
+        Some(p) => contain("fchmod", -1, || {
+            chmod_captured(&p, mode).map(|r| r.unwrap_or(0))
+        }),
+        None => pass!(fchmod(fd, mode), -1),
+    }
+}
+
 // ---- directories ------------------------------------------------------------
 
 /// The same directory on a POSIX remote other than the prefix.

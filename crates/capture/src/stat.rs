@@ -29,6 +29,15 @@ fn known(fd: Option<c_int>, id: Option<u64>) -> Option<(u64, Option<c_int>, std:
     Some((h.size, any_fd, h.path.clone()))
 }
 
+/// Permission bits of a captured file: what `chmod` set in this process,
+/// else 0644.
+fn mode_of(path: &Path) -> u32 {
+    lock()
+        .as_ref()
+        .and_then(|st| st.modes.get(path).copied())
+        .unwrap_or(0o644)
+}
+
 /// The identity of a captured file: one `st_dev`/`st_ino` per path for as
 /// long as capture answers for it, whichever open or call asks (HDF5 finds
 /// a file it already has open by comparing them). The device is the
@@ -63,7 +72,7 @@ macro_rules! patch {
         b.st_ino = ino as _;
         b.st_size = $size as _;
         b.st_blocks = ($size as u64).div_ceil(512) as _;
-        b.st_mode = libc::S_IFREG | 0o644;
+        b.st_mode = libc::S_IFREG | mode_of($path);
         b.st_nlink = 1;
     }};
 }
@@ -282,7 +291,7 @@ pub unsafe extern "C" fn statx(
         b.stx_dev_major = libc::major(st.st_dev);
         b.stx_dev_minor = libc::minor(st.st_dev);
         b.stx_blocks = st.st_blocks as u64;
-        b.stx_mode = (libc::S_IFREG | 0o644) as u16;
+        b.stx_mode = st.st_mode as u16;
         b.stx_nlink = 1;
     }
     rc

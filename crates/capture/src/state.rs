@@ -147,6 +147,8 @@ pub struct State {
     next_id: u64,
     /// Results of captured AIO requests, by aiocb address: (return, errno).
     pub aio: HashMap<usize, (isize, c_int)>,
+    /// Permission bits set by `chmod` on captured paths (stat answers them).
+    pub modes: HashMap<PathBuf, u32>,
 }
 
 /// Errors at the C boundary: an errno for the caller, the line already
@@ -176,6 +178,7 @@ impl State {
             by_path: HashMap::new(),
             next_id: 1,
             aio: HashMap::new(),
+            modes: HashMap::new(),
         }
     }
 

@@ -89,7 +89,11 @@ macro_rules! wrapped_symbols {
             mkdir: fn(*const c_char, mode_t) -> c_int;
             mkdirat: fn(c_int, *const c_char, mode_t) -> c_int;
             rmdir: fn(*const c_char) -> c_int;
+            chmod: fn(*const c_char, mode_t) -> c_int;
+            fchmod: fn(c_int, mode_t) -> c_int;
+            fchmodat: fn(c_int, *const c_char, mode_t, c_int) -> c_int;
             opendir: fn(*const c_char) -> *mut DIR;
+            fdopendir: fn(c_int) -> *mut DIR;
             readdir: fn(*mut DIR) -> *mut libc::dirent;
             readdir64: fn(*mut DIR) -> *mut libc::dirent64;
             closedir: fn(*mut DIR) -> c_int;
