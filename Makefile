@@ -64,6 +64,7 @@ test-server: build
 	/usr/bin/python3 tests/correctness/run_summary.py
 	/usr/bin/python3 tests/correctness/hdf5_examples.py
 	/usr/bin/python3 tests/correctness/posix_programs.py
+	/usr/bin/python3 tests/correctness/posix_programs.py --remote prefix
 	/usr/bin/python3 tests/correctness/library_suites.py
 
 # The long crash run (500 randomized trials, about 10 minutes).

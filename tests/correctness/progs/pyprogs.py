@@ -11,12 +11,14 @@ Usage: pyprogs.py KIND DIR   (KIND below; exit 1 with a line on a failed check)
   subprocess subprocess.run(stdout=f) into a file, the parent writing before
              and after the child
   dirs       os.makedirs of nested directories, files in them, one removed
-             again with its directory (os.remove + os.rmdir), a listing checked
+             again with its directory (os.remove + os.rmdir), a listing checked,
+             a tree of 40 files removed by shutil.rmtree
   h5py       a serial HDF5 file through h5py (sec2 driver): created, closed,
              reopened for append, read back
 """
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 
@@ -114,6 +116,14 @@ def dirs_case(d):
     os.remove(f"{d}/a/x/gone.txt")
     os.rmdir(f"{d}/a/x")
     check(sorted(os.listdir(f"{d}/a")) == ["b", "top.txt"], f"listing {sorted(os.listdir(d + '/a'))}")
+    os.makedirs(f"{d}/scratch/one/two")
+    for i in range(20):
+        with open(f"{d}/scratch/one/two/f{i}", "wb") as f:
+            f.write(bytes([i]) * 5000)
+        with open(f"{d}/scratch/g{i}", "w") as f:
+            f.write("g")
+    shutil.rmtree(f"{d}/scratch")
+    check(not os.path.exists(f"{d}/scratch"), "scratch removed by shutil.rmtree")
 
 
 def h5py_case(d):
