@@ -11,6 +11,9 @@ nothing may be left in the prefix that the drain did not put there.
   exit-open    write() and exit without close (progs/exit_open.c)
   identity     one path opened twice has one st_dev/st_ino (progs/identity.c)
   mmap         a shared writable mapping is refused at mmap, no SIGBUS (progs/mmap_write.c)
+  crash        the atomic save killed (SIGKILL) before its fsync, between fsync
+               and rename, after the rename; then `paralog recover` with no
+               server (progs/atomic_crash.py)
   numpy        save/load, tofile/fromfile, savez, pickle (progs/pyprogs.py)
   atomic       tmp + fsync + os.replace, replacing, rotation with unlink
   dup2         dup2 of a file onto fds 1 and 2, then restored
@@ -149,6 +152,8 @@ def cases():
         ("shell: >, >>, 2>, pipeline, cat", lambda w: compare(w, lambda d: ["/bin/bash", "-c", SHELL.format(d=d)])),
         ("tools: tar -x, cp, dd", lambda w: compare(w, tools_cmd(w))),
         ("mmap: writable shared mapping refused, no SIGBUS", case_mmap),
+        *[(f"crash {point}: atomic save killed, then recover", lambda w, p=point: case_crash(w, p))
+          for point in ("written", "synced", "renamed")],
     ]
 
 
@@ -164,6 +169,47 @@ def case_mmap(work):
         return f"the mapping was not refused at mmap (exit {p.returncode}): {out[-500:]}"
     if "m.bin" not in out:
         return f"no line naming the file: {out[-500:]}"
+    return None
+
+
+def case_crash(work, point):
+    """The atomic save killed at `point` under capture with no server, then
+    `paralog recover`: the final name holds one whole save (the last one
+    renamed), never a mix, and the temporary is there only if it was made
+    durable and not yet renamed (as in a direct run; unsynced bytes of a
+    killed process are not a consistency point and are gone, as after a
+    node crash)."""
+    prefix, remote, local = work / "prefix", work / "remote", work / "local"
+    prefix.mkdir()
+    if SEPARATE:
+        remote.mkdir()
+    else:
+        remote = prefix
+    out = subprocess.run([str(BIN), "env", "--mpi", "none", "--prefix", str(prefix), "--local", str(local),
+                          "--remote", str(remote)], capture_output=True, text=True, check=True).stdout
+    env = dict(ENV)
+    for line in out.splitlines():
+        k, v = line.removeprefix("export ").split("=", 1)
+        env[k] = v.strip("'")
+    p = subprocess.run([PY, str(PROGS / "atomic_crash.py"), str(prefix), point], env=env, capture_output=True,
+                       text=True, timeout=60)
+    if p.returncode != -9:
+        return f"the program was not killed (exit {p.returncode}): {p.stderr[-300:]}"
+    r = subprocess.run([str(BIN), "recover", "--local", str(local), "--remote", str(remote)], env=ENV,
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        return f"recover exited {r.returncode}: {r.stderr[-500:]}"
+    data = lambda step: bytes((step * 37 + i) % 253 for i in range(200000 + step))
+    want = {"ckpt": data(2 if point == "renamed" else 1)}
+    if point == "synced":
+        want["ckpt.tmp"] = data(2)
+    got = {k: v for k, v in tree(remote).items() if v is not None}
+    if set(got) != set(want):
+        return f"the remote holds {sorted(got)}, expected {sorted(want)}"
+    for name, content in want.items():
+        if got[name] != content:
+            saves = [s for s in range(3) if got[name] == data(s)]
+            return f"{name} is {'save ' + str(saves[0]) if saves else 'no whole save (a mix)'}, expected another"
     return None
 
 
