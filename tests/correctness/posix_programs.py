@@ -11,6 +11,8 @@ nothing may be left in the prefix that the drain did not put there.
   exit-open    write() and exit without close (progs/exit_open.c)
   identity     one path opened twice has one st_dev/st_ino (progs/identity.c)
   mmap         a shared writable mapping is refused at mmap, no SIGBUS (progs/mmap_write.c)
+  missed       a static binary, and a child with LD_PRELOAD removed, write a
+               file under the prefix: the run names it (MISSED) and exits 3
   crash        the atomic save killed (SIGKILL) before its fsync, between fsync
                and rename, after the rename; then `paralog recover` with no
                server (progs/atomic_crash.py)
@@ -42,10 +44,11 @@ BUILD = ROOT / "target/posix-programs"
 
 def build():
     BUILD.mkdir(parents=True, exist_ok=True)
-    for src, cc in (("stdio_ckpt.c", "cc"), ("exit_open.c", "cc"), ("identity.c", "cc"),
-                    ("mmap_write.c", "cc"), ("fstream_ckpt.cpp", "c++")):
+    for src, cc, extra in (("stdio_ckpt.c", "cc", []), ("exit_open.c", "cc", []), ("identity.c", "cc", []),
+                           ("mmap_write.c", "cc", []), ("fstream_ckpt.cpp", "c++", []),
+                           ("static_write.c", "cc", ["-static"])):
         exe = BUILD / src.rsplit(".", 1)[0]
-        subprocess.run([cc, "-O2", "-Wall", "-Werror", "-o", exe, PROGS / src], check=True)
+        subprocess.run([cc, "-O2", "-Wall", "-Werror", *extra, "-o", exe, PROGS / src], check=True)
 
 
 def tree(root):
@@ -152,6 +155,8 @@ def cases():
         ("shell: >, >>, 2>, pipeline, cat", lambda w: compare(w, lambda d: ["/bin/bash", "-c", SHELL.format(d=d)])),
         ("tools: tar -x, cp, dd", lambda w: compare(w, tools_cmd(w))),
         ("mmap: writable shared mapping refused, no SIGBUS", case_mmap),
+        ("missed static: a static binary's file is named, run exits non-zero", lambda w: case_missed(w, "static")),
+        ("missed no-preload: a child without LD_PRELOAD is named", lambda w: case_missed(w, "no-preload")),
         *[(f"crash {point}: atomic save killed, then recover", lambda w, p=point: case_crash(w, p))
           for point in ("written", "synced", "renamed")],
     ]
@@ -169,6 +174,25 @@ def case_mmap(work):
         return f"the mapping was not refused at mmap (exit {p.returncode}): {out[-500:]}"
     if "m.bin" not in out:
         return f"no line naming the file: {out[-500:]}"
+    return None
+
+
+def case_missed(work, how):
+    """A file written where capture cannot see it is named at the end of
+    the run, which exits non-zero although the program exited 0."""
+    prefix = work / "prefix"
+    prefix.mkdir()
+    cmd = {"static": [BUILD / "static_write", prefix / "s.txt"],
+           "no-preload": ["/usr/bin/env", "-u", "LD_PRELOAD", "/bin/sh", "-c", f"echo x > {prefix}/s.txt"]}[how]
+    args = [BIN, "run", "--mpi", "none", "--prefix", prefix, "--local", work / "local", "--job", "t"]
+    if SEPARATE:
+        (work / "remote").mkdir()
+        args += ["--remote", work / "remote"]
+    p = subprocess.run(list(map(str, [*args, "--", *cmd])), env=ENV, capture_output=True, text=True, timeout=120)
+    if p.returncode == 0:
+        return f"paralog run exited 0: {p.stderr[-400:]}"
+    if f"MISSED: {prefix}/s.txt" not in p.stderr:
+        return f"no MISSED line naming the file: {p.stderr[-600:]}"
     return None
 
 

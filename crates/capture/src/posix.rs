@@ -241,29 +241,7 @@ pub(crate) fn under_prefix(abs: &Path) -> Option<&'static Settings> {
     (abs.starts_with(prefix) && abs != prefix && !is_mpi_helper_file(abs)).then_some(s)
 }
 
-/// Files an MPI library makes next to the target file, shared between
-/// processes through the real file system: ROMIO's shared file pointer
-/// `.<name>.shfp.<n>`, OMPIO's `<name>.locktest.<rank>`, and the shared
-/// file pointer of OMPIO's `lockedfile` component, `<name>-<jobid>-<pid>.lock`
-/// (chosen when the ranks span nodes: captured, it existed only in the
-/// opening node's log and the other nodes' opens failed). Never captured.
-pub(crate) fn is_mpi_helper_file(abs: &Path) -> bool {
-    let name = abs.file_name().map(|n| n.as_bytes()).unwrap_or_default();
-    let has = |pat: &[u8]| name.windows(pat.len()).any(|w| w == pat);
-    (name.starts_with(b".") && has(b".shfp.")) || has(b".locktest.") || is_lockedfile(name)
-}
-
-fn is_lockedfile(name: &[u8]) -> bool {
-    let Some(stem) = name.strip_suffix(b".lock") else {
-        return false;
-    };
-    let mut fields = stem.rsplitn(3, |&b| b == b'-');
-    let digits =
-        |f: Option<&[u8]>| f.is_some_and(|f| !f.is_empty() && f.iter().all(u8::is_ascii_digit));
-    digits(fields.next())
-        && digits(fields.next())
-        && fields.next().is_some_and(|base| !base.is_empty())
-}
+pub(crate) use paralog_settings::is_mpi_helper_file;
 
 fn report_invalid_once(message: &str) {
     static ONCE: std::sync::Once = std::sync::Once::new();
@@ -1053,31 +1031,4 @@ pub unsafe extern "C" fn aio_cancel64(fd: c_int, cb: *mut aiocb) -> c_int {
         return libc::AIO_ALLDONE;
     }
     pass!(aio_cancel64(fd, cb), -1)
-}
-
-#[cfg(test)]
-mod helper_file_tests {
-    use super::is_mpi_helper_file;
-    use std::path::Path;
-
-    #[test]
-    fn mpi_helper_files_are_recognised() {
-        for yes in [
-            "/p/.out.dat.shfp.123",
-            "/p/out.dat.locktest.0",
-            "/p/out.dat-3214737409-18311.lock",
-        ] {
-            assert!(is_mpi_helper_file(Path::new(yes)), "{yes}");
-        }
-        for no in [
-            "/p/out.dat",
-            "/p/out.lock",
-            "/p/out-1.lock",
-            "/p/-1-2.lock",
-            "/p/out-a-2.lock",
-            "/p/out.dat-1-2.lockx",
-        ] {
-            assert!(!is_mpi_helper_file(Path::new(no)), "{no}");
-        }
-    }
 }

@@ -144,14 +144,14 @@ fn objects(program: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(objs)
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if !args.program.is_file() {
-        bail!("{}: no such program", args.program.display());
-    }
+/// symbol -> (status, note, objects that call it), for a program and the
+/// shared libraries it loads.
+type Found = BTreeMap<String, (&'static str, &'static str, Vec<String>)>;
+
+fn classify(program: &Path) -> anyhow::Result<Found> {
     let captured: BTreeSet<&str> = paralog_settings::SYMBOLS.iter().copied().collect();
-    // symbol -> (status, note, objects that call it)
-    let mut found: BTreeMap<String, (&str, &str, Vec<String>)> = BTreeMap::new();
-    for obj in objects(&args.program)? {
+    let mut found = Found::new();
+    for obj in objects(program)? {
         let name = obj
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -176,6 +176,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    Ok(found)
+}
+
+/// The I/O entry points a program (or its libraries) uses that capture
+/// does not handle.
+pub fn not_handled(program: &Path) -> anyhow::Result<Vec<String>> {
+    Ok(classify(program)?
+        .into_iter()
+        .filter(|(_, (s, _, _))| *s == "NOT HANDLED")
+        .map(|(sym, _)| sym)
+        .collect())
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if !args.program.is_file() {
+        bail!("{}: no such program", args.program.display());
+    }
+    let found = classify(&args.program)?;
     let not_handled = found
         .values()
         .filter(|(s, _, _)| *s == "NOT HANDLED")

@@ -12,6 +12,7 @@ mod env;
 mod get;
 mod inspect;
 mod materialize;
+mod missed;
 mod recover;
 mod remote;
 mod run;

@@ -419,6 +419,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     unsafe {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
+    let before = crate::missed::Snapshot::take(&prefix);
     let t0 = Instant::now();
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..])
@@ -457,6 +458,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let drained = wait_drained(&server.socket, args.wait_timeout);
     let total_time = t0.elapsed();
+    let missed = before.missed(&prefix, &crate::missed::captured_paths(&root, &job));
     let _ = status::request(&server.socket, &Request::Stop);
     let server_exit = server.child.wait();
     let _ = std::fs::remove_dir_all(&stats_dir);
@@ -494,7 +496,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for line in &counters.refused {
         eprintln!("paralog: REFUSED: {line}");
     }
-    let code = if counters.refused.is_empty() || code != 0 {
+    let missed = missed.unwrap_or_else(|| {
+        eprintln!(
+            "paralog: the prefix holds too many files to check for files written past capture"
+        );
+        Vec::new()
+    });
+    if !missed.is_empty() {
+        for line in crate::missed::report(&missed, &args.command) {
+            eprintln!("paralog: {line}");
+        }
+    }
+    let code = if (counters.refused.is_empty() && missed.is_empty()) || code != 0 {
         code
     } else {
         3
