@@ -11,6 +11,8 @@ nothing may be left in the prefix that the drain did not put there.
   exit-open    write() and exit without close (progs/exit_open.c)
   identity     one path opened twice has one st_dev/st_ino (progs/identity.c)
   mmap         a shared writable mapping is refused at mmap, no SIGBUS (progs/mmap_write.c)
+  entry points pwritev2/preadv2, sendfile, copy_file_range, splice, lio_listio,
+               syncfs, sync_file_range, faccessat (progs/entry_points.c)
   missed       a static binary, and a child with LD_PRELOAD removed, write a
                file under the prefix: the run names it (MISSED) and exits 3
   crash        the atomic save killed (SIGKILL) before its fsync, between fsync
@@ -46,7 +48,7 @@ def build():
     BUILD.mkdir(parents=True, exist_ok=True)
     for src, cc, extra in (("stdio_ckpt.c", "cc", []), ("exit_open.c", "cc", []), ("identity.c", "cc", []),
                            ("mmap_write.c", "cc", []), ("fstream_ckpt.cpp", "c++", []),
-                           ("static_write.c", "cc", ["-static"])):
+                           ("static_write.c", "cc", ["-static"]), ("entry_points.c", "cc", [])):
         exe = BUILD / src.rsplit(".", 1)[0]
         subprocess.run([cc, "-O2", "-Wall", "-Werror", *extra, "-o", exe, PROGS / src], check=True)
 
@@ -155,6 +157,8 @@ def cases():
         ("shell: >, >>, 2>, pipeline, cat", lambda w: compare(w, lambda d: ["/bin/bash", "-c", SHELL.format(d=d)])),
         ("tools: tar -x, cp, dd", lambda w: compare(w, tools_cmd(w))),
         ("mmap: writable shared mapping refused, no SIGBUS", case_mmap),
+        ("entry points: pwritev2, preadv2, sendfile, copy_file_range, splice, lio_listio, syncfs, ...",
+         lambda w: compare(w, lambda d: [exe("entry_points"), d, os.path.realpath(PY)])),
         ("missed static: a static binary's file is named, run exits non-zero", lambda w: case_missed(w, "static")),
         ("missed no-preload: a child without LD_PRELOAD is named", lambda w: case_missed(w, "no-preload")),
         *[(f"crash {point}: atomic save killed, then recover", lambda w, p=point: case_crash(w, p))

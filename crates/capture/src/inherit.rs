@@ -325,7 +325,7 @@ static AT_LOAD: extern "C" fn() = at_load;
 /// close of this process's plain POSIX files happens here first.
 #[no_mangle]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
-    crate::state::close_at_exit();
+    crate::shared::close_at_exit();
     match crate::real::_exit() {
         Some(f) => f(status),
         None => {

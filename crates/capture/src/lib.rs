@@ -8,15 +8,20 @@
 //! calls the `paralog_mpi_*` functions. It starts no thread and does no
 //! network I/O. See docs/capture.md.
 
+pub mod aio;
+pub mod copy;
+pub mod data;
 pub mod dirlist;
 pub mod guard;
 pub mod inherit;
+pub mod io;
 pub mod mmap;
 pub mod mpi;
 pub mod namespace;
 pub mod posix;
 pub mod real;
 pub mod report;
+pub mod shared;
 pub mod stat;
 pub mod state;
 pub mod stats;

@@ -59,7 +59,7 @@ unsafe fn map_captured(
     let buf = std::slice::from_raw_parts_mut(p as *mut u8, len);
     let mut done = 0usize;
     while done < len {
-        let n = crate::posix::do_read(fd, &mut buf[done..], Some(start + done as u64));
+        let n = crate::io::do_read(fd, &mut buf[done..], Some(start + done as u64));
         if n < 0 {
             libc::munmap(p, len);
             return Some(libc::MAP_FAILED);

@@ -69,7 +69,7 @@ fn real_is_dir(abs: &Path) -> bool {
 
 /// A path of an `*at` call under the prefix (capture on): the guard and the
 /// absolute path.
-unsafe fn at_path(dirfd: c_int, path: *const c_char) -> Option<(Guard, PathBuf)> {
+pub(crate) unsafe fn at_path(dirfd: c_int, path: *const c_char) -> Option<(Guard, PathBuf)> {
     if path.is_null() {
         return None;
     }

@@ -9,11 +9,12 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use libc::c_int;
-use paralog_log::{FileIdent, LogError, RankLog, ReadRange, ReadSource, WriterConfig};
+use paralog_log::{FileIdent, LogError, RankLog, WriterConfig};
 
 use crate::report;
 use crate::settings::{normalize, Config, Settings};
-use crate::view::{self, Committed, View};
+pub use crate::view::Committed;
+use crate::view::{self, View};
 
 const FAST_FDS: usize = 1 << 16;
 /// One byte per descriptor below 65536: nonzero when captured.
@@ -45,7 +46,7 @@ pub fn is_captured(fd: c_int) -> bool {
     }
 }
 
-fn set_captured(fd: c_int, on: bool) {
+pub(crate) fn set_captured(fd: c_int, on: bool) {
     let i = fd as usize;
     if i < FAST_FDS {
         CAPTURED[i].store(on as u8, Ordering::Release);
@@ -124,7 +125,7 @@ pub struct Ofd {
     pub readable: bool,
     pub writable: bool,
     /// Descriptors of this process that refer to it.
-    refs: u32,
+    pub(crate) refs: u32,
     /// Reachable past capture: dup'ed (glibc's own stdio may write to the
     /// copy) or shared with another process. Then the placeholder's kernel
     /// offset mirrors `offset`, and bytes written raw into the placeholder
@@ -144,7 +145,7 @@ pub struct State {
     pub fds: HashMap<c_int, FdEntry>,
     pub ofds: HashMap<u64, Ofd>,
     pub by_path: HashMap<PathBuf, u64>,
-    next_id: u64,
+    pub(crate) next_id: u64,
     /// Results of captured AIO requests, by aiocb address: (return, errno).
     pub aio: HashMap<usize, (isize, c_int)>,
     /// Permission bits set by `chmod` on captured paths (stat answers them).
@@ -168,7 +169,7 @@ impl State {
         // SAFETY: registering a plain extern "C" function, once (the state
         // is created once per process).
         unsafe {
-            libc::atexit(close_at_exit);
+            libc::atexit(crate::shared::close_at_exit);
         }
         State {
             cfg,
@@ -487,123 +488,6 @@ impl State {
         Ok(())
     }
 
-    /// The descriptor to check a placeholder through: the private duplicate
-    /// of a shared one (the program's may have been closed past the
-    /// wrappers and its number reused), else the program's own.
-    fn sentinel_fd(&self, fd: c_int) -> c_int {
-        self.fds
-            .get(&fd)
-            .and_then(|e| self.ofds.get(&e.ofd))
-            .filter(|o| o.shared && o.keep >= 0)
-            .map_or(fd, |o| o.keep)
-    }
-
-    /// A descriptor number the kernel handed out anew while the table still
-    /// had it as captured (glibc closed it past the wrappers): forget it.
-    pub fn forget_stale(&mut self, fd: c_int) {
-        if self.fds.contains_key(&fd) {
-            let _ = self.harvest(fd);
-            if let Some(e) = self.fds.remove(&fd) {
-                if let Some(o) = self.ofds.get_mut(&e.ofd) {
-                    o.refs -= 1;
-                }
-                if let Some(h) = self.handles.get_mut(&e.handle) {
-                    h.fds = h.fds.saturating_sub(1);
-                }
-            }
-            set_captured(fd, false);
-        }
-    }
-
-    /// Register an inherited placeholder (crate::inherit): `fd` refers to
-    /// open file description `ofd` of handle `id`, at kernel offset `pos`.
-    pub fn adopt_fd(
-        &mut self,
-        fd: c_int,
-        id: u64,
-        ofd: Option<u64>,
-        flags: c_int,
-        pos: u64,
-    ) -> u64 {
-        let ofd = ofd.unwrap_or_else(|| {
-            let o = self.next_id;
-            self.next_id += 1;
-            let acc = flags & libc::O_ACCMODE;
-            self.ofds.insert(
-                o,
-                Ofd {
-                    handle: id,
-                    offset: pos,
-                    append: flags & libc::O_APPEND != 0,
-                    readable: acc != libc::O_WRONLY,
-                    writable: acc != libc::O_RDONLY,
-                    refs: 0,
-                    shared: true,
-                    kpos: pos,
-                    keep: crate::inherit::keep(fd),
-                },
-            );
-            o
-        });
-        if let Some(o) = self.ofds.get_mut(&ofd) {
-            o.refs += 1;
-        }
-        if let Some(h) = self.handles.get_mut(&id) {
-            h.fds += 1;
-        }
-        self.fds.insert(fd, FdEntry { handle: id, ofd });
-        set_captured(fd, true);
-        ofd
-    }
-
-    /// Bytes written into a shared placeholder past capture (glibc's stdio
-    /// on a dup, a child process's raw writes) go into the log, where they
-    /// were written: sequential writes from the kernel offset capture last
-    /// set leave exactly [that offset, the kernel offset now) in the
-    /// otherwise empty memfd. Anything else stays there and is refused at
-    /// the next consistency point (invariant 5). The kernel offset moved
-    /// by another process is taken over.
-    pub fn harvest(&mut self, fd: c_int) -> CResult<()> {
-        let Some(e) = self.fds.get(&fd) else {
-            return Ok(());
-        };
-        let (id, ofd) = (e.handle, e.ofd);
-        self.harvest_ofd(id, ofd)
-    }
-
-    pub fn harvest_ofd(&mut self, id: u64, ofd: u64) -> CResult<()> {
-        let Some(o) = self.ofds.get(&ofd).filter(|o| o.shared && o.keep >= 0) else {
-            return Ok(());
-        };
-        let (kpos, fd) = (o.kpos, o.keep);
-        let len = sentinel_len(fd).unwrap_or(0);
-        let now = crate::inherit::kernel_offset(fd).unwrap_or(kpos);
-        if len == 0 {
-            if now != kpos {
-                let o = self.ofds.get_mut(&ofd).expect("looked up above");
-                o.offset = now;
-                o.kpos = now;
-            }
-            return Ok(());
-        }
-        let writable = o.writable
-            && self
-                .handles
-                .get(&id)
-                .is_some_and(|h| h.log.is_some() || h.lazy);
-        if len != now || now <= kpos || !writable {
-            return Ok(()); // left for the sentinel check
-        }
-        let data = crate::inherit::read_placeholder(fd, kpos, (now - kpos) as usize)?;
-        self.write_handle(id, kpos, &data)?;
-        crate::stats::captured(data.len());
-        crate::inherit::empty_placeholder(fd);
-        let o = self.ofds.get_mut(&ofd).expect("looked up above");
-        o.offset = now;
-        o.kpos = now;
-        Ok(())
-    }
-
     /// Forget a descriptor (the caller closes it). Returns its handle.
     pub fn detach_fd(&mut self, fd: c_int) -> Option<u64> {
         let _ = self.harvest(fd);
@@ -739,271 +623,18 @@ impl State {
         }
     }
 
-    pub fn write(&mut self, fd: c_int, data: &[u8], at: Option<u64>) -> CResult<usize> {
-        self.harvest(fd)?;
-        let e = self.ofd(fd)?;
-        if !e.writable {
-            return Err(libc::EBADF);
-        }
-        let (id, append, offset) = (e.handle, e.append, e.offset);
-        self.ensure_log(id)?;
-        let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
-        let pos = match at {
-            Some(p) => p,
-            None if append => h.size,
-            None => offset,
-        };
-        log_of(h)?.write_at(pos, data).map_err(|e| {
-            log_errno(
-                &format!(
-                    "writing {} bytes at offset {pos} of {}",
-                    data.len(),
-                    h.path.display()
-                ),
-                &e,
-            )
-        })?;
-        crate::stats::captured(data.len());
-        let end = pos + data.len() as u64;
-        h.size = h.size.max(end);
-        h.dirty = true;
-        if at.is_none() {
-            self.set_offset(fd, end)?;
-        }
-        Ok(data.len())
-    }
-
-    /// A write into a handle at `pos`, with no descriptor (path operations).
-    pub fn write_handle(&mut self, id: u64, pos: u64, data: &[u8]) -> CResult<()> {
-        self.ensure_log(id)?;
-        let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
-        log_of(h)?.write_at(pos, data).map_err(|e| {
-            log_errno(
-                &format!(
-                    "writing {} bytes at offset {pos} of {}",
-                    data.len(),
-                    h.path.display()
-                ),
-                &e,
-            )
-        })?;
-        h.size = h.size.max(pos + data.len() as u64);
-        h.dirty = true;
-        Ok(())
-    }
-
-    pub fn read(&mut self, fd: c_int, buf: &mut [u8], at: Option<u64>) -> CResult<usize> {
-        self.harvest(fd)?;
-        let e = self.ofd(fd)?;
-        if !e.readable {
-            return Err(libc::EBADF);
-        }
-        let (id, offset) = (e.handle, e.offset);
-        let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
-        let pos = at.unwrap_or(offset);
-        if pos >= h.size || buf.is_empty() {
-            return Ok(0);
-        }
-        let n = (buf.len() as u64).min(h.size - pos) as usize;
-        let (ranges, current) = match h.log.as_mut() {
-            Some(log) => (
-                log.read_own(pos, &mut buf[..n]).map_err(|e| {
-                    log_errno(&format!("reading {} at offset {pos}", h.path.display()), &e)
-                })?,
-                log.epoch(),
-            ),
-            None => (
-                vec![ReadRange {
-                    off: pos,
-                    len: n as u64,
-                    source: ReadSource::NotOwn,
-                }],
-                0,
-            ),
-        };
-        for r in ranges {
-            if r.source == (ReadSource::Own { epoch: current }) {
-                continue;
-            }
-            // Not written by this rank in this epoch: the committed state
-            // answers (MPI shows other ranks' writes only after a sync),
-            // except what this epoch truncated away, which reads as zeros.
-            let lo = (r.off - pos) as usize;
-            let dst = &mut buf[lo..lo + r.len as usize];
-            let keep = h.cut.map_or(r.len, |c| c.saturating_sub(r.off).min(r.len)) as usize;
-            dst[keep..].fill(0);
-            if keep == 0 {
-                continue;
-            }
-            // A data log may be drained and deleted between building the
-            // view and reading it: then rebuild once and read again.
-            let mut attempt = 0;
-            loop {
-                if h.view.is_none() {
-                    let rel = h
-                        .path
-                        .strip_prefix(&self.cfg.prefix)
-                        .map_err(|_| libc::EINVAL)?;
-                    let rel = rel.as_os_str().as_bytes().to_vec();
-                    let base = view::Base::of(&self.cfg, &rel)?;
-                    let c = view::committed(&self.cfg.local, &self.cfg.job, &h.path, &rel, base)?;
-                    h.view = Some(c.view);
-                }
-                let v = h.view.as_mut().expect("just built");
-                if !v.complete {
-                    report::line(&format!(
-                        "read of bytes [{}, {}) of {}: they were written on another node, whose log is \
-                         not here (reads across nodes are not supported under capture; docs/capture.md)",
-                        r.off,
-                        r.off + r.len,
-                        h.path.display()
-                    ));
-                    return Err(libc::EIO);
-                }
-                match v.read(&h.path, r.off, &mut dst[..keep]) {
-                    Err(libc::ENOENT) if attempt < 20 => {
-                        h.view = None;
-                        attempt += 1;
-                    }
-                    Err(libc::ENOENT) => {
-                        report::line(&format!(
-                            "{}: a data log vanished while reading it",
-                            h.path.display()
-                        ));
-                        return Err(libc::EIO);
-                    }
-                    other => break other?,
-                }
-            }
-            h.view_reads += 1;
-        }
-        if at.is_none() {
-            self.set_offset(fd, pos + n as u64)?;
-        }
-        Ok(n)
-    }
-
-    pub fn set_size(&mut self, id: u64, size: u64) -> CResult<()> {
-        self.ensure_log(id)?;
-        let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
-        log_of(h)?.set_size(size);
-        h.size = size;
-        h.cut = Some(h.cut.map_or(size, |c| c.min(size)));
-        h.dirty = true;
-        Ok(())
-    }
-
-    /// `unlink` of the path of an open handle: the file is gone at the end
-    /// of this epoch unless written again.
-    pub fn delete(&mut self, id: u64) -> CResult<()> {
-        self.ensure_log(id)?;
-        let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
-        log_of(h)?.delete();
-        h.size = 0;
-        h.cut = Some(0);
-        h.dirty = true;
-        Ok(())
-    }
-
-    /// A path operation (unlink, truncate) on a captured path that no
-    /// handle has open: one epoch of a new open, committed at once, so it
-    /// reaches the remote in order with everything else.
-    pub fn path_op(
-        &mut self,
-        abs: &Path,
-        op: impl FnOnce(&mut State, u64) -> CResult<()>,
-    ) -> CResult<()> {
-        let committed = self.committed(abs)?;
-        self.path_op_with(abs, committed, op)
-    }
-
-    /// `path_op` with the committed state already at hand.
-    pub fn path_op_with(
-        &mut self,
-        abs: &Path,
-        committed: Committed,
-        op: impl FnOnce(&mut State, u64) -> CResult<()>,
-    ) -> CResult<()> {
-        let id = self.new_handle(abs, Mode::Posix, 0, 1, None, committed)?;
-        let r = op(self, id).and_then(|_| self.commit_single(id));
-        self.maybe_release(id);
-        r
-    }
-
-    pub fn preallocate(&mut self, id: u64, size: u64) -> CResult<()> {
-        self.ensure_log(id)?;
-        let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
-        log_of(h)?.preallocate(size);
-        h.size = h.size.max(size);
-        h.dirty = true;
-        Ok(())
-    }
-
     pub fn handle_of(&self, fd: c_int) -> CResult<u64> {
         self.fds.get(&fd).map(|e| e.handle).ok_or(libc::EBADF)
     }
 }
 
-/// At exit the kernel closes every descriptor: for a plain POSIX open that
-/// is its last close, so its epoch is committed here (a program that writes
-/// and returns from `main` without `close` keeps its bytes, as without
-/// paralog). Runs before the counters are written (atexit order).
-pub extern "C" fn close_at_exit() {
-    let _ = std::panic::catch_unwind(|| {
-        let Some(_g) = crate::guard::Guard::enter() else {
-            return;
-        };
-        let mut slot = lock();
-        let Some(st) = slot.as_mut() else { return };
-        st.close_all_posix();
-    });
-}
-
-impl State {
-    /// The last close of every plain POSIX open (exit).
-    fn close_all_posix(&mut self) {
-        let ids: Vec<u64> = self
-            .handles
-            .iter()
-            .filter(|(_, h)| h.mode == Mode::Posix && (h.log.is_some() || h.lazy))
-            .map(|(&id, _)| id)
-            .collect();
-        for id in ids {
-            let ofds: Vec<u64> = self
-                .ofds
-                .iter()
-                .filter(|(_, o)| o.handle == id)
-                .map(|(&k, _)| k)
-                .collect();
-            for ofd in ofds {
-                let _ = self.harvest_ofd(id, ofd);
-            }
-            let fds: Vec<c_int> = self
-                .fds
-                .iter()
-                .filter(|(_, e)| e.handle == id)
-                .map(|(&fd, _)| fd)
-                .collect();
-            for fd in fds {
-                self.detach_fd(fd);
-            }
-            let h = &self.handles[&id];
-            if h.dirty || !h.committed_any {
-                // The line is printed; the exit status is the program's.
-                let _ = self.commit_single(id);
-            }
-            self.maybe_release(id);
-        }
-    }
-}
-
 /// The log of a handle that writes (EBADF for a read-only one).
-fn log_of(h: &mut Handle) -> CResult<&mut RankLog> {
+pub(crate) fn log_of(h: &mut Handle) -> CResult<&mut RankLog> {
     h.log.as_mut().ok_or(libc::EBADF)
 }
 
 /// Size of a placeholder memfd (raw syscall: never our own fstat wrapper).
-fn sentinel_len(fd: c_int) -> Option<u64> {
+pub(crate) fn sentinel_len(fd: c_int) -> Option<u64> {
     // SAFETY: a zeroed stat buffer filled by the kernel.
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();

@@ -47,14 +47,14 @@ fn fd_of(cookie: *mut c_void) -> c_int {
 }
 
 unsafe extern "C" fn cookie_read(cookie: *mut c_void, buf: *mut c_char, n: size_t) -> ssize_t {
-    crate::posix::read(fd_of(cookie), buf as *mut c_void, n)
+    crate::io::read(fd_of(cookie), buf as *mut c_void, n)
 }
 
 unsafe extern "C" fn cookie_write(cookie: *mut c_void, buf: *const c_char, n: size_t) -> ssize_t {
     // glibc wants the count written, or 0 on error (never negative).
     let mut done = 0usize;
     while done < n {
-        let r = crate::posix::write(fd_of(cookie), buf.add(done) as *const c_void, n - done);
+        let r = crate::io::write(fd_of(cookie), buf.add(done) as *const c_void, n - done);
         if r <= 0 {
             return done as ssize_t;
         }
@@ -64,7 +64,7 @@ unsafe extern "C" fn cookie_write(cookie: *mut c_void, buf: *const c_char, n: si
 }
 
 unsafe extern "C" fn cookie_seek(cookie: *mut c_void, off: *mut off64_t, whence: c_int) -> c_int {
-    let r = crate::posix::lseek64(fd_of(cookie), *off, whence);
+    let r = crate::io::lseek64(fd_of(cookie), *off, whence);
     if r < 0 {
         return -1;
     }

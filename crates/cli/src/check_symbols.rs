@@ -65,37 +65,10 @@ const PASS_THROUGH: &[(&str, &str)] = &[
 ];
 
 /// I/O entry points capture does not handle, with what that means.
-const NOT_HANDLED: &[(&str, &str)] = &[
-    (
-        "copy_file_range",
-        "the kernel writes the placeholder: caught by the sentinel",
-    ),
-    (
-        "sendfile",
-        "the kernel writes the placeholder: caught by the sentinel",
-    ),
-    (
-        "sendfile64",
-        "the kernel writes the placeholder: caught by the sentinel",
-    ),
-    (
-        "splice",
-        "the kernel writes the placeholder: caught by the sentinel",
-    ),
-    ("pwritev2", "not wrapped: caught by the sentinel"),
-    ("pwritev64v2", "not wrapped: caught by the sentinel"),
-    ("preadv2", "not wrapped: reads the empty placeholder"),
-    ("preadv64v2", "not wrapped: reads the empty placeholder"),
-    ("lio_listio", "not wrapped: caught by the sentinel"),
-    ("lio_listio64", "not wrapped: caught by the sentinel"),
-    ("syncfs", "not a consistency point under capture"),
-    ("sync_file_range", "not a consistency point under capture"),
-    ("faccessat", "answered by the real file system"),
-    (
-        "io_uring_setup",
-        "io_uring bypasses every wrapper: caught by the sentinel",
-    ),
-];
+const NOT_HANDLED: &[(&str, &str)] = &[(
+    "io_uring_setup",
+    "io_uring bypasses every wrapper: caught by the sentinel",
+)];
 
 /// Dynamic symbols a binary needs from elsewhere (`nm -D --undefined-only`).
 fn undefined_symbols(bin: &Path) -> anyhow::Result<BTreeSet<String>> {

@@ -1,0 +1,180 @@
+//! A placeholder shared past this process's wrappers (dup'ed, inherited,
+//! or taken over from a parent): its private duplicate, the harvest of the
+//! bytes written into it past capture, and the last close at exit
+//! (crate::inherit says when each happens).
+
+use libc::c_int;
+
+use crate::state::{lock, sentinel_len, set_captured, CResult, FdEntry, Mode, Ofd, State};
+
+impl State {
+    /// The descriptor to check a placeholder through: the private duplicate
+    /// of a shared one (the program's may have been closed past the
+    /// wrappers and its number reused), else the program's own.
+    pub(crate) fn sentinel_fd(&self, fd: c_int) -> c_int {
+        self.fds
+            .get(&fd)
+            .and_then(|e| self.ofds.get(&e.ofd))
+            .filter(|o| o.shared && o.keep >= 0)
+            .map_or(fd, |o| o.keep)
+    }
+
+    /// A descriptor number the kernel handed out anew while the table still
+    /// had it as captured (glibc closed it past the wrappers): forget it.
+    pub fn forget_stale(&mut self, fd: c_int) {
+        if self.fds.contains_key(&fd) {
+            let _ = self.harvest(fd);
+            if let Some(e) = self.fds.remove(&fd) {
+                if let Some(o) = self.ofds.get_mut(&e.ofd) {
+                    o.refs -= 1;
+                }
+                if let Some(h) = self.handles.get_mut(&e.handle) {
+                    h.fds = h.fds.saturating_sub(1);
+                }
+            }
+            set_captured(fd, false);
+        }
+    }
+
+    /// Register an inherited placeholder (crate::inherit): `fd` refers to
+    /// open file description `ofd` of handle `id`, at kernel offset `pos`.
+    pub fn adopt_fd(
+        &mut self,
+        fd: c_int,
+        id: u64,
+        ofd: Option<u64>,
+        flags: c_int,
+        pos: u64,
+    ) -> u64 {
+        let ofd = ofd.unwrap_or_else(|| {
+            let o = self.next_id;
+            self.next_id += 1;
+            let acc = flags & libc::O_ACCMODE;
+            self.ofds.insert(
+                o,
+                Ofd {
+                    handle: id,
+                    offset: pos,
+                    append: flags & libc::O_APPEND != 0,
+                    readable: acc != libc::O_WRONLY,
+                    writable: acc != libc::O_RDONLY,
+                    refs: 0,
+                    shared: true,
+                    kpos: pos,
+                    keep: crate::inherit::keep(fd),
+                },
+            );
+            o
+        });
+        if let Some(o) = self.ofds.get_mut(&ofd) {
+            o.refs += 1;
+        }
+        if let Some(h) = self.handles.get_mut(&id) {
+            h.fds += 1;
+        }
+        self.fds.insert(fd, FdEntry { handle: id, ofd });
+        set_captured(fd, true);
+        ofd
+    }
+
+    /// Bytes written into a shared placeholder past capture (glibc's stdio
+    /// on a dup, a child process's raw writes) go into the log, where they
+    /// were written: sequential writes from the kernel offset capture last
+    /// set leave exactly [that offset, the kernel offset now) in the
+    /// otherwise empty memfd. Anything else stays there and is refused at
+    /// the next consistency point (invariant 5). The kernel offset moved
+    /// by another process is taken over.
+    pub fn harvest(&mut self, fd: c_int) -> CResult<()> {
+        let Some(e) = self.fds.get(&fd) else {
+            return Ok(());
+        };
+        let (id, ofd) = (e.handle, e.ofd);
+        self.harvest_ofd(id, ofd)
+    }
+
+    pub fn harvest_ofd(&mut self, id: u64, ofd: u64) -> CResult<()> {
+        let Some(o) = self.ofds.get(&ofd).filter(|o| o.shared && o.keep >= 0) else {
+            return Ok(());
+        };
+        let (kpos, fd) = (o.kpos, o.keep);
+        let len = sentinel_len(fd).unwrap_or(0);
+        let now = crate::inherit::kernel_offset(fd).unwrap_or(kpos);
+        if len == 0 {
+            if now != kpos {
+                let o = self.ofds.get_mut(&ofd).expect("looked up above");
+                o.offset = now;
+                o.kpos = now;
+            }
+            return Ok(());
+        }
+        let writable = o.writable
+            && self
+                .handles
+                .get(&id)
+                .is_some_and(|h| h.log.is_some() || h.lazy);
+        if len != now || now <= kpos || !writable {
+            return Ok(()); // left for the sentinel check
+        }
+        let data = crate::inherit::read_placeholder(fd, kpos, (now - kpos) as usize)?;
+        self.write_handle(id, kpos, &data)?;
+        crate::stats::captured(data.len());
+        crate::inherit::empty_placeholder(fd);
+        let o = self.ofds.get_mut(&ofd).expect("looked up above");
+        o.offset = now;
+        o.kpos = now;
+        Ok(())
+    }
+}
+
+/// At exit the kernel closes every descriptor: for a plain POSIX open that
+/// is its last close, so its epoch is committed here (a program that writes
+/// and returns from `main` without `close` keeps its bytes, as without
+/// paralog). Runs before the counters are written (atexit order).
+pub extern "C" fn close_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        let Some(_g) = crate::guard::Guard::enter() else {
+            return;
+        };
+        let mut slot = lock();
+        let Some(st) = slot.as_mut() else { return };
+        st.close_all_posix();
+    });
+}
+
+impl State {
+    /// The last close of every plain POSIX open (exit).
+    fn close_all_posix(&mut self) {
+        let ids: Vec<u64> = self
+            .handles
+            .iter()
+            .filter(|(_, h)| h.mode == Mode::Posix && (h.log.is_some() || h.lazy))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ids {
+            let ofds: Vec<u64> = self
+                .ofds
+                .iter()
+                .filter(|(_, o)| o.handle == id)
+                .map(|(&k, _)| k)
+                .collect();
+            for ofd in ofds {
+                let _ = self.harvest_ofd(id, ofd);
+            }
+            let fds: Vec<c_int> = self
+                .fds
+                .iter()
+                .filter(|(_, e)| e.handle == id)
+                .map(|(&fd, _)| fd)
+                .collect();
+            for fd in fds {
+                self.detach_fd(fd);
+            }
+            let h = &self.handles[&id];
+            if h.dirty || !h.committed_any {
+                // The line is printed; the exit status is the program's.
+                let _ = self.commit_single(id);
+            }
+            self.maybe_release(id);
+        }
+    }
+}
