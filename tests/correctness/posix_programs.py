@@ -24,6 +24,7 @@ nothing may be left in the prefix that the drain did not put there.
   subprocess   subprocess.run(stdout=f), the parent writing before and after
   dirs         makedirs, files, remove + rmdir
   h5py         serial h5py (HDF5's sec2 driver)
+  locks        HDF5's file locking, flock and lockf between two processes
   shell        bash with >, >>, 2>, a pipeline into a file, cat of a captured file
   tools        tar -x of an archive, cp and dd into the prefix
 
@@ -154,6 +155,7 @@ def cases():
         ("subprocess: subprocess.run(stdout=f)", lambda w: compare(w, py("subprocess"))),
         ("dirs: makedirs, files, remove and rmdir", lambda w: compare(w, py("dirs"))),
         ("h5py: serial HDF5 file", lambda w: compare(w, py("h5py"))),
+        ("locks: HDF5's file lock, flock and lockf between processes", lambda w: compare(w, py("locks"))),
         ("shell: >, >>, 2>, pipeline, cat", lambda w: compare(w, lambda d: ["/bin/bash", "-c", SHELL.format(d=d)])),
         ("tools: tar -x, cp, dd", lambda w: compare(w, tools_cmd(w))),
         ("mmap: writable shared mapping refused, no SIGBUS", case_mmap),

@@ -58,17 +58,18 @@ def decode(b, path="record"):
     if b[:8] != MAGIC:
         raise Damaged(f"{path}: bad magic")
     fmt, kind, hlen, number, size, gen, epoch, n, flags, name_len = struct.unpack_from("<HHIQQQQIIH", b, 8)
-    if (fmt, kind, hlen) != (1, 1, HEADER_LEN):
+    # Version 2 adds the 16-byte origin of the log after the 64 bytes of 1.
+    if (fmt, kind, hlen) not in ((1, 1, HEADER_LEN), (2, 1, HEADER_LEN + 16)) or len(b) < hlen + 4:
         raise Damaged(f"{path}: format {fmt} kind {kind} header {hlen}")
     if flags & ~1:
         raise Damaged(f"{path}: unknown flags {flags:#x}")
-    if HEADER_LEN + name_len + n * PIECE_LEN != end:
+    if hlen + name_len + n * PIECE_LEN != end:
         raise Damaged(f"{path}: lengths do not add up")
-    name = b[HEADER_LEN:HEADER_LEN + name_len]
+    name = b[hlen:hlen + name_len]
     pieces = []
     prev_end = 0
     for i in range(n):
-        o = HEADER_LEN + name_len + i * PIECE_LEN
+        o = hlen + name_len + i * PIECE_LEN
         file_off, length = struct.unpack_from("<QQ", b, o)
         chunk = b[o + 16:o + 32]
         block_off, block_len, block_crc, d, skip = struct.unpack_from("<QQIIQ", b, o + 32)

@@ -32,12 +32,18 @@ docs/objstore.md. Cases:
               the file at its epoch, and the chunks on disk are exactly the
               ones the kept versions use (no temporary records left)
 
+  rerun       one program run twice (two jobs, different output) to one
+              root: the second run's bytes are the latest version
+  missing root  a root that does not exist: paralog run stops at once
+  broken pipe `paralog get --list` into a closed pipe ends quietly
+
 Usage: tests/remote/objstore.py [--only NAME] [--keep]
 Prints one line per case and ends with "objstore: N passed, N failed".
 """
 
 import argparse
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -315,6 +321,64 @@ def race_case(work):
     return "version 1's chunk deleted under `paralog get`: it read version 2 instead"
 
 
+# --- defects of the layout seen by users (issue 14) ----------------------------
+
+WRITE_ONE = "import sys; open(sys.argv[1], 'wb').write(sys.argv[2].encode() * 1000)"
+
+
+def rerun_case(work):
+    """The same program run twice (two jobs) with different output under
+    one object root: the second run's bytes are the latest version, as on
+    S3 and POSIX remotes (before: taken for "already published" because
+    the latest version recorded the same epoch number, and lost)."""
+    root = work / "store"
+    root.mkdir()
+    remote = f"objstore://{root}"
+    for i, word in enumerate(("first", "second")):
+        prefix, local = work / f"prefix{i}", work / f"local{i}"
+        prefix.mkdir()
+        paralog_run(local, prefix, [PY, "-c", WRITE_ONE, prefix / "out.dat", word], remote, job=f"run{i}")
+    versions = get_list(root, "out.dat")
+    check(len(versions) == 2, f"expected 2 versions, --list shows {versions}")
+    out = work / "got"
+    r = get_version(root, "out.dat", out)
+    check(r.returncode == 0, f"paralog get failed: {r.stderr[-300:]}")
+    check(out.read_bytes() == b"second" * 1000, "the latest version is not the second run's bytes")
+    return "2 versions, the latest is the second run's"
+
+
+def missing_root_case(work):
+    """An object root that does not exist: `paralog run` stops at once with
+    one line naming it and a non-zero status (before: retried forever)."""
+    prefix, local = work / "prefix", work / "local"
+    prefix.mkdir()
+    t0 = time.time()
+    r = paralog_run(local, prefix, [PY, "-c", WRITE_ONE, prefix / "out.dat", "x"], f"objstore://{work}/absent",
+                    check_rc=False, timeout=60)
+    check(r.returncode != 0, "paralog run succeeded with a missing object root")
+    check(f"{work}/absent" in r.stderr and "does not exist" in r.stderr, f"no line naming the root: {r.stderr[-300:]}")
+    check(time.time() - t0 < 30, "it took more than 30 s to refuse")
+    return f"refused in {time.time() - t0:.1f} s"
+
+
+def broken_pipe_case(work):
+    """`paralog get --list` into a pipe whose reader is gone ends quietly
+    (no panic, no backtrace), as Unix tools do."""
+    root = work / "store"
+    root.mkdir()
+    prefix, local = work / "prefix", work / "local"
+    prefix.mkdir()
+    paralog_run(local, prefix, [PY, "-c", WRITE_ONE, prefix / "out.dat", "x"], f"objstore://{root}")
+    rd, wr = os.pipe()
+    os.close(rd)
+    p = subprocess.run([str(BIN), "get", "--list", f"objstore://{root}/out.dat"], stdout=wr,
+                       stderr=subprocess.PIPE, text=True, timeout=60)
+    os.close(wr)
+    check("panick" not in p.stderr and "backtrace" not in p.stderr, f"it panicked: {p.stderr[-300:]}")
+    check(p.returncode == 0, f"exit {p.returncode}: {p.stderr[-300:]}")
+    return "ended quietly"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", help="run cases whose name contains this")
@@ -341,6 +405,9 @@ def main():
         for keep in (3, 1):
             if want(f"retention keep={keep}"):
                 suite.case(f"retention keep={keep}", lambda w, k=keep: retention_case(w, k))
+        for name, fn in (("rerun", rerun_case), ("missing root", missing_root_case), ("broken pipe", broken_pipe_case)):
+            if want(name):
+                suite.case(name, fn)
     finally:
         suite.run_cleanup()
     return suite.finish()

@@ -106,6 +106,12 @@ pub trait ChunkSink {
 pub struct EpochShape {
     /// The epoch's open, and the epoch: recorded by object backends.
     pub epoch: (u64, u64),
+    /// Which log the epoch came from (`paralog_log` `FileInventory::origin`:
+    /// the job and when its node-local directory was made), so that an
+    /// object backend tells its own earlier publish of this epoch (a drain
+    /// that crashed before its progress record) from another run's epoch
+    /// of the same number. Zero: unknown.
+    pub origin: [u8; 16],
     /// The file is deleted at the end of the epoch.
     pub deleted: bool,
     /// The size implied by the epoch's writes and size operations.
@@ -173,6 +179,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// from an empty object, as the program saw it.
     fn readable_by_capture(&self) -> bool {
         true
+    }
+    /// Whether the remote can work as given, asked once before a run (an
+    /// object layout whose root is missing): an error to stop at once with,
+    /// rather than a drain that retries forever.
+    fn check(&self) -> Result<(), BackendError> {
+        Ok(())
     }
     /// Clean up what an interrupted drain of `rel` left on the remote that
     /// the next drain would not replace (S3: its unfinished multipart

@@ -29,9 +29,12 @@ use crate::{
 };
 
 const MAGIC: &[u8; 8] = b"PLGOBJVR";
-const FORMAT_VERSION: u16 = 1;
+/// Version 1: no origin; version 2: the header grows by the 16-byte origin.
+const FORMAT_V1: u16 = 1;
+const FORMAT_V2: u16 = 2;
 const KIND_VERSION: u16 = 1;
-const HEADER_LEN: usize = 64;
+const HEADER_V1: usize = 64;
+const HEADER_V2: usize = 80;
 const PIECE_LEN: usize = 64;
 const FLAG_DELETED: u32 = 1;
 
@@ -59,6 +62,9 @@ pub struct Version {
     pub deleted: bool,
     /// The epoch (open, epoch) it was drained from; (0, 0) if none.
     pub epoch: (u64, u64),
+    /// Which log the epoch came from (crate::EpochShape::origin); zero if
+    /// unknown (version 1 records, puts outside a drain).
+    pub origin: [u8; 16],
     pub name: Vec<u8>,
     /// Sorted by `file_off`, not overlapping; what they do not cover reads
     /// as zeros.
@@ -139,13 +145,20 @@ impl Piece {
 }
 
 impl Version {
+    /// Version 1 when the origin is unknown (so a version 1 record encodes
+    /// back to its own bytes), else version 2.
     pub fn encode(&self) -> Vec<u8> {
+        let (format, header) = if self.origin == [0; 16] {
+            (FORMAT_V1, HEADER_V1)
+        } else {
+            (FORMAT_V2, HEADER_V2)
+        };
         let mut b =
-            Vec::with_capacity(HEADER_LEN + self.name.len() + self.pieces.len() * PIECE_LEN + 4);
+            Vec::with_capacity(header + self.name.len() + self.pieces.len() * PIECE_LEN + 4);
         b.extend_from_slice(MAGIC);
-        b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b.extend_from_slice(&format.to_le_bytes());
         b.extend_from_slice(&KIND_VERSION.to_le_bytes());
-        b.extend_from_slice(&(HEADER_LEN as u32).to_le_bytes());
+        b.extend_from_slice(&(header as u32).to_le_bytes());
         b.extend_from_slice(&self.number.to_le_bytes());
         b.extend_from_slice(&self.size.to_le_bytes());
         b.extend_from_slice(&self.epoch.0.to_le_bytes());
@@ -153,7 +166,10 @@ impl Version {
         b.extend_from_slice(&(self.pieces.len() as u32).to_le_bytes());
         b.extend_from_slice(&(if self.deleted { FLAG_DELETED } else { 0 }).to_le_bytes());
         b.extend_from_slice(&(self.name.len() as u16).to_le_bytes());
-        b.resize(HEADER_LEN, 0);
+        b.resize(HEADER_V1, 0);
+        if format == FORMAT_V2 {
+            b.extend_from_slice(&self.origin);
+        }
         b.extend_from_slice(&self.name);
         for p in &self.pieces {
             p.encode_into(&mut b);
@@ -172,7 +188,7 @@ impl Version {
         let u16_at = |o: usize| u16::from_le_bytes(b[o..o + 2].try_into().expect("2 bytes"));
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-        if b.len() < HEADER_LEN + 4 {
+        if b.len() < HEADER_V1 + 4 {
             return Err(bad(
                 b.len(),
                 format!("record of {} bytes is too short", b.len()),
@@ -185,29 +201,36 @@ impl Version {
         if &b[..8] != MAGIC {
             return Err(bad(0, "not a version record (bad magic)".into()));
         }
-        if u16_at(8) != FORMAT_VERSION || u16_at(10) != KIND_VERSION {
-            return Err(bad(
-                8,
-                format!("format {} kind {} is not understood", u16_at(8), u16_at(10)),
-            ));
-        }
-        if u32_at(12) as usize != HEADER_LEN {
+        let header = match (u16_at(8), u16_at(10)) {
+            (FORMAT_V1, KIND_VERSION) => HEADER_V1,
+            (FORMAT_V2, KIND_VERSION) => HEADER_V2,
+            (f, k) => return Err(bad(8, format!("format {f} kind {k} is not understood"))),
+        };
+        if u32_at(12) as usize != header || b.len() < header + 4 {
             return Err(bad(12, "bad header length".into()));
         }
+        if b[58..HEADER_V1].iter().any(|&x| x != 0) {
+            return Err(bad(58, "reserved header bytes are not zero".into()));
+        }
+        let origin: [u8; 16] = if header == HEADER_V2 {
+            b[HEADER_V1..HEADER_V2].try_into().expect("16 bytes")
+        } else {
+            [0; 16]
+        };
         let n = u32_at(48) as usize;
         let flags = u32_at(52);
         let name_len = u16_at(56) as usize;
         if flags & !FLAG_DELETED != 0 {
             return Err(bad(52, format!("unknown flags {flags:#x}")));
         }
-        if HEADER_LEN + name_len + n * PIECE_LEN != end {
+        if header + name_len + n * PIECE_LEN != end {
             return Err(bad(48, "lengths do not add up".into()));
         }
-        let name = b[HEADER_LEN..HEADER_LEN + name_len].to_vec();
+        let name = b[header..header + name_len].to_vec();
         let mut pieces = Vec::with_capacity(n);
         let mut prev_end = 0;
         for i in 0..n {
-            let o = HEADER_LEN + name_len + i * PIECE_LEN;
+            let o = header + name_len + i * PIECE_LEN;
             let p = Piece::decode(&b[o..o + PIECE_LEN]);
             if p.len == 0
                 || p.file_off < prev_end
@@ -230,6 +253,7 @@ impl Version {
             size,
             deleted: flags & FLAG_DELETED != 0,
             epoch: (u64_at(32), u64_at(40)),
+            origin,
             name,
             pieces,
         })
@@ -509,43 +533,50 @@ impl ObjStore {
         })
     }
 
-    /// Publish a new version of `name`: `base` (the version the pieces were
-    /// built on) must still be the latest, so two publishers of one object
-    /// cannot silently lose each other's version.
-    pub fn publish(&self, name: &[u8], base: Option<u64>, mut v: Version) -> Result<u64, ObjError> {
+    /// Publish a new version of `name` as the next number. The record is
+    /// hard-linked into place, which fails if the number is taken, so two
+    /// publishers at once never replace each other: the one that lost the
+    /// number takes the next one (both versions are kept; the later
+    /// publish is the latest). Returns the number.
+    pub fn publish(&self, name: &[u8], mut v: Version) -> Result<u64, ObjError> {
         let dir = self.meta_dir(name);
         std::fs::create_dir_all(&dir).map_err(io_err(&dir, "create metadata directory"))?;
-        let latest = self.versions(name)?.last().copied();
-        if latest != base {
-            return Err(ObjError::Invalid(format!(
-                "{}: version {:?} was published meanwhile (this one was built on {:?})",
-                String::from_utf8_lossy(name),
-                latest,
-                base
-            )));
-        }
-        v.number = latest.unwrap_or(0) + 1;
         v.name = name.to_vec();
-        let path = dir.join(version_name(v.number));
         let tmp = dir.join(format!(
-            ".{}.tmp.{}",
-            version_name(v.number),
-            std::process::id()
+            ".publish.{}.{}",
+            std::process::id(),
+            hex(&uuid::Uuid::new_v4().into_bytes())
         ));
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .open(&tmp)
-            .map_err(io_err(&tmp, "create version record"))?;
-        f.write_all(&v.encode())
-            .map_err(io_err(&tmp, "write version record"))?;
-        f.sync_all().map_err(io_err(&tmp, "fsync version record"))?;
-        std::fs::rename(&tmp, &path).map_err(io_err(&path, "publish version"))?;
+        let result = (|| {
+            for _ in 0..1000 {
+                v.number = self.versions(name)?.last().copied().unwrap_or(0) + 1;
+                let mut f = OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o644)
+                    .open(&tmp)
+                    .map_err(io_err(&tmp, "create version record"))?;
+                f.write_all(&v.encode())
+                    .map_err(io_err(&tmp, "write version record"))?;
+                f.sync_all().map_err(io_err(&tmp, "fsync version record"))?;
+                let path = dir.join(version_name(v.number));
+                match std::fs::hard_link(&tmp, &path) {
+                    Ok(()) => return Ok(v.number),
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(io_err(&path, "publish version")(e)),
+                }
+            }
+            Err(ObjError::Invalid(format!(
+                "{}: no free version number after 1000 tries",
+                String::from_utf8_lossy(name)
+            )))
+        })();
+        let _ = std::fs::remove_file(&tmp);
+        let n = result?;
         sync_dir(&dir)?;
         self.retain(name)?;
-        Ok(v.number)
+        Ok(n)
     }
 
     /// Keep the last K versions of `name`: delete older records, then the
@@ -687,11 +718,16 @@ impl Backend for ObjStore {
     ) -> Result<Box<dyn EpochSink + Send + '_>, BackendError> {
         self.check_root()?;
         let base = self.version(rel, None)?;
-        // Already published (a drain that crashed before its progress
-        // record): applying the epoch again would only add a copy.
-        let done = base
-            .as_ref()
-            .is_some_and(|v| v.epoch == shape.epoch && shape.epoch != (0, 0));
+        // Already published by this very log (a drain that crashed before
+        // its progress record): applying the epoch again would only add a
+        // copy. Another run's version of the same epoch number is not
+        // this one (its origin differs).
+        let done = base.as_ref().is_some_and(|v| {
+            v.epoch == shape.epoch
+                && shape.epoch != (0, 0)
+                && v.origin == shape.origin
+                && shape.origin != [0; 16]
+        });
         let base_len = base.as_ref().filter(|v| !v.deleted).map_or(0, |v| v.size);
         let mut map = PieceMap::default();
         if let Some(v) = base.as_ref().filter(|v| !v.deleted) {
@@ -700,14 +736,21 @@ impl Backend for ObjStore {
         Ok(Box::new(ObjSink {
             store: self,
             name: rel.to_vec(),
-            base: base.map(|v| v.number),
             size: base_len,
             map,
             writer: None,
             deleted: false,
             epoch: shape.epoch,
+            origin: shape.origin,
             done,
         }))
+    }
+
+    fn check(&self) -> Result<(), BackendError> {
+        self.check_root().map_err(|e| BackendError {
+            kind: ErrorKind::Permanent,
+            ..e.into()
+        })
     }
 
     fn describe(&self, rel: &[u8]) -> String {
@@ -773,12 +816,12 @@ impl ChunkSink for ObjChunks<'_> {
 struct ObjSink<'a> {
     store: &'a ObjStore,
     name: Vec<u8>,
-    base: Option<u64>,
     size: u64,
     map: PieceMap,
     writer: Option<ChunkWriter>,
     deleted: bool,
     epoch: (u64, u64),
+    origin: [u8; 16],
     done: bool,
 }
 
@@ -857,10 +900,11 @@ impl EpochSink for ObjSink<'_> {
             size: self.size,
             deleted: self.deleted,
             epoch: self.epoch,
+            origin: self.origin,
             name: Vec::new(),
             pieces: self.map.pieces(),
         };
-        self.store.publish(&self.name, self.base, v)?;
+        self.store.publish(&self.name, v)?;
         Ok(())
     }
 }
@@ -872,6 +916,7 @@ mod tests {
     fn shape() -> EpochShape {
         EpochShape {
             epoch: (0, 0),
+            origin: [0; 16],
             deleted: false,
             min_size: 0,
             size_set: false,
@@ -1042,13 +1087,103 @@ mod tests {
             size: 400,
             deleted: false,
             epoch: (0, 0),
+            origin: [0; 16],
             name: Vec::new(),
             pieces: map.pieces(),
         };
-        assert_eq!(s.publish(b"x", None, v.clone()).unwrap(), 1);
+        assert_eq!(s.publish(b"x", v.clone()).unwrap(), 1);
         let want: Vec<u8> = (0..4u8).flat_map(|w| [w + 1; 100]).collect();
         assert_eq!(get(&s, b"x", None), want);
-        assert!(s.publish(b"x", None, v).is_err(), "a stale base is refused");
+        assert_eq!(
+            s.publish(b"x", v).unwrap(),
+            2,
+            "a second publish is the next version"
+        );
+    }
+
+    /// Publishers of one object at the same moment (threads of several
+    /// stores over one root, as processes would be): every publish succeeds
+    /// as a distinct version that reads back its own bytes, none is lost.
+    #[test]
+    fn concurrent_publishers_never_lose_a_version() {
+        let d = tempfile::tempdir().unwrap();
+        let spec = format!("{}?dirs=2&keep=100000", d.path().display());
+        for round in 0..100u32 {
+            let got: Vec<(u64, u8)> = std::thread::scope(|sc| {
+                let hs: Vec<_> = (0..4u8)
+                    .map(|w| {
+                        let spec = &spec;
+                        sc.spawn(move || {
+                            let s = ObjStore::parse(spec).unwrap();
+                            let tag = (round as u8).wrapping_mul(4).wrapping_add(w);
+                            let mut sink = s.begin(b"obj", &shape()).unwrap();
+                            sink.apply(RemoteOp::SetSize(0)).unwrap();
+                            sink.apply(RemoteOp::Write {
+                                off: 0,
+                                data: &[tag; 1000],
+                            })
+                            .unwrap();
+                            sink.commit().unwrap();
+                            let n = s.versions(b"obj").unwrap();
+                            (*n.last().unwrap(), tag)
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert_eq!(got.len(), 4);
+        }
+        let s = ObjStore::parse(&spec).unwrap();
+        let all = s.versions(b"obj").unwrap();
+        assert_eq!(all.len(), 400, "every publish is a version of its own");
+        let mut tags = std::collections::BTreeSet::new();
+        for n in all {
+            let bytes = get(&s, b"obj", Some(n));
+            assert_eq!(bytes.len(), 1000);
+            assert!(
+                bytes.iter().all(|&b| b == bytes[0]),
+                "version {n} mixes writers"
+            );
+            tags.insert(bytes[0]);
+        }
+        assert_eq!(tags.len(), 256, "every writer's bytes are in some version");
+    }
+
+    /// An epoch of the same number from another run (another origin) is
+    /// published; the same origin's is recognised as already published.
+    #[test]
+    fn already_published_means_the_same_origin() {
+        let d = tempfile::tempdir().unwrap();
+        let s = ObjStore::parse(d.path().to_str().unwrap()).unwrap();
+        let put = |origin: [u8; 16], byte: u8| {
+            let sh = EpochShape {
+                epoch: (1, 1),
+                origin,
+                ..shape()
+            };
+            let mut sink = s.begin(b"out.dat", &sh).unwrap();
+            sink.apply(RemoteOp::SetSize(0)).unwrap();
+            sink.apply(RemoteOp::Write {
+                off: 0,
+                data: &[byte; 10],
+            })
+            .unwrap();
+            sink.commit().unwrap();
+        };
+        put([1; 16], b'a');
+        put([1; 16], b'a');
+        assert_eq!(
+            s.versions(b"out.dat").unwrap(),
+            vec![1],
+            "a re-drain adds no copy"
+        );
+        put([2; 16], b'b');
+        assert_eq!(s.versions(b"out.dat").unwrap(), vec![1, 2]);
+        assert_eq!(
+            get(&s, b"out.dat", None),
+            vec![b'b'; 10],
+            "the second run's bytes are the latest"
+        );
     }
 
     #[test]

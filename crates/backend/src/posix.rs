@@ -247,6 +247,7 @@ mod tests {
 
     const SHAPE: EpochShape = EpochShape {
         epoch: (1, 1),
+        origin: [0; 16],
         deleted: false,
         min_size: 0,
         size_set: false,

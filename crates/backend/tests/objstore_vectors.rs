@@ -12,6 +12,7 @@ fn golden() -> Version {
         size: 10_000,
         deleted: false,
         epoch: (2, 5),
+        origin: [0; 16],
         name: b"out/field.dat".to_vec(),
         pieces: vec![
             Piece {
@@ -38,19 +39,38 @@ fn golden() -> Version {
     }
 }
 
+/// Version 2: the same, with the origin of the log it was drained from.
+fn golden_v2() -> Version {
+    Version {
+        origin: *b"origin-of-a-log!",
+        ..golden()
+    }
+}
+
 const VECTOR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors/version_v1.bin");
+const VECTOR_V2: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors/version_v2.bin");
 
 #[test]
 fn golden_version_record() {
-    let path = Path::new(VECTOR);
+    check_vector(VECTOR, golden(), 64, 1);
+}
+
+#[test]
+fn golden_version_record_v2() {
+    check_vector(VECTOR_V2, golden_v2(), 80, 2);
+}
+
+fn check_vector(vector: &str, want: Version, header: usize, format: u16) {
+    let path = Path::new(vector);
     if std::env::var_os("PARALOG_WRITE_VECTORS").is_some() {
-        std::fs::write(path, golden().encode()).unwrap();
+        std::fs::write(path, want.encode()).unwrap();
     }
     let bytes = std::fs::read(path).unwrap();
-    assert_eq!(bytes.len(), 64 + 13 + 2 * 64 + 4);
+    assert_eq!(bytes.len(), header + 13 + 2 * 64 + 4);
     assert_eq!(&bytes[..8], b"PLGOBJVR");
+    assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), format);
     let v = Version::decode(&bytes, path).unwrap();
-    assert_eq!(v, golden());
+    assert_eq!(v, want);
     assert_eq!(v.encode(), bytes);
     for bit in 0..bytes.len() * 8 {
         let mut b = bytes.clone();

@@ -273,6 +273,7 @@ extern "C" fn at_child() {
             }
             for o in old.ofds.values() {
                 drop_keep(o.keep);
+                drop_keep(o.lock);
             }
             std::mem::forget(old);
             if let Some(st) = State::get(&mut slot) {

@@ -386,8 +386,10 @@ pub unsafe extern "C" fn truncate64(path: *const c_char, len: off64_t) -> c_int 
     }
 }
 
-/// access/faccessat of a captured path: the log, then the real file.
-unsafe fn access_common(abs: &Path, open: bool, real: impl FnOnce() -> c_int) -> c_int {
+/// access/faccessat of a captured path: the log, then the real file. The
+/// guard is held while the log is read (its own stats must pass through)
+/// and dropped for the real call.
+unsafe fn access_common(g: Guard, abs: &Path, open: bool, real: impl FnOnce() -> c_int) -> c_int {
     if open {
         // Open under capture: it exists, and it is ours.
         return 0;
@@ -396,6 +398,7 @@ unsafe fn access_common(abs: &Path, open: bool, real: impl FnOnce() -> c_int) ->
         Some((true, _)) => Ok(0),
         Some((false, _)) => Err(libc::ENOENT),
         None => {
+            drop(g);
             let rc = real();
             if rc == 0 {
                 Ok(0)
@@ -411,8 +414,7 @@ pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
     let Some((g, abs, id)) = prefix_path(path) else {
         return pass!(access(path, mode), -1);
     };
-    drop(g);
-    access_common(&abs, id.is_some(), || pass!(access(path, mode), -1))
+    access_common(g, &abs, id.is_some(), || pass!(access(path, mode), -1))
 }
 
 #[no_mangle]
@@ -429,8 +431,7 @@ pub unsafe extern "C" fn faccessat(
         let mut slot = lock();
         State::get(&mut slot).is_some_and(|st| st.by_path.contains_key(&abs))
     };
-    drop(g);
-    access_common(&abs, open, || {
+    access_common(g, &abs, open, || {
         pass!(faccessat(dirfd, path, mode, flags), -1)
     })
 }

@@ -15,6 +15,7 @@ pub mod dirlist;
 pub mod guard;
 pub mod inherit;
 pub mod io;
+pub mod locks;
 pub mod mmap;
 pub mod mpi;
 pub mod namespace;

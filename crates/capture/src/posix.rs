@@ -281,11 +281,15 @@ fn open_captured(dirfd: c_int, path: &Path, flags: c_int) -> CResult<OpenDecisio
             id
         }
         None if !writing => {
-            // Nothing undrained: the real file answers, unless the drained
-            // bytes live on a remote other than the prefix (then the prefix
-            // holds no copy, and the program reads its output from there).
+            // A file this job never wrote: the real file answers, unless
+            // the drained bytes live on a remote other than the prefix (then
+            // the prefix holds no copy, and the program reads its output
+            // from there).
+            // A file this job wrote stays capture's to answer (its locks
+            // are capture's lock file, its identity capture's) even once
+            // drained.
             let elsewhere = st.cfg.remote_root.as_ref() != Some(&st.cfg.prefix);
-            if committed.view.lf.epochs.is_empty() && !(elsewhere && committed.exists) {
+            if !(committed.known || elsewhere && committed.exists) {
                 return Ok(OpenDecision::Pass);
             }
             if !committed.exists {
@@ -382,6 +386,9 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 }
 
 unsafe fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong, kind: c_int) -> c_int {
+    if let Some(r) = crate::locks::fcntl_lock(fd, cmd, arg) {
+        return r;
+    }
     let rc = if kind == 0 {
         pass!(fcntl(fd, cmd, arg), -1)
     } else {

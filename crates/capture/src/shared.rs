@@ -62,6 +62,7 @@ impl State {
                     shared: true,
                     kpos: pos,
                     keep: crate::inherit::keep(fd),
+                    lock: -1,
                 },
             );
             o

@@ -137,6 +137,9 @@ pub struct Ofd {
     /// so that its bytes can be harvested even after glibc closed the
     /// program's descriptor past the wrappers (fclose(stdout) at exit).
     pub keep: c_int,
+    /// The lock file standing for the file in locks (crate::locks), once
+    /// the description locked.
+    pub lock: c_int,
 }
 
 pub struct State {
@@ -425,6 +428,7 @@ impl State {
                 shared: false,
                 kpos: 0,
                 keep: -1,
+                lock: -1,
             },
         );
         self.fds.insert(fd, FdEntry { handle: id, ofd });
@@ -498,6 +502,7 @@ impl State {
             o.refs -= 1;
             if o.refs == 0 {
                 crate::inherit::drop_keep(o.keep);
+                crate::inherit::drop_keep(o.lock);
                 self.ofds.remove(&e.ofd);
             }
         }

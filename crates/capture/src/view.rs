@@ -46,7 +46,8 @@ impl Base {
 
 /// The drained state as opened for one view.
 enum Opened {
-    File(PathBuf),
+    /// The drained file, opened at the first read.
+    File(PathBuf, std::sync::OnceLock<std::fs::File>),
     Object(ObjStore, Version),
     Unreadable,
     /// Drained bytes this node cannot rebuild: why.
@@ -67,6 +68,9 @@ pub struct Committed {
     pub view: View,
     pub exists: bool,
     pub size: u64,
+    /// This job's log has a record of the file (committed epochs, drained
+    /// or not): capture answers for it, even once everything is drained.
+    pub known: bool,
 }
 
 /// The drained file's length, if it exists.
@@ -77,7 +81,7 @@ fn open_base(base: Base, abs: &Path) -> CResult<(Opened, Option<u64>)> {
                 .ok()
                 .filter(|m| m.is_file())
                 .map(|m| m.len());
-            (Opened::File(p), len)
+            (Opened::File(p, std::sync::OnceLock::new()), len)
         }
         Base::Object(store, name) => match store.version(&name, None) {
             Ok(Some(v)) if !v.deleted => {
@@ -119,8 +123,11 @@ pub fn committed(
     // deleted by the drain while we scan: look again.
     let mut attempt = 0;
     let unreadable = matches!(base, Base::Unreadable);
+    let mut known;
     let (lf, complete, lost) = loop {
-        let scanned = FileInventory::scan_path(local, job, rel).and_then(|inv| match inv {
+        let inv = FileInventory::scan_path(local, job, rel);
+        known = matches!(inv, Ok(Some(_)));
+        let scanned = inv.and_then(|inv| match inv {
             None => Ok((LogicalFile::default(), true, None)),
             Some(inv) if unreadable => match inv.logical_file_whole() {
                 Ok(lf) => Ok((lf, inv.complete_locally_whole()?, None)),
@@ -174,6 +181,7 @@ pub fn committed(
         },
         exists,
         size,
+        known,
     })
 }
 
@@ -186,13 +194,19 @@ impl View {
         let mut base = |at: u64, dst: &mut [u8]| -> paralog_log::Result<()> {
             use std::os::unix::fs::FileExt;
             match opened {
-                Opened::File(p) => {
+                Opened::File(p, file) => {
                     let io = |op, error| paralog_log::LogError::Io {
                         path: p.to_path_buf(),
                         op,
                         error,
                     };
-                    let f = std::fs::File::open(p).map_err(|e| io("open", e))?;
+                    let f = match file.get() {
+                        Some(f) => f,
+                        None => {
+                            let f = std::fs::File::open(p).map_err(|e| io("open", e))?;
+                            file.get_or_init(|| f)
+                        }
+                    };
                     f.read_exact_at(dst, at).map_err(|e| io("read", e))
                 }
                 Opened::Object(store, v) => store.read_range(v, at, dst).map_err(|e| match e {

@@ -54,14 +54,6 @@ const PASS_THROUGH: &[(&str, &str)] = &[
         "fstatvfs64",
         "the MPI library picks its driver from the real file system",
     ),
-    (
-        "flock",
-        "locks act on the placeholder descriptor, per process",
-    ),
-    (
-        "lockf",
-        "locks act on the placeholder descriptor, per process",
-    ),
 ];
 
 /// I/O entry points capture does not handle, with what that means.

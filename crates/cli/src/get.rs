@@ -37,18 +37,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let (store, name) = ObjStore::locate(spec).map_err(|e| anyhow!("{e}"))?;
     if args.list {
+        let mut stdout = std::io::stdout().lock();
         for n in store.versions(&name).map_err(|e| anyhow!("{e}"))? {
             let v = store
                 .version(&name, Some(n))
                 .map_err(|e| anyhow!("{e}"))?
                 .expect("listed");
-            println!(
+            let line = writeln!(
+                stdout,
                 "version {n}: {} bytes{}, epoch {}:{}",
                 v.size,
                 if v.deleted { " (deleted)" } else { "" },
                 v.epoch.0,
                 v.epoch.1
             );
+            match line {
+                // The reader went away (`| head`): end quietly, as Unix tools do.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                    return Ok(ExitCode::SUCCESS)
+                }
+                r => r.context("writing the list")?,
+            }
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -102,9 +111,10 @@ fn read_once(
         // Read and checked in memory first: nothing partial reaches the pipe.
         let mut buf = Vec::with_capacity(v.size as usize);
         store.read_version(&v, &mut buf).map_err(classify)?;
-        std::io::stdout()
-            .write_all(&buf)
-            .map_err(|e| ReadErr::Other(e.into()))?;
+        match std::io::stdout().write_all(&buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            r => r.map_err(|e| ReadErr::Other(e.into()))?,
+        }
     } else {
         let f = std::fs::File::create(out)
             .with_context(|| format!("creating {}", out.display()))

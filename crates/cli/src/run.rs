@@ -352,6 +352,16 @@ fn remove_finished_job(root: &Path, job: &str) -> anyhow::Result<bool> {
         return Ok(false);
     }
     std::fs::remove_dir_all(&j.dir).with_context(|| format!("removing {}", j.dir.display()))?;
+    // The lock files capture made for the job's files (docs/capture.md).
+    let locks = root.join(format!(
+        "{}locks-{job}",
+        paralog_log::layout::RUNTIME_PREFIX
+    ));
+    if let Err(e) = std::fs::remove_dir_all(&locks) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            return Err(e).with_context(|| format!("removing {}", locks.display()));
+        }
+    }
     Ok(true)
 }
 
@@ -375,8 +385,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     paralog_log::layout::validate_component("job name", &job)
         .map_err(|e| anyhow::anyhow!("--job: {e}"))?;
     let remote_url = args.remote.url()?;
-    // Validate the remote now rather than in the server's log.
-    args.remote.resolve()?;
+    // Validate the remote now rather than in the server's log, and refuse
+    // one that cannot work as given rather than retry forever.
+    if let paralog_server::remote::Remote::Url(url, backend) = args.remote.resolve()? {
+        backend
+            .check()
+            .map_err(|e| anyhow::anyhow!("--remote {url}: {e}"))?;
+    }
     let stale = undrained_elsewhere(&root, &job)?;
     if !stale.is_empty() {
         bail!(

@@ -336,6 +336,15 @@ impl FileInventory {
         scan_file(dir, &mut stray)
     }
 
+    /// Which log this file's epochs come from, for a remote to tell its
+    /// own earlier apply of an epoch from another run's epoch of the same
+    /// number: a hash of the job's name and the moment its node-local
+    /// directory was made (a re-run under the same job name makes it anew).
+    /// Zero when it cannot be told.
+    pub fn origin(&self) -> [u8; 16] {
+        origin_of(&self.dir)
+    }
+
     /// Bytes of an epoch's data logs held here (all ranks).
     pub fn local_bytes(&self, (gen, epoch): EpochId) -> u64 {
         self.gens.get(&gen).map_or(0, |g| {
@@ -617,6 +626,34 @@ impl FileInventory {
             None => self.dir.display().to_string(),
         }
     }
+}
+
+/// `FileInventory::origin` of the file directory `file_dir`.
+pub fn origin_of(file_dir: &Path) -> [u8; 16] {
+    let Some(job_dir) = file_dir.parent() else {
+        return [0; 16];
+    };
+    let Ok(made) = std::fs::metadata(job_dir).and_then(|m| m.created()) else {
+        return [0; 16];
+    };
+    let nanos = made
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let name = job_dir
+        .file_name()
+        .map(|n| n.as_encoded_bytes())
+        .unwrap_or_default();
+    let fnv = |seed: u64| {
+        let mut h = seed;
+        for &b in name.iter().chain(&nanos.to_le_bytes()) {
+            h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h
+    };
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&fnv(0xcbf2_9ce4_8422_2325).to_le_bytes());
+    out[8..].copy_from_slice(&fnv(0x8422_2325_cbf2_9ce4).to_le_bytes());
+    out
 }
 
 pub fn fmt_ids(ids: &[EpochId]) -> String {

@@ -227,6 +227,7 @@ fn drain_epochs(
     // 2. Apply.
     let shape = paralog_backend::EpochShape {
         epoch: id,
+        origin: file.origin(),
         deleted: lf.deleted,
         min_size: lf.size.min_size,
         size_set: lf.size.size_set,

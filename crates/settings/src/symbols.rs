@@ -67,6 +67,8 @@ macro_rules! wrapped_symbols {
             dup: fn(c_int) -> c_int;
             dup2: fn(c_int, c_int) -> c_int;
             dup3: fn(c_int, c_int, c_int) -> c_int;
+            flock: fn(c_int, c_int) -> c_int;
+            lockf: fn(c_int, c_int, off_t) -> c_int;
             aio_write: fn(*mut aiocb) -> c_int;
             aio_write64: fn(*mut aiocb) -> c_int;
             aio_read: fn(*mut aiocb) -> c_int;

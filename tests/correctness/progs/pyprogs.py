@@ -15,6 +15,9 @@ Usage: pyprogs.py KIND DIR   (KIND below; exit 1 with a line on a failed check)
              a tree of 40 files removed by shutil.rmtree
   h5py       a serial HDF5 file through h5py (sec2 driver): created, closed,
              reopened for append, read back
+  locks      another process opens an HDF5 file this one has open for
+             writing (HDF5's file lock), and tries flock and lockf locks held
+             here, then released; the outcomes are printed
 """
 import os
 import pickle
@@ -139,8 +142,49 @@ def h5py_case(d):
         check(int(f["x"][15]) == -5 and f["y"].shape == (5000,), "h5py read back")
 
 
+LOCK_CHILD = r"""
+import fcntl, sys
+kind, path = sys.argv[1], sys.argv[2]
+if kind == "h5py":
+    import h5py
+    try:
+        h5py.File(path, "r").close()
+        print("h5py: opened while another process writes it")
+    except OSError:
+        print("h5py: locked")
+else:
+    with open(path, "r+b") as f:
+        try:
+            (fcntl.flock if kind == "flock" else fcntl.lockf)(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            print(kind + ": acquired although held")
+        except OSError:
+            print(kind + ": busy")
+"""
+
+
+def locks_case(d):
+    import fcntl
+    import h5py
+    child = lambda kind, path: subprocess.run([sys.executable, "-c", LOCK_CHILD, kind, path], check=True,
+                                              capture_output=True, text=True).stdout.strip()
+    with h5py.File(f"{d}/held.h5", "w") as f:
+        f["x"] = [1, 2, 3]
+        f.flush()
+        print(child("h5py", f"{d}/held.h5"))
+    print(child("h5py", f"{d}/held.h5").replace("locked", "still locked"))
+    for kind, lock in (("flock", fcntl.flock), ("lockf", fcntl.lockf)):
+        with open(f"{d}/{kind}.dat", "wb") as f:
+            f.write(b"data")
+            f.flush()
+            lock(f.fileno(), fcntl.LOCK_EX)
+            print(child(kind, f"{d}/{kind}.dat"))
+            lock(f.fileno(), fcntl.LOCK_UN)
+            print(child(kind, f"{d}/{kind}.dat").replace("busy", "busy after unlock"))
+
+
 CASES = {"numpy": numpy_case, "atomic": atomic_case, "dup2": dup2_case,
-         "subprocess": subprocess_case, "dirs": dirs_case, "h5py": h5py_case}
+         "subprocess": subprocess_case, "dirs": dirs_case, "h5py": h5py_case,
+         "locks": locks_case}
 
 if __name__ == "__main__":
     check(len(sys.argv) == 3 and sys.argv[1] in CASES, f"usage: pyprogs.py {{{','.join(CASES)}}} DIR")

@@ -637,6 +637,11 @@ impl Coordinator {
         let backend = backend.expect("agreed: every server opened it");
         let shape = paralog_backend::EpochShape {
             epoch: *g.ids.last().expect("groups are not empty"),
+            // This node's log (zero if it holds none of the file): only
+            // ever makes a re-drain publish a duplicate, never skip one.
+            origin: self
+                .my_dir(f)
+                .map_or([0; 16], |d| paralog_log::reader::origin_of(&d)),
             deleted: lf.deleted,
             min_size: lf.size.min_size,
             size_set: lf.size.size_set,
