@@ -66,6 +66,7 @@ test-server: build
 	/usr/bin/python3 tests/correctness/posix_programs.py
 	/usr/bin/python3 tests/correctness/posix_programs.py --remote prefix
 	/usr/bin/python3 tests/correctness/library_suites.py
+	/usr/bin/python3 tests/correctness/doctor.py
 
 # The long crash run (500 randomized trials, about 10 minutes).
 test-crash-long: build

@@ -186,6 +186,11 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn check(&self) -> Result<(), BackendError> {
         Ok(())
     }
+    /// A round trip to the remote, for `paralog doctor` (S3: the bucket
+    /// answers to the credentials found); by default, `check`.
+    fn probe(&self) -> Result<(), BackendError> {
+        self.check()
+    }
     /// Clean up what an interrupted drain of `rel` left on the remote that
     /// the next drain would not replace (S3: its unfinished multipart
     /// uploads). Returns how many things were removed.

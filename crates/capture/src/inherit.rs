@@ -78,23 +78,70 @@ fn parse_link(link: &[u8]) -> Option<(PathBuf, c_int)> {
     Some((PathBuf::from(OsStr::from_bytes(path)), flags))
 }
 
-/// A private close-on-exec duplicate of a placeholder (raw fcntl, so that
-/// the wrappers never see it), above the descriptors programs use.
-pub fn keep(fd: c_int) -> c_int {
-    // SAFETY: raw syscall on a descriptor the program holds.
-    unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, 512) as c_int }
+/// A private close-on-exec duplicate of a descriptor, above the numbers
+/// programs use, made with raw syscalls so that the wrappers never see it.
+/// The program may still close it past us (a "close every descriptor"
+/// loop) and the number be reused for another file, so every use checks
+/// first that it is still the same file (its inode): never an lseek, read
+/// or truncation of a file that is not ours.
+#[derive(Debug, Clone, Copy)]
+pub struct Keep {
+    fd: c_int,
+    ino: u64,
 }
 
-pub fn drop_keep(fd: c_int) {
-    if fd >= 0 {
-        // SAFETY: our own duplicate.
-        unsafe {
-            libc::syscall(libc::SYS_close, fd);
+fn inode(fd: c_int) -> Option<(u64, u64)> {
+    // SAFETY: a zeroed stat buffer filled by the kernel.
+    unsafe {
+        let mut sb: libc::stat = std::mem::zeroed();
+        (libc::syscall(libc::SYS_fstat, fd, &mut sb) == 0).then_some((sb.st_ino, sb.st_size as u64))
+    }
+}
+
+impl Keep {
+    pub const NONE: Keep = Keep { fd: -1, ino: 0 };
+
+    pub fn of(fd: c_int) -> Keep {
+        // SAFETY: raw syscall on a descriptor the program holds.
+        let k = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, 512) as c_int };
+        match inode(k) {
+            Some((ino, _)) if k >= 0 => Keep { fd: k, ino },
+            _ => Keep::NONE,
+        }
+    }
+
+    /// The descriptor, if it still is the file it was made for.
+    pub fn fd(&self) -> Option<c_int> {
+        (self.fd >= 0 && inode(self.fd).is_some_and(|(ino, _)| ino == self.ino)).then_some(self.fd)
+    }
+
+    /// Its file's size (a placeholder's: bytes that bypassed capture).
+    pub fn file_len(&self) -> Option<u64> {
+        let fd = self.fd()?;
+        inode(fd).map(|(_, len)| len)
+    }
+
+    pub fn set_offset(&self, to: u64) {
+        if let Some(fd) = self.fd() {
+            set_kernel_offset(fd, to);
+        }
+    }
+
+    pub fn offset(&self) -> Option<u64> {
+        kernel_offset(self.fd()?)
+    }
+
+    pub fn close(&self) {
+        if let Some(fd) = self.fd() {
+            // SAFETY: our own duplicate, checked to be it.
+            unsafe {
+                libc::syscall(libc::SYS_close, fd);
+            }
         }
     }
 }
 
-pub fn set_kernel_offset(fd: c_int, to: u64) {
+fn set_kernel_offset(fd: c_int, to: u64) {
     // SAFETY: raw syscall on a descriptor we own; never our wrapper.
     unsafe {
         libc::syscall(libc::SYS_lseek, fd, to as i64, libc::SEEK_SET);
@@ -212,9 +259,9 @@ pub fn before_child(st: &mut State) {
             }
             if !o.shared {
                 o.shared = true;
-                o.keep = keep(fd);
+                o.keep = Keep::of(fd);
             }
-            set_kernel_offset(o.keep, o.offset);
+            o.keep.set_offset(o.offset);
             o.kpos = o.offset;
         }
     }
@@ -272,8 +319,8 @@ extern "C" fn at_child() {
                 state::forget_captured(fd);
             }
             for o in old.ofds.values() {
-                drop_keep(o.keep);
-                drop_keep(o.lock);
+                o.keep.close();
+                o.lock.close();
             }
             std::mem::forget(old);
             if let Some(st) = State::get(&mut slot) {

@@ -24,8 +24,8 @@ use crate::state::{is_captured, lock, CResult, State};
 fn lock_fd(st: &mut State, fd: c_int) -> CResult<c_int> {
     let e = st.fds.get(&fd).ok_or(libc::EBADF)?;
     let (ofd, handle) = (e.ofd, e.handle);
-    if let Some(o) = st.ofds.get(&ofd).filter(|o| o.lock >= 0) {
-        return Ok(o.lock);
+    if let Some(fd) = st.ofds.get(&ofd).and_then(|o| o.lock.fd()) {
+        return Ok(fd);
     }
     let path = st.handles.get(&handle).ok_or(libc::EBADF)?.path.clone();
     let rel = st.rel_of(&path).ok_or(libc::EINVAL)?;
@@ -58,10 +58,17 @@ fn lock_fd(st: &mut State, fd: c_int) -> CResult<c_int> {
     if lfd < 0 {
         return Err(crate::state::errno());
     }
-    if let Some(o) = st.ofds.get_mut(&ofd) {
-        o.lock = lfd;
+    // Kept above the numbers programs use, checked before each use.
+    let keep = crate::inherit::Keep::of(lfd);
+    // SAFETY: the descriptor just opened, now duplicated.
+    unsafe {
+        libc::syscall(libc::SYS_close, lfd);
     }
-    Ok(lfd)
+    let fd = keep.fd().ok_or(libc::EMFILE)?;
+    if let Some(o) = st.ofds.get_mut(&ofd) {
+        o.lock = keep;
+    }
+    Ok(fd)
 }
 
 fn with_lock_fd(fd: c_int, f: impl FnOnce(&mut State, c_int) -> CResult<c_int>) -> c_int {

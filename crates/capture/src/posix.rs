@@ -334,21 +334,8 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         let st = State::get(&mut slot).ok_or(libc::EBADF)?;
         let id = st.detach_fd(fd).ok_or(libc::EBADF)?;
         let rc = pass!(close(fd), -1);
-        let mut result = if rc == 0 { Ok(0) } else { Err(state::errno()) };
-        let h = st.handles.get(&id).ok_or(libc::EBADF)?;
-        let writer = h.log.is_some() || h.lazy;
-        if writer
-            && h.mode == Mode::Posix
-            && h.fds == 0
-            && !h.pinned
-            && (h.dirty || !h.committed_any)
-        {
-            if let Err(e) = st.commit_single(id) {
-                result = Err(e);
-            }
-        }
-        st.maybe_release(id);
-        result
+        let result = if rc == 0 { Ok(0) } else { Err(state::errno()) };
+        st.after_close(id).and(result)
     })
 }
 

@@ -5,35 +5,45 @@
 
 use libc::c_int;
 
-use crate::state::{lock, sentinel_len, set_captured, CResult, FdEntry, Mode, Ofd, State};
+use crate::state::{lock, set_captured, CResult, FdEntry, Mode, Ofd, State};
 
 impl State {
     /// The descriptor to check a placeholder through: the private duplicate
     /// of a shared one (the program's may have been closed past the
     /// wrappers and its number reused), else the program's own.
-    pub(crate) fn sentinel_fd(&self, fd: c_int) -> c_int {
-        self.fds
-            .get(&fd)
-            .and_then(|e| self.ofds.get(&e.ofd))
-            .filter(|o| o.shared && o.keep >= 0)
-            .map_or(fd, |o| o.keep)
+    /// None: a shared placeholder whose duplicate is gone (nothing can be
+    /// told about it any more).
+    pub(crate) fn sentinel_fd(&self, fd: c_int) -> Option<c_int> {
+        match self.fds.get(&fd).and_then(|e| self.ofds.get(&e.ofd)) {
+            Some(o) if o.shared => o.keep.fd(),
+            _ => Some(fd),
+        }
     }
 
     /// A descriptor number the kernel handed out anew while the table still
-    /// had it as captured (glibc closed it past the wrappers): forget it.
+    /// had it as captured (glibc closed it past the wrappers, as fclose of
+    /// stdout at exit): its bytes are harvested through the private
+    /// duplicate, and it is closed as far as capture is concerned (the
+    /// number itself now belongs to another file, so it is never probed).
     pub fn forget_stale(&mut self, fd: c_int) {
-        if self.fds.contains_key(&fd) {
-            let _ = self.harvest(fd);
-            if let Some(e) = self.fds.remove(&fd) {
-                if let Some(o) = self.ofds.get_mut(&e.ofd) {
-                    o.refs -= 1;
-                }
-                if let Some(h) = self.handles.get_mut(&e.handle) {
-                    h.fds = h.fds.saturating_sub(1);
-                }
+        let _ = self.harvest(fd);
+        let Some(e) = self.fds.remove(&fd) else {
+            return;
+        };
+        set_captured(fd, false);
+        if let Some(o) = self.ofds.get_mut(&e.ofd) {
+            o.refs -= 1;
+            if o.refs == 0 {
+                o.keep.close();
+                o.lock.close();
+                self.ofds.remove(&e.ofd);
             }
-            set_captured(fd, false);
         }
+        if let Some(h) = self.handles.get_mut(&e.handle) {
+            h.fds = h.fds.saturating_sub(1);
+        }
+        // The line is printed; the program's open succeeded regardless.
+        let _ = self.after_close(e.handle);
     }
 
     /// Register an inherited placeholder (crate::inherit): `fd` refers to
@@ -61,8 +71,8 @@ impl State {
                     refs: 0,
                     shared: true,
                     kpos: pos,
-                    keep: crate::inherit::keep(fd),
-                    lock: -1,
+                    keep: crate::inherit::Keep::of(fd),
+                    lock: crate::inherit::Keep::NONE,
                 },
             );
             o
@@ -94,12 +104,15 @@ impl State {
     }
 
     pub fn harvest_ofd(&mut self, id: u64, ofd: u64) -> CResult<()> {
-        let Some(o) = self.ofds.get(&ofd).filter(|o| o.shared && o.keep >= 0) else {
+        let Some(o) = self.ofds.get(&ofd).filter(|o| o.shared) else {
             return Ok(());
         };
-        let (kpos, fd) = (o.kpos, o.keep);
-        let len = sentinel_len(fd).unwrap_or(0);
-        let now = crate::inherit::kernel_offset(fd).unwrap_or(kpos);
+        let (kpos, keep) = (o.kpos, o.keep);
+        let Some(fd) = keep.fd() else {
+            return Ok(());
+        };
+        let len = keep.file_len().unwrap_or(0);
+        let now = keep.offset().unwrap_or(kpos);
         if len == 0 {
             if now != kpos {
                 let o = self.ofds.get_mut(&ofd).expect("looked up above");

@@ -136,10 +136,10 @@ pub struct Ofd {
     /// A private duplicate of the placeholder (close-on-exec) while shared,
     /// so that its bytes can be harvested even after glibc closed the
     /// program's descriptor past the wrappers (fclose(stdout) at exit).
-    pub keep: c_int,
+    pub keep: crate::inherit::Keep,
     /// The lock file standing for the file in locks (crate::locks), once
     /// the description locked.
-    pub lock: c_int,
+    pub lock: crate::inherit::Keep,
 }
 
 pub struct State {
@@ -427,8 +427,8 @@ impl State {
                 refs: 1,
                 shared: false,
                 kpos: 0,
-                keep: -1,
-                lock: -1,
+                keep: crate::inherit::Keep::NONE,
+                lock: crate::inherit::Keep::NONE,
             },
         );
         self.fds.insert(fd, FdEntry { handle: id, ofd });
@@ -461,12 +461,12 @@ impl State {
                 o.refs += 1;
                 if !o.shared {
                     o.shared = true;
-                    o.keep = crate::inherit::keep(new_fd);
+                    o.keep = crate::inherit::Keep::of(new_fd);
                     // Raw writes of an appending description go to the end.
                     if o.append {
                         o.offset = size;
                     }
-                    crate::inherit::set_kernel_offset(o.keep, o.offset);
+                    o.keep.set_offset(o.offset);
                     o.kpos = o.offset;
                 }
             }
@@ -486,7 +486,7 @@ impl State {
         let o = self.ofds.get_mut(&e.ofd).ok_or(libc::EBADF)?;
         o.offset = to;
         if o.shared && o.kpos != to {
-            crate::inherit::set_kernel_offset(o.keep, to);
+            o.keep.set_offset(to);
             o.kpos = to;
         }
         Ok(())
@@ -501,13 +501,13 @@ impl State {
         if let Some(o) = self.ofds.get_mut(&e.ofd) {
             o.refs -= 1;
             if o.refs == 0 {
-                crate::inherit::drop_keep(o.keep);
-                crate::inherit::drop_keep(o.lock);
+                o.keep.close();
+                o.lock.close();
                 self.ofds.remove(&e.ofd);
             }
         }
         if let Some(h) = self.handles.get_mut(&e.handle) {
-            if let Some(n) = sentinel_len(probe).filter(|&n| n > 0) {
+            if let Some(n) = probe.and_then(sentinel_len).filter(|&n| n > 0) {
                 h.bypass.get_or_insert_with(|| {
                     format!(
                         "{} bytes reached {} without passing through capture",
@@ -532,7 +532,10 @@ impl State {
         for &fd in &fds {
             self.harvest(fd)?;
         }
-        let fds: Vec<c_int> = fds.into_iter().map(|fd| self.sentinel_fd(fd)).collect();
+        let fds: Vec<c_int> = fds
+            .into_iter()
+            .filter_map(|fd| self.sentinel_fd(fd))
+            .collect();
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
         for fd in fds {
             if let Some(n) = sentinel_len(fd).filter(|&n| n > 0) {
@@ -597,6 +600,26 @@ impl State {
         self.commit_local(id)?;
         let size = self.handles[&id].size;
         self.complete_epoch(id, size)
+    }
+
+    /// After a descriptor of handle `id` went away: the last close of a
+    /// plain POSIX open is its consistency point; then the handle is
+    /// dropped if nothing refers to it.
+    pub fn after_close(&mut self, id: u64) -> CResult<()> {
+        let h = self.handles.get(&id).ok_or(libc::EBADF)?;
+        let writer = h.log.is_some() || h.lazy;
+        let result = if writer
+            && h.mode == Mode::Posix
+            && h.fds == 0
+            && !h.pinned
+            && (h.dirty || !h.committed_any)
+        {
+            self.commit_single(id)
+        } else {
+            Ok(())
+        };
+        self.maybe_release(id);
+        result
     }
 
     /// Drop a handle that no descriptor and no MPI handle refers to.

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod check_symbols;
 mod cluster;
+mod doctor;
 mod env;
 mod get;
 mod inspect;
@@ -35,6 +36,9 @@ struct Cli {
 enum Cmd {
     /// Which I/O entry points a program uses, and whether capture handles them.
     CheckSymbols(check_symbols::Args),
+    /// Whether a run would work on this node: settings, libraries, MPI,
+    /// node-local directory, remote, free space, inotify; with the fixes.
+    Doctor(doctor::Args),
     /// Print the `export` lines that turn capture on (for batch scripts).
     Env(env::Args),
     /// Read an object back from an object remote (objstore:///root/NAME).
@@ -111,6 +115,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.cmd {
         Cmd::CheckSymbols(a) => check_symbols::run(a),
+        Cmd::Doctor(a) => doctor::run(a),
         Cmd::Env(a) => env::run(a),
         Cmd::Get(a) => get::run(a),
         Cmd::Inspect(a) => inspect::run(a),

@@ -98,7 +98,7 @@ pub fn detect_mpi(command: &[String]) -> Option<Mpi> {
     None
 }
 
-fn which(name: &str) -> Option<PathBuf> {
+pub fn which(name: &str) -> Option<PathBuf> {
     if name.contains('/') {
         let p = PathBuf::from(name);
         return p.is_file().then_some(p);
@@ -125,13 +125,13 @@ fn linked_mpi(prog: &Path) -> Option<Mpi> {
     }
 }
 
-fn default_local() -> PathBuf {
+pub fn default_local() -> PathBuf {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
     std::env::temp_dir().join(format!("paralog-{uid}"))
 }
 
-fn env_path(flag: &Option<PathBuf>, var: &str) -> Option<PathBuf> {
+pub fn env_path(flag: &Option<PathBuf>, var: &str) -> Option<PathBuf> {
     flag.clone().or_else(|| {
         std::env::var_os(var)
             .filter(|v| !v.is_empty())

@@ -616,6 +616,20 @@ impl Backend for S3Backend {
         S3Backend::abort_stale(self, &self.key(rel))
     }
 
+    /// The bucket exists and the credentials found by the standard chain
+    /// may use it (a missing bucket or a refused key is permanent).
+    fn probe(&self) -> Result<(), BackendError> {
+        self.rt.block_on(async {
+            self.client
+                .head_bucket()
+                .bucket(&self.bucket)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| self.err("", "head bucket", e))
+        })
+    }
+
     fn whole_opens(&self) -> bool {
         self.at_close
     }
