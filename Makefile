@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture test-server test-crash-long test-remote test-cluster setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench
+.PHONY: all setup build shims demo test test-rust test-capture test-server test-crash-long test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench
 
 all: build
 
@@ -39,7 +39,7 @@ demo: build
 setup-test: setup
 	@bash scripts/setup.sh --test
 
-test: build setup-test lint test-rust test-capture test-server test-remote test-cluster
+test: build setup-test lint test-rust test-capture test-server test-remote test-cluster test-slurm
 
 test-rust:
 	$(CARGO) test --release --workspace --locked
@@ -77,6 +77,11 @@ test-crash-long: build
 test-remote: build setup-test
 	/usr/bin/python3 tests/remote/s3.py
 	/usr/bin/python3 tests/remote/objstore.py
+
+# A real Slurm started by the test on this machine (one node): the shipped
+# examples/slurm/job.sh submitted with sbatch, MPICH and Open MPI, scancel.
+test-slurm: build setup-test
+	/usr/bin/python3 tests/slurm/run.py
 
 # Many nodes on one machine: simulated nodes under a server job (MPICH and
 # Open MPI), every remote, server and application failures.

@@ -41,6 +41,12 @@ fi
 # (MinIO, built from source with Go) and a standard S3 client (awscli).
 if [ "${1:-}" = "--test" ]; then
   root=$(cd "$(dirname "$0")/.." && pwd)
+  # A real Slurm for tests/slurm (the test configures and starts it).
+  if [ ! -x /usr/sbin/slurmd ] || [ ! -x /usr/sbin/munged ]; then
+    echo "setup: installing slurm-wlm and munge"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null
+  fi
   MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
   if [ ! -x "$root/target/go/bin/minio" ]; then
     GO=$(command -v go || true)
