@@ -67,6 +67,7 @@ test-server: build
 	/usr/bin/python3 tests/correctness/posix_programs.py --remote prefix
 	/usr/bin/python3 tests/correctness/library_suites.py
 	/usr/bin/python3 tests/correctness/doctor.py
+	/usr/bin/python3 tests/correctness/bad_commands.py
 
 # The long crash run (500 randomized trials, about 10 minutes).
 test-crash-long: build

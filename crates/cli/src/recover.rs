@@ -38,7 +38,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (node, mpi) = args.job_of_servers.resolve()?;
     let root = args.local.resolve_for(node.as_deref())?;
-    let remote = args.remote.resolve()?;
+    let remote = args.remote.resolve_checked()?;
     if let Some(mpi) = mpi {
         // One process per node: the servers' drain, everything, then stop.
         crate::server::init_tracing();

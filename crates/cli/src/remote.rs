@@ -52,4 +52,17 @@ impl RemoteArg {
     pub fn resolve(&self) -> anyhow::Result<Remote> {
         Remote::parse(self.url()?.as_deref()).map_err(|e| anyhow!("{e}"))
     }
+
+    /// `resolve`, and refuse a remote that cannot work as given (an object
+    /// root that does not exist) at once, rather than drain into retries
+    /// forever.
+    pub fn resolve_checked(&self) -> anyhow::Result<Remote> {
+        let remote = self.resolve()?;
+        if let Remote::Url(url, backend) = &remote {
+            backend
+                .check()
+                .map_err(|e| anyhow!("--remote {url}: {e}"))?;
+        }
+        Ok(remote)
+    }
 }

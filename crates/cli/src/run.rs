@@ -387,11 +387,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let remote_url = args.remote.url()?;
     // Validate the remote now rather than in the server's log, and refuse
     // one that cannot work as given rather than retry forever.
-    if let paralog_server::remote::Remote::Url(url, backend) = args.remote.resolve()? {
-        backend
-            .check()
-            .map_err(|e| anyhow::anyhow!("--remote {url}: {e}"))?;
-    }
+    args.remote.resolve_checked()?;
     let stale = undrained_elsewhere(&root, &job)?;
     if !stale.is_empty() {
         bail!(

@@ -208,7 +208,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         paralog_log::layout::validate_component("job name", j)
             .map_err(|e| anyhow::anyhow!("--job: {e}"))?;
     }
-    let remote = args.remote.resolve()?;
+    let remote = args.remote.resolve_checked()?;
     let (_lock, lock_path) = take_server_lock(&root, args.job.as_deref())?;
     let socket = args
         .socket
