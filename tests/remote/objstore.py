@@ -36,6 +36,8 @@ docs/objstore.md. Cases:
               root: the second run's bytes are the latest version
   missing root  a root that does not exist: paralog run stops at once
   broken pipe `paralog get --list` into a closed pipe ends quietly
+  orphans     `paralog recover --gc` removes unreferenced chunks older than
+              an hour, keeps referenced and young ones
 
 Usage: tests/remote/objstore.py [--only NAME] [--keep]
 Prints one line per case and ends with "objstore: N passed, N failed".
@@ -379,6 +381,32 @@ def broken_pipe_case(work):
     return "ended quietly"
 
 
+def orphans_case(work):
+    """`paralog recover --gc` removes chunks no version references once
+    they are older than an hour (a crash before a publish leaves them), and
+    keeps every referenced chunk and every young one."""
+    root = work / "store"
+    root.mkdir()
+    prefix, local = work / "prefix", work / "local"
+    prefix.mkdir()
+    paralog_run(local, prefix, [PY, "-c", WRITE_ONE, prefix / "out.dat", "kept"], f"objstore://{root}")
+    before = set(objreader.chunks_on_disk(root))
+    data = sorted((root / "data").iterdir())[0]
+    old, young = data / ("ab" * 16), data / ("cd" * 16)
+    old.write_bytes(b"orphan")
+    young.write_bytes(b"in flight")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    r = sh([BIN, "recover", "--local", local, "--remote", f"objstore://{root}", "--gc"], check_rc=False)
+    check(r.returncode == 0, f"recover --gc exited {r.returncode}: {r.stderr[-300:]}")
+    check(not old.exists(), "the old unreferenced chunk is still there")
+    check(young.exists(), "a young unreferenced chunk (a put in progress) was removed")
+    check(before <= set(objreader.chunks_on_disk(root)), "a referenced chunk was removed")
+    out = work / "got"
+    check(get_version(root, "out.dat", out).returncode == 0 and out.read_bytes() == b"kept" * 1000,
+          "the object no longer reads back")
+    return "the old orphan removed, referenced and young chunks kept"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", help="run cases whose name contains this")
@@ -405,7 +433,8 @@ def main():
         for keep in (3, 1):
             if want(f"retention keep={keep}"):
                 suite.case(f"retention keep={keep}", lambda w, k=keep: retention_case(w, k))
-        for name, fn in (("rerun", rerun_case), ("missing root", missing_root_case), ("broken pipe", broken_pipe_case)):
+        for name, fn in (("rerun", rerun_case), ("missing root", missing_root_case), ("broken pipe", broken_pipe_case),
+                         ("orphans", orphans_case)):
             if want(name):
                 suite.case(name, fn)
     finally:

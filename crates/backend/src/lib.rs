@@ -186,6 +186,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn check(&self) -> Result<(), BackendError> {
         Ok(())
     }
+    /// Remove what crashed drains left on the remote that nothing refers
+    /// to (the object layout's unreferenced chunks): `recover --gc`.
+    /// Returns how many things were removed.
+    fn collect_garbage(&self) -> Result<usize, BackendError> {
+        Ok(0)
+    }
     /// A round trip to the remote, for `paralog doctor` (S3: the bucket
     /// answers to the credentials found); by default, `check`.
     fn probe(&self) -> Result<(), BackendError> {

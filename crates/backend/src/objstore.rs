@@ -37,6 +37,9 @@ const HEADER_V1: usize = 64;
 const HEADER_V2: usize = 80;
 const PIECE_LEN: usize = 64;
 const FLAG_DELETED: u32 = 1;
+/// How old an unreferenced chunk must be before `recover --gc` removes it:
+/// a younger one may belong to a put that has not published yet.
+pub const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// One file range of a version: bytes `[skip, skip + len)` of a block of a
 /// chunk. The block's CRC covers the whole block, so a reader reads and
@@ -579,6 +582,84 @@ impl ObjStore {
         Ok(n)
     }
 
+    /// Remove chunks that no version of any object references and that are
+    /// older than `grace` (younger ones may belong to a put in progress),
+    /// and temporary records left by crashed publishers as old: the
+    /// orphans of a crash before a publish. A version record that does not
+    /// decode stops the collection before anything is removed (a chunk it
+    /// uses could look unreferenced). Returns how many files were removed.
+    pub fn collect_orphans(&self, grace: std::time::Duration) -> Result<usize, ObjError> {
+        self.check_root()?;
+        let old = |p: &Path| {
+            std::fs::symlink_metadata(p)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > grace))
+        };
+        let mut used = BTreeSet::new();
+        let mut stale_temps = Vec::new();
+        let mut stack = vec![self.root.join("meta")];
+        while let Some(dir) = stack.pop() {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_err(&dir, "list metadata")(e)),
+            };
+            for e in entries {
+                let e = e.map_err(io_err(&dir, "list metadata"))?;
+                let path = e.path();
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                if e.file_type()
+                    .map_err(io_err(&path, "stat metadata"))?
+                    .is_dir()
+                {
+                    stack.push(path);
+                } else if name.starts_with(".publish.") {
+                    if old(&path) {
+                        stale_temps.push(path);
+                    }
+                } else if name
+                    .strip_prefix('v')
+                    .is_some_and(|d| d.len() == 10 && d.bytes().all(|b| b.is_ascii_digit()))
+                {
+                    let bytes =
+                        std::fs::read(&path).map_err(io_err(&path, "read version record"))?;
+                    let v = Version::decode(&bytes, &path)?;
+                    used.extend(v.pieces.iter().map(|p| (p.dir, hex(&p.chunk))));
+                }
+            }
+        }
+        let mut removed = 0;
+        let data = self.root.join("data");
+        let dirs = match std::fs::read_dir(&data) {
+            Ok(d) => d
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(io_err(&data, "list chunks"))?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(io_err(&data, "list chunks")(e)),
+        };
+        for d in dirs {
+            let Some(k) = d.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let dir = d.path();
+            for c in std::fs::read_dir(&dir).map_err(io_err(&dir, "list chunks"))? {
+                let c = c.map_err(io_err(&dir, "list chunks"))?;
+                let id = c.file_name().to_string_lossy().into_owned();
+                if id.len() == 32 && !used.contains(&(k, id)) && old(&c.path()) {
+                    std::fs::remove_file(c.path())
+                        .map_err(io_err(&c.path(), "remove orphan chunk"))?;
+                    removed += 1;
+                }
+            }
+        }
+        for t in stale_temps {
+            std::fs::remove_file(&t).map_err(io_err(&t, "remove stale temporary record"))?;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
     /// Keep the last K versions of `name`: delete older records, then the
     /// chunks they used that no kept version uses (a chunk belongs to one
     /// object: it is written for one epoch of one file).
@@ -744,6 +825,10 @@ impl Backend for ObjStore {
             origin: shape.origin,
             done,
         }))
+    }
+
+    fn collect_garbage(&self) -> Result<usize, BackendError> {
+        Ok(self.collect_orphans(ORPHAN_GRACE)?)
     }
 
     fn check(&self) -> Result<(), BackendError> {
@@ -1098,6 +1183,58 @@ mod tests {
             s.publish(b"x", v).unwrap(),
             2,
             "a second publish is the next version"
+        );
+    }
+
+    /// Chunks no version references, older than the grace, go; referenced
+    /// ones and young ones stay; a damaged record stops the collection.
+    #[test]
+    fn orphans_are_collected() {
+        let d = tempfile::tempdir().unwrap();
+        let s = ObjStore::parse(d.path().to_str().unwrap()).unwrap();
+        let mut sink = s.begin(b"a/kept", &shape()).unwrap();
+        sink.apply(RemoteOp::Write {
+            off: 0,
+            data: &[1; 100],
+        })
+        .unwrap();
+        sink.commit().unwrap();
+        let mut orphan = s.writer().unwrap();
+        orphan.add(0, &[2; 100]).unwrap();
+        let orphan_path = orphan.path.clone();
+        orphan.finish().unwrap();
+        let young = s.writer().unwrap();
+        let young_path = young.path.clone();
+        young.finish().unwrap();
+        let past = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+        std::fs::File::options()
+            .write(true)
+            .open(&orphan_path)
+            .unwrap()
+            .set_modified(past)
+            .unwrap();
+        let used = s.version(b"a/kept", None).unwrap().unwrap().pieces[0];
+        let used_path = s.chunk_path(used.dir, &used.chunk);
+        std::fs::File::options()
+            .write(true)
+            .open(&used_path)
+            .unwrap()
+            .set_modified(past)
+            .unwrap();
+        assert_eq!(s.collect_orphans(ORPHAN_GRACE).unwrap(), 1);
+        assert!(!orphan_path.exists() && young_path.exists() && used_path.exists());
+        assert_eq!(get(&s, b"a/kept", None), vec![1; 100]);
+        std::fs::write(s.meta_dir(b"a/kept").join(version_name(1)), b"damaged").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&young_path)
+            .unwrap()
+            .set_modified(past)
+            .unwrap();
+        assert!(s.collect_orphans(ORPHAN_GRACE).is_err());
+        assert!(
+            young_path.exists(),
+            "nothing is removed past a damaged record"
         );
     }
 

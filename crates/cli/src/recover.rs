@@ -76,10 +76,26 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             rows.push(row);
         }
     }
+    // What crashed drains left on the remote that nothing refers to.
+    let mut collected = 0;
+    if let (true, Remote::Url(url, backend)) = (args.gc, &remote) {
+        match backend.collect_garbage() {
+            Ok(n) => collected = n,
+            Err(e) => {
+                eprintln!("paralog: collecting garbage on {url}: {e}");
+                failed += 1;
+            }
+        }
+        if collected > 0 && !args.json {
+            println!("removed {collected} unreferenced item(s) from {url}");
+        }
+    }
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&json!({ "files": rows, "failed": failed }))?
+            serde_json::to_string_pretty(
+                &json!({ "files": rows, "failed": failed, "collected": collected })
+            )?
         );
     } else if rows.is_empty() {
         println!("nothing to recover in {}", root.display());
