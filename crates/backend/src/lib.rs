@@ -158,6 +158,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// The local path of `rel`, when the remote is a file system the
     /// capture library can read (for reads of drained data).
     fn local_path(&self, rel: &[u8]) -> Option<std::path::PathBuf>;
+    /// The directory the remote keeps its files in, where it is a file
+    /// system this process can reach (POSIX, the object layout's root); for
+    /// `paralog doctor`'s write test. `None` for S3.
+    fn root_dir(&self) -> Option<&std::path::Path> {
+        None
+    }
     /// The backend would rather receive the epochs of one open of a file
     /// together, as one new version, once the open ended (S3's default
     /// upload policy: one upload per close instead of one per sync).

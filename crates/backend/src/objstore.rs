@@ -850,6 +850,10 @@ impl Backend for ObjStore {
         None
     }
 
+    fn root_dir(&self) -> Option<&Path> {
+        Some(&self.root)
+    }
+
     fn chunked(&self) -> Option<&dyn ChunkedBackend> {
         Some(self)
     }

@@ -80,6 +80,10 @@ impl Backend for PosixBackend {
         Some(self.path(rel))
     }
 
+    fn root_dir(&self) -> Option<&Path> {
+        Some(&self.root)
+    }
+
     fn concurrent_writers(&self) -> bool {
         true
     }

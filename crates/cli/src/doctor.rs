@@ -346,17 +346,13 @@ fn check_remote(
     local_mbs: Option<f64>,
 ) {
     let what = "remote";
-    let url = match remote.url() {
-        Ok(u) => u,
-        Err(e) => return v.fail(what, e.to_string(), "correct --remote"),
-    };
     let resolved = match remote.resolve() {
         Ok(r) => r,
         Err(e) => return v.fail(what, e.to_string(), "correct --remote"),
     };
-    let dir: Option<PathBuf> = match (&url, &resolved) {
-        (_, paralog_server::remote::Remote::Prefix) => prefix.map(Path::to_path_buf),
-        (Some(u), paralog_server::remote::Remote::Url(_, backend)) => {
+    let dir: Option<PathBuf> = match &resolved {
+        paralog_server::remote::Remote::Prefix => prefix.map(Path::to_path_buf),
+        paralog_server::remote::Remote::Url(u, backend) => {
             if let Err(e) = backend.probe() {
                 return v.fail(
                     what,
@@ -364,20 +360,17 @@ fn check_remote(
                     "create it, mount it, or correct --remote",
                 );
             }
-            if u.starts_with("s3://") {
-                // The credentials come from the standard chain; never printed.
-                return v.ok(
-                    what,
-                    format!("{u}: the bucket answers to the credentials found"),
-                );
+            match backend.root_dir() {
+                Some(d) => Some(d.to_path_buf()),
+                // Credentials come from the standard chain; never printed.
+                None => {
+                    return v.ok(
+                        what,
+                        format!("{u}: the remote answers to the credentials found"),
+                    )
+                }
             }
-            let path = u
-                .strip_prefix("objstore://")
-                .or_else(|| u.strip_prefix("file://"))
-                .unwrap_or(u);
-            Some(PathBuf::from(path.split('?').next().unwrap_or(path)))
         }
-        _ => None,
     };
     let Some(dir) = dir else {
         return v.warn(
