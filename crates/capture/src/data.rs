@@ -19,34 +19,21 @@ impl State {
             return Err(libc::EBADF);
         }
         let (id, append, offset) = (e.handle, e.append, e.offset);
-        self.ensure_log(id)?;
-        let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
         let pos = match at {
             Some(p) => p,
-            None if append => h.size,
+            None if append => self.handles.get(&id).ok_or(libc::EBADF)?.size,
             None => offset,
         };
-        log_of(h)?.write_at(pos, data).map_err(|e| {
-            log_errno(
-                &format!(
-                    "writing {} bytes at offset {pos} of {}",
-                    data.len(),
-                    h.path.display()
-                ),
-                &e,
-            )
-        })?;
+        self.write_handle(id, pos, data)?;
         crate::stats::captured(data.len());
-        let end = pos + data.len() as u64;
-        h.size = h.size.max(end);
-        h.dirty = true;
         if at.is_none() {
-            self.set_offset(fd, end)?;
+            self.set_offset(fd, pos + data.len() as u64)?;
         }
         Ok(data.len())
     }
 
-    /// A write into a handle at `pos`, with no descriptor (path operations).
+    /// A write into a handle at `pos` (through a descriptor, or with none
+    /// for path operations and harvested bytes).
     pub fn write_handle(&mut self, id: u64, pos: u64, data: &[u8]) -> CResult<()> {
         self.ensure_log(id)?;
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;

@@ -27,21 +27,9 @@ impl State {
     /// number itself now belongs to another file, so it is never probed).
     pub fn forget_stale(&mut self, fd: c_int) {
         let _ = self.harvest(fd);
-        let Some(e) = self.fds.remove(&fd) else {
+        let Some(e) = self.unregister_fd(fd) else {
             return;
         };
-        set_captured(fd, false);
-        if let Some(o) = self.ofds.get_mut(&e.ofd) {
-            o.refs -= 1;
-            if o.refs == 0 {
-                o.keep.close();
-                o.lock.close();
-                self.ofds.remove(&e.ofd);
-            }
-        }
-        if let Some(h) = self.handles.get_mut(&e.handle) {
-            h.fds = h.fds.saturating_sub(1);
-        }
         // The line is printed; the program's open succeeded regardless.
         let _ = self.after_close(e.handle);
     }

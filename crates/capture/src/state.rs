@@ -496,6 +496,25 @@ impl State {
     pub fn detach_fd(&mut self, fd: c_int) -> Option<u64> {
         let _ = self.harvest(fd);
         let probe = self.sentinel_fd(fd);
+        let e = self.unregister_fd(fd)?;
+        if let Some(h) = self.handles.get_mut(&e.handle) {
+            if let Some(n) = probe.and_then(sentinel_len).filter(|&n| n > 0) {
+                h.bypass.get_or_insert_with(|| {
+                    format!(
+                        "{} bytes reached {} without passing through capture",
+                        n,
+                        h.path.display()
+                    )
+                });
+            }
+        }
+        Some(e.handle)
+    }
+
+    /// Take `fd` out of the tables: its open file description loses a
+    /// reference (and its private descriptors with the last one), its
+    /// handle a descriptor.
+    pub(crate) fn unregister_fd(&mut self, fd: c_int) -> Option<FdEntry> {
         let e = self.fds.remove(&fd)?;
         set_captured(fd, false);
         if let Some(o) = self.ofds.get_mut(&e.ofd) {
@@ -507,18 +526,9 @@ impl State {
             }
         }
         if let Some(h) = self.handles.get_mut(&e.handle) {
-            if let Some(n) = probe.and_then(sentinel_len).filter(|&n| n > 0) {
-                h.bypass.get_or_insert_with(|| {
-                    format!(
-                        "{} bytes reached {} without passing through capture",
-                        n,
-                        h.path.display()
-                    )
-                });
-            }
             h.fds = h.fds.saturating_sub(1);
         }
-        Some(e.handle)
+        Some(e)
     }
 
     /// Check every placeholder of a handle for bytes that bypassed capture.
