@@ -8,8 +8,10 @@ use std::fmt;
 pub mod objstore;
 pub mod parted;
 pub mod posix;
+pub mod url;
 
 pub use parted::{PartDone, PartUploader, PartedBackend, PartedVersion};
+pub use url::{ObjStoreUrl, RemoteUrl, S3Upload, S3Url, UrlError};
 
 /// One operation of an epoch, in the order the drain applies them.
 #[derive(Debug)]
@@ -219,35 +221,4 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn chunked(&self) -> Option<&dyn ChunkedBackend> {
         None
     }
-}
-
-/// Open the backend a remote URL names: `file:///abs/path` or a plain
-/// absolute path, `objstore:///abs/path[?dirs=N&keep=K]`.
-pub fn open(url: &str) -> Result<Box<dyn Backend>, BackendError> {
-    let bad = |message: String| BackendError {
-        kind: ErrorKind::Permanent,
-        target: url.to_owned(),
-        op: "open remote",
-        message,
-    };
-    if let Some(path) = url
-        .strip_prefix("file://")
-        .or_else(|| url.starts_with('/').then_some(url))
-    {
-        return posix::PosixBackend::new(path).map(|b| Box::new(b) as Box<dyn Backend>);
-    }
-    if let Some(spec) = url.strip_prefix("objstore://") {
-        return objstore::ObjStore::parse(spec)
-            .map(|b| Box::new(b) as Box<dyn Backend>)
-            .map_err(|e| bad(e.to_string()));
-    }
-    if url.starts_with("s3://") {
-        return Err(bad(
-            "s3:// remotes are opened by the paralog-s3 crate (paralog_server::remote::open)"
-                .into(),
-        ));
-    }
-    Err(bad(
-        "a remote is file:///absolute/path or an absolute path".into()
-    ))
 }

@@ -30,12 +30,8 @@ pub enum Base {
 
 impl Base {
     pub fn of(cfg: &Config, rel: &[u8]) -> CResult<Base> {
-        if let Some(spec) = &cfg.remote_objstore {
-            let store = ObjStore::parse(spec).map_err(|e| {
-                report::line(&format!("PARALOG_REMOTE=objstore://{spec}: {e}"));
-                libc::EINVAL
-            })?;
-            return Ok(Base::Object(store, rel.to_vec()));
+        if let Some(url) = &cfg.remote_objstore {
+            return Ok(Base::Object(ObjStore::new(url), rel.to_vec()));
         }
         Ok(match &cfg.remote_root {
             Some(r) => Base::File(r.join(OsStr::from_bytes(rel))),

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context};
 use paralog_backend::objstore::ObjStore;
+use paralog_backend::{RemoteUrl, S3Url};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -26,16 +27,15 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if let Some(rest) = args.url.strip_prefix("s3://") {
-        return get_s3(&args, rest);
-    }
-    let Some(spec) = args.url.strip_prefix("objstore://") else {
-        bail!(
-            "{}: `get` reads objstore:///root/NAME and s3://bucket/key URLs",
+    let objstore = match args.url.parse::<RemoteUrl>().map_err(|e| anyhow!("{e}"))? {
+        RemoteUrl::S3(s3) => return get_s3(&args, s3),
+        RemoteUrl::ObjStore(o) => o,
+        RemoteUrl::Posix(_) => bail!(
+            "{}: `get` reads objstore:///root/NAME and s3://bucket/key URLs (a POSIX remote's files are plain files)",
             args.url
-        );
+        ),
     };
-    let (store, name) = ObjStore::locate(spec).map_err(|e| anyhow!("{e}"))?;
+    let (store, name) = ObjStore::locate(&objstore).map_err(|e| anyhow!("{e}"))?;
     if args.list {
         let mut stdout = std::io::stdout().lock();
         for n in store.versions(&name).map_err(|e| anyhow!("{e}"))? {
@@ -126,19 +126,23 @@ fn read_once(
     Ok(())
 }
 
-fn get_s3(args: &Args, rest: &str) -> anyhow::Result<ExitCode> {
+fn get_s3(args: &Args, url: S3Url) -> anyhow::Result<ExitCode> {
     if args.list || args.version.is_some() {
         bail!("--list and --version are for objstore:// (an S3 object has one version here)");
     }
-    let (bucket, key) = rest
-        .split_once('/')
-        .filter(|(b, k)| !b.is_empty() && !k.is_empty())
-        .ok_or_else(|| anyhow!("{}: expected s3://BUCKET/KEY", args.url))?;
-    let be = paralog_s3::S3Backend::open(&format!("s3://{bucket}"))?;
+    if url.prefix.is_empty() {
+        bail!("{}: expected s3://BUCKET/KEY", args.url);
+    }
+    // The URL's path is the object's key, not a prefix of keys.
+    let key = url.prefix.clone();
+    let be = paralog_s3::S3Backend::open(&S3Url {
+        prefix: String::new(),
+        ..url
+    })?;
     let out = args.out.clone().expect("required unless --list");
     let f = std::fs::File::create(&out).with_context(|| format!("creating {}", out.display()))?;
     let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
-    be.get(key, &mut w)?;
+    be.get(&key, &mut w)?;
     w.flush()?;
     Ok(ExitCode::SUCCESS)
 }

@@ -127,7 +127,7 @@ fn recover_file(
     let file = &fresh;
     let backend = match remote.backend_for(file) {
         Ok(b) => b,
-        Err(e) => return json!({ "path": name, "error": e }),
+        Err(e) => return json!({ "path": name, "error": e.to_string() }),
     };
     let rel_for_abort = file
         .record

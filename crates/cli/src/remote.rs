@@ -1,6 +1,7 @@
 //! The `--remote` argument shared by the commands that drain.
 
 use anyhow::{anyhow, bail};
+use paralog_backend::RemoteUrl;
 pub use paralog_server::remote::Remote;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -24,33 +25,38 @@ pub struct RemoteArg {
 }
 
 impl RemoteArg {
-    /// The remote URL from `--remote` or PARALOG_REMOTE, with the upload
-    /// policy folded into an s3:// URL's settings.
-    pub fn url(&self) -> anyhow::Result<Option<String>> {
-        let url = self
+    /// The remote from `--remote` or PARALOG_REMOTE, parsed, with the
+    /// upload policy folded into an s3:// URL's settings.
+    pub fn url(&self) -> anyhow::Result<Option<RemoteUrl>> {
+        let text = self
             .remote
             .clone()
             .or_else(|| std::env::var("PARALOG_REMOTE").ok())
             .filter(|r| !r.is_empty());
-        let Some(policy) = self.s3_upload else {
-            return Ok(url);
+        let Some(text) = text else {
+            if self.s3_upload.is_some() {
+                bail!("--s3-upload is for an s3:// remote");
+            }
+            return Ok(None);
         };
-        let Some(u) = url.filter(|u| u.starts_with("s3://")) else {
-            bail!("--s3-upload is for an s3:// remote");
-        };
-        if u.contains("upload=") {
-            bail!("{u}: give the upload policy once (--s3-upload or ?upload=)");
+        let mut url: RemoteUrl = text.parse().map_err(|e| anyhow!("--remote {e}"))?;
+        if let Some(policy) = self.s3_upload {
+            let RemoteUrl::S3(s3) = &mut url else {
+                bail!("--s3-upload is for an s3:// remote");
+            };
+            if text.contains("upload=") {
+                bail!("{text}: give the upload policy once (--s3-upload or ?upload=)");
+            }
+            s3.upload = match policy {
+                S3Upload::Close => paralog_backend::S3Upload::Close,
+                S3Upload::Epoch => paralog_backend::S3Upload::Epoch,
+            };
         }
-        let word = match policy {
-            S3Upload::Close => "close",
-            S3Upload::Epoch => "epoch",
-        };
-        let sep = if u.contains('?') { '&' } else { '?' };
-        Ok(Some(format!("{u}{sep}upload={word}")))
+        Ok(Some(url))
     }
 
     pub fn resolve(&self) -> anyhow::Result<Remote> {
-        Remote::parse(self.url()?.as_deref()).map_err(|e| anyhow!("{e}"))
+        Remote::new(self.url()?).map_err(|e| anyhow!("--remote: {e}"))
     }
 
     /// `resolve`, and refuse a remote that cannot work as given (an object

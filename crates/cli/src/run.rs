@@ -384,7 +384,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         });
     paralog_log::layout::validate_component("job name", &job)
         .map_err(|e| anyhow::anyhow!("--job: {e}"))?;
-    let remote_url = args.remote.url()?;
+    // Passed on to the capture library and the server as the user wrote it
+    // (settings at their defaults left out).
+    let remote_url = args.remote.url()?.map(|u| u.to_string());
     // Validate the remote now rather than in the server's log, and refuse
     // one that cannot work as given rather than retry forever.
     args.remote.resolve_checked()?;

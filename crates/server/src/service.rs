@@ -509,14 +509,11 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
         e.epochs_pending = pending.len() as u64;
         e.bytes_pending = bytes;
     }
-    let backend = inner.cfg.remote.backend_for(&inv).map_err(|m| {
-        DrainError::Remote(paralog_backend::BackendError {
-            kind: paralog_backend::ErrorKind::Permanent,
-            target: inv.display_name(),
-            op: "open remote",
-            message: m,
-        })
-    })?;
+    let backend = inner
+        .cfg
+        .remote
+        .backend_for(&inv)
+        .map_err(DrainError::Remote)?;
     if backend.readable_by_capture() {
         crate::drain::delete_drained_leftovers(&inv).map_err(DrainError::Local)?;
     }

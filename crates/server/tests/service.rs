@@ -53,7 +53,10 @@ fn start(root: &Path, remote: &Path) -> Server {
     let server = Server::start(Config {
         root: root.to_path_buf(),
         job: None,
-        remote: Remote::parse(Some(&remote.display().to_string())).unwrap(),
+        remote: Remote::new(Some(paralog_backend::RemoteUrl::Posix(
+            remote.to_path_buf(),
+        )))
+        .unwrap(),
         workers: 2,
         pool_bytes: 1 << 20,
         buf_bytes: 4096,

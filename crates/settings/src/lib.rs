@@ -13,6 +13,7 @@ pub mod symbols;
 
 pub use symbols::SYMBOLS;
 
+use paralog_backend::{ObjStoreUrl, RemoteUrl};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
@@ -46,9 +47,9 @@ pub struct Config {
     /// itself by default); `None` for object storage, which the capture
     /// library does not read (no network in the application's process).
     pub remote_root: Option<PathBuf>,
-    /// The object layout's spec (after `objstore://`) when the remote is
-    /// one: capture reads drained versions from it (plain file I/O).
-    pub remote_objstore: Option<String>,
+    /// The object layout, when the remote is one: capture reads drained
+    /// versions from it (plain file I/O).
+    pub remote_objstore: Option<ObjStoreUrl>,
     pub local: PathBuf,
     pub job: String,
     pub coalesce_bytes: usize,
@@ -220,24 +221,20 @@ impl Settings {
             Ok(n) => n,
             Err(m) => return invalid(m),
         };
-        if let Some(remote) = get(&vars, "PARALOG_REMOTE") {
-            if let Err(m) = check_remote(&remote) {
-                return invalid(m);
-            }
-        }
-        let verbose = get(&vars, "PARALOG_VERBOSE").is_some_and(|v| v == "1");
-        let remote = get(&vars, "PARALOG_REMOTE").map(|r| r.to_string_lossy().into_owned());
-        let remote_root = match remote.as_deref() {
-            None | Some("") => Some(prefix.clone()),
-            Some(r) => r
-                .strip_prefix("file://")
-                .or_else(|| r.starts_with('/').then_some(r))
-                .map(|p| normalize(Path::new(p))),
+        let remote = match get(&vars, "PARALOG_REMOTE").filter(|r| !r.is_empty()) {
+            None => None,
+            Some(r) => match r.to_string_lossy().parse::<RemoteUrl>() {
+                Ok(u) => Some(u),
+                Err(e) => return invalid(format!("PARALOG_REMOTE={e}")),
+            },
         };
-        let remote_objstore = remote
-            .as_deref()
-            .and_then(|r| r.strip_prefix("objstore://"))
-            .map(str::to_owned);
+        let verbose = get(&vars, "PARALOG_VERBOSE").is_some_and(|v| v == "1");
+        let (remote_root, remote_objstore) = match remote {
+            None => (Some(prefix.clone()), None),
+            Some(RemoteUrl::Posix(p)) => (Some(normalize(&p)), None),
+            Some(RemoteUrl::ObjStore(o)) => (None, Some(o)),
+            Some(RemoteUrl::S3(_)) => (None, None),
+        };
         Settings::On(Config {
             prefix,
             remote_root,
@@ -252,28 +249,6 @@ impl Settings {
                 .map(PathBuf::from),
         })
     }
-}
-
-/// A remote must name a root, and must not climb out of it.
-fn check_remote(remote: &OsString) -> Result<(), String> {
-    let s = remote.to_string_lossy();
-    let path = s
-        .strip_prefix("file://")
-        .or_else(|| s.strip_prefix("objstore://"))
-        .or_else(|| {
-            s.strip_prefix("s3://")
-                .map(|p| p.split_once('/').map_or("", |(_, rest)| rest))
-        })
-        .unwrap_or(&s);
-    if Path::new(path)
-        .components()
-        .any(|c| c == Component::ParentDir)
-    {
-        return Err(format!(
-            "PARALOG_REMOTE={s} contains '..': a remote path may not escape its root"
-        ));
-    }
-    Ok(())
 }
 
 /// Lexical normalization: absolute, no `.`, `..` resolved, no trailing '/'.

@@ -555,7 +555,7 @@ impl Coordinator {
         }
     }
 
-    fn backend(&self, f: &GlobalFile) -> Result<Arc<dyn Backend>, String> {
+    fn backend(&self, f: &GlobalFile) -> Result<Arc<dyn Backend>, paralog_backend::BackendError> {
         self.cfg.remote.backend_for_record(&f.path, &f.rel)
     }
 
@@ -623,7 +623,7 @@ impl Coordinator {
                         .map_err(|e| StepError::Park(e.to_string()))?;
                 }
             }
-            let b = self.backend(f).map_err(StepError::Park)?;
+            let b = self.backend(f).map_err(remote_error)?;
             Ok((lf, b))
         })();
         let (lf, backend, local_err) = match local {
