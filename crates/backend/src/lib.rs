@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+pub use paralog_log::reader::SizeState;
+
 pub mod objstore;
 pub mod parted;
 pub mod posix;
@@ -116,38 +118,18 @@ pub struct EpochShape {
     pub origin: [u8; 16],
     /// The file is deleted at the end of the epoch.
     pub deleted: bool,
-    /// The size implied by the epoch's writes and size operations.
-    pub min_size: u64,
-    /// A set-size happened: the previous version's length no longer counts.
-    pub size_set: bool,
-    /// Bytes of the previous version at or past this offset are gone.
-    pub base_cut: Option<u64>,
+    /// What the epochs do to the file's size: the log's own rule
+    /// (`SizeState::final_size`, `base_visible`), given the previous
+    /// version's length.
+    pub size: SizeState,
     /// Nothing of this file was drained yet in this job.
     pub fresh: bool,
-}
-
-impl EpochShape {
-    /// The file's size after the epoch, given the previous version's.
-    pub fn final_size(&self, base_len: u64) -> u64 {
-        if self.size_set {
-            self.min_size
-        } else {
-            self.min_size.max(base_len)
-        }
-    }
-
-    /// How many leading bytes of the previous version survive where the
-    /// epoch does not overwrite them.
-    pub fn base_visible(&self, base_len: u64) -> u64 {
-        let cut = self.base_cut.map_or(base_len, |c| c.min(base_len));
-        cut.min(self.final_size(base_len))
-    }
 }
 
 pub trait Backend: Send + Sync + fmt::Debug {
     /// Start applying an epoch to the remote file at `rel` (relative to the
     /// remote root, already validated: no `..`, not absolute). The
-    /// operations that follow are: a cut (`SetSize`) if `shape.base_cut`,
+    /// operations that follow are: a cut (`SetSize`) if `shape.size.base_cut`,
     /// the writes in offset order, then the final size operation; or
     /// `Delete`.
     fn begin(

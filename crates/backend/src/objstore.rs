@@ -988,9 +988,7 @@ mod tests {
             epoch: (0, 0),
             origin: [0; 16],
             deleted: false,
-            min_size: 0,
-            size_set: false,
-            base_cut: None,
+            size: crate::SizeState::default(),
             fresh: false,
         }
     }

@@ -255,9 +255,11 @@ mod tests {
         epoch: (1, 1),
         origin: [0; 16],
         deleted: false,
-        min_size: 0,
-        size_set: false,
-        base_cut: None,
+        size: crate::SizeState {
+            min_size: 0,
+            size_set: false,
+            base_cut: None,
+        },
         fresh: false,
     };
 

@@ -411,8 +411,8 @@ impl S3Backend {
         // job's first upload of a file starts from nothing, like its view.
         let old = if shape.fresh { None } else { self.head(key)? };
         let base_len = old.as_ref().map_or(0, |(len, _)| *len);
-        let size = shape.final_size(base_len);
-        let visible = shape.base_visible(base_len);
+        let size = shape.size.final_size(base_len);
+        let visible = shape.size.base_visible(base_len);
         let part = part_size(size, self.min_part, self.max_parts);
         // A part can be copied server-side only if the previous object
         // keeps at least one whole part (and the object has several).

@@ -36,7 +36,7 @@ impl Deleter {
                 for job in rx {
                     drop(job.reader);
                     for id in &job.ids {
-                        if let Err(e) = crate::drain::delete_epoch(&job.file, *id) {
+                        if let Err(e) = crate::step::delete_epoch(&job.file, *id) {
                             tracing::warn!(file = %job.file.display_name(), error = %e, "deleting drained records failed; retried at the next look at the file");
                         }
                     }
@@ -65,7 +65,7 @@ impl Deleter {
             let job = e.0;
             drop(job.reader);
             for id in &job.ids {
-                let _ = crate::drain::delete_epoch(&job.file, *id);
+                let _ = crate::step::delete_epoch(&job.file, *id);
             }
             *self.pending.0.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
         }

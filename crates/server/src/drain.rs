@@ -17,14 +17,15 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use paralog_backend::{Backend, BackendError, RemoteOp};
-use paralog_log::format::ProgressRecord;
-use paralog_log::layout::{self, EpochFileKind};
+use paralog_log::layout;
 use paralog_log::reader::SourceReader;
 use paralog_log::{EpochId, FileInventory, LogError, LogicalFile};
 
 use crate::failpoint;
 use crate::limit::RateLimit;
 use crate::pool::BufferPool;
+use crate::retry::Failure;
+use crate::step;
 
 pub struct DrainCtx<'a> {
     pub backend: &'a dyn Backend,
@@ -66,6 +67,15 @@ impl DrainError {
             DrainError::Corrupt(_) | DrainError::Internal(_) => false,
             DrainError::Remote(e) => e.retryable(),
             DrainError::Local(_) | DrainError::Busy(_) => true,
+        }
+    }
+
+    /// What the scheduler does about it.
+    pub fn failure(self) -> Failure {
+        match self {
+            DrainError::Remote(e) => e.into(),
+            e if e.retryable() => Failure::Retry(e.to_string()),
+            e => Failure::damaged(e),
         }
     }
 }
@@ -148,7 +158,7 @@ pub fn drain_file(
         }
     };
     if !ctx.keep_drained {
-        delete_drained_leftovers(file).map_err(DrainError::Local)?;
+        step::delete_drained_leftovers(file).map_err(DrainError::Local)?;
     }
     let pending = file.pending_epochs().map_err(local)?;
     let mut n = 0;
@@ -156,27 +166,14 @@ pub fn drain_file(
     // group only, not for every group of this call (the later ones start
     // from the version the first one made).
     let mut fresh = file.progress.is_none();
-    if !ctx.backend.whole_opens() {
-        for id in pending {
-            let bytes = drain_epochs(ctx, file, &rel, &[id], fresh)?;
-            fresh = false;
-            on_epoch(Drained { id, bytes });
-            n += 1;
-        }
-        return Ok(n);
-    }
-    // One upload per open of the file, once it ended (or at the end of the
-    // job, `flush`): the epochs of an open merge into one new object.
-    let mut i = 0;
-    while i < pending.len() {
-        let gen = pending[i].0;
-        let j = i + pending[i..].iter().take_while(|id| id.0 == gen).count();
-        if !ctx.flush && !file.open_ended(gen) {
-            break;
-        }
-        let group = &pending[i..j];
+    let (groups, _waiting) =
+        step::open_groups(&pending, ctx.backend.whole_opens(), ctx.flush, |open| {
+            file.open_ended(open)
+        });
+    for group in groups {
         let bytes = drain_epochs(ctx, file, &rel, group, fresh)?;
         fresh = false;
+        // The bytes count once, with the group's last epoch.
         for (k, &id) in group.iter().enumerate() {
             let last = k + 1 == group.len();
             on_epoch(Drained {
@@ -185,19 +182,8 @@ pub fn drain_file(
             });
         }
         n += group.len();
-        i = j;
     }
     Ok(n)
-}
-
-/// The operation that gives the file the size its epochs leave: exactly
-/// that size after a set-size, else at least it.
-pub(crate) fn size_op(lf: &paralog_log::LogicalFile) -> RemoteOp<'static> {
-    if lf.size.size_set {
-        RemoteOp::SetSize(lf.size.min_size)
-    } else {
-        RemoteOp::Preallocate(lf.size.min_size)
-    }
 }
 
 /// Apply consecutive committed epochs of one open (one epoch, or a whole
@@ -225,78 +211,52 @@ fn drain_epochs(
     }
 
     // 2. Apply.
-    let shape = paralog_backend::EpochShape {
-        epoch: id,
-        origin: file.origin(),
-        deleted: lf.deleted,
-        min_size: lf.size.min_size,
-        size_set: lf.size.size_set,
-        base_cut: lf.size.base_cut,
-        fresh,
-    };
-    let mut sink = ctx.backend.begin(rel, &shape).map_err(DrainError::Remote)?;
+    let shape = step::shape(id, file.origin(), &lf, fresh);
+    let mut sink = step::begin(ctx.backend, rel, &shape, &lf).map_err(DrainError::Remote)?;
     let mut bytes = 0u64;
-    if lf.deleted {
-        sink.apply(RemoteOp::Delete).map_err(DrainError::Remote)?;
-    } else {
-        if let Some(cut) = lf.size.base_cut {
-            // Remote bytes at or past the cut must never show again.
-            sink.apply(RemoteOp::SetSize(cut))
-                .map_err(DrainError::Remote)?;
-        }
-        // A pool buffer only once copy_file_range is not possible.
-        let mut buf = None;
-        let chunk = ctx.pool.buf_size() as u64;
-        // In-kernel copies while the backend takes them (a POSIX remote on a
-        // file system that supports copy_file_range from the local one).
-        let mut copy = true;
-        for (off, len, piece) in lf.pieces() {
-            let src = &lf.sources[piece.source];
-            let mut done = 0;
-            while done < len {
-                let n = (len - done).min(chunk) as usize;
-                if let Some(l) = ctx.limit {
-                    l.take(n);
-                }
-                let src_off = src.extent.log_pos + piece.skip + done;
-                if copy {
-                    let f = reader.verified_file(src).map_err(local)?;
-                    copy = sink
-                        .copy_from(f, src_off, n as u64, off + done)
-                        .map_err(DrainError::Remote)?;
-                }
-                if !copy {
-                    let buf = buf.get_or_insert_with(|| ctx.pool.get());
-                    reader
-                        .read(src, piece.skip + done, &mut buf[..n])
-                        .map_err(local)?;
-                    sink.apply(RemoteOp::Write {
-                        off: off + done,
-                        data: &buf[..n],
-                    })
-                    .map_err(DrainError::Remote)?;
-                }
-                failpoint::hit("drain.mid_write");
-                done += n as u64;
-                bytes += n as u64;
+    // A pool buffer only once copy_file_range is not possible.
+    let mut buf = None;
+    let chunk = ctx.pool.buf_size() as u64;
+    // In-kernel copies while the backend takes them (a POSIX remote on a
+    // file system that supports copy_file_range from the local one).
+    let mut copy = true;
+    for (off, len, piece) in lf.pieces().filter(|_| !lf.deleted) {
+        let src = &lf.sources[piece.source];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(chunk) as usize;
+            if let Some(l) = ctx.limit {
+                l.take(n);
             }
+            let src_off = src.extent.log_pos + piece.skip + done;
+            if copy {
+                let f = reader.verified_file(src).map_err(local)?;
+                copy = sink
+                    .copy_from(f, src_off, n as u64, off + done)
+                    .map_err(DrainError::Remote)?;
+            }
+            if !copy {
+                let buf = buf.get_or_insert_with(|| ctx.pool.get());
+                reader
+                    .read(src, piece.skip + done, &mut buf[..n])
+                    .map_err(local)?;
+                sink.apply(RemoteOp::Write {
+                    off: off + done,
+                    data: &buf[..n],
+                })
+                .map_err(DrainError::Remote)?;
+            }
+            failpoint::hit("drain.mid_write");
+            done += n as u64;
+            bytes += n as u64;
         }
-        // Also creates the file for an epoch without data (it was opened).
-        sink.apply(size_op(&lf)).map_err(DrainError::Remote)?;
     }
     failpoint::hit("drain.before_fsync");
-    sink.commit().map_err(DrainError::Remote)?;
+    step::finish(sink, &lf).map_err(DrainError::Remote)?;
     failpoint::hit("drain.after_fsync");
 
     // 3. Record it; only then 4. delete the local records.
-    let progress = ProgressRecord {
-        gen: id.0,
-        epoch: id.1,
-    };
-    let path = file.dir.join(layout::PROGRESS_FILE);
-    let tmp = file.dir.join(format!("{}.tmp", layout::PROGRESS_FILE));
-    paralog_log::durable::write_atomic(&path, &tmp, &progress.encode())
-        .map_err(DrainError::Local)?;
+    step::write_progress(&file.dir, id).map_err(DrainError::Local)?;
     failpoint::hit("drain.after_progress");
     if ctx.keep_drained {
         // Kept for the program's reads until the job ends.
@@ -307,59 +267,9 @@ fn drain_epochs(
         None => {
             drop(reader);
             for &done in ids {
-                delete_epoch(file, done).map_err(DrainError::Local)?;
+                step::delete_epoch(file, done).map_err(DrainError::Local)?;
             }
         }
     }
     Ok(bytes)
-}
-
-/// Remove every rank's records of a drained epoch from this node.
-pub(crate) fn delete_epoch(file: &FileInventory, (gen, epoch): EpochId) -> Result<(), LogError> {
-    let Some(g) = file.gens.get(&gen) else {
-        return Ok(());
-    };
-    for r in g.ranks.values() {
-        if !r.epochs.contains_key(&epoch) {
-            continue;
-        }
-        for kind in [
-            EpochFileKind::Data,
-            EpochFileKind::Manifest,
-            EpochFileKind::ManifestTmp,
-            EpochFileKind::Mark,
-        ] {
-            remove_if_present(&r.dir.join(layout::epoch_file_name(epoch, kind)))?;
-        }
-        paralog_log::durable::sync_dir(&r.dir)?;
-        failpoint::hit("drain.mid_delete");
-        failpoint::delete_delay();
-    }
-    Ok(())
-}
-
-fn remove_if_present(p: &Path) -> Result<(), LogError> {
-    match std::fs::remove_file(p) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(error) => Err(LogError::Io {
-            path: p.to_path_buf(),
-            op: "remove",
-            error,
-        }),
-    }
-}
-
-/// A crash between the progress record and the deletion leaves records of
-/// drained epochs, and so does a slow rank whose commit mark arrives after
-/// the epoch was drained (any one rank's mark lets the drain start): finish
-/// deleting them.
-pub fn delete_drained_leftovers(file: &FileInventory) -> Result<(), LogError> {
-    let Some(done) = file.progress.map(|p| (p.gen, p.epoch)) else {
-        return Ok(());
-    };
-    for id in file.epoch_ids().into_iter().filter(|id| *id <= done) {
-        delete_epoch(file, id)?;
-    }
-    Ok(())
 }

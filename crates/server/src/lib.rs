@@ -10,6 +10,8 @@ pub mod limit;
 pub mod pool;
 pub mod priority;
 pub mod remote;
+pub mod retry;
 pub mod service;
 pub mod status;
+pub mod step;
 pub mod watch;

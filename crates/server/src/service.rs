@@ -17,6 +17,7 @@ use crate::drain::{drain_file, lock_file_dir, DrainCtx, DrainError, Drained};
 use crate::limit::RateLimit;
 use crate::pool::BufferPool;
 use crate::remote::Remote;
+use crate::retry::{backoff_time, RetryState};
 use crate::status::{FileState, FileStatus, Status};
 
 #[derive(Debug, Clone)]
@@ -37,10 +38,6 @@ pub struct Config {
     pub nice: i32,
 }
 
-/// First and longest wait before retrying a file whose remote failed.
-const BACKOFF_FIRST: Duration = Duration::from_millis(250);
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
-
 #[derive(Debug, Default)]
 struct Entry {
     job: String,
@@ -56,16 +53,10 @@ struct Entry {
     busy_time: Duration,
     /// When the worker that has it now took it.
     busy_since: Option<Instant>,
-    /// Retrying after a remote failure: not before this instant.
-    retry_at: Option<Instant>,
-    attempts: u32,
-    /// Why the last attempt failed (retrying), or why the file is parked.
-    error: Option<String>,
-    /// A damaged epoch, or a remote that refuses the file for good:
-    /// nothing more of this file is drained.
-    damaged: bool,
-    /// It is the remote that refused (not a damaged record).
-    refused: bool,
+    /// Failures: retrying after a remote failure, or parked (a damaged
+    /// epoch, or a remote that refuses the file for good: nothing more of
+    /// this file is drained).
+    retry: RetryState<Instant>,
 }
 
 #[derive(Default)]
@@ -171,7 +162,7 @@ impl Server {
                 path: file_dir.display().to_string(),
                 ..Entry::default()
             });
-        if e.damaged {
+        if e.retry.is_parked() {
             return;
         }
         if e.busy {
@@ -254,13 +245,13 @@ impl Server {
             .files
             .values()
             .map(|e| {
-                let state = if e.refused {
+                let state = if e.retry.parked == Some(true) {
                     FileState::Refused
-                } else if e.damaged {
+                } else if e.retry.is_parked() {
                     FileState::Damaged
                 } else if e.busy {
                     FileState::Draining
-                } else if e.retry_at.is_some() {
+                } else if e.retry.not_before.is_some() {
                     FileState::Retrying
                 } else if e.queued {
                     FileState::Queued
@@ -279,8 +270,8 @@ impl Server {
                     bytes_pending: e.bytes_pending,
                     rate_bps: frate,
                     eta_s: eta(e.bytes_pending, if frate > 0.0 { frate } else { overall }),
-                    attempts: e.attempts,
-                    message: e.error.clone(),
+                    attempts: e.retry.attempts,
+                    message: e.retry.error.clone(),
                 }
             })
             .collect();
@@ -398,33 +389,23 @@ fn worker(inner: &Inner) {
         e.busy_since = None;
         e.busy_time += started.elapsed();
         let mut requeue = std::mem::take(&mut e.dirty);
-        match result {
-            Ok(()) => {
-                e.attempts = 0;
-                e.retry_at = None;
-                e.error = None;
-            }
-            Err(err) if err.retryable() => {
-                e.attempts += 1;
-                let wait = BACKOFF_FIRST
-                    .saturating_mul(1 << e.attempts.min(16).saturating_sub(1))
-                    .min(BACKOFF_MAX);
+        match result.map_err(DrainError::failure) {
+            Ok(()) => e.retry.succeeded(),
+            Err(failure) => {
+                let msg = failure.message().to_owned();
                 // Jitter so that many files do not retry in lockstep.
-                let jitter =
-                    wait.mul_f64(0.25 * (started.elapsed().subsec_nanos() % 1000) as f64 / 1000.0);
-                e.retry_at = Some(Instant::now() + wait + jitter);
-                let msg = err.to_string();
-                tracing::warn!(file = %e.path, attempt = e.attempts, retry_in_s = (wait + jitter).as_secs_f64(), error = %msg, "drain failed; local data kept, will retry");
-                e.error = Some(msg);
-                requeue = true;
-            }
-            Err(err) => {
-                let msg = err.to_string();
-                tracing::error!(file = %e.path, error = %msg, "drain stopped for this file; its local data is kept");
-                e.damaged = true;
-                e.refused = matches!(err, DrainError::Remote(_));
-                e.error = Some(msg);
-                requeue = false;
+                let jitter = (started.elapsed().subsec_nanos() % 1000) as f64 / 1000.0;
+                let mut wait = Duration::ZERO;
+                if e.retry.failed(failure, |n| {
+                    wait = backoff_time(n, jitter);
+                    Instant::now() + wait
+                }) {
+                    tracing::warn!(file = %e.path, attempt = e.retry.attempts, retry_in_s = wait.as_secs_f64(), error = %msg, "drain failed; local data kept, will retry");
+                    requeue = true;
+                } else {
+                    tracing::error!(file = %e.path, error = %msg, "drain stopped for this file; its local data is kept");
+                    requeue = false;
+                }
             }
         }
         if requeue && !e.queued {
@@ -451,7 +432,7 @@ fn next_file(inner: &Inner) -> Option<PathBuf> {
             if e.busy {
                 continue;
             }
-            match e.retry_at {
+            match e.retry.not_before {
                 Some(t) if t > now => soonest = Some(soonest.map_or(t, |x| x.min(t))),
                 _ => {
                     pick = Some(i);
@@ -515,7 +496,7 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
         .backend_for(&inv)
         .map_err(DrainError::Remote)?;
     if backend.readable_by_capture() {
-        crate::drain::delete_drained_leftovers(&inv).map_err(DrainError::Local)?;
+        crate::step::delete_drained_leftovers(&inv).map_err(DrainError::Local)?;
     }
     if pending.is_empty() {
         return Ok(());

@@ -9,8 +9,10 @@ use paralog_backend::{Backend, ChunkedBackend, EpochShape};
 use paralog_log::reader::SourceReader;
 use paralog_log::LogicalFile;
 
+use super::group::Run;
 use super::plan::{GlobalFile, Group};
-use super::{remote_error, ClusterError, Coordinator, StepError};
+use super::{ClusterError, Coordinator};
+use crate::retry::Failure;
 
 impl Coordinator {
     #[allow(clippy::too_many_arguments)]
@@ -23,31 +25,38 @@ impl Coordinator {
         backend: &dyn Backend,
         chunked: &dyn ChunkedBackend,
         reader: &mut SourceReader,
-    ) -> Result<Result<u64, StepError>, ClusterError> {
+    ) -> Result<Result<u64, Failure>, ClusterError> {
         let me = self.comm.rank();
         let mut mine = 0u64;
-        let stored = (|| -> Result<Vec<u8>, StepError> {
+        let stored = (|| -> Result<Vec<u8>, Failure> {
             if lf.deleted {
                 return Ok(Vec::new());
             }
             let mut sink = None;
             let mut buf = Vec::new();
             let w = self.cfg.buf_bytes as u64;
-            for &(off, n, source, skip, _) in super::windows(g, lf, w, Some(me)).iter().flatten() {
+            for &Run {
+                off,
+                len: n,
+                source,
+                skip,
+                ..
+            } in super::group::windows(g, lf, w, Some(me)).iter().flatten()
+            {
                 crate::failpoint::hit("cluster.mid_write");
                 let s = match &mut sink {
                     Some(s) => s,
-                    None => sink.insert(chunked.chunk_writer().map_err(remote_error)?),
+                    None => sink.insert(chunked.chunk_writer().map_err(Failure::from)?),
                 };
                 buf.resize(n as usize, 0);
                 reader
                     .read(&lf.sources[source], skip, &mut buf)
-                    .map_err(|e| StepError::Park(e.to_string()))?;
-                s.write(off, &buf).map_err(remote_error)?;
+                    .map_err(Failure::damaged)?;
+                s.write(off, &buf).map_err(Failure::from)?;
                 mine += n;
             }
             match sink {
-                Some(s) => s.finish().map_err(remote_error),
+                Some(s) => s.finish().map_err(Failure::from),
                 None => Ok(Vec::new()),
             }
         })();
@@ -62,7 +71,7 @@ impl Coordinator {
             .dog
             .watch(|| self.comm.gather_bytes(&pieces, Some(0)))?;
         let published = if self.leader() {
-            super::shape_version(backend, &f.rel, shape, lf, Some(&all))
+            super::group::shape_version(backend, &f.rel, shape, lf, Some(&all))
         } else {
             Ok(())
         };

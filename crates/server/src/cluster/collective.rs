@@ -10,9 +10,11 @@ use std::path::Path;
 use paralog_log::reader::SourceReader;
 use paralog_log::LogicalFile;
 
+use super::group::Run;
 use super::mpi::Reduce;
 use super::plan::Group;
-use super::{ClusterError, Coordinator, StepError};
+use super::{ClusterError, Coordinator};
+use crate::retry::Failure;
 
 impl Coordinator {
     /// Write this server's winning bytes of `lf` into `path` together with
@@ -25,10 +27,10 @@ impl Coordinator {
         g: &Group,
         lf: &LogicalFile,
         reader: &mut SourceReader,
-    ) -> Result<(u64, Option<StepError>), ClusterError> {
+    ) -> Result<(u64, Option<Failure>), ClusterError> {
         let me = self.comm.rank();
         // This server's blocks, in offset order, in windows.
-        let windows = super::windows(g, lf, self.cfg.buf_bytes as u64, Some(me));
+        let windows = super::group::windows(g, lf, self.cfg.buf_bytes as u64, Some(me));
         let mut rounds = [windows.len() as i64];
         self.dog
             .watch(|| self.comm.allreduce(&mut rounds, Reduce::Max))?;
@@ -37,7 +39,7 @@ impl Coordinator {
             Ok(f) => (Some(f), None),
             Err(e) => (
                 None,
-                Some(StepError::Retry(format!("{}: {e}", path.display()))),
+                Some(Failure::Retry(format!("{}: {e}", path.display()))),
             ),
         };
         // Opening is collective: if it failed anywhere, nobody writes.
@@ -48,7 +50,7 @@ impl Coordinator {
             return Ok((0, Some(e)));
         }
         let file = file.expect("agreed: opened everywhere");
-        let mut failed: Option<StepError> = None;
+        let mut failed: Option<Failure> = None;
         let mut mine = 0u64;
         let mut data = Vec::new();
         let mut blocks = Vec::new();
@@ -57,11 +59,18 @@ impl Coordinator {
             data.clear();
             blocks.clear();
             if failed.is_none() {
-                for &(off, n, source, skip, _) in windows.get(k).into_iter().flatten() {
+                for &Run {
+                    off,
+                    len: n,
+                    source,
+                    skip,
+                    ..
+                } in windows.get(k).into_iter().flatten()
+                {
                     let at = data.len();
                     data.resize(at + n as usize, 0);
                     if let Err(e) = reader.read(&lf.sources[source], skip, &mut data[at..]) {
-                        failed = Some(StepError::Park(e.to_string()));
+                        failed = Some(Failure::damaged(e));
                         break;
                     }
                     blocks.push((off, n));
@@ -76,16 +85,16 @@ impl Coordinator {
                 Ok(()) => mine += data.len() as u64,
                 Err(e) => {
                     if failed.is_none() {
-                        failed = Some(StepError::Retry(format!("{}: {e}", path.display())));
+                        failed = Some(Failure::Retry(format!("{}: {e}", path.display())));
                     }
                 }
             }
         }
         if let Err(e) = self.dog.watch(|| file.sync()) {
-            failed.get_or_insert(StepError::Retry(format!("{}: {e}", path.display())));
+            failed.get_or_insert(Failure::Retry(format!("{}: {e}", path.display())));
         }
         if let Err(e) = self.dog.watch(|| file.close()) {
-            failed.get_or_insert(StepError::Retry(format!("{}: {e}", path.display())));
+            failed.get_or_insert(Failure::Retry(format!("{}: {e}", path.display())));
         }
         Ok((mine, failed))
     }

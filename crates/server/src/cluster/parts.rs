@@ -9,13 +9,11 @@ use paralog_backend::{Backend, EpochShape, PartDone, PartedBackend, PartedVersio
 use paralog_log::reader::SourceReader;
 use paralog_log::LogicalFile;
 
+use super::group::Run;
 use super::mpi::Reduce;
 use super::plan::{GlobalFile, Group};
-use super::{remote_error, ClusterError, Coordinator, StepError};
-
-/// A run of a part's bytes: (file offset, length, source, offset in the
-/// source, node that holds the source).
-type Run = (u64, u64, usize, u64, usize);
+use super::{ClusterError, Coordinator};
+use crate::retry::Failure;
 
 /// Who uploads which part, and from which bytes.
 #[derive(Debug, PartialEq, Eq)]
@@ -31,22 +29,31 @@ pub struct PartPlan {
 /// far, then the lower rank), so that bytes stay where they are; the parts
 /// the epoch does not write are spread over the nodes with fewest parts.
 /// Every server computes the same plan from the same pieces.
-pub fn plan_parts(
-    v: &PartedVersion,
-    nodes: usize,
-    pieces: impl Iterator<Item = (u64, u64, usize, u64, usize)>,
-) -> PartPlan {
+pub fn plan_parts(v: &PartedVersion, nodes: usize, pieces: impl Iterator<Item = Run>) -> PartPlan {
     let n = v.parts() as usize;
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); n];
     let mut held = vec![vec![0u64; nodes]; n];
-    for (mut off, mut len, source, mut skip, node) in pieces {
+    for Run {
+        mut off,
+        mut len,
+        source,
+        mut skip,
+        node,
+    } in pieces
+    {
         // The final size may cut the epoch's last writes.
         len = len.min(v.size.saturating_sub(off));
         while len > 0 {
             let i = (off / v.part) as usize;
             let (_, end) = v.range(i as u64);
             let k = len.min(end - off);
-            runs[i].push((off, k, source, skip, node));
+            runs[i].push(Run {
+                off,
+                len: k,
+                source,
+                skip,
+                node,
+            });
             held[i][node] += k;
             off += k;
             skip += k;
@@ -89,11 +96,11 @@ impl Coordinator {
         f: &GlobalFile,
         shape: &EpochShape,
         parted: &dyn PartedBackend,
-    ) -> Result<Result<Option<PartedVersion>, StepError>, ClusterError> {
+    ) -> Result<Result<Option<PartedVersion>, Failure>, ClusterError> {
         let mut bytes = Vec::new();
-        let started = (|| -> Result<(), StepError> {
+        let started = (|| -> Result<(), Failure> {
             if self.leader() {
-                if let Some(v) = parted.start_parted(&f.rel, shape).map_err(remote_error)? {
+                if let Some(v) = parted.start_parted(&f.rel, shape).map_err(Failure::from)? {
                     bytes = v.encode();
                 }
             }
@@ -127,7 +134,7 @@ impl Coordinator {
         backend: &dyn Backend,
         parted: &dyn PartedBackend,
         reader: &mut SourceReader,
-    ) -> Result<Option<Result<u64, StepError>>, ClusterError> {
+    ) -> Result<Option<Result<u64, Failure>>, ClusterError> {
         let v = match self.start_shared_version(f, shape, parted)? {
             Ok(Some(v)) => v,
             Ok(None) => return Ok(None),
@@ -148,7 +155,7 @@ impl Coordinator {
         v: &PartedVersion,
         parted: &dyn PartedBackend,
         reader: &mut SourceReader,
-    ) -> Result<Result<u64, StepError>, ClusterError> {
+    ) -> Result<Result<u64, Failure>, ClusterError> {
         let me = self.comm.rank();
         let nodes = self.comm.size();
         let plan = plan_parts(
@@ -156,19 +163,19 @@ impl Coordinator {
             nodes,
             lf.pieces().map(|(off, len, piece)| {
                 let src = &lf.sources[piece.source];
-                (
+                Run {
                     off,
                     len,
-                    piece.source,
-                    piece.skip,
-                    g.owner[&(src.epoch.0, src.rank)],
-                )
+                    source: piece.source,
+                    skip: piece.skip,
+                    node: g.owner[&(src.epoch.0, src.rank)],
+                }
             }),
         );
         let mut up = parted.part_uploader(v);
         // A local failure: this server stops reading and uploading, goes on
         // taking part in the gathers, and says so at the agreement.
-        let mut failed: Option<StepError> = None;
+        let mut failed: Option<Failure> = None;
         let mut total = 0u64;
         let mut sent_between = 0u64;
         let w = self.cfg.buf_bytes as u64;
@@ -179,7 +186,7 @@ impl Coordinator {
             crate::failpoint::hit("cluster.mid_write");
             if runs.is_empty() {
                 if owner == me && failed.is_none() {
-                    failed = up.upload_untouched(index).map_err(remote_error).err();
+                    failed = up.upload_untouched(index).map_err(Failure::from).err();
                 }
                 continue;
             }
@@ -188,7 +195,7 @@ impl Coordinator {
             if owner == me && failed.is_none() {
                 match up.base(index) {
                     Ok(b) => part = b,
-                    Err(e) => failed = Some(remote_error(e)),
+                    Err(e) => failed = Some(Failure::from(e)),
                 }
             }
             // The owner reads its own runs in place; the others' come in
@@ -198,18 +205,25 @@ impl Coordinator {
                 let mut end = at;
                 let mut counts = vec![0i64; nodes];
                 let mut window = 0u64;
-                while end < runs.len() && (end == at || window + runs[end].1 <= w) {
+                while end < runs.len() && (end == at || window + runs[end].len <= w) {
                     let r = runs[end];
-                    if r.4 != owner {
-                        counts[r.4] += r.1 as i64;
-                        window += r.1;
+                    if r.node != owner {
+                        counts[r.node] += r.len as i64;
+                        window += r.len;
                     }
                     end += 1;
                 }
                 let win = &runs[at..end];
                 at = end;
                 if owner == me && failed.is_none() {
-                    for &(off, n, source, skip, node) in win {
+                    for &Run {
+                        off,
+                        len: n,
+                        source,
+                        skip,
+                        node,
+                    } in win
+                    {
                         if node != me {
                             continue;
                         }
@@ -217,7 +231,7 @@ impl Coordinator {
                         if let Err(e) =
                             reader.read(&lf.sources[source], skip, &mut part[p..p + n as usize])
                         {
-                            failed = Some(StepError::Park(e.to_string()));
+                            failed = Some(Failure::damaged(e));
                             break;
                         }
                     }
@@ -228,7 +242,14 @@ impl Coordinator {
                 sent_between += window;
                 pack.clear();
                 if owner != me {
-                    for &(_, n, source, skip, node) in win {
+                    for &Run {
+                        len: n,
+                        source,
+                        skip,
+                        node,
+                        ..
+                    } in win
+                    {
                         if node != me {
                             continue;
                         }
@@ -237,7 +258,7 @@ impl Coordinator {
                         if failed.is_none() {
                             if let Err(e) = reader.read(&lf.sources[source], skip, &mut pack[at..])
                             {
-                                failed = Some(StepError::Park(e.to_string()));
+                                failed = Some(Failure::damaged(e));
                             }
                         }
                     }
@@ -252,7 +273,10 @@ impl Coordinator {
                         from.push(d);
                         d += c as usize;
                     }
-                    for &(off, n, _, _, node) in win {
+                    for &Run {
+                        off, len: n, node, ..
+                    } in win
+                    {
                         if node == me {
                             continue;
                         }
@@ -263,9 +287,9 @@ impl Coordinator {
                     }
                 }
             }
-            total += runs.iter().map(|r| r.1).sum::<u64>();
+            total += runs.iter().map(|r| r.len).sum::<u64>();
             if owner == me && failed.is_none() {
-                failed = up.upload(index, part).map_err(remote_error).err();
+                failed = up.upload(index, part).map_err(Failure::from).err();
             }
             // No agreement per part: a part that needs no other server's
             // bytes involves no collective, so the servers assemble and
@@ -274,7 +298,7 @@ impl Coordinator {
         }
         let reported = match failed {
             Some(e) => Err(e),
-            None => up.finish().map_err(remote_error),
+            None => up.finish().map_err(Failure::from),
         };
         let (mine, err) = match reported {
             Ok(parts) => (PartDone::encode_all(&parts), None),
@@ -284,13 +308,13 @@ impl Coordinator {
             return Ok(Err(e));
         }
         let (all, _) = self.dog.watch(|| self.comm.gather_bytes(&mine, Some(0)))?;
-        let done = (|| -> Result<(), StepError> {
+        let done = (|| -> Result<(), Failure> {
             if !self.leader() {
                 return Ok(());
             }
             let parts =
                 PartDone::decode_all(&all).expect("part reports, encoded by the same program");
-            parted.complete_parted(v, parts).map_err(remote_error)
+            parted.complete_parted(v, parts).map_err(Failure::from)
         })();
         if let Some(e) = self.agree(done.err())? {
             return Ok(Err(e));
@@ -310,6 +334,16 @@ impl Coordinator {
 mod tests {
     use super::*;
 
+    fn run(off: u64, len: u64, source: usize, skip: u64, node: usize) -> Run {
+        Run {
+            off,
+            len,
+            source,
+            skip,
+            node,
+        }
+    }
+
     fn version(size: u64, part: u64) -> PartedVersion {
         PartedVersion {
             rel: b"f".to_vec(),
@@ -328,15 +362,15 @@ mod tests {
         // node 0 most of part 1; nobody writes part 3.
         let v = version(40, 10);
         let pieces = vec![
-            (0, 4, 0, 0, 0),
-            (4, 8, 1, 0, 1),   // 4..10 of part 0, 10..12 of part 1
-            (12, 8, 2, 0, 0),  // 12..20
-            (20, 10, 3, 0, 1), // part 2
+            run(0, 4, 0, 0, 0),
+            run(4, 8, 1, 0, 1),   // 4..10 of part 0, 10..12 of part 1
+            run(12, 8, 2, 0, 0),  // 12..20
+            run(20, 10, 3, 0, 1), // part 2
         ];
         let p = plan_parts(&v, 2, pieces.into_iter());
         assert_eq!(p.owner, vec![1, 0, 1, 0]);
-        assert_eq!(p.runs[0], vec![(0, 4, 0, 0, 0), (4, 6, 1, 0, 1)]);
-        assert_eq!(p.runs[1], vec![(10, 2, 1, 6, 1), (12, 8, 2, 0, 0)]);
+        assert_eq!(p.runs[0], vec![run(0, 4, 0, 0, 0), run(4, 6, 1, 0, 1)]);
+        assert_eq!(p.runs[1], vec![run(10, 2, 1, 6, 1), run(12, 8, 2, 0, 0)]);
         assert!(p.runs[3].is_empty());
     }
 
@@ -345,11 +379,15 @@ mod tests {
         // Node 0 writes parts 0 and 1 in full; parts 2..6 are untouched:
         // they go to nodes 1 and 2 first.
         let v = version(60, 10);
-        let p = plan_parts(&v, 3, vec![(0, 20, 0, 0, 0)].into_iter());
+        let p = plan_parts(&v, 3, vec![run(0, 20, 0, 0, 0)].into_iter());
         assert_eq!(p.owner, vec![0, 0, 1, 2, 1, 2]);
         // A tie goes to the node with fewer parts so far.
         let v = version(20, 10);
-        let pieces = vec![(0, 10, 0, 0, 0), (10, 5, 1, 0, 0), (15, 5, 2, 0, 1)];
+        let pieces = vec![
+            run(0, 10, 0, 0, 0),
+            run(10, 5, 1, 0, 0),
+            run(15, 5, 2, 0, 1),
+        ];
         let p = plan_parts(&v, 2, pieces.into_iter());
         assert_eq!(p.owner, vec![0, 1]);
     }
@@ -357,8 +395,8 @@ mod tests {
     #[test]
     fn writes_past_the_final_size_are_cut() {
         let v = version(15, 10);
-        let p = plan_parts(&v, 1, vec![(5, 20, 0, 0, 0)].into_iter());
-        assert_eq!(p.runs[0], vec![(5, 5, 0, 0, 0)]);
-        assert_eq!(p.runs[1], vec![(10, 5, 0, 5, 0)]);
+        let p = plan_parts(&v, 1, vec![run(5, 20, 0, 0, 0)].into_iter());
+        assert_eq!(p.runs[0], vec![run(5, 5, 0, 0, 0)]);
+        assert_eq!(p.runs[1], vec![run(10, 5, 0, 5, 0)]);
     }
 }

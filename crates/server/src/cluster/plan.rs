@@ -217,20 +217,11 @@ fn fill(
         .collect();
     let order = committed_prefix(&ids, &committed);
     let last_gen = ids.last().map(|id| id.0);
-    let mut i = 0;
-    while i < order.len() {
-        let gen = order[i].0;
-        let j = if whole_opens {
-            i + order[i..].iter().take_while(|id| id.0 == gen).count()
-        } else {
-            i + 1
-        };
-        let ended = closed.get(&gen).copied().unwrap_or(false) || last_gen > Some(gen);
-        if whole_opens && !flush && !ended {
-            g.waiting = j - i;
-            break;
-        }
-        let ids = &order[i..j];
+    // An open ended once it was closed, or a later open began.
+    let ended = |gen| closed.get(&gen).copied().unwrap_or(false) || last_gen > Some(gen);
+    let (groups, waiting) = crate::step::open_groups(&order, whole_opens, flush, ended);
+    g.waiting = waiting;
+    for ids in groups {
         // A committed epoch must have every rank's manifest somewhere, or it
         // would be applied without that rank's bytes.
         for id in ids {
@@ -294,7 +285,6 @@ fn fill(
             epochs: group_epochs,
             owner,
         });
-        i = j;
     }
     Ok(())
 }

@@ -1,0 +1,172 @@
+//! One group of epochs drained by every server: the merged file and a
+//! check of every byte this server will send, agreed; then the strategy
+//! the remote calls for (posix.rs, chunks.rs, parts.rs, gather.rs); then,
+//! durable everywhere, the progress record and the local deletion.
+
+use std::sync::Arc;
+
+use paralog_backend::{Backend, EpochShape};
+use paralog_log::reader::SourceReader;
+use paralog_log::{FileInventory, LogicalFile};
+
+use super::plan::{GlobalFile, Group};
+use super::{ClusterError, Coordinator};
+use crate::retry::Failure;
+use crate::step;
+
+impl Coordinator {
+    /// Drain one group on every server. `Err` only for a failure of MPI
+    /// itself; the inner result is agreed by all servers.
+    pub(super) fn drain_group(
+        &mut self,
+        f: &GlobalFile,
+        g: &Group,
+        fresh: bool,
+    ) -> Result<Result<u64, Failure>, ClusterError> {
+        let me = self.comm.rank();
+        // The same drain lock as the one-node server and `recover` take: a
+        // one-node `recover` run by hand on this node must not interleave.
+        let mut lock = None;
+        // 1. The merged file, and a check of every byte this node will send.
+        let mut reader = SourceReader::default();
+        let local = (|| -> Result<(LogicalFile, Arc<dyn Backend>), Failure> {
+            if let Some(dir) = self.my_dir(f) {
+                lock = Some(crate::drain::lock_file_dir(&dir).map_err(|e| match e {
+                    crate::drain::DrainError::Busy(_) => Failure::Retry(e.to_string()),
+                    other => Failure::damaged(other),
+                })?);
+            }
+            let lf = g.logical_file().map_err(Failure::damaged)?;
+            for (_, _, piece) in lf.pieces() {
+                let src = &lf.sources[piece.source];
+                if g.owner.get(&(src.epoch.0, src.rank)) == Some(&me) {
+                    reader.verify(src).map_err(Failure::damaged)?;
+                }
+            }
+            let b = self.backend(f).map_err(Failure::from)?;
+            Ok((lf, b))
+        })();
+        let (lf, backend, local_err) = match local {
+            Ok((lf, b)) => (Some(lf), Some(b), None),
+            Err(e) => (None, None, Some(e)),
+        };
+        if let Some(e) = self.agree(local_err)? {
+            return Ok(Err(e));
+        }
+        let lf = lf.expect("agreed: every server built it");
+        let backend = backend.expect("agreed: every server opened it");
+        // This node's log (zero if it holds none of the file): only ever
+        // makes a re-drain publish a duplicate, never skip one.
+        let origin = self
+            .my_dir(f)
+            .map_or([0; 16], |d| paralog_log::reader::origin_of(&d));
+        let last = *g.ids.last().expect("groups are not empty");
+        let shape = step::shape(last, origin, &lf, fresh);
+        let parted = backend.parted().filter(|_| !lf.deleted);
+        let result = if backend.concurrent_writers() {
+            self.drain_shared(f, g, &lf, &shape, backend.as_ref(), &mut reader)?
+        } else if let Some(c) = backend.chunked() {
+            self.drain_chunked(f, g, &lf, &shape, backend.as_ref(), c, &mut reader)?
+        } else if let Some(r) = match parted {
+            Some(p) => self.drain_parted(f, g, &lf, &shape, backend.as_ref(), p, &mut reader)?,
+            None => None,
+        } {
+            r
+        } else {
+            self.drain_gathered(f, g, &lf, &shape, backend.as_ref(), &mut reader)?
+        };
+        let bytes = match result {
+            Ok(b) => b,
+            Err(e) => return Ok(Err(e)),
+        };
+        // 2. Durable everywhere: record it, then free the local records.
+        drop(reader);
+        if let Some(dir) = self.my_dir(f) {
+            let keep = !backend.readable_by_capture();
+            let r = step::write_progress(&dir, last).and_then(|()| {
+                if keep {
+                    return Ok(());
+                }
+                let inv = FileInventory::scan_dir(&dir)?;
+                for &id in &g.ids {
+                    step::delete_epoch(&inv, id)?;
+                }
+                Ok(())
+            });
+            if let Err(e) = r {
+                // The remote has it; another node's record proves it, and
+                // the next round retries this one.
+                tracing::warn!(file = %f.name(), error = %e, "recording progress failed here");
+            }
+        }
+        crate::failpoint::hit("cluster.after_progress");
+        Ok(Ok(bytes))
+    }
+}
+
+/// A run of the merged file's winning bytes and where they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    /// Where in the file.
+    pub off: u64,
+    pub len: u64,
+    /// Index into the merged file's sources.
+    pub source: usize,
+    /// Offset in that source.
+    pub skip: u64,
+    /// The node that holds the source.
+    pub node: usize,
+}
+
+/// The merged file's pieces (of node `only`'s logs, or all), in offset
+/// order, cut into windows of at most `w` bytes.
+pub(super) fn windows(g: &Group, lf: &LogicalFile, w: u64, only: Option<usize>) -> Vec<Vec<Run>> {
+    let mut windows = Vec::new();
+    let mut cur = Vec::new();
+    let mut cur_bytes = 0u64;
+    for (off, len, piece) in lf.pieces() {
+        let src = &lf.sources[piece.source];
+        let owner = g.owner[&(src.epoch.0, src.rank)];
+        if only.is_some_and(|n| n != owner) {
+            continue;
+        }
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(w - cur_bytes);
+            cur.push(Run {
+                off: off + done,
+                len: n,
+                source: piece.source,
+                skip: piece.skip + done,
+                node: owner,
+            });
+            cur_bytes += n;
+            done += n;
+            if cur_bytes == w {
+                windows.push(std::mem::take(&mut cur));
+                cur_bytes = 0;
+            }
+        }
+    }
+    if !cur.is_empty() {
+        windows.push(cur);
+    }
+    windows
+}
+
+/// The leader's steps that give a new version its shape: the deletion,
+/// or the cut, the bytes other servers stored (`placed`, the object
+/// layout), and the size; then made durable.
+pub(super) fn shape_version(
+    backend: &dyn Backend,
+    rel: &[u8],
+    shape: &EpochShape,
+    lf: &LogicalFile,
+    placed: Option<&[u8]>,
+) -> Result<(), Failure> {
+    let mut s = step::begin(backend, rel, shape, lf)?;
+    if let Some(p) = placed.filter(|_| !lf.deleted) {
+        s.place(p)?;
+    }
+    Ok(step::finish(s, lf)?)
+}

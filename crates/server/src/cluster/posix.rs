@@ -1,0 +1,100 @@
+//! A POSIX remote, where several writers may write one file: the leader
+//! gives the file its shape, then every server writes the winning bytes
+//! whose logs it holds (independently, or with collective MPI-IO:
+//! collective.rs), with an agreement after each step.
+
+use paralog_backend::{Backend, EpochShape, RemoteOp};
+use paralog_log::reader::SourceReader;
+use paralog_log::LogicalFile;
+
+use super::group::{windows, Run};
+use super::plan::{GlobalFile, Group};
+use super::{ClusterError, Coordinator, PosixWrites};
+use crate::retry::Failure;
+
+impl Coordinator {
+    /// Several servers write one POSIX file: its shape, then everyone's bytes.
+    pub(super) fn drain_shared(
+        &self,
+        f: &GlobalFile,
+        g: &Group,
+        lf: &LogicalFile,
+        shape: &EpochShape,
+        backend: &dyn Backend,
+        reader: &mut SourceReader,
+    ) -> Result<Result<u64, Failure>, ClusterError> {
+        let me = self.comm.rank();
+        let collective = match backend.local_path(&f.rel) {
+            Some(p) if self.cfg.posix_writes == PosixWrites::Collective && !lf.deleted => Some(p),
+            _ => None,
+        };
+        // The leader gives the file its shape before anyone writes: bytes
+        // past the cut gone, then the epoch's size (every winning byte
+        // lies below it), or the deletion. One step and one fsync; the
+        // writes that follow only fill bytes in. The file (and its
+        // directories) exist before MPI_File_open, which makes neither,
+        // and every collective write lands inside the file: ROMIO's
+        // two-phase write fills a hole past the end with stale buffer
+        // bytes (tests/mpi/README.md), inside the file it reads zeros.
+        let shaped = if self.leader() {
+            super::group::shape_version(backend, &f.rel, shape, lf, None)
+        } else {
+            Ok(())
+        };
+        if let Some(e) = self.agree(shaped.err())? {
+            return Ok(Err(e));
+        }
+        let mut mine = 0u64;
+        let mut writes = (|| -> Result<(), Failure> {
+            if lf.deleted || collective.is_some() {
+                return Ok(());
+            }
+            let mut sink = None;
+            let mut buf: Vec<u8> = Vec::new();
+            let mut copy = true;
+            let w = self.cfg.buf_bytes as u64;
+            for &Run {
+                off,
+                len: n,
+                source,
+                skip,
+                ..
+            } in windows(g, lf, w, Some(me)).iter().flatten()
+            {
+                let src = &lf.sources[source];
+                let s = match &mut sink {
+                    Some(s) => s,
+                    None => sink.insert(backend.begin(&f.rel, shape).map_err(Failure::from)?),
+                };
+                if copy {
+                    let file = reader.verified_file(src).map_err(Failure::damaged)?;
+                    let at = src.extent.log_pos + skip;
+                    copy = s.copy_from(file, at, n, off).map_err(Failure::from)?;
+                }
+                if !copy {
+                    buf.resize(n as usize, 0);
+                    reader.read(src, skip, &mut buf).map_err(Failure::damaged)?;
+                    s.apply(RemoteOp::Write { off, data: &buf })
+                        .map_err(Failure::from)?;
+                }
+                crate::failpoint::hit("cluster.mid_write");
+                mine += n;
+            }
+            if let Some(s) = sink {
+                s.commit().map_err(Failure::from)?;
+            }
+            Ok(())
+        })();
+        if let Some(path) = &collective {
+            let (wrote, failed) = self.write_collective(path, g, lf, reader)?;
+            mine = wrote;
+            if let Some(e) = failed {
+                writes = Err(e);
+            }
+        }
+        if let Some(e) = self.agree(writes.err())? {
+            return Ok(Err(e));
+        }
+        Ok(Ok(self.sum(mine)?))
+    }
+}
