@@ -1,0 +1,74 @@
+//! The capture library runs inside the application: it may read drained
+//! object-layout versions (plain file I/O), but must carry no remote
+//! writer, no UUID generator, no chunk writer, and nothing of S3, an async
+//! runtime or the network. The linker keeps only what the library calls, so
+//! its symbol table says what it really carries.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// `libparalog_capture.so` as cargo built it for this test run.
+fn library() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let deps = exe.parent().expect("target/<profile>/deps");
+    for dir in [deps, deps.parent().expect("target/<profile>")] {
+        let p = dir.join("libparalog_capture.so");
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!("no libparalog_capture.so beside {}", deps.display());
+}
+
+/// Every symbol (demangled), local ones included.
+fn symbols() -> Vec<String> {
+    let lib = library();
+    let out = Command::new("nm")
+        .arg("-C")
+        .arg(&lib)
+        .output()
+        .expect("running nm (package binutils)");
+    assert!(
+        out.status.success(),
+        "nm {}: {}",
+        lib.display(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn capture_links_the_object_reader_only() {
+    let syms = symbols();
+    // The reader is there (the symbol table is not stripped, and this test
+    // would notice if its names changed).
+    assert!(
+        syms.iter()
+            .any(|s| s.contains("paralog_backend::objstore::ObjStore::read_range")),
+        "the object layout's reader is not in the library: did its name change?"
+    );
+    let forbidden = [
+        "uuid::",
+        "ChunkWriter",
+        "ObjSink",
+        "ObjChunks",
+        "ObjStore::publish",
+        "PosixBackend",
+        "paralog_s3",
+        "aws_sdk",
+        "tokio::",
+        "hyper::",
+    ];
+    let found: Vec<&String> = syms
+        .iter()
+        .filter(|s| forbidden.iter().any(|f| s.contains(f)))
+        .take(10)
+        .collect();
+    assert!(
+        found.is_empty(),
+        "the capture library carries remote-writing code: {found:#?}"
+    );
+}
