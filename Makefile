@@ -24,13 +24,13 @@ build: setup
 # out of its dependencies (it is preloaded into non-MPI processes too).
 shims: $(SHIMS)
 
-$(TARGET)/libparalog_mpi_%.so: shim/paralog_mpi.c
+$(TARGET)/libparalog_mpi_%.so: crates/capture/mpi/paralog_mpi.c
 	mpicc.$* -O2 -Wall -Wextra -Werror -shared -fPIC -Wl,--as-needed -o $@ $<
 	@! readelf -d $@ | grep -q 'NEEDED.*libmpi' || { echo "$@ must not depend on libmpi"; rm -f $@; exit 1; }
 
 # The servers' MPI operations (a server job): linked with its MPI, loaded by
 # `paralog server` at run time.
-$(TARGET)/libparalog_coord_%.so: shim/paralog_coord.c
+$(TARGET)/libparalog_coord_%.so: crates/server/mpi/paralog_coord.c
 	mpicc.$* -O2 -Wall -Wextra -Werror -shared -fPIC -o $@ $<
 
 demo: build

@@ -86,8 +86,8 @@ class Tools:
         run([f"mpicc.{mpi}", "-O2", "-Wall", "-Wextra", "-DWITH_HDF5", f"-I/usr/include/hdf5/{mpi}", "-o",
              self.workload_h5, src, f"-L/usr/lib/x86_64-linux-gnu/hdf5/{mpi}", "-lhdf5"])
         self.rev = run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], check=False).stdout.strip()
-        dirty = run(["git", "-C", ROOT, "status", "--porcelain", "--", "crates", "shim"], check=False).stdout.strip()
-        self.rev += "+uncommitted changes in crates/ or shim/" if dirty else ""
+        dirty = run(["git", "-C", ROOT, "status", "--porcelain", "--", "crates"], check=False).stdout.strip()
+        self.rev += "+uncommitted changes in crates/" if dirty else ""
         built = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime((ROOT / "target/release/paralog").stat().st_mtime))
         digest = hashlib.sha256(self.paralog.read_bytes()).hexdigest()[:12]
         self.binary = f"target/release/paralog built {built}, sha256 {digest}"

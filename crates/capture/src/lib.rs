@@ -4,7 +4,7 @@
 //! for writing, hands the program a placeholder descriptor, and records
 //! every write on it in the node-local log (`paralog-log`). Consistency
 //! points commit epochs: `fsync`/last `close` for plain POSIX programs, and
-//! `MPI_File_sync`/`MPI_File_close` through the MPI shim (`shim/`), which
+//! `MPI_File_sync`/`MPI_File_close` through the MPI shim (`mpi/paralog_mpi.c`), which
 //! calls the `paralog_mpi_*` functions. It starts no thread and does no
 //! network I/O. See docs/capture.md.
 

@@ -1,5 +1,5 @@
 //! The servers' MPI: the functions of `libparalog_coord_<flavour>.so`
-//! (shim/paralog_coord.c), loaded at run time with the MPI library the job
+//! (crates/server/mpi/paralog_coord.c), loaded at run time with the MPI library the job
 //! was launched with. Only the coordinator thread calls these.
 
 use std::ffi::{c_char, c_int, c_void, CString};
@@ -97,7 +97,7 @@ impl Comm {
             }
         };
         // SAFETY (all transmutes): the symbols are the C functions of
-        // shim/paralog_coord.c, whose signatures the types above copy.
+        // crates/server/mpi/paralog_coord.c, whose signatures the types above copy.
         unsafe {
             let init: InitFn = std::mem::transmute(sym("pl_init")?);
             let mut comm = Comm {
