@@ -1,18 +1,11 @@
-//! `paralog recover`: after a crash of the program, the server or the node,
-//! drain every globally committed epoch not yet recorded as drained, in
-//! order, with the server's own drain; then report. Running it twice changes
-//! nothing the second time. Uncommitted epochs are reported, and removed
-//! only with --gc.
+//! `paralog recover`: parses, calls the server crate's recovery (one node:
+//! `paralog_server::recover`; across nodes: the server job with everything
+//! to finish now), prints its report.
 
 use std::process::ExitCode;
 
 use anyhow::Context;
-use paralog_log::gc::collect_garbage;
-use paralog_log::reader::fmt_ids;
-use paralog_log::{FileInventory, Inventory};
-use paralog_server::drain::{drain_file, lock_file_dir, DrainCtx};
-use paralog_server::pool::BufferPool;
-use serde_json::json;
+use paralog_server::recover::{recover_node, FileRecovery};
 
 use crate::remote::Remote;
 
@@ -56,175 +49,53 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         })?;
         return Ok(crate::cluster::report(&totals, rank, &root, "recover"));
     }
-    let inv = Inventory::scan(&root).with_context(|| format!("scanning {}", root.display()))?;
-    let pool = BufferPool::new(64 << 20, 8 << 20);
-    let mut rows = Vec::new();
-    let mut failed = 0;
-    for job in inv
-        .jobs
-        .iter()
-        .filter(|j| args.job.as_ref().is_none_or(|n| *n == j.name))
-    {
-        for file in &job.files {
-            let row = recover_file(&remote, &pool, file, args.gc);
-            if row["error"].is_string() {
-                failed += 1;
-            }
-            if !args.json {
-                print_row(&job.name, &row);
-            }
-            rows.push(row);
-        }
-    }
-    // What crashed drains left on the remote that nothing refers to.
-    let mut collected = 0;
-    if let (true, Remote::Url(url, backend)) = (args.gc, &remote) {
-        match backend.collect_garbage() {
-            Ok(n) => collected = n,
-            Err(e) => {
-                eprintln!("paralog: collecting garbage on {url}: {e}");
-                failed += 1;
-            }
-        }
-        if collected > 0 && !args.json {
-            println!("removed {collected} unreferenced item(s) from {url}");
-        }
-    }
+    let report = recover_node(&root, args.job.as_deref(), &remote, args.gc)
+        .with_context(|| format!("scanning {}", root.display()))?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &json!({ "files": rows, "failed": failed, "collected": collected })
-            )?
-        );
-    } else if rows.is_empty() {
-        println!("nothing to recover in {}", root.display());
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        for row in &report.files {
+            print_row(row);
+        }
+        if let Some(e) = &report.collect_error {
+            eprintln!("paralog: {e}");
+        }
+        if report.collected > 0 {
+            if let Remote::Url(url, _) = &remote {
+                println!(
+                    "removed {} unreferenced item(s) from {url}",
+                    report.collected
+                );
+            }
+        }
+        if report.files.is_empty() {
+            println!("nothing to recover in {}", root.display());
+        }
     }
-    Ok(if failed == 0 {
+    Ok(if report.failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
 }
 
-fn recover_file(
-    remote: &Remote,
-    pool: &BufferPool,
-    file: &FileInventory,
-    gc: bool,
-) -> serde_json::Value {
-    let name = file.display_name();
-    // The drain lock first, then a fresh look: a server may have drained
-    // some of it since the inventory was taken.
-    let _lock = match lock_file_dir(&file.dir) {
-        Ok(l) => l,
-        Err(e) => return json!({ "path": name, "error": e.to_string() }),
-    };
-    let fresh = match FileInventory::scan_dir(&file.dir) {
-        Ok(f) => f,
-        Err(e) => return json!({ "path": name, "error": e.to_string() }),
-    };
-    let file = &fresh;
-    let backend = match remote.backend_for(file) {
-        Ok(b) => b,
-        Err(e) => return json!({ "path": name, "error": e.to_string() }),
-    };
-    let rel_for_abort = file
-        .record
-        .as_ref()
-        .map(|r| r.rel.clone())
-        .unwrap_or_default();
-    // What a crashed drain left half-done remotely (S3 multipart uploads).
-    let aborted = match backend.abort_stale(&rel_for_abort) {
-        Ok(n) => n,
-        Err(e) => return json!({ "path": name, "error": e.to_string() }),
-    };
-    let ctx = DrainCtx {
-        backend: backend.as_ref(),
-        pool,
-        limit: None,
-        // After a crash nothing is held back: the open will not go on.
-        flush: true,
-        deleter: None,
-        // The job is over: nothing will read the drained records again.
-        keep_drained: false,
-    };
-    let mut drained = Vec::new();
-    let mut bytes = 0;
-    let result = drain_file(&ctx, file, &mut |d| {
-        drained.push(d.id);
-        bytes += d.bytes;
-    });
-    let rel = file
-        .record
-        .as_ref()
-        .map(|r| r.rel.clone())
-        .unwrap_or_default();
-    let mut row = json!({
-        "path": name,
-        "remote": backend.describe(&rel),
-        "drained": fmt_ids(&drained),
-        "drained_epochs": drained.len(),
-        "aborted_uploads": aborted,
-        "bytes": bytes,
-    });
-    if let Err(e) = result {
-        row["error"] = json!(e.to_string());
-        return row;
-    }
-    // What is left: epochs that are not committed (and never will be).
-    let after = match FileInventory::scan_path(
-        file.dir
-            .parent()
-            .and_then(|p| p.parent())
-            .unwrap_or(&file.dir),
-        file.dir
-            .parent()
-            .and_then(|p| p.file_name())
-            .and_then(|n| n.to_str())
-            .unwrap_or(""),
-        &rel,
-    ) {
-        Ok(Some(f)) => f,
-        Ok(None) => return row,
-        Err(e) => {
-            row["error"] = json!(e.to_string());
-            return row;
-        }
-    };
-    let left: Vec<_> = after.epoch_ids();
-    row["uncommitted"] = json!(fmt_ids(&left));
-    if gc && !left.is_empty() {
-        match collect_garbage(&after, false) {
-            Ok(r) => row["removed"] = json!(r.removed.len()),
-            Err(e) => row["error"] = json!(e.to_string()),
-        }
-    }
-    row
-}
-
-fn print_row(job: &str, row: &serde_json::Value) {
-    let path = row["path"].as_str().unwrap_or("?");
-    if let Some(e) = row["error"].as_str() {
+fn print_row(row: &FileRecovery) {
+    let (job, path) = (&row.job, &row.path);
+    if let Some(e) = &row.error {
         println!("job {job}: {path}: FAILED: {e}");
         println!("  local data is kept; fix the cause and run `paralog recover` again");
         return;
     }
-    let n = row["drained_epochs"].as_u64().unwrap_or(0);
-    if n == 0 {
-        println!(
-            "job {job}: {path}: nothing to drain (remote {} is up to date)",
-            row["remote"].as_str().unwrap_or("?")
-        );
+    let remote = row.remote.as_deref().unwrap_or("?");
+    if row.drained_epochs == 0 {
+        println!("job {job}: {path}: nothing to drain (remote {remote} is up to date)");
     } else {
         println!(
-            "job {job}: {path}: drained {n} epoch(s) ({}), {} bytes, to {}",
-            row["drained"].as_str().unwrap_or(""),
-            row["bytes"],
-            row["remote"].as_str().unwrap_or("?")
+            "job {job}: {path}: drained {} epoch(s) ({}), {} bytes, to {remote}",
+            row.drained_epochs, row.drained, row.bytes
         );
     }
-    match (row["uncommitted"].as_str(), row["removed"].as_u64()) {
+    match (row.uncommitted.as_deref(), row.removed) {
         (Some("none") | None, _) => {}
         (Some(ids), Some(k)) => println!("  epochs never committed: {ids}; removed {k} record(s)"),
         (Some(ids), None) => println!("  epochs never committed: {ids} (kept; --gc removes them)"),

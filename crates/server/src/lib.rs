@@ -9,6 +9,7 @@ pub mod failpoint;
 pub mod limit;
 pub mod pool;
 pub mod priority;
+pub mod recover;
 pub mod remote;
 pub mod retry;
 pub mod service;
