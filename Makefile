@@ -58,16 +58,16 @@ test-capture: build
 test-server: build
 	/usr/bin/python3 tests/server/e2e.py
 	/usr/bin/python3 tests/server/crash.py
-	/usr/bin/python3 tests/correctness/mpi_order.py
-	/usr/bin/python3 tests/correctness/posix_processes.py
-	/usr/bin/python3 tests/correctness/mpi_flavour.py
-	/usr/bin/python3 tests/correctness/run_summary.py
-	/usr/bin/python3 tests/correctness/hdf5_examples.py
-	/usr/bin/python3 tests/correctness/posix_programs.py
-	/usr/bin/python3 tests/correctness/posix_programs.py --remote prefix
-	/usr/bin/python3 tests/correctness/library_suites.py
-	/usr/bin/python3 tests/correctness/doctor.py
-	/usr/bin/python3 tests/correctness/bad_commands.py
+	/usr/bin/python3 -m tests.correctness.mpi_order
+	/usr/bin/python3 -m tests.correctness.posix_processes
+	/usr/bin/python3 -m tests.correctness.mpi_flavour
+	/usr/bin/python3 -m tests.correctness.run_summary
+	/usr/bin/python3 -m tests.correctness.hdf5_examples
+	/usr/bin/python3 -m tests.correctness.posix_programs
+	/usr/bin/python3 -m tests.correctness.posix_programs --remote prefix
+	/usr/bin/python3 -m tests.correctness.library_suites
+	/usr/bin/python3 -m tests.correctness.doctor
+	/usr/bin/python3 -m tests.correctness.bad_commands
 
 # The long crash run (500 randomized trials, about 10 minutes).
 test-crash-long: build
