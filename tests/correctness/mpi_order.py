@@ -38,7 +38,7 @@ BUILD = TARGET / "correctness"
 def build(prog, flavour):
     libs = ["-lpnetcdf"] if prog.startswith("pnetcdf") else []
     return compile_program(f"mpicc.{flavour}", SRC / f"{prog}.c", BUILD / f"{prog}.{flavour}", "-O2", "-Wall",
-                           "-Werror", *libs)
+                           "-Werror", libs=libs)
 
 
 def run_pair(mode, ranks, prog, args, delay, work):

@@ -107,11 +107,11 @@ def reference(flavour, prog, args, outdir, np):
     run_direct(flavour, DEFAULT_IO[flavour], prog, outdir, *args, env=mpi_env(), np=np, timeout=300)
 
 
-def compile_program(cc, src, exe, *flags, cwd=None, always=False):
-    """Compile src into exe with `cc` unless exe is newer (always: in any
-    case); exe."""
+def compile_program(cc, src, exe, *flags, libs=(), cwd=None, always=False):
+    """Compile src into exe with `cc` (`cc FLAGS -o EXE SRC LIBS`) unless exe
+    is newer (always: in any case); exe."""
     exe, src = Path(exe), Path(src)
     exe.parent.mkdir(parents=True, exist_ok=True)
     if always or not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
-        run([cc, *flags, "-o", exe, src], cwd=cwd, timeout=600)
+        run([cc, *flags, "-o", exe, src, *libs], cwd=cwd, timeout=600)
     return exe
