@@ -18,4 +18,7 @@ the suites run with /usr/bin/python3):
             own, a server job on simulated nodes (SimCluster)
   minio     a MinIO on a free loopback port, and awscli against it
 
+and one test program shared by several suites, run by path:
+  posix_writer.py  a deterministic one-process POSIX writer with its
+            expected bytes at every epoch
 """

@@ -14,6 +14,6 @@ MPI_SRC = ROOT / "tests/mpi"
 RUN_DIRECT = MPI_SRC / "run_direct.sh"
 MPI_TESTS = TARGET / "mpi-tests"  # what tests/mpi/Makefile builds
 
-POSIX_WRITER = ROOT / "tests/server/posix_writer.py"
+POSIX_WRITER = ROOT / "tests/lib/posix_writer.py"
 MINIO = TARGET / "go/bin/minio"  # scripts/setup.sh --test
 PYLIB = TARGET / "pylib"  # awscli, by scripts/setup.sh --test
