@@ -47,48 +47,48 @@ test-rust:
 # Real MPI programs under capture with MPICH, Open MPI/OMPIO and Open MPI/ROMIO,
 # compared byte for byte with direct MPI-IO at every epoch.
 test-capture: build
-	/usr/bin/python3 tests/capture/run.py
-	/usr/bin/python3 tests/capture/bad_input.py
-	/usr/bin/python3 tests/capture/invariants.py
+	/usr/bin/python3 -m tests.capture.run
+	/usr/bin/python3 -m tests.capture.bad_input
+	/usr/bin/python3 -m tests.capture.invariants
 
 # The node server: real programs under `paralog run` (all MPI modes, drained
 # to the prefix and to a separate remote), read-back while draining, start-up
 # scan, damaged epochs, a failing remote (tmpfs full / read-only), recover;
 # and programs as they really write files (stdio, streams, rename, shells).
 test-server: build
-	/usr/bin/python3 tests/server/e2e.py
-	/usr/bin/python3 tests/server/crash.py
-	/usr/bin/python3 tests/correctness/mpi_order.py
-	/usr/bin/python3 tests/correctness/posix_processes.py
-	/usr/bin/python3 tests/correctness/mpi_flavour.py
-	/usr/bin/python3 tests/correctness/run_summary.py
-	/usr/bin/python3 tests/correctness/hdf5_examples.py
-	/usr/bin/python3 tests/correctness/posix_programs.py
-	/usr/bin/python3 tests/correctness/posix_programs.py --remote prefix
-	/usr/bin/python3 tests/correctness/library_suites.py
-	/usr/bin/python3 tests/correctness/doctor.py
-	/usr/bin/python3 tests/correctness/bad_commands.py
+	/usr/bin/python3 -m tests.server.e2e
+	/usr/bin/python3 -m tests.server.crash
+	/usr/bin/python3 -m tests.correctness.mpi_order
+	/usr/bin/python3 -m tests.correctness.posix_processes
+	/usr/bin/python3 -m tests.correctness.mpi_flavour
+	/usr/bin/python3 -m tests.correctness.run_summary
+	/usr/bin/python3 -m tests.correctness.hdf5_examples
+	/usr/bin/python3 -m tests.correctness.posix_programs
+	/usr/bin/python3 -m tests.correctness.posix_programs --remote prefix
+	/usr/bin/python3 -m tests.correctness.library_suites
+	/usr/bin/python3 -m tests.correctness.doctor
+	/usr/bin/python3 -m tests.correctness.bad_commands
 
 # The long crash run (500 randomized trials, about 10 minutes).
 test-crash-long: build
-	/usr/bin/python3 tests/server/crash.py --trials 500
+	/usr/bin/python3 -m tests.server.crash --trials 500
 
 # Object remotes: S3 against a real MinIO started on loopback, and the
 # versioned object layout.
 test-remote: build setup-test
-	/usr/bin/python3 tests/remote/s3.py
-	/usr/bin/python3 tests/remote/objstore.py
+	/usr/bin/python3 -m tests.remote.s3
+	/usr/bin/python3 -m tests.remote.objstore
 
 # A real Slurm started by the test on this machine (one node): the shipped
 # examples/slurm/job.sh submitted with sbatch, MPICH and Open MPI, scancel.
 test-slurm: build setup-test
-	/usr/bin/python3 tests/slurm/run.py
+	/usr/bin/python3 -m tests.slurm.run
 
 # Many nodes on one machine: simulated nodes under a server job (MPICH and
 # Open MPI), every remote, server and application failures.
 test-cluster: build setup-test
-	/usr/bin/python3 tests/cluster/run.py
-	/usr/bin/python3 tests/cluster/netns.py
+	/usr/bin/python3 -m tests.cluster.run
+	/usr/bin/python3 -m tests.cluster.netns
 
 lint:
 	$(CARGO) fmt --all -- --check

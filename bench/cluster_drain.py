@@ -65,7 +65,6 @@ Needs root for --netns. Space: about (len(nodes) + 3) x MIB.
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import re
@@ -84,10 +83,9 @@ AS_NODE = ROOT / "tests/cluster/as_node.sh"
 
 
 def load_netns():
-    spec = importlib.util.spec_from_file_location("cluster_netns", ROOT / "tests/cluster/netns.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    sys.path.insert(0, str(ROOT))
+    from tests.cluster import netns
+    return netns
 
 
 def base_env(extra=None):

@@ -87,8 +87,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from benchlib import JOB, Tools, request, sh  # noqa: E402
-sys.path.insert(0, str(ROOT / "tests/remote"))
-from common import MinIO, PY, PYLIB  # noqa: E402  (MinIO on loopback, awscli env)
+sys.path.insert(0, str(ROOT))
+from tests.lib.minio import MinIO  # noqa: E402  (MinIO on loopback, awscli env)
+from tests.lib.paths import PY, PYLIB  # noqa: E402
 
 BUCKET = "bench"
 

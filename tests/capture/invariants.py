@@ -13,33 +13,19 @@
    syscall on the captured descriptor) makes the next consistency point fail
    with EIO and one stderr line, and its bytes never enter a committed epoch.
 
-Prints one line per case and "N passed, N failed".
+Usage: python3 -m tests.capture.invariants
+Prints one line per case and "invariants: N passed, N failed".
 """
 
 import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = ROOT / "target/release/paralog"
-RUN_DIRECT = ROOT / "tests/mpi/run_direct.sh"
-MODES = {"mpich": ("mpich", "romio"), "ompio": ("openmpi", "ompio"), "romio321": ("openmpi", "romio321")}
-
-
-def capture_env(flavour, prefix, local):
-    out = subprocess.run(
-        [BIN, "env", "--mpi", flavour, "--prefix", prefix, "--local", local, "--job", "inv"],
-        text=True, capture_output=True, check=True,
-    ).stdout
-    env = dict(os.environ, PARALOG_VERBOSE="1")
-    for line in out.splitlines():
-        k, _, v = line.removeprefix("export ").partition("=")
-        env[k] = v.strip("'")
-    return env
+from tests.lib.check import Suite, check
+from tests.lib.mpi import MODES, run_direct
+from tests.lib.paralog import capture_env, clean_env
+from tests.lib.paths import BIN, CAPTURE_LIB, PY
+from tests.lib.proc import run
 
 
 def view_reads(stderr, name):
@@ -50,33 +36,27 @@ def case_hints(mode, work):
     flavour, io = MODES[mode]
     prefix = work / "pfs"
     prefix.mkdir()
-    env = capture_env(flavour, prefix, work / "local")
-    r = subprocess.run([RUN_DIRECT, flavour, io, "noncontig_holes", prefix], env=env, text=True, capture_output=True)
-    if r.returncode != 0:
-        return f"noncontig_holes failed under capture: {r.stderr[-500:]}"
+    env = capture_env(prefix, work / "local", flavour, "inv", base=dict(os.environ, PARALOG_VERBOSE="1"))
+    r = run_direct(flavour, io, "noncontig_holes", prefix, env=env, check=False)
+    check(r.returncode == 0, f"noncontig_holes failed under capture: {r.stderr[-500:]}")
     hints = re.findall(r"noncontig_holes\.dat: hints in force: (.*)", r.stderr)
-    if len(hints) != 4:
-        return f"expected the hints from 4 ranks, got {hints}"
+    check(len(hints) == 4, f"expected the hints from 4 ranks, got {hints}")
     for h in hints:
         if io == "ompio":
-            if "OMPI_MCA_fcoll=individual" not in h:
-                return f"OMPIO without fcoll=individual: {h}"
-        elif "romio_cb_write=disable romio_ds_write=disable" not in h:
-            return f"ROMIO hints not in force: {h}"
+            check("OMPI_MCA_fcoll=individual" in h, f"OMPIO without fcoll=individual: {h}")
+        else:
+            check("romio_cb_write=disable romio_ds_write=disable" in h, f"ROMIO hints not in force: {h}")
     reads = view_reads(r.stderr, "noncontig_holes.dat")
-    if len(reads) != 4 or any(reads):
-        return f"ranks read back bytes they did not write (read-modify-write): {reads}"
+    check(len(reads) == 4 and not any(reads), f"ranks read back bytes they did not write (read-modify-write): {reads}")
     # Control: reading a file back after reopening it is counted.
     other = work / "other"
     other.mkdir()
     plain = work / "input.bin"
     plain.write_bytes(b"x" * 4096)
-    r = subprocess.run([RUN_DIRECT, flavour, io, "outside_prefix", prefix, other, plain], env=env, text=True, capture_output=True)
-    if r.returncode != 0:
-        return f"outside_prefix failed under capture: {r.stderr[-500:]}"
-    if not any(view_reads(r.stderr, "inside.dat")):
-        return "the control (a read-back after reopen) counted no reads: the counter does not work"
-    return None
+    r = run_direct(flavour, io, "outside_prefix", prefix, other, plain, env=env, check=False)
+    check(r.returncode == 0, f"outside_prefix failed under capture: {r.stderr[-500:]}")
+    check(any(view_reads(r.stderr, "inside.dat")),
+          "the control (a read-back after reopen) counted no reads: the counter does not work")
 
 
 def case_sentinel(work):
@@ -102,46 +82,25 @@ try:
 except OSError as e:
     print("close errno", e.errno)
 """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALOG_")}
-    env.update(
-        LD_PRELOAD=str(ROOT / "target/release/libparalog_capture.so"),
-        PARALOG_PREFIX=str(prefix), PARALOG_LOCAL=str(local), PARALOG_JOB="inv",
-    )
-    r = subprocess.run(["/usr/bin/python3", "-c", code], env=env, text=True, capture_output=True, timeout=60)
-    if "raw 6" not in r.stdout:
-        return f"the raw write did not happen: {r.stdout}{r.stderr}"
-    if "fsync errno 5" not in r.stdout or "close errno 5" not in r.stdout:
-        return f"the consistency points after the bypass did not fail with EIO: {r.stdout}"
-    if "6 bytes reached" not in r.stderr or "without passing through capture" not in r.stderr:
-        return f"no stderr line about the bypass: {r.stderr}"
+    env = clean_env({"LD_PRELOAD": str(CAPTURE_LIB), "PARALOG_PREFIX": str(prefix), "PARALOG_LOCAL": str(local),
+                     "PARALOG_JOB": "inv"}, drop=("PARALOG_",))
+    r = run([PY, "-c", code], env=env, check=False, timeout=60)
+    check("raw 6" in r.stdout, f"the raw write did not happen: {r.stdout}{r.stderr}")
+    check("fsync errno 5" in r.stdout and "close errno 5" in r.stdout,
+          f"the consistency points after the bypass did not fail with EIO: {r.stdout}")
+    check("6 bytes reached" in r.stderr and "without passing through capture" in r.stderr,
+          f"no stderr line about the bypass: {r.stderr}")
     out = work / "got"
-    m = subprocess.run([BIN, "materialize", "--local", local, target, out], text=True, capture_output=True)
-    if m.returncode != 0:
-        return f"materialize failed: {m.stderr}"
-    if out.read_bytes() != b"committed":
-        return f"the committed file must be the epoch before the bypass, got {out.read_bytes()!r}"
-    return None
+    m = run([BIN, "materialize", "--local", local, target, out], check=False)
+    check(m.returncode == 0, f"materialize failed: {m.stderr}")
+    check(out.read_bytes() == b"committed",
+          f"the committed file must be the epoch before the bypass, got {out.read_bytes()!r}")
 
 
 def main():
     cases = [(f"read-avoiding settings in force, {m}", (lambda m=m: lambda w: case_hints(m, w))()) for m in MODES]
     cases.append(("sentinel catches a write that bypassed capture", case_sentinel))
-    passed = failed = 0
-    for name, fn in cases:
-        work = Path(tempfile.mkdtemp(prefix="paralog-inv-"))
-        try:
-            problem = fn(work)
-        except Exception as e:
-            problem = f"test error: {e}"
-        if problem:
-            failed += 1
-            print(f"FAIL {name}: {problem}  [kept in {work}]", flush=True)
-        else:
-            passed += 1
-            print(f"PASS {name}", flush=True)
-            shutil.rmtree(work)
-    print(f"invariants: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return Suite("invariants").run(cases)
 
 
 if __name__ == "__main__":

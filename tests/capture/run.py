@@ -8,79 +8,22 @@ point), run it again under capture (paralog env + LD_PRELOAD), then
 materialize every captured file from the node-local log, at the last epoch
 and at every earlier one, and compare byte for byte with the reference.
 
-Usage: tests/capture/run.py [--only SUBSTRING] [--mode MODE] [--keep]
-Prints one line per case and ends with "N passed, N failed".
+Usage: python3 -m tests.capture.run [--only SUBSTRING] [--mode MODE] [--keep]
+Prints one line per case and ends with "capture: N passed, N failed".
 """
 
 import argparse
-import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = ROOT / "target/release/paralog"
-RUN_DIRECT = ROOT / "tests/mpi/run_direct.sh"
-OUT = ROOT / "target/mpi-tests"
+from tests.lib.check import Suite, check, fail
+from tests.lib.compare import files, same_bytes
+from tests.lib.mpi import MODES, PROGRAMS, build_tests, run_direct
+from tests.lib.paralog import capture_env, inspect
+from tests.lib.paths import BIN
+from tests.lib.proc import run
 
-MODES = {
-    "mpich": ("mpich", "romio"),
-    "ompio": ("openmpi", "ompio"),
-    "romio321": ("openmpi", "romio321"),
-}
-ALL = tuple(MODES)
-OPENMPI = ("ompio", "romio321")
-
-# (case name, program, extra args per mode or for all, modes)
-CASES = [
-    ("header_subarray", "header_subarray", {}, ALL),
-    ("noncontig_holes", "noncontig_holes", {}, ALL),
-    # OMPIO 4.1.4's own MPI_File_preallocate corrupts the direct file
-    # (tests/mpi/README.md); the reference there uses set_size instead.
-    ("size_ops", "size_ops", {"ompio": ["--no-preallocate"]}, ALL),
-    ("fortran use mpi", "f_usempi", {}, ALL),
-    ("fortran use mpi_f08", "f_mpif08", {}, ALL),
-    ("hdf5", "hdf5_writer", {}, ALL),
-    ("pnetcdf", "pnetcdf_writer", {}, OPENMPI),
-    ("h5py", "h5py_writer.py", {}, OPENMPI),
-    ("mpi4py", "mpi4py_writer.py", {}, OPENMPI),
-    ("many files", "many_files", {}, ALL),
-    ("threads", "threads", {}, ALL),
-    ("fork/exec", "forkexec", {}, ALL),
-    # romio321 segfaults in iwrite_all even without paralog.
-    ("nonblocking", "nonblocking", {"romio321": ["--no-iwrite-all"]}, ALL),
-    ("deferred open", "deferred", {}, ALL),
-    ("recreate", "recreate", {}, ALL),
-    ("outside the prefix", "outside_prefix", {}, ALL),
-]
-
-
-def sh(cmd, env=None, check=True, capture=True):
-    r = subprocess.run(cmd, env=env, text=True, capture_output=capture)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {r.returncode}\n{r.stdout}{r.stderr}")
-    return r
-
-
-def capture_env(flavour, prefix, local, job):
-    r = sh([BIN, "env", "--mpi", flavour, "--prefix", prefix, "--local", local, "--job", job])
-    env = dict(os.environ)
-    for line in r.stdout.splitlines():
-        key, _, value = line.removeprefix("export ").partition("=")
-        env[key] = value.strip("'")
-    return env
-
-
-def outputs(direct_dir):
-    """Files of the reference run (not the epoch snapshots), relative."""
-    files = []
-    for p in sorted(direct_dir.rglob("*")):
-        if p.is_file() and ".epoch" not in p.name:
-            files.append(p.relative_to(direct_dir))
-    return files
+NAMES = ("direct", "paralog")
 
 
 def snapshots(direct_dir, rel):
@@ -93,27 +36,14 @@ def snapshots(direct_dir, rel):
 
 
 def committed_epochs(local, path):
-    r = sh([BIN, "inspect", "--local", local, "--json"])
-    for job in json.loads(r.stdout)["jobs"]:
+    for job in inspect(local)["jobs"]:
         for f in job["files"]:
             if f["path"] == str(path):
                 return [f"{e['open']}:{e['epoch']}" for e in f["epochs"] if e["committed"]]
     return []
 
 
-def same(a, b):
-    return a.read_bytes() == b.read_bytes()
-
-
-def first_difference(a, b):
-    x, y = a.read_bytes(), b.read_bytes()
-    for i, (p, q) in enumerate(zip(x, y)):
-        if p != q:
-            return f"first difference at byte {i} (direct {p:#04x}, paralog {q:#04x}); sizes {len(x)} vs {len(y)}"
-    return f"sizes differ: direct {len(x)}, paralog {len(y)}"
-
-
-def outside_prefix_setup(flavour, io, work, direct, prefix, env):
+def outside_prefix_setup(flavour, io, work, prefix, env):
     """outside_prefix reads two inputs: a plain file outside the prefix, and
     a file in the prefix that an earlier captured program wrote (committed,
     not drained): it must read as that program's output. Returns the extra
@@ -125,83 +55,72 @@ def outside_prefix_setup(flavour, io, work, direct, prefix, env):
     plain.write_bytes(os.urandom(300_000))
     pristine = plain.read_bytes()
     earlier = work / "earlier-direct"
-    sh([RUN_DIRECT, flavour, io, "header_subarray", earlier])
-    sh([RUN_DIRECT, flavour, io, "header_subarray", prefix], env=env)
+    run_direct(flavour, io, "header_subarray", earlier)
+    run_direct(flavour, io, "header_subarray", prefix, env=env)
     reference = earlier / "header_subarray.dat"
 
-    def check():
-        if plain.read_bytes() != pristine:
-            return "the input outside the prefix was modified"
+    def check_outside():
+        check(plain.read_bytes() == pristine, "the input outside the prefix was modified")
         for name in ("outside.dat",):
-            if not (other / name).exists():
-                return f"{name} outside the prefix was not written to its real path"
-            if not same(other_direct / name, other / name):
-                return f"{name} outside the prefix differs: {first_difference(other_direct / name, other / name)}"
-        r = sh([BIN, "inspect", "--local", work / "local", "--json"])
-        for job in json.loads(r.stdout)["jobs"]:
+            check((other / name).exists(), f"{name} outside the prefix was not written to its real path")
+            same_bytes(other_direct / name, other / name, f"{name} outside the prefix differs", NAMES)
+        for job in inspect(work / "local")["jobs"]:
             for f in job["files"]:
-                if not f["path"].startswith(str(prefix) + "/"):
-                    return f"a file outside the prefix was logged: {f['path']}"
-        return None
+                check(f["path"].startswith(str(prefix) + "/"), f"a file outside the prefix was logged: {f['path']}")
 
     direct_args = [other_direct, plain, "--snapshot"]
     capture_args = [other, plain]
     # Second run reading the captured earlier file, against the direct copy.
     second = ([other_direct, reference], [other, prefix / "header_subarray.dat", reference])
-    return direct_args, capture_args, second, check
+    return direct_args, capture_args, second, check_outside
 
 
-def run_case(mode, name, prog, extra, work):
+def run_case(mode, prog, extra, work):
     flavour, io = MODES[mode]
     args = extra.get(mode, [])
     direct = work / "direct"
     prefix = work / "pfs"
     local = work / "local"
     prefix.mkdir(parents=True)
-    env = capture_env(flavour, prefix, local, "t")
-    check, second = None, None
+    env = capture_env(prefix, local, flavour, "t")
+    check_outside, second = None, None
     direct_args, capture_args = ["--snapshot", *args], args
     if prog == "outside_prefix":
-        direct_args, capture_args, second, check = outside_prefix_setup(flavour, io, work, direct, prefix, env)
-    sh([RUN_DIRECT, flavour, io, prog, direct, *direct_args])
-    r = sh([RUN_DIRECT, flavour, io, prog, prefix, *capture_args], env=env, check=False)
-    if r.returncode != 0:
-        return f"program failed under capture (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-600:]}"
+        direct_args, capture_args, second, check_outside = outside_prefix_setup(flavour, io, work, prefix, env)
+    run_direct(flavour, io, prog, direct, *direct_args)
+    r = run_direct(flavour, io, prog, prefix, *capture_args, env=env, check=False)
+    check(r.returncode == 0,
+          f"program failed under capture (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-600:]}")
     if second:
         # The program reads the earlier captured file and compares it with
         # the direct copy itself (it aborts on a difference).
-        r = sh([RUN_DIRECT, flavour, io, prog, prefix, *second[1]], env=env, check=False)
-        if r.returncode != 0:
-            return f"reading a captured, undrained file failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-600:]}"
-    if check and (problem := check()):
-        return problem
+        r = run_direct(flavour, io, prog, prefix, *second[1], env=env, check=False)
+        check(r.returncode == 0, f"reading a captured, undrained file failed (exit {r.returncode}): "
+                                 f"{(r.stderr or r.stdout).strip()[-600:]}")
+    if check_outside:
+        check_outside()
     stray = [p for p in prefix.rglob("*") if p.is_file()]
-    if stray:
-        return f"files appeared in the prefix before any drain: {[str(p.relative_to(prefix)) for p in stray[:5]]}"
-    files = [f for f in outputs(direct) if not str(f).startswith("..")]
-    if not files:
-        return "the direct run wrote no file"
+    check(not stray, f"files appeared in the prefix before any drain: {[str(p.relative_to(prefix)) for p in stray[:5]]}")
+    outputs = [f for f in files(direct, snapshots=False) if not f.startswith("..")]
+    check(outputs, "the direct run wrote no file")
     checked_epochs = 0
-    for rel in files:
+    for rel in outputs:
         target = prefix / rel
         got = work / "got"
-        r = sh([BIN, "materialize", "--local", local, target, got], check=False)
-        if r.returncode != 0:
-            return f"{rel}: materialize failed: {r.stderr.strip()}"
-        if not same(direct / rel, got):
-            return f"{rel}: final file differs: {first_difference(direct / rel, got)}"
+        r = run([BIN, "materialize", "--local", local, target, got], check=False)
+        check(r.returncode == 0, f"{rel}: materialize failed: {r.stderr.strip()}")
+        same_bytes(direct / rel, got, f"{rel}: final file differs", NAMES)
         snaps = snapshots(direct, rel)
         epochs = committed_epochs(local, target)
         if len(epochs) < len(snaps):
-            return f"{rel}: {len(snaps)} consistency points in the direct run, {len(epochs)} committed epochs"
+            fail(f"{rel}: {len(snaps)} consistency points in the direct run, {len(epochs)} committed epochs")
         # Epochs before the snapshots (a file written with POSIX before the
         # MPI open, say) have no snapshot: pair the last ones.
         for snap, epoch in zip(snaps, epochs[len(epochs) - len(snaps):]):
-            sh([BIN, "materialize", "--local", local, "--epoch", epoch, target, got])
-            if not same(snap, got):
-                return f"{rel}: epoch {epoch} differs from {snap.name}: {first_difference(snap, got)}"
+            run([BIN, "materialize", "--local", local, "--epoch", epoch, target, got])
+            same_bytes(snap, got, f"{rel}: epoch {epoch} differs from {snap.name}", NAMES)
             checked_epochs += 1
-    return (len(files), checked_epochs)
+    return f"{len(outputs)} file(s), {checked_epochs} epoch(s) equal to direct MPI-IO"
 
 
 def main():
@@ -210,31 +129,14 @@ def main():
     ap.add_argument("--mode", choices=list(MODES), action="append")
     ap.add_argument("--keep", action="store_true", help="keep the work directories")
     a = ap.parse_args()
-    sh(["make", "-s", "-C", ROOT / "tests/mpi", f"OUT={OUT}"], capture=False)
-    passed = failed = 0
-    base = Path(tempfile.mkdtemp(prefix="paralog-capture-"))
+    build_tests()
+    suite = Suite("capture", keep=a.keep)
     for mode in a.mode or list(MODES):
-        for name, prog, extra, modes in CASES:
+        for name, prog, extra, modes in PROGRAMS:
             if mode not in modes or (a.only and a.only not in name):
                 continue
-            work = base / mode / name.replace(" ", "_").replace("/", "_")
-            work.mkdir(parents=True)
-            try:
-                result = run_case(mode, name, prog, extra, work)
-            except Exception as e:  # a failed direct run is a failure too
-                result = str(e)
-            if isinstance(result, tuple):
-                passed += 1
-                print(f"PASS {mode:9} {name}: {result[0]} file(s), {result[1]} epoch(s) equal to direct MPI-IO", flush=True)
-                if not a.keep:
-                    shutil.rmtree(work)
-            else:
-                failed += 1
-                print(f"FAIL {mode:9} {name}: {result}  [kept in {work}]", flush=True)
-    if not a.keep and failed == 0:
-        shutil.rmtree(base)
-    print(f"capture: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+            suite.case(f"{mode:9} {name}", lambda w, m=mode, p=prog, x=extra: run_case(m, p, x, w))
+    return suite.finish()
 
 
 if __name__ == "__main__":

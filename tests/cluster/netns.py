@@ -72,11 +72,10 @@ name (read from /proc while the job runs) and the drained file must equal
 the one direct MPI-IO writes (tests/mpi/run_direct.sh, run outside the
 namespaces) byte for byte. About 10-30 s in all (with --mpich 15-40 s).
 
-Usage: tests/cluster/netns.py [--only SUBSTRING] [--mpich] [--keep]
+Usage: python3 -m tests.cluster.netns [--only SUBSTRING] [--mpich] [--keep]
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import re
@@ -86,17 +85,15 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests/remote"))
-import common  # noqa: E402
-from common import Failed, check, sh  # noqa: E402
+from tests.lib.check import Failed, Suite, check
+from tests.lib.compare import files, same_files
+from tests.lib.minio import MinIO
+from tests.lib.mpi import mpi_env, program, reference
+from tests.lib.paralog import inspect
+from tests.lib.paths import BIN, PY
+from tests.lib.proc import kill_tree, run
+from tests.lib.server import SimCluster
 
-# tests/cluster/run.py's helpers: the direct reference and the comparison.
-_spec = importlib.util.spec_from_file_location("cluster_run", ROOT / "tests/cluster/run.py")
-cluster_run = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cluster_run)
-
-BIN = ROOT / "target/release/paralog"
 PREFIX = "plcl-"
 # What Open MPI says when its launch over the namespaces failed before any
 # process of the job ran.
@@ -290,7 +287,7 @@ exec ip netns exec "$ns" env PARALOG_NODE="$node" /bin/sh -c "$*"
     def env(self, extra=None):
         """The launchers' environment: no PARALOG_NODE of ours (each node's
         comes from the launcher script), UCX on eth0 over TCP only."""
-        env = cluster_run.mpi_env(extra)
+        env = mpi_env(extra)
         env.pop("PARALOG_NODE", None)
         env.update({"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "eth0"})
         return env
@@ -315,20 +312,13 @@ exec ip netns exec "$ns" env PARALOG_NODE="$node" /bin/sh -c "$*"
         return out
 
 
-class NetCluster:
+class NetCluster(SimCluster):
     """A server job and an application on the nodes of a Net."""
 
     def __init__(self, net, work, flavour, remote, ranks_per_node, remote_env=None):
-        self.net, self.flavour, self.remote = net, flavour, remote
-        self.remote_env = remote_env or {}
+        super().__init__(work, flavour, remote, remote_env)
+        self.net = net
         self.rpn = ranks_per_node
-        self.work = Path(work)
-        self.local = f"{self.work}/local/{{node}}"
-        self.prefix = self.work / "prefix"
-        self.prefix.mkdir(parents=True, exist_ok=True)
-        (self.work / "local").mkdir(mode=0o700, exist_ok=True)
-        self.server_log = self.work / "servers.log"
-        self.servers = None
 
     def node_dir(self, k):
         return self.work / "local" / self.net.names[k]
@@ -346,7 +336,7 @@ class NetCluster:
             if attempt == 3 or any(self.socks()):
                 raise Failed(why)
             print(f"  (launch failed, starting the server job again: {why[-300:]})", flush=True)
-            common.kill_tree(self.servers)
+            kill_tree(self.servers)
             self.net.kill_nodes()
             self.servers.wait()
             self.log.close()
@@ -373,24 +363,13 @@ class NetCluster:
             time.sleep(0.1)
         return f"server job not ready in 90 s: {self.tail()}"
 
-    def tail(self, n=1500):
-        try:
-            return self.server_log.read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
-
     def run_app(self, prog, args, timeout=300):
-        r = sh([BIN, "env", "--mpi", self.flavour, "--prefix", self.prefix, "--local", self.local,
-                "--remote", self.remote, "--job", "t"])
-        env = self.net.env()
-        for line in r.stdout.splitlines():
-            k, _, v = line.removeprefix("export ").partition("=")
-            env[k] = v.strip("'")
+        env = self.capture_env(self.net.env())
         np = self.net.nodes * self.rpn
         cmd = self.net.launcher(self.flavour, self.rpn, np, app=True) + [
-            str(cluster_run.program(self.flavour, prog)), str(self.prefix), *args]
+            str(program(self.flavour, prog)), str(self.prefix), *args]
         for attempt in (1, 2, 3):
-            r = sh(cmd, env=env, timeout=timeout, check_rc=False)
+            r = run(cmd, env=env, timeout=timeout, check=False)
             if r.returncode == 0:
                 return r
             said = r.stdout + r.stderr
@@ -415,27 +394,16 @@ class NetCluster:
 
     def wait_said(self, timeout=240):
         """`paralog wait` on node n0; what it said."""
-        r = sh(self.net.exec_in(0) + ["env", "PARALOG_NODE=n0", str(BIN), "wait", "--local", self.local,
-                                      "--job", "t", "--timeout", str(timeout)],
-               env=cluster_run.mpi_env(), check_rc=False, timeout=timeout + 30)
-        return cluster_run.waited(r, self.servers, self.tail)
-
-    def stop(self):
-        if self.servers and self.servers.poll() is None:
-            common.kill_tree(self.servers)
-            try:
-                self.servers.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
-        if self.servers:
-            self.log.close()
+        r = run(self.net.exec_in(0) + ["env", "PARALOG_NODE=n0", str(BIN), "wait", "--local", self.local,
+                                       "--job", "t", "--timeout", str(timeout)],
+                env=mpi_env(), check=False, timeout=timeout + 30)
+        return self.waited(r)
 
     def held(self, k, name):
         """(ranks, data bytes) of file `name` in node k's logs, and the data
         bytes of every file there (`paralog inspect --json`)."""
-        r = sh([BIN, "inspect", "--local", self.node_dir(k), "--json"])
         ranks, mine, every = set(), 0, 0
-        for job in json.loads(r.stdout)["jobs"]:
+        for job in inspect(self.node_dir(k))["jobs"]:
             for f in job["files"]:
                 for e in f["epochs"]:
                     for rk in e["ranks"]:
@@ -448,10 +416,10 @@ class NetCluster:
 
 
 def objstore_case(flavour, nodes, rpn, prog, args):
-    def run(work):
+    def case(work):
         with Net(nodes, work) as net:
             ref = work / "direct"
-            cluster_run.direct(flavour, prog, args, ref, nodes * rpn)
+            reference(flavour, prog, args, ref, nodes * rpn)
             store = work / "objstore"
             store.mkdir()
             url = f"objstore://{store}?dirs=3&keep=2"
@@ -482,70 +450,48 @@ def objstore_case(flavour, nodes, rpn, prog, args):
                                    f"(limit {most:.0f}; the other nodes' logs hold {others})")
             got_dir = work / "got"
             got_dir.mkdir()
-            names = cluster_run.outputs(ref)
+            names = files(ref)
             for n in names:
-                sh([BIN, "get", f"objstore://{store}/{n}", got_dir / n])
-            cluster_run.compare(ref, got_dir, False)
+                run([BIN, "get", f"objstore://{store}/{n}", got_dir / n])
+            same_files(ref, got_dir)
             return (f"{epochs} epoch(s), {drained} bytes equal direct MPI-IO; the other nodes held {others}, "
                     f"the nodes' eth0 received {' '.join(map(str, rx))} bytes")
-    return run
+    return case
 
 
-class HubMinIO(common.MinIO):
+class HubMinIO(MinIO):
     """The tests' MinIO, but in the hub namespace on the bridge's address,
     where every node reaches it over its eth0 (as nodes reach a storage
     service over the network); awscli runs in the hub too."""
 
     def __init__(self, base, net):
-        super().__init__(base)
+        super().__init__(base, port=9000)
         self.net = net
-        self.port = 9000
 
     @property
-    def url(self):
-        return f"http://{self.net.hub_ip}:{self.port}"
+    def host(self):
+        return self.net.hub_ip
 
-    def hub(self, cmd):
+    def wrap(self, cmd):
         return ["ip", "netns", "exec", self.net.hub, *map(str, cmd)]
 
-    def start(self, timeout=60):
-        env = common.clean_env({"MINIO_ROOT_USER": self.user, "MINIO_ROOT_PASSWORD": self.secret,
-                                "MINIO_BROWSER": "off", "MINIO_UPDATE": "off", "HOME": str(self.base)})
-        with open(self.logf, "ab") as log:
-            self.p = subprocess.Popen(self.hub([common.MINIO, "server", self.data, "--quiet",
-                                                "--address", f"{self.net.hub_ip}:{self.port}",
-                                                "--console-address", f"{self.net.hub_ip}:{self.port + 1}"]),
-                                      stdout=log, stderr=log, env=env, start_new_session=True)
+    def console_port(self):
+        return self.port + 1
+
+    def live(self):
         probe = (f"import urllib.request,sys\ntry:\n urllib.request.urlopen('{self.url}/minio/health/live',"
                  f"timeout=2)\nexcept Exception:\n sys.exit(1)\n")
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.p.poll() is not None:
-                raise Failed(f"minio exited {self.p.returncode}: {self.logf.read_text(errors='replace')[-600:]}")
-            if subprocess.run(self.hub([common.PY, "-c", probe])).returncode == 0:
-                return
-            time.sleep(0.2)
-        self.stop()
-        raise Failed("minio did not answer in time")
-
-    def aws(self, *args, check_rc=True, timeout=300):
-        env = self.env()
-        env["PYTHONPATH"] = str(common.PYLIB)
-        r = subprocess.run(self.hub([common.PY, "-m", "awscli", *args]), env=env, text=True,
-                           capture_output=True, timeout=timeout)
-        if check_rc and r.returncode != 0:
-            raise Failed(f"aws {' '.join(map(str, args))[:200]} exited {r.returncode}: {r.stderr.strip()[-600:]}")
-        return r
+        return subprocess.run(self.wrap([PY, "-c", probe])).returncode == 0
 
 
 def s3_parts_case(flavour, nodes, rpn, prog, args):
     """A file of several S3 parts (5 MiB) whose every part holds bytes of
     every node: each part is gathered at its owner over the network, each
     byte once, and uploaded from there to a MinIO in the hub."""
-    def run(work):
+    def case(work):
         with Net(nodes, work) as net:
             ref = work / "direct"
-            cluster_run.direct(flavour, prog, args, ref, nodes * rpn)
+            reference(flavour, prog, args, ref, nodes * rpn)
             minio = HubMinIO(work, net)
             minio.start()
             try:
@@ -564,7 +510,7 @@ def s3_parts_case(flavour, nodes, rpn, prog, args):
                 minio.download_all("parts", "out", got)
             finally:
                 minio.stop()
-            cluster_run.compare(ref, got, False)
+            same_files(ref, got)
             m = re.search(r"(\d+) bytes, (\d+) bytes between nodes, parts uploaded by node ([\d/]+)", said)
             check(m, f"paralog wait did not report a shared upload: {said}")
             drained, between = int(m.group(1)), int(m.group(2))
@@ -579,14 +525,14 @@ def s3_parts_case(flavour, nodes, rpn, prog, args):
                   f"the nodes' eth0 received {rx} bytes; the servers sent each other {between} (limit {most})")
             return (f"{drained} bytes equal direct MPI-IO; parts by node {parts}; {between} bytes between "
                     f"nodes, the nodes' eth0 received {rx}")
-    return run
+    return case
 
 
 def posix_case(flavour, nodes, rpn, prog, args):
-    def run(work):
+    def case(work):
         with Net(nodes, work) as net:
             ref = work / "direct"
-            cluster_run.direct(flavour, prog, args, ref, nodes * rpn)
+            reference(flavour, prog, args, ref, nodes * rpn)
             remote = work / "remote"
             remote.mkdir()
             c = NetCluster(net, work, flavour, str(remote), rpn)
@@ -600,10 +546,10 @@ def posix_case(flavour, nodes, rpn, prog, args):
             after = net.counters()
             check(all(a[0] > b[0] and a[1] > b[1] for a, b in zip(after, before)),
                   f"an eth0 carried nothing: {before} -> {after}")
-            cluster_run.compare(ref, remote, False)
+            same_files(ref, remote)
             moved = [f"{a[0] - b[0]}/{a[1] - b[1]}" for a, b in zip(after, before)]
             return f"{epochs} epoch(s), {drained} bytes equal direct MPI-IO; eth0 rx/tx per node {' '.join(moved)}"
-    return run
+    return case
 
 
 def main():
@@ -616,7 +562,7 @@ def main():
     if os.geteuid() != 0:
         print("netns: needs root (ip netns)", file=sys.stderr)
         return 1
-    suite = common.Suite("cluster-netns", keep=a.keep)
+    suite = Suite("cluster-netns", keep=a.keep)
     cases = [
         ("openmpi objstore 3 nodes x 2 ranks", objstore_case("openmpi", 3, 2, "epochs", ["--epochs=3", "--kib=1024"])),
         ("openmpi posix 2 nodes x 2 ranks", posix_case("openmpi", 2, 2, "epochs", ["--epochs=4", "--kib=512"])),

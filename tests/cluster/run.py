@@ -15,11 +15,10 @@ finishes the drain. Ranks of one node killed in the middle of a
 consistency point: that epoch is not committed anywhere and never reaches
 the remote.
 
-Usage: tests/cluster/run.py [--only SUBSTRING] [--keep] [--quick]
+Usage: python3 -m tests.cluster.run [--only SUBSTRING] [--keep] [--quick]
 """
 
 import argparse
-import os
 import re
 import shutil
 import subprocess
@@ -27,15 +26,15 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests/remote"))
-import common  # noqa: E402
-from common import Failed, check, sh, same_bytes  # noqa: E402
+from tests.lib.check import Failed, Suite, check
+from tests.lib.compare import files, same_bytes, same_files
+from tests.lib.minio import MinIO
+from tests.lib.mpi import DEFAULT_IO, launcher, mpi_env, program, reference
+from tests.lib.paths import BIN, ROOT
+from tests.lib.proc import run
+from tests.lib.server import Server, SimCluster
 
-BIN = ROOT / "target/release/paralog"
 AS_NODE = ROOT / "tests/cluster/as_node.sh"
-RUN_DIRECT = ROOT / "tests/mpi/run_direct.sh"
-PROGS = ROOT / "target/mpi-tests"
 RANKS_PER_NODE = 2
 
 # (label, program, args, output files, hdf5)
@@ -49,46 +48,20 @@ PROGRAMS = [
     ("hdf5", "hdf5_writer", [], True),
 ]
 
-FLAVOURS = {"mpich": "romio", "openmpi": "ompio"}
+FLAVOURS = DEFAULT_IO
 
 
-def launcher(flavour, np, mode=None):
-    if flavour == "mpich":
-        return ["mpirun.mpich", "-n", str(np)]
-    cmd = ["mpirun.openmpi", "-n", str(np), "--oversubscribe"]
-    if mode:
-        cmd += ["--mca", "io", mode]
-    return cmd
-
-
-def mpi_env(extra=None):
-    env = dict(os.environ)
-    env.pop("LD_PRELOAD", None)
-    env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-                "OMPI_MCA_rmaps_base_oversubscribe": "1"})
-    env.update(extra or {})
-    return env
-
-
-class Cluster:
-    """One simulated job: its nodes' local directories, its server job."""
+class Cluster(SimCluster):
+    """One simulated job: its nodes' local directories, its server job (one
+    MPMD job: a server per node, each told its node's name)."""
 
     def __init__(self, work, flavour, nodes, remote, aws_env=None, server_args=()):
-        self.work = Path(work)
-        self.flavour = flavour
+        super().__init__(work, flavour, remote, aws_env)
         self.nodes = nodes
-        self.remote = remote
-        self.aws_env = aws_env or {}
         self.server_args = list(server_args)
-        self.local = f"{self.work}/local/{{node}}"
-        self.prefix = self.work / "prefix"
-        self.prefix.mkdir(parents=True, exist_ok=True)
-        (self.work / "local").mkdir(mode=0o700, exist_ok=True)
-        self.servers = None
-        self.server_log = self.work / "servers.log"
 
     def env(self, extra=None):
-        e = mpi_env(self.aws_env)
+        e = mpi_env(self.remote_env)
         e.update(extra or {})
         return e
 
@@ -120,74 +93,17 @@ class Cluster:
             time.sleep(0.1)
         raise Failed(f"server job not ready in 60 s: {self.tail()}")
 
-    def tail(self, n=1500):
-        try:
-            return self.server_log.read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
-
     def run_app(self, prog, args, outdir, timeout=300, check_rc=True):
-        r = sh([BIN, "env", "--mpi", self.flavour, "--prefix", self.prefix, "--local", self.local,
-                "--remote", self.remote, "--job", "t"])
-        env = self.env({"RANKS_PER_NODE": str(RANKS_PER_NODE)})
-        for line in r.stdout.splitlines():
-            k, _, v = line.removeprefix("export ").partition("=")
-            env[k] = v.strip("'")
+        env = self.capture_env(self.env({"RANKS_PER_NODE": str(RANKS_PER_NODE)}))
         np = self.nodes * RANKS_PER_NODE
         cmd = launcher(self.flavour, np, FLAVOURS[self.flavour]) + [AS_NODE, program(self.flavour, prog), outdir, *args]
-        return sh(cmd, env=env, check_rc=check_rc, timeout=timeout)
+        return run(cmd, env=env, check=check_rc, timeout=timeout)
 
     def wait(self, timeout=180):
         """`paralog wait` on one node; then the server job must end, cleanly."""
-        r = sh([BIN, "wait", "--local", self.local, "--job", "t", "--timeout", str(timeout)],
-               env=self.env({"PARALOG_NODE": "n0"}), check_rc=False, timeout=timeout + 30)
-        return waited(r, self.servers, self.tail)
-
-    def stop(self):
-        if self.servers and self.servers.poll() is None:
-            common.kill_tree(self.servers)
-        if self.servers:
-            self.log.close()
-
-
-def waited(r, servers, tail):
-    """What `paralog wait` (result `r`) said, once it succeeded and the
-    server job then ended cleanly."""
-    check(r.returncode == 0, f"paralog wait exited {r.returncode}: {r.stdout}{r.stderr}\n{tail()}")
-    try:
-        rc = servers.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        raise Failed(f"the server job did not exit after paralog wait: {tail()}")
-    check(rc == 0, f"server job exited {rc}: {tail()}")
-    return r.stdout.strip()
-
-
-def program(flavour, prog):
-    p = PROGS / flavour / prog
-    if not p.exists():
-        raise Failed(f"{p} is missing: run `make build` (tests/mpi)")
-    return p
-
-
-def direct(flavour, prog, args, outdir, np):
-    env = mpi_env({"NP": str(np)})
-    sh(["bash", RUN_DIRECT, flavour, FLAVOURS[flavour], prog, outdir, *args], env=env, timeout=300)
-
-
-def outputs(d):
-    return sorted(str(p.relative_to(d)) for p in Path(d).rglob("*") if p.is_file())
-
-
-def compare(want_dir, got_dir, hdf5):
-    want, got = outputs(want_dir), outputs(got_dir)
-    check(want == got, f"files differ: direct {want}, drained {got}")
-    for rel in want:
-        if hdf5:
-            r = sh(["h5diff", "-r", Path(want_dir) / rel, Path(got_dir) / rel], check_rc=False)
-            check(r.returncode == 0, f"{rel}: h5diff: {r.stdout[-500:]}")
-        else:
-            same_bytes((Path(want_dir) / rel).read_bytes(), Path(got_dir) / rel, rel)
-    return len(want)
+        r = run([BIN, "wait", "--local", self.local, "--job", "t", "--timeout", str(timeout)],
+                env=self.env({"PARALOG_NODE": "n0"}), check=False, timeout=timeout + 30)
+        return self.waited(r)
 
 
 class Remotes:
@@ -222,17 +138,17 @@ class Remotes:
         elif kind == "objstore":
             for n in names:
                 (dest / n).parent.mkdir(parents=True, exist_ok=True)
-                sh([BIN, "get", f"{url.split('?')[0]}/{n}", dest / n])
+                run([BIN, "get", f"{url.split('?')[0]}/{n}", dest / n])
         else:
             bucket = url.removeprefix("s3://").split("/")[0]
             self.minio.download_all(bucket, "out", dest)
 
 
 def drain_case(remotes, kind, flavour, nodes, label, prog, args, hdf5, server_args=()):
-    def run(work):
+    def case(work):
         np = nodes * RANKS_PER_NODE
         ref = work / "direct"
-        direct(flavour, prog, args, ref, np)
+        reference(flavour, prog, args, ref, np)
         url, aws = remotes.make(kind, work)
         c = Cluster(work, flavour, nodes, url, aws, server_args)
         try:
@@ -242,10 +158,10 @@ def drain_case(remotes, kind, flavour, nodes, label, prog, args, hdf5, server_ar
         finally:
             c.stop()
         got = work / "got"
-        remotes.fetch(kind, url, outputs(ref), got)
-        n = compare(ref, got, hdf5)
+        remotes.fetch(kind, url, files(ref), got)
+        n = same_files(ref, got, hdf5)
         return f"{n} file(s) equal direct MPI-IO ({said.removeprefix('paralog wait: ')})"
-    return run
+    return case
 
 
 def s3_parts_case(remotes, flavour, nodes, upload):
@@ -255,11 +171,11 @@ def s3_parts_case(remotes, flavour, nodes, upload):
     is a new version on top of the previous object (read back for the parts
     the epoch only partly writes, copied server-side where it keeps whole
     parts)."""
-    def run(work):
+    def case(work):
         np = nodes * RANKS_PER_NODE
         args = ["--epochs=4", f"--kib={4096 // nodes}"]
         ref = work / "direct"
-        direct(flavour, "epochs", args, ref, np)
+        reference(flavour, "epochs", args, ref, np)
         url, aws = remotes.make("s3", work)
         url += f"?part_size=5M&upload={upload}"
         c = Cluster(work, flavour, nodes, url, aws)
@@ -273,7 +189,7 @@ def s3_parts_case(remotes, flavour, nodes, upload):
         remotes.fetch("s3", url, ["epochs.dat"], got)
         size = (ref / "epochs.dat").stat().st_size
         check(size > 10 << 20, f"epochs.dat is {size} bytes: not several parts")
-        compare(ref, got, False)
+        same_files(ref, got)
         m = re.search(r"(\d+) bytes\)?, .*?(\d+) bytes between nodes, parts uploaded by node ([\d/]+)", said)
         check(m, f"paralog wait did not report the parts: {said}")
         drained, between = int(m.group(1)), int(m.group(2))
@@ -284,7 +200,7 @@ def s3_parts_case(remotes, flavour, nodes, upload):
         # largest share: well under all of them cross.
         check(0 < between < drained, f"{between} bytes between nodes of {drained} drained")
         return f"equal direct MPI-IO; parts by node {parts}, {between} of {drained} bytes between nodes"
-    return run
+    return case
 
 
 def s3_outage_case(remotes, flavour):
@@ -293,11 +209,11 @@ def s3_outage_case(remotes, flavour):
     retry, the leader's abort fails (MinIO is down), and a later attempt
     must first abort what the failed one left, then make the file whole.
     No unfinished upload may remain."""
-    def run(work):
+    def case(work):
         nodes, np = 2, 2 * RANKS_PER_NODE
         args = ["--epochs=2", "--kib=16384"]
         ref = work / "direct"
-        direct(flavour, "epochs", args, ref, np)
+        reference(flavour, "epochs", args, ref, np)
         url, aws = remotes.make("s3", work)
         bucket = url.removeprefix("s3://").split("/")[0]
         c = Cluster(work, flavour, nodes, url + "?part_size=5M", aws)
@@ -316,25 +232,25 @@ def s3_outage_case(remotes, flavour):
             c.stop()
         got = work / "got"
         remotes.fetch("s3", url, ["epochs.dat"], got)
-        compare(ref, got, False)
+        same_files(ref, got)
         left = minio.uploads(bucket, "out/epochs.dat")
         check(not left, f"unfinished uploads remain: {left}")
         log = c.tail(200000)
         retried = log.count("drain failed; local data kept, retrying")
         check(retried > 0, f"the outage never reached the servers (the upload ended first?): {log[-800:]}")
         return f"equal direct MPI-IO after {retried} failed attempt(s); no unfinished upload left"
-    return run
+    return case
 
 
 def server_killed_case(remotes, kind, flavour, parts=False):
     """Node n1's server dies in the middle of writing an epoch's bytes.
     parts: an S3 upload of several parts, shared by the servers; n1 dies
     after uploading its first part."""
-    def run(work):
+    def case(work):
         nodes, np = 2, 2 * RANKS_PER_NODE
         args = ["--epochs=4", "--kib=2048" if parts else "--kib=256"]
         ref = work / "direct"
-        direct(flavour, "epochs", args, ref, np)
+        reference(flavour, "epochs", args, ref, np)
         url, aws = remotes.make(kind, work)
         if parts:
             url += "?part_size=5M"
@@ -356,28 +272,28 @@ def server_killed_case(remotes, kind, flavour, parts=False):
         finally:
             c.stop()
         # Every local log is still there; recover as an MPI job finishes.
-        r = sh(c.node_cmd([BIN, "recover", "--local", c.local, "--remote", url, "--job", "t"]),
-               env=c.env(), check_rc=False, timeout=300)
+        r = run(c.node_cmd([BIN, "recover", "--local", c.local, "--remote", url, "--job", "t"]),
+               env=c.env(), check=False, timeout=300)
         check(r.returncode == 0, f"recover exited {r.returncode}: {r.stdout}{r.stderr}")
         got = work / "got"
-        remotes.fetch(kind, url, outputs(ref), got)
-        compare(ref, got, False)
-        again = sh(c.node_cmd([BIN, "recover", "--local", c.local, "--remote", url, "--job", "t"]),
-                   env=c.env(), check_rc=False, timeout=300)
+        remotes.fetch(kind, url, files(ref), got)
+        same_files(ref, got)
+        again = run(c.node_cmd([BIN, "recover", "--local", c.local, "--remote", url, "--job", "t"]),
+                   env=c.env(), check=False, timeout=300)
         check(again.returncode == 0 and " 0 epoch(s)" in again.stdout,
               f"a second recover changed something: {again.stdout}{again.stderr}")
         return f"server job stopped {stopped:.1f} s after the failpoint; recover made the file equal direct MPI-IO; a second recover drained nothing"
-    return run
+    return case
 
 
 def app_killed_case(remotes, kind, flavour):
     """Rank 2 (node n1) dies inside the consistency point of epoch 3: epochs
     1-2 are committed everywhere; epoch 3 must never reach the remote."""
-    def run(work):
+    def case(work):
         nodes, np = 2, 2 * RANKS_PER_NODE
         args = ["--epochs=5", "--kib=64"]
         ref = work / "direct"
-        direct(flavour, "epochs", args + ["--snapshot"], ref, np)
+        reference(flavour, "epochs", args + ["--snapshot"], ref, np)
         url, aws = remotes.make(kind, work)
         c = Cluster(work, flavour, nodes, url, aws)
         try:
@@ -390,16 +306,16 @@ def app_killed_case(remotes, kind, flavour):
         got = work / "got"
         remotes.fetch(kind, url, ["epochs.dat"], got)
         # Epoch 3 reached its agreement on no rank (rank 2 never joined it).
-        same_bytes((ref / "epochs.dat.epoch2").read_bytes(), got / "epochs.dat", "epochs.dat after the kill")
+        same_bytes(ref / "epochs.dat.epoch2", got / "epochs.dat", "epochs.dat after the kill")
         return f"remote holds exactly epoch 2 ({said.removeprefix('paralog wait: ')})"
-    return run
+    return case
 
 
 def lost_log_case(remotes, kind, flavour):
     """Node n1's node-local directory is wiped after the run, before the
     servers start: the committed epochs lack ranks 2 and 3 everywhere. The
     servers must refuse the file, name the node, and apply nothing."""
-    def run(work):
+    def case(work):
         nodes, np = 2, 2 * RANKS_PER_NODE
         args = ["--epochs=3", "--kib=64"]
         url, aws = remotes.make(kind, work)
@@ -408,8 +324,8 @@ def lost_log_case(remotes, kind, flavour):
         shutil.rmtree(work / "local" / "n1")
         try:
             c.start_servers()
-            r = sh([BIN, "wait", "--local", c.local, "--job", "t", "--timeout", "120"],
-                   env=c.env({"PARALOG_NODE": "n0"}), check_rc=False, timeout=180)
+            r = run([BIN, "wait", "--local", c.local, "--job", "t", "--timeout", "120"],
+                    env=c.env({"PARALOG_NODE": "n0"}), check=False, timeout=180)
             rc = c.servers.wait(timeout=60)
         finally:
             c.stop()
@@ -421,41 +337,32 @@ def lost_log_case(remotes, kind, flavour):
         check(not (Path(url) / "epochs.dat").exists(), "bytes of the file reached the remote")
         check(any((work / "local" / "n0").rglob("*.manifest")), "node n0's records were deleted")
         return "refused, named node n1 and ranks 2, 3; nothing applied; node n0's records kept"
-    return run
+    return case
 
 
 def single_server_wait_case(flavour):
     """`paralog wait` with an ordinary one-node server (no MPI launcher):
     it returns once everything is drained, and the server exits 0."""
-    def run(work):
+    def case(work):
         np = RANKS_PER_NODE
         ref = work / "direct"
-        direct(flavour, "epochs", ["--epochs=4", "--kib=128"], ref, np)
+        reference(flavour, "epochs", ["--epochs=4", "--kib=128"], ref, np)
         remote = work / "remote"
         remote.mkdir()
         c = Cluster(work, flavour, 1, str(remote))
-        log = open(c.server_log, "ab")
-        server = subprocess.Popen([BIN, "server", "--local", str(work / "local" / "n0"), "--remote", str(remote),
-                                   "--job", "t"], stdout=log, stderr=subprocess.STDOUT, env=mpi_env(),
-                                  start_new_session=True)
+        server = Server(work / "local" / "n0", remote, mpi_env(), job="t", log=c.server_log, timeout=30)
         try:
-            deadline = time.time() + 30
-            while not (work / "local" / "n0" / ".paralog-server-t.sock").exists():
-                check(time.time() < deadline and server.poll() is None, f"server not ready: {c.tail()}")
-                time.sleep(0.1)
             c.run_app("epochs", ["--epochs=4", "--kib=128"], c.prefix)
-            r = sh([BIN, "wait", "--local", c.local, "--job", "t", "--timeout", "120"],
-                   env=c.env({"PARALOG_NODE": "n0"}), check_rc=False, timeout=180)
+            r = run([BIN, "wait", "--local", c.local, "--job", "t", "--timeout", "120"],
+                    env=c.env({"PARALOG_NODE": "n0"}), check=False, timeout=180)
             check(r.returncode == 0, f"paralog wait exited {r.returncode}: {r.stdout}{r.stderr}")
-            rc = server.wait(timeout=60)
+            rc = server.p.wait(timeout=60)
             check(rc == 0, f"server exited {rc}: {c.tail()}")
         finally:
-            if server.poll() is None:
-                common.kill_tree(server)
-            log.close()
-        compare(ref, remote, False)
+            server.kill()
+        same_files(ref, remote)
         return f"equal direct MPI-IO; {r.stdout.strip().removeprefix('paralog wait: ')}; the server exited 0"
-    return run
+    return case
 
 
 def main():
@@ -464,8 +371,8 @@ def main():
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--quick", action="store_true", help="2 and 4 nodes, POSIX and S3 only")
     a = ap.parse_args()
-    suite = common.Suite("cluster", keep=a.keep)
-    minio = common.MinIO(suite.base)
+    suite = Suite("cluster", keep=a.keep)
+    minio = MinIO(suite.base)
     try:
         minio.start()
         suite.cleanup.append(minio.stop)

@@ -3,32 +3,32 @@
 contradictory setting (issue 19): one line on stderr naming it, a non-zero
 exit, never a stack trace, and never a server left running.
 
-Usage: tests/correctness/bad_commands.py
+Usage: python3 -m tests.correctness.bad_commands
 Ends with "bad commands: N passed, N failed".
 """
-import subprocess
+import sys
 
-from common import BIN, ENV, run_cases
+from tests.lib.check import Suite, check, fail
+from tests.lib.mpi import mpi_env
+from tests.lib.paths import BIN
+from tests.lib.proc import Timeout, run
+
+ENV = mpi_env()
 
 
-def one_line(args, *named, work=None):
+def one_line(args, *named):
     def case(work):
         cmd = [str(BIN), *[a.format(w=work) for a in args]]
         try:
-            r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            return "still running after 30 s (it should have refused at once)"
+            r = run(cmd, env=ENV, check=False, timeout=30)
+        except Timeout:
+            fail("still running after 30 s (it should have refused at once)")
         lines = [l for l in r.stderr.splitlines() if l.strip()]
-        if r.returncode == 0:
-            return f"exit 0: {r.stderr[-300:]}"
-        if any(w in r.stderr for w in ("panicked", "backtrace", "Traceback")):
-            return f"a stack trace: {r.stderr[-400:]}"
-        if len(lines) != 1:
-            return f"{len(lines)} lines on stderr, expected one: {r.stderr[-400:]}"
+        check(r.returncode != 0, f"exit 0: {r.stderr[-300:]}")
+        check(not any(w in r.stderr for w in ("panicked", "backtrace", "Traceback")), f"a stack trace: {r.stderr[-400:]}")
+        check(len(lines) == 1, f"{len(lines)} lines on stderr, expected one: {r.stderr[-400:]}")
         missing = [n.format(w=work) for n in named if n.format(w=work) not in lines[0]]
-        if missing:
-            return f"the line does not name {missing}: {lines[0]}"
-        return None
+        check(not missing, f"the line does not name {missing}: {lines[0]}")
     return case
 
 
@@ -59,4 +59,4 @@ CASES = [
 ]
 
 if __name__ == "__main__":
-    run_cases("bad commands", [(name, one_line(args, *named)) for name, args, *named in CASES])
+    sys.exit(Suite("bad commands").run([(name, one_line(args, *named)) for name, args, *named in CASES]))

@@ -9,20 +9,25 @@ exits 0; on each broken setup it names the fault in a FAIL line and exits 1.
   wrong mpi       --mpi mpich for a program linked with Open MPI
   typo            PARALOG_LOCL in the environment
 
-Usage: tests/correctness/doctor.py
+Usage: python3 -m tests.correctness.doctor
 Ends with "doctor: N passed, N failed".
 """
 import os
-import subprocess
+import sys
 
-from common import BIN, ENV, run_cases
+from tests.lib.check import Failed, Suite, check
+from tests.lib.mpi import mpi_env
+from tests.lib.paths import BIN
+from tests.lib.proc import run
+
+ENV = mpi_env()
 
 
 def doctor(args, env=None, wrap=None):
     cmd = [str(BIN), "doctor", *map(str, args)]
     if wrap:
         cmd = wrap(cmd)
-    return subprocess.run(cmd, env=env or ENV, capture_output=True, text=True, timeout=120)
+    return run(cmd, env=env or ENV, check=False, timeout=120)
 
 
 def setup(work):
@@ -35,24 +40,18 @@ def setup(work):
 
 def expect_fail(r, *words):
     out = r.stdout + r.stderr
-    if r.returncode != 1:
-        return f"exit {r.returncode}, expected 1: {out[-600:]}"
+    check(r.returncode == 1, f"exit {r.returncode}, expected 1: {out[-600:]}")
     fails = [l for l in out.splitlines() if l.startswith("FAIL")]
-    if not any(all(w in l for w in words) for l in fails):
-        return f"no FAIL line naming {words}: {out[-600:]}"
-    if "Traceback" in out or "panicked" in out:
-        return f"a stack trace: {out[-600:]}"
-    return None
+    check(any(all(w in l for w in words) for l in fails), f"no FAIL line naming {words}: {out[-600:]}")
+    check("Traceback" not in out and "panicked" not in out, f"a stack trace: {out[-600:]}")
 
 
 def case_good(work):
     prefix, local, remote = setup(work)
     r = doctor(["--prefix", prefix, "--local", local, "--remote", remote, "--mpi", "none"])
-    if r.returncode != 0 or "a run would work" not in r.stdout or "FAIL" in r.stdout:
-        return f"exit {r.returncode}: {r.stdout[-800:]}{r.stderr[-300:]}"
-    if "fsync" not in r.stdout or "MB/s" not in r.stdout:
-        return f"no speed measured: {r.stdout[-500:]}"
-    return None
+    check(r.returncode == 0 and "a run would work" in r.stdout and "FAIL" not in r.stdout,
+          f"exit {r.returncode}: {r.stdout[-800:]}{r.stderr[-300:]}")
+    check("fsync" in r.stdout and "MB/s" in r.stdout, f"no speed measured: {r.stdout[-500:]}")
 
 
 def case_local_read_only(work):
@@ -60,46 +59,46 @@ def case_local_read_only(work):
     wrap = lambda cmd: ["unshare", "-m", "sh", "-c",
                         f"mount -t tmpfs -o ro,mode=700 paralog-test {local} && exec \"$@\"", "sh", *cmd]
     r = doctor(["--prefix", prefix, "--local", local, "--remote", remote, "--mpi", "none"], wrap=wrap)
-    return expect_fail(r, "node-local directory", str(local), "not writable")
+    expect_fail(r, "node-local directory", str(local), "not writable")
 
 
 def case_local_public(work):
     prefix, local, remote = setup(work)
     os.chmod(local, 0o755)
     r = doctor(["--prefix", prefix, "--local", local, "--remote", remote, "--mpi", "none"])
-    return expect_fail(r, "node-local directory", "not private")
+    expect_fail(r, "node-local directory", "not private")
 
 
 def case_remote_missing(work):
     prefix, local, _ = setup(work)
     for remote in (work / "absent", f"objstore://{work}/absent-store"):
         r = doctor(["--prefix", prefix, "--local", local, "--remote", remote, "--mpi", "none"])
-        why = expect_fail(r, "remote", "absent")
-        if why:
-            return f"{remote}: {why}"
-    return None
+        try:
+            expect_fail(r, "remote", "absent")
+        except Failed as e:
+            raise Failed(f"{remote}: {e}")
 
 
 def case_wrong_mpi(work):
     prefix, local, remote = setup(work)
     r = doctor(["--prefix", prefix, "--local", local, "--remote", remote, "--mpi", "mpich", "--",
                 "mpirun.openmpi", "-n", "2", "/bin/true"])
-    return expect_fail(r, "MPI", "openmpi", "--mpi mpich")
+    expect_fail(r, "MPI", "openmpi", "--mpi mpich")
 
 
 def case_typo(work):
     prefix, local, remote = setup(work)
     r = doctor(["--prefix", prefix, "--local", local, "--remote", remote, "--mpi", "none"],
                env={**ENV, "PARALOG_LOCL": str(local)})
-    return expect_fail(r, "settings", "PARALOG_LOCL")
+    expect_fail(r, "settings", "PARALOG_LOCL")
 
 
 if __name__ == "__main__":
-    run_cases("doctor", [
+    sys.exit(Suite("doctor").run([
         ("good setup: a run would work", case_good),
         ("local read-only: named", case_local_read_only),
         ("local public: named", case_local_public),
         ("remote missing: named (POSIX and object root)", case_remote_missing),
         ("wrong mpi: named", case_wrong_mpi),
         ("typo in a PARALOG_* name: named", case_typo),
-    ])
+    ]))

@@ -8,14 +8,20 @@ without paralog (some fail without paralog too on these machines: as root
 a read-only file is still writable, and there is no network for ROS3).
 Run with the prefix as the remote, and with a separate remote directory.
 
-Usage: tests/correctness/library_suites.py [--keep]
+Usage: python3 -m tests.correctness.library_suites [--keep]
 Ends with "library suites: N passed, N failed".
 """
 import argparse
 import re
-import subprocess
+import sys
 
-from common import BIN, ENV, PY, run_cases
+from tests.lib.check import Suite, check
+from tests.lib.mpi import mpi_env
+from tests.lib.paralog import paralog_run
+from tests.lib.paths import PY
+from tests.lib.proc import run
+
+ENV = mpi_env()
 
 H5PY_TESTS = "/usr/lib/python3/dist-packages/h5py/_debian_h5py_serial/tests"
 OUTCOME = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+)")
@@ -38,39 +44,35 @@ def pytest_cmd():
 def case_h5py(work, separate_remote):
     base = work / "base-tmp"
     base.mkdir()
-    r = subprocess.run(pytest_cmd(), env={**ENV, "TMPDIR": str(base)}, capture_output=True, text=True, timeout=600)
+    r = run(pytest_cmd(), env={**ENV, "TMPDIR": str(base)}, check=False, timeout=600)
     want = outcomes(r.stdout)
-    if len(want) < 500:
-        return f"the suite did not run directly ({len(want)} outcomes): {r.stdout[-500:]}{r.stderr[-500:]}"
+    check(len(want) >= 500, f"the suite did not run directly ({len(want)} outcomes): {r.stdout[-500:]}{r.stderr[-500:]}")
     prefix = work / "prefix"
     (prefix / "tmp").mkdir(parents=True)
-    args = [BIN, "run", "--mpi", "none", "--prefix", prefix, "--local", work / "local", "--job", "h5py"]
+    remote = None
     if separate_remote:
-        (work / "remote").mkdir()
-        args += ["--remote", work / "remote"]
-    p = subprocess.run(list(map(str, [*args, "--", *pytest_cmd()])), env={**ENV, "TMPDIR": str(prefix / "tmp")},
-                       capture_output=True, text=True, timeout=900)
+        remote = work / "remote"
+        remote.mkdir()
+    p = paralog_run(work / "local", prefix, pytest_cmd(), remote=remote, env={**ENV, "TMPDIR": str(prefix / "tmp")},
+                    job="h5py", check=False, timeout=900)
     got = outcomes(p.stdout)
     differ = [f"{t}: {want.get(t, 'absent')} directly, {got.get(t, 'absent')} under paralog"
               for t in sorted(set(want) | set(got)) if want.get(t) != got.get(t)]
-    if differ:
-        return f"{len(differ)} tests end differently, e.g. {differ[:3]}"
-    if "REFUSED" in p.stderr:
-        return f"an epoch was refused: {p.stderr[-500:]}"
-    return None
+    check(not differ, f"{len(differ)} tests end differently, e.g. {differ[:3]}")
+    check("REFUSED" not in p.stderr, f"an epoch was refused: {p.stderr[-500:]}")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--keep", action="store_true")
     opts = ap.parse_args()
-    run_cases("library suites", [
+    return Suite("library suites", keep=opts.keep).run([
         ("h5py's test suite, TMPDIR under the prefix (the prefix is the remote): same outcomes as without paralog",
          lambda w: case_h5py(w, False)),
         ("h5py's test suite, TMPDIR under the prefix, a separate remote: same outcomes as without paralog",
          lambda w: case_h5py(w, True)),
-    ], opts.keep)
+    ])
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

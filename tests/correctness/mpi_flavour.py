@@ -3,14 +3,15 @@
 Open MPI program and the reverse must stop with one line that names both
 MPIs and the fix, and a non-zero exit status, never a segfault of the shim.
 
-Usage: tests/correctness/mpi_flavour.py
+Usage: python3 -m tests.correctness.mpi_flavour
 Ends with "mpi flavour: N passed, N failed".
 """
-import subprocess
+import sys
 
-from common import BIN, ENV, ROOT, run_cases
-
-PROGS = ROOT / "target/mpi-tests"
+from tests.lib.check import Suite, check
+from tests.lib.mpi import build_tests, mpi_env
+from tests.lib.paralog import paralog_run
+from tests.lib.paths import MPI_TESTS
 
 CASES = [
     # (shim given, the program's MPI, launcher, program dir, words the line must hold)
@@ -21,10 +22,9 @@ CASES = [
 
 def refused(given, launcher, progdir, words, work):
     (work / "p").mkdir()
-    r = subprocess.run(
-        list(map(str, [BIN, "run", "--prefix", work / "p", "--local", work / "l", "--mpi", given, "--",
-                       launcher, "-n", "2", PROGS / progdir / "epochs", work / "p", "--epochs=2", "--kib=16"])),
-        env=ENV, capture_output=True, text=True, timeout=120)
+    r = paralog_run(work / "l", work / "p", [launcher, "-n", "2", MPI_TESTS / progdir / "epochs", work / "p",
+                                             "--epochs=2", "--kib=16"],
+                    mpi=given, job=None, env=mpi_env(), check=False, timeout=120)
     out = r.stdout + r.stderr
     problems = []
     if r.returncode == 0:
@@ -33,14 +33,15 @@ def refused(given, launcher, progdir, words, work):
         problems.append(f"no line naming {words}")
     if "Segmentation fault" in out or "signal 11" in out:
         problems.append("the program crashed")
-    return f"{'; '.join(problems)}: {out[-600:]}" if problems else None
+    check(not problems, f"{'; '.join(problems)}: {out[-600:]}")
 
 
 def main():
-    subprocess.run(["make", "-s", "-C", ROOT / "tests/mpi", f"OUT={PROGS}"], check=True)
-    run_cases("mpi flavour", [(f"--mpi {given} for an {real} program is refused with the fix named",
-                               lambda w, c=(given, launcher, progdir, words): refused(*c, w))
-                              for given, real, launcher, progdir, words in CASES])
+    build_tests()
+    return Suite("mpi flavour").run([(f"--mpi {given} for an {real} program is refused with the fix named",
+                                      lambda w, c=(given, launcher, progdir, words): refused(*c, w))
+                                     for given, real, launcher, progdir, words in CASES])
+
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

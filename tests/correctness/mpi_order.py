@@ -18,57 +18,50 @@
              byte-identical to direct MPI-IO (Open MPI: Debian's PnetCDF)
 
 in MPICH/ROMIO, Open MPI/OMPIO and Open MPI/ROMIO 3.2.1.
-Usage: tests/correctness/mpi_order.py [--only SUBSTRING] [--iterations N]
+Usage: python3 -m tests.correctness.mpi_order [--only SUBSTRING] [--iterations N]
 Ends with "mpi order: N passed, N failed".
 """
 import argparse
-import subprocess
+import sys
 
-from common import BIN, ENV, ROOT, first_difference, run_cases
+from tests.lib.check import Suite, check, fail
+from tests.lib.compare import same_bytes
+from tests.lib.mpi import MODES, compile_program, io_env, launcher, mpi_env
+from tests.lib.paralog import paralog_run
+from tests.lib.paths import ROOT, TARGET
+from tests.lib.proc import Timeout, run
 
 SRC = ROOT / "tests/correctness/progs"
-BUILD = ROOT / "target/correctness"
-MODES = {  # mode: (flavour, launcher, extra environment)
-    "mpich": ("mpich", "mpirun.mpich", {}),
-    "ompio": ("openmpi", "mpirun.openmpi", {"OMPI_MCA_io": "ompio"}),
-    "romio321": ("openmpi", "mpirun.openmpi", {"OMPI_MCA_io": "romio321"}),
-}
+BUILD = TARGET / "correctness"
 
 
 def build(prog, flavour):
-    BUILD.mkdir(parents=True, exist_ok=True)
-    exe = BUILD / f"{prog}.{flavour}"
-    src = SRC / f"{prog}.c"
-    if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
-        libs = ["-lpnetcdf"] if prog.startswith("pnetcdf") else []
-        subprocess.run([f"mpicc.{flavour}", "-O2", "-Wall", "-Werror", "-o", exe, src, *libs], check=True)
-    return exe
+    libs = ["-lpnetcdf"] if prog.startswith("pnetcdf") else []
+    return compile_program(f"mpicc.{flavour}", SRC / f"{prog}.c", BUILD / f"{prog}.{flavour}", "-O2", "-Wall",
+                           "-Werror", libs=libs)
 
 
 def run_pair(mode, ranks, prog, args, delay, work):
     """Direct, then under paralog; None if both succeed with equal files."""
-    flavour, launcher, extra = MODES[mode]
-    env = {**ENV, **extra}
+    flavour, _ = MODES[mode]
+    env = mpi_env(io_env(mode))
     exe = build(prog, flavour)
+    mpirun = launcher(flavour, ranks)
     direct, prefix, local = work / "direct", work / "prefix", work / "local"
     direct.mkdir()
     prefix.mkdir()
-    r = subprocess.run([launcher, "-n", str(ranks), exe, direct / "out.dat", *args], env=env,
-                       capture_output=True, text=True, timeout=180)
-    if r.returncode != 0:
-        return f"direct run failed ({r.returncode}): {r.stdout[-300:]}{r.stderr[-300:]}"
+    r = run([*mpirun, exe, direct / "out.dat", *args], env=env, check=False, timeout=180)
+    check(r.returncode == 0, f"direct run failed ({r.returncode}): {r.stdout[-300:]}{r.stderr[-300:]}")
     penv = dict(env)
     if delay is not None:
         penv["PARALOG_FAILPOINT_DELETE_DELAY_MS"] = str(delay)
-    cmd = [BIN, "run", "--prefix", prefix, "--local", local, "--job", "t", "--mpi", flavour, "--",
-           launcher, "-n", str(ranks), exe, prefix / "out.dat", *args]
     try:
-        r = subprocess.run(list(map(str, cmd)), env=penv, capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        return "paralog run hung (no exit within 300 s)"
-    if r.returncode != 0:
-        return f"paralog run exited {r.returncode}: {r.stdout[-400:]}{r.stderr[-600:]}"
-    return first_difference((direct / "out.dat").read_bytes(), (prefix / "out.dat").read_bytes())
+        r = paralog_run(local, prefix, [*mpirun, exe, prefix / "out.dat", *args], mpi=flavour, env=penv,
+                        check=False, timeout=300)
+    except Timeout:
+        fail("paralog run hung (no exit within 300 s)")
+    check(r.returncode == 0, f"paralog run exited {r.returncode}: {r.stdout[-400:]}{r.stderr[-600:]}")
+    same_bytes(direct / "out.dat", prefix / "out.dat", "out.dat", ("direct", "paralog"))
 
 
 def main():
@@ -88,9 +81,9 @@ def main():
         if MODES[mode][0] == "openmpi":
             for layout, ranks in (("colwise", 4), ("blockcyclic", 3)):
                 cases.append((f"{mode} pnetcdf fill mode {layout}", mode, ranks, "pnetcdf_layouts", [layout], None))
-    chosen = [c for c in cases if not opts.only or opts.only in c[0]]
-    run_cases("mpi order", [(name, lambda w, c=(mode, ranks, prog, args, delay): run_pair(*c, w))
-                            for name, mode, ranks, prog, args, delay in chosen])
+    return Suite("mpi order").run([(name, lambda w, c=(mode, ranks, prog, args, delay): run_pair(*c, w))
+                                   for name, mode, ranks, prog, args, delay in cases], only=opts.only)
+
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -6,13 +6,18 @@ last close an epoch of its own, ordered by when it became durable on the
 node), so the remote file must equal the direct run byte for byte, with no
 acknowledged byte lost and no process failing.
 
-Usage: tests/correctness/posix_processes.py [--keep]
+Usage: python3 -m tests.correctness.posix_processes [--keep]
 Ends with "posix processes: N passed, N failed".
 """
 import argparse
-import subprocess
+import sys
 
-from common import BIN, ENV, PY, ROOT, first_difference, run_cases
+from tests.lib.check import Suite, check
+from tests.lib.compare import same_bytes
+from tests.lib.mpi import mpi_env
+from tests.lib.paralog import paralog_run
+from tests.lib.paths import PY, ROOT
+from tests.lib.proc import run
 
 WRITER = ROOT / "tests/correctness/posix_writer.py"
 
@@ -33,19 +38,14 @@ def run_case(kind, n, work):
     direct, prefix, local = work / "direct", work / "prefix", work / "local"
     for d in (direct, prefix, work / "tok-direct", work / "tok-paralog"):
         d.mkdir(parents=True)
-    env = ENV
+    env = mpi_env()
     cmd, _ = launch_cmd(kind, n, direct / "shared.dat", work / "tok-direct")
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    if r.returncode != 0:
-        return f"direct run failed: {r.stderr[-500:]}"
+    r = run(cmd, env=env, check=False, timeout=120)
+    check(r.returncode == 0, f"direct run failed: {r.stderr[-500:]}")
     cmd, mpi = launch_cmd(kind, n, prefix / "shared.dat", work / "tok-paralog")
-    args = [BIN, "run", "--prefix", prefix, "--local", local, "--job", "t"]
-    if mpi:
-        args += ["--mpi", mpi]
-    r = subprocess.run([*map(str, args), "--", *map(str, cmd)], env=env, capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        return f"paralog run exited {r.returncode}: {r.stderr[-800:]}"
-    return first_difference((direct / "shared.dat").read_bytes(), (prefix / "shared.dat").read_bytes())
+    r = paralog_run(local, prefix, cmd, mpi=mpi, env=env, check=False, timeout=300)
+    check(r.returncode == 0, f"paralog run exited {r.returncode}: {r.stderr[-800:]}")
+    same_bytes(direct / "shared.dat", prefix / "shared.dat", "shared.dat", ("direct", "paralog"))
 
 
 def main():
@@ -53,9 +53,10 @@ def main():
     ap.add_argument("--keep", action="store_true")
     opts = ap.parse_args()
     cases = [("processes", 2), ("processes", 4), ("mpich", 3), ("openmpi", 2)]
-    run_cases("posix processes", [(f"{kind} x{n}: one file written through POSIX equals the direct run",
-                                   lambda w, kind=kind, n=n: run_case(kind, n, w)) for kind, n in cases], opts.keep)
+    return Suite("posix processes", keep=opts.keep).run(
+        [(f"{kind} x{n}: one file written through POSIX equals the direct run",
+          lambda w, kind=kind, n=n: run_case(kind, n, w)) for kind, n in cases])
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -31,55 +31,31 @@ nothing may be left in the prefix that the drain did not put there.
 With `--remote prefix` the prefix itself is the remote (the default of
 `paralog run`), and the prefix after the drain must equal the direct tree.
 
-Usage: tests/correctness/posix_programs.py [--keep] [--only NAME] [--remote separate|prefix]
+Usage: python3 -m tests.correctness.posix_programs [--keep] [--only NAME] [--remote separate|prefix]
 Ends with "posix programs (... remote): N passed, N failed".
 """
 import argparse
 import os
-import subprocess
+import sys
 import tarfile
 
-from common import BIN, ENV, PY, ROOT, run_cases
+from tests.lib.check import Suite, check, fail
+from tests.lib.compare import tree, tree_difference
+from tests.lib.mpi import compile_program, mpi_env
+from tests.lib.paralog import capture_env, paralog_run
+from tests.lib.paths import BIN, PY, ROOT, TARGET
+from tests.lib.proc import run
 
 PROGS = ROOT / "tests/correctness/progs"
-BUILD = ROOT / "target/posix-programs"
+BUILD = TARGET / "posix-programs"
+ENV = mpi_env()
 
 
 def build():
-    BUILD.mkdir(parents=True, exist_ok=True)
     for src, cc, extra in (("stdio_ckpt.c", "cc", []), ("exit_open.c", "cc", []), ("identity.c", "cc", []),
                            ("mmap_write.c", "cc", []), ("fstream_ckpt.cpp", "c++", []),
                            ("static_write.c", "cc", ["-static"]), ("entry_points.c", "cc", [])):
-        exe = BUILD / src.rsplit(".", 1)[0]
-        subprocess.run([cc, "-O2", "-Wall", "-Werror", *extra, "-o", exe, PROGS / src], check=True)
-
-
-def tree(root):
-    """{relative path: bytes, or None for a directory} under root."""
-    out = {}
-    for dirpath, dirs, files in os.walk(root):
-        rel = os.path.relpath(dirpath, root)
-        for name in dirs:
-            out[os.path.normpath(os.path.join(rel, name))] = None
-        for name in files:
-            p = os.path.join(dirpath, name)
-            with open(p, "rb") as f:
-                out[os.path.normpath(os.path.join(rel, name))] = f.read()
-    return out
-
-
-def describe(direct, remote):
-    """None if the two trees are equal, else the first difference."""
-    for path in sorted(set(direct) | set(remote)):
-        a, b = direct.get(path, "missing"), remote.get(path, "missing")
-        if a == b:
-            continue
-        kind = lambda v: "missing" if v == "missing" else "a directory" if v is None else f"{len(v)} bytes"
-        if isinstance(a, bytes) and isinstance(b, bytes):
-            at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-            return f"{path}: differs at byte {at} ({len(a)} bytes direct, {len(b)} on the remote)"
-        return f"{path}: {kind(a)} in the direct run, {kind(b)} on the remote"
-    return None
+        compile_program(cc, PROGS / src, BUILD / src.rsplit(".", 1)[0], "-O2", "-Wall", "-Werror", *extra, always=True)
 
 
 SEPARATE = True  # set by main(): a remote of its own, or the prefix itself
@@ -91,28 +67,19 @@ def compare(work, cmd, expect_rc=0):
     remote = work / "remote" if SEPARATE else prefix
     for d in {direct, prefix, remote}:
         d.mkdir()
-    r = subprocess.run(list(map(str, cmd(direct))), env=ENV, capture_output=True, timeout=120)
-    if r.returncode != expect_rc:
-        return f"direct run exited {r.returncode}: {r.stderr[-400:]!r}"
+    r = run(cmd(direct), env=ENV, check=False, timeout=120, text=False)
+    check(r.returncode == expect_rc, f"direct run exited {r.returncode}: {r.stderr[-400:]!r}")
     want_out = r.stdout.replace(str(direct).encode(), b"DIR")
-    args = [BIN, "run", "--mpi", "none", "--prefix", prefix, "--remote", remote, "--local", work / "local",
-            "--job", "t", "--", *cmd(prefix)]
-    if not SEPARATE:
-        args[args.index("--remote"):args.index("--remote") + 2] = []
-    p = subprocess.run(list(map(str, args)), env=ENV, capture_output=True, timeout=300)
+    p = paralog_run(work / "local", prefix, cmd(prefix), remote=remote if SEPARATE else None, env=ENV, check=False,
+                    timeout=300, text=False)
     out = (p.stdout + p.stderr).decode(errors="replace")
-    if expect_rc == 0 and p.returncode != 0:
-        return f"paralog run exited {p.returncode}: {out[-800:]}"
+    check(expect_rc != 0 or p.returncode == 0, f"paralog run exited {p.returncode}: {out[-800:]}")
     got_out = p.stdout.replace(str(prefix).encode(), b"DIR")
-    if not got_out.startswith(want_out):
-        return f"the program printed {got_out[:300]!r}, directly {want_out[:300]!r}"
-    why = describe(tree(direct), tree(remote))
-    if why:
-        return f"remote differs from the direct run: {why}"
+    check(got_out.startswith(want_out), f"the program printed {got_out[:300]!r}, directly {want_out[:300]!r}")
+    why = tree_difference(tree(direct), tree(remote))
+    check(not why, f"remote differs from the direct run: {why}")
     stray = [k for k, v in tree(prefix).items() if v is not None]
-    if SEPARATE and stray:
-        return f"files written to the prefix past capture (never drained): {stray[:5]}"
-    return None
+    check(not (SEPARATE and stray), f"files written to the prefix past capture (never drained): {stray[:5]}")
 
 
 SHELL = ("echo hello > {d}/r.txt; echo more >> {d}/r.txt; ls /nonexistent-paralog 2> {d}/err.txt; "
@@ -171,16 +138,12 @@ def cases():
 def case_mmap(work):
     prefix = work / "prefix"
     prefix.mkdir()
-    args = [BIN, "run", "--mpi", "none", "--prefix", prefix, "--remote", work / "remote", "--local", work / "local",
-            "--job", "t", "--", BUILD / "mmap_write", prefix / "m.bin"]
     (work / "remote").mkdir()
-    p = subprocess.run(list(map(str, args)), env=ENV, capture_output=True, text=True, timeout=120)
+    p = paralog_run(work / "local", prefix, [BUILD / "mmap_write", prefix / "m.bin"], remote=work / "remote", env=ENV,
+                    check=False, timeout=120)
     out = p.stdout + p.stderr
-    if "mmap refused" not in out:
-        return f"the mapping was not refused at mmap (exit {p.returncode}): {out[-500:]}"
-    if "m.bin" not in out:
-        return f"no line naming the file: {out[-500:]}"
-    return None
+    check("mmap refused" in out, f"the mapping was not refused at mmap (exit {p.returncode}): {out[-500:]}")
+    check("m.bin" in out, f"no line naming the file: {out[-500:]}")
 
 
 def case_missed(work, how):
@@ -190,16 +153,13 @@ def case_missed(work, how):
     prefix.mkdir()
     cmd = {"static": [BUILD / "static_write", prefix / "s.txt"],
            "no-preload": ["/usr/bin/env", "-u", "LD_PRELOAD", "/bin/sh", "-c", f"echo x > {prefix}/s.txt"]}[how]
-    args = [BIN, "run", "--mpi", "none", "--prefix", prefix, "--local", work / "local", "--job", "t"]
+    remote = None
     if SEPARATE:
-        (work / "remote").mkdir()
-        args += ["--remote", work / "remote"]
-    p = subprocess.run(list(map(str, [*args, "--", *cmd])), env=ENV, capture_output=True, text=True, timeout=120)
-    if p.returncode == 0:
-        return f"paralog run exited 0: {p.stderr[-400:]}"
-    if f"MISSED: {prefix}/s.txt" not in p.stderr:
-        return f"no MISSED line naming the file: {p.stderr[-600:]}"
-    return None
+        remote = work / "remote"
+        remote.mkdir()
+    p = paralog_run(work / "local", prefix, cmd, remote=remote, env=ENV, check=False, timeout=120)
+    check(p.returncode != 0, f"paralog run exited 0: {p.stderr[-400:]}")
+    check(f"MISSED: {prefix}/s.txt" in p.stderr, f"no MISSED line naming the file: {p.stderr[-600:]}")
 
 
 def case_crash(work, point):
@@ -215,32 +175,21 @@ def case_crash(work, point):
         remote.mkdir()
     else:
         remote = prefix
-    out = subprocess.run([str(BIN), "env", "--mpi", "none", "--prefix", str(prefix), "--local", str(local),
-                          "--remote", str(remote)], capture_output=True, text=True, check=True).stdout
-    env = dict(ENV)
-    for line in out.splitlines():
-        k, v = line.removeprefix("export ").split("=", 1)
-        env[k] = v.strip("'")
-    p = subprocess.run([PY, str(PROGS / "atomic_crash.py"), str(prefix), point], env=env, capture_output=True,
-                       text=True, timeout=60)
-    if p.returncode != -9:
-        return f"the program was not killed (exit {p.returncode}): {p.stderr[-300:]}"
-    r = subprocess.run([str(BIN), "recover", "--local", str(local), "--remote", str(remote)], env=ENV,
-                       capture_output=True, text=True, timeout=120)
-    if r.returncode != 0:
-        return f"recover exited {r.returncode}: {r.stderr[-500:]}"
+    env = capture_env(prefix, local, job=None, remote=remote, base=ENV)
+    p = run([PY, PROGS / "atomic_crash.py", prefix, point], env=env, check=False, timeout=60)
+    check(p.returncode == -9, f"the program was not killed (exit {p.returncode}): {p.stderr[-300:]}")
+    r = run([BIN, "recover", "--local", local, "--remote", remote], env=ENV, check=False, timeout=120)
+    check(r.returncode == 0, f"recover exited {r.returncode}: {r.stderr[-500:]}")
     data = lambda step: bytes((step * 37 + i) % 253 for i in range(200000 + step))
     want = {"ckpt": data(2 if point == "renamed" else 1)}
     if point == "synced":
         want["ckpt.tmp"] = data(2)
     got = {k: v for k, v in tree(remote).items() if v is not None}
-    if set(got) != set(want):
-        return f"the remote holds {sorted(got)}, expected {sorted(want)}"
+    check(set(got) == set(want), f"the remote holds {sorted(got)}, expected {sorted(want)}")
     for name, content in want.items():
         if got[name] != content:
             saves = [s for s in range(3) if got[name] == data(s)]
-            return f"{name} is {'save ' + str(saves[0]) if saves else 'no whole save (a mix)'}, expected another"
-    return None
+            fail(f"{name} is {'save ' + str(saves[0]) if saves else 'no whole save (a mix)'}, expected another")
 
 
 def main():
@@ -254,8 +203,8 @@ def main():
     SEPARATE = opts.remote == "separate"
     build()
     chosen = [c for c in cases() if not opts.only or c[0].startswith(opts.only)]
-    run_cases(f"posix programs ({opts.remote} remote)", chosen, opts.keep)
+    return Suite(f"posix programs ({opts.remote} remote)", keep=opts.keep).run(chosen)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

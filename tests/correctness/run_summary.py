@@ -10,14 +10,21 @@
   status     `paralog status --local L` finds the server that `paralog
              run` started without --job (its job is run-<time>-<pid>)
 
-Usage: tests/correctness/run_summary.py
+Usage: python3 -m tests.correctness.run_summary
 Ends with "run summary: N passed, N failed".
 """
 import re
 import subprocess
+import sys
 import time
 
-from common import BIN, ENV, PY, run_cases
+from tests.lib.check import Suite, check, fail
+from tests.lib.mpi import mpi_env
+from tests.lib.paralog import paralog_run
+from tests.lib.paths import BIN, PY
+from tests.lib.proc import kill_tree, run
+
+ENV = mpi_env()
 
 BYPASS = r'''
 import ctypes, os, sys
@@ -42,59 +49,56 @@ MPI.COMM_WORLD.Abort(7)
 '''
 
 
-def run(work, cmd, mpi):
+def run_in(work, cmd, mpi):
     prefix = work / "p"
     prefix.mkdir()
-    args = [BIN, "run", "--prefix", prefix, "--local", work / "l", "--job", "t", "--mpi", mpi, "--", *cmd(prefix)]
-    return subprocess.run(list(map(str, args)), env=ENV, capture_output=True, text=True, timeout=120)
+    return paralog_run(work / "l", prefix, cmd(prefix), mpi=mpi, env=ENV, check=False, timeout=120)
 
 
 def case_refused(work):
-    r = run(work, lambda p: [PY, "-c", BYPASS, p / "f.txt"], "none")
+    r = run_in(work, lambda p: [PY, "-c", BYPASS, p / "f.txt"], "none")
     out = r.stdout + r.stderr
-    if r.returncode == 0:
-        return f"paralog run exited 0: {out[-500:]}"
-    if not re.search(r"REFUSED: .*f\.txt", out):
-        return f"no line naming the refused file: {out[-500:]}"
-    return None
+    check(r.returncode != 0, f"paralog run exited 0: {out[-500:]}")
+    check(re.search(r"REFUSED: .*f\.txt", out), f"no line naming the refused file: {out[-500:]}")
 
 
 def case_abort(work):
-    r = run(work, lambda p: ["mpirun.openmpi", "-n", "2", PY, "-c", ABORT, p / "out.dat"], "openmpi")
+    r = run_in(work, lambda p: ["mpirun.openmpi", "-n", "2", PY, "-c", ABORT, p / "out.dat"], "openmpi")
     out = r.stdout + r.stderr
-    if r.returncode == 0:
-        return "paralog run exited 0 for an aborted job"
+    check(r.returncode != 0, "paralog run exited 0 for an aborted job")
     m = re.search(r"captured\s+(\S+) (\S+) by (\d+) process", out)
-    if not m:
-        return f"no 'captured' line in the summary: {out[-500:]}"
-    if float(m.group(1)) == 0 or m.group(3) == "0":
-        return f"the summary counted nothing: {m.group(0)}"
-    return None
+    check(m, f"no 'captured' line in the summary: {out[-500:]}")
+    check(float(m.group(1)) != 0 and m.group(3) != "0", f"the summary counted nothing: {m.group(0)}")
 
 
 def case_status(work):
     prefix, local = work / "p", work / "l"
     prefix.mkdir()
     env = {k: v for k, v in ENV.items() if k != "PARALOG_JOB"}
-    run = subprocess.Popen([str(BIN), "run", "--prefix", str(prefix), "--local", str(local), "--mpi", "none", "--",
-                            "/bin/bash", "-c", f"sleep 4; echo hi > {prefix}/x"],
-                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen([str(BIN), "run", "--prefix", str(prefix), "--local", str(local), "--mpi", "none", "--",
+                             "/bin/bash", "-c", f"sleep 4; echo hi > {prefix}/x"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
     try:
         deadline, last = time.time() + 3.5, None
         while time.time() < deadline:
-            last = subprocess.run([str(BIN), "status", "--local", str(local), "--once"], env=env,
-                                  capture_output=True, text=True, timeout=30)
+            last = run([BIN, "status", "--local", local, "--once"], env=env, check=False, timeout=30)
             if last.returncode == 0 and "job run-" in last.stdout:
-                return None
+                return
             time.sleep(0.2)
-        return f"status did not find run's server: {last.returncode}: {last.stdout}{last.stderr}"
+        fail(f"status did not find run's server: {last.returncode}: {last.stdout}{last.stderr}")
     finally:
-        run.communicate(timeout=60)
+        try:
+            proc.communicate(timeout=60)
+        finally:
+            kill_tree(proc)
 
 
 def main():
-    run_cases("run summary", [("refused epoch makes run fail", case_refused), ("aborted ranks still counted", case_abort),
-                              ("status finds run's server without --job", case_status)])
+    return Suite("run summary").run([("refused epoch makes run fail", case_refused),
+                                     ("aborted ranks still counted", case_abort),
+                                     ("status finds run's server without --job", case_status)])
+
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

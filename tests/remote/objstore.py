@@ -39,12 +39,11 @@ docs/objstore.md. Cases:
   orphans     `paralog recover --gc` removes unreferenced chunks older than
               an hour, keeps referenced and young ones
 
-Usage: tests/remote/objstore.py [--only NAME] [--keep]
+Usage: python3 -m tests.remote.objstore [--only NAME] [--keep]
 Prints one line per case and ends with "objstore: N passed, N failed".
 """
 
 import argparse
-import importlib.util
 import os
 import re
 import shutil
@@ -53,20 +52,21 @@ import sys
 import time
 from pathlib import Path
 
-sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import objreader  # noqa: E402
-from common import (BIN, POSIX_WRITER, PY, WRITER, Failed, Server, Suite, check, clean_env,  # noqa: E402
-                    first_difference, kill_tree, paralog_run, run_writer_captured, same_bytes, sh, writer)
+from tests.lib import posix_writer as pw
+from tests.lib.check import Failed, Suite, check
+from tests.lib.compare import first_difference, same_bytes
+from tests.lib.paralog import clean_env, paralog_run, run_captured
+from tests.lib.paths import BIN, POSIX_WRITER, PY
+from tests.lib.proc import kill_tree, run
+from tests.lib.server import Server
+from tests.remote import objreader, writer
 
-spec = importlib.util.spec_from_file_location("posix_writer", POSIX_WRITER)
-pw = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(pw)
+WRITER = Path(__file__).resolve().parent / "writer.py"
 
 
 def get_list(root, name):
     """`paralog get --list`: [(version, size, (open, epoch))]."""
-    r = sh([BIN, "get", "--list", f"objstore://{root}/{name}"])
+    r = run([BIN, "get", "--list", f"objstore://{root}/{name}"])
     out = []
     for line in r.stdout.splitlines():
         m = re.match(r"version (\d+): (\d+) bytes.*, epoch (\d+):(\d+)$", line)
@@ -77,7 +77,7 @@ def get_list(root, name):
 
 def get_version(root, name, out, version=None):
     args = [BIN, "get", f"objstore://{root}/{name}", out] + (["--version", str(version)] if version else [])
-    return sh(args, check_rc=False)
+    return run(args, check=False)
 
 
 # --- readers -----------------------------------------------------------------
@@ -103,7 +103,7 @@ def readers_case(work, n, pause_ms, keep, python_reader=True):
     url = f"objstore://{root}?keep={keep}"
     args = [BIN, "run", "--prefix", pfs, "--local", local, "--job", "t", "--remote", url, "--mpi", "none",
             "--wait-timeout", "120", "--", PY, WRITER, "write", "versions", pfs, str(n), str(pause_ms)]
-    run = subprocess.Popen([str(a) for a in args], env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen([str(a) for a in args], env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, start_new_session=True)
     counts = {"get": 0, "python": 0, "not yet": 0, "restarts": 0, "starved": 0}
     epochs_seen = set()
@@ -113,7 +113,7 @@ def readers_case(work, n, pause_ms, keep, python_reader=True):
     deadline = time.time() + 300
     try:
         while True:
-            done = run.poll() is not None
+            done = proc.poll() is not None
             check(time.time() < deadline, "the writer did not finish in 300 s")
             if i % 2 == 0 or not python_reader:
                 r = get_version(root, name, out)
@@ -154,10 +154,10 @@ def readers_case(work, n, pause_ms, keep, python_reader=True):
             i += 1
             if done:
                 break
-        stdout, stderr = run.communicate()
+        stdout, stderr = proc.communicate()
     finally:
-        kill_tree(run)
-    check(run.returncode == 0, f"paralog run exited {run.returncode}: {stderr[-600:]}")
+        kill_tree(proc)
+    check(proc.returncode == 0, f"paralog run exited {proc.returncode}: {stderr[-600:]}")
     check(f"closed {name} after {n} epoch(s)" in stdout, f"the writer did not finish: {stdout[-300:]}")
     check(last == n, f"the final read is epoch {last}, want {n}")
     lst = get_list(root, name)
@@ -210,14 +210,14 @@ def crash_case(work, fp):
     url = f"objstore://{root}?keep=10&dirs=2"
     env = clean_env({"PARALOG_FAILPOINT": fp})
     r = paralog_run(local, pfs, [PY, POSIX_WRITER, "write", pfs / name, str(EPOCHS), str(PER_EPOCH)], url,
-                    env=env, check_rc=False, extra=["--wait-timeout", "60"])
+                    env=env, check=False, extra=["--wait-timeout", "60"])
     check(f"committed {EPOCHS}" in r.stdout, f"the program did not finish: {r.stdout[-300:]}{r.stderr[-300:]}")
     check(r.returncode == 3, f"paralog run exited {r.returncode} after the server crashed, want 3: {r.stderr[-500:]}")
     log = (local / ".paralog-server-t.log").read_text(errors="replace")
     check("failpoint reached" in log, f"the failpoint {fp} was not reached: {log[-300:]}")
     before = check_versions(root, name, work, "after the crash") if (root / "meta" / name).exists() else []
     epochs_before = [v[2] for v in before]
-    r = sh([BIN, "recover", "--local", local, "--remote", url, "--json"])
+    r = run([BIN, "recover", "--local", local, "--remote", url, "--json"])
     after = check_versions(root, name, work, "after recover")
     check(after, "recover published nothing")
     check(commit_no(after[-1][2]) == EPOCHS, f"the last version is epoch {after[-1][2]}, want epoch {EPOCHS}")
@@ -226,7 +226,7 @@ def crash_case(work, fp):
     check(eps == sorted(set(eps)), f"an epoch was published twice or out of order: {after}")
     check([v[0] for v in after] == list(range(1, len(after) + 1)), f"version numbers {after}")
     check(after[:len(before)] == before, f"recover changed the versions kept before it: {before} -> {after}")
-    sh([BIN, "recover", "--local", local, "--remote", url, "--json"])
+    run([BIN, "recover", "--local", local, "--remote", url, "--json"])
     again = get_list(root, name)
     check(again == after, f"a second recover changed the versions: {after} -> {again}")
     # Chunks a crash left unreferenced (written before the publish).
@@ -293,7 +293,7 @@ def race_case(work):
     name = "race.bin"
     srv = Server(local, f"objstore://{root}?keep=1", clean_env())
     try:
-        run_writer_captured(pfs, local, srv.remote, ["junk", pfs / name, str(1 << 20)], clean_env())
+        run_captured([PY, WRITER, "junk", pfs / name, str(1 << 20)], pfs, local, srv.remote, base=clean_env())
         st = srv.drain_and_stop(timeout_s=60)
         check(st["epochs_pending"] == 0, "version 1 not published")
         v1 = objreader.version(root, name, objreader.versions(root, name)[-1])
@@ -306,7 +306,7 @@ def race_case(work):
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         time.sleep(0.5)
         srv = Server(local, f"objstore://{root}?keep=1", clean_env())
-        run_writer_captured(pfs, local, srv.remote, ["junk", pfs / name, str(2 << 20)], clean_env())
+        run_captured([PY, WRITER, "junk", pfs / name, str(2 << 20)], pfs, local, srv.remote, base=clean_env())
         st = srv.drain_and_stop(timeout_s=60)
         check(st["epochs_pending"] == 0, "version 2 not published")
         check(not Path(chunks[0]).exists(), "retention did not delete version 1's chunk")
@@ -356,7 +356,7 @@ def missing_root_case(work):
     prefix.mkdir()
     t0 = time.time()
     r = paralog_run(local, prefix, [PY, "-c", WRITE_ONE, prefix / "out.dat", "x"], f"objstore://{work}/absent",
-                    check_rc=False, timeout=60)
+                    check=False, timeout=60)
     check(r.returncode != 0, "paralog run succeeded with a missing object root")
     check(f"{work}/absent" in r.stderr and "does not exist" in r.stderr, f"no line naming the root: {r.stderr[-300:]}")
     check(time.time() - t0 < 30, "it took more than 30 s to refuse")
@@ -396,7 +396,7 @@ def orphans_case(work):
     old.write_bytes(b"orphan")
     young.write_bytes(b"in flight")
     os.utime(old, (time.time() - 7200, time.time() - 7200))
-    r = sh([BIN, "recover", "--local", local, "--remote", f"objstore://{root}", "--gc"], check_rc=False)
+    r = run([BIN, "recover", "--local", local, "--remote", f"objstore://{root}", "--gc"], check=False)
     check(r.returncode == 0, f"recover --gc exited {r.returncode}: {r.stderr[-300:]}")
     check(not old.exists(), "the old unreferenced chunk is still there")
     check(young.exists(), "a young unreferenced chunk (a put in progress) was removed")

@@ -55,14 +55,13 @@ directly. Cases:
                 stderr, server logs) of this whole run, nor with a wrong
                 secret key (signature errors), nor with SDK trace logging
 
-Usage: tests/remote/s3.py [--only NAME] [--keep] [--fault-seed N]
+Usage: python3 -m tests.remote.s3 [--only NAME] [--keep] [--fault-seed N]
 Prints one line per case and ends with "s3: N passed, N failed".
 """
 
 import argparse
 import base64
 import functools
-import importlib.util
 import json
 import re
 import shutil
@@ -71,25 +70,22 @@ import sys
 import time
 from pathlib import Path
 
-sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from objreader import crc32c  # noqa: E402
-from common import (BIN, PY, ROOT, TRANSCRIPTS, WRITER, Failed, MinIO, Server, Suite,  # noqa: E402
-                    check, clean_env, first_difference, kill_tree, paralog_run,
-                    run_writer_captured, same_bytes, sh, writer)
-
-spec = importlib.util.spec_from_file_location("capture_run", ROOT / "tests/capture/run.py")
-cap = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(cap)
+from tests.lib.check import Failed, Suite, check
+from tests.lib.compare import files, first_difference, same_bytes
+from tests.lib.minio import MinIO
+from tests.lib.mpi import MODES, PROGRAMS, build_tests, run_direct
+from tests.lib.paralog import clean_env, jobs_left, paralog_run, run_captured
+from tests.lib.paths import BIN, PY, RUN_DIRECT
+from tests.lib.proc import TRANSCRIPTS, kill_tree, run
+from tests.lib.server import Server
+from tests.remote import writer
+from tests.remote.objreader import crc32c
 
 BUCKET = "paralog-test"
 MIB = 1 << 20
-FAULTPROXY = Path(__file__).resolve().parent / "faultproxy.py"
-
-
-def jobs_left(local):
-    local = Path(local)
-    return [p.name for p in local.iterdir() if not p.name.startswith(".paralog-")] if local.exists() else []
+HERE = Path(__file__).resolve().parent
+FAULTPROXY = HERE / "faultproxy.py"
+WRITER = HERE / "writer.py"
 
 
 @functools.lru_cache(maxsize=16)
@@ -124,24 +120,24 @@ def compare_tree(minio, prefix, want, work, what):
 # --- programs ----------------------------------------------------------------
 
 def program_case(minio, mode, prog, extra, work, url_query):
-    flavour, io = cap.MODES[mode]
+    flavour, io = MODES[mode]
     args = extra.get(mode, [])
     direct, pfs, local = work / "direct", work / "pfs", work / "local"
     pfs.mkdir(parents=True)
-    sh([cap.RUN_DIRECT, flavour, io, prog, direct, *args], env=clean_env())
+    run_direct(flavour, io, prog, direct, *args, env=clean_env())
     prefix = f"progs/{mode}-{prog.replace('.', '_')}"
     url = f"s3://{BUCKET}/{prefix}{url_query}"
-    paralog_run(local, pfs, [cap.RUN_DIRECT, flavour, io, prog, pfs, *args], url, mpi=flavour, env=minio.env(),
+    paralog_run(local, pfs, [RUN_DIRECT, flavour, io, prog, pfs, *args], url, mpi=flavour, env=minio.env(),
                 extra=["--wait-timeout", "300"])
-    files = [str(f) for f in cap.outputs(direct)]
-    check(files, "the direct run wrote no file")
-    want = {f: (direct / f).read_bytes() for f in files}
+    outputs = files(direct, snapshots=False)
+    check(outputs, "the direct run wrote no file")
+    want = {f: (direct / f).read_bytes() for f in outputs}
     compare_tree(minio, prefix, want, work, "remote")
     stray = [str(p.relative_to(pfs)) for p in pfs.rglob("*") if p.is_file()]
     check(not stray, f"files appeared in the prefix with an S3 remote: {stray[:5]}")
     check(not jobs_left(local), f"node-local data left after a complete drain: {jobs_left(local)}")
     total = sum(len(b) for b in want.values())
-    return f"{len(files)} object(s), {total} bytes, equal to direct MPI-IO ({url_query or 'defaults'})"
+    return f"{len(outputs)} object(s), {total} bytes, equal to direct MPI-IO ({url_query or 'defaults'})"
 
 
 # --- sizes -------------------------------------------------------------------
@@ -179,7 +175,7 @@ def sizes_case(minio, work, query, layout):
             check(crc == crc32c_b64(want[name]), f"{name}: whole-object CRC32C {crc}, want {crc32c_b64(want[name])}")
     # The same bytes through paralog's own reader.
     out = work / "get.bin"
-    sh([BIN, "get", f"s3://{BUCKET}/{prefix}/five1.bin", out], env=minio.env())
+    run([BIN, "get", f"s3://{BUCKET}/{prefix}/five1.bin", out], env=minio.env())
     same_bytes(want["five1.bin"], out, "paralog get s3://")
     return f"0 B, 1 B, 5 MiB, 5 MiB+1, 30 MiB verified, each with a whole-object CRC32C; {' '.join(seen)}"
 
@@ -194,7 +190,7 @@ def extents_case(minio, work, query):
     env["PARALOG_LOG"] = "debug"
     srv = Server(local, f"s3://{BUCKET}/{prefix}{query}", env)
     try:
-        run_writer_captured(pfs, local, srv.remote, ["write", "extents", pfs], clean_env())
+        run_captured([PY, WRITER, "write", "extents", pfs], pfs, local, srv.remote, base=clean_env())
         st = srv.drain_and_stop(timeout_s=300)
     finally:
         srv.kill()
@@ -228,11 +224,11 @@ def reopen_case(minio, work, query):
     prefix = f"reopen/{'epoch' if 'upload=epoch' in query else 'close'}"
     srv = Server(local, f"s3://{BUCKET}/{prefix}{query}", minio.env())
     try:
-        run_writer_captured(pfs, local, srv.remote, ["junk", pfs / "f.bin", str(MIB)], clean_env())
+        run_captured([PY, WRITER, "junk", pfs / "f.bin", str(MIB)], pfs, local, srv.remote, base=clean_env())
         st = srv.drain_and_stop(timeout_s=60)
         check(st["epochs_pending"] == 0 and st["epochs_drained"] >= 1, f"first open not drained: {json.dumps(st)[:300]}")
         srv = Server(local, f"s3://{BUCKET}/{prefix}{query}", minio.env())
-        r = run_writer_captured(pfs, local, srv.remote, ["reopen", pfs / "f.bin"], clean_env(), check_rc=False)
+        r = run_captured([PY, WRITER, "reopen", pfs / "f.bin"], pfs, local, srv.remote, base=clean_env(), check=False)
         st = srv.drain_and_stop(timeout_s=60)
     finally:
         srv.kill()
@@ -332,8 +328,8 @@ def pending_many_case(minio, work, query):
     pfs.mkdir(parents=True)
     prefix = f"pending{query.replace('?', '-').replace('=', '-').replace('&', '-')}"
     remote = f"s3://{BUCKET}/{prefix}{query}"
-    run_writer_captured(pfs, local, remote, ["write", "mixed", pfs], minio.env())
-    r = sh([BIN, "recover", "--local", local, "--remote", remote, "--json"], env=minio.env())
+    run_captured([PY, WRITER, "write", "mixed", pfs], pfs, local, remote, base=minio.env())
+    r = run([BIN, "recover", "--local", local, "--remote", remote, "--json"], env=minio.env())
     rows = json.loads(r.stdout)["files"]
     check(all("error" not in row for row in rows), f"recover: {r.stdout[-600:]}")
     want = writer.expected(writer.plan("mixed"))
@@ -357,7 +353,7 @@ def reset_case(suite, minio, work, rounds=3):
             srv = Server(local, f"s3://{BUCKET}/reset/{i}?part_size=5M",
                          minio.env(endpoint=f"http://127.0.0.1:{proxy.port}"))
             try:
-                run_writer_captured(pfs, local, srv.remote, ["write", "big", pfs, str(size)], clean_env())
+                run_captured([PY, WRITER, "write", "big", pfs, str(size)], pfs, local, srv.remote, base=clean_env())
                 st = srv.drain_and_stop(timeout_s=240)
             finally:
                 srv.kill()
@@ -383,50 +379,50 @@ def start_slow_run(minio, work, prefix, wait_timeout):
     args = [BIN, "run", "--prefix", pfs, "--local", local, "--job", "t", "--remote", f"s3://{BUCKET}/{prefix}",
             "--mpi", "none", "--buffer", "1M", "--max-rate", "4M", "--wait-timeout", str(wait_timeout),
             "--", PY, WRITER, "write", "big", pfs, str(size)]
-    run = subprocess.Popen([str(a) for a in args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen([str(a) for a in args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, start_new_session=True)
     log = local / ".paralog-server-t.log"
     deadline = time.time() + 60
     while time.time() < deadline:
         if log.exists() and 'how="upload"' in log.read_text(errors="replace"):
-            return run, local, size
-        if run.poll() is not None:
+            return proc, local, size
+        if proc.poll() is not None:
             break
         time.sleep(0.05)
-    kill_tree(run)
-    out, err = run.communicate()
+    kill_tree(proc)
+    out, err = proc.communicate()
     raise Failed(f"no part upload started: {err[-600:]}")
 
 
-def finish_run(run, local, timeout):
+def finish_run(proc, local, timeout):
     """Wait for the run; its output and the last text of its server log (run
     deletes the log after a complete drain)."""
     log = local / ".paralog-server-t.log"
     text = ""
     deadline = time.time() + timeout
-    while run.poll() is None and time.time() < deadline:
+    while proc.poll() is None and time.time() < deadline:
         if log.exists():
             text = log.read_text(errors="replace")
         time.sleep(0.2)
     try:
-        out, err = run.communicate(timeout=max(1, deadline - time.time()))
+        out, err = proc.communicate(timeout=max(1, deadline - time.time()))
     except subprocess.TimeoutExpired:
-        kill_tree(run)
-        out, err = run.communicate()
+        kill_tree(proc)
+        out, err = proc.communicate()
         raise Failed(f"paralog run did not return within {timeout} s")
     if log.exists():
         text = log.read_text(errors="replace")
     TRANSCRIPTS.append(("paralog run (minio killed)", out + err))
     TRANSCRIPTS.append(("server log (minio killed)", text))
-    return run.returncode, out, err, text
+    return proc.returncode, out, err, text
 
 
 def minio_kill_case(suite, minio, work):
     prefix = "kill"
-    run, local, size = start_slow_run(minio, work, prefix, wait_timeout=12)
+    proc, local, size = start_slow_run(minio, work, prefix, wait_timeout=12)
     minio.kill()
     try:
-        rc, out, err, log = finish_run(run, local, timeout=120)
+        rc, out, err, log = finish_run(proc, local, timeout=120)
         check(rc == 3, f"paralog run exited {rc} with MinIO down, want 3: {err[-600:]}")
         # It gave up at --wait-timeout and stopped its server, which did
         # not die (a server that dies also makes run exit 3).
@@ -439,7 +435,7 @@ def minio_kill_case(suite, minio, work):
     stale = minio.uploads(BUCKET, key)
     check(stale, "no stale multipart upload after the kill (the kill did not land mid-upload?)")
     partial = [k for k, _ in minio.keys(BUCKET, prefix)]
-    r = sh([BIN, "recover", "--local", local, "--remote", f"s3://{BUCKET}/{prefix}", "--json"], env=minio.env())
+    r = run([BIN, "recover", "--local", local, "--remote", f"s3://{BUCKET}/{prefix}", "--json"], env=minio.env())
     rows = json.loads(r.stdout)["files"]
     check(len(rows) == 1 and rows[0].get("drained_epochs") == 1 and not rows[0].get("error"),
           f"recover: {r.stdout[-600:]}")
@@ -450,7 +446,7 @@ def minio_kill_case(suite, minio, work):
     same_bytes(want, got, "object after recover")
     left = minio.uploads(BUCKET, key)
     check(not left, f"multipart uploads left after recover: {left}")
-    r2 = sh([BIN, "recover", "--local", local, "--remote", f"s3://{BUCKET}/{prefix}", "--json"], env=minio.env())
+    r2 = run([BIN, "recover", "--local", local, "--remote", f"s3://{BUCKET}/{prefix}", "--json"], env=minio.env())
     rows2 = json.loads(r2.stdout)["files"]
     check(all(r.get("drained_epochs", 0) == 0 for r in rows2), f"a second recover drained again: {r2.stdout[-300:]}")
     return (f"run gave up (exit 3) with MinIO down; {len(stale)} stale upload(s){' and a partial object' if partial else ''}; "
@@ -462,11 +458,11 @@ OUTAGE = 10
 
 def minio_restart_case(suite, minio, work):
     prefix = "restart"
-    run, local, size = start_slow_run(minio, work, prefix, wait_timeout=150)
+    proc, local, size = start_slow_run(minio, work, prefix, wait_timeout=150)
     minio.kill()
     time.sleep(OUTAGE)
     minio.start()
-    rc, out, err, log = finish_run(run, local, timeout=200)
+    rc, out, err, log = finish_run(proc, local, timeout=200)
     check(rc == 0, f"paralog run exited {rc} after MinIO came back: {err[-600:]}")
     failures = log.count("drain failed; local data kept")
     want = writer.expected(writer.plan("big", size))["big.bin"]
@@ -499,7 +495,7 @@ def permanent_case(minio, work):
         pfs.mkdir(parents=True)
         t0 = time.time()
         r = paralog_run(local, pfs, [PY, WRITER, "write", "big", pfs, str(size)], url, env=env,
-                        extra=["--wait-timeout", "120"], check_rc=False, timeout=200)
+                        extra=["--wait-timeout", "120"], check=False, timeout=200)
         took = time.time() - t0
         err = r.stderr
         check(r.returncode == 3, f"{code}: paralog run exited {r.returncode}, want 3: {err[-400:]}")
@@ -525,7 +521,7 @@ def credentials_case(minio, work):
     pfs, local = work / "pfs", work / "local"
     pfs.mkdir(parents=True)
     r = paralog_run(local, pfs, [PY, WRITER, "write", "big", pfs, "1000"], f"s3://{BUCKET}/creds",
-                    env=minio.env(secret=wrong), extra=["--wait-timeout", "6"], check_rc=False)
+                    env=minio.env(secret=wrong), extra=["--wait-timeout", "6"], check=False)
     check(r.returncode == 3, f"with a wrong secret key, run exited {r.returncode}, want 3")
     log = (local / ".paralog-server-t.log").read_text(errors="replace")
     check("SignatureDoesNotMatch" in log or "signature" in log.lower(),
@@ -539,7 +535,7 @@ def credentials_case(minio, work):
                           "aws_smithy_runtime=trace,aws_smithy_runtime_api=trace,aws_sdk_s3=trace,aws_runtime=trace")
     srv = Server(local, f"s3://{BUCKET}/creds", env)
     try:
-        run_writer_captured(pfs, local, srv.remote, ["write", "big", pfs, "3000"], clean_env())
+        run_captured([PY, WRITER, "write", "big", pfs, "3000"], pfs, local, srv.remote, base=clean_env())
         srv.drain_and_stop(timeout_s=60)
     finally:
         srv.kill()
@@ -568,7 +564,7 @@ def main():
     def want(name):
         return not a.only or a.only in name
 
-    programs = [c for c in cap.CASES if c[1] != "outside_prefix"]
+    programs = [c for c in PROGRAMS if c[1] != "outside_prefix"]
     cases = []
     for i, (name, prog, extra, modes) in enumerate(programs):
         mode = "mpich" if "mpich" in modes else "ompio"
@@ -600,7 +596,7 @@ def main():
     minio = MinIO(suite.base)
     try:
         if any(label.startswith("programs") for label, _ in cases):
-            sh(["make", "-s", "-C", ROOT / "tests/mpi", f"OUT={cap.OUT}"])
+            build_tests()
         minio.start()
         minio.mb(BUCKET)
         for label, fn in cases:

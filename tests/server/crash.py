@@ -59,8 +59,8 @@ Checked in every trial:
          run returns only when everything committed is drained (remote ==
          snapshot K).
 
-Usage: tests/server/crash.py [--trials N] [--seed S] [--trial I]
-                             [--mpi mpich|ompio|romio321|openmpi|all] [--keep]
+Usage: python3 -m tests.server.crash [--trials N] [--seed S] [--trial I]
+                                     [--mpi mpich|ompio|romio321|openmpi|all] [--keep]
 Prints one line per trial and ends with "crash: N passed, N failed".
 A failure prints the command that replays it (--seed S --trial I).
 """
@@ -72,20 +72,19 @@ import os
 import random
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = ROOT / "target/release/paralog"
-OUT = ROOT / "target/mpi-tests"
-RUN_DIRECT = ROOT / "tests/mpi/run_direct.sh"
+from tests.lib.check import Failed, Suite
+from tests.lib.mpi import MODES, MPI_TESTS, build_tests, launcher, mpi_env, run_direct
+from tests.lib.paralog import inspect as inspect_all
+from tests.lib.paths import BIN
+from tests.lib.proc import run
+from tests.lib.server import Server
 
-MODES = {"mpich": ("mpich", "romio"), "ompio": ("openmpi", "ompio"), "romio321": ("openmpi", "romio321")}
 NP = 4
 EPOCHS = 8
 KIB = 512  # per rank and epoch
@@ -95,24 +94,15 @@ POINTS = ["drain.mid_write", "drain.before_fsync", "drain.after_fsync", "drain.a
 TRIAL_DEADLINE = 90.0  # seconds for the program and run's drain together
 WORD = 8
 CHUNK = 4000  # the program's block size: compare block-wise first, then by word
+REPLAY = "python3 -m tests.server.crash"
 
 
 # --------------------------------------------------------------------------
 # small helpers
 
 
-def sh(cmd, env=None, check=True, timeout=120):
-    r = subprocess.run([str(c) for c in cmd], env=env, text=True, capture_output=True, timeout=timeout)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {r.returncode}\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
-    return r
-
-
 def clean_env(extra=None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALOG_")}
-    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    env.update(extra or {})
-    return env
+    return mpi_env(extra, drop=("PARALOG_",))
 
 
 def read_or_none(p):
@@ -207,22 +197,21 @@ def read_progress(local, job):
     if b is None:
         return None if not files[0].is_dir() else 0
     if len(b) != 48 or b[:8] != b"PLGPROGR":
-        raise RuntimeError(f"unreadable progress record {files[0] / 'progress'}: {b[:16]!r}")
+        raise Failed(f"unreadable progress record {files[0] / 'progress'}: {b[:16]!r}")
     gen, ep = struct.unpack_from("<QQ", b, 24)
     if gen != 1:
-        raise RuntimeError(f"progress record names open {gen}; the program opens once")
+        raise Failed(f"progress record names open {gen}; the program opens once")
     return ep
 
 
 def inspect(local, job):
     """inspect --json's entry for the program's file: None if the job is gone."""
-    r = sh([BIN, "inspect", "--local", local, "--json"])
-    for j in json.loads(r.stdout)["jobs"]:
+    for j in inspect_all(local)["jobs"]:
         if j["name"] != job:
             continue
         files = j["files"]
         if len(files) != 1:
-            raise RuntimeError(f"inspect lists {len(files)} files, want 1: {[f.get('path') for f in files]}")
+            raise Failed(f"inspect lists {len(files)} files, want 1: {[f.get('path') for f in files]}")
         return files[0]
     return None
 
@@ -232,7 +221,7 @@ def parse_id(s):
         return 0
     g, e = s.split(":")
     if int(g) != 1:
-        raise RuntimeError(f"epoch id {s}: the program opens once")
+        raise Failed(f"epoch id {s}: the program opens once")
     return int(e)
 
 
@@ -242,7 +231,7 @@ def local_state(info):
     epochs, committed = {}, set()
     for e in info["epochs"]:
         if e["open"] != 1:
-            raise RuntimeError(f"inspect lists open {e['open']}; the program opens once")
+            raise Failed(f"inspect lists open {e['open']}; the program opens once")
         epochs[e["epoch"]] = {r["rank"]: (r["manifest"], r["data_bytes"], r["mark"]) for r in e["ranks"]}
         if e["committed"]:
             committed.add(e["epoch"])
@@ -326,7 +315,7 @@ def kill_all(token):
             except ProcessLookupError:
                 pass
         time.sleep(0.05)
-    raise RuntimeError(f"processes of trial token {token} survive SIGKILL")
+    raise Failed(f"processes of trial token {token} survive SIGKILL")
 
 
 # --------------------------------------------------------------------------
@@ -570,15 +559,13 @@ class Trial:
         flavour, io = MODES[t["mode"]]
         for d in (self.prefix, self.remote):
             d.mkdir(parents=True)
-        launcher = ["mpirun.mpich", "-n", str(NP)] if flavour == "mpich" else \
-            ["mpirun.openmpi", "-n", str(NP), "--oversubscribe", "--mca", "io", io]
         # Under nice: the ranks spin in MPI on 2 cores, and a harness that
         # waits for the CPU would land its kills late.
         cmd = ["nice", "-n", "5", BIN, "run", "--prefix", self.prefix, "--local", self.local, "--remote", self.remote,
                "--job", self.job, "--mpi", flavour, "--wait-timeout", "60", "--buffer", t["buffer"]]
         if t["max_rate"]:
             cmd += ["--max-rate", t["max_rate"]]
-        cmd += ["--", *launcher, OUT / flavour / "epochs", self.prefix, f"--epochs={EPOCHS}", f"--kib={KIB}",
+        cmd += ["--", *launcher(flavour, NP, io if flavour == "openmpi" else None), MPI_TESTS / flavour / "epochs", self.prefix, f"--epochs={EPOCHS}", f"--kib={KIB}",
                 f"--sleep-ms={t['sleep_ms']}", f"--progress={self.progfile}"]
         self_kill = t["program_kill"] and t["program_kill"][1][0] == "self"
         if self_kill:
@@ -778,7 +765,7 @@ class Trial:
             uncommitted_before = {e: r for e, r in local_state(info0)[2].items() if e > K}
         if t["recover_failpoint"] and info0 is not None:
             fp = recover_failpoint(t["recover_failpoint"], K - local_state(info0)[0])
-            r = sh([BIN, "recover", "--local", self.local, "--remote", self.remote, "--job", self.job, "--json"],
+            r = run([BIN, "recover", "--local", self.local, "--remote", self.remote, "--job", self.job, "--json"],
                    env=clean_env({"PARALOG_FAILPOINT": fp}), check=False)
             if r.returncode == -signal.SIGKILL:
                 self.notes.append(f"recover died at {fp}")
@@ -791,7 +778,7 @@ class Trial:
                 self.notes.append(f"recover failpoint {fp} not reached")
         if t["restart_server"] and info0 is not None:
             self.resume_with_server(K)
-        r = sh([BIN, "recover", "--local", self.local, "--remote", self.remote, "--job", self.job, "--json"], check=False)
+        r = run([BIN, "recover", "--local", self.local, "--remote", self.remote, "--job", self.job, "--json"], check=False)
         if info0 is None and r.returncode != 0 and "no job" in (r.stderr + r.stdout):
             pass  # nothing of the job is left: nothing to recover
         elif r.returncode != 0:
@@ -816,7 +803,7 @@ class Trial:
         # a second recover changes nothing
         st1 = (self.remote / FILE).stat().st_mtime_ns if data1 is not None else None
         tree1 = tree(self.local / self.job) if (self.local / self.job).exists() else {}
-        r = sh([BIN, "recover", "--local", self.local, "--remote", self.remote, "--job", self.job, "--json"], check=False)
+        r = run([BIN, "recover", "--local", self.local, "--remote", self.remote, "--job", self.job, "--json"], check=False)
         if info1 is not None:
             if r.returncode != 0:
                 self.fail(f"(b) second recover failed ({r.returncode}): {r.stdout[-800:]}{r.stderr[-800:]}")
@@ -834,7 +821,7 @@ class Trial:
             self.fail(f"(b) the second recover changed the node-local log: {changed}")
         # --gc removes what can never be committed and nothing else
         if info1 is not None:
-            r = sh([BIN, "recover", "--local", self.local, "--remote", self.remote, "--job", self.job, "--gc", "--json"],
+            r = run([BIN, "recover", "--local", self.local, "--remote", self.remote, "--job", self.job, "--gc", "--json"],
                    check=False)
             if r.returncode != 0:
                 self.fail(f"recover --gc failed ({r.returncode}): {r.stdout[-800:]}{r.stderr[-800:]}")
@@ -850,66 +837,32 @@ class Trial:
     def resume_with_server(self, K):
         """A new `paralog server` finds the committed epochs by its start-up
         scan and drains them: remote == snapshot K, nothing damaged."""
-        sock = self.local / f".paralog-server-{self.job}.sock"
-        log = open(self.work / "server2.log", "w")
-        srv = subprocess.Popen([str(BIN), "server", "--local", str(self.local), "--remote", str(self.remote),
-                                "--job", self.job], env=clean_env({TOKEN_VAR: self.token}), stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)
+        srv = None
         try:
-            deadline = time.monotonic() + 20
-            st = None
-            while st is None:
-                if srv.poll() is not None:
-                    self.fail(f"(b) the new server exited ({srv.returncode}) before it answered; see {log.name}")
-                    return
-                if time.monotonic() > deadline:
-                    self.fail("(b) the new server did not answer on its socket within 20 s")
-                    return
-                try:
-                    st = server_request(sock, {"cmd": "status"}, 5)
-                    if st.get("pid") != srv.pid:
-                        st = None  # the socket of the crashed server, not yet replaced
-                except OSError:
-                    pass
-                if st is None:
-                    time.sleep(0.02)
-            st = server_request(sock, {"cmd": "drain", "timeout_s": 30}, 40)
+            # Ready once it answers on its socket with its own pid (not the
+            # crashed server's socket), within 20 s.
+            srv = Server(self.local, self.remote, clean_env({TOKEN_VAR: self.token}), job=self.job,
+                         log=self.work / "server2.log")
+            st = srv.ask({"cmd": "drain", "timeout_s": 30}, 40)
             bad = [f"{f['state']}: {f['message']}" for f in st.get("files", []) if f.get("message") or f["state"] != "idle"]
             if st["damaged"] or st["retrying"] or st["epochs_pending"] or not st["idle"] or bad:
                 self.fail(f"(b) the new server did not finish the drain: damaged {st['damaged']}, retrying "
                           f"{st['retrying']}, pending {st['epochs_pending']}, idle {st['idle']}: {bad}")
             try:
-                server_request(sock, {"cmd": "stop"}, 10)
+                srv.ask({"cmd": "stop"}, 10)
             except ValueError:
                 pass  # the server may exit before its answer to stop is (fully) written
-            srv.wait(timeout=20)
+            srv.p.wait(timeout=20)
             data = read_or_none(self.remote / FILE)
             if data != self.snaps.s[K]:
                 self.fail(f"(b) after the new server's drain the remote is {self.snaps.describe(data)}, not epoch {K}")
             else:
                 self.notes.append(f"a new server drained to epoch {K}")
-        except (OSError, ValueError, KeyError, subprocess.TimeoutExpired) as e:
+        except (Failed, OSError, ValueError, KeyError, AttributeError, subprocess.TimeoutExpired) as e:
             self.fail(f"(b) the new server: {type(e).__name__}: {e}")
         finally:
-            if srv.poll() is None:
+            if srv is not None:
                 srv.kill()
-                srv.wait()
-            log.close()
-
-
-def server_request(path, req, timeout):
-    """One request on the server's status socket, one JSON line back."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
-        c.settimeout(timeout)
-        c.connect(str(path))
-        c.sendall((json.dumps(req) + "\n").encode())
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = c.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    return json.loads(buf)
 
 
 # --------------------------------------------------------------------------
@@ -921,21 +874,20 @@ def references(modes, base):
     for mode in modes:
         flavour, io = MODES[mode]
         d = base / f"reference-{mode}"
-        sh([RUN_DIRECT, flavour, io, "epochs", d, "--snapshot", f"--epochs={EPOCHS}", f"--kib={KIB}"],
-           env=clean_env())
+        run_direct(flavour, io, "epochs", d, "--snapshot", f"--epochs={EPOCHS}", f"--kib={KIB}", env=clean_env())
         snaps = [None] + [read_or_none(d / f"{FILE}.epoch{k}") for k in range(1, EPOCHS + 1)]
         if any(s is None for s in snaps[1:]):
-            raise RuntimeError(f"direct run in {d}: missing snapshots")
+            raise Failed(f"direct run in {d}: missing snapshots")
         if snaps[EPOCHS] != read_or_none(d / FILE):
-            raise RuntimeError(f"direct run in {d}: the final file differs from the last snapshot")
+            raise Failed(f"direct run in {d}: the final file differs from the last snapshot")
         if len(set(snaps[1:])) != EPOCHS:
-            raise RuntimeError(f"direct run in {d}: two epochs have identical snapshots")
+            raise Failed(f"direct run in {d}: two epochs have identical snapshots")
         refs[mode] = Snaps(snaps)
         shutil.rmtree(d)
     first = next(iter(refs.values()))
     for mode, s in refs.items():
         if s.s != first.s:
-            raise RuntimeError(f"direct runs disagree between {modes[0]} and {mode}")
+            raise Failed(f"direct runs disagree between {modes[0]} and {mode}")
     return refs
 
 
@@ -958,19 +910,18 @@ def main():
     trials = a.trial or list(range(1, a.trials + 1))
     t_start = time.monotonic()
     print(f"crash: seed {seed}, {len(trials)} trial(s), modes {','.join(names)} "
-          f"(replay one: {Path(__file__).relative_to(ROOT)} --seed {seed} --mpi {a.mpi} --trial I)", flush=True)
-    sh(["make", "-s", "-C", ROOT / "tests/mpi", f"OUT={OUT}"] + [f"{OUT}/{f}/epochs" for f in sorted({MODES[m][0] for m in names})])
-    base = Path(tempfile.mkdtemp(prefix="paralog-crash-"))
-    refs = references(sorted(set(names), key=names.index), base)
-    passed = failed = 0
+          f"(replay one: {REPLAY} --seed {seed} --mpi {a.mpi} --trial I)", flush=True)
+    build_tests(*[f"{MPI_TESTS}/{f}/epochs" for f in sorted({MODES[m][0] for m in names})])
+    suite = Suite("crash", keep=a.keep)
     stats = {"mix": 0, "inside": 0, "server": 0, "recover": 0, "orphans": 0}
     current = None
     try:
+        refs = references(sorted(set(names), key=names.index), suite.base)
         for i in trials:
             rng = random.Random(f"{seed}:{i}")
             mode = names[(i - 1) % len(names)]
             plan = plan_trial(rng, mode)
-            work = base / f"trial{i}"
+            work = suite.base / f"trial{i}"
             work.mkdir()
             tr = current = Trial(i, plan, work, refs[mode])
             try:
@@ -988,28 +939,19 @@ def main():
             stats["recover"] += any("recover died" in n for n in tr.notes)
             stats["orphans"] += bool(tr.orphans)
             if tr.problems:
-                failed += 1
-                print(f"FAIL trial {i}: {describe_plan(plan)}\n  happened: {notes}", flush=True)
-                for p in tr.problems:
-                    print(f"  - {p}", flush=True)
-                print(f"  replay: {Path(__file__).relative_to(ROOT)} --seed {seed} --mpi {a.mpi} --trial {i}  [kept in {work}]",
-                      flush=True)
+                problems = "".join(f"\n  - {p}" for p in tr.problems)
+                suite.fail_case(f"trial {i}", f"{describe_plan(plan)}\n  happened: {notes}{problems}\n"
+                                              f"  replay: {REPLAY} --seed {seed} --mpi {a.mpi} --trial {i}", work)
             else:
-                passed += 1
-                print(f"PASS trial {i}: {describe_plan(plan)}\n  happened: {notes or 'no fault landed'}; {tr.summary}", flush=True)
-                if not a.keep:
-                    shutil.rmtree(work)
+                suite.pass_case(f"trial {i}", f"{describe_plan(plan)}\n  happened: {notes or 'no fault landed'}; "
+                                              f"{tr.summary}", work)
     finally:
         if current is not None:
             kill_all(current.token)
-    if failed == 0 and not a.keep:
-        shutil.rmtree(base)
     print(f"crash: {stats['inside']} program kills inside a consistency point, {stats['server']} server/recover crashes "
           f"({stats['recover']} of recover), {stats['mix']} remotes left mid-epoch before recover, "
           f"{stats['orphans']} trials with processes outliving run; {time.monotonic() - t_start:.0f} s")
-    print(f"crash: {passed} passed, {failed} failed")
-    return 1 if failed else 0
-
+    return suite.finish()
 
 if __name__ == "__main__":
     sys.exit(main())

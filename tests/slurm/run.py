@@ -21,7 +21,7 @@ as a user would:
 Where slurmd cannot start here, the cases are reported as skipped, with
 the reason (never silently).
 
-Usage: tests/slurm/run.py [--keep]
+Usage: python3 -m tests.slurm.run [--keep]
 Ends with "slurm: N passed, N failed".
 """
 import argparse
@@ -31,16 +31,16 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = ROOT / "target/release/paralog"
+from tests.lib.check import Suite, check, fail
+from tests.lib.mpi import MPI_TESTS, build_tests, mpi_env, run_direct
+from tests.lib.paths import BIN, ROOT
+from tests.lib.proc import run
+
 JOB = ROOT / "examples/slurm/job.sh"
-MPI_TESTS = ROOT / "target/mpi-tests"
-RUN_DIRECT = ROOT / "tests/mpi/run_direct.sh"
-ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+ENV = mpi_env()
 
 
 class Slurm:
@@ -142,15 +142,13 @@ def sbatch(slurm, work, settings, wait):
            f"--output={work}/job.out", f"--export={exports}", str(JOB)]
     if wait:
         cmd.insert(1, "--wait")
-    return subprocess.run(cmd, env=slurm.env(), capture_output=True, text=True, timeout=300)
+    return run(cmd, env=slurm.env(), check=False, timeout=300)
 
 
 def direct(work, flavour, mode, *args):
     out = work / "direct"
-    r = subprocess.run([str(RUN_DIRECT), flavour, mode, "epochs", str(out), *args],
-                       env={**ENV, "NP": "2"}, capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        raise RuntimeError(f"direct run failed: {r.stderr[-400:]}")
+    r = run_direct(flavour, mode, "epochs", out, *args, env=ENV, np=2, check=False, timeout=300)
+    check(r.returncode == 0, f"direct run failed: {r.stderr[-400:]}")
     return out
 
 
@@ -159,25 +157,19 @@ def case_run(slurm, work, mpi):
     program = f"{MPI_TESTS}/{mpi}/epochs {work}/pfs --epochs=4"
     r = sbatch(slurm, work, job_settings(work, mpi, launch, program), wait=True)
     out = (work / "job.out").read_text(errors="replace") if (work / "job.out").exists() else ""
-    if r.returncode != 0:
-        return f"the job failed (sbatch --wait exit {r.returncode}): {r.stderr[-300:]} {out[-600:]}"
-    if "paralog wait: everything committed is drained" not in out:
-        return f"paralog wait did not report the drain: {out[-600:]}"
-    if "server stopped" not in out or "pending=0" not in out:
-        return f"the server step did not end cleanly: {out[-600:]}"
+    check(r.returncode == 0, f"the job failed (sbatch --wait exit {r.returncode}): {r.stderr[-300:]} {out[-600:]}")
+    check("paralog wait: everything committed is drained" in out, f"paralog wait did not report the drain: {out[-600:]}")
+    check("server stopped" in out and "pending=0" in out, f"the server step did not end cleanly: {out[-600:]}")
     ref = direct(work, mpi, "romio" if mpi == "mpich" else "ompio", "--epochs=4")
     want, got = (ref / "epochs.dat").read_bytes(), (work / "remote/epochs.dat").read_bytes()
-    if want != got:
-        return f"the remote file differs from direct MPI-IO ({len(got)} vs {len(want)} bytes)"
-    return None
+    check(want == got, f"the remote file differs from direct MPI-IO ({len(got)} vs {len(want)} bytes)")
 
 
 def case_scancel(slurm, work):
     progress = work / "progress"
     program = f"{MPI_TESTS}/mpich/epochs {work}/pfs --epochs=12 --sleep-ms=600 --progress={progress}"
     r = sbatch(slurm, work, job_settings(work, "mpich", "mpirun.mpich -n 2", program), wait=False)
-    if r.returncode != 0:
-        return f"sbatch failed: {r.stderr[-300:]}"
+    check(r.returncode == 0, f"sbatch failed: {r.stderr[-300:]}")
     job = r.stdout.strip().split(";")[0]
     deadline = time.time() + 120
     seen = 0
@@ -187,28 +179,23 @@ def case_scancel(slurm, work):
         if seen >= 2:
             break
         time.sleep(0.2)
-    if seen < 2:
-        return "the program did not commit 2 epochs within 120 s"
-    subprocess.run(["scancel", job], env=slurm.env(), check=True)
+    check(seen >= 2, "the program did not commit 2 epochs within 120 s")
+    run(["scancel", job], env=slurm.env())
     deadline = time.time() + 60
     while time.time() < deadline:
-        q = subprocess.run(["squeue", "-h", "-j", job], env=slurm.env(), capture_output=True, text=True)
+        q = run(["squeue", "-h", "-j", job], env=slurm.env(), check=False, timeout=60)
         if not q.stdout.strip():
             break
         time.sleep(0.5)
     time.sleep(1)
-    r = subprocess.run([str(BIN), "recover", "--local", str(work / "local"), "--remote", str(work / "remote")],
-                       env=ENV, capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        return f"paralog recover exited {r.returncode}: {r.stderr[-500:]}"
+    r = run([BIN, "recover", "--local", work / "local", "--remote", work / "remote"], env=ENV, check=False, timeout=300)
+    check(r.returncode == 0, f"paralog recover exited {r.returncode}: {r.stderr[-500:]}")
     ref = direct(work, "mpich", "romio", "--epochs=12", "--snapshot")
     got = (work / "remote/epochs.dat").read_bytes()
     match = [k for k in range(1, 13) if (ref / f"epochs.dat.epoch{k}").read_bytes() == got]
     if not match:
-        return "the remote file is no committed epoch of the direct run"
-    if match[-1] < seen:
-        return f"the remote file is epoch {match[-1]}, older than epoch {seen} the program saw committed"
-    return None
+        fail("the remote file is no committed epoch of the direct run")
+    check(match[-1] >= seen, f"the remote file is epoch {match[-1]}, older than epoch {seen} the program saw committed")
 
 
 def main():
@@ -216,40 +203,24 @@ def main():
     ap.add_argument("--keep", action="store_true")
     opts = ap.parse_args()
     # The MPI programs (the same build as tests/capture's).
-    subprocess.run(["make", "-s", "-C", str(ROOT / "tests/mpi")], check=True)
-    base = Path(tempfile.mkdtemp(prefix="paralog-slurm-"))
-    slurm = Slurm(base)
+    build_tests()
+    suite = Suite("slurm", keep=opts.keep)
+    slurm = Slurm(suite.base)
     cases = [("mpich: sbatch job.sh, Hydra ranks, srun servers, equal direct MPI-IO",
               lambda w: case_run(slurm, w, "mpich")),
              ("openmpi: sbatch job.sh, Open MPI ranks, equal direct MPI-IO",
               lambda w: case_run(slurm, w, "openmpi")),
              ("scancel mid-run, then recover: a committed epoch", lambda w: case_scancel(slurm, w))]
-    passed = failed = skipped = 0
     try:
         why = slurm.start()
         for name, fn in cases:
             if why:
-                skipped += 1
-                print(f"SKIP {name}: {why}", flush=True)
-                continue
-            work = base / name.split(":")[0].split()[0]
-            work.mkdir()
-            try:
-                err = fn(work)
-            except (subprocess.SubprocessError, OSError, RuntimeError) as e:
-                err = f"{type(e).__name__}: {e}"
-            if err:
-                failed += 1
-                print(f"FAIL {name}: {err}", flush=True)
+                suite.skip(name, why)
             else:
-                passed += 1
-                print(f"PASS {name}", flush=True)
+                suite.case(name, fn)
     finally:
         slurm.stop()
-        if not opts.keep and not failed:
-            shutil.rmtree(base, ignore_errors=True)
-    print(f"slurm: {passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
-    return 1 if failed else 0
+    return suite.finish()
 
 
 if __name__ == "__main__":

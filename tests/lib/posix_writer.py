@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""A plain POSIX program (no MPI) for the server tests: EPOCHS epochs of
+"""A plain POSIX program (no MPI) for the server and objstore tests
+(tests/server/e2e.py, tests/remote/objstore.py): EPOCHS epochs of
 scattered writes to one file, each ended by fsync (a consistency point of a
 one-rank communicator), the last by close. Deterministic: `expected` builds
 the same bytes in memory, so a test knows the file at every epoch.

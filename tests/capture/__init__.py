@@ -1,0 +1,1 @@
+"""Capture tests: real MPI programs under capture, bad input, invariants."""

@@ -1,0 +1,1 @@
+"""Many nodes on one machine: simulated nodes, network namespaces."""

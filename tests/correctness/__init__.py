@@ -1,0 +1,1 @@
+"""Correctness suites: real programs under `paralog run` against direct runs."""

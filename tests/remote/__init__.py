@@ -1,0 +1,1 @@
+"""Remote tests: S3 against MinIO, the versioned object layout."""

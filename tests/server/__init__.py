@@ -1,0 +1,1 @@
+"""Server tests: programs under `paralog run`, crashes."""

@@ -1,0 +1,1 @@
+"""A real Slurm on this machine."""
