@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use paralog_settings::counters::ProcessCounters;
+
 static BYTES: AtomicU64 = AtomicU64::new(0);
 static EPOCHS: AtomicU64 = AtomicU64::new(0);
 static CP_NANOS: AtomicU64 = AtomicU64::new(0);
@@ -66,13 +68,13 @@ extern "C" fn at_exit() {
 /// Write this process's counters (no fsync: they are for the summary).
 fn write_now() {
     let Some(dir) = DIR.get() else { return };
-    let text = format!(
-        "{{\"pid\":{},\"bytes\":{},\"epochs\":{},\"sync_ns\":{}}}\n",
-        std::process::id(),
-        BYTES.load(Ordering::Relaxed),
-        EPOCHS.load(Ordering::Relaxed),
-        CP_NANOS.load(Ordering::Relaxed)
-    );
+    let text = ProcessCounters {
+        pid: std::process::id(),
+        bytes: BYTES.load(Ordering::Relaxed),
+        epochs: EPOCHS.load(Ordering::Relaxed),
+        sync_ns: CP_NANOS.load(Ordering::Relaxed),
+    }
+    .encode();
     let path = dir.join(format!("{}.json", std::process::id()));
     if let Err(e) = std::fs::write(&path, text) {
         crate::report::line(&format!("writing counters to {}: {e}", path.display()));

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use paralog_log::Inventory;
 use paralog_server::status::{self, FileState, Request, Status};
+use paralog_settings::counters::ProcessCounters;
 
 use crate::env::{capture_env, Mpi};
 use crate::status::human_bytes;
@@ -306,15 +307,14 @@ fn read_counters(dir: &Path) -> Counters {
             c.refused.extend(text.lines().map(str::to_owned));
             continue;
         }
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+        let Some(p) = ProcessCounters::decode(&text) else {
             continue;
         };
-        let epochs = v["epochs"].as_u64().unwrap_or(0);
-        let bytes = v["bytes"].as_u64().unwrap_or(0);
+        let (epochs, bytes) = (p.epochs, p.bytes);
         if epochs == 0 && bytes == 0 {
             continue; // a launcher or helper process: it captured nothing
         }
-        let sync = Duration::from_nanos(v["sync_ns"].as_u64().unwrap_or(0));
+        let sync = Duration::from_nanos(p.sync_ns);
         c.processes += 1;
         c.bytes += bytes;
         c.max_epochs = c.max_epochs.max(epochs);

@@ -9,6 +9,7 @@
 //! capture's wrappers, capturing the files it drains whenever PARALOG_PREFIX
 //! is set in the shell. Nothing here is exported under a C name.
 
+pub mod counters;
 pub mod symbols;
 
 pub use symbols::SYMBOLS;
