@@ -72,7 +72,8 @@ pub enum Op {
     Extent(Extent),
     /// `ftruncate`/`MPI_File_set_size`: the file becomes exactly this long.
     SetSize(u64),
-    /// `MPI_File_preallocate`: the file becomes at least this long.
+    /// `MPI_File_preallocate`, `fallocate`: the file becomes at least this
+    /// long.
     Preallocate(u64),
     /// `unlink`/`MPI_File_delete`: the file no longer exists (a later open
     /// of the path starts from nothing).
@@ -162,7 +163,7 @@ impl Manifest {
     }
 
     /// Decode and fully validate a manifest. `path` is only used in errors.
-    /// Never panics, whatever the bytes (fuzzed in `fuzz/` and in the tests).
+    /// Never panics, whatever the bytes (fuzzed by `tests/fuzz_manifest.rs`).
     pub fn decode(bytes: &[u8], path: &Path) -> Result<Manifest> {
         let corrupt = |offset: usize, what: String| LogError::Corrupt {
             path: path.to_path_buf(),

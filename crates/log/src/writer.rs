@@ -1,7 +1,7 @@
 //! One rank's log of one open file: appends writes to the current epoch's
 //! data log, keeps the epoch's extent map, and commits epochs atomically.
 //!
-//! Commit protocol (docs/format.md, "Commit"):
+//! Commit protocol (docs/format.md, "Commit protocol and what is durable"):
 //! 1. flush the coalescing buffer, `fdatasync` the data log once;
 //! 2. write the manifest to `e<N>.manifest.tmp`, fsync, rename to
 //!    `e<N>.manifest`, fsync the directory (this is the *local commit*);
@@ -48,7 +48,7 @@ struct LogPiece {
     /// CRC-32C of exactly this range, when known without reading it back
     /// (a range cut out of a write has none until commit computes it).
     crc: Option<u32>,
-    /// Size operations before this write in the epoch.
+    /// The phase the write was made in (see `EpochState::phase`).
     phase: u32,
     /// For a new write that continues its left neighbour in the file and in
     /// the log: the CRC of both together, computed by continuing the
@@ -339,7 +339,8 @@ impl RankLog {
         self.size_op(Op::SetSize(size));
     }
 
-    /// `MPI_File_preallocate`: the file becomes at least `size` long.
+    /// `MPI_File_preallocate`, `fallocate`: the file becomes at least `size`
+    /// long.
     pub fn preallocate(&mut self, size: u64) {
         self.size_op(Op::Preallocate(size));
     }
@@ -662,10 +663,6 @@ impl RankLog {
     }
 }
 
-/// The next open generation of `rel` in `job` on this node: one past the
-/// highest generation directory present. The server keeps generation
-/// directories until the job is finished, so numbers are never reused.
-/// Callers with several ranks agree on the maximum over all ranks.
 /// What every new log checks first: names that stay inside the root, a
 /// rank inside its communicator, a root that is a directory.
 fn validate(root: &Path, ident: &FileIdent, rank: u32, comm_size: u32) -> Result<()> {
@@ -703,6 +700,10 @@ fn validate(root: &Path, ident: &FileIdent, rank: u32, comm_size: u32) -> Result
     Ok(())
 }
 
+/// The next open generation of `rel` in `job` on this node: one past the
+/// highest generation directory present. The server keeps generation
+/// directories until the job is finished, so numbers are never reused.
+/// Callers with several ranks agree on the maximum over all ranks.
 pub fn next_generation(root: &Path, job: &str, rel: &[u8]) -> Result<u64> {
     layout::validate_component("job name", job)?;
     let file_dir = root.join(job).join(layout::file_dir_name(rel));
