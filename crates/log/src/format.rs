@@ -32,9 +32,10 @@ pub const OP_LEN: usize = 32;
 /// Data starts one page into the data log so that page-aligned application
 /// writes stay page-aligned in the log (cheap copies during the drain).
 pub const DATA_HEADER_LEN: u64 = 4096;
-/// Bytes of the data header that carry meaning (the rest is zero padding).
-pub const DATA_HEADER_USED: usize = 48;
-pub const MARK_LEN: usize = 48;
+/// Bytes of the data header that carry meaning (the rest is zero padding):
+/// the [`EpochHeader`] it shares with the commit mark.
+pub const DATA_HEADER_USED: usize = EPOCH_HEADER_LEN;
+pub const MARK_LEN: usize = EPOCH_HEADER_LEN;
 
 /// Longest path (in bytes) a manifest may carry; Linux's PATH_MAX.
 pub const MAX_PATH_LEN: usize = 4096;
@@ -386,24 +387,66 @@ impl Manifest {
     }
 }
 
-/// The first bytes of an epoch's data log: which rank, open and epoch it
-/// belongs to, so a data log that was moved or mixed up is refused.
+/// The header shared by the data log and the commit mark: which rank of
+/// which open and epoch the file belongs to, so that a data log or a mark
+/// that was moved or mixed up is refused. Its 48 bytes are magic, version,
+/// kind, record length, rank (16), communicator size (20), generation (24),
+/// epoch (32), 4 zero bytes, and a CRC-32C of bytes 0..44 at 44. The two
+/// records differ only in magic, kind and length, and the data header is
+/// padded with zeros to `DATA_HEADER_LEN`. `KIND` is the record kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DataHeader {
+pub struct EpochHeader<const KIND: u16> {
     pub rank: u32,
     pub comm_size: u32,
     pub gen: u64,
     pub epoch: u64,
 }
 
-impl DataHeader {
-    /// The full `DATA_HEADER_LEN`-byte block, zero padded.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(DATA_HEADER_LEN as usize);
-        out.extend_from_slice(DATA_MAGIC);
+/// The first bytes of an epoch's data log.
+pub type DataHeader = EpochHeader<KIND_DATA>;
+
+/// The commit mark a rank writes after the agreement said every rank
+/// committed. Its *existence* is the record (it is written without fsync: a
+/// lost mark is re-derived from the manifests); the content is for people and
+/// for catching a mark copied to the wrong place.
+pub type CommitMark = EpochHeader<KIND_MARK>;
+
+const EPOCH_HEADER_LEN: usize = 48;
+
+/// What else tells the records that share [`EpochHeader`] apart.
+struct EpochRecord {
+    magic: &'static [u8; 8],
+    /// The record length stored at 12.
+    len: u32,
+    /// The record is exactly the header (a commit mark), not the start of a
+    /// longer file (a data log).
+    whole: bool,
+    /// What errors call it.
+    name: &'static str,
+}
+
+const DATA_RECORD: EpochRecord = EpochRecord {
+    magic: DATA_MAGIC,
+    len: DATA_HEADER_LEN as u32,
+    whole: false,
+    name: "data log",
+};
+
+const MARK_RECORD: EpochRecord = EpochRecord {
+    magic: MARK_MAGIC,
+    len: MARK_LEN as u32,
+    whole: true,
+    name: "commit mark",
+};
+
+impl<const KIND: u16> EpochHeader<KIND> {
+    /// The 48 bytes of the header.
+    fn encode_as(&self, rec: &EpochRecord) -> Vec<u8> {
+        let mut out = Vec::with_capacity(rec.len as usize);
+        out.extend_from_slice(rec.magic);
         out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        out.extend_from_slice(&KIND_DATA.to_le_bytes());
-        out.extend_from_slice(&(DATA_HEADER_LEN as u32).to_le_bytes());
+        out.extend_from_slice(&KIND.to_le_bytes());
+        out.extend_from_slice(&rec.len.to_le_bytes());
         out.extend_from_slice(&self.rank.to_le_bytes());
         out.extend_from_slice(&self.comm_size.to_le_bytes());
         out.extend_from_slice(&self.gen.to_le_bytes());
@@ -411,21 +454,49 @@ impl DataHeader {
         out.extend_from_slice(&[0u8; 4]);
         let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
-        debug_assert_eq!(out.len(), DATA_HEADER_USED);
+        debug_assert_eq!(out.len(), EPOCH_HEADER_LEN);
+        out
+    }
+
+    /// Check the preamble, that the header is whole (and, for a record that
+    /// is only the header, that nothing follows it), and the checksum; then
+    /// read the fields. The rest is the record's own to check.
+    fn decode_as(bytes: &[u8], path: &Path, rec: &EpochRecord) -> Result<Self> {
+        check_preamble(bytes, path, rec.magic, KIND, rec.name)?;
+        let n = bytes.len();
+        if n < EPOCH_HEADER_LEN || (rec.whole && n != EPOCH_HEADER_LEN) {
+            return Err(LogError::Corrupt {
+                path: path.to_path_buf(),
+                offset: n.min(EPOCH_HEADER_LEN) as u64,
+                what: if rec.whole {
+                    format!("{} is {n} bytes, expected {EPOCH_HEADER_LEN}", rec.name)
+                } else {
+                    format!("{} header is truncated", rec.name)
+                },
+            });
+        }
+        check_crc(bytes, EPOCH_HEADER_LEN - 4, path)?;
+        Ok(EpochHeader {
+            rank: le_u32(bytes, 16),
+            comm_size: le_u32(bytes, 20),
+            gen: le_u64(bytes, 24),
+            epoch: le_u64(bytes, 32),
+        })
+    }
+}
+
+impl DataHeader {
+    /// The full `DATA_HEADER_LEN`-byte block, zero padded.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = self.encode_as(&DATA_RECORD);
         out.resize(DATA_HEADER_LEN as usize, 0);
         out
     }
 
+    /// Decode the first bytes of a data log: at least `DATA_HEADER_USED`;
+    /// the padding is checked as far as it is given.
     pub fn decode(bytes: &[u8], path: &Path) -> Result<DataHeader> {
-        check_preamble(bytes, path, DATA_MAGIC, KIND_DATA, "data log")?;
-        if bytes.len() < DATA_HEADER_USED {
-            return Err(LogError::Corrupt {
-                path: path.to_path_buf(),
-                offset: bytes.len() as u64,
-                what: "data log header is truncated".into(),
-            });
-        }
-        check_crc(bytes, DATA_HEADER_USED - 4, path)?;
+        let header = Self::decode_as(bytes, path, &DATA_RECORD)?;
         let pad_end = bytes.len().min(DATA_HEADER_LEN as usize);
         if let Some(i) = bytes[DATA_HEADER_USED..pad_end]
             .iter()
@@ -445,61 +516,17 @@ impl DataHeader {
                 what: format!("data header length {header_len}, expected {DATA_HEADER_LEN}"),
             });
         }
-        Ok(DataHeader {
-            rank: le_u32(bytes, 16),
-            comm_size: le_u32(bytes, 20),
-            gen: le_u64(bytes, 24),
-            epoch: le_u64(bytes, 32),
-        })
+        Ok(header)
     }
-}
-
-/// The commit mark a rank writes after the agreement said every rank
-/// committed. Its *existence* is the record (it is written without fsync: a
-/// lost mark is re-derived from the manifests); the content is for people and
-/// for catching a mark copied to the wrong place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CommitMark {
-    pub rank: u32,
-    pub comm_size: u32,
-    pub gen: u64,
-    pub epoch: u64,
 }
 
 impl CommitMark {
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(MARK_LEN);
-        out.extend_from_slice(MARK_MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        out.extend_from_slice(&KIND_MARK.to_le_bytes());
-        out.extend_from_slice(&(MARK_LEN as u32).to_le_bytes());
-        out.extend_from_slice(&self.rank.to_le_bytes());
-        out.extend_from_slice(&self.comm_size.to_le_bytes());
-        out.extend_from_slice(&self.gen.to_le_bytes());
-        out.extend_from_slice(&self.epoch.to_le_bytes());
-        out.extend_from_slice(&[0u8; 4]);
-        let crc = crc32c::crc32c(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        debug_assert_eq!(out.len(), MARK_LEN);
-        out
+        self.encode_as(&MARK_RECORD)
     }
 
     pub fn decode(bytes: &[u8], path: &Path) -> Result<CommitMark> {
-        check_preamble(bytes, path, MARK_MAGIC, KIND_MARK, "commit mark")?;
-        if bytes.len() != MARK_LEN {
-            return Err(LogError::Corrupt {
-                path: path.to_path_buf(),
-                offset: bytes.len().min(MARK_LEN) as u64,
-                what: format!("commit mark is {} bytes, expected {MARK_LEN}", bytes.len()),
-            });
-        }
-        check_crc(bytes, MARK_LEN - 4, path)?;
-        Ok(CommitMark {
-            rank: le_u32(bytes, 16),
-            comm_size: le_u32(bytes, 20),
-            gen: le_u64(bytes, 24),
-            epoch: le_u64(bytes, 32),
-        })
+        Self::decode_as(bytes, path, &MARK_RECORD)
     }
 }
 
