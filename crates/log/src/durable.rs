@@ -47,7 +47,8 @@ pub fn create_dirs_below(base: &Path, dir: &Path) -> Result<()> {
 
 /// Write `bytes` to `path` atomically and durably: temporary name, fsync,
 /// rename, fsync of the directory. A crash leaves the old file or the new one,
-/// plus possibly the temporary (which readers ignore and gc removes).
+/// plus possibly the temporary (which readers ignore; gc removes a
+/// manifest's).
 pub fn write_atomic(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<()> {
     let mut f = OpenOptions::new()
         .write(true)

@@ -1,7 +1,9 @@
 //! A map from file ranges to where their newest bytes are: inserting a range
 //! replaces whatever it overlaps (last writer wins). The writer keeps one per
-//! epoch (values: log position, checksum, phase); the reader builds one for
-//! the logical file (values: which manifest extent holds the bytes).
+//! epoch (values: log position, checksum, phase) and one across the open's
+//! epochs for reads of its own bytes (values: epoch, log position); the
+//! reader builds one for the logical file (values: which manifest extent
+//! holds the bytes).
 
 use std::collections::BTreeMap;
 

@@ -14,12 +14,15 @@ pub struct GcReport {
     pub removed: Vec<PathBuf>,
 }
 
-/// Remove temporary manifests, and the records of epochs that are provably
-/// not globally committed: no rank here has a commit mark, and some rank
-/// whose directory is on this node has no manifest for the epoch although
-/// it has a data log for it or a later epoch (it stopped before committing).
-/// An epoch whose missing ranks live on other nodes is left alone: only the
-/// servers together can decide it.
+/// Remove temporary manifests; what is left of drained epochs (a crash
+/// between the progress record and the deletion); the records of epochs
+/// that are provably not globally committed: no rank here has a commit mark,
+/// and either some rank whose directory is on this node has no manifest for
+/// the epoch although it has a data log for it or a later epoch (it stopped
+/// before committing), or every rank's directory is here and not all have
+/// a manifest; and the staging directories of one-process writers. An epoch
+/// whose missing ranks live on other nodes is left alone: only the servers
+/// together can decide it.
 pub fn collect_garbage(file: &FileInventory, dry_run: bool) -> Result<GcReport> {
     let mut report = GcReport::default();
     for (&gen, g) in &file.gens {

@@ -2,9 +2,12 @@
 //!
 //! ```text
 //! <root>/<job>/f-<hash16>/path                     the file's remote-relative path
+//! <root>/<job>/f-<hash16>/progress                 the server's drain progress
+//! <root>/<job>/f-<hash16>/commit.lock, .stage-*/   one-process writers (single.rs)
 //! <root>/<job>/f-<hash16>/g<gen>/r<rank>/e<epoch>.data
 //!                                       e<epoch>.manifest(.tmp)
 //!                                       e<epoch>.commit
+//!                                       closed
 //! ```
 //!
 //! Names are fixed-width decimal so that `ls` sorts them, but they are parsed

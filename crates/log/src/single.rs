@@ -5,8 +5,8 @@
 //! file's epochs by the moment it became durable on this node.
 //!
 //! How: the writer logs into a private staging directory
-//! (`<file>/.stage-<pid>-<n>/r000000`), named so that no scan takes it for
-//! an open. Its commit takes the file's commit lock, reserves the next
+//! (`<file>/.stage-<pid>-<ns>-<n>/r0000000`), named so that no scan takes it
+//! for an open. Its commit takes the file's commit lock, reserves the next
 //! generation (`mkdir g<G>`), stamps G into the data log's header, writes
 //! the manifest, and renames the rank directory into `g<G>`: the epoch
 //! appears whole, as generation G's only epoch, after every generation

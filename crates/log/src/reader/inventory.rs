@@ -1,0 +1,572 @@
+//! What a node-local root holds (the inventory of its jobs, files, opens,
+//! ranks and epochs), and which of a file's epochs are globally committed
+//! (the commit rule of docs/format.md).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::error::{IoContext, LogError, Result};
+use crate::format::{Manifest, PathRecord, ProgressRecord};
+use crate::layout::{self, EpochFileKind};
+
+/// An epoch of one open: (generation, epoch). Orders like the program did.
+pub type EpochId = (u64, u64);
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EpochFiles {
+    /// Length of the data log, if present.
+    pub data: Option<u64>,
+    pub manifest: bool,
+    pub manifest_tmp: bool,
+    pub mark: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RankInventory {
+    pub dir: PathBuf,
+    pub epochs: BTreeMap<u64, EpochFiles>,
+    /// The rank's open of the file ended (its close marker is here).
+    pub closed: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct GenInventory {
+    pub dir: PathBuf,
+    pub ranks: BTreeMap<u32, RankInventory>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FileInventory {
+    pub dir: PathBuf,
+    /// From the directory's path record; `None` if it is missing or damaged
+    /// (`path_error` then says why).
+    pub record: Option<PathRecord>,
+    pub path_error: Option<String>,
+    /// The server's progress record: epochs up to it are in the remote.
+    pub progress: Option<ProgressRecord>,
+    /// Why the progress record could not be read (the file is then not
+    /// drained, and its logical file is not built, until someone looks).
+    pub progress_error: Option<String>,
+    pub gens: BTreeMap<u64, GenInventory>,
+}
+
+#[derive(Debug, Clone)]
+pub struct JobInventory {
+    pub name: String,
+    pub dir: PathBuf,
+    pub files: Vec<FileInventory>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Inventory {
+    pub root: PathBuf,
+    pub jobs: Vec<JobInventory>,
+    /// Entries that are not part of the layout (shown, never touched).
+    pub stray: Vec<PathBuf>,
+}
+
+/// Whether an epoch is globally committed, judged from this node's files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommitStatus {
+    /// A commit mark exists: the agreement succeeded.
+    Marked,
+    /// No mark, but every rank's manifest is here.
+    AllManifests,
+    /// Not (yet) known to be committed: these ranks' manifests are missing
+    /// here. On a single node this means it is not committed.
+    Incomplete { comm_size: u32, missing: Vec<u32> },
+}
+
+impl CommitStatus {
+    pub fn is_committed(&self) -> bool {
+        !matches!(self, CommitStatus::Incomplete { .. })
+    }
+}
+
+impl Inventory {
+    /// List everything under `root`. Unknown entries are reported in `stray`.
+    pub fn scan(root: &Path) -> Result<Inventory> {
+        if !std::fs::metadata(root)
+            .ctx("open node-local root", root)?
+            .is_dir()
+        {
+            return Err(LogError::Io {
+                path: root.to_path_buf(),
+                op: "open node-local root",
+                error: io::Error::from_raw_os_error(libc::ENOTDIR),
+            });
+        }
+        let mut inv = Inventory {
+            root: root.to_path_buf(),
+            jobs: Vec::new(),
+            stray: Vec::new(),
+        };
+        for (name, path, is_dir) in list_dir(root)? {
+            if name.starts_with(layout::RUNTIME_PREFIX) {
+                continue;
+            }
+            if !is_dir || layout::validate_component("job name", &name).is_err() {
+                inv.stray.push(path);
+                continue;
+            }
+            let mut job = JobInventory {
+                name,
+                dir: path.clone(),
+                files: Vec::new(),
+            };
+            for (fname, fpath, fdir) in list_dir(&path)? {
+                if fdir && layout::is_file_dir_name(&fname) {
+                    job.files.push(scan_file(&fpath, &mut inv.stray)?);
+                } else {
+                    inv.stray.push(fpath);
+                }
+            }
+            inv.jobs.push(job);
+        }
+        Ok(inv)
+    }
+
+    pub fn job(&self, name: &str) -> Option<&JobInventory> {
+        self.jobs.iter().find(|j| j.name == name)
+    }
+
+    /// Find a file by the path the program wrote (absolute) or by its
+    /// remote-relative path, in one job or in all jobs.
+    pub fn find_file(
+        &self,
+        job: Option<&str>,
+        path: &[u8],
+    ) -> Vec<(&JobInventory, &FileInventory)> {
+        let mut out = Vec::new();
+        for j in &self.jobs {
+            if job.is_some_and(|name| name != j.name) {
+                continue;
+            }
+            for f in &j.files {
+                if let Some(r) = &f.record {
+                    if r.path == path || r.rel == path {
+                        out.push((j, f));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>) -> Result<FileInventory> {
+    let mut gens = BTreeMap::new();
+    for (name, path, is_dir) in list_dir(dir)? {
+        if name == layout::PATH_FILE
+            || name.starts_with("path.tmp.")
+            || name == layout::PROGRESS_FILE
+            || name.starts_with("progress.tmp")
+            || name == crate::single::LOCK_FILE
+            || crate::single::is_staging_name(&name)
+        {
+            continue;
+        }
+        let Some(gen) = is_dir.then(|| layout::parse_gen_dir_name(&name)).flatten() else {
+            stray.push(path);
+            continue;
+        };
+        let mut g = GenInventory {
+            dir: path.clone(),
+            ranks: BTreeMap::new(),
+        };
+        for (rname, rpath, rdir) in list_dir(&path)? {
+            let Some(rank) = rdir.then(|| layout::parse_rank_dir_name(&rname)).flatten() else {
+                stray.push(rpath);
+                continue;
+            };
+            let mut r = RankInventory {
+                dir: rpath.clone(),
+                epochs: BTreeMap::new(),
+                closed: false,
+            };
+            for (ename, epath, edir) in list_dir(&rpath)? {
+                if ename == layout::CLOSED_FILE && !edir {
+                    r.closed = true;
+                    continue;
+                }
+                let Some((epoch, kind)) = (!edir)
+                    .then(|| layout::parse_epoch_file_name(&ename))
+                    .flatten()
+                else {
+                    stray.push(epath);
+                    continue;
+                };
+                // A data log deleted between the listing and its stat (the
+                // server removes drained epochs while others scan): as if
+                // it had not been listed, like a directory that vanished.
+                let data_len = match kind {
+                    EpochFileKind::Data => match std::fs::metadata(&epath) {
+                        Ok(m) => Some(m.len()),
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                        Err(e) => return Err(e).ctx("stat", &epath),
+                    },
+                    _ => None,
+                };
+                let e = r.epochs.entry(epoch).or_default();
+                match kind {
+                    EpochFileKind::Data => e.data = data_len,
+                    EpochFileKind::Manifest => e.manifest = true,
+                    EpochFileKind::ManifestTmp => e.manifest_tmp = true,
+                    EpochFileKind::Mark => e.mark = true,
+                }
+            }
+            g.ranks.insert(rank, r);
+        }
+        gens.insert(gen, g);
+    }
+    // The records are read after the listing, not before: a writer records
+    // the path before any epoch exists, and the drain records progress
+    // before it deletes an epoch, so whatever the listing saw is covered by
+    // the records read now. Read first, a new file's path could be missing
+    // yet its first committed epoch listed (the server then parked a
+    // healthy file as damaged).
+    let path_file = dir.join(layout::PATH_FILE);
+    let (record, path_error) = match std::fs::read(&path_file) {
+        Ok(bytes) => match PathRecord::decode(&bytes, &path_file) {
+            Ok(r) => (Some(r), None),
+            Err(e) => (None, Some(e.to_string())),
+        },
+        Err(e) => (None, Some(format!("{}: {e}", path_file.display()))),
+    };
+    let progress_file = dir.join(layout::PROGRESS_FILE);
+    let (progress, progress_error) = match std::fs::read(&progress_file) {
+        Ok(bytes) => match ProgressRecord::decode(&bytes, &progress_file) {
+            Ok(p) => (Some(p), None),
+            Err(e) => (None, Some(e.to_string())),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => (None, None),
+        Err(e) => (None, Some(format!("{}: {e}", progress_file.display()))),
+    };
+    Ok(FileInventory {
+        dir: dir.to_path_buf(),
+        record,
+        path_error,
+        progress,
+        progress_error,
+        gens,
+    })
+}
+
+/// Which of a file's epochs count, given which are committed (`ids` in
+/// order, `committed` alongside): an uncommitted epoch blocks the later
+/// epochs of its open, unless a later open has committed epochs (then the
+/// earlier open ended in a crash and its uncommitted tail never happened).
+/// Shared by one node's view and the servers' merged view of all nodes.
+pub fn committed_prefix(ids: &[EpochId], committed: &[bool]) -> Vec<EpochId> {
+    let mut out = Vec::new();
+    let mut blocked_gen = None;
+    for (i, &id) in ids.iter().enumerate() {
+        if blocked_gen == Some(id.0) {
+            continue;
+        }
+        if committed[i] {
+            out.push(id);
+            continue;
+        }
+        let later_open_committed = ids
+            .iter()
+            .zip(committed)
+            .skip(i)
+            .any(|(other, &c)| c && other.0 > id.0);
+        if !later_open_committed {
+            break;
+        }
+        blocked_gen = Some(id.0);
+    }
+    out
+}
+
+/// (name, path, is_dir) of each entry, sorted by name; a missing directory
+/// is empty (it may have been cleaned up while we looked).
+fn list_dir(dir: &Path) -> Result<Vec<(String, PathBuf, bool)>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).ctx("list", dir),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.ctx("list", dir)?;
+        let ft = entry.file_type().ctx("stat", &entry.path())?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        out.push((name, entry.path(), ft.is_dir()));
+    }
+    out.sort();
+    Ok(out)
+}
+
+impl FileInventory {
+    /// Scan only the directory of one file (`rel`) of one job; `None` if the
+    /// node holds nothing for it.
+    pub fn scan_path(root: &Path, job: &str, rel: &[u8]) -> Result<Option<FileInventory>> {
+        layout::validate_component("job name", job)?;
+        let dir = root.join(job).join(layout::file_dir_name(rel));
+        if !dir.is_dir() {
+            return Ok(None);
+        }
+        let mut stray = Vec::new();
+        let file = scan_file(&dir, &mut stray)?;
+        if let Some(r) = &file.record {
+            if r.rel != rel {
+                return Err(LogError::Inconsistent {
+                    path: dir,
+                    what: format!(
+                        "directory stands for {:?}, not {:?} (hash collision)",
+                        String::from_utf8_lossy(&r.rel),
+                        String::from_utf8_lossy(rel)
+                    ),
+                });
+            }
+        }
+        Ok(Some(file))
+    }
+
+    /// Scan one file directory (`<root>/<job>/f-<hash>`), as found by a
+    /// watcher; stray entries are ignored here (`inspect` lists them).
+    pub fn scan_dir(dir: &Path) -> Result<FileInventory> {
+        let mut stray = Vec::new();
+        scan_file(dir, &mut stray)
+    }
+
+    /// Which log this file's epochs come from, for a remote to tell its
+    /// own earlier apply of an epoch from another run's epoch of the same
+    /// number: a hash of the job's name and the moment its node-local
+    /// directory was made (a re-run under the same job name makes it anew).
+    /// Zero when it cannot be told.
+    pub fn origin(&self) -> [u8; 16] {
+        origin_of(&self.dir)
+    }
+
+    /// Bytes of an epoch's data logs held here (all ranks).
+    pub fn local_bytes(&self, (gen, epoch): EpochId) -> u64 {
+        self.gens.get(&gen).map_or(0, |g| {
+            g.ranks
+                .values()
+                .filter_map(|r| r.epochs.get(&epoch).and_then(|e| e.data))
+                .sum()
+        })
+    }
+
+    /// Every epoch that any rank has any record of, in program order.
+    pub fn epoch_ids(&self) -> Vec<EpochId> {
+        let mut ids: Vec<EpochId> = self
+            .gens
+            .iter()
+            .flat_map(|(&g, gi)| {
+                gi.ranks
+                    .values()
+                    .flat_map(move |r| r.epochs.keys().map(move |&e| (g, e)))
+            })
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// Decode and cross-check the manifests of one epoch present here.
+    pub fn manifests(&self, (gen, epoch): EpochId) -> Result<Vec<(Manifest, PathBuf)>> {
+        let Some(g) = self.gens.get(&gen) else {
+            return Ok(Vec::new());
+        };
+        let mut out: Vec<(Manifest, PathBuf)> = Vec::new();
+        for (&rank, r) in &g.ranks {
+            let path = r
+                .dir
+                .join(layout::epoch_file_name(epoch, EpochFileKind::Manifest));
+            let listed = r.epochs.get(&epoch).is_some_and(|e| e.manifest);
+            // A rank whose directory was listed before its manifest was
+            // renamed into place may have committed since: the scan lists the
+            // ranks one after another, so it can see another rank's commit
+            // mark (written after every rank's manifest) and miss this
+            // manifest. Look for it by name. A listed manifest that is gone
+            // is an error, as before (a drain deleted it under us).
+            let bytes = match std::fs::read(&path) {
+                Ok(b) => b,
+                Err(e) if !listed && e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e).ctx("read manifest", &path),
+            };
+            let m = Manifest::decode(&bytes, &path)?;
+            let mismatch = |what: String| LogError::Inconsistent {
+                path: path.clone(),
+                what,
+            };
+            if m.rank != rank || m.epoch != epoch || m.ident.gen != gen {
+                return Err(mismatch(format!(
+                    "manifest says rank {} generation {} epoch {}, its place says rank {rank} generation {gen} epoch {epoch}",
+                    m.rank, m.ident.gen, m.epoch
+                )));
+            }
+            if let Some(rec) = &self.record {
+                if rec.rel != m.ident.rel {
+                    return Err(mismatch(format!(
+                        "manifest is for {:?}, the directory for {:?}",
+                        String::from_utf8_lossy(&m.ident.rel),
+                        String::from_utf8_lossy(&rec.rel)
+                    )));
+                }
+            }
+            if let Some((first, _)) = out.first() {
+                if first.comm_size != m.comm_size || first.ident != m.ident {
+                    return Err(mismatch(format!(
+                        "ranks disagree on the file or communicator size ({} vs {})",
+                        first.comm_size, m.comm_size
+                    )));
+                }
+            }
+            out.push((m, path));
+        }
+        Ok(out)
+    }
+
+    /// Whether an epoch is globally committed, from this node's view.
+    pub fn commit_status(&self, id: EpochId) -> Result<CommitStatus> {
+        let (gen, epoch) = id;
+        let marked = self.gens.get(&gen).is_some_and(|g| {
+            g.ranks
+                .values()
+                .any(|r| r.epochs.get(&epoch).is_some_and(|e| e.mark))
+        });
+        if marked {
+            return Ok(CommitStatus::Marked);
+        }
+        let manifests = self.manifests(id)?;
+        let Some((first, _)) = manifests.first() else {
+            return Ok(CommitStatus::Incomplete {
+                comm_size: 0,
+                missing: Vec::new(),
+            });
+        };
+        let comm_size = first.comm_size;
+        let have: Vec<u32> = manifests.iter().map(|(m, _)| m.rank).collect();
+        let missing: Vec<u32> = (0..comm_size).filter(|r| !have.contains(r)).collect();
+        Ok(if missing.is_empty() {
+            CommitStatus::AllManifests
+        } else {
+            CommitStatus::Incomplete { comm_size, missing }
+        })
+    }
+
+    /// The globally committed epochs held here that count, in order. An
+    /// epoch that is not committed blocks the later epochs of its open (they
+    /// cannot be applied past it), unless a later open of the file has
+    /// committed epochs: then the earlier open ended (a crash) and its
+    /// uncommitted tail never happened.
+    pub fn committed_epochs(&self) -> Result<Vec<EpochId>> {
+        let ids = self.epoch_ids();
+        // Epochs up to the progress record were committed and drained; what
+        // is left of them (a crash before their deletion finished, a slow
+        // rank's late mark) is neither evidence nor an obstacle.
+        let drained = self.progress.map(|p| (p.gen, p.epoch));
+        let mut committed = Vec::with_capacity(ids.len());
+        for &id in &ids {
+            committed.push(Some(id) <= drained || self.commit_status(id)?.is_committed());
+        }
+        Ok(committed_prefix(&ids, &committed))
+    }
+
+    /// Whether an open of the file has ended: a rank's close marker, or a
+    /// later open of the file with records (it began after this one ended).
+    pub fn open_ended(&self, gen: u64) -> bool {
+        self.gens
+            .get(&gen)
+            .is_some_and(|g| g.ranks.values().any(|r| r.closed))
+            || self.gens.range(gen + 1..).next().is_some()
+    }
+
+    /// The committed epochs not yet recorded as drained, in order.
+    pub fn pending_epochs(&self) -> Result<Vec<EpochId>> {
+        let done = self.progress.map(|p| (p.gen, p.epoch));
+        Ok(self
+            .committed_epochs()?
+            .into_iter()
+            .filter(|id| Some(*id) > done)
+            .collect())
+    }
+
+    /// Whether this node holds every rank's manifest of every committed epoch
+    /// (one node ran all ranks): only then is [`Self::logical_file`] the
+    /// whole file rather than this node's part of it.
+    ///
+    /// Epochs up to the progress record do not count: they are in the
+    /// remote file, and the drain deletes their records one rank after
+    /// another, so a scan in the middle of that deletion sees some ranks'
+    /// manifests and not others. The progress record is read after the
+    /// listing and written before any deletion, so every epoch the listing
+    /// saw partly deleted is at or before it.
+    pub fn complete_locally(&self) -> Result<bool> {
+        self.complete_locally_after(self.progress.map(|p| (p.gen, p.epoch)))
+    }
+
+    /// [`Self::complete_locally`] for [`Self::logical_file_whole`]: drained
+    /// epochs count too (their records are kept for a remote capture cannot
+    /// read).
+    pub fn complete_locally_whole(&self) -> Result<bool> {
+        self.complete_locally_after(None)
+    }
+
+    fn complete_locally_after(&self, drained: Option<EpochId>) -> Result<bool> {
+        for id in self
+            .committed_epochs()?
+            .into_iter()
+            .filter(|id| Some(*id) > drained)
+        {
+            let manifests = self.manifests(id)?;
+            let comm_size = manifests.first().map_or(0, |(m, _)| m.comm_size as usize);
+            if manifests.len() != comm_size {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    pub fn display_name(&self) -> String {
+        match &self.record {
+            Some(r) => String::from_utf8_lossy(&r.path).into_owned(),
+            None => self.dir.display().to_string(),
+        }
+    }
+}
+
+/// `FileInventory::origin` of the file directory `file_dir`.
+pub fn origin_of(file_dir: &Path) -> [u8; 16] {
+    let Some(job_dir) = file_dir.parent() else {
+        return [0; 16];
+    };
+    let Ok(made) = std::fs::metadata(job_dir).and_then(|m| m.created()) else {
+        return [0; 16];
+    };
+    let nanos = made
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let name = job_dir
+        .file_name()
+        .map(|n| n.as_encoded_bytes())
+        .unwrap_or_default();
+    let fnv = |seed: u64| {
+        let mut h = seed;
+        for &b in name.iter().chain(&nanos.to_le_bytes()) {
+            h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h
+    };
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&fnv(0xcbf2_9ce4_8422_2325).to_le_bytes());
+    out[8..].copy_from_slice(&fnv(0x8422_2325_cbf2_9ce4).to_le_bytes());
+    out
+}
+
+pub fn fmt_ids(ids: &[EpochId]) -> String {
+    if ids.is_empty() {
+        return "none".into();
+    }
+    ids.iter()
+        .map(|(g, e)| format!("{g}:{e}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
