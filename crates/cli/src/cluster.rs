@@ -1,17 +1,11 @@
 //! `paralog server` and `paralog recover` started as one MPI job, one
 //! process per node: the servers act together (docs/cluster.md).
 
+use paralog_server::cluster::{ClusterConfig, Totals};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
-
-use anyhow::Context;
-use paralog_server::cluster::mpi::Comm;
-use paralog_server::cluster::{ClusterConfig, Control, Coordinator, Totals};
 
 use crate::env::Mpi;
-use crate::remote::Remote;
 
 /// The MPI a process was launched by, from what each launcher puts in the
 /// environment of its processes (Open MPI's mpirun, MPICH's Hydra, and the
@@ -36,63 +30,18 @@ fn coord_lib(mpi: Mpi) -> anyhow::Result<PathBuf> {
     Ok(lib)
 }
 
-pub struct Job {
-    pub mpi: Mpi,
-    pub root: PathBuf,
-    pub job: Option<String>,
-    pub remote: Remote,
-    pub node: String,
-    pub buf_bytes: usize,
-    pub socket: Option<PathBuf>,
-    pub finish_now: bool,
-    pub peer_timeout: Duration,
-    pub posix_writes: paralog_server::cluster::PosixWrites,
-}
-
-/// Run this node's server of the job until the servers finish; the totals
-/// (the same on every node) and this node's rank among the servers.
-pub fn run(job: Job) -> anyhow::Result<(Totals, usize)> {
-    let lib = coord_lib(job.mpi)?;
-    let comm = Comm::init(&lib).context("starting MPI for the server job")?;
-    let rank = comm.rank();
-    let ctl = Arc::new(Control::default());
-    let answered = ctl.clone();
-    if let Some(socket) = &job.socket {
-        let c = ctl.clone();
-        paralog_server::status::serve_with(socket, move |conn| {
-            paralog_server::cluster::answer(&c, conn)
-        })?;
-    }
-    tracing::info!(
-        node = %job.node,
-        server = rank,
-        servers = comm.size(),
-        root = %job.root.display(),
-        remote = %job.remote.describe(),
-        "server of a server job ready"
-    );
-    let mut coord = Coordinator::new(
-        comm,
-        ClusterConfig {
-            root: job.root.clone(),
-            job: job.job.clone(),
-            remote: job.remote,
-            node: job.node.clone(),
-            buf_bytes: job.buf_bytes,
-            poll: Duration::from_millis(200),
-            finish_now: job.finish_now,
-            peer_timeout: job.peer_timeout,
-            posix_writes: job.posix_writes,
-        },
-        ctl,
-    );
-    let totals = coord.run().context("the server job failed")?;
-    answered.answered(Duration::from_secs(10));
-    coord.finalize().context("ending MPI in the server job")?;
-    if let Some(socket) = &job.socket {
-        let _ = std::fs::remove_file(socket);
-    }
-    Ok((totals, rank))
+/// Run this node's server of the job with the coordination library of
+/// `mpi` (`paralog_server::cluster::job`).
+pub fn run(
+    mpi: Mpi,
+    cfg: ClusterConfig,
+    socket: Option<PathBuf>,
+) -> anyhow::Result<(Totals, usize)> {
+    Ok(paralog_server::cluster::job::run(
+        &coord_lib(mpi)?,
+        cfg,
+        socket,
+    )?)
 }
 
 /// Print what the servers did (once, from the first server) and choose the

@@ -35,18 +35,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(mpi) = mpi {
         // One process per node: the servers' drain, everything, then stop.
         crate::server::init_tracing();
-        let (totals, rank) = crate::cluster::run(crate::cluster::Job {
-            mpi,
-            root: root.clone(),
-            job: args.job.clone(),
+        let cfg = args.job_of_servers.config(
+            &root,
+            args.job.clone(),
             remote,
-            node: args.job_of_servers.node_name(node.as_deref())?,
-            buf_bytes: 8 << 20,
-            socket: None,
-            finish_now: true,
-            peer_timeout: std::time::Duration::from_secs_f64(args.job_of_servers.peer_timeout),
-            posix_writes: args.job_of_servers.posix_writes.into(),
-        })?;
+            node.as_deref(),
+            8 << 20,
+            true,
+        )?;
+        let (totals, rank) = crate::cluster::run(mpi, cfg, None)?;
         return Ok(crate::cluster::report(&totals, rank, &root, "recover"));
     }
     let report = recover_node(&root, args.job.as_deref(), &remote, args.gc)

@@ -2,15 +2,12 @@
 //! committed epoch under the node-local root (one job, or all) to the
 //! remote, and answers `paralog status` on a Unix socket. docs/server.md.
 
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{bail, Context};
-use paralog_server::service::{Config, Server};
+use anyhow::bail;
+use paralog_server::service::Config;
 use paralog_server::status;
-use paralog_server::watch::Watcher;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Tuning {
@@ -101,6 +98,29 @@ impl ServerJobArgs {
     pub fn node_name(&self, node: Option<&str>) -> anyhow::Result<String> {
         paralog_settings::node_name(node).map_err(|e| anyhow::anyhow!(e))
     }
+
+    /// The configuration of this node's server in a server job.
+    pub fn config(
+        &self,
+        root: &Path,
+        job: Option<String>,
+        remote: crate::remote::Remote,
+        node: Option<&str>,
+        buf_bytes: usize,
+        finish_now: bool,
+    ) -> anyhow::Result<paralog_server::cluster::ClusterConfig> {
+        Ok(paralog_server::cluster::ClusterConfig {
+            root: root.to_path_buf(),
+            job,
+            remote,
+            node: self.node_name(node)?,
+            buf_bytes,
+            poll: std::time::Duration::from_millis(200),
+            finish_now,
+            peer_timeout: std::time::Duration::from_secs_f64(self.peer_timeout),
+            posix_writes: self.posix_writes.into(),
+        })
+    }
 }
 
 /// `123`, `64K`, `256M`, `1G` (binary multiples; a trailing `B`/`iB` is allowed).
@@ -127,36 +147,11 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     Ok((n * mult as f64) as u64)
 }
 
-/// The node-local root, created 0700 if missing; refused if another user
-/// owns it (its data would not be private).
+/// The node-local root (relative to the working directory if relative),
+/// created private or checked to be (`paralog_server::node::prepare_root`).
 pub fn prepare_root(root: &Path) -> anyhow::Result<PathBuf> {
-    let root = paralog_settings::normalize(&std::env::current_dir()?.join(root));
-    if !root.exists() {
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .recursive(true)
-            .create(&root)
-            .with_context(|| format!("creating the node-local directory {}", root.display()))?;
-    }
-    let md = std::fs::metadata(&root).with_context(|| format!("{}", root.display()))?;
-    if !md.is_dir() {
-        bail!("node-local directory {} is not a directory", root.display());
-    }
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    if md.uid() != uid {
-        bail!(
-            "node-local directory {} belongs to uid {}, not to you (uid {uid}): its data would not be private",
-            root.display(),
-            md.uid()
-        );
-    }
-    if md.mode() & 0o077 != 0 {
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))
-            .with_context(|| format!("making {} private (0700)", root.display()))?;
-        tracing::warn!(root = %root.display(), "node-local directory was readable by others: made it 0700");
-    }
-    Ok(root)
+    let abs = std::env::current_dir()?.join(root);
+    Ok(paralog_server::node::prepare_root(&abs)?)
 }
 
 pub fn init_tracing() {
@@ -171,32 +166,6 @@ pub fn init_tracing() {
         .try_init();
 }
 
-/// Hold the server lock of a job for the life of the process: one server
-/// per job (or per root) at a time.
-fn take_server_lock(root: &Path, job: Option<&str>) -> anyhow::Result<(std::fs::File, PathBuf)> {
-    let name = match job {
-        Some(j) => format!("{}server-{j}.lock", paralog_log::layout::RUNTIME_PREFIX),
-        None => format!("{}server.lock", paralog_log::layout::RUNTIME_PREFIX),
-    };
-    let path = root.join(name);
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        bail!(
-            "another paralog server already serves {} (lock {} is held)",
-            job.map_or_else(|| root.display().to_string(), |j| format!("job {j}")),
-            path.display()
-        );
-    }
-    Ok((f, path))
-}
-
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_tracing();
     // Before any thread exists: every thread created later (the S3
@@ -209,7 +178,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .map_err(|e| anyhow::anyhow!("--job: {e}"))?;
     }
     let remote = args.remote.resolve_checked()?;
-    let (_lock, lock_path) = take_server_lock(&root, args.job.as_deref())?;
+    let _lock = paralog_server::node::lock_server(&root, args.job.as_deref())?;
     let socket = args
         .socket
         .clone()
@@ -219,41 +188,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         bail!("--buffer {} is larger than --memory {}", t.buffer, t.memory);
     }
     if let Some(mpi) = mpi {
-        let (totals, rank) = crate::cluster::run(crate::cluster::Job {
-            mpi,
-            root: root.clone(),
-            job: args.job.clone(),
+        let cfg = args.job_of_servers.config(
+            &root,
+            args.job.clone(),
             remote,
-            node: args.job_of_servers.node_name(node.as_deref())?,
-            buf_bytes: t.buffer as usize,
-            socket: Some(socket),
-            finish_now: false,
-            peer_timeout: std::time::Duration::from_secs_f64(args.job_of_servers.peer_timeout),
-            posix_writes: args.job_of_servers.posix_writes.into(),
-        })?;
-        let _ = std::fs::remove_file(&lock_path);
+            node.as_deref(),
+            t.buffer as usize,
+            false,
+        )?;
+        let (totals, rank) = crate::cluster::run(mpi, cfg, Some(socket))?;
         return Ok(crate::cluster::report(&totals, rank, &root, "server"));
     }
-    let server = Server::start(Config {
-        root: root.clone(),
-        job: args.job.clone(),
-        remote: remote.clone(),
-        workers: t.workers.max(1),
-        pool_bytes: t.memory as usize,
-        buf_bytes: t.buffer as usize,
-        max_rate: t.max_rate,
-        nice: t.nice,
-    });
-    let watcher = Watcher::new(server.clone())
-        .with_context(|| format!("watching {} (inotify)", root.display()))?;
-    status::serve(server.clone(), &socket)?;
-    std::thread::Builder::new()
-        .name("watch".into())
-        .spawn(move || {
-            if let Err(e) = watcher.run() {
-                tracing::error!(error = %e, "inotify failed: new epochs are found only by full scans now");
-            }
-        })?;
+    let server = paralog_server::node::start(
+        Config {
+            root: root.clone(),
+            job: args.job.clone(),
+            remote: remote.clone(),
+            workers: t.workers.max(1),
+            pool_bytes: t.memory as usize,
+            buf_bytes: t.buffer as usize,
+            max_rate: t.max_rate,
+            nice: t.nice,
+        },
+        &socket,
+    )?;
     tracing::info!(
         root = %root.display(),
         job = args.job.as_deref().unwrap_or("(all)"),
@@ -264,7 +222,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     server.wait_stop();
     let _ = std::fs::remove_file(&socket);
-    let _ = std::fs::remove_file(&lock_path);
     let st = server.status();
     tracing::info!(
         epochs = st.epochs_drained,

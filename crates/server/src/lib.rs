@@ -7,6 +7,7 @@ pub mod delete;
 pub mod drain;
 pub mod failpoint;
 pub mod limit;
+pub mod node;
 pub mod pool;
 pub mod priority;
 pub mod recover;

@@ -28,6 +28,7 @@ mod collective;
 pub mod control;
 mod gather;
 mod group;
+pub mod job;
 pub mod mpi;
 pub mod parts;
 pub mod plan;
