@@ -129,18 +129,45 @@ fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> 
     }
 }
 
-/// Bind the endpoint (replacing a stale socket left by a dead server) and
-/// serve it on a thread.
-pub fn serve(server: Server, path: &Path) -> Result<(), StatusError> {
-    serve_with(path, move |conn| answer(&server, conn))
+/// One client of the status socket: its request, and where the answer
+/// goes (one JSON line in one write).
+pub struct Client {
+    conn: UnixStream,
 }
 
-/// Bind the endpoint and answer each connection with `handler`, on a thread
-/// of its own (a `drain` or `wait` request may wait long).
+impl Client {
+    pub fn reply(&self, v: &serde_json::Value) -> std::io::Result<()> {
+        let mut text = v.to_string();
+        text.push('\n');
+        let mut w = &self.conn;
+        w.write_all(text.as_bytes())?;
+        w.flush()
+    }
+}
+
+/// Bind the endpoint (replacing a stale socket left by a dead server) and
+/// serve the one-node service on it.
+pub fn serve(server: Server, path: &Path) -> Result<(), StatusError> {
+    serve_with(path, move |req, client| answer(&server, req, client))
+}
+
+/// Bind the endpoint and answer each request with `handler`, each client
+/// on a thread of its own (a `drain` or `wait` request may wait long). The
+/// protocol is here, for both engines: one request line per connection,
+/// parsed; a bad one answered with an error; the handler answers the rest.
 pub fn serve_with<H>(path: &Path, handler: H) -> Result<(), StatusError>
 where
-    H: Fn(UnixStream) -> std::io::Result<()> + Send + Sync + 'static,
+    H: Fn(Request, &Client) -> std::io::Result<()> + Send + Sync + 'static,
 {
+    let handler = move |conn: UnixStream| -> std::io::Result<()> {
+        let mut line = String::new();
+        BufReader::new(&conn).read_line(&mut line)?;
+        let client = Client { conn };
+        match serde_json::from_str::<Request>(&line) {
+            Ok(req) => handler(req, &client),
+            Err(e) => client.reply(&serde_json::json!({ "error": format!("bad request: {e}") })),
+        }
+    };
     if path.as_os_str().len() >= 108 {
         return Err(StatusError::TooLong {
             path: path.to_path_buf(),
@@ -179,19 +206,17 @@ where
     Ok(())
 }
 
-fn answer(server: &Server, conn: UnixStream) -> std::io::Result<()> {
-    let mut line = String::new();
-    BufReader::new(&conn).read_line(&mut line)?;
-    let reply = match serde_json::from_str::<Request>(&line) {
-        Ok(Request::Status) => serde_json::to_value(server.status()),
-        Ok(Request::Drain { timeout_s }) => {
+fn answer(server: &Server, req: Request, client: &Client) -> std::io::Result<()> {
+    let reply = match req {
+        Request::Status => serde_json::to_value(server.status()),
+        Request::Drain { timeout_s } => {
             let timeout = timeout_s.map(Duration::from_secs_f64);
             match server.wait_idle(timeout) {
                 Ok(s) => serde_json::to_value(s),
                 Err(e) => Ok(serde_json::json!({ "error": e.to_string() })),
             }
         }
-        Ok(Request::Finish) => {
+        Request::Finish => {
             let server = server.clone();
             std::thread::spawn(move || {
                 if let Err(e) = server.wait_idle(None) {
@@ -201,7 +226,7 @@ fn answer(server: &Server, conn: UnixStream) -> std::io::Result<()> {
             });
             Ok(serde_json::json!({ "finishing": true }))
         }
-        Ok(Request::Wait { timeout_s }) => {
+        Request::Wait { timeout_s } => {
             let timeout = timeout_s.map(Duration::from_secs_f64);
             let reply = match server.wait_idle(timeout) {
                 Ok(s) if s.idle && s.damaged == 0 && s.retrying == 0 => {
@@ -218,31 +243,21 @@ fn answer(server: &Server, conn: UnixStream) -> std::io::Result<()> {
                 Err(e) => serde_json::json!({ "error": e.to_string() }),
             };
             // Answer first: the process may exit as soon as it stops.
-            write_line(&conn, &reply)?;
+            client.reply(&reply)?;
             if reply["drained"] == true {
                 server.request_stop();
             }
             return Ok(());
         }
-        Ok(Request::Stop) => {
+        Request::Stop => {
             // Answer first: the process may exit as soon as it stops.
-            write_line(&conn, &serde_json::json!({ "stopping": true }))?;
+            client.reply(&serde_json::json!({ "stopping": true }))?;
             server.request_stop();
             return Ok(());
         }
-        Err(e) => Ok(serde_json::json!({ "error": format!("bad request: {e}") })),
     }
     .map_err(std::io::Error::other)?;
-    write_line(&conn, &reply)
-}
-
-/// One JSON line in one write.
-fn write_line(conn: &UnixStream, v: &serde_json::Value) -> std::io::Result<()> {
-    let mut text = v.to_string();
-    text.push('\n');
-    let mut w = conn;
-    w.write_all(text.as_bytes())?;
-    w.flush()
+    client.reply(&reply)
 }
 
 /// Send one request to a server and read its answer.

@@ -5,27 +5,28 @@
 //! version, sets the size and publishes. No byte of the file travels
 //! between servers.
 
-use paralog_backend::{Backend, ChunkedBackend, EpochShape};
+use paralog_backend::ChunkedBackend;
 use paralog_log::reader::SourceReader;
-use paralog_log::LogicalFile;
 
 use super::group::Run;
-use super::plan::{GlobalFile, Group};
+use super::group::Target;
 use super::{ClusterError, Coordinator};
 use crate::retry::Failure;
 
 impl Coordinator {
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn drain_chunked(
         &self,
-        f: &GlobalFile,
-        g: &Group,
-        lf: &LogicalFile,
-        shape: &EpochShape,
-        backend: &dyn Backend,
+        t: Target<'_>,
         chunked: &dyn ChunkedBackend,
         reader: &mut SourceReader,
     ) -> Result<Result<u64, Failure>, ClusterError> {
+        let Target {
+            f,
+            g,
+            lf,
+            shape,
+            backend,
+        } = t;
         let me = self.comm.rank();
         let mut mine = 0u64;
         let stored = (|| -> Result<Vec<u8>, Failure> {

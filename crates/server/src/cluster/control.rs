@@ -5,6 +5,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::Totals;
+use crate::status::{Client, Request};
 
 /// State shared with the status socket's threads.
 #[derive(Default)]
@@ -91,19 +92,15 @@ impl Control {
     }
 }
 
-/// Answer one status-socket connection of a server in a server job.
-pub fn answer(ctl: &Control, conn: std::os::unix::net::UnixStream) -> std::io::Result<()> {
-    use crate::status::Request;
-    use std::io::BufRead;
-    let mut line = String::new();
-    std::io::BufReader::new(&conn).read_line(&mut line)?;
-    let reply = match serde_json::from_str::<Request>(&line) {
-        Ok(Request::Status) => ctl.snapshot(),
-        Ok(Request::Finish) => {
+/// Answer one request to a server of a server job.
+pub fn answer(ctl: &Control, req: Request, client: &Client) -> std::io::Result<()> {
+    let reply = match req {
+        Request::Status => ctl.snapshot(),
+        Request::Finish => {
             ctl.request_finish();
             serde_json::json!({ "finishing": true })
         }
-        Ok(Request::Wait { timeout_s }) => {
+        Request::Wait { timeout_s } => {
             ctl.waiter(1);
             ctl.request_finish();
             let reply = match ctl.wait_done(timeout_s.map(Duration::from_secs_f64)) {
@@ -118,26 +115,13 @@ pub fn answer(ctl: &Control, conn: std::os::unix::net::UnixStream) -> std::io::R
                     v
                 }
             };
-            let r = write_reply(&conn, &reply);
+            let r = client.reply(&reply);
             ctl.waiter(-1);
             return r;
         }
-        Ok(Request::Drain { .. } | Request::Stop) => serde_json::json!({
+        Request::Drain { .. } | Request::Stop => serde_json::json!({
             "error": "a server of a server job answers status, finish and wait (`paralog wait`); to stop without draining, end the server job"
         }),
-        Err(e) => serde_json::json!({ "error": format!("bad request: {e}") }),
     };
-    write_reply(&conn, &reply)
-}
-
-fn write_reply(
-    conn: &std::os::unix::net::UnixStream,
-    reply: &serde_json::Value,
-) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut text = reply.to_string();
-    text.push('\n');
-    let mut w = conn;
-    w.write_all(text.as_bytes())?;
-    w.flush()
+    client.reply(&reply)
 }

@@ -3,12 +3,11 @@
 //! its winning bytes window by window, each byte once, and the leader
 //! writes them into the new version while the next window is gathered.
 
-use paralog_backend::{Backend, EpochShape, RemoteOp};
+use paralog_backend::RemoteOp;
 use paralog_log::reader::SourceReader;
-use paralog_log::LogicalFile;
 
-use super::group::{windows, Run};
-use super::plan::{GlobalFile, Group};
+use super::group::Target;
+use super::group::{pack_runs, starts, windows, Run};
 use super::{ClusterError, Coordinator};
 use crate::retry::Failure;
 use crate::step;
@@ -18,13 +17,16 @@ impl Coordinator {
     /// every server sends it, window by window, each byte once.
     pub(super) fn drain_gathered(
         &mut self,
-        f: &GlobalFile,
-        g: &Group,
-        lf: &LogicalFile,
-        shape: &EpochShape,
-        backend: &dyn Backend,
+        t: Target<'_>,
         reader: &mut SourceReader,
     ) -> Result<Result<u64, Failure>, ClusterError> {
+        let Target {
+            f,
+            g,
+            lf,
+            shape,
+            backend,
+        } = t;
         let me = self.comm.rank();
         let nodes = self.comm.size();
         let windows = windows(g, lf, self.cfg.buf_bytes as u64, None);
@@ -76,38 +78,14 @@ impl Coordinator {
                 for c in win {
                     counts[c.node] += c.len as i64;
                 }
-                pack.clear();
-                for &Run {
-                    len: n,
-                    source,
-                    skip,
-                    node: owner,
-                    ..
-                } in win
-                {
-                    if owner != me {
-                        continue;
-                    }
-                    let at = pack.len();
-                    pack.resize(at + n as usize, 0);
-                    if local.is_none() {
-                        if let Err(e) = reader.read(&lf.sources[source], skip, &mut pack[at..]) {
-                            local = Some(Failure::damaged(e));
-                        }
-                    }
-                }
+                pack_runs(win, me, lf, reader, &mut pack, &mut local);
                 let all = self
                     .dog
                     .watch(|| self.comm.gather_known(&pack, &counts, Some(0)))?;
                 total += counts.iter().sum::<i64>() as u64;
                 between += counts[1..].iter().sum::<i64>() as u64;
                 if leader {
-                    let mut at: Vec<usize> = Vec::with_capacity(nodes);
-                    let mut d = 0usize;
-                    for &c in &counts {
-                        at.push(d);
-                        d += c as usize;
-                    }
+                    let mut at = starts(&counts);
                     let ops = win
                         .iter()
                         .map(

@@ -39,7 +39,7 @@ impl Coordinator {
             let lf = g.logical_file().map_err(Failure::damaged)?;
             for (_, _, piece) in lf.pieces() {
                 let src = &lf.sources[piece.source];
-                if g.owner.get(&(src.epoch.0, src.rank)) == Some(&me) {
+                if g.node_of(src) == Some(me) {
                     reader.verify(src).map_err(Failure::damaged)?;
                 }
             }
@@ -62,18 +62,25 @@ impl Coordinator {
             .map_or([0; 16], |d| paralog_log::reader::origin_of(&d));
         let last = *g.ids.last().expect("groups are not empty");
         let shape = step::shape(last, origin, &lf, fresh);
+        let t = Target {
+            f,
+            g,
+            lf: &lf,
+            shape: &shape,
+            backend: backend.as_ref(),
+        };
         let parted = backend.parted().filter(|_| !lf.deleted);
         let result = if backend.concurrent_writers() {
-            self.drain_shared(f, g, &lf, &shape, backend.as_ref(), &mut reader)?
+            self.drain_shared(t, &mut reader)?
         } else if let Some(c) = backend.chunked() {
-            self.drain_chunked(f, g, &lf, &shape, backend.as_ref(), c, &mut reader)?
+            self.drain_chunked(t, c, &mut reader)?
         } else if let Some(r) = match parted {
-            Some(p) => self.drain_parted(f, g, &lf, &shape, backend.as_ref(), p, &mut reader)?,
+            Some(p) => self.drain_parted(t, p, &mut reader)?,
             None => None,
         } {
             r
         } else {
-            self.drain_gathered(f, g, &lf, &shape, backend.as_ref(), &mut reader)?
+            self.drain_gathered(t, &mut reader)?
         };
         let bytes = match result {
             Ok(b) => b,
@@ -104,6 +111,18 @@ impl Coordinator {
     }
 }
 
+/// The new remote version of one group that every server helps make:
+/// the file, its epochs, their merged content, the version's shape and
+/// the remote. Every strategy takes it.
+#[derive(Clone, Copy)]
+pub(super) struct Target<'a> {
+    pub f: &'a GlobalFile,
+    pub g: &'a Group,
+    pub lf: &'a LogicalFile,
+    pub shape: &'a EpochShape,
+    pub backend: &'a dyn Backend,
+}
+
 /// A run of the merged file's winning bytes and where they are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Run {
@@ -118,6 +137,42 @@ pub struct Run {
     pub node: usize,
 }
 
+/// Append the bytes of `node`'s runs in `win` to `pack`, in order, to send
+/// them in one gather. After a failure (kept in `failed`) the bytes are
+/// zeros: the gather still happens, and the failure is agreed on later.
+pub(super) fn pack_runs(
+    win: &[Run],
+    node: usize,
+    lf: &LogicalFile,
+    reader: &mut SourceReader,
+    pack: &mut Vec<u8>,
+    failed: &mut Option<Failure>,
+) {
+    for r in win.iter().filter(|r| r.node == node) {
+        let at = pack.len();
+        pack.resize(at + r.len as usize, 0);
+        if failed.is_none() {
+            if let Err(e) = reader.read(&lf.sources[r.source], r.skip, &mut pack[at..]) {
+                *failed = Some(Failure::damaged(e));
+            }
+        }
+    }
+}
+
+/// Where each node's bytes start in a gather that received `counts`
+/// bytes from each.
+pub(super) fn starts(counts: &[i64]) -> Vec<usize> {
+    let mut at = 0usize;
+    counts
+        .iter()
+        .map(|&c| {
+            let start = at;
+            at += c as usize;
+            start
+        })
+        .collect()
+}
+
 /// The merged file's pieces (of node `only`'s logs, or all), in offset
 /// order, cut into windows of at most `w` bytes.
 pub(super) fn windows(g: &Group, lf: &LogicalFile, w: u64, only: Option<usize>) -> Vec<Vec<Run>> {
@@ -126,7 +181,7 @@ pub(super) fn windows(g: &Group, lf: &LogicalFile, w: u64, only: Option<usize>) 
     let mut cur_bytes = 0u64;
     for (off, len, piece) in lf.pieces() {
         let src = &lf.sources[piece.source];
-        let owner = g.owner[&(src.epoch.0, src.rank)];
+        let owner = g.node_of(src).expect("every source has a holder");
         if only.is_some_and(|n| n != owner) {
             continue;
         }

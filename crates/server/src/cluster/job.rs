@@ -35,7 +35,7 @@ pub fn run(
     let ctl = Arc::new(Control::default());
     if let Some(socket) = &socket {
         let c = ctl.clone();
-        crate::status::serve_with(socket, move |conn| super::answer(&c, conn))?;
+        crate::status::serve_with(socket, move |req, client| super::answer(&c, req, client))?;
     }
     tracing::info!(
         node = %cfg.node,

@@ -5,11 +5,11 @@
 //! owner their bytes of it, each byte once, and the owner uploads it; the
 //! leader completes the upload once every server reported its parts.
 
-use paralog_backend::{Backend, EpochShape, PartDone, PartedBackend, PartedVersion};
+use paralog_backend::{EpochShape, PartDone, PartedBackend, PartedVersion};
 use paralog_log::reader::SourceReader;
 use paralog_log::LogicalFile;
 
-use super::group::Run;
+use super::group::{pack_runs, starts, Run, Target};
 use super::mpi::Reduce;
 use super::plan::{GlobalFile, Group};
 use super::{ClusterError, Coordinator};
@@ -124,17 +124,19 @@ impl Coordinator {
 
     /// Drain a group into a version that every server helps upload.
     /// `Ok(None)`: the version is one part; the caller gathers it instead.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn drain_parted(
         &mut self,
-        f: &GlobalFile,
-        g: &Group,
-        lf: &LogicalFile,
-        shape: &EpochShape,
-        backend: &dyn Backend,
+        t: Target<'_>,
         parted: &dyn PartedBackend,
         reader: &mut SourceReader,
     ) -> Result<Option<Result<u64, Failure>>, ClusterError> {
+        let Target {
+            f,
+            g,
+            lf,
+            shape,
+            backend,
+        } = t;
         let v = match self.start_shared_version(f, shape, parted)? {
             Ok(Some(v)) => v,
             Ok(None) => return Ok(None),
@@ -168,7 +170,7 @@ impl Coordinator {
                     len,
                     source: piece.source,
                     skip: piece.skip,
-                    node: g.owner[&(src.epoch.0, src.rank)],
+                    node: g.node_of(src).expect("every source has a holder"),
                 }
             }),
         );
@@ -242,37 +244,13 @@ impl Coordinator {
                 sent_between += window;
                 pack.clear();
                 if owner != me {
-                    for &Run {
-                        len: n,
-                        source,
-                        skip,
-                        node,
-                        ..
-                    } in win
-                    {
-                        if node != me {
-                            continue;
-                        }
-                        let at = pack.len();
-                        pack.resize(at + n as usize, 0);
-                        if failed.is_none() {
-                            if let Err(e) = reader.read(&lf.sources[source], skip, &mut pack[at..])
-                            {
-                                failed = Some(Failure::damaged(e));
-                            }
-                        }
-                    }
+                    pack_runs(win, me, lf, reader, &mut pack, &mut failed);
                 }
                 let got = self
                     .dog
                     .watch(|| self.comm.gather_known(&pack, &counts, Some(owner)))?;
                 if owner == me && failed.is_none() {
-                    let mut from: Vec<usize> = Vec::with_capacity(nodes);
-                    let mut d = 0usize;
-                    for &c in &counts {
-                        from.push(d);
-                        d += c as usize;
-                    }
+                    let mut from = starts(&counts);
                     for &Run {
                         off, len: n, node, ..
                     } in win

@@ -43,11 +43,28 @@ pub struct Group {
     /// Every rank's manifest of every epoch of the group, with the path it
     /// has on its own node.
     pub epochs: Vec<(EpochId, Vec<(Manifest, PathBuf)>)>,
-    /// (generation, rank) → node holding that rank's data logs.
-    pub owner: BTreeMap<(u64, u32), usize>,
+    /// Which node holds each rank's data logs of each open.
+    pub owner: BTreeMap<RankOfOpen, usize>,
+}
+
+/// One rank's log of one open (generation) of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RankOfOpen {
+    pub open: u64,
+    pub rank: u32,
 }
 
 impl Group {
+    /// The node holding the log a source of the merged file comes from.
+    pub fn node_of(&self, src: &paralog_log::reader::SourceExtent) -> Option<usize> {
+        self.owner
+            .get(&RankOfOpen {
+                open: src.epoch.0,
+                rank: src.rank,
+            })
+            .copied()
+    }
+
     /// The file after the group's epochs, merged over all ranks of all nodes.
     pub fn logical_file(&self) -> Result<LogicalFile, paralog_log::LogError> {
         let mut lf = LogicalFile::default();
@@ -276,7 +293,13 @@ fn fill(
         for id in ids {
             let ms = decoded.remove(id).unwrap_or_default();
             for (m, _, n) in &ms {
-                owner.insert((id.0, m.rank), *n);
+                owner.insert(
+                    RankOfOpen {
+                        open: id.0,
+                        rank: m.rank,
+                    },
+                    *n,
+                );
             }
             group_epochs.push((*id, ms.into_iter().map(|(m, p, _)| (m, p)).collect()));
         }
@@ -363,8 +386,8 @@ mod tests {
         assert!(f.blocked.is_none(), "{:?}", f.blocked);
         assert_eq!(f.groups.len(), 1);
         let g = &f.groups[0];
-        assert_eq!(g.owner[&(1, 0)], 0);
-        assert_eq!(g.owner[&(1, 3)], 1);
+        assert_eq!(g.owner[&RankOfOpen { open: 1, rank: 0 }], 0);
+        assert_eq!(g.owner[&RankOfOpen { open: 1, rank: 3 }], 1);
         let lf = g.logical_file().unwrap();
         assert_eq!(lf.data_bytes(), 40);
         // Half of it alone is not committed: nothing to drain, nothing wrong.

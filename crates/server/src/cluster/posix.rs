@@ -3,12 +3,11 @@
 //! whose logs it holds (independently, or with collective MPI-IO:
 //! collective.rs), with an agreement after each step.
 
-use paralog_backend::{Backend, EpochShape, RemoteOp};
+use paralog_backend::RemoteOp;
 use paralog_log::reader::SourceReader;
-use paralog_log::LogicalFile;
 
+use super::group::Target;
 use super::group::{windows, Run};
-use super::plan::{GlobalFile, Group};
 use super::{ClusterError, Coordinator, PosixWrites};
 use crate::retry::Failure;
 
@@ -16,13 +15,16 @@ impl Coordinator {
     /// Several servers write one POSIX file: its shape, then everyone's bytes.
     pub(super) fn drain_shared(
         &self,
-        f: &GlobalFile,
-        g: &Group,
-        lf: &LogicalFile,
-        shape: &EpochShape,
-        backend: &dyn Backend,
+        t: Target<'_>,
         reader: &mut SourceReader,
     ) -> Result<Result<u64, Failure>, ClusterError> {
+        let Target {
+            f,
+            g,
+            lf,
+            shape,
+            backend,
+        } = t;
         let me = self.comm.rank();
         let collective = match backend.local_path(&f.rel) {
             Some(p) if self.cfg.posix_writes == PosixWrites::Collective && !lf.deleted => Some(p),
