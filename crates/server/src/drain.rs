@@ -210,6 +210,7 @@ fn drain_epochs(
     ids: &[EpochId],
     fresh: bool,
 ) -> Result<u64, DrainError> {
+    let span = crate::timeline::DrainSpan::start(ids);
     let mut lf = LogicalFile::default();
     for &id in ids {
         let manifests = file.manifests(id).map_err(local)?;
@@ -297,6 +298,7 @@ fn drain_epochs(
     let tmp = file.dir.join(format!("{}.tmp", layout::PROGRESS_FILE));
     paralog_log::durable::write_atomic(&path, &tmp, &progress.encode())
         .map_err(DrainError::Local)?;
+    span.end(&file.dir, rel, bytes);
     failpoint::hit("drain.after_progress");
     if ctx.keep_drained {
         // Kept for the program's reads until the job ends.

@@ -12,4 +12,5 @@ pub mod priority;
 pub mod remote;
 pub mod service;
 pub mod status;
+pub mod timeline;
 pub mod watch;
