@@ -54,7 +54,8 @@ test-capture: build
 # The node server: real programs under `paralog run` (all MPI modes, drained
 # to the prefix and to a separate remote), read-back while draining, start-up
 # scan, damaged epochs, a failing remote (tmpfs full / read-only), recover;
-# and programs as they really write files (stdio, streams, rename, shells).
+# and programs as they really write files (stdio, streams, rename, shells);
+# `paralog run --report` checked in headless Chromium (scripts/setup.sh --test).
 test-server: build
 	/usr/bin/python3 tests/server/e2e.py
 	/usr/bin/python3 tests/server/crash.py
@@ -62,6 +63,7 @@ test-server: build
 	/usr/bin/python3 tests/correctness/posix_processes.py
 	/usr/bin/python3 tests/correctness/mpi_flavour.py
 	/usr/bin/python3 tests/correctness/run_summary.py
+	/usr/bin/python3 tests/correctness/report.py
 	/usr/bin/python3 tests/correctness/hdf5_examples.py
 	/usr/bin/python3 tests/correctness/posix_programs.py
 	/usr/bin/python3 tests/correctness/posix_programs.py --remote prefix
