@@ -34,7 +34,12 @@ pub fn write(root: &Path, job: &str, html: &Path) -> anyhow::Result<(Report, Pat
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let root = args.local.resolve()?;
+    // As `paralog run`: PARALOG_LOCAL, else $TMPDIR/paralog-<uid>.
+    let root = if args.local.local.is_none() && std::env::var_os("PARALOG_LOCAL").is_none() {
+        crate::run::default_local()
+    } else {
+        args.local.resolve()?
+    };
     if !root.is_dir() {
         bail!(
             "{}: not a directory (give the node-local directory of the run with --local)",

@@ -21,7 +21,9 @@ pub enum ReportError {
     Timeline(#[from] paralog_log::timeline::TimelineError),
     #[error("no timeline of job {job} in {root} (the job never reached a consistency point on this node, or its timeline was removed)")]
     NoTimeline { root: PathBuf, job: String },
-    #[error("the timeline of job {job} in {root} records no consistency point and no drain")]
+    #[error(
+        "the timeline of job {job} in {root} records no program, no consistency point and no drain"
+    )]
     Empty { root: PathBuf, job: String },
     #[error("drawing the timeline: {0}")]
     Plot(String),

@@ -172,7 +172,7 @@ impl Report {
     }
 
     /// Aggregate events (in file order per file); `None` if there is no
-    /// consistency point and no drain.
+    /// consistency point, no drain and no program's run.
     pub fn from_events(job: &str, events: &[Located]) -> Option<Report> {
         let run = events.iter().rev().find_map(|l| match &l.event {
             Event::Run {
@@ -260,7 +260,7 @@ impl Report {
             }
         }
         ranks.retain(|r| !r.cps.is_empty());
-        if ranks.is_empty() && drains.is_empty() {
+        if ranks.is_empty() && drains.is_empty() && run.is_none() {
             return None;
         }
         for r in &mut ranks {
@@ -580,7 +580,22 @@ mod tests {
 
     #[test]
     fn nothing_recorded_is_no_report() {
-        let ev = vec![at(Event::Start { pid: 1, t: 1 }, "c-1")];
+        let mut ev = vec![at(Event::Start { pid: 1, t: 1 }, "c-1")];
         assert!(Report::from_events("j", &ev).is_none());
+        // A program that wrote nothing still has its run.
+        ev.push(at(
+            Event::Run {
+                pid: 5,
+                t0: 1,
+                t1: 2_000_001,
+                status: 3,
+                command: b"true".to_vec(),
+            },
+            "r-5",
+        ));
+        let r = Report::from_events("j", &ev).unwrap();
+        assert!(r.ranks.is_empty());
+        assert_eq!(r.summary.exit_status, Some(3));
+        assert_eq!(r.summary.program_s, 2.0);
     }
 }

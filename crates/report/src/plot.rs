@@ -74,6 +74,15 @@ pub fn png(r: &Report, path: &Path) -> Result<(), ReportError> {
         .map_err(|e| ReportError::Plot(format!("{}: {e}", path.display())))
 }
 
+/// Enough decimals to tell ticks `step` apart.
+fn decimals(step: f64) -> usize {
+    if step >= 1.0 {
+        0
+    } else {
+        ((-step.log10()).ceil() as usize).min(6)
+    }
+}
+
 fn draw<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report) -> Result<(), ReportError>
 where
     DB::ErrorType: 'static,
@@ -83,14 +92,8 @@ where
     let (upper, lower) = area.split_vertically(h - TRAFFIC_PX);
     let x_end = r.end_s * 1.02;
     let font = |px: u32| ("sans-serif", px).into_font();
-    // Enough decimals to tell the x ticks (about 12) apart.
-    let step = x_end / 12.0;
-    let decimals = if step >= 1.0 {
-        0
-    } else {
-        ((-step.log10()).ceil() as usize).min(6)
-    };
-    let x_label = |x: &f64| format!("{x:.decimals$}");
+    let x_decimals = decimals(x_end / 12.0);
+    let x_label = |x: &f64| format!("{x:.x_decimals$}");
 
     // The program: one lane per process, the first rank on top.
     let n = r.ranks.len();
@@ -178,6 +181,7 @@ where
     let peak = rates.iter().copied().fold(0.0, f64::max);
     let mean = r.summary.throughput_bps / 1e6;
     let y_top = (peak.max(mean) * 1.15).max(0.1);
+    let y_decimals = decimals(y_top / 5.0);
     let caption = format!(
         "drain to the remote: {} in {} epoch(s), {:.1} MB/s while draining (dashed), {:.2} s after the program ended",
         crate::html::human_bytes(r.summary.bytes_drained),
@@ -198,7 +202,7 @@ where
         .x_labels(12)
         .x_label_formatter(&x_label)
         .y_labels(5)
-        .y_label_formatter(&|y| format!("{y:.0}"))
+        .y_label_formatter(&|y| format!("{y:.y_decimals$}"))
         .x_desc("seconds since the program started (dashed grey: its end)")
         .y_desc("MB/s to the remote")
         .label_style(font(12))
