@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use paralog_report::Report;
 
 #[derive(clap::Args)]
@@ -28,8 +28,7 @@ pub struct Args {
 /// and the PNG's path.
 pub fn write(root: &Path, job: &str, html: &Path) -> anyhow::Result<(Report, PathBuf)> {
     let report = Report::load(root, job)?;
-    let png = paralog_report::write(&report, html)
-        .with_context(|| format!("writing the report {}", html.display()))?;
+    let png = paralog_report::write(&report, html)?;
     Ok((report, png))
 }
 

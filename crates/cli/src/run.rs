@@ -405,6 +405,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         });
     paralog_log::layout::validate_component("job name", &job)
         .map_err(|e| anyhow::anyhow!("--job: {e}"))?;
+    if let Some(html) = &args.report {
+        // Refused now rather than after the program ran.
+        let missing = html
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty() && !d.is_dir());
+        if let Some(d) = missing {
+            bail!(
+                "--report {}: the directory {} does not exist",
+                html.display(),
+                d.display()
+            );
+        }
+    }
     let remote_url = args.remote.url()?;
     // Validate the remote now rather than in the server's log, and refuse
     // one that cannot work as given rather than retry forever.
