@@ -7,7 +7,7 @@
 //! agreement. A process without a consistency point writes nothing.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -90,11 +90,15 @@ fn record(ev: Event) {
         CPS.fetch_add(1, Ordering::Relaxed);
     }
     text.push_str(&ev.encode());
+    // One line on stderr per process, not one per consistency point.
+    static WARNED: AtomicBool = AtomicBool::new(false);
     if let Err(e) = timeline::append(dir, &format!("capture-{pid}"), &text) {
-        crate::report::line(&format!(
-            "writing the timeline in {}: {e} (the run goes on; `paralog report` will lack this process)",
-            dir.display()
-        ));
+        if !WARNED.swap(true, Ordering::Relaxed) {
+            crate::report::line(&format!(
+                "writing the timeline in {}: {e} (the run goes on; `paralog report` will lack this process)",
+                dir.display()
+            ));
+        }
     }
 }
 
