@@ -54,7 +54,8 @@ test-capture: build
 # The node server: real programs under `paralog run` (all MPI modes, drained
 # to the prefix and to a separate remote), read-back while draining, start-up
 # scan, damaged epochs, a failing remote (tmpfs full / read-only), recover;
-# and programs as they really write files (stdio, streams, rename, shells).
+# and programs as they really write files (stdio, streams, rename, shells);
+# `paralog run --report` checked in headless Chromium (scripts/setup.sh --test).
 test-server: build
 	/usr/bin/python3 -m tests.server.e2e
 	/usr/bin/python3 -m tests.server.crash
@@ -62,6 +63,7 @@ test-server: build
 	/usr/bin/python3 -m tests.correctness.posix_processes
 	/usr/bin/python3 -m tests.correctness.mpi_flavour
 	/usr/bin/python3 -m tests.correctness.run_summary
+	/usr/bin/python3 -m tests.correctness.report
 	/usr/bin/python3 -m tests.correctness.hdf5_examples
 	/usr/bin/python3 -m tests.correctness.posix_programs
 	/usr/bin/python3 -m tests.correctness.posix_programs --remote prefix

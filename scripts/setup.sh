@@ -47,6 +47,13 @@ if [ "${1:-}" = "--test" ]; then
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null
   fi
+  # Debian's Chromium: tests/correctness/report.py loads the HTML report
+  # in it, headless.
+  if ! command -v chromium >/dev/null; then
+    echo "setup: installing chromium"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  fi
   MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
   if [ ! -x "$root/target/go/bin/minio" ]; then
     GO=$(command -v go || true)

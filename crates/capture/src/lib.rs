@@ -27,6 +27,7 @@ pub mod stat;
 pub mod state;
 pub mod stats;
 pub mod stdio;
+pub mod timeline;
 pub mod view;
 
 // The settings and the symbol table live in `paralog-settings` (shared with

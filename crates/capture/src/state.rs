@@ -169,6 +169,7 @@ impl State {
         if let Some(dir) = &cfg.stats {
             crate::stats::write_at_exit(dir);
         }
+        crate::timeline::init(&cfg);
         // SAFETY: registering a plain extern "C" function, once (the state
         // is created once per process).
         unsafe {
@@ -585,12 +586,16 @@ impl State {
     /// After the agreement: mark the epoch globally committed, start the next.
     pub fn complete_epoch(&mut self, id: u64, global_size: u64) -> CResult<()> {
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
-        let epoch = log_of(h)?
+        let log = log_of(h)?;
+        let point = crate::timeline::Point::of(log);
+        let epoch = log
             .complete_epoch()
             .map_err(|e| log_errno(&format!("marking {} committed", h.path.display()), &e))?;
         h.size = global_size;
         if let Some(t) = h.cp_started.take() {
-            crate::stats::consistency_point(t.elapsed());
+            let took = t.elapsed();
+            crate::timeline::consistency_point(took, point, epoch);
+            crate::stats::consistency_point(took);
         }
         h.view = None;
         h.cut = None;

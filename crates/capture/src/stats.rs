@@ -22,6 +22,11 @@ pub fn captured(bytes: usize) {
     BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
 }
 
+/// Bytes this process captured so far (for its timeline's exit line).
+pub fn bytes_captured() -> u64 {
+    BYTES.load(Ordering::Relaxed)
+}
+
 pub fn consistency_point(took: Duration) {
     EPOCHS.fetch_add(1, Ordering::Relaxed);
     CP_NANOS.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);

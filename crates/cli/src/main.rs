@@ -16,6 +16,7 @@ mod materialize;
 mod missed;
 mod recover;
 mod remote;
+mod report;
 mod run;
 mod server;
 mod status;
@@ -49,6 +50,9 @@ enum Cmd {
     Materialize(materialize::Args),
     /// Drain every committed epoch not yet drained, in order (after a crash).
     Recover(recover::Args),
+    /// Write the HTML report of a job (timeline plot, summary) and a PNG
+    /// of its timeline, from what the run recorded on this node.
+    Report(report::Args),
     /// Run a program with capture on, a server draining it, and a summary.
     Run(run::Args),
     /// The node server: drain committed epochs to the remote as they appear.
@@ -121,6 +125,7 @@ fn main() -> ExitCode {
         Cmd::Inspect(a) => inspect::run(a),
         Cmd::Materialize(a) => materialize::run(a),
         Cmd::Recover(a) => recover::run(a),
+        Cmd::Report(a) => report::run(a),
         Cmd::Run(a) => run::run(a),
         Cmd::Server(a) => server::run(a),
         Cmd::Status(a) => status::run(a),

@@ -12,7 +12,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use paralog_log::Inventory;
+use paralog_log::{timeline, Inventory};
 use paralog_server::status::{self, FileState, Request, Status};
 use paralog_settings::counters::ProcessCounters;
 
@@ -43,6 +43,10 @@ pub struct Args {
     /// Give up waiting for the drain after this many seconds [default: no limit]
     #[arg(long, value_name = "SECONDS")]
     wait_timeout: Option<f64>,
+    /// At the end, write an HTML report of the run (timeline plot and
+    /// summary) to FILE, and a PNG of its timeline beside it (docs/report.md)
+    #[arg(long, value_name = "FILE", conflicts_with = "no_wait")]
+    report: Option<PathBuf>,
     #[command(flatten)]
     tuning: crate::server::Tuning,
     /// The command, e.g. `mpirun.mpich -n 4 ./sim`.
@@ -324,6 +328,23 @@ fn read_counters(dir: &Path) -> Counters {
     c
 }
 
+/// The program's run in the job's timeline (docs/report.md).
+fn record_run(root: &Path, job: &str, (t0, t1): (u64, u64), code: u8, command: &[String]) {
+    let pid = std::process::id();
+    let line = timeline::Event::Run {
+        pid,
+        t0,
+        t1,
+        status: i32::from(code),
+        command: command.join(" ").into_bytes(),
+    }
+    .encode();
+    let dir = timeline::dir(root, job);
+    if let Err(e) = timeline::append(&dir, &format!("run-{pid}"), &line) {
+        eprintln!("paralog: writing the timeline in {}: {e}", dir.display());
+    }
+}
+
 fn exit_code_of(st: std::process::ExitStatus) -> u8 {
     match (st.code(), st.signal()) {
         (Some(c), _) => c as u8,
@@ -384,6 +405,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         });
     paralog_log::layout::validate_component("job name", &job)
         .map_err(|e| anyhow::anyhow!("--job: {e}"))?;
+    if let Some(html) = &args.report {
+        // Refused now rather than after the program ran.
+        let missing = html
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty() && !d.is_dir());
+        if let Some(d) = missing {
+            bail!(
+                "--report {}: the directory {} does not exist",
+                html.display(),
+                d.display()
+            );
+        }
+    }
     // Passed on to the capture library and the server as the user wrote it
     // (settings at their defaults left out).
     let remote_url = args.remote.url()?.map(|u| u.to_string());
@@ -416,6 +450,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         paralog_log::layout::RUNTIME_PREFIX
     ));
     let _ = std::fs::remove_dir_all(&stats_dir);
+    // This run of the job starts its timeline afresh (kept afterwards for
+    // `paralog report`).
+    let _ = std::fs::remove_dir_all(timeline::dir(&root, &job));
     std::fs::DirBuilder::new()
         .mode(0o700)
         .recursive(true)
@@ -434,6 +471,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let before = crate::missed::Snapshot::take(&prefix);
     let t0 = Instant::now();
+    let t0_us = timeline::now_us();
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..])
         .envs(vars.iter().map(|(k, v)| (k, v)))
@@ -455,6 +493,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     let code = exit_code_of(program);
+    let t1_us = t0_us + program_time.as_micros() as u64;
+    record_run(&root, &job, (t0_us, t1_us), code, &args.command);
     let counters = read_counters(&stats_dir);
 
     if args.no_wait {
@@ -475,6 +515,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let _ = status::request(&server.socket, &Request::Stop);
     let server_exit = server.child.wait();
     let _ = std::fs::remove_dir_all(&stats_dir);
+    // Every drain is in the timeline once the server stopped.
+    let report_failed =
+        args.report
+            .as_deref()
+            .is_some_and(|html| match crate::report::write(&root, &job, html) {
+                Ok((r, png)) => {
+                    eprintln!("paralog: {}", crate::report::said(&r, html, &png));
+                    false
+                }
+                Err(e) => {
+                    eprintln!("paralog: no report: {e:#}");
+                    true
+                }
+            });
 
     let final_status = match drained {
         Ok(s) => s,
@@ -538,7 +592,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             ),
             Err(e) => eprintln!("paralog: cleaning up job {job}: {e:#}"),
         }
-        return Ok(ExitCode::from(code));
+        return Ok(ExitCode::from(if report_failed && code == 0 {
+            1
+        } else {
+            code
+        }));
     }
     for f in final_status.files.iter().filter(|f| f.message.is_some()) {
         let why = match f.state {

@@ -14,6 +14,7 @@ pub mod gc;
 pub mod layout;
 pub mod reader;
 pub mod single;
+pub mod timeline;
 pub mod writer;
 
 pub use error::{LogError, Result};

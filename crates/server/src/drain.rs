@@ -196,6 +196,7 @@ fn drain_epochs(
     ids: &[EpochId],
     fresh: bool,
 ) -> Result<u64, DrainError> {
+    let span = crate::timeline::DrainSpan::start(ids);
     let mut lf = LogicalFile::default();
     for &id in ids {
         let manifests = file.manifests(id).map_err(local)?;
@@ -257,6 +258,7 @@ fn drain_epochs(
 
     // 3. Record it; only then 4. delete the local records.
     step::write_progress(&file.dir, id).map_err(DrainError::Local)?;
+    span.end(&file.dir, rel, bytes);
     failpoint::hit("drain.after_progress");
     if ctx.keep_drained {
         // Kept for the program's reads until the job ends.

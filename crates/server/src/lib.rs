@@ -16,4 +16,5 @@ pub mod retry;
 pub mod service;
 pub mod status;
 pub mod step;
+pub mod timeline;
 pub mod watch;
