@@ -24,10 +24,13 @@ use std::path::Path;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::{S3Reader, Store};
+use common::{Calls, Fault, Faulty, S3Reader, Step, Store};
 use paralog_backend::objstore::ObjStore;
-use paralog_backend::{Backend, BackendError, EpochSink, RemoteOp, RemoteUrl, SizeState};
+use paralog_backend::{
+    Backend, BackendError, EpochSink, ErrorKind, RemoteOp, RemoteUrl, SizeState,
+};
 use paralog_log::LogicalFile;
+use paralog_server::remote::Remote;
 use paralog_server::step;
 
 const MIB: u64 = 1 << 20;
@@ -779,7 +782,8 @@ fn objstore_meets_the_contract() {
 const S3_CHILD: &str = "PARALOG_TEST_S3_BUCKET";
 const S3_PASSED: &str = "S3 checks: passed";
 
-/// The contract over S3, in a child process of this test binary: the AWS settings of the MinIO this test
+/// The contract over S3, and the service's retry over S3, in a child
+/// process of this test binary: the AWS settings of the MinIO this test
 /// starts reach the SDK through the environment, which a multi-threaded
 /// test process must not change (`set_var`), so the child has them from
 /// its start.
@@ -850,6 +854,48 @@ fn s3_checks(bucket: &str) {
         store: Store::S3(reader),
         caps: S3,
     });
+    retry_removes_a_lost_upload(bucket);
+}
+
+/// The one-node service over S3: an epoch whose commit fails and whose
+/// upload stays behind (its abort refused too). The retry removes that
+/// upload before it uploads the epoch again, as the warning of a failed
+/// abort promises, and the object is exact.
+fn retry_removes_a_lost_upload(bucket: &str) {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("local");
+    std::fs::create_dir(&root).unwrap();
+    let (url, backend) = open(&format!("s3://{bucket}/service?part_size=5M"));
+    let RemoteUrl::S3(s3) = &url else {
+        unreachable!()
+    };
+    let reader = S3Reader::open(s3);
+    let rel = "lost.dat";
+    let mut r = common::ranks(&root, rel, 1);
+    r[0].write_at(0, &pattern(90, 12 * MIB)).unwrap();
+    r[0].commit_local().unwrap();
+    common::commit(&mut r);
+    let want = common::expected(&root, rel, None);
+    let faulty = Faulty::new(backend);
+    faulty.inject(
+        Fault::new(Step::Commit, ErrorKind::Retryable, 1)
+            .file(rel)
+            .lose(),
+    );
+    let server = common::start(&root, Remote::Url(url, faulty.clone()));
+    let st = server.wait_idle(Some(Duration::from_secs(120))).unwrap();
+    assert_eq!(st.epochs_drained, 1, "{st:?}");
+    assert_eq!(faulty.calls(rel, Step::Commit), Calls { ok: 1, failed: 1 });
+    assert_eq!(
+        reader.uploads(rel.as_bytes()),
+        Vec::new(),
+        "s3: the lost upload is still there"
+    );
+    let store = Store::S3(reader);
+    if let Err(e) = compare(&store.read(rel.as_bytes()), &Some(want)) {
+        panic!("s3: {rel} after a retry: {e}");
+    }
+    server.request_stop();
 }
 
 /// A MinIO server on a free loopback port with a temporary data
