@@ -15,6 +15,10 @@
 //!
 //! Where backends differ by design, the contract names the difference as a
 //! capability ([`Caps`]) and checks what each one promises instead.
+//!
+//! Over S3 the one-node service also runs once with `common::Faulty`
+//! losing an upload (`retry_removes_a_lost_upload`); the other service
+//! paths under injected failures are in `service.rs`.
 
 mod common;
 
