@@ -41,8 +41,11 @@ setup-test: setup
 
 test: build setup-test lint test-rust test-capture test-server test-remote test-cluster test-slurm
 
-test-rust:
-	$(CARGO) test --release --workspace --locked
+# The Rust tests; the backend conformance suite
+# (crates/server/tests/conformance.rs) runs its S3 part against the MinIO
+# that setup-test builds (without MINIO_TEST_BINARY it skips S3, and says so).
+test-rust: setup-test
+	MINIO_TEST_BINARY=$(CURDIR)/target/go/bin/minio $(CARGO) test --release --workspace --locked
 
 # Real MPI programs under capture with MPICH, Open MPI/OMPIO and Open MPI/ROMIO,
 # compared byte for byte with direct MPI-IO at every epoch.

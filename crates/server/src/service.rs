@@ -481,7 +481,7 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
         .map(|&id| (id, inv.local_bytes(id)))
         .collect();
     let bytes = epoch_bytes.values().sum();
-    {
+    let retrying = {
         let mut s = lock(inner);
         let e = s.files.get_mut(dir).expect("entry");
         if let Some(r) = &inv.record {
@@ -489,7 +489,8 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
         }
         e.epochs_pending = pending.len() as u64;
         e.bytes_pending = bytes;
-    }
+        e.retry.attempts > 0
+    };
     let backend = inner
         .cfg
         .remote
@@ -500,6 +501,20 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
     }
     if pending.is_empty() {
         return Ok(());
+    }
+    if let (true, Some(r)) = (retrying, &inv.record) {
+        // A retry: what the failed attempt may have left on the remote (an
+        // S3 upload whose abort failed too) goes first, as in the server
+        // job. Best effort: the drain does not depend on it.
+        match backend.abort_stale(&r.rel) {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(file = %inv.display_name(), uploads = n, "aborted unfinished uploads")
+            }
+            Err(e) => {
+                tracing::warn!(file = %inv.display_name(), error = %e, "aborting unfinished uploads failed")
+            }
+        }
     }
     let ctx = DrainCtx {
         backend: backend.as_ref(),
