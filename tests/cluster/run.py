@@ -19,6 +19,7 @@ Usage: python3 -m tests.cluster.run [--only SUBSTRING] [--keep] [--quick]
 """
 
 import argparse
+import json
 import re
 import shutil
 import subprocess
@@ -160,8 +161,26 @@ def drain_case(remotes, kind, flavour, nodes, label, prog, args, hdf5, server_ar
         got = work / "got"
         remotes.fetch(kind, url, files(ref), got)
         n = same_files(ref, got, hdf5)
-        return f"{n} file(s) equal direct MPI-IO ({said.removeprefix('paralog wait: ')})"
+        reported = node_reports_add_up(c, said)
+        return f"{n} file(s) equal direct MPI-IO ({said.removeprefix('paralog wait: ')}); {reported}"
     return case
+
+
+def node_reports_add_up(c, said):
+    """Each node's `paralog report` counts the bytes its own logs gave the
+    remote: over the nodes they add up to what the servers drained."""
+    m = re.search(r"(\d+) epoch\(s\), (\d+) bytes", said)
+    check(m, f"paralog wait did not say what was drained: {said}")
+    drained = int(m.group(2))
+    per_node = []
+    for n in range(c.nodes):
+        r = run([BIN, "report", "--local", c.work / "local" / f"n{n}", "--job", "t",
+                 "--out", c.work / f"report-n{n}.html", "--json"], check=False, timeout=60)
+        check(r.returncode == 0, f"paralog report on node n{n} failed: {r.stderr[-400:]}")
+        per_node.append(json.loads(r.stdout)["summary"]["bytes_drained"])
+    check(sum(per_node) == drained,
+          f"the nodes' reports drained {per_node} bytes, the servers {drained}")
+    return f"node reports {'+'.join(map(str, per_node))} = {drained} bytes drained"
 
 
 def s3_parts_case(remotes, flavour, nodes, upload):

@@ -24,6 +24,7 @@ impl Coordinator {
         fresh: bool,
     ) -> Result<Result<u64, Failure>, ClusterError> {
         let me = self.comm.rank();
+        let span = crate::timeline::DrainSpan::start(&g.ids);
         // The same drain lock as the one-node server and `recover` take: a
         // one-node `recover` run by hand on this node must not interleave.
         let mut lock = None;
@@ -105,6 +106,14 @@ impl Coordinator {
                 // the next round retries this one.
                 tracing::warn!(file = %f.name(), error = %e, "recording progress failed here");
             }
+            // This node's timeline counts the bytes of its own logs, as its
+            // capture lines count its own ranks'.
+            let own: u64 = lf
+                .pieces()
+                .filter(|(_, _, p)| !lf.deleted && g.node_of(&lf.sources[p.source]) == Some(me))
+                .map(|(_, len, _)| len)
+                .sum();
+            span.end(&dir, &f.rel, own);
         }
         crate::failpoint::hit("cluster.after_progress");
         Ok(Ok(bytes))
