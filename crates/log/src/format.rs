@@ -135,6 +135,24 @@ impl<const KIND: u16> EpochHeader<KIND> {
             });
         }
         check_crc(bytes, EPOCH_HEADER_LEN - 4, path)?;
+        // Covered by the checksum, so only a wrong writer gets here; the
+        // format says what they hold, and a record that says otherwise is
+        // not one we wrote.
+        let len = le_u32(bytes, 12);
+        if len != rec.len {
+            return Err(LogError::Corrupt {
+                path: path.to_path_buf(),
+                offset: 12,
+                what: format!("{} length {len}, expected {}", rec.name, rec.len),
+            });
+        }
+        if let Some(i) = bytes[40..44].iter().position(|&b| b != 0) {
+            return Err(LogError::Corrupt {
+                path: path.to_path_buf(),
+                offset: 40 + i as u64,
+                what: format!("{} reserved bytes 40..44 are not zero", rec.name),
+            });
+        }
         Ok(EpochHeader {
             rank: le_u32(bytes, 16),
             comm_size: le_u32(bytes, 20),
@@ -165,14 +183,6 @@ impl DataHeader {
                 path: path.to_path_buf(),
                 offset: (DATA_HEADER_USED + i) as u64,
                 what: "data header padding is not zero".into(),
-            });
-        }
-        let header_len = le_u32(bytes, 12) as u64;
-        if header_len != DATA_HEADER_LEN {
-            return Err(LogError::Corrupt {
-                path: path.to_path_buf(),
-                offset: 12,
-                what: format!("data header length {header_len}, expected {DATA_HEADER_LEN}"),
             });
         }
         Ok(header)

@@ -252,3 +252,77 @@ fn truncations_are_refused() {
         }
     }
 }
+
+/// A header whose checksum is right but whose length field or reserved
+/// bytes say something the format does not (a writer that is not ours):
+/// refused, naming the offset.
+#[test]
+fn headers_that_break_the_format_under_a_good_checksum_are_refused() {
+    let path = dir().join("crafted");
+    let reseal = |mut b: Vec<u8>| {
+        let crc = crc32c::crc32c(&b[..44]);
+        b[44..48].copy_from_slice(&crc.to_le_bytes());
+        b
+    };
+    let data_bytes = data_header().encode();
+    let mark_bytes = mark().encode();
+    for (what, bytes, offset) in [
+        (
+            "data length",
+            reseal({
+                let mut b = data_bytes.clone();
+                b[12] ^= 1;
+                b
+            }),
+            12,
+        ),
+        (
+            "data reserved",
+            reseal({
+                let mut b = data_bytes.clone();
+                b[41] = 7;
+                b
+            }),
+            41,
+        ),
+        (
+            "mark length",
+            reseal({
+                let mut b = mark_bytes.clone();
+                b[12] = 49;
+                b
+            }),
+            12,
+        ),
+        (
+            "mark reserved",
+            reseal({
+                let mut b = mark_bytes.clone();
+                b[43] = 1;
+                b
+            }),
+            43,
+        ),
+    ] {
+        let err = if what.starts_with("data") {
+            DataHeader::decode(&bytes, &path).map(|_| ()).unwrap_err()
+        } else {
+            CommitMark::decode(&bytes, &path).map(|_| ()).unwrap_err()
+        };
+        match err {
+            paralog_log::LogError::Corrupt { offset: o, .. } => {
+                assert_eq!(o, offset, "{what}: {err}")
+            }
+            other => panic!("{what}: {other}"),
+        }
+    }
+    // The untouched headers, resealed, still decode.
+    assert_eq!(
+        DataHeader::decode(&reseal(data_bytes), &path).unwrap(),
+        data_header()
+    );
+    assert_eq!(
+        CommitMark::decode(&reseal(mark_bytes), &path).unwrap(),
+        mark()
+    );
+}
