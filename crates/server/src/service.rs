@@ -506,15 +506,7 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
         // A retry: what the failed attempt may have left on the remote (an
         // S3 upload whose abort failed too) goes first, as in the server
         // job. Best effort: the drain does not depend on it.
-        match backend.abort_stale(&r.rel) {
-            Ok(0) => {}
-            Ok(n) => {
-                tracing::info!(file = %inv.display_name(), uploads = n, "aborted unfinished uploads")
-            }
-            Err(e) => {
-                tracing::warn!(file = %inv.display_name(), error = %e, "aborting unfinished uploads failed")
-            }
-        }
+        crate::step::abort_stale(backend.as_ref(), &r.rel, &inv.display_name());
     }
     let ctx = DrainCtx {
         backend: backend.as_ref(),

@@ -96,6 +96,19 @@ pub fn finish(
     sink.commit()
 }
 
+/// Before a retry or a recovery: remove what an interrupted drain of `rel`
+/// left on the remote (S3: its unfinished multipart uploads). Best effort,
+/// said in the log under `name`: the drain does not depend on it.
+pub fn abort_stale(backend: &dyn Backend, rel: &[u8], name: &str) {
+    match backend.abort_stale(rel) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(file = %name, uploads = n, "aborted unfinished uploads"),
+        Err(e) => {
+            tracing::warn!(file = %name, error = %e, "aborting unfinished uploads failed")
+        }
+    }
+}
+
 /// The remote holds everything up to `last` durably: say so in the file
 /// directory's progress record (atomically, durably).
 pub fn write_progress(dir: &Path, last: EpochId) -> Result<(), LogError> {

@@ -381,14 +381,8 @@ impl Coordinator {
     /// Remove what an interrupted drain of `f` left on the remote (S3:
     /// its unfinished multipart uploads); best effort, said in the log.
     fn abort_stale(&self, f: &GlobalFile) {
-        match self.backend(f).map(|b| b.abort_stale(&f.rel)) {
-            Ok(Ok(0)) => {}
-            Ok(Ok(n)) => {
-                tracing::info!(file = %f.name(), uploads = n, "aborted unfinished uploads")
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(file = %f.name(), error = %e, "aborting unfinished uploads failed")
-            }
+        match self.backend(f) {
+            Ok(b) => step::abort_stale(b.as_ref(), &f.rel, &f.name()),
             Err(e) => tracing::warn!(file = %f.name(), error = %e, "no remote"),
         }
     }
