@@ -178,7 +178,7 @@ impl Version {
         for p in &self.pieces {
             p.encode_into(&mut b);
         }
-        let crc = crc32c::crc32c(&b);
+        let crc = paralog_checksum::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         b
     }
@@ -199,7 +199,7 @@ impl Version {
             ));
         }
         let end = b.len() - 4;
-        if crc32c::crc32c(&b[..end]) != u32_at(end) {
+        if paralog_checksum::crc32c(&b[..end]) != u32_at(end) {
             return Err(bad(end, "checksum mismatch".into()));
         }
         if &b[..8] != MAGIC {
@@ -428,7 +428,7 @@ impl ObjStore {
         block.resize(p.block_len as usize, 0);
         f.read_exact_at(block, p.block_off)
             .map_err(io_err(&path, "read chunk"))?;
-        if crc32c::crc32c(block) != p.block_crc {
+        if paralog_checksum::crc32c(block) != p.block_crc {
             return Err(ObjError::Damaged {
                 path,
                 offset: p.block_off,
@@ -698,7 +698,7 @@ impl ChunkWriter {
             dir: self.dir,
             block_off: self.len,
             block_len: data.len() as u64,
-            block_crc: crc32c::crc32c(data),
+            block_crc: paralog_checksum::crc32c(data),
             skip: 0,
         };
         self.len += data.len() as u64;

@@ -520,14 +520,14 @@ fn bench_components(c: &Cfg, src: &[u8]) -> Vec<Components> {
         let crc = median(&best(&mut || {
             let mut acc = 0u32;
             for i in 0..n {
-                acc ^= crc32c::crc32c(black_box(chunk(src, i, size)));
+                acc ^= paralog_checksum::crc32c(black_box(chunk(src, i, size)));
             }
             black_box(acc);
         }));
         let combine = median(&best(&mut || {
             let mut acc = 0u32;
             for i in 0..n {
-                acc = crc32c::crc32c_combine(black_box(acc), black_box(i as u32), size);
+                acc = paralog_checksum::crc32c_combine(black_box(acc), black_box(i as u32), size as u64);
             }
             black_box(acc);
         }));

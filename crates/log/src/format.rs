@@ -111,7 +111,7 @@ impl<const KIND: u16> EpochHeader<KIND> {
         out.extend_from_slice(&self.gen.to_le_bytes());
         out.extend_from_slice(&self.epoch.to_le_bytes());
         out.extend_from_slice(&[0u8; 4]);
-        let crc = crc32c::crc32c(&out);
+        let crc = paralog_checksum::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         debug_assert_eq!(out.len(), EPOCH_HEADER_LEN);
         out
@@ -217,7 +217,7 @@ impl PathRecord {
         out.extend_from_slice(&(self.rel.len() as u16).to_le_bytes());
         out.extend_from_slice(&self.path);
         out.extend_from_slice(&self.rel);
-        let crc = crc32c::crc32c(&out);
+        let crc = paralog_checksum::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         out
     }
@@ -269,7 +269,7 @@ impl ProgressRecord {
         out.extend_from_slice(&self.gen.to_le_bytes());
         out.extend_from_slice(&self.epoch.to_le_bytes());
         out.extend_from_slice(&[0u8; 4]);
-        let crc = crc32c::crc32c(&out);
+        let crc = paralog_checksum::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         debug_assert_eq!(out.len(), PROGRESS_LEN);
         out
@@ -337,7 +337,7 @@ fn check_preamble(bytes: &[u8], path: &Path, magic: &[u8; 8], kind: u16, name: &
 
 fn check_crc(bytes: &[u8], crc_at: usize, path: &Path) -> Result<()> {
     let stored = le_u32(bytes, crc_at);
-    let computed = crc32c::crc32c(&bytes[..crc_at]);
+    let computed = paralog_checksum::crc32c(&bytes[..crc_at]);
     if stored != computed {
         return Err(LogError::Checksum {
             path: path.to_path_buf(),

@@ -70,7 +70,7 @@ impl Piece for LogPiece {
             log_pos: self.log_pos,
             crc: match (next.joined_crc, self.crc, next.crc) {
                 (Some(j), Some(_), _) => Some(j),
-                (_, Some(a), Some(b)) => Some(crc32c::crc32c_combine(a, b, next_len as usize)),
+                (_, Some(a), Some(b)) => Some(paralog_checksum::crc32c_combine(a, b, next_len)),
                 _ => None,
             },
             phase: self.phase,
@@ -302,9 +302,9 @@ impl RankLog {
             .ending_at(off)
             .filter(|(_, l_len, l)| l.phase == phase && l.log_pos + l_len == pos)
             .and_then(|(_, _, l)| l.crc)
-            .map(|left| crc32c::crc32c_append(left, data));
+            .map(|left| paralog_checksum::crc32c_append(left, data));
         // Its own CRC only matters when it does not continue a neighbour.
-        let crc = joined_crc.is_none().then(|| crc32c::crc32c(data));
+        let crc = joined_crc.is_none().then(|| paralog_checksum::crc32c(data));
         self.cur.map.insert(
             off,
             len,

@@ -125,7 +125,7 @@ fn apply(bytes: &mut Vec<u8>, m: &Mutation) {
 fn fix_crc(bytes: &mut [u8]) {
     if bytes.len() >= 4 {
         let n = bytes.len() - 4;
-        let crc = crc32c::crc32c(&bytes[..n]);
+        let crc = paralog_checksum::crc32c(&bytes[..n]);
         bytes[n..].copy_from_slice(&crc.to_le_bytes());
     }
 }

@@ -260,7 +260,7 @@ fn truncations_are_refused() {
 fn headers_that_break_the_format_under_a_good_checksum_are_refused() {
     let path = dir().join("crafted");
     let reseal = |mut b: Vec<u8>| {
-        let crc = crc32c::crc32c(&b[..44]);
+        let crc = paralog_checksum::crc32c(&b[..44]);
         b[44..48].copy_from_slice(&crc.to_le_bytes());
         b
     };

@@ -826,7 +826,7 @@ impl S3Sink<'_> {
                 let mut crc = None;
                 match self.integrity {
                     Integrity::Crc32c => {
-                        let c = crc32c::crc32c(&data);
+                        let c = paralog_checksum::crc32c(&data);
                         self.crcs.push((number, c, data.len() as u64));
                         req = req.checksum_crc32_c(crc_b64(c));
                         crc = Some(crc_b64(c));
@@ -946,7 +946,7 @@ impl S3Sink<'_> {
         let key = &self.key;
         let (g, e) = self.epoch;
         // The whole object's CRC32C: a PUT's checksum is of the full object.
-        let crc = crc_b64(crc32c::crc32c(&body));
+        let crc = crc_b64(paralog_checksum::crc32c(&body));
         be.rt.block_on(async {
             be.client
                 .put_object()
@@ -968,7 +968,7 @@ impl S3Sink<'_> {
 fn whole_crc(parts: &mut [(i32, u32, u64)]) -> u32 {
     parts.sort_by_key(|p| p.0);
     parts.iter().fold(0, |acc, &(_, crc, len)| {
-        crc32c::crc32c_combine(acc, crc, len as usize)
+        paralog_checksum::crc32c_combine(acc, crc, len)
     })
 }
 
@@ -1109,14 +1109,14 @@ mod tests {
         let mut parts: Vec<(i32, u32, u64)> = data
             .chunks(1 << 20)
             .enumerate()
-            .map(|(i, c)| (i as i32 + 1, crc32c::crc32c(c), c.len() as u64))
+            .map(|(i, c)| (i as i32 + 1, paralog_checksum::crc32c(c), c.len() as u64))
             .rev()
             .collect();
-        assert_eq!(whole_crc(&mut parts), crc32c::crc32c(&data));
-        assert_eq!(whole_crc(&mut []), crc32c::crc32c(b""));
+        assert_eq!(whole_crc(&mut parts), paralog_checksum::crc32c(&data));
+        assert_eq!(whole_crc(&mut []), paralog_checksum::crc32c(b""));
         // The header's encoding: big-endian, base64 (S3's documented
         // example: CRC32C of "Hello, World!" is 0x4d551068).
-        assert_eq!(crc32c::crc32c(b"Hello, World!"), 0x4d55_1068);
+        assert_eq!(paralog_checksum::crc32c(b"Hello, World!"), 0x4d55_1068);
         assert_eq!(crc_b64(0x4d55_1068), "TVUQaA==");
     }
 

@@ -127,7 +127,7 @@ impl Manifest {
             out.extend_from_slice(&b.to_le_bytes());
             out.extend_from_slice(&c.to_le_bytes());
         }
-        let crc = crc32c::crc32c(&out);
+        let crc = paralog_checksum::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         out
     }
@@ -155,7 +155,7 @@ impl Manifest {
         // manifest is reported as such rather than as a nonsense field.
         let body_end = bytes.len() - 4;
         let stored = le_u32(bytes, body_end);
-        let computed = crc32c::crc32c(&bytes[..body_end]);
+        let computed = paralog_checksum::crc32c(&bytes[..body_end]);
         if stored != computed {
             return Err(LogError::Checksum {
                 path: path.to_path_buf(),

@@ -59,7 +59,7 @@ impl SourceReader {
         while done < e.len {
             let n = ((e.len - done) as usize).min(chunk.len());
             durable::pread_exact(f, &mut chunk[..n], e.log_pos + done, &src.data_path)?;
-            crc = crc32c::crc32c_append(crc, &chunk[..n]);
+            crc = paralog_checksum::crc32c_append(crc, &chunk[..n]);
             done += n as u64;
         }
         check_extent_crc(&src.data_path, &e, crc)?;
@@ -75,7 +75,7 @@ impl SourceReader {
         if skip == 0 && buf.len() as u64 == e.len {
             let f = self.file(src)?;
             durable::pread_exact(f, buf, e.log_pos, &src.data_path)?;
-            check_extent_crc(&src.data_path, &e, crc32c::crc32c(buf))?;
+            check_extent_crc(&src.data_path, &e, paralog_checksum::crc32c(buf))?;
             self.verified.insert((src.data_path.clone(), e.log_pos));
             return Ok(());
         }

@@ -205,7 +205,7 @@ impl RankLog {
         while done < len {
             let n = ((len - done) as usize).min(chunk.len());
             durable::pread_exact(f, &mut chunk[..n], log_pos + done, &path)?;
-            crc = crc32c::crc32c_append(crc, &chunk[..n]);
+            crc = paralog_checksum::crc32c_append(crc, &chunk[..n]);
             done += n as u64;
         }
         Ok(crc)
