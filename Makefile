@@ -70,6 +70,7 @@ test-server: build
 	/usr/bin/python3 -m tests.correctness.hdf5_examples
 	/usr/bin/python3 -m tests.correctness.posix_programs
 	/usr/bin/python3 -m tests.correctness.posix_programs --remote prefix
+	/usr/bin/python3 -m tests.correctness.open_remote
 	/usr/bin/python3 -m tests.correctness.library_suites
 	/usr/bin/python3 -m tests.correctness.doctor
 	/usr/bin/python3 -m tests.correctness.bad_commands

@@ -269,18 +269,36 @@ fn open_captured(dirfd: c_int, path: &Path, flags: c_int) -> CResult<OpenDecisio
     let Some(st) = State::get(&mut slot) else {
         return Ok(OpenDecision::Pass);
     };
-    let committed = st.committed(&abs)?;
-    let exists = committed.exists;
-    let id = match st.by_path.get(&abs).copied() {
+    let create = flags & libc::O_CREAT != 0;
+    let excl = create && flags & libc::O_EXCL != 0;
+    let known = st.by_path.get(&abs).copied();
+    // What the committed state is needed for decides how much of it is
+    // built: nothing for another open of a file already captured (unless
+    // existence decides the outcome), the log alone for a new open that
+    // truncates, the log and the drained state otherwise (docs/capture.md,
+    // "Opens and the remote").
+    let needs_existence = |h: &crate::state::Handle| {
+        excl || (!create && h.mode == Mode::Mpi && !h.create_allowed && !h.committed_any)
+    };
+    let committed = match known {
+        Some(id) if !needs_existence(&st.handles[&id]) => None,
+        None if writing && create && !excl && flags & libc::O_TRUNC != 0 => {
+            Some(st.committed_cut(&abs)?)
+        }
+        _ => Some(st.committed(&abs)?),
+    };
+    let exists = committed.as_ref().is_some_and(|c| c.exists);
+    let id = match known {
         Some(id) => {
             // Another open of a file we already capture (ROMIO's create
             // protocol reopens; the program reopens): same log.
-            if flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0 && exists {
+            if excl && exists {
                 return Err(libc::EEXIST);
             }
             id
         }
         None if !writing => {
+            let committed = committed.expect("built for a new open");
             // A file this job never wrote: the real file answers, unless
             // the drained bytes live on a remote other than the prefix (then
             // the prefix holds no copy, and the program reads its output
@@ -298,12 +316,13 @@ fn open_captured(dirfd: c_int, path: &Path, flags: c_int) -> CResult<OpenDecisio
             st.new_readonly_handle(&abs, committed)
         }
         None => {
-            if flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0 && exists {
+            if excl && exists {
                 return Err(libc::EEXIST);
             }
-            if flags & libc::O_CREAT == 0 && !exists {
+            if !create && !exists {
                 return Err(libc::ENOENT);
             }
+            let committed = committed.expect("built for a new open");
             st.new_handle(&abs, Mode::Posix, 0, 1, None, committed)?
         }
     };

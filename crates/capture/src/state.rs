@@ -250,6 +250,13 @@ impl State {
         view::committed(&self.cfg.local, &self.cfg.job, abs, &rel, base)
     }
 
+    /// The committed state of a file an open truncates: the log only, the
+    /// drained state is never looked at (see `view::Base::Cut`).
+    pub fn committed_cut(&self, abs: &Path) -> CResult<Committed> {
+        let rel = self.rel_of(abs).ok_or(libc::EINVAL)?;
+        view::committed(&self.cfg.local, &self.cfg.job, abs, &rel, view::Base::Cut)
+    }
+
     /// The log of an open of `abs` (a generation of its own for a POSIX
     /// open, chosen at its commit).
     fn make_log(

@@ -26,6 +26,10 @@ pub enum Base {
     File(PathBuf),
     Object(ObjStore, Vec<u8>),
     Unreadable,
+    /// The open truncates the file (`O_TRUNC`): nothing drained can show
+    /// through, so the remote is not asked (a round trip on sshfs or NFS
+    /// for every checkpoint file written with `"w"`).
+    Cut,
 }
 
 impl Base {
@@ -93,7 +97,7 @@ fn open_base(base: Base, abs: &Path) -> CResult<(Opened, Option<u64>)> {
                 return Err(libc::EIO);
             }
         },
-        Base::Unreadable => (Opened::Unreadable, None),
+        Base::Unreadable | Base::Cut => (Opened::Unreadable, None),
     })
 }
 

@@ -79,6 +79,25 @@ impl<V: Piece> ExtentMap<V> {
         if len == 0 {
             return;
         }
+        // An append (the range starts where the last one ends, so nothing
+        // overlaps it): one map operation instead of five, as most writes
+        // of a checkpoint are appends.
+        if let Some(mut last) = self.map.last_entry() {
+            let l_off = *last.key();
+            let (l_len, l_val) = last.get_mut();
+            if l_off + *l_len == off {
+                match l_val.join(*l_len, &value, len) {
+                    Some(joined) => {
+                        *l_len += len;
+                        *l_val = joined;
+                    }
+                    None => {
+                        self.map.insert(off, (len, value));
+                    }
+                }
+                return;
+            }
+        }
         let end = off + len;
         self.punch(off, end);
         let (mut off, mut len, mut value) = (off, len, value);
@@ -237,6 +256,39 @@ mod tests {
                 prop_assert!(len > 0 && off >= prev_end);
                 prev_end = off + len;
             }
+        }
+    }
+
+    proptest! {
+        /// Writes whose values always glue (the writer's appends): every
+        /// covered byte still maps to itself, whatever the order, and
+        /// neighbouring ranges are merged.
+        #[test]
+        fn gluing_writes(ops in prop::collection::vec((0u64..200, 1u64..60, 0u8..4), 1..80)) {
+            let mut map = ExtentMap::new();
+            let mut model = vec![false; 400];
+            let mut end = 0u64;
+            for (i, &(off, len, kind)) in ops.iter().enumerate() {
+                // Half the writes append exactly where the map ends.
+                let off = if kind < 2 { end.min(300) } else { off };
+                if kind == 3 && i % 3 == 0 {
+                    map.truncate(off);
+                    for b in model.iter_mut().skip(off as usize) { *b = false; }
+                } else {
+                    map.insert(off, len, W { id: 0, skip: off });
+                    for b in off..off + len { model[b as usize] = true; }
+                }
+                end = map.end();
+            }
+            let mut prev_end = None;
+            for (off, len, v) in map.iter() {
+                prop_assert_eq!(v.skip, off);
+                prop_assert!(prev_end != Some(off), "touching ranges left unmerged at {}", off);
+                for b in off..off + len { prop_assert!(model[b as usize]); }
+                prev_end = Some(off + len);
+            }
+            let covered: u64 = map.iter().map(|(_, l, _)| l).sum();
+            prop_assert_eq!(covered as usize, model.iter().filter(|&&b| b).count());
         }
     }
 

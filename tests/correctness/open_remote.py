@@ -1,0 +1,127 @@
+#!/usr/bin/python3
+"""Opens under the prefix and the remote (issue 15: "opens make no round
+trip to the remote file system when the answer is already known").
+
+Each case runs a Python program under `paralog run --remote R` (R a
+directory other than the prefix) inside `strace -f -e trace=file`, and
+looks at the system calls made between two marker calls around the open:
+
+  truncating   open(P/f, "w") of a file whose older version was drained to
+               R: no system call names R (the open cuts the file, nothing
+               drained can show through); R's file afterwards holds the new
+               bytes only
+  reopen       a second open (O_RDWR, no O_TRUNC) of a file this process
+               has open: no system call names R; both descriptors' writes
+               reach R
+  append       control: open(P/f, "a") of a drained file must ask R (the
+               view answers reads of the drained bytes), so the check above
+               can fail; R's file afterwards holds the old and new bytes
+
+Usage: python3 -m tests.correctness.open_remote
+Ends with "open remote: N passed, N failed".
+"""
+import shutil
+import sys
+
+from tests.lib.check import Suite, check
+from tests.lib.paralog import paralog_run
+from tests.lib.paths import PY
+
+# The markers are stats of names that cannot exist: strace shows them, and
+# capture passes them through (they are outside the prefix).
+PROGRAM = r'''
+import os, sys
+prefix, case = sys.argv[1], sys.argv[2]
+path = os.path.join(prefix, "f.dat")
+def mark(name):
+    try:
+        os.stat("/nonexistent-paralog-mark-" + name)
+    except FileNotFoundError:
+        pass
+if case == "truncating":
+    mark("begin")
+    f = open(path, "wb")
+    mark("end")
+    f.write(b"new bytes\n")
+    f.close()
+elif case == "reopen":
+    f = open(path, "wb")
+    f.write(b"first descriptor\n")
+    f.flush()
+    mark("begin")
+    fd = os.open(path, os.O_RDWR)
+    mark("end")
+    os.pwrite(fd, b"SECOND", 0)
+    os.close(fd)
+    f.close()
+else:
+    mark("begin")
+    f = open(path, "ab")
+    mark("end")
+    f.write(b"appended\n")
+    f.close()
+'''
+
+OLD = b"old bytes, drained before this job, longer than the new ones\n"
+
+
+def traced_run(work, case):
+    """Run the case; return (the trace lines between the markers, R)."""
+    prefix, remote = work / "p", work / "r"
+    prefix.mkdir()
+    remote.mkdir()
+    (remote / "f.dat").write_bytes(OLD)
+    trace = work / "trace"
+    strace = shutil.which("strace")
+    check(strace, "strace is not installed (scripts/setup.sh installs it)")
+    paralog_run(work / "l", prefix, [strace, "-f", "-e", "trace=file", "-o", trace, PY, "-c", PROGRAM,
+                                     prefix, case], remote=remote)
+    lines = trace.read_text().splitlines()
+    begin = [i for i, l in enumerate(lines) if "nonexistent-paralog-mark-begin" in l]
+    end = [i for i, l in enumerate(lines) if "nonexistent-paralog-mark-end" in l]
+    check(begin and end, f"markers not in the trace {trace}")
+    return lines[begin[0] + 1:end[0]], remote
+
+
+def remote_calls(between, remote):
+    return [l for l in between if str(remote) in l]
+
+
+def case_truncating(work):
+    between, remote = traced_run(work, "truncating")
+    calls = remote_calls(between, remote)
+    check(not calls, f"the truncating open asked the remote: {calls[:3]}")
+    got = (remote / "f.dat").read_bytes()
+    check(got == b"new bytes\n", f"remote file holds {got!r}")
+    return f"{len(between)} file calls in the open, none on the remote"
+
+
+def case_reopen(work):
+    between, remote = traced_run(work, "reopen")
+    calls = remote_calls(between, remote)
+    check(not calls, f"the second open asked the remote: {calls[:3]}")
+    got = (remote / "f.dat").read_bytes()
+    check(got == b"SECONDdescriptor\n", f"remote file holds {got!r}")
+    return f"{len(between)} file calls in the open, none on the remote"
+
+
+def case_append(work):
+    between, remote = traced_run(work, "append")
+    calls = remote_calls(between, remote)
+    check(calls, "the appending open did not ask the remote: the trace would not show a round trip")
+    got = (remote / "f.dat").read_bytes()
+    check(got == OLD + b"appended\n", f"remote file holds {got!r}")
+    return f"{len(calls)} call(s) on the remote, as expected"
+
+
+def main():
+    suite = Suite("open remote")
+    sys.exit(suite.run([
+        ("truncating open", case_truncating),
+        ("reopen of an open file", case_reopen),
+        ("append (control)", case_append),
+    ], only=sys.argv[1] if len(sys.argv) > 1 else None))
+
+
+if __name__ == "__main__":
+    main()
