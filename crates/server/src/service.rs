@@ -527,7 +527,7 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
         e.bytes_pending = e
             .bytes_pending
             .saturating_sub(epoch_bytes.get(&d.id).copied().unwrap_or(0));
-        tracing::debug!(file = %e.path, generation = d.id.0, epoch = d.id.1, bytes = d.bytes, "epoch drained");
+        tracing::debug!(file = %e.path, generation = d.id.gen, epoch = d.id.epoch, bytes = d.bytes, "epoch drained");
     };
     drain_file(&ctx, &inv, &mut on_epoch)?;
     Ok(())

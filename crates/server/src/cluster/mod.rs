@@ -50,7 +50,7 @@ use crate::retry::{backoff_rounds, RetryState};
 use crate::step;
 pub use control::{answer, Control};
 use mpi::{Comm, MpiError};
-use plan::GlobalFile;
+use plan::{FileKey, GlobalFile};
 use summary::NodeSummary;
 use watchdog::Watchdog;
 
@@ -97,23 +97,6 @@ pub struct Totals {
     pub parts_by_node: Vec<u64>,
     /// Files that could not be drained, with the reason.
     pub failed: Vec<String>,
-}
-
-/// A file of the job.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct FileKey {
-    job: String,
-    /// Relative to the prefix.
-    rel: Vec<u8>,
-}
-
-impl FileKey {
-    fn of(f: &GlobalFile) -> FileKey {
-        FileKey {
-            job: f.job.clone(),
-            rel: f.rel.clone(),
-        }
-    }
 }
 
 /// What one round found and did, the same on every server.
@@ -258,7 +241,7 @@ impl Coordinator {
     /// One file in one round: park it if its logs cannot be drained, wait
     /// out its backoff, else drain its planned groups in order.
     fn drain_file(&mut self, f: &GlobalFile, round: &mut Round) -> Result<(), ClusterError> {
-        let key = FileKey::of(f);
+        let key = f.key();
         self.sync_progress(f);
         if self.retries.get(&key).is_some_and(RetryState::is_parked) {
             return Ok(());
@@ -434,7 +417,7 @@ impl Coordinator {
         let keep = self.backend(f).is_ok_and(|b| !b.readable_by_capture());
         let result = (|| -> Result<(), paralog_log::LogError> {
             let inv = FileInventory::scan_dir(&dir)?;
-            if inv.progress.map(|q| (q.gen, q.epoch)) < Some(p) {
+            if inv.progress.map(|q| q.id()) < Some(p) {
                 step::write_progress(&dir, p)?;
             }
             if !keep {
