@@ -43,6 +43,8 @@ pub struct GlobalFile {
     pub missing: Option<EpochId>,
     /// Committed epochs waiting for their open to end (whole-open backends).
     pub waiting: usize,
+    /// The data-log bytes of those epochs, all nodes.
+    pub waiting_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -71,6 +73,16 @@ impl Group {
                 rank: src.rank,
             })
             .copied()
+    }
+
+    /// The bytes of the group's data logs, all ranks of all nodes (what
+    /// `status` counts as pending, as the one-node server does).
+    pub fn log_bytes(&self) -> u64 {
+        self.epochs
+            .iter()
+            .flat_map(|(_, ms)| ms)
+            .map(|(m, _)| m.data_len)
+            .sum()
     }
 
     /// The file after the group's epochs, merged over all ranks of all nodes.
@@ -142,6 +154,7 @@ pub fn plan(nodes: &[NodeSummary], whole_opens: bool, flush: bool) -> Vec<Global
             blocked: None,
             missing: None,
             waiting: 0,
+            waiting_bytes: 0,
         };
         if let Some((n, f)) = parts.iter().find(|(_, f)| f.damaged.is_some()) {
             g.blocked = Some(format!(
@@ -260,6 +273,12 @@ fn fill(
     let ended = |gen| closed.get(&gen).copied().unwrap_or(false) || last_gen > Some(gen);
     let (groups, waiting) = crate::step::open_groups(&order, whole_opens, flush, ended);
     g.waiting = waiting;
+    // The epochs held back are the last ones.
+    g.waiting_bytes = order[order.len() - waiting..]
+        .iter()
+        .flat_map(|id| decoded.get(id).into_iter().flatten())
+        .map(|(m, _, _)| m.data_len)
+        .sum();
     for ids in groups {
         // A committed epoch must have every rank's manifest somewhere, or it
         // would be applied without that rank's bytes.
