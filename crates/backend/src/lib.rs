@@ -6,6 +6,7 @@
 use std::fmt;
 
 pub use paralog_log::reader::SizeState;
+pub use paralog_log::EpochId;
 
 pub mod objstore;
 pub mod parted;
@@ -109,7 +110,7 @@ pub trait ChunkSink {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EpochShape {
     /// The epoch's open, and the epoch: recorded by object backends.
-    pub epoch: (u64, u64),
+    pub epoch: EpochId,
     /// Which log the epoch came from (`paralog_log` `FileInventory::origin`:
     /// the job and when its node-local directory was made), so that an
     /// object backend tells its own earlier publish of this epoch (a drain

@@ -26,7 +26,8 @@ use std::path::{Path, PathBuf};
 
 use crate::url::ObjStoreUrl;
 use crate::{
-    Backend, BackendError, ChunkSink, ChunkedBackend, EpochShape, EpochSink, ErrorKind, RemoteOp,
+    Backend, BackendError, ChunkSink, ChunkedBackend, EpochId, EpochShape, EpochSink, ErrorKind,
+    RemoteOp,
 };
 
 const MAGIC: &[u8; 8] = b"PLGOBJVR";
@@ -64,8 +65,8 @@ pub struct Version {
     pub number: u64,
     pub size: u64,
     pub deleted: bool,
-    /// The epoch (open, epoch) it was drained from; (0, 0) if none.
-    pub epoch: (u64, u64),
+    /// The epoch (open, epoch) it was drained from; 0:0 if none.
+    pub epoch: EpochId,
     /// Which log the epoch came from (crate::EpochShape::origin); zero if
     /// unknown (version 1 records, puts outside a drain).
     pub origin: [u8; 16],
@@ -165,8 +166,8 @@ impl Version {
         b.extend_from_slice(&(header as u32).to_le_bytes());
         b.extend_from_slice(&self.number.to_le_bytes());
         b.extend_from_slice(&self.size.to_le_bytes());
-        b.extend_from_slice(&self.epoch.0.to_le_bytes());
-        b.extend_from_slice(&self.epoch.1.to_le_bytes());
+        b.extend_from_slice(&self.epoch.gen.to_le_bytes());
+        b.extend_from_slice(&self.epoch.epoch.to_le_bytes());
         b.extend_from_slice(&(self.pieces.len() as u32).to_le_bytes());
         b.extend_from_slice(&(if self.deleted { FLAG_DELETED } else { 0 }).to_le_bytes());
         b.extend_from_slice(&(self.name.len() as u16).to_le_bytes());
@@ -256,7 +257,7 @@ impl Version {
             number: u64_at(16),
             size,
             deleted: flags & FLAG_DELETED != 0,
-            epoch: (u64_at(32), u64_at(40)),
+            epoch: EpochId::new(u64_at(32), u64_at(40)),
             origin,
             name,
             pieces,
@@ -778,7 +779,7 @@ impl Backend for ObjStore {
         // this one (its origin differs).
         let done = base.as_ref().is_some_and(|v| {
             v.epoch == shape.epoch
-                && shape.epoch != (0, 0)
+                && shape.epoch != EpochId::default()
                 && v.origin == shape.origin
                 && shape.origin != [0; 16]
         });
@@ -882,7 +883,7 @@ struct ObjSink<'a> {
     map: PieceMap,
     writer: Option<ChunkWriter>,
     deleted: bool,
-    epoch: (u64, u64),
+    epoch: EpochId,
     origin: [u8; 16],
     done: bool,
 }
@@ -985,7 +986,7 @@ mod tests {
 
     fn shape() -> EpochShape {
         EpochShape {
-            epoch: (0, 0),
+            epoch: EpochId::default(),
             origin: [0; 16],
             deleted: false,
             size: crate::SizeState::default(),
@@ -1154,7 +1155,7 @@ mod tests {
             number: 0,
             size: 400,
             deleted: false,
-            epoch: (0, 0),
+            epoch: EpochId::default(),
             origin: [0; 16],
             name: Vec::new(),
             pieces: map.pieces(),
@@ -1277,7 +1278,7 @@ mod tests {
         let s = store(d.path().to_str().unwrap());
         let put = |origin: [u8; 16], byte: u8| {
             let sh = EpochShape {
-                epoch: (1, 1),
+                epoch: EpochId::new(1, 1),
                 origin,
                 ..shape()
             };

@@ -252,7 +252,7 @@ mod tests {
     use super::*;
 
     const SHAPE: EpochShape = EpochShape {
-        epoch: (1, 1),
+        epoch: crate::EpochId::new(1, 1),
         origin: [0; 16],
         deleted: false,
         size: crate::SizeState {

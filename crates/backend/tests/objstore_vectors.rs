@@ -11,7 +11,7 @@ fn golden() -> Version {
         number: 7,
         size: 10_000,
         deleted: false,
-        epoch: (2, 5),
+        epoch: paralog_backend::EpochId::new(2, 5),
         origin: [0; 16],
         name: b"out/field.dat".to_vec(),
         pieces: vec![

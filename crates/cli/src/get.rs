@@ -45,11 +45,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .expect("listed");
             let line = writeln!(
                 stdout,
-                "version {n}: {} bytes{}, epoch {}:{}",
+                "version {n}: {} bytes{}, epoch {}",
                 v.size,
                 if v.deleted { " (deleted)" } else { "" },
-                v.epoch.0,
-                v.epoch.1
+                v.epoch
             );
             match line {
                 // The reader went away (`| head`): end quietly, as Unix tools do.

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use paralog_log::reader::{fmt_ids, CommitStatus, FileInventory};
-use paralog_log::{Inventory, Op};
+use paralog_log::{EpochId, Inventory, Op};
 use serde_json::{json, Value};
 
 #[derive(clap::Args)]
@@ -95,10 +95,10 @@ fn file_json(f: &FileInventory) -> Value {
                 Vec::new()
             }
         };
-        let gen = &f.gens[&id.0];
+        let gen = &f.gens[&id.gen];
         let mut ranks = Vec::new();
         for (&rank, r) in &gen.ranks {
-            let Some(files) = r.epochs.get(&id.1) else {
+            let Some(files) = r.epochs.get(&id.epoch) else {
                 continue;
             };
             let m = manifests
@@ -132,8 +132,8 @@ fn file_json(f: &FileInventory) -> Value {
             }));
         }
         epochs.push(json!({
-            "open": id.0,
-            "epoch": id.1,
+            "open": id.gen,
+            "epoch": id.epoch,
             "committed": status.is_committed(),
             "status": status_str(&status),
             "ranks": ranks,
@@ -145,8 +145,8 @@ fn file_json(f: &FileInventory) -> Value {
         "path": f.record.as_ref().map(|r| String::from_utf8_lossy(&r.path).into_owned()),
         "rel": f.record.as_ref().map(|r| String::from_utf8_lossy(&r.rel).into_owned()),
         "path_error": f.path_error,
-        "last_committed": committed.last().map(|(g, e)| format!("{g}:{e}")),
-        "drained_up_to": f.progress.map(|p| format!("{}:{}", p.gen, p.epoch)),
+        "last_committed": committed.last().map(EpochId::to_string),
+        "drained_up_to": f.progress.map(|p| p.id().to_string()),
         "progress_error": f.progress_error,
         "committed": fmt_ids(&committed),
         "epochs": epochs,

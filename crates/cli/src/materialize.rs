@@ -60,11 +60,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("job {}: {}", job.name, args.file.display()))?;
     if let (Some(after), None) = (lf.after, &args.base) {
         bail!(
-            "{}: epochs up to {}:{} are already drained to the remote and gone from the log; \
+            "{}: epochs up to {after} are already drained to the remote and gone from the log; \
              give the remote file as --base to materialize the rest on top of it",
             args.file.display(),
-            after.0,
-            after.1
         );
     }
     if lf.epochs.is_empty() {
@@ -82,10 +80,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Err(e) => return Err(e).with_context(|| format!("removing {}", args.out.display())),
         }
         eprintln!(
-            "paralog: {} was deleted at epoch {}:{} (job {}); {} does not exist",
+            "paralog: {} was deleted at epoch {last} (job {}); {} does not exist",
             args.file.display(),
-            last.0,
-            last.1,
             job.name,
             args.out.display()
         );
@@ -95,11 +91,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .materialize(&args.out, args.base.as_deref())
         .with_context(|| format!("materializing {}", args.file.display()))?;
     eprintln!(
-        "paralog: wrote {} ({size} bytes) = {} at epoch {}:{} (job {}, {} epochs applied)",
+        "paralog: wrote {} ({size} bytes) = {} at epoch {last} (job {}, {} epochs applied)",
         args.out.display(),
         args.file.display(),
-        last.0,
-        last.1,
         job.name,
         lf.epochs.len()
     );
@@ -108,15 +102,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 fn parse_epoch(s: &str, committed: &[EpochId]) -> anyhow::Result<EpochId> {
     if let Some((g, e)) = s.split_once(':') {
-        return Ok((
+        return Ok(EpochId::new(
             g.parse().context("open number")?,
             e.parse().context("epoch number")?,
         ));
     }
     let e: u64 = s.parse().context("epoch number")?;
-    let gens: std::collections::BTreeSet<u64> = committed.iter().map(|id| id.0).collect();
+    let gens: std::collections::BTreeSet<u64> = committed.iter().map(|id| id.gen).collect();
     match gens.len() {
-        0 | 1 => Ok((gens.first().copied().unwrap_or(1), e)),
+        0 | 1 => Ok(EpochId::new(gens.first().copied().unwrap_or(1), e)),
         _ => bail!(
             "the file was opened {} times; say which open as OPEN:{e} (committed: {})",
             gens.len(),

@@ -363,7 +363,7 @@ fn remove_finished_job(root: &Path, job: &str) -> anyhow::Result<bool> {
     // Records at or before the progress record are drained (kept until now
     // for an S3 remote); anything after it was never committed.
     let undrained = |f: &paralog_log::FileInventory| {
-        let done = f.progress.map(|p| (p.gen, p.epoch));
+        let done = f.progress.map(|p| p.id());
         f.epoch_ids().iter().any(|id| Some(*id) > done)
     };
     if j.files

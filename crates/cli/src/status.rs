@@ -1,7 +1,8 @@
-//! `paralog status`: what a running server is doing. On a terminal, live
-//! progress bars (one per file with work, and a total) until everything
-//! committed is drained; otherwise, or with `--once`, one table; `--json`
-//! for scripts.
+//! `paralog status`: what a running server is doing, one-node server or a
+//! server of a server job alike (the one answer type, `Status`). On a
+//! terminal, live progress bars (one per file with work, and a total) until
+//! everything committed is drained; otherwise, or with `--once`, one table;
+//! `--json` for scripts.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -123,7 +124,7 @@ fn eta(s: Option<f64>) -> String {
     }
 }
 
-fn state_name(s: FileState) -> &'static str {
+pub fn state_name(s: FileState) -> &'static str {
     match s {
         FileState::Idle => "idle",
         FileState::Queued => "queued",
@@ -142,6 +143,17 @@ pub fn print_table(st: &Status) {
         st.job.as_deref().unwrap_or("(all)"),
         st.remote
     );
+    if let Some(c) = &st.cluster {
+        println!(
+            "server job of {} node(s) (this is {}), round {}: {} between nodes{}{}",
+            c.nodes,
+            c.node,
+            c.rounds,
+            human_bytes(c.bytes_between_nodes),
+            parts_by_node(&c.parts_by_node),
+            if st.finishing { "; finishing" } else { "" }
+        );
+    }
     println!(
         "drained {} in {} epoch(s) at {}/s; pending {} in {} epoch(s), ETA {}",
         human_bytes(st.bytes_drained),
@@ -226,45 +238,26 @@ fn live(sock: &std::path::Path) -> anyhow::Result<()> {
     }
 }
 
+/// `, parts uploaded by node 3/1/0`, or nothing.
+pub fn parts_by_node(parts: &[u64]) -> String {
+    if parts.is_empty() {
+        return String::new();
+    }
+    let p: Vec<String> = parts.iter().map(u64::to_string).collect();
+    format!(", parts uploaded by node {}", p.join("/"))
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let sock = socket(&args)?;
-    let v = status::request(&sock, &Request::Status)?;
+    let mut st = status::request_status(&sock, &Request::Status)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!("{}", serde_json::to_string_pretty(&st)?);
         return Ok(ExitCode::SUCCESS);
-    }
-    if v["cluster"] == true {
-        // A server of a server job: the servers' totals (docs/cluster.md).
-        println!(
-            "server job of {} node(s), round {}: drained {} in {} epoch(s); {} epoch(s) pending{}",
-            v["nodes"],
-            v["rounds"],
-            human_bytes(v["bytes_drained"].as_u64().unwrap_or(0)),
-            v["epochs_drained"],
-            v["epochs_pending"],
-            if v["finishing"] == true {
-                "; finishing"
-            } else {
-                ""
-            }
-        );
-        for f in v["retrying"].as_array().into_iter().flatten() {
-            println!("RETRYING {}", f.as_str().unwrap_or("?"));
-        }
-        let failed = v["failed"].as_array().map_or(0, |a| a.len());
-        for f in v["failed"].as_array().into_iter().flatten() {
-            println!("NOT DRAINED {}", f.as_str().unwrap_or("?"));
-        }
-        return Ok(if failed > 0 {
-            ExitCode::from(2)
-        } else {
-            ExitCode::SUCCESS
-        });
     }
     if !args.once && std::io::stdout().is_terminal() {
         live(&sock).with_context(|| format!("following {}", sock.display()))?;
+        st = status::request_status(&sock, &Request::Status)?;
     }
-    let st = status::request_status(&sock, &Request::Status)?;
     print_table(&st);
     Ok(if st.damaged > 0 {
         ExitCode::from(2)

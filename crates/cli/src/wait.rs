@@ -1,12 +1,13 @@
 //! `paralog wait`: the end of a batch script. Asks this node's server (in a
 //! server job: all servers) to drain everything committed and stop, and
 //! returns once they did; non-zero with the reason when something could
-//! not be drained or the time ran out.
+//! not be drained or the time ran out. Both engines answer with the same
+//! `WaitAnswer`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use paralog_server::status::{self, Request};
+use paralog_server::status::{self, FileState, Request, StatusError, WaitAnswer};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -26,39 +27,59 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let socket =
         crate::status::find_socket(&args.local, args.job.as_deref(), args.socket.as_deref())?;
-    let v = status::request(
+    let answer: WaitAnswer = match status::request_as(
         &socket,
         &Request::Wait {
             timeout_s: args.timeout,
         },
-    )?;
-    if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
-        eprintln!("paralog wait: {e}");
-        return Ok(ExitCode::from(1));
-    }
-    if v["drained"] == true {
-        let between = match v["bytes_between_nodes"].as_u64() {
-            Some(b) if b > 0 => format!(", {b} bytes between nodes"),
-            _ => String::new(),
+    ) {
+        Ok(a) => a,
+        Err(StatusError::Server { message, .. }) => {
+            eprintln!("paralog wait: {message}");
+            return Ok(ExitCode::from(1));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let st = &answer.status;
+    if answer.drained {
+        let (nodes, between, parts) = match &st.cluster {
+            Some(c) => (
+                c.nodes,
+                c.bytes_between_nodes,
+                crate::status::parts_by_node(&c.parts_by_node),
+            ),
+            None => (1, 0, String::new()),
         };
-        let parts = match v["parts_by_node"].as_array() {
-            Some(p) if !p.is_empty() => {
-                let p: Vec<String> = p.iter().map(|n| n.to_string()).collect();
-                format!(", parts uploaded by node {}", p.join("/"))
-            }
-            _ => String::new(),
+        let between = if between > 0 {
+            format!(", {between} bytes between nodes")
+        } else {
+            String::new()
         };
         println!(
-            "paralog wait: everything committed is drained ({} node(s), {} epoch(s), {} bytes{between}{parts})",
-            v["nodes"].as_u64().unwrap_or(1),
-            v["epochs_drained"],
-            v["bytes_drained"]
+            "paralog wait: everything committed is drained ({nodes} node(s), {} epoch(s), {} bytes{between}{parts})",
+            st.epochs_drained, st.bytes_drained
         );
         return Ok(ExitCode::SUCCESS);
     }
-    eprintln!("paralog wait: not everything could be drained; every local log is kept:");
-    for f in v["failed"].as_array().into_iter().flatten() {
-        eprintln!("  {}", f.as_str().unwrap_or("?"));
+    if answer.timed_out {
+        eprintln!(
+            "paralog wait: the time ran out with {} epoch(s) not drained; every local log is kept:",
+            st.epochs_pending
+        );
+    } else {
+        eprintln!("paralog wait: not everything could be drained; every local log is kept:");
+    }
+    for f in &st.files {
+        match (&f.message, f.state) {
+            (Some(m), _) => eprintln!("  {}: {m}", f.path),
+            (None, FileState::Idle) if f.epochs_pending == 0 => {}
+            (None, state) => eprintln!(
+                "  {}: {} epoch(s) pending ({})",
+                f.path,
+                f.epochs_pending,
+                crate::status::state_name(state)
+            ),
+        }
     }
     Ok(ExitCode::from(3))
 }

@@ -11,6 +11,7 @@
 use std::path::Path;
 
 use crate::error::{LogError, Result};
+use crate::id::EpochId;
 
 mod manifest;
 pub use manifest::{Extent, FileIdent, Manifest, Op};
@@ -162,6 +163,13 @@ impl<const KIND: u16> EpochHeader<KIND> {
     }
 }
 
+impl<const KIND: u16> EpochHeader<KIND> {
+    /// The open and epoch the record belongs to.
+    pub fn id(&self) -> EpochId {
+        EpochId::new(self.gen, self.epoch)
+    }
+}
+
 impl DataHeader {
     /// The full `DATA_HEADER_LEN`-byte block, zero padded.
     pub fn encode(&self) -> Vec<u8> {
@@ -259,6 +267,11 @@ pub struct ProgressRecord {
 }
 
 impl ProgressRecord {
+    /// The last epoch drained.
+    pub fn id(&self) -> EpochId {
+        EpochId::new(self.gen, self.epoch)
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(PROGRESS_LEN);
         out.extend_from_slice(PROGRESS_MAGIC);

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use crate::error::{IoContext, Result};
 use crate::layout::{self, EpochFileKind};
-use crate::reader::{CommitStatus, FileInventory};
+use crate::reader::{CommitStatus, EpochId, FileInventory};
 
 /// What [`collect_garbage`] removed (or would remove, with `dry_run`).
 #[derive(Debug, Default, Clone)]
@@ -41,9 +41,10 @@ pub fn collect_garbage(file: &FileInventory, dry_run: bool) -> Result<GcReport> 
             .values()
             .flat_map(|r| r.epochs.keys().copied())
             .collect();
-        let drained = file.progress.map(|p| (p.gen, p.epoch));
+        let drained = file.progress.map(|p| p.id());
         for epoch in epochs {
-            if drained.is_some_and(|d| (gen, epoch) <= d) {
+            let id = EpochId::new(gen, epoch);
+            if drained.is_some_and(|d| id <= d) {
                 // Drained: what is left here was to be deleted after the
                 // progress record (a crash in between). Remove it now.
                 for r in g.ranks.values() {
@@ -63,7 +64,7 @@ pub fn collect_garbage(file: &FileInventory, dry_run: bool) -> Result<GcReport> 
                 }
                 continue;
             }
-            if file.commit_status((gen, epoch))?.is_committed() {
+            if file.commit_status(id)?.is_committed() {
                 continue;
             }
             let abandoned = g.ranks.values().any(|r| {
@@ -73,7 +74,7 @@ pub fn collect_garbage(file: &FileInventory, dry_run: bool) -> Result<GcReport> 
                 !has_manifest && (wrote || went_on)
             });
             let single_node_incomplete = matches!(
-                file.commit_status((gen, epoch))?,
+                file.commit_status(id)?,
                 CommitStatus::Incomplete { comm_size, .. } if comm_size > 0 && (0..comm_size).all(|rk| g.ranks.contains_key(&rk))
             );
             if !(abandoned || single_node_incomplete) {

@@ -11,6 +11,7 @@ pub mod error;
 pub mod extent_map;
 pub mod format;
 pub mod gc;
+pub mod id;
 pub mod layout;
 pub mod reader;
 pub mod single;

@@ -6,7 +6,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use paralog_log::layout::{epoch_file_name, EpochFileKind};
-use paralog_log::{FileIdent, Inventory, LogError, RankLog, WriterConfig};
+use paralog_log::{EpochId, FileIdent, Inventory, LogError, RankLog, WriterConfig};
 
 /// Two ranks, two committed epochs, and a third epoch only rank 0 committed.
 fn build(root: &Path) -> Vec<PathBuf> {
@@ -159,7 +159,7 @@ fn base_file_semantics() {
     let inv = Inventory::scan(root).unwrap();
     let file = inv.find_file(None, b"b")[0].1.clone();
     let out = root.join("o");
-    file.logical_file(Some((1, 1)))
+    file.logical_file(Some(EpochId::new(1, 1)))
         .unwrap()
         .materialize(&out, Some(&base_path))
         .unwrap();

@@ -11,7 +11,7 @@ use std::path::Path;
 use paralog_log::format::ProgressRecord;
 use paralog_log::layout::{self, EpochFileKind};
 use paralog_log::reader::SourceReader;
-use paralog_log::{FileIdent, FileInventory, RankLog, WriterConfig};
+use paralog_log::{EpochId, FileIdent, FileInventory, RankLog, WriterConfig};
 
 const RANKS: u32 = 3;
 const EPOCHS: u64 = 3;
@@ -87,7 +87,7 @@ fn every_state_of_a_drained_epochs_deletion_reads_the_same_file() {
     let remote_after: Vec<Vec<u8>> = (1..=EPOCHS)
         .map(|e| {
             let out = d.path().join(format!("remote-after-{e}"));
-            inv.logical_file(Some((1, e)))
+            inv.logical_file(Some(EpochId::new(1, e)))
                 .unwrap()
                 .materialize(&out, None)
                 .unwrap();

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use paralog_log::gc::collect_garbage;
 use paralog_log::layout::{epoch_file_name, EpochFileKind};
-use paralog_log::{FileIdent, Inventory, RankLog, ReadSource, WriterConfig};
+use paralog_log::{EpochId, FileIdent, Inventory, RankLog, ReadSource, WriterConfig};
 use proptest::prelude::*;
 
 const BLOCK: u64 = 32;
@@ -150,7 +150,7 @@ fn clip(plan: &EpochPlan, rank: u32, block: u64, skip: u64, len: u64) -> Option<
 /// The materialized bytes and whether the file was deleted.
 type FileState = (Vec<u8>, bool);
 
-fn materialize(root: &Path, rel: &[u8], upto: Option<(u64, u64)>) -> (FileState, Vec<(u64, u64)>) {
+fn materialize(root: &Path, rel: &[u8], upto: Option<EpochId>) -> (FileState, Vec<EpochId>) {
     let inv = Inventory::scan(root).unwrap();
     let found = inv.find_file(Some("job"), rel);
     assert_eq!(found.len(), 1);
@@ -312,7 +312,7 @@ fn run_case(
     let (_, committed) = materialize(root, b"out.dat", None);
     prop_assert_eq!(committed.len(), snapshots.len());
     for (i, snap) in snapshots.iter().enumerate() {
-        let (got, _) = materialize(root, b"out.dat", Some((1, i as u64 + 1)));
+        let (got, _) = materialize(root, b"out.dat", Some(EpochId::new(1, i as u64 + 1)));
         prop_assert_eq!(&got, &(snap.bytes.clone(), snap.deleted), "epoch {}", i + 1);
     }
     let (latest, _) = materialize(root, b"out.dat", None);

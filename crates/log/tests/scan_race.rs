@@ -4,7 +4,7 @@
 //! manifests must then still include this rank, or the drain would apply a
 //! committed epoch without its bytes.
 
-use paralog_log::{FileIdent, FileInventory, RankLog, WriterConfig};
+use paralog_log::{EpochId, FileIdent, FileInventory, RankLog, WriterConfig};
 
 #[test]
 fn a_manifest_renamed_after_its_rank_was_listed_is_not_missed() {
@@ -29,13 +29,13 @@ fn a_manifest_renamed_after_its_rank_was_listed_is_not_missed() {
     r0.complete_epoch().unwrap();
     r1.complete_epoch().unwrap();
     let ranks: Vec<u32> = stale
-        .manifests((1, 1))
+        .manifests(EpochId::new(1, 1))
         .unwrap()
         .iter()
         .map(|(m, _)| m.rank)
         .collect();
     assert_eq!(ranks, vec![0, 1]);
-    let lf = stale.logical_file(Some((1, 1)));
+    let lf = stale.logical_file(Some(EpochId::new(1, 1)));
     // The stale listing has no mark, but all manifests are found: committed.
     assert!(lf.is_ok(), "{lf:?}");
     assert_eq!(lf.unwrap().size.min_size, 108);

@@ -6,7 +6,7 @@
 mod common;
 
 use common::read_committed;
-use paralog_log::{FileIdent, FileInventory, RankLog, WriterConfig};
+use paralog_log::{EpochId, FileIdent, FileInventory, RankLog, WriterConfig};
 
 fn ident() -> FileIdent {
     FileIdent {
@@ -52,7 +52,7 @@ fn processes_commit_as_generations_in_commit_order() {
     assert_eq!(gens, vec![1, 2, 3, 4]);
     assert_eq!(
         inv.committed_epochs().unwrap(),
-        vec![(1, 1), (2, 1), (3, 1), (4, 1)]
+        [1, 2, 3, 4].map(|gen| EpochId::new(gen, 1))
     );
     a.mark_closed().unwrap();
     b.mark_closed().unwrap();

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use paralog_log::timeline::{self, Event, Located};
+use paralog_log::EpochId;
 use serde::Serialize;
 
 use crate::ReportError;
@@ -345,8 +346,8 @@ impl Report {
     }
 }
 
-/// A file's committed epochs (generation, epoch) and its sums so far.
-type FileAcc = (BTreeSet<(u64, u64)>, FileSum);
+/// A file's committed epochs and its sums so far.
+type FileAcc = (BTreeSet<EpochId>, FileSum);
 
 fn file_sums(ranks: &[Rank], drains: &[DrainEv]) -> Vec<FileSum> {
     let mut by: BTreeMap<&str, FileAcc> = BTreeMap::new();
@@ -363,7 +364,7 @@ fn file_sums(ranks: &[Rank], drains: &[DrainEv]) -> Vec<FileSum> {
         let (epochs, f) = by
             .entry(&c.file)
             .or_insert_with(|| (BTreeSet::new(), blank(&c.file)));
-        epochs.insert((c.gen, c.epoch));
+        epochs.insert(EpochId::new(c.gen, c.epoch));
         f.consistency_points += 1;
         f.bytes_captured += c.bytes;
     }

@@ -39,8 +39,8 @@ use aws_sdk_s3::Client;
 use base64::Engine;
 use md5::{Digest, Md5};
 use paralog_backend::{
-    Backend, BackendError, EpochShape, EpochSink, ErrorKind, PartDone, PartUploader, PartedBackend,
-    PartedVersion, RemoteOp, S3Upload, S3Url,
+    Backend, BackendError, EpochId, EpochShape, EpochSink, ErrorKind, PartDone, PartUploader,
+    PartedBackend, PartedVersion, RemoteOp, S3Upload, S3Url,
 };
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
@@ -377,7 +377,7 @@ struct S3Sink<'a> {
     be: &'a S3Backend,
     key: String,
     /// Recorded in the object's metadata.
-    epoch: (u64, u64),
+    epoch: EpochId,
     old: Option<Old>,
     size: u64,
     part: u64,
@@ -430,7 +430,7 @@ impl S3Backend {
     fn sink(
         &self,
         key: String,
-        epoch: (u64, u64),
+        epoch: EpochId,
         (old, size, part, integrity): (Option<Old>, u64, u64, Integrity),
         upload_id: Option<String>,
     ) -> S3Sink<'_> {
@@ -458,7 +458,7 @@ impl S3Backend {
     fn create_upload(
         &self,
         key: &str,
-        (g, e): (u64, u64),
+        epoch: EpochId,
         size: u64,
         integrity: Integrity,
     ) -> Result<String, BackendError> {
@@ -467,7 +467,7 @@ impl S3Backend {
             .create_multipart_upload()
             .bucket(&self.bucket)
             .key(key)
-            .metadata("paralog-epoch", format!("{g}:{e}"))
+            .metadata("paralog-epoch", epoch.to_string())
             .metadata("paralog-size", size.to_string());
         if integrity == Integrity::Crc32c {
             req = req
@@ -629,7 +629,7 @@ impl PartedBackend for S3Backend {
         // The epoch is in the upload's metadata already (the leader's).
         Box::new(self.sink(
             self.key(&v.rel),
-            (0, 0),
+            EpochId::default(),
             (old, v.size, v.part, integrity),
             Some(v.upload_id.clone()),
         ))
@@ -944,7 +944,7 @@ impl S3Sink<'_> {
     fn put_single(&mut self, body: Vec<u8>) -> Result<(), BackendError> {
         let be = self.be;
         let key = &self.key;
-        let (g, e) = self.epoch;
+        let epoch = self.epoch;
         // The whole object's CRC32C: a PUT's checksum is of the full object.
         let crc = crc_b64(paralog_checksum::crc32c(&body));
         be.rt.block_on(async {
@@ -953,7 +953,7 @@ impl S3Sink<'_> {
                 .bucket(&be.bucket)
                 .key(key)
                 .checksum_crc32_c(crc)
-                .metadata("paralog-epoch", format!("{g}:{e}"))
+                .metadata("paralog-epoch", epoch.to_string())
                 .metadata("paralog-size", body.len().to_string())
                 .body(ByteStream::from(body))
                 .send()

@@ -18,7 +18,7 @@ use crate::limit::RateLimit;
 use crate::pool::BufferPool;
 use crate::remote::Remote;
 use crate::retry::{backoff_time, RetryState};
-use crate::status::{FileState, FileStatus, Status};
+use crate::status::{rate, FileState, FileStatus, Status};
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -68,6 +68,8 @@ struct Sched {
     active_total: Duration,
     bytes_drained: u64,
     epochs_drained: u64,
+    /// A `finish` request came: stop once everything is drained.
+    finishing: bool,
     stop: bool,
 }
 
@@ -236,11 +238,22 @@ impl Server {
         Ok(self.status())
     }
 
+    /// Drain everything committed, then stop, without making the caller
+    /// wait (a `finish` request).
+    pub fn finish(&self) {
+        self.lock().finishing = true;
+        let server = self.clone();
+        std::thread::spawn(move || {
+            if let Err(e) = server.wait_idle(None) {
+                tracing::error!(error = %e, "final scan failed");
+            }
+            server.request_stop();
+        });
+    }
+
     pub fn status(&self) -> Status {
         let s = self.lock();
         let now = Instant::now();
-        let active = s.active(now);
-        let overall = rate(s.bytes_drained, active);
         let files: Vec<FileStatus> = s
             .files
             .values()
@@ -259,7 +272,6 @@ impl Server {
                     FileState::Idle
                 };
                 let busy = e.busy_time + e.busy_since.map_or(Duration::ZERO, |t| now - t);
-                let frate = rate(e.bytes_drained, busy);
                 FileStatus {
                     job: e.job.clone(),
                     path: e.path.clone(),
@@ -268,39 +280,30 @@ impl Server {
                     epochs_pending: e.epochs_pending,
                     bytes_drained: e.bytes_drained,
                     bytes_pending: e.bytes_pending,
-                    rate_bps: frate,
-                    eta_s: eta(e.bytes_pending, if frate > 0.0 { frate } else { overall }),
+                    rate_bps: rate(e.bytes_drained, busy.as_secs_f64()),
+                    eta_s: None,
                     attempts: e.retry.attempts,
                     message: e.retry.error.clone(),
                 }
             })
             .collect();
-        let bytes_pending = files.iter().map(|f| f.bytes_pending).sum();
         Status {
             pid: std::process::id(),
             root: self.inner.cfg.root.display().to_string(),
             job: self.inner.cfg.job.clone(),
             remote: self.inner.cfg.remote.describe(),
             uptime_s: (now - self.inner.started).as_secs_f64(),
-            drain_active_s: active.as_secs_f64(),
+            drain_active_s: s.active(now).as_secs_f64(),
             bytes_drained: s.bytes_drained,
             epochs_drained: s.epochs_drained,
-            bytes_pending,
-            epochs_pending: files.iter().map(|f| f.epochs_pending).sum(),
-            rate_bps: overall,
-            eta_s: eta(bytes_pending, overall),
             idle: s.idle(),
-            // Files that will not be drained, whatever the reason.
-            damaged: files
-                .iter()
-                .filter(|f| matches!(f.state, FileState::Damaged | FileState::Refused))
-                .count(),
-            retrying: files
-                .iter()
-                .filter(|f| f.state == FileState::Retrying)
-                .count(),
+            finishing: s.finishing,
             files,
+            cluster: None,
+            // The totals are derived (`summed`).
+            ..Status::default()
         }
+        .summed()
     }
 
     /// Ask the server to stop (after `wait_idle`, if the caller wants the
@@ -331,21 +334,6 @@ impl Server {
 
 fn lock(inner: &Inner) -> MutexGuard<'_, Sched> {
     inner.sched.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn rate(bytes: u64, over: Duration) -> f64 {
-    let s = over.as_secs_f64();
-    if s > 0.0 {
-        bytes as f64 / s
-    } else {
-        0.0
-    }
-}
-
-fn eta(pending: u64, rate: f64) -> Option<f64> {
-    (pending == 0)
-        .then_some(0.0)
-        .or((rate > 0.0).then(|| pending as f64 / rate))
 }
 
 /// The file directories of the served jobs under `root`.
@@ -527,7 +515,7 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
         e.bytes_pending = e
             .bytes_pending
             .saturating_sub(epoch_bytes.get(&d.id).copied().unwrap_or(0));
-        tracing::debug!(file = %e.path, generation = d.id.0, epoch = d.id.1, bytes = d.bytes, "epoch drained");
+        tracing::debug!(file = %e.path, generation = d.id.gen, epoch = d.id.epoch, bytes = d.bytes, "epoch drained");
     };
     drain_file(&ctx, &inv, &mut on_epoch)?;
     Ok(())

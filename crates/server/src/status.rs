@@ -1,15 +1,20 @@
-//! What the server reports, and the status endpoint: a Unix socket private
+//! What a server reports, and the status endpoint: a Unix socket private
 //! to the user (mode 0600 in the 0700 node-local root). One JSON request per
-//! connection, one JSON line back:
+//! connection, one JSON line back. Both engines (the one-node service and a
+//! server of a server job) answer with the same types:
 //!
 //! - `{"cmd":"status"}`: a [`Status`].
-//! - `{"cmd":"drain","timeout_s":T}`: waits until every committed epoch is
-//!   drained (or a file is damaged, or T seconds pass; no T: no limit),
-//!   then a [`Status`].
+//! - `{"cmd":"drain","timeout_s":T}` (one-node service): waits until every
+//!   committed epoch is drained (or a file is damaged, or T seconds pass;
+//!   no T: no limit), then a [`Status`].
 //! - `{"cmd":"finish"}`: `{"finishing":true}` at once; the server drains
 //!   everything committed, then stops.
-//! - `{"cmd":"stop"}`: `{"stopping":true}`; the server exits once no worker
-//!   is mid-epoch.
+//! - `{"cmd":"wait","timeout_s":T}`: `finish`, answered when the drain is
+//!   over (or T seconds passed) with a [`WaitAnswer`].
+//! - `{"cmd":"stop"}` (one-node service): `{"stopping":true}`; the server
+//!   exits once no worker is mid-epoch.
+//!
+//! A request a server cannot answer gets `{"error":"..."}`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -38,6 +43,8 @@ pub enum FileState {
     Refused,
 }
 
+/// One file, with the same fields whichever engine drains it. In a server
+/// job the file is the job's on every node, its bytes all nodes' data logs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FileStatus {
     pub job: String,
@@ -46,14 +53,19 @@ pub struct FileStatus {
     pub epochs_drained: u64,
     pub epochs_pending: u64,
     pub bytes_drained: u64,
+    /// Local data-log bytes of the committed epochs not yet drained.
     pub bytes_pending: u64,
+    /// Bytes drained per second of this file's drain.
     pub rate_bps: f64,
     pub eta_s: Option<f64>,
+    /// Failed attempts since the last success.
     pub attempts: u32,
+    /// Why the last attempt failed, or why the file is not drained.
     pub message: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// What a server reports (`status`, `drain`), the same for both engines.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Status {
     pub pid: u32,
     pub root: String,
@@ -71,9 +83,87 @@ pub struct Status {
     pub eta_s: Option<f64>,
     /// Nothing queued, nothing being drained.
     pub idle: bool,
+    /// Files that will not be drained (damaged or refused).
     pub damaged: usize,
     pub retrying: usize,
+    /// A `finish` (or in a server job `wait`) request came: the server
+    /// stops once everything committed is drained.
+    pub finishing: bool,
     pub files: Vec<FileStatus>,
+    /// Only in a server job: what the servers do together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterStatus>,
+}
+
+/// What exists only in a server job (docs/cluster.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    /// The node of the server that answered.
+    pub node: String,
+    pub nodes: usize,
+    /// Rounds so far.
+    pub rounds: u64,
+    /// Bytes one server sent another to assemble a version.
+    pub bytes_between_nodes: u64,
+    /// Parts of shared S3 uploads each server uploaded, in node order.
+    pub parts_by_node: Vec<u64>,
+}
+
+/// The answer to `wait`: whether everything committed was drained (then
+/// the servers stop), and the state it ended in.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WaitAnswer {
+    pub drained: bool,
+    /// The time given ran out first; the servers go on draining.
+    pub timed_out: bool,
+    pub status: Status,
+}
+
+impl Status {
+    /// What both engines derive the same way from what they count: each
+    /// file's ETA, the overall rate, and the totals over the files.
+    pub(crate) fn summed(mut self) -> Status {
+        let overall = rate(self.bytes_drained, self.drain_active_s);
+        for f in &mut self.files {
+            let r = if f.rate_bps > 0.0 {
+                f.rate_bps
+            } else {
+                overall
+            };
+            f.eta_s = eta(f.bytes_pending, r);
+        }
+        self.rate_bps = overall;
+        self.bytes_pending = self.files.iter().map(|f| f.bytes_pending).sum();
+        self.epochs_pending = self.files.iter().map(|f| f.epochs_pending).sum();
+        self.eta_s = eta(self.bytes_pending, overall);
+        // Files that will not be drained, whatever the reason.
+        self.damaged = self
+            .files
+            .iter()
+            .filter(|f| matches!(f.state, FileState::Damaged | FileState::Refused))
+            .count();
+        self.retrying = self
+            .files
+            .iter()
+            .filter(|f| f.state == FileState::Retrying)
+            .count();
+        self
+    }
+}
+
+/// Bytes per second over `secs` of drain activity.
+pub(crate) fn rate(bytes: u64, secs: f64) -> f64 {
+    if secs > 0.0 {
+        bytes as f64 / secs
+    } else {
+        0.0
+    }
+}
+
+fn eta(pending: u64, rate: f64) -> Option<f64> {
+    (pending == 0)
+        .then_some(0.0)
+        .or((rate > 0.0).then(|| pending as f64 / rate))
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -119,6 +209,9 @@ pub enum StatusError {
         path: PathBuf,
         error: serde_json::Error,
     },
+    /// The server answered with an error.
+    #[error("{path}: server: {message}")]
+    Server { path: PathBuf, message: String },
 }
 
 fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> StatusError + 'a {
@@ -136,8 +229,8 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn reply(&self, v: &serde_json::Value) -> std::io::Result<()> {
-        let mut text = v.to_string();
+    pub fn reply(&self, v: &impl Serialize) -> std::io::Result<()> {
+        let mut text = serde_json::to_string(v).map_err(std::io::Error::other)?;
         text.push('\n');
         let mut w = &self.conn;
         w.write_all(text.as_bytes())?;
@@ -165,7 +258,7 @@ where
         let client = Client { conn };
         match serde_json::from_str::<Request>(&line) {
             Ok(req) => handler(req, &client),
-            Err(e) => client.reply(&serde_json::json!({ "error": format!("bad request: {e}") })),
+            Err(e) => client.reply(&error_answer(format!("bad request: {e}"))),
         }
     };
     if path.as_os_str().len() >= 108 {
@@ -207,57 +300,50 @@ where
 }
 
 fn answer(server: &Server, req: Request, client: &Client) -> std::io::Result<()> {
-    let reply = match req {
-        Request::Status => serde_json::to_value(server.status()),
+    match req {
+        Request::Status => client.reply(&server.status()),
         Request::Drain { timeout_s } => {
-            let timeout = timeout_s.map(Duration::from_secs_f64);
-            match server.wait_idle(timeout) {
-                Ok(s) => serde_json::to_value(s),
-                Err(e) => Ok(serde_json::json!({ "error": e.to_string() })),
+            match server.wait_idle(timeout_s.map(Duration::from_secs_f64)) {
+                Ok(s) => client.reply(&s),
+                Err(e) => client.reply(&error_answer(e)),
             }
         }
         Request::Finish => {
-            let server = server.clone();
-            std::thread::spawn(move || {
-                if let Err(e) = server.wait_idle(None) {
-                    tracing::error!(error = %e, "final scan failed");
-                }
-                server.request_stop();
-            });
-            Ok(serde_json::json!({ "finishing": true }))
+            server.finish();
+            client.reply(&serde_json::json!({ "finishing": true }))
         }
         Request::Wait { timeout_s } => {
             let timeout = timeout_s.map(Duration::from_secs_f64);
-            let reply = match server.wait_idle(timeout) {
-                Ok(s) if s.idle && s.damaged == 0 && s.retrying == 0 => {
-                    serde_json::json!({ "drained": true, "epochs_drained": s.epochs_drained, "bytes_drained": s.bytes_drained, "nodes": 1 })
-                }
-                Ok(s) => {
-                    let why: Vec<String> = s
-                        .files
-                        .iter()
-                        .filter_map(|f| f.message.as_ref().map(|m| format!("{}: {m}", f.path)))
-                        .collect();
-                    serde_json::json!({ "drained": false, "epochs_pending": s.epochs_pending, "failed": why })
-                }
-                Err(e) => serde_json::json!({ "error": e.to_string() }),
+            let started = std::time::Instant::now();
+            let status = match server.wait_idle(timeout) {
+                Ok(s) => s,
+                Err(e) => return client.reply(&error_answer(e)),
             };
+            let drained = status.idle && status.damaged == 0 && status.retrying == 0;
+            let timed_out = !drained && timeout.is_some_and(|t| started.elapsed() >= t);
             // Answer first: the process may exit as soon as it stops.
-            client.reply(&reply)?;
-            if reply["drained"] == true {
+            client.reply(&WaitAnswer {
+                drained,
+                timed_out,
+                status,
+            })?;
+            if drained {
                 server.request_stop();
             }
-            return Ok(());
+            Ok(())
         }
         Request::Stop => {
             // Answer first: the process may exit as soon as it stops.
             client.reply(&serde_json::json!({ "stopping": true }))?;
             server.request_stop();
-            return Ok(());
+            Ok(())
         }
     }
-    .map_err(std::io::Error::other)?;
-    client.reply(&reply)
+}
+
+/// The answer to a request that failed or that this server does not serve.
+pub(crate) fn error_answer(e: impl std::fmt::Display) -> serde_json::Value {
+    serde_json::json!({ "error": e.to_string() })
 }
 
 /// Send one request to a server and read its answer.
@@ -276,18 +362,120 @@ pub fn request(path: &Path, req: &Request) -> Result<serde_json::Value, StatusEr
     })
 }
 
-/// A [`Status`] from a server (for `status` and `drain` requests).
-pub fn request_status(path: &Path, req: &Request) -> Result<Status, StatusError> {
+/// A server's answer of type `T` (a [`Status`] to `status` and `drain`, a
+/// [`WaitAnswer`] to `wait`); an error answer is [`StatusError::Server`].
+pub fn request_as<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    req: &Request,
+) -> Result<T, StatusError> {
     let v = request(path, req)?;
     if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
-        return Err(StatusError::Io {
+        return Err(StatusError::Server {
             path: path.to_path_buf(),
-            what: "server",
-            error: std::io::Error::other(e.to_owned()),
+            message: e.to_owned(),
         });
     }
     serde_json::from_value(v).map_err(|error| StatusError::Protocol {
         path: path.to_path_buf(),
         error,
     })
+}
+
+/// A [`Status`] from a server (for `status` and `drain` requests).
+pub fn request_status(path: &Path, req: &Request) -> Result<Status, StatusError> {
+    request_as(path, req)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(state: FileState, pending: u64, rate_bps: f64) -> FileStatus {
+        FileStatus {
+            job: "j".into(),
+            path: "/p/f".into(),
+            state,
+            epochs_drained: 1,
+            epochs_pending: 2,
+            bytes_drained: 100,
+            bytes_pending: pending,
+            rate_bps,
+            eta_s: None,
+            attempts: 0,
+            message: None,
+        }
+    }
+
+    fn status(files: Vec<FileStatus>, cluster: Option<ClusterStatus>) -> Status {
+        Status {
+            pid: 1,
+            root: "/l".into(),
+            job: Some("j".into()),
+            remote: "/r".into(),
+            uptime_s: 10.0,
+            drain_active_s: 2.0,
+            bytes_drained: 400,
+            epochs_drained: 4,
+            bytes_pending: 0,
+            epochs_pending: 0,
+            rate_bps: 0.0,
+            eta_s: None,
+            idle: false,
+            damaged: 0,
+            retrying: 0,
+            finishing: false,
+            files,
+            cluster,
+        }
+        .summed()
+    }
+
+    #[test]
+    fn totals_are_summed_over_the_files_the_same_for_both_engines() {
+        let st = status(
+            vec![
+                file(FileState::Draining, 1000, 50.0),
+                file(FileState::Retrying, 300, 0.0),
+                file(FileState::Damaged, 0, 0.0),
+                file(FileState::Refused, 0, 0.0),
+            ],
+            None,
+        );
+        assert_eq!((st.bytes_pending, st.epochs_pending), (1300, 8));
+        assert_eq!((st.damaged, st.retrying), (2, 1));
+        assert_eq!(st.rate_bps, 200.0);
+        assert_eq!(st.eta_s, Some(6.5));
+        // A file's own rate, else the overall one; nothing pending: done.
+        let etas: Vec<_> = st.files.iter().map(|f| f.eta_s).collect();
+        assert_eq!(etas, [Some(20.0), Some(1.5), Some(0.0), Some(0.0)]);
+    }
+
+    #[test]
+    fn only_a_server_job_says_cluster_and_both_read_back() {
+        let one = serde_json::to_value(status(vec![file(FileState::Idle, 0, 0.0)], None)).unwrap();
+        assert!(one.get("cluster").is_none(), "{one}");
+        let job = status(
+            vec![],
+            Some(ClusterStatus {
+                node: "n0".into(),
+                nodes: 3,
+                rounds: 7,
+                bytes_between_nodes: 5,
+                parts_by_node: vec![1, 2, 0],
+            }),
+        );
+        let v = serde_json::to_value(&job).unwrap();
+        assert_eq!(v["cluster"]["parts_by_node"], serde_json::json!([1, 2, 0]));
+        for v in [one, v] {
+            let back: Status = serde_json::from_value(v.clone()).unwrap();
+            assert_eq!(serde_json::to_value(back).unwrap(), v);
+        }
+        let w = WaitAnswer {
+            drained: false,
+            timed_out: true,
+            status: job,
+        };
+        let back: WaitAnswer = serde_json::from_str(&serde_json::to_string(&w).unwrap()).unwrap();
+        assert!(back.timed_out && back.status.cluster.is_some_and(|c| c.nodes == 3));
+    }
 }

@@ -32,8 +32,8 @@ pub fn open_groups(
             i += 1;
             continue;
         }
-        let open = pending[i].0;
-        let j = i + pending[i..].iter().take_while(|id| id.0 == open).count();
+        let open = pending[i].gen;
+        let j = i + pending[i..].iter().take_while(|id| id.gen == open).count();
         if !flush && !ended(open) {
             return (groups, j - i);
         }
@@ -115,14 +115,14 @@ pub fn write_progress(dir: &Path, last: EpochId) -> Result<(), LogError> {
     let path = dir.join(layout::PROGRESS_FILE);
     let tmp = dir.join(format!("{}.tmp", layout::PROGRESS_FILE));
     let record = ProgressRecord {
-        gen: last.0,
-        epoch: last.1,
+        gen: last.gen,
+        epoch: last.epoch,
     };
     paralog_log::durable::write_atomic(&path, &tmp, &record.encode())
 }
 
 /// Remove every rank's records of a drained epoch from this node.
-pub fn delete_epoch(file: &FileInventory, (gen, epoch): EpochId) -> Result<(), LogError> {
+pub fn delete_epoch(file: &FileInventory, EpochId { gen, epoch }: EpochId) -> Result<(), LogError> {
     use layout::EpochFileKind;
     let Some(g) = file.gens.get(&gen) else {
         return Ok(());
@@ -163,7 +163,7 @@ fn remove_if_present(p: &Path) -> Result<(), LogError> {
 /// the epoch was drained (any one rank's mark lets the drain start): finish
 /// deleting them.
 pub fn delete_drained_leftovers(file: &FileInventory) -> Result<(), LogError> {
-    let Some(done) = file.progress.map(|p| (p.gen, p.epoch)) else {
+    let Some(done) = file.progress.map(|p| p.id()) else {
         return Ok(());
     };
     for id in file.epoch_ids().into_iter().filter(|id| *id <= done) {
@@ -178,7 +178,7 @@ mod tests {
 
     #[test]
     fn groups_of_whole_opens_wait_for_the_open_to_end() {
-        let ids = [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1)];
+        let ids = [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1)].map(|(g, e)| EpochId::new(g, e));
         let (g, wait) = open_groups(&ids, false, false, |_| false);
         assert_eq!((g.len(), wait), (5, 0));
         let (g, wait) = open_groups(&ids, true, false, |open| open < 3);

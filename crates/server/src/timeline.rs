@@ -23,7 +23,7 @@ impl DrainSpan {
     pub fn start(ids: &[EpochId]) -> DrainSpan {
         DrainSpan {
             t0: timeline::now_us(),
-            last: ids.last().copied().unwrap_or((0, 0)),
+            last: ids.last().copied().unwrap_or_default(),
             count: ids.len() as u64,
         }
     }
@@ -45,8 +45,8 @@ impl DrainSpan {
             pid,
             t0: self.t0,
             t1: timeline::now_us(),
-            gen: self.last.0,
-            epoch: self.last.1,
+            gen: self.last.gen,
+            epoch: self.last.epoch,
             count: self.count.max(1),
             bytes,
             path: rel.to_vec(),

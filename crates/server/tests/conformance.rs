@@ -33,7 +33,7 @@ use paralog_backend::objstore::ObjStore;
 use paralog_backend::{
     Backend, BackendError, EpochSink, ErrorKind, RemoteOp, RemoteUrl, SizeState,
 };
-use paralog_log::LogicalFile;
+use paralog_log::{EpochId, LogicalFile};
 use paralog_server::remote::Remote;
 use paralog_server::step;
 
@@ -230,7 +230,7 @@ const CHUNK: usize = MIB as usize;
 fn begin_partial<'b>(
     u: &'b Under,
     rel: &str,
-    id: (u64, u64),
+    id: EpochId,
     origin: [u8; 16],
     fresh: bool,
     e: &Epoch,
@@ -260,7 +260,7 @@ fn begin_partial<'b>(
 fn publish(
     u: &Under,
     rel: &str,
-    id: (u64, u64),
+    id: EpochId,
     origin: [u8; 16],
     fresh: bool,
     e: &Epoch,
@@ -315,9 +315,9 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn id(&mut self) -> (u64, u64) {
+    fn id(&mut self) -> EpochId {
         self.next += 1;
-        (1, self.next - 1)
+        EpochId::new(1, self.next - 1)
     }
 
     fn model(&self, rel: &str) -> Option<Vec<u8>> {
@@ -330,7 +330,7 @@ impl<'a> Run<'a> {
 
     /// The remote holds the model of `rel`, and (where it records one)
     /// epoch `id` with it.
-    fn check(&self, rel: &str, id: Option<(u64, u64)>, what: &str) {
+    fn check(&self, rel: &str, id: Option<EpochId>, what: &str) {
         let name = self.u.name;
         let want = self.model(rel);
         let got = self.u.store.read(rel.as_bytes());
@@ -366,7 +366,7 @@ impl<'a> Run<'a> {
     /// before its progress record: each time the remote holds exactly the
     /// model, records the epoch, and leaves nothing behind; the second
     /// adds no version.
-    fn apply(&mut self, rel: &str, id: (u64, u64), e: &Epoch, fresh: bool, what: &str) {
+    fn apply(&mut self, rel: &str, id: EpochId, e: &Epoch, fresh: bool, what: &str) {
         let name = self.u.name;
         let base = if fresh && self.u.caps.fresh_starts_empty {
             None
@@ -656,7 +656,7 @@ impl<'a> Run<'a> {
                     let barrier = &barrier;
                     sc.spawn(move || {
                         let e = Epoch::of(&[W(0, vec![tag; LEN as usize])]);
-                        let id = (1, first + k as u64);
+                        let id = EpochId::new(1, first + k as u64);
                         barrier.wait();
                         for attempt in 1.. {
                             match publish(u, rel, id, [tag; 16], false, &e) {

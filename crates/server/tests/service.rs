@@ -14,7 +14,7 @@ mod common;
 use common::{expected, file_status, posix, ranks, start, write_epoch, Fault, Faulty, Step, Store};
 use paralog_backend::objstore::ObjStore;
 use paralog_backend::{ErrorKind, RemoteUrl};
-use paralog_log::FileInventory;
+use paralog_log::{EpochId, FileInventory};
 use paralog_server::remote::Remote;
 use paralog_server::service::Server;
 use paralog_server::status::FileState;
@@ -311,13 +311,13 @@ fn aborted_epochs_are_reapplied_whole(kind: Kind) {
     s.faulty.inject(
         Fault::new(Step::Apply, ErrorKind::Retryable, 1)
             .file(rel)
-            .epoch((1, 2))
+            .epoch(EpochId::new(1, 2))
             .after(3),
     );
     s.faulty.inject(
         Fault::new(Step::Commit, ErrorKind::Retryable, 1)
             .file(rel)
-            .epoch((1, 3)),
+            .epoch(EpochId::new(1, 3)),
     );
     let server = s.start();
     let st = server.wait_idle(Some(Duration::from_secs(60))).unwrap();

@@ -8,6 +8,7 @@ use super::{
     MANIFEST_HEADER_LEN, MANIFEST_MAGIC, OP_LEN,
 };
 use crate::error::{LogError, Result};
+use crate::id::EpochId;
 
 const OP_EXTENT: u8 = 1;
 const OP_SET_SIZE: u8 = 2;
@@ -83,6 +84,27 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// The open and epoch the manifest records.
+    pub fn id(&self) -> EpochId {
+        EpochId::new(self.ident.gen, self.epoch)
+    }
+
+    /// Refuse a manifest found at `path`, the place of `rank`'s epoch `id`,
+    /// that says it is another (a record moved or restored to the wrong
+    /// place).
+    pub fn check_place(&self, id: EpochId, rank: u32, path: &Path) -> Result<()> {
+        if self.rank != rank || self.id() != id {
+            return Err(LogError::Inconsistent {
+                path: path.to_path_buf(),
+                what: format!(
+                    "manifest says rank {} generation {} epoch {}, its place says rank {rank} generation {} epoch {}",
+                    self.rank, self.ident.gen, self.epoch, id.gen, id.epoch
+                ),
+            });
+        }
+        Ok(())
+    }
+
     pub fn extents(&self) -> impl Iterator<Item = &Extent> {
         self.ops.iter().filter_map(|op| match op {
             Op::Extent(e) => Some(e),

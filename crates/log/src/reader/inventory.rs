@@ -8,10 +8,8 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, LogError, Result};
 use crate::format::{Manifest, PathRecord, ProgressRecord};
+pub use crate::id::EpochId;
 use crate::layout::{self, EpochFileKind};
-
-/// An epoch of one open: (generation, epoch). Orders like the program did.
-pub type EpochId = (u64, u64);
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EpochFiles {
@@ -262,7 +260,7 @@ pub fn committed_prefix(ids: &[EpochId], committed: &[bool]) -> Vec<EpochId> {
     let mut out = Vec::new();
     let mut blocked_gen = None;
     for (i, &id) in ids.iter().enumerate() {
-        if blocked_gen == Some(id.0) {
+        if blocked_gen == Some(id.gen) {
             continue;
         }
         if committed[i] {
@@ -273,11 +271,11 @@ pub fn committed_prefix(ids: &[EpochId], committed: &[bool]) -> Vec<EpochId> {
             .iter()
             .zip(committed)
             .skip(i)
-            .any(|(other, &c)| c && other.0 > id.0);
+            .any(|(other, &c)| c && other.gen > id.gen);
         if !later_open_committed {
             break;
         }
-        blocked_gen = Some(id.0);
+        blocked_gen = Some(id.gen);
     }
     out
 }
@@ -344,7 +342,7 @@ impl FileInventory {
     }
 
     /// Bytes of an epoch's data logs held here (all ranks).
-    pub fn local_bytes(&self, (gen, epoch): EpochId) -> u64 {
+    pub fn local_bytes(&self, EpochId { gen, epoch }: EpochId) -> u64 {
         self.gens.get(&gen).map_or(0, |g| {
             g.ranks
                 .values()
@@ -361,7 +359,7 @@ impl FileInventory {
             .flat_map(|(&g, gi)| {
                 gi.ranks
                     .values()
-                    .flat_map(move |r| r.epochs.keys().map(move |&e| (g, e)))
+                    .flat_map(move |r| r.epochs.keys().map(move |&e| EpochId::new(g, e)))
             })
             .collect();
         ids.sort_unstable();
@@ -370,7 +368,8 @@ impl FileInventory {
     }
 
     /// Decode and cross-check the manifests of one epoch present here.
-    pub fn manifests(&self, (gen, epoch): EpochId) -> Result<Vec<(Manifest, PathBuf)>> {
+    pub fn manifests(&self, id: EpochId) -> Result<Vec<(Manifest, PathBuf)>> {
+        let EpochId { gen, epoch } = id;
         let Some(g) = self.gens.get(&gen) else {
             return Ok(Vec::new());
         };
@@ -392,16 +391,11 @@ impl FileInventory {
                 Err(e) => return Err(e).ctx("read manifest", &path),
             };
             let m = Manifest::decode(&bytes, &path)?;
+            m.check_place(id, rank, &path)?;
             let mismatch = |what: String| LogError::Inconsistent {
                 path: path.clone(),
                 what,
             };
-            if m.rank != rank || m.epoch != epoch || m.ident.gen != gen {
-                return Err(mismatch(format!(
-                    "manifest says rank {} generation {} epoch {}, its place says rank {rank} generation {gen} epoch {epoch}",
-                    m.rank, m.ident.gen, m.epoch
-                )));
-            }
             if let Some(rec) = &self.record {
                 if rec.rel != m.ident.rel {
                     return Err(mismatch(format!(
@@ -426,7 +420,7 @@ impl FileInventory {
 
     /// Whether an epoch is globally committed, from this node's view.
     pub fn commit_status(&self, id: EpochId) -> Result<CommitStatus> {
-        let (gen, epoch) = id;
+        let EpochId { gen, epoch } = id;
         let marked = self.gens.get(&gen).is_some_and(|g| {
             g.ranks
                 .values()
@@ -462,7 +456,7 @@ impl FileInventory {
         // Epochs up to the progress record were committed and drained; what
         // is left of them (a crash before their deletion finished, a slow
         // rank's late mark) is neither evidence nor an obstacle.
-        let drained = self.progress.map(|p| (p.gen, p.epoch));
+        let drained = self.progress.map(|p| p.id());
         let mut committed = Vec::with_capacity(ids.len());
         for &id in &ids {
             committed.push(Some(id) <= drained || self.commit_status(id)?.is_committed());
@@ -481,7 +475,7 @@ impl FileInventory {
 
     /// The committed epochs not yet recorded as drained, in order.
     pub fn pending_epochs(&self) -> Result<Vec<EpochId>> {
-        let done = self.progress.map(|p| (p.gen, p.epoch));
+        let done = self.progress.map(|p| p.id());
         Ok(self
             .committed_epochs()?
             .into_iter()
@@ -500,7 +494,7 @@ impl FileInventory {
     /// listing and written before any deletion, so every epoch the listing
     /// saw partly deleted is at or before it.
     pub fn complete_locally(&self) -> Result<bool> {
-        self.complete_locally_after(self.progress.map(|p| (p.gen, p.epoch)))
+        self.complete_locally_after(self.progress.map(|p| p.id()))
     }
 
     /// [`Self::complete_locally`] for [`Self::logical_file_whole`]: drained
@@ -566,7 +560,7 @@ pub fn fmt_ids(ids: &[EpochId]) -> String {
         return "none".into();
     }
     ids.iter()
-        .map(|(g, e)| format!("{g}:{e}"))
+        .map(EpochId::to_string)
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -26,15 +26,13 @@ impl FileInventory {
             });
         }
         let committed = self.committed_epochs()?;
-        let drained = self.progress.map(|p| (p.gen, p.epoch));
+        let drained = self.progress.map(|p| p.id());
         let upto = match upto {
             Some(id) => {
                 if drained.is_some_and(|d| id <= d) {
                     return Err(LogError::NotFound {
                         what: format!(
-                            "epoch {}:{} of {} was drained to the remote (drained up to {}); its local data is gone",
-                            id.0,
-                            id.1,
+                            "epoch {id} of {} was drained to the remote (drained up to {}); its local data is gone",
                             self.display_name(),
                             fmt_ids(&drained.into_iter().collect::<Vec<_>>())
                         ),
@@ -43,9 +41,7 @@ impl FileInventory {
                 if !committed.contains(&id) {
                     return Err(LogError::NotFound {
                         what: format!(
-                            "epoch {}:{} of {} is not globally committed here (committed: {})",
-                            id.0,
-                            id.1,
+                            "epoch {id} of {} is not globally committed here (committed: {})",
                             self.display_name(),
                             fmt_ids(&committed)
                         ),
@@ -74,7 +70,7 @@ impl FileInventory {
     /// epochs the server keeps here until the job ends. Refused if a
     /// drained epoch's records are gone (the view would miss its bytes).
     pub fn logical_file_whole(&self) -> Result<LogicalFile> {
-        let drained = self.progress.map(|p| (p.gen, p.epoch));
+        let drained = self.progress.map(|p| p.id());
         let committed = self.committed_epochs()?;
         let mut lf = LogicalFile::default();
         for &id in &committed {
@@ -82,9 +78,7 @@ impl FileInventory {
             if manifests.is_empty() {
                 return Err(LogError::NotFound {
                     what: format!(
-                        "epoch {}:{} of {} was drained and its local records are gone (drained up to {})",
-                        id.0,
-                        id.1,
+                        "epoch {id} of {} was drained and its local records are gone (drained up to {})",
                         self.display_name(),
                         fmt_ids(&drained.into_iter().collect::<Vec<_>>())
                     ),
@@ -96,10 +90,8 @@ impl FileInventory {
             if !committed.contains(&d) {
                 return Err(LogError::NotFound {
                     what: format!(
-                        "{} was drained up to epoch {}:{}, whose local records are gone",
+                        "{} was drained up to epoch {d}, whose local records are gone",
                         self.display_name(),
-                        d.0,
-                        d.1
                     ),
                 });
             }
@@ -200,8 +192,8 @@ impl LogicalFile {
                                 return Err(LogError::Inconsistent {
                                     path: path.clone(),
                                     what: format!(
-                                        "epoch {}:{} size operation ending phase {phase}: rank {} recorded {op:?}, rank {other_rank} {other:?}",
-                                        id.0, id.1, m.rank
+                                        "epoch {id} size operation ending phase {phase}: rank {} recorded {op:?}, rank {other_rank} {other:?}",
+                                        m.rank
                                     ),
                                 });
                             }
@@ -219,7 +211,7 @@ impl LogicalFile {
         for p in order {
             for (m, path, e) in phases.get(&p).into_iter().flatten() {
                 let data_path =
-                    path.with_file_name(layout::epoch_file_name(id.1, EpochFileKind::Data));
+                    path.with_file_name(layout::epoch_file_name(id.epoch, EpochFileKind::Data));
                 self.sources.push(SourceExtent {
                     epoch: id,
                     rank: m.rank,

@@ -91,12 +91,12 @@ fn check_data_header(f: &File, src: &SourceExtent) -> Result<()> {
     let mut head = [0u8; crate::format::DATA_HEADER_USED];
     durable::pread_exact(f, &mut head, 0, &src.data_path)?;
     let h = DataHeader::decode(&head, &src.data_path)?;
-    if (h.rank, h.gen, h.epoch) != (src.rank, src.epoch.0, src.epoch.1) {
+    if (h.rank, h.id()) != (src.rank, src.epoch) {
         return Err(LogError::Inconsistent {
             path: src.data_path.clone(),
             what: format!(
                 "data log belongs to rank {} generation {} epoch {}, its manifest to rank {} generation {} epoch {}",
-                h.rank, h.gen, h.epoch, src.rank, src.epoch.0, src.epoch.1
+                h.rank, h.gen, h.epoch, src.rank, src.epoch.gen, src.epoch.epoch
             ),
         });
     }

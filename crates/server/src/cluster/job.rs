@@ -32,7 +32,7 @@ pub fn run(
 ) -> Result<(Totals, usize), JobError> {
     let comm = Comm::init(coord_lib).map_err(JobError::Init)?;
     let rank = comm.rank();
-    let ctl = Arc::new(Control::default());
+    let ctl = Arc::new(Control::new(&cfg));
     if let Some(socket) = &socket {
         let c = ctl.clone();
         crate::status::serve_with(socket, move |req, client| super::answer(&c, req, client))?;

@@ -39,7 +39,7 @@ mod watchdog;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use paralog_backend::Backend;
 use paralog_log::reader::fmt_ids;
@@ -47,10 +47,11 @@ use paralog_log::FileInventory;
 
 use crate::remote::Remote;
 use crate::retry::{backoff_rounds, RetryState};
+use crate::status::{FileState, FileStatus};
 use crate::step;
 pub use control::{answer, Control};
 use mpi::{Comm, MpiError};
-use plan::GlobalFile;
+use plan::{FileKey, GlobalFile};
 use summary::NodeSummary;
 use watchdog::Watchdog;
 
@@ -84,7 +85,7 @@ pub enum PosixWrites {
 }
 
 /// What the servers did, the same on every node.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default)]
 pub struct Totals {
     pub nodes: usize,
     pub rounds: u64,
@@ -99,23 +100,6 @@ pub struct Totals {
     pub failed: Vec<String>,
 }
 
-/// A file of the job.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct FileKey {
-    job: String,
-    /// Relative to the prefix.
-    rel: Vec<u8>,
-}
-
-impl FileKey {
-    fn of(f: &GlobalFile) -> FileKey {
-        FileKey {
-            job: f.job.clone(),
-            rel: f.rel.clone(),
-        }
-    }
-}
-
 /// What one round found and did, the same on every server.
 #[derive(Default)]
 struct Round {
@@ -125,7 +109,7 @@ struct Round {
     /// Epochs committed and not drained yet.
     pending: u64,
     /// Files waiting for a retry.
-    retrying: Vec<String>,
+    retrying: usize,
 }
 
 /// The coordinator: rounds until finished. Every error path keeps the
@@ -143,6 +127,19 @@ pub struct Coordinator {
     /// first saw them (see plan::plan).
     incomplete: BTreeMap<FileKey, (paralog_log::EpochId, u64)>,
     totals: Totals,
+    /// What each file drained so far, for `status`.
+    drained: BTreeMap<FileKey, FileDrained>,
+    /// Time spent draining groups, all files.
+    active: Duration,
+}
+
+/// One file's drain so far (the time is this server's own: for the rate
+/// `status` shows, never for a decision).
+#[derive(Debug, Clone, Copy, Default)]
+struct FileDrained {
+    epochs: u64,
+    bytes: u64,
+    busy: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -171,6 +168,8 @@ impl Coordinator {
             retries: BTreeMap::new(),
             incomplete: BTreeMap::new(),
             totals,
+            drained: BTreeMap::new(),
+            active: Duration::ZERO,
         }
     }
 
@@ -202,13 +201,14 @@ impl Coordinator {
                 number,
                 ..Round::default()
             };
+            self.show_all(&files);
             for f in &files {
                 self.drain_file(f, &mut round)?;
             }
             self.publish(&round);
             // Finished when nothing drainable is left: every file drained or
             // parked. Every server sees the same plan, so all stop together.
-            if finishing && !round.worked && round.pending == 0 && round.retrying.is_empty() {
+            if finishing && !round.worked && round.pending == 0 && round.retrying == 0 {
                 break;
             }
             if !round.worked {
@@ -258,7 +258,7 @@ impl Coordinator {
     /// One file in one round: park it if its logs cannot be drained, wait
     /// out its backoff, else drain its planned groups in order.
     fn drain_file(&mut self, f: &GlobalFile, round: &mut Round) -> Result<(), ClusterError> {
-        let key = FileKey::of(f);
+        let key = f.key();
         self.sync_progress(f);
         if self.retries.get(&key).is_some_and(RetryState::is_parked) {
             return Ok(());
@@ -267,9 +267,10 @@ impl Coordinator {
             if self.blocked_for_good(f, &key, round.number) {
                 tracing::error!(file = %f.name(), reason = %why, "not drained; every local log is kept");
                 self.retries
-                    .entry(key)
+                    .entry(key.clone())
                     .or_default()
                     .park(why.clone(), false);
+                self.show(f, &key, 0, false);
                 return Ok(());
             }
             // Look again next round, without sleeping.
@@ -284,7 +285,7 @@ impl Coordinator {
         }
         let retry = self.retries.get(&key);
         if retry.is_some_and(|r| r.waiting(round.number)) {
-            round.retrying.push(f.name());
+            round.retrying += 1;
             return Ok(());
         }
         if retry.is_some_and(|r| r.attempts > 0) && self.leader() {
@@ -296,34 +297,105 @@ impl Coordinator {
         // Only the first group of a file that had nothing drained starts
         // from no object; the next ones from what it made.
         let mut fresh = f.progress.is_none();
-        for group in &f.groups {
+        for (done, group) in f.groups.iter().enumerate() {
             round.worked = true;
-            let failure = match self.drain_group(f, group, fresh)? {
+            self.show(f, &key, done, true);
+            let started = Instant::now();
+            let result = self.drain_group(f, group, fresh)?;
+            let busy = started.elapsed();
+            self.active += busy;
+            let tally = self.drained.entry(key.clone()).or_default();
+            tally.busy += busy;
+            let failure = match result {
                 Ok(bytes) => {
                     fresh = false;
                     self.retries.remove(&key);
+                    tally.epochs += group.ids.len() as u64;
+                    tally.bytes += bytes;
                     self.totals.epochs_drained += group.ids.len() as u64;
                     self.totals.bytes_drained += bytes;
                     round.pending = round.pending.saturating_sub(group.ids.len() as u64);
+                    self.show(f, &key, done + 1, false);
                     continue;
                 }
                 Err(failure) => failure,
             };
             let leader = self.leader();
             let msg = failure.message().to_owned();
-            let state = self.retries.entry(key).or_default();
+            let state = self.retries.entry(key.clone()).or_default();
             // Rounds, not seconds: the same on every server.
             if state.failed(failure, |n| round.number + backoff_rounds(n)) {
                 if leader {
                     tracing::warn!(file = %f.name(), epochs = %fmt_ids(&group.ids), attempt = state.attempts, error = %msg, "drain failed; local data kept, retrying");
                 }
-                round.retrying.push(f.name());
+                round.retrying += 1;
             } else if leader {
                 tracing::error!(file = %f.name(), epochs = %fmt_ids(&group.ids), error = %msg, "refusing to drain; every local log is kept");
             }
+            self.show(f, &key, done, false);
             break;
         }
         Ok(())
+    }
+
+    /// Where `f` stands for `status`, once `done` of its planned groups
+    /// were drained this round; `draining`: the next one is under way.
+    fn file_status(
+        &self,
+        f: &GlobalFile,
+        key: &FileKey,
+        done: usize,
+        draining: bool,
+    ) -> FileStatus {
+        let drained = self.drained.get(key).copied().unwrap_or_default();
+        let retry = self.retries.get(key);
+        let left = &f.groups[done.min(f.groups.len())..];
+        let state = match retry.and_then(|r| r.parked) {
+            Some(true) => FileState::Refused,
+            Some(false) => FileState::Damaged,
+            None if draining => FileState::Draining,
+            None if retry.is_some_and(|r| r.not_before.is_some()) => FileState::Retrying,
+            None if !left.is_empty() => FileState::Queued,
+            None => FileState::Idle,
+        };
+        FileStatus {
+            job: f.job.clone(),
+            path: String::from_utf8_lossy(&f.path).into_owned(),
+            state,
+            epochs_drained: drained.epochs,
+            epochs_pending: (left.iter().map(|g| g.ids.len()).sum::<usize>() + f.waiting) as u64,
+            bytes_drained: drained.bytes,
+            bytes_pending: left.iter().map(plan::Group::log_bytes).sum::<u64>() + f.waiting_bytes,
+            rate_bps: crate::status::rate(drained.bytes, drained.busy.as_secs_f64()),
+            eta_s: None,
+            attempts: retry.map_or(0, |r| r.attempts),
+            message: retry.and_then(|r| r.error.clone()),
+        }
+    }
+
+    /// Tell the status socket where `f` stands now (see [`Self::file_status`]).
+    fn show(&self, f: &GlobalFile, key: &FileKey, done: usize, draining: bool) {
+        let status = self.file_status(f, key, done, draining);
+        let mut s = self.ctl.lock();
+        s.files.insert(key.clone(), status);
+        s.totals = self.totals.clone();
+        s.active = self.active;
+    }
+
+    /// A new round's plan: every file as it stands before the round.
+    fn show_all(&self, files: &[GlobalFile]) {
+        let all = files
+            .iter()
+            .map(|f| {
+                let key = f.key();
+                let status = self.file_status(f, &key, 0, false);
+                (key, status)
+            })
+            .collect();
+        let mut s = self.ctl.lock();
+        s.files = all;
+        s.totals = self.totals.clone();
+        s.active = self.active;
     }
 
     /// Whether what blocks `f` is for good: a damaged log, or manifests
@@ -340,7 +412,8 @@ impl Coordinator {
         first.1 < round
     }
 
-    /// Tell the status socket what this round left.
+    /// What this round left: the totals the servers print at the end,
+    /// and the status socket's.
     fn publish(&mut self, round: &Round) {
         self.totals.rounds = round.number;
         self.totals.failed = self
@@ -356,10 +429,9 @@ impl Coordinator {
                 )
             })
             .collect();
-        let mut s = self.ctl.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.ctl.lock();
         s.totals = self.totals.clone();
-        s.pending_epochs = round.pending;
-        s.retrying = round.retrying.clone();
+        s.active = self.active;
     }
 
     /// The job is over: records kept for the program's reads (S3) go, the
@@ -369,11 +441,7 @@ impl Coordinator {
             tracing::warn!(error = %e, "deleting drained records at the end failed; `paralog recover` finishes it");
         }
         let t = self.totals.clone();
-        {
-            let mut s = self.ctl.state.lock().unwrap_or_else(|p| p.into_inner());
-            s.done = Some(t.clone());
-        }
-        self.ctl.changed.notify_all();
+        self.ctl.set_done();
         self.dog.watch(|| self.comm.barrier())?;
         Ok(t)
     }
@@ -434,7 +502,7 @@ impl Coordinator {
         let keep = self.backend(f).is_ok_and(|b| !b.readable_by_capture());
         let result = (|| -> Result<(), paralog_log::LogError> {
             let inv = FileInventory::scan_dir(&dir)?;
-            if inv.progress.map(|q| (q.gen, q.epoch)) < Some(p) {
+            if inv.progress.map(|q| q.id()) < Some(p) {
                 step::write_progress(&dir, p)?;
             }
             if !keep {

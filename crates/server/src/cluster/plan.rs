@@ -13,6 +13,14 @@ use paralog_log::{EpochId, LogicalFile};
 
 use super::summary::{decode_manifest, manifest_path, NodeSummary};
 
+/// A file of the job, whichever node holds it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FileKey {
+    pub job: String,
+    /// Relative to the prefix.
+    pub rel: Vec<u8>,
+}
+
 /// One file as all nodes hold it.
 #[derive(Debug)]
 pub struct GlobalFile {
@@ -35,6 +43,8 @@ pub struct GlobalFile {
     pub missing: Option<EpochId>,
     /// Committed epochs waiting for their open to end (whole-open backends).
     pub waiting: usize,
+    /// The data-log bytes of those epochs, all nodes.
+    pub waiting_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -59,10 +69,20 @@ impl Group {
     pub fn node_of(&self, src: &paralog_log::reader::SourceExtent) -> Option<usize> {
         self.owner
             .get(&RankOfOpen {
-                open: src.epoch.0,
+                open: src.epoch.gen,
                 rank: src.rank,
             })
             .copied()
+    }
+
+    /// The bytes of the group's data logs, all ranks of all nodes (what
+    /// `status` counts as pending, as the one-node server does).
+    pub fn log_bytes(&self) -> u64 {
+        self.epochs
+            .iter()
+            .flat_map(|(_, ms)| ms)
+            .map(|(m, _)| m.data_len)
+            .sum()
     }
 
     /// The file after the group's epochs, merged over all ranks of all nodes.
@@ -76,6 +96,13 @@ impl Group {
 }
 
 impl GlobalFile {
+    pub fn key(&self) -> FileKey {
+        FileKey {
+            job: self.job.clone(),
+            rel: self.rel.clone(),
+        }
+    }
+
     pub fn name(&self) -> String {
         format!("{}:{}", self.job, String::from_utf8_lossy(&self.path))
     }
@@ -102,18 +129,21 @@ struct EpochView {
 /// exchange, hence after that mark, hence after every manifest of the
 /// epoch was durable: an epoch still incomplete then is really missing.
 pub fn plan(nodes: &[NodeSummary], whole_opens: bool, flush: bool) -> Vec<GlobalFile> {
-    type Key = (String, Vec<u8>);
-    let mut by_file: BTreeMap<Key, Vec<(usize, &super::summary::FileSummary)>> = BTreeMap::new();
+    let mut by_file: BTreeMap<FileKey, Vec<(usize, &super::summary::FileSummary)>> =
+        BTreeMap::new();
     for (n, s) in nodes.iter().enumerate() {
         for f in &s.files {
             by_file
-                .entry((f.job.clone(), f.rel.clone()))
+                .entry(FileKey {
+                    job: f.job.clone(),
+                    rel: f.rel.clone(),
+                })
                 .or_default()
                 .push((n, f));
         }
     }
     let mut out = Vec::new();
-    for ((job, rel), parts) in by_file {
+    for (FileKey { job, rel }, parts) in by_file {
         let mut g = GlobalFile {
             job,
             rel,
@@ -124,6 +154,7 @@ pub fn plan(nodes: &[NodeSummary], whole_opens: bool, flush: bool) -> Vec<Global
             blocked: None,
             missing: None,
             waiting: 0,
+            waiting_bytes: 0,
         };
         if let Some((n, f)) = parts.iter().find(|(_, f)| f.damaged.is_some()) {
             g.blocked = Some(format!(
@@ -162,17 +193,23 @@ fn fill(
 ) -> Result<(), String> {
     let mut epochs: BTreeMap<EpochId, EpochView> = BTreeMap::new();
     let mut closed: BTreeMap<u64, bool> = BTreeMap::new();
-    // Which node has a directory for (generation, rank): names the node
-    // whose log is missing when a committed epoch lacks a manifest.
-    let mut rank_homes: BTreeMap<(u64, u32), Vec<usize>> = BTreeMap::new();
+    // Which node has a directory for each rank of each open: names the
+    // node whose log is missing when a committed epoch lacks a manifest.
+    let mut rank_homes: BTreeMap<RankOfOpen, Vec<usize>> = BTreeMap::new();
     for (n, f) in parts {
         for gs in &f.gens {
             *closed.entry(gs.gen).or_default() |= gs.closed;
             for &r in &gs.ranks {
-                rank_homes.entry((gs.gen, r)).or_default().push(*n);
+                rank_homes
+                    .entry(RankOfOpen {
+                        open: gs.gen,
+                        rank: r,
+                    })
+                    .or_default()
+                    .push(*n);
             }
             for es in &gs.epochs {
-                let id = (gs.gen, es.epoch);
+                let id = EpochId::new(gs.gen, es.epoch);
                 if Some(id) <= g.progress {
                     continue;
                 }
@@ -181,8 +218,8 @@ fn fill(
                 for (rank, bytes) in &es.manifests {
                     if let Some((other, _)) = v.manifests.get(rank) {
                         return Err(format!(
-                            "epoch {}:{} rank {rank} has a manifest on node {} and on node {}",
-                            id.0, id.1, nodes[*other].node, nodes[*n].node
+                            "epoch {id} rank {rank} has a manifest on node {} and on node {}",
+                            nodes[*other].node, nodes[*n].node
                         ));
                     }
                     v.manifests.insert(*rank, (*n, bytes.clone()));
@@ -202,15 +239,13 @@ fn fill(
     for (&id, v) in &epochs {
         let mut ms: Vec<(Manifest, PathBuf, usize)> = Vec::new();
         for (&rank, (n, bytes)) in &v.manifests {
-            let path = manifest_path(dir_of(*n), id.0, rank, id.1);
-            let m = decode_manifest(bytes, &path, id.0, rank, id.1)
+            let path = manifest_path(dir_of(*n), id, rank);
+            let m = decode_manifest(bytes, &path, id, rank)
                 .map_err(|e| format!("on node {}: {e}", nodes[*n].node))?;
             if let Some((first, p, _)) = ms.first() {
                 if first.comm_size != m.comm_size {
                     return Err(format!(
-                        "epoch {}:{}: {} says {} ranks, {} says {}",
-                        id.0,
-                        id.1,
+                        "epoch {id}: {} says {} ranks, {} says {}",
                         p.display(),
                         first.comm_size,
                         path.display(),
@@ -233,11 +268,17 @@ fn fill(
         .map(|id| epochs[id].marked || complete(id))
         .collect();
     let order = committed_prefix(&ids, &committed);
-    let last_gen = ids.last().map(|id| id.0);
+    let last_gen = ids.last().map(|id| id.gen);
     // An open ended once it was closed, or a later open began.
     let ended = |gen| closed.get(&gen).copied().unwrap_or(false) || last_gen > Some(gen);
     let (groups, waiting) = crate::step::open_groups(&order, whole_opens, flush, ended);
     g.waiting = waiting;
+    // The epochs held back are the last ones.
+    g.waiting_bytes = order[order.len() - waiting..]
+        .iter()
+        .flat_map(|id| decoded.get(id).into_iter().flatten())
+        .map(|(m, _, _)| m.data_len)
+        .sum();
     for ids in groups {
         // A committed epoch must have every rank's manifest somewhere, or it
         // would be applied without that rank's bytes.
@@ -247,15 +288,20 @@ fn fill(
                 let size = comm_sizes.get(id).copied().unwrap_or(0);
                 let missing: Vec<String> = (0..size)
                     .filter(|r| !have.contains(r))
-                    .map(|r| match rank_homes.get(&(id.0, r)) {
-                        Some(ns) => format!(
-                            "rank {r} (its log is on node {}, without this epoch)",
-                            ns.iter()
-                                .map(|&n| nodes[n].node.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                        None => format!("rank {r} (no node holds its log)"),
+                    .map(|r| {
+                        match rank_homes.get(&RankOfOpen {
+                            open: id.gen,
+                            rank: r,
+                        }) {
+                            Some(ns) => format!(
+                                "rank {r} (its log is on node {}, without this epoch)",
+                                ns.iter()
+                                    .map(|&n| nodes[n].node.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                            None => format!("rank {r} (no node holds its log)"),
+                        }
                     })
                     .collect();
                 // A node with no record of this open at all is where the
@@ -266,7 +312,7 @@ fn fill(
                     .filter(|(n, _)| {
                         !rank_homes
                             .iter()
-                            .any(|((g, _), ns)| *g == id.0 && ns.contains(n))
+                            .any(|(home, ns)| home.open == id.gen && ns.contains(n))
                     })
                     .map(|(_, s)| s.node.as_str())
                     .collect();
@@ -295,7 +341,7 @@ fn fill(
             for (m, _, n) in &ms {
                 owner.insert(
                     RankOfOpen {
-                        open: id.0,
+                        open: id.gen,
                         rank: m.rank,
                     },
                     *n,
@@ -406,7 +452,7 @@ mod tests {
         let files = plan(&nodes, false, false);
         let f = &files[0];
         assert_eq!(f.groups.len(), 1, "epoch 1 still drains");
-        assert_eq!(f.missing, Some((1, 2)));
+        assert_eq!(f.missing, Some(EpochId::new(1, 2)));
         let why = f.blocked.as_deref().unwrap();
         assert!(why.contains("rank 2") && why.contains("node n1"), "{why}");
     }

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use paralog_log::format::Manifest;
 use paralog_log::layout::{self, EpochFileKind};
-use paralog_log::{FileInventory, Inventory};
+use paralog_log::{EpochId, FileInventory, Inventory};
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodeSummary {
@@ -31,7 +31,7 @@ pub struct FileSummary {
     pub dir: String,
     pub path: Vec<u8>,
     pub rel: Vec<u8>,
-    pub progress: Option<(u64, u64)>,
+    pub progress: Option<EpochId>,
     /// Why this node cannot take part in draining the file (an unreadable
     /// path or progress record).
     pub damaged: Option<String>,
@@ -93,7 +93,7 @@ fn file_summary(job: &str, f: &FileInventory) -> Option<FileSummary> {
     let mut s = FileSummary {
         job: job.to_owned(),
         dir: f.dir.display().to_string(),
-        progress: f.progress.map(|p| (p.gen, p.epoch)),
+        progress: f.progress.map(|p| p.id()),
         ..FileSummary::default()
     };
     match &f.record {
@@ -130,7 +130,7 @@ fn file_summary(job: &str, f: &FileInventory) -> Option<FileSummary> {
             .ranks
             .values()
             .flat_map(|r| r.epochs.keys().copied())
-            .filter(|&e| Some((gen, e)) > s.progress)
+            .filter(|&e| Some(EpochId::new(gen, e)) > s.progress)
             .collect();
         for epoch in epochs {
             let mut es = EpochSummary {
@@ -164,11 +164,11 @@ fn file_summary(job: &str, f: &FileInventory) -> Option<FileSummary> {
 }
 
 /// Where a manifest of this node's file directory `dir` lives.
-pub fn manifest_path(dir: &str, gen: u64, rank: u32, epoch: u64) -> std::path::PathBuf {
+pub fn manifest_path(dir: &str, id: EpochId, rank: u32) -> std::path::PathBuf {
     Path::new(dir)
-        .join(layout::gen_dir_name(gen))
+        .join(layout::gen_dir_name(id.gen))
         .join(layout::rank_dir_name(rank))
-        .join(layout::epoch_file_name(epoch, EpochFileKind::Manifest))
+        .join(layout::epoch_file_name(id.epoch, EpochFileKind::Manifest))
 }
 
 /// Decode a manifest received from `node`, checking its checksum and that it
@@ -176,20 +176,11 @@ pub fn manifest_path(dir: &str, gen: u64, rank: u32, epoch: u64) -> std::path::P
 pub fn decode_manifest(
     bytes: &[u8],
     path: &Path,
-    gen: u64,
+    id: EpochId,
     rank: u32,
-    epoch: u64,
 ) -> Result<Manifest, paralog_log::LogError> {
     let m = Manifest::decode(bytes, path)?;
-    if m.rank != rank || m.epoch != epoch || m.ident.gen != gen {
-        return Err(paralog_log::LogError::Inconsistent {
-            path: path.to_path_buf(),
-            what: format!(
-                "manifest says rank {} generation {} epoch {}, its place says rank {rank} generation {gen} epoch {epoch}",
-                m.rank, m.ident.gen, m.epoch
-            ),
-        });
-    }
+    m.check_place(id, rank, path)?;
     Ok(m)
 }
 
@@ -209,11 +200,11 @@ impl Out {
     fn bool(&mut self, b: bool) {
         self.0.push(b as u8);
     }
-    fn opt_pair(&mut self, p: Option<(u64, u64)>) {
+    fn opt_id(&mut self, p: Option<EpochId>) {
         self.bool(p.is_some());
-        let (a, b) = p.unwrap_or_default();
-        self.u64(a);
-        self.u64(b);
+        let id = p.unwrap_or_default();
+        self.u64(id.gen);
+        self.u64(id.epoch);
     }
 }
 
@@ -270,10 +261,10 @@ impl In<'_> {
     fn bool(&mut self) -> Result<bool, DecodeError> {
         Ok(self.take(1)?[0] != 0)
     }
-    fn opt_pair(&mut self) -> Result<Option<(u64, u64)>, DecodeError> {
+    fn opt_id(&mut self) -> Result<Option<EpochId>, DecodeError> {
         let some = self.bool()?;
-        let (a, b) = (self.u64()?, self.u64()?);
-        Ok(some.then_some((a, b)))
+        let id = EpochId::new(self.u64()?, self.u64()?);
+        Ok(some.then_some(id))
     }
 }
 
@@ -289,7 +280,7 @@ impl NodeSummary {
             o.bytes(f.dir.as_bytes());
             o.bytes(&f.path);
             o.bytes(&f.rel);
-            o.opt_pair(f.progress);
+            o.opt_id(f.progress);
             o.bool(f.damaged.is_some());
             o.bytes(f.damaged.as_deref().unwrap_or("").as_bytes());
             o.u64(f.gens.len() as u64);
@@ -327,7 +318,7 @@ impl NodeSummary {
             let dir = i.string()?;
             let path = i.bytes()?;
             let rel = i.bytes()?;
-            let progress = i.opt_pair()?;
+            let progress = i.opt_id()?;
             let has_damage = i.bool()?;
             let damage = i.string()?;
             let ngens = i.len()?;
@@ -401,7 +392,7 @@ mod tests {
                 dir: "/l/j/f-1".into(),
                 path: b"/p/a".to_vec(),
                 rel: b"a".to_vec(),
-                progress: Some((1, 3)),
+                progress: Some(EpochId::new(1, 3)),
                 damaged: None,
                 gens: vec![GenSummary {
                     gen: 1,

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use paralog_backend::objstore::ObjStore;
 use paralog_backend::{Backend, BackendError, EpochShape, EpochSink, ErrorKind, RemoteOp};
-use paralog_log::{FileIdent, FileInventory, RankLog, WriterConfig};
+use paralog_log::{EpochId, FileIdent, FileInventory, RankLog, WriterConfig};
 use paralog_server::remote::Remote;
 use paralog_server::service::{Config, Server};
 use paralog_server::status::{FileStatus, Status};
@@ -150,7 +150,7 @@ impl S3Reader {
 
     /// The `paralog-epoch` (`open:epoch`) and `paralog-size` metadata of
     /// the object of `rel`; `None` if there is none.
-    pub fn metadata(&self, rel: &[u8]) -> Option<((u64, u64), u64)> {
+    pub fn metadata(&self, rel: &[u8]) -> Option<(EpochId, u64)> {
         let key = self.backend.key(rel);
         let h = self
             .rt
@@ -163,9 +163,9 @@ impl S3Reader {
             )
             .ok()?;
         let meta = h.metadata()?;
-        let (g, e) = meta.get("paralog-epoch")?.split_once(':')?;
+        let epoch = meta.get("paralog-epoch")?.parse().ok()?;
         let size = meta.get("paralog-size")?.parse().ok()?;
-        Some(((g.parse().ok()?, e.parse().ok()?), size))
+        Some((epoch, size))
     }
 }
 
@@ -257,7 +257,7 @@ impl Store {
 
     /// The epoch the remote recorded with the current state of `rel`
     /// (object backends record it; POSIX files do not).
-    pub fn epoch(&self, rel: &[u8]) -> Option<(u64, u64)> {
+    pub fn epoch(&self, rel: &[u8]) -> Option<EpochId> {
         match self {
             Store::Posix(_) => None,
             Store::Obj(s) => s.version(rel, None).unwrap().map(|v| v.epoch),
@@ -286,7 +286,7 @@ pub struct Fault {
     /// Only calls for this file (its path relative to the remote).
     pub rel: Option<Vec<u8>>,
     /// Only calls for this epoch (`EpochShape::epoch`).
-    pub epoch: Option<(u64, u64)>,
+    pub epoch: Option<EpochId>,
     pub skip: u32,
     pub times: u32,
     /// The failed sink is lost, not dropped: what it started stays on the
@@ -312,7 +312,7 @@ impl Fault {
         self
     }
 
-    pub fn epoch(mut self, id: (u64, u64)) -> Fault {
+    pub fn epoch(mut self, id: EpochId) -> Fault {
         self.epoch = Some(id);
         self
     }
@@ -372,7 +372,7 @@ impl Faulty {
 
     /// A call of `step`: fail it if a fault says so, and count it. The
     /// error, and whether the sink is to be lost.
-    fn hit(&self, rel: &[u8], epoch: (u64, u64), step: Step) -> Result<(), (BackendError, bool)> {
+    fn hit(&self, rel: &[u8], epoch: EpochId, step: Step) -> Result<(), (BackendError, bool)> {
         let mut fail = None;
         for (f, seen) in self.faults.lock().unwrap().iter_mut() {
             let matches = f.step == step
@@ -469,7 +469,7 @@ struct FaultySink<'a> {
     inner: Option<Box<dyn EpochSink + Send + 'a>>,
     faulty: &'a Faulty,
     rel: Vec<u8>,
-    epoch: (u64, u64),
+    epoch: EpochId,
     /// Leak the real sink instead of dropping it.
     lost: bool,
 }
