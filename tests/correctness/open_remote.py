@@ -87,22 +87,23 @@ def remote_calls(between, remote):
     return [l for l in between if str(remote) in l]
 
 
-def case_truncating(work):
-    between, remote = traced_run(work, "truncating")
+def quiet_open(work, case, expected):
+    """The open between the markers names no remote path; R's file ends
+    as `expected`."""
+    between, remote = traced_run(work, case)
     calls = remote_calls(between, remote)
-    check(not calls, f"the truncating open asked the remote: {calls[:3]}")
+    check(not calls, f"the {case} open asked the remote: {calls[:3]}")
     got = (remote / "f.dat").read_bytes()
-    check(got == b"new bytes\n", f"remote file holds {got!r}")
+    check(got == expected, f"remote file holds {got!r}, not {expected!r}")
     return f"{len(between)} file calls in the open, none on the remote"
+
+
+def case_truncating(work):
+    return quiet_open(work, "truncating", b"new bytes\n")
 
 
 def case_reopen(work):
-    between, remote = traced_run(work, "reopen")
-    calls = remote_calls(between, remote)
-    check(not calls, f"the second open asked the remote: {calls[:3]}")
-    got = (remote / "f.dat").read_bytes()
-    check(got == b"SECONDdescriptor\n", f"remote file holds {got!r}")
-    return f"{len(between)} file calls in the open, none on the remote"
+    return quiet_open(work, "reopen", b"SECONDdescriptor\n")
 
 
 def case_append(work):
