@@ -100,6 +100,24 @@ class Cluster(SimCluster):
         cmd = launcher(self.flavour, np, FLAVOURS[self.flavour]) + [AS_NODE, program(self.flavour, prog), outdir, *args]
         return run(cmd, env=env, check=check_rc, timeout=timeout)
 
+    def status(self):
+        """`paralog status --json` of node n0's server of the job: the one
+        answer both drain engines give (docs/server.md), with the server
+        job's own block."""
+        r = run([BIN, "status", "--local", self.local, "--job", "t", "--json", "--once"],
+                env=self.env({"PARALOG_NODE": "n0"}), check=False, timeout=60)
+        check(r.returncode == 0, f"paralog status exited {r.returncode}: {r.stderr.strip()[-300:]}")
+        st = json.loads(r.stdout)
+        cl = st.get("cluster")
+        check(cl and cl.get("nodes") == self.nodes and cl.get("node") == "n0",
+              f"status of a server job of {self.nodes} node(s) has cluster block {cl}")
+        states = {"idle", "queued", "draining", "retrying", "damaged", "refused"}
+        for f in st["files"]:
+            check(f["state"] in states and f["path"], f"status file entry {f}")
+        check(st["bytes_drained"] == sum(f["bytes_drained"] for f in st["files"]),
+              f"status total bytes_drained {st['bytes_drained']} is not the sum over its files")
+        return st
+
     def wait(self, timeout=180):
         """`paralog wait` on one node; then the server job must end, cleanly."""
         r = run([BIN, "wait", "--local", self.local, "--job", "t", "--timeout", str(timeout)],
@@ -155,6 +173,7 @@ def drain_case(remotes, kind, flavour, nodes, label, prog, args, hdf5, server_ar
         try:
             c.start_servers()
             c.run_app(prog, args, c.prefix)
+            c.status()
             said = c.wait()
         finally:
             c.stop()
