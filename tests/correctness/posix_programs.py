@@ -26,7 +26,9 @@ nothing may be left in the prefix that the drain did not put there.
   h5py         serial h5py (HDF5's sec2 driver)
   locks        HDF5's file locking, flock and lockf between two processes
   shell        bash with >, >>, 2>, a pipeline into a file, cat of a captured file
-  tools        tar -x of an archive, cp and dd into the prefix
+  tools        tar -x of an archive (with symbolic links, one GNU tar delays),
+               cp, dd, sort -o, sed -i, ln -s, realpath, readlink -f in the prefix
+  tempfiles    mkstemp + fsync + rename, mkostemps, mkdtemp (progs/tempfiles.c)
 
 With `--remote prefix` the prefix itself is the remote (the default of
 `paralog run`), and the prefix after the drain must equal the direct tree.
@@ -54,7 +56,8 @@ ENV = mpi_env()
 def build():
     for src, cc, extra in (("stdio_ckpt.c", "cc", []), ("exit_open.c", "cc", []), ("identity.c", "cc", []),
                            ("mmap_write.c", "cc", []), ("fstream_ckpt.cpp", "c++", []),
-                           ("static_write.c", "cc", ["-static"]), ("entry_points.c", "cc", [])):
+                           ("static_write.c", "cc", ["-static"]), ("entry_points.c", "cc", []),
+                           ("tempfiles.c", "cc", [])):
         compile_program(cc, PROGS / src, BUILD / src.rsplit(".", 1)[0], "-O2", "-Wall", "-Werror", *extra, always=True)
 
 
@@ -78,7 +81,7 @@ def compare(work, cmd, expect_rc=0):
     check(got_out.startswith(want_out), f"the program printed {got_out[:300]!r}, directly {want_out[:300]!r}")
     why = tree_difference(tree(direct), tree(remote))
     check(not why, f"remote differs from the direct run: {why}")
-    stray = [k for k, v in tree(prefix).items() if v is not None]
+    stray = [k for k, v in tree(prefix).items() if isinstance(v, bytes)]
     check(not (SEPARATE and stray), f"files written to the prefix past capture (never drained): {stray[:5]}")
 
 
@@ -93,6 +96,11 @@ def make_archive(work):
     for i in range(5):
         (src / f"f{i}.dat").write_bytes(bytes((i * 3 + k) % 256 for k in range(20000 * (i + 1))))
     (src / "sub/deeper/leaf.txt").write_text("leaf\n" * 100)
+    # A link inside the tree, and one out of it: GNU tar makes the second a
+    # placeholder file first and replaces it at the end, if its identity
+    # (st_dev, st_ino) is unchanged.
+    (src / "sub/link.dat").symlink_to("../f0.dat")
+    (src / "sub/out").symlink_to("../../elsewhere/x")
     with tarfile.open(work / "a.tar", "w") as t:
         t.add(src, arcname="tree")
     return work / "a.tar"
@@ -104,7 +112,10 @@ def tools_cmd(work):
     blob.write_bytes(os.urandom(1 << 20))
     return lambda d: ["/bin/bash", "-c",
                       f"tar -xf {archive} -C {d} && cp {blob} {d}/cp.bin && "
-                      f"dd if={blob} of={d}/dd.bin bs=64k status=none && cmp {blob} {d}/dd.bin && echo tools ok"]
+                      f"dd if={blob} of={d}/dd.bin bs=64k status=none && cmp {blob} {d}/dd.bin && "
+                      f"sort -r -o {d}/sorted.txt {d}/tree/sub/deeper/leaf.txt /etc/services && "
+                      f"sed -i 's/tcp/TCP/g' {d}/sorted.txt && ln -s sorted.txt {d}/latest && "
+                      f"realpath -e {d}/sorted.txt && readlink -f {d}/latest && echo tools ok"]
 
 
 def cases():
@@ -124,7 +135,8 @@ def cases():
         ("h5py: serial HDF5 file", lambda w: compare(w, py("h5py"))),
         ("locks: HDF5's file lock, flock and lockf between processes", lambda w: compare(w, py("locks"))),
         ("shell: >, >>, 2>, pipeline, cat", lambda w: compare(w, lambda d: ["/bin/bash", "-c", SHELL.format(d=d)])),
-        ("tools: tar -x, cp, dd", lambda w: compare(w, tools_cmd(w))),
+        ("tools: tar -x (with links), cp, dd, sort -o, sed -i, ln -s, realpath", lambda w: compare(w, tools_cmd(w))),
+        ("tempfiles: mkstemp + rename, mkostemps, mkdtemp", lambda w: compare(w, lambda d: [exe("tempfiles"), d])),
         ("mmap: writable shared mapping refused, no SIGBUS", case_mmap),
         ("entry points: pwritev2, preadv2, sendfile, copy_file_range, splice, lio_listio, syncfs, ...",
          lambda w: compare(w, lambda d: [exe("entry_points"), d, os.path.realpath(PY)])),

@@ -46,15 +46,21 @@ def files(root, snapshots=True):
 
 
 def tree(root):
-    """{relative path: bytes, or None for a directory} under root."""
+    """{relative path: bytes, None for a directory, or ("symlink", target)}
+    under root (links are not followed)."""
     out = {}
     for dirpath, dirs, names in os.walk(root):
         rel = os.path.relpath(dirpath, root)
-        for name in dirs:
-            out[os.path.normpath(os.path.join(rel, name))] = None
-        for name in names:
-            with open(os.path.join(dirpath, name), "rb") as f:
-                out[os.path.normpath(os.path.join(rel, name))] = f.read()
+        for name in dirs + names:
+            path = os.path.join(dirpath, name)
+            key = os.path.normpath(os.path.join(rel, name))
+            if os.path.islink(path):
+                out[key] = ("symlink", os.readlink(path))
+            elif name in dirs:
+                out[key] = None
+            else:
+                with open(path, "rb") as f:
+                    out[key] = f.read()
     return out
 
 
@@ -67,7 +73,14 @@ def tree_difference(want, got, names=("in the direct run", "on the remote")):
         if isinstance(a, bytes) and isinstance(b, bytes):
             at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             return f"{path}: differs at byte {at} ({len(a)} bytes {names[0]}, {len(b)} {names[1]})"
-        kind = lambda v: "missing" if v == "missing" else "a directory" if v is None else f"{len(v)} bytes"
+        def kind(v):
+            if v == "missing":
+                return "missing"
+            if v is None:
+                return "a directory"
+            if isinstance(v, tuple):
+                return f"a symbolic link to {v[1]}"
+            return f"{len(v)} bytes"
         return f"{path}: {kind(a)} {names[0]}, {kind(b)} {names[1]}"
     return None
 

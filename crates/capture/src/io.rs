@@ -436,6 +436,25 @@ pub unsafe extern "C" fn faccessat(
     })
 }
 
+/// `euidaccess`/`eaccess` (coreutils' `sort` checks every input with it):
+/// glibc's own uses its internal stat, which no wrapper sees.
+unsafe fn euidaccess_common(path: *const c_char, real: impl FnOnce() -> c_int) -> c_int {
+    let Some((g, abs, id)) = prefix_path(path) else {
+        return real();
+    };
+    access_common(g, &abs, id.is_some(), real)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
+    euidaccess_common(path, || pass!(euidaccess(path, mode), -1))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
+    euidaccess_common(path, || pass!(eaccess(path, mode), -1))
+}
+
 fn do_fallocate(fd: c_int, mode: c_int, off: i64, len: i64) -> CResult<()> {
     let end = offset(off)?.checked_add(offset(len)?).ok_or(libc::EFBIG)?;
     if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {

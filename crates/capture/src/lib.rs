@@ -21,12 +21,15 @@ pub mod mpi;
 pub mod namespace;
 pub mod posix;
 pub mod real;
+pub mod realpath;
 pub mod report;
 pub mod shared;
 pub mod stat;
 pub mod state;
 pub mod stats;
 pub mod stdio;
+pub mod symlink;
+pub mod tempname;
 pub mod timeline;
 pub mod view;
 

@@ -327,7 +327,7 @@ pub unsafe extern "C" fn linkat(
 
 /// Wait until every committed epoch of `abs` is drained (the remote file
 /// then stands for it), up to `RMDIR_WAIT`.
-fn wait_drained(abs: &Path, what: &str) -> CResult<()> {
+pub(crate) fn wait_drained(abs: &Path, what: &str) -> CResult<()> {
     let deadline = Instant::now() + RMDIR_WAIT;
     loop {
         let pending = {
@@ -438,7 +438,7 @@ pub unsafe extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
 // ---- directories ------------------------------------------------------------
 
 /// The same directory on a POSIX remote other than the prefix.
-fn remote_dir(st: &State, abs: &Path) -> Option<PathBuf> {
+pub(crate) fn remote_dir(st: &State, abs: &Path) -> Option<PathBuf> {
     let root = st
         .cfg
         .remote_root
@@ -447,7 +447,7 @@ fn remote_dir(st: &State, abs: &Path) -> Option<PathBuf> {
     Some(root.join(OsStr::from_bytes(&st.rel_of(abs)?)))
 }
 
-fn c_path(p: &Path) -> CResult<CString> {
+pub(crate) fn c_path(p: &Path) -> CResult<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| libc::EINVAL)
 }
 

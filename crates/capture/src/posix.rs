@@ -427,12 +427,16 @@ pub(crate) unsafe fn prefix_path(
 }
 
 /// Whether the node-local log knows this path (then it, not the real file,
-/// says whether the file exists); `None`: ask the real file system.
+/// says whether the file exists); `None`: ask the real file system. The
+/// rule is open's: a file this job wrote stays capture's to answer once
+/// drained, also when the prefix is the remote, so that its st_dev/st_ino
+/// do not change when the drain puts the real file there (GNU tar checks
+/// them before it replaces a placeholder with a link).
 pub(crate) fn logged_state(abs: &Path) -> CResult<Option<(bool, u64)>> {
     let mut slot = lock();
     let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
     let c = st.committed(abs)?;
     let elsewhere = st.cfg.remote_root.as_ref() != Some(&st.cfg.prefix);
-    let known = !c.view.lf.epochs.is_empty() || (elsewhere && c.exists);
+    let known = c.known || (elsewhere && c.exists);
     Ok(known.then_some((c.exists, c.size)))
 }
