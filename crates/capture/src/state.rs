@@ -173,7 +173,7 @@ impl State {
         // SAFETY: registering a plain extern "C" function, once (the state
         // is created once per process).
         unsafe {
-            libc::atexit(crate::shared::close_at_exit);
+            libc::atexit(crate::shared::exit_hook);
         }
         State {
             cfg,
@@ -414,6 +414,10 @@ impl State {
         if fd < 0 {
             return Err(errno());
         }
+        // A number the table still lists was closed past the wrappers.
+        if self.fds.contains_key(&fd) {
+            self.forget_stale(fd);
+        }
         let acc = flags & libc::O_ACCMODE;
         let ofd = self.next_id;
         self.next_id += 1;
@@ -449,6 +453,10 @@ impl State {
     /// Register `new_fd` (a dup of a captured descriptor): the same open
     /// file description, so the same offset (POSIX).
     pub fn dup_fd(&mut self, old: c_int, new_fd: c_int) {
+        if new_fd != old && self.fds.contains_key(&new_fd) {
+            // The kernel handed out a number the table still lists.
+            self.forget_stale(new_fd);
+        }
         if let Some(e) = self.fds.get(&old) {
             let entry = FdEntry {
                 handle: e.handle,
