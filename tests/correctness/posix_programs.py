@@ -13,6 +13,11 @@ nothing may be left in the prefix that the drain did not put there.
   mmap         a shared writable mapping is refused at mmap, no SIGBUS (progs/mmap_write.c)
   entry points pwritev2/preadv2, sendfile, copy_file_range, splice, lio_listio,
                syncfs, sync_file_range, faccessat (progs/entry_points.c)
+  freopen      freopen onto stdout, stdin, stderr and an fopen'ed stream, "w",
+               "a", "r", "r+", "w+", mode changes (path NULL), a child of
+               system() sharing the reopened stdout, no fclose before exit,
+               freopen outside the prefix; "w+" onto stdout refused
+               (progs/freopen_io.c)
   missed       a static binary, and a child with LD_PRELOAD removed, write a
                file under the prefix: the run names it (MISSED) and exits 3
   crash        the atomic save killed (SIGKILL) before its fsync, between fsync
@@ -54,7 +59,8 @@ ENV = mpi_env()
 def build():
     for src, cc, extra in (("stdio_ckpt.c", "cc", []), ("exit_open.c", "cc", []), ("identity.c", "cc", []),
                            ("mmap_write.c", "cc", []), ("fstream_ckpt.cpp", "c++", []),
-                           ("static_write.c", "cc", ["-static"]), ("entry_points.c", "cc", [])):
+                           ("static_write.c", "cc", ["-static"]), ("entry_points.c", "cc", []),
+                           ("freopen_io.c", "cc", [])):
         compile_program(cc, PROGS / src, BUILD / src.rsplit(".", 1)[0], "-O2", "-Wall", "-Werror", *extra, always=True)
 
 
@@ -128,6 +134,14 @@ def cases():
         ("mmap: writable shared mapping refused, no SIGBUS", case_mmap),
         ("entry points: pwritev2, preadv2, sendfile, copy_file_range, splice, lio_listio, syncfs, ...",
          lambda w: compare(w, lambda d: [exe("entry_points"), d, os.path.realpath(PY)])),
+        *[(f"freopen {how}: {what}", lambda w, h=how: compare(w, lambda d: [exe("freopen_io"), h, d]))
+          for how, what in (("stdout", "stdout reopened, printf/puts, fclose, read back, stdin \"r\", stderr"),
+                            ("exit", "stdout reopened, printf, no fclose: exit flushes it"),
+                            ("stream", "an fopen'ed stream reopened onto other files, modes r/r+/w+/a, path NULL"),
+                            ("append", "\"a\" onto stdout, stderr and an fopen'ed stream"),
+                            ("child", "reopened stdout shared with a child of system(), then path NULL"))],
+        ("freopen outside: outside the prefix as before; a captured stream moved outside", case_freopen_outside),
+        ("freopen refused: \"w+\" onto stdout refused with a line, stdout kept", case_freopen_refused),
         ("missed static: a static binary's file is named, run exits non-zero", lambda w: case_missed(w, "static")),
         ("missed no-preload: a child without LD_PRELOAD is named", lambda w: case_missed(w, "no-preload")),
         *[(f"crash {point}: atomic save killed, then recover", lambda w, p=point: case_crash(w, p))
@@ -144,6 +158,32 @@ def case_mmap(work):
     out = p.stdout + p.stderr
     check("mmap refused" in out, f"the mapping was not refused at mmap (exit {p.returncode}): {out[-500:]}")
     check("m.bin" in out, f"no line naming the file: {out[-500:]}")
+
+
+def case_freopen_outside(work):
+    """freopen onto files outside the prefix: the program checks them; both
+    runs leave the same files there."""
+    compare(work, lambda d: [BUILD / "freopen_io", "outside", d, f"{d}-outside"])
+    why = tree_difference(tree(work / "direct-outside"), tree(work / "prefix-outside"))
+    check(not why, f"the files outside the prefix differ: {why}")
+
+
+def case_freopen_refused(work):
+    """A read-write freopen of a path under the prefix onto stdout (glibc
+    would read the placeholder past capture) fails with ENOTSUP and a line
+    naming the file; the stream stays as it was."""
+    prefix = work / "prefix"
+    prefix.mkdir()
+    remote = None
+    if SEPARATE:
+        remote = work / "remote"
+        remote.mkdir()
+    p = paralog_run(work / "local", prefix, [BUILD / "freopen_io", "refused", prefix], remote=remote, env=ENV,
+                    check=False, timeout=120)
+    check(p.returncode == 0, f"paralog run exited {p.returncode}: {p.stderr[-500:]}")
+    check(f"freopen of {prefix}/rw.txt with mode \"w+\"" in p.stderr, f"no line naming the file: {p.stderr[-500:]}")
+    check("freopen w+ of stdout: Operation not supported" in p.stderr, f"not refused: {p.stderr[-500:]}")
+    check(p.stdout.startswith("written to stdout\n"), f"stdout was not kept: {p.stdout[:200]!r}")
 
 
 def case_missed(work, how):

@@ -215,7 +215,7 @@ unsafe fn paralog_open_impl(
 /// A descriptor the real open returned that the table still lists as
 /// captured was closed past the wrappers (glibc's fclose of stdout on an
 /// inherited placeholder): it is the program's plain file now.
-fn forget_if_stale(fd: c_int) -> c_int {
+pub(crate) fn forget_if_stale(fd: c_int) -> c_int {
     if fd >= 0 && is_captured(fd) {
         if let Some(_g) = Guard::enter() {
             let mut slot = lock();

@@ -122,6 +122,7 @@ macro_rules! wrapped_symbols {
             fdopen: fn(c_int, *const c_char) -> *mut FILE;
             freopen: fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
             freopen64: fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
+            fclose: fn(*mut FILE) -> c_int;
             fileno: fn(*mut FILE) -> c_int;
             fileno_unlocked: fn(*mut FILE) -> c_int;
             posix_spawn: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int;
