@@ -19,7 +19,10 @@ nothing may be left in the prefix that the drain did not put there.
                freopen outside the prefix; "w+" onto stdout refused
                (progs/freopen_io.c)
   missed       a static binary, and a child with LD_PRELOAD removed, write a
-               file under the prefix: the run names it (MISSED) and exits 3
+               file under the prefix: the run names it (MISSED) and exits 3;
+               `paralog status` names it while the run goes on (and not the
+               captured file beside it), and says it cannot check a server
+               that no run started
   crash        the atomic save killed (SIGKILL) before its fsync, between fsync
                and rename, after the rename; then `paralog recover` with no
                server (progs/atomic_crash.py)
@@ -41,15 +44,18 @@ Ends with "posix programs (... remote): N passed, N failed".
 """
 import argparse
 import os
+import subprocess
 import sys
 import tarfile
+import time
 
 from tests.lib.check import Suite, check, fail
 from tests.lib.compare import tree, tree_difference
 from tests.lib.mpi import compile_program, mpi_env
-from tests.lib.paralog import capture_env, paralog_run
+from tests.lib.paralog import capture_env, paralog_run, status
 from tests.lib.paths import BIN, PY, ROOT, TARGET
-from tests.lib.proc import run
+from tests.lib.proc import kill_tree, run
+from tests.lib.server import Server
 
 PROGS = ROOT / "tests/correctness/progs"
 BUILD = TARGET / "posix-programs"
@@ -144,6 +150,7 @@ def cases():
         ("freopen refused: \"w+\" onto stdout refused with a line, stdout kept", case_freopen_refused),
         ("missed static: a static binary's file is named, run exits non-zero", lambda w: case_missed(w, "static")),
         ("missed no-preload: a child without LD_PRELOAD is named", lambda w: case_missed(w, "no-preload")),
+        ("missed status: paralog status names the file while the run goes on", case_missed_status),
         *[(f"crash {point}: atomic save killed, then recover", lambda w, p=point: case_crash(w, p))
           for point in ("written", "synced", "renamed")],
     ]
@@ -200,6 +207,62 @@ def case_missed(work, how):
     p = paralog_run(work / "local", prefix, cmd, remote=remote, env=ENV, check=False, timeout=120)
     check(p.returncode != 0, f"paralog run exited 0: {p.stderr[-400:]}")
     check(f"MISSED: {prefix}/s.txt" in p.stderr, f"no MISSED line naming the file: {p.stderr[-600:]}")
+
+
+def case_missed_status(work):
+    """While the program of a run waits (on a fifo), a file it wrote past
+    capture is named by `paralog status` (--json and the table), with the
+    MISSED lines of run, and the file it wrote through capture is not (with
+    the prefix as the remote, also once drained into the prefix). The run
+    then names it too and exits 3, and removes what it kept for status.
+    A server no run started: status says it did not check."""
+    prefix, local, fifo = work / "prefix", work / "local", work / "go"
+    prefix.mkdir()
+    os.mkfifo(fifo)
+    remote = None
+    if SEPARATE:
+        remote = work / "remote"
+        remote.mkdir()
+    script = (f"echo captured > {prefix}/c.txt; /usr/bin/env -u LD_PRELOAD /bin/sh -c 'echo x > {prefix}/s.txt'; "
+              f"cat {fifo} > /dev/null")
+    args = [BIN, "run", "--prefix", prefix, "--local", local, "--job", "t", "--mpi", "none"]
+    args += ["--remote", remote] if remote else []
+    proc = subprocess.Popen([*map(str, args), "--", "/bin/sh", "-c", script], env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline, st = time.time() + 60, None
+        while time.time() < deadline:
+            st = status(local, "t", env=ENV)
+            drained = SEPARATE or (prefix / "c.txt").exists()
+            if st and st["missed"].get("files") and drained:
+                break
+            time.sleep(0.1)
+        else:
+            fail(f"status never named the missed file: {st and st.get('missed')}")
+        missed = st["missed"]
+        check(missed["checked"] and missed["files"] == [f"{prefix}/s.txt"],
+              f"status --json named {missed.get('files')}, expected only s.txt")
+        check(missed["lines"][0].startswith(f"MISSED: {prefix}/s.txt was created or changed past capture"),
+              f"not run's MISSED line: {missed['lines']}")
+        table = run([BIN, "status", "--local", local, "--job", "t", "--once"], env=ENV, timeout=60).stdout
+        check(f"MISSED: {prefix}/s.txt" in table and f"MISSED: {prefix}/c.txt" not in table,
+              f"the table does not name s.txt alone: {table[-600:]}")
+        with open(fifo, "w") as f:
+            f.write("go\n")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        kill_tree(proc)
+    check(proc.returncode == 3, f"paralog run exited {proc.returncode}: {err[-500:]}")
+    check(f"MISSED: {prefix}/s.txt" in err and f"MISSED: {prefix}/c.txt" not in err, f"run's MISSED lines: {err[-600:]}")
+    left = [p.name for p in local.iterdir() if p.name.startswith(".paralog-snapshot")]
+    check(not left, f"run left {left} in {local}")
+    server = Server(work / "local2", remote or prefix, ENV, job="u")
+    try:
+        st = status(work / "local2", "u", env=ENV)
+        check(st and st["missed"]["checked"] is False and "no `paralog run` of job u" in st["missed"]["why"],
+              f"status of a server no run started: {st and st.get('missed')}")
+    finally:
+        server.kill()
 
 
 def case_crash(work, point):

@@ -226,10 +226,36 @@ fn live(sock: &std::path::Path) -> anyhow::Result<()> {
     }
 }
 
+/// The files written past capture so far (crate::missed), as lines for
+/// the table.
+fn print_missed(m: &serde_json::Value) {
+    if m["checked"] != true {
+        println!(
+            "past capture: not checked: {}",
+            m["why"].as_str().unwrap_or("?")
+        );
+        return;
+    }
+    let lines = m["lines"].as_array().map_or(&[][..], |a| a.as_slice());
+    if lines.is_empty() {
+        println!(
+            "past capture: no file under {} was created or changed past capture so far",
+            m["prefix"].as_str().unwrap_or("?")
+        );
+    }
+    for l in lines {
+        println!("{}", l.as_str().unwrap_or("?"));
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let sock = socket(&args)?;
-    let v = status::request(&sock, &Request::Status)?;
+    let mut v = status::request(&sock, &Request::Status)?;
     if args.json {
+        if v["cluster"] != true {
+            let root = std::path::Path::new(v["root"].as_str().unwrap_or_default());
+            v["missed"] = crate::missed::status_json(root, v["job"].as_str());
+        }
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -266,6 +292,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let st = status::request_status(&sock, &Request::Status)?;
     print_table(&st);
+    print_missed(&crate::missed::status_json(
+        std::path::Path::new(&st.root),
+        st.job.as_deref(),
+    ));
     Ok(if st.damaged > 0 {
         ExitCode::from(2)
     } else {
