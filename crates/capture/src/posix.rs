@@ -408,12 +408,15 @@ pub(crate) unsafe fn prefix_path(
 }
 
 /// Whether the node-local log knows this path (then it, not the real file,
-/// says whether the file exists); `None`: ask the real file system.
+/// says whether the file exists); `None`: ask the real file system. The
+/// same rule as a read-only open (`open_captured`): a file this job wrote
+/// stays capture's to answer once drained, so that a stat by path and an
+/// fstat of an open agree (`cp` refuses a source whose two differ).
 pub(crate) fn logged_state(abs: &Path) -> CResult<Option<(bool, u64)>> {
     let mut slot = lock();
     let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
     let c = st.committed(abs)?;
     let elsewhere = st.cfg.remote_root.as_ref() != Some(&st.cfg.prefix);
-    let known = !c.view.lf.epochs.is_empty() || (elsewhere && c.exists);
+    let known = c.known || (elsewhere && c.exists);
     Ok(known.then_some((c.exists, c.size)))
 }
