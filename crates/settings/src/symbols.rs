@@ -85,6 +85,8 @@ macro_rules! wrapped_symbols {
             unlinkat: fn(c_int, *const c_char, c_int) -> c_int;
             access: fn(*const c_char, c_int) -> c_int;
             faccessat: fn(c_int, *const c_char, c_int, c_int) -> c_int;
+            euidaccess: fn(*const c_char, c_int) -> c_int;
+            eaccess: fn(*const c_char, c_int) -> c_int;
             pwritev2: fn(c_int, *const iovec, c_int, off_t, c_int) -> ssize_t;
             pwritev64v2: fn(c_int, *const iovec, c_int, off64_t, c_int) -> ssize_t;
             preadv2: fn(c_int, *const iovec, c_int, off_t, c_int) -> ssize_t;
