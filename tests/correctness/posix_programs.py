@@ -12,7 +12,8 @@ nothing may be left in the prefix that the drain did not put there.
   identity     one path opened twice has one st_dev/st_ino (progs/identity.c)
   mmap         a shared writable mapping is refused at mmap, no SIGBUS (progs/mmap_write.c)
   entry points pwritev2/preadv2, sendfile, copy_file_range, splice, lio_listio,
-               syncfs, sync_file_range, faccessat (progs/entry_points.c)
+               syncfs, sync_file_range, faccessat, mkstemps, mkostemp,
+               euidaccess (progs/entry_points.c)
   freopen      freopen onto stdout, stdin, stderr and an fopen'ed stream, "w",
                "a", "r", "r+", "w+", mode changes (path NULL), a child of
                system() sharing the reopened stdout, no fclose before exit,

@@ -212,6 +212,120 @@ unsafe fn paralog_open_impl(
     }
 }
 
+// ---- mkstemp ---------------------------------------------------------------
+//
+// glibc's mkstemp family creates the file with its internal open, past the
+// wrappers (`sed -i` makes its temporary so, writes it and renames it over
+// the file). Under the prefix the name is made here and the file opened
+// through capture, as glibc does: O_RDWR | O_CREAT | O_EXCL, mode 0600, the
+// caller's extra flags, a new name while the one tried exists.
+
+const K_MKSTEMP: c_int = 0;
+const K_MKSTEMP64: c_int = 1;
+const K_MKOSTEMP: c_int = 2;
+const K_MKOSTEMP64: c_int = 3;
+const K_MKSTEMPS: c_int = 4;
+const K_MKSTEMPS64: c_int = 5;
+const K_MKOSTEMPS: c_int = 6;
+const K_MKOSTEMPS64: c_int = 7;
+
+unsafe fn mkstemp_impl(tmpl: *mut c_char, suffix: c_int, flags: c_int, kind: c_int) -> c_int {
+    if let Some(fd) = mkstemp_captured(tmpl, suffix, flags) {
+        return fd;
+    }
+    match kind {
+        K_MKSTEMP => pass!(mkstemp(tmpl), -1),
+        K_MKSTEMP64 => pass!(mkstemp64(tmpl), -1),
+        K_MKOSTEMP => pass!(mkostemp(tmpl, flags), -1),
+        K_MKOSTEMP64 => pass!(mkostemp64(tmpl, flags), -1),
+        K_MKSTEMPS => pass!(mkstemps(tmpl, suffix), -1),
+        K_MKSTEMPS64 => pass!(mkstemps64(tmpl, suffix), -1),
+        K_MKOSTEMPS => pass!(mkostemps(tmpl, suffix, flags), -1),
+        _ => pass!(mkostemps64(tmpl, suffix, flags), -1),
+    }
+}
+
+/// The file of a template under the prefix, through capture; `None`: not
+/// under the prefix (glibc makes it).
+unsafe fn mkstemp_captured(tmpl: *mut c_char, suffix: c_int, flags: c_int) -> Option<c_int> {
+    if tmpl.is_null() || !crate::stdio::maybe_captured(tmpl) {
+        return None;
+    }
+    let len = CStr::from_ptr(tmpl).to_bytes().len();
+    let Some(end) = usize::try_from(suffix)
+        .ok()
+        .and_then(|s| len.checked_sub(s))
+    else {
+        set_errno(libc::EINVAL);
+        return Some(-1);
+    };
+    let name = std::slice::from_raw_parts_mut(tmpl as *mut u8, len);
+    if end < 6 || &name[end - 6..end] != b"XXXXXX" {
+        set_errno(libc::EINVAL);
+        return Some(-1);
+    }
+    const CHARS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
+    for _ in 0..1000 {
+        let mut r = [0u8; 6];
+        if libc::syscall(libc::SYS_getrandom, r.as_mut_ptr(), r.len(), 0) != 6 {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+                ^ u64::from(std::process::id()) << 32;
+            r.copy_from_slice(&t.to_le_bytes()[..6]);
+        }
+        for (c, x) in name[end - 6..end].iter_mut().zip(r) {
+            *c = CHARS[x as usize % CHARS.len()];
+        }
+        let fd = paralog_open_impl(libc::AT_FDCWD, tmpl, flags, 0o600, K_OPEN);
+        if fd >= 0 || state::errno() != libc::EEXIST {
+            return Some(fd);
+        }
+    }
+    Some(-1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkstemp(tmpl: *mut c_char) -> c_int {
+    mkstemp_impl(tmpl, 0, 0, K_MKSTEMP)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkstemp64(tmpl: *mut c_char) -> c_int {
+    mkstemp_impl(tmpl, 0, 0, K_MKSTEMP64)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkostemp(tmpl: *mut c_char, flags: c_int) -> c_int {
+    mkstemp_impl(tmpl, 0, flags, K_MKOSTEMP)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkostemp64(tmpl: *mut c_char, flags: c_int) -> c_int {
+    mkstemp_impl(tmpl, 0, flags, K_MKOSTEMP64)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkstemps(tmpl: *mut c_char, suffix: c_int) -> c_int {
+    mkstemp_impl(tmpl, suffix, 0, K_MKSTEMPS)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkstemps64(tmpl: *mut c_char, suffix: c_int) -> c_int {
+    mkstemp_impl(tmpl, suffix, 0, K_MKSTEMPS64)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkostemps(tmpl: *mut c_char, suffix: c_int, flags: c_int) -> c_int {
+    mkstemp_impl(tmpl, suffix, flags, K_MKOSTEMPS)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkostemps64(tmpl: *mut c_char, suffix: c_int, flags: c_int) -> c_int {
+    mkstemp_impl(tmpl, suffix, flags, K_MKOSTEMPS64)
+}
+
 /// A descriptor the real open returned that the table still lists as
 /// captured was closed past the wrappers (glibc's fclose of stdout on an
 /// inherited placeholder): it is the program's plain file now.

@@ -156,7 +156,7 @@ unsafe fn cookie_stream(fd: c_int, mode: *const c_char) -> *mut FILE {
 
 /// Is this path one capture may take (under the prefix, capture on or
 /// misconfigured)? Decided without the state lock.
-unsafe fn maybe_captured(path: *const c_char) -> bool {
+pub(crate) unsafe fn maybe_captured(path: *const c_char) -> bool {
     if path.is_null() {
         return false;
     }

@@ -20,6 +20,14 @@ macro_rules! wrapped_symbols {
             __openat64_2: fn(c_int, *const c_char, c_int) -> c_int;
             creat: fn(*const c_char, mode_t) -> c_int;
             creat64: fn(*const c_char, mode_t) -> c_int;
+            mkstemp: fn(*mut c_char) -> c_int;
+            mkstemp64: fn(*mut c_char) -> c_int;
+            mkostemp: fn(*mut c_char, c_int) -> c_int;
+            mkostemp64: fn(*mut c_char, c_int) -> c_int;
+            mkstemps: fn(*mut c_char, c_int) -> c_int;
+            mkstemps64: fn(*mut c_char, c_int) -> c_int;
+            mkostemps: fn(*mut c_char, c_int, c_int) -> c_int;
+            mkostemps64: fn(*mut c_char, c_int, c_int) -> c_int;
             fcntl: fn(c_int, c_int, libc::c_ulong) -> c_int;
             fcntl64: fn(c_int, c_int, libc::c_ulong) -> c_int;
             close: fn(c_int) -> c_int;
