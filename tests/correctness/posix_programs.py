@@ -36,6 +36,8 @@ nothing may be left in the prefix that the drain did not put there.
   locks        HDF5's file locking, flock and lockf between two processes
   shell        bash with >, >>, 2>, a pipeline into a file, cat of a captured file
   tools        tar -x of an archive, cp and dd into the prefix
+  coreutils    shuf -o, uniq IN OUT, ptx, tsort (freopen), sort -o in place,
+               sed -i, cp of a file the run wrote, awk's > and >>
 
 With `--remote prefix` the prefix itself is the remote (the default of
 `paralog run`), and the prefix after the drain must equal the direct tree.
@@ -100,6 +102,20 @@ SHELL = ("echo hello > {d}/r.txt; echo more >> {d}/r.txt; ls /nonexistent-paralo
          "cat {d}/r.txt {d}/pipe.txt | wc -c; true")
 
 
+# Coreutils that freopen their output or input (shuf -o, uniq IN OUT, ptx
+# -G IN OUT, tsort), sort -o in place (its inputs checked with euidaccess),
+# sed -i, cp of a file the run wrote (stat and fstat must agree once it is
+# drained), awk's redirections.
+COREUTILS = ("set -e; cd {d}; seq 1 3000 | awk '{{print int($1/3) \" line \" $1 % 7}}' > in.txt; "
+             "head -c 100000 /bin/sh > seed.bin; shuf --random-source=seed.bin -o shuf.txt in.txt; "
+             "uniq in.txt uniq.txt; uniq -c shuf.txt uniqc.txt; ptx -G uniq.txt ptx.txt; "
+             "printf 'a b\\nb c\\nc d\\na d\\n' > pairs.txt; tsort pairs.txt > tsort.txt; "
+             "sort -o sorted.txt -k3,3 -k1,1n shuf.txt; sort -o shuf.txt shuf.txt; sleep 0.3; "
+             "cp in.txt sed.txt; sed -i 's/line/LINE/; 3d' sed.txt; "
+             "awk '{{ print $3 > (\"by-\" $3 \".txt\") }} END {{ print NR >> \"count.txt\" }}' in.txt; "
+             "md5sum *.txt; true")
+
+
 def make_archive(work):
     src = work / "src"
     (src / "sub/deeper").mkdir(parents=True)
@@ -138,8 +154,10 @@ def cases():
         ("locks: HDF5's file lock, flock and lockf between processes", lambda w: compare(w, py("locks"))),
         ("shell: >, >>, 2>, pipeline, cat", lambda w: compare(w, lambda d: ["/bin/bash", "-c", SHELL.format(d=d)])),
         ("tools: tar -x, cp, dd", lambda w: compare(w, tools_cmd(w))),
+        ("coreutils: shuf -o, uniq, ptx, tsort, sort -o in place, sed -i, cp, awk >",
+         lambda w: compare(w, lambda d: ["/bin/bash", "-c", COREUTILS.format(d=d)])),
         ("mmap: writable shared mapping refused, no SIGBUS", case_mmap),
-        ("entry points: pwritev2, preadv2, sendfile, copy_file_range, splice, lio_listio, syncfs, ...",
+        ("entry points: pwritev2, preadv2, sendfile, copy_file_range, splice, lio_listio, syncfs, mkstemps, ...",
          lambda w: compare(w, lambda d: [exe("entry_points"), d, os.path.realpath(PY)])),
         *[(f"freopen {how}: {what}", lambda w, h=how: compare(w, lambda d: [exe("freopen_io"), h, d]))
           for how, what in (("stdout", "stdout reopened, printf/puts, fclose, read back, stdin \"r\", stderr"),
