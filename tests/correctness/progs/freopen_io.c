@@ -41,6 +41,29 @@ static char *path(const char *dir, const char *name) {
     return r;
 }
 
+/* freopen, which must return the stream it was given. */
+static void reopen(const char *p, const char *mode, FILE *f) {
+    if (freopen(p, mode, f) != f) {
+        fprintf(f == stderr ? stdout : stderr, "freopen_io: freopen of %s \"%s\" (errno %d)\n", p ? p : "NULL", mode,
+                errno);
+        exit(1);
+    }
+}
+
+/* fopen, and a first line. */
+static FILE *open_with(const char *p, const char *mode, const char *text) {
+    FILE *f = fopen(p, mode);
+    if (!f) fail(p);
+    fputs(text, f);
+    return f;
+}
+
+/* freopen, and a line into the reopened stream. */
+static void reopen_with(const char *p, const char *mode, FILE *f, const char *text) {
+    reopen(p, mode, f);
+    fputs(text, f);
+}
+
 /* The whole content of a file read through a fresh stream. */
 static char *slurp(FILE *f, size_t *n) {
     size_t cap = 1 << 16, len = 0;
@@ -78,7 +101,7 @@ static int case_stdout(const char *dir) {
     printf("to the original stdout\n");
     fflush(stdout);
     char *out = path(dir, "out.txt");
-    if (freopen(out, "w", stdout) != stdout) fail("freopen stdout");
+    reopen(out, "w", stdout);
     for (int i = 0; i < 2000; i++) printf(LINE, i, i * 7);
     puts("end");
     if (fclose(stdout) != 0) fail("fclose stdout");
@@ -87,48 +110,42 @@ static int case_stdout(const char *dir) {
     strcpy(want + n, "end\n");
     n += 4;
     same_file(out, want, n, NULL);
-    if (freopen(out, "r", stdin) != stdin) fail("freopen stdin");
+    reopen(out, "r", stdin);
     same_file(out, want, n, stdin);
-    if (freopen(path(dir, "err.txt"), "w", stderr) != stderr) fail("freopen stderr");
+    reopen(path(dir, "err.txt"), "w", stderr);
     for (int i = 0; i < 100; i++) fprintf(stderr, "diagnostic %d\n", i);
     fputs("no fclose of stderr\n", stderr);
     return 0;
 }
 
 static int case_exit(const char *dir) {
-    if (freopen(path(dir, "o.txt"), "w", stdout) != stdout) fail("freopen stdout");
+    reopen(path(dir, "o.txt"), "w", stdout);
     for (int i = 0; i < 50; i++) printf("buffered %d\n", i);
     return 0;
 }
 
 static int case_stream(const char *dir) {
     char line[256];
-    FILE *f = fopen(path(dir, "a.txt"), "w");
-    if (!f) fail("fopen a.txt");
-    fputs("first file\n", f);
-    if (freopen(path(dir, "b.txt"), "w", f) != f) fail("freopen onto b.txt");
-    fputs("second file\n", f);
+    FILE *f = open_with(path(dir, "a.txt"), "w", "first file\n");
+    reopen_with(path(dir, "b.txt"), "w", f, "second file\n");
     if (ftell(f) != 12) fail("ftell after the reopen");
-    if (freopen(NULL, "a", f) != f) fail("freopen NULL a");
-    fputs("appended after a mode change\n", f);
-    if (freopen(path(dir, "a.txt"), "r", f) != f) fail("freopen a.txt r");
+    reopen_with(NULL, "a", f, "appended after a mode change\n");
+    reopen(path(dir, "a.txt"), "r", f);
     if (!fgets(line, sizeof line, f) || strcmp(line, "first file\n") != 0) fail("read a.txt back");
     if (fgetc(f) != EOF || !feof(f)) fail("a.txt EOF");
-    if (freopen(path(dir, "b.txt"), "r+", f) != f) fail("freopen b.txt r+");
+    reopen(path(dir, "b.txt"), "r+", f);
     if (feof(f)) fail("EOF indicator kept across freopen");
     if (fseek(f, 0, SEEK_SET) != 0) fail("fseek b.txt");
     fputs("SECOND", f);
     if (fseek(f, 0, SEEK_SET) != 0) fail("fseek b.txt again");
     if (!fgets(line, sizeof line, f) || strcmp(line, "SECOND file\n") != 0) fail("b.txt first line");
     if (!fgets(line, sizeof line, f) || strcmp(line, "appended after a mode change\n") != 0) fail("b.txt second line");
-    if (freopen(path(dir, "c.txt"), "w+", f) != f) fail("freopen c.txt w+");
+    reopen(path(dir, "c.txt"), "w+", f);
     fputs("written and read back\n", f);
     rewind(f);
     if (!fgets(line, sizeof line, f) || strcmp(line, "written and read back\n") != 0) fail("c.txt read back");
     if (fclose(f) != 0) fail("fclose");
-    FILE *h = fopen(path(dir, "d.txt"), "w");
-    if (!h) fail("fopen d.txt");
-    fputs("d\n", h);
+    FILE *h = open_with(path(dir, "d.txt"), "w", "d\n");
     errno = 0;
     if (freopen(path(dir, "a.txt"), "wx", h) != NULL || errno != EEXIST) fail("freopen wx of an existing file");
     same_file(path(dir, "a.txt"), "first file\n", 11, NULL);
@@ -139,22 +156,16 @@ static int case_stream(const char *dir) {
 
 static int case_append(const char *dir) {
     char *log = path(dir, "log.txt"), *log2 = path(dir, "log2.txt");
-    FILE *f = fopen(log, "w");
-    if (!f) fail("fopen log.txt");
-    fputs("header\n", f);
+    FILE *f = open_with(log, "w", "header\n");
     fclose(f);
     printf("before the reopen\n");
     fflush(stdout);
-    if (freopen(log, "a", stdout) != stdout) fail("freopen stdout a");
+    reopen(log, "a", stdout);
     for (int i = 0; i < 500; i++) printf("appended %d\n", i);
     if (fclose(stdout) != 0) fail("fclose stdout");
-    f = fopen(log, "a");
-    if (!f) fail("fopen a");
-    fputs("through fopen a\n", f);
-    if (freopen(log2, "a", f) != f) fail("freopen log2 a");
-    fputs("a new file\n", f);
-    if (freopen(log, "a", f) != f) fail("freopen log a");
-    fputs("again\n", f);
+    f = open_with(log, "a", "through fopen a\n");
+    reopen_with(log2, "a", f, "a new file\n");
+    reopen_with(log, "a", f, "again\n");
     fclose(f);
     static char all[16384];
     size_t at = snprintf(all, sizeof all, "header\n");
@@ -162,7 +173,7 @@ static int case_append(const char *dir) {
     snprintf(all + at, sizeof all - at, "through fopen a\nagain\n");
     same_file(log, all, strlen(all), NULL);
     same_file(log2, "a new file\n", 11, NULL);
-    if (freopen(path(dir, "log3.txt"), "a", stderr) != stderr) fail("freopen stderr a");
+    reopen(path(dir, "log3.txt"), "a", stderr);
     fputs("stderr appends\n", stderr);
     return 0;
 }
@@ -171,19 +182,15 @@ static int case_outside(const char *dir, const char *out) {
     char line[256];
     mkdir(out, 0755);
     char *x = path(out, "x.txt"), *y = path(out, "y.txt");
-    if (freopen(x, "w", stdout) != stdout) fail("freopen stdout outside");
+    reopen(x, "w", stdout);
     printf("outside the prefix\n");
     if (fclose(stdout) != 0) fail("fclose stdout");
     same_file(x, "outside the prefix\n", 19, NULL);
-    if (freopen(x, "r", stdin) != stdin) fail("freopen stdin outside");
+    reopen(x, "r", stdin);
     if (!fgets(line, sizeof line, stdin) || strcmp(line, "outside the prefix\n") != 0) fail("stdin outside");
-    FILE *f = fopen(path(dir, "c.txt"), "w");
-    if (!f) fail("fopen c.txt");
-    fputs("captured\n", f);
-    if (freopen(y, "w", f) != f) fail("freopen onto y.txt");
-    fputs("moved outside\n", f);
-    if (freopen(NULL, "a", f) != f) fail("freopen NULL a outside");
-    fputs("and appended\n", f);
+    FILE *f = open_with(path(dir, "c.txt"), "w", "captured\n");
+    reopen_with(y, "w", f, "moved outside\n");
+    reopen_with(NULL, "a", f, "and appended\n");
     fclose(f);
     same_file(y, "moved outside\nand appended\n", 27, NULL);
     same_file(path(dir, "c.txt"), "captured\n", 9, NULL);
@@ -192,12 +199,12 @@ static int case_outside(const char *dir, const char *out) {
 
 static int case_child(const char *dir) {
     char *out = path(dir, "out.txt");
-    if (freopen(out, "w", stdout) != stdout) fail("freopen stdout");
+    reopen(out, "w", stdout);
     printf("parent before\n");
     fflush(stdout);
     if (system("echo child; printf 'child printf\\n'") != 0) fail("system");
     printf("parent after\n");
-    if (freopen(NULL, "a", stdout) != stdout) fail("freopen NULL a");
+    reopen(NULL, "a", stdout);
     printf("after the mode change\n");
     if (fclose(stdout) != 0) fail("fclose");
     const char *want = "parent before\nchild\nchild printf\nparent after\nafter the mode change\n";
