@@ -17,7 +17,8 @@ nothing may be left in the prefix that the drain did not put there.
   freopen      freopen onto stdout, stdin, stderr and an fopen'ed stream, "w",
                "a", "r", "r+", "w+", mode changes (path NULL), a child of
                system() sharing the reopened stdout, no fclose before exit,
-               freopen outside the prefix; "w+" onto stdout refused
+               freopen outside the prefix; "w+" onto stdout refused;
+               out-of-sequence writes to a reopened stdout REFUSED
                (progs/freopen_io.c)
   missed       a static binary, and a child with LD_PRELOAD removed, write a
                file under the prefix: the run names it (MISSED) and exits 3;
@@ -47,6 +48,7 @@ Ends with "posix programs (... remote): N passed, N failed".
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -167,6 +169,7 @@ def cases():
                             ("child", "reopened stdout shared with a child of system(), then path NULL"))],
         ("freopen outside: outside the prefix as before; a captured stream moved outside", case_freopen_outside),
         ("freopen refused: \"w+\" onto stdout refused with a line, stdout kept", case_freopen_refused),
+        ("freopen seek: out-of-sequence writes to a reopened stdout are REFUSED, not lost", case_freopen_seek),
         ("missed static: a static binary's file is named, run exits non-zero", lambda w: case_missed(w, "static")),
         ("missed no-preload: a child without LD_PRELOAD is named", lambda w: case_missed(w, "no-preload")),
         ("missed status: paralog status names the file while the run goes on", case_missed_status),
@@ -210,6 +213,25 @@ def case_freopen_refused(work):
     check(f"freopen of {prefix}/rw.txt with mode \"w+\"" in p.stderr, f"no line naming the file: {p.stderr[-500:]}")
     check("freopen w+ of stdout: Operation not supported" in p.stderr, f"not refused: {p.stderr[-500:]}")
     check(p.stdout.startswith("written to stdout\n"), f"stdout was not kept: {p.stdout[:200]!r}")
+
+
+def case_freopen_seek(work):
+    """glibc writes a reopened stdout past capture into the placeholder;
+    writes out of sequence there (an fseek back, an ftell of an appending
+    stream) cannot be placed: each file is REFUSED by name and the run
+    exits non-zero, its bytes never dropped silently."""
+    prefix = work / "prefix"
+    prefix.mkdir()
+    remote = None
+    if SEPARATE:
+        remote = work / "remote"
+        remote.mkdir()
+    p = paralog_run(work / "local", prefix, [BUILD / "freopen_io", "seek", prefix], remote=remote, env=ENV,
+                    check=False, timeout=120)
+    check(p.returncode == 3, f"paralog run exited {p.returncode}: {p.stderr[-500:]}")
+    for name in ("w.txt", "a.txt"):
+        check(re.search(rf"REFUSED: \d+ bytes reached {re.escape(str(prefix))}/{name} ", p.stderr),
+              f"{name} not refused by name: {p.stderr[-800:]}")
 
 
 def case_missed(work, how):

@@ -504,10 +504,15 @@ impl State {
     /// Forget a descriptor (the caller closes it). Returns its handle.
     pub fn detach_fd(&mut self, fd: c_int) -> Option<u64> {
         let _ = self.harvest(fd);
-        let probe = self.sentinel_fd(fd);
+        // Measured before the last reference goes: that closes the private
+        // duplicate a shared placeholder is probed through.
+        let left = self
+            .sentinel_fd(fd)
+            .and_then(sentinel_len)
+            .filter(|&n| n > 0);
         let e = self.unregister_fd(fd)?;
         if let Some(h) = self.handles.get_mut(&e.handle) {
-            if let Some(n) = probe.and_then(sentinel_len).filter(|&n| n > 0) {
+            if let Some(n) = left {
                 h.bypass.get_or_insert_with(|| {
                     format!(
                         "{} bytes reached {} without passing through capture",
@@ -569,8 +574,9 @@ impl State {
         }
         if let Some(msg) = &h.bypass {
             let line = format!(
-                "{msg} (an uninterposed call, AIO or a raw syscall wrote to the file): this epoch cannot be committed; \
-                 run `paralog check-symbols` on the program"
+                "{msg} (an uninterposed call, AIO or a raw syscall wrote to the file, or stdio wrote out of sequence \
+                 into a descriptor it shares with capture, as after an fseek on a reopened stdout): \
+                 this epoch cannot be committed; run `paralog check-symbols` on the program"
             );
             report::line(&line);
             crate::stats::refused(&line);

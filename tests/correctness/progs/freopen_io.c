@@ -16,6 +16,10 @@
  *          OUT/y.txt and changed to "a" (path NULL).
  * child    stdout reopened onto DIR/out.txt, then shared with a child
  *          (system) that writes to it too, then a mode change (path NULL, "a").
+ * seek     stdout reopened "w" onto DIR/w.txt, written out of sequence
+ *          (fseek back), then "a" onto DIR/a.txt with an ftell after a
+ *          write (glibc seeks to the end of what it writes into): capture
+ *          must refuse both files loudly, not lose their bytes silently.
  * refused  freopen(DIR/rw.txt, "w+", stdout): says on stderr whether it was
  *          reopened or refused, then writes to stdout (still the old one if
  *          refused).
@@ -212,6 +216,21 @@ static int case_child(const char *dir) {
     return 0;
 }
 
+static int case_seek(const char *dir) {
+    reopen(path(dir, "w.txt"), "w", stdout);
+    printf("abc\n");
+    fseek(stdout, 10, SEEK_SET);
+    printf("def\n");
+    fseek(stdout, 1, SEEK_SET);
+    printf("Z");
+    char *a = path(dir, "a.txt");
+    fclose(open_with(a, "w", "0123456789\n"));
+    reopen(a, "a", stdout);
+    printf("x\n");
+    printf("at %ld\n", ftell(stdout));
+    return 0;
+}
+
 static int case_refused(const char *dir) {
     FILE *r = freopen(path(dir, "rw.txt"), "w+", stdout);
     fprintf(stderr, "freopen w+ of stdout: %s\n", r ? "reopened" : strerror(errno));
@@ -228,6 +247,7 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "append")) return case_append(dir);
     if (!strcmp(c, "outside") && argc == 4) return case_outside(dir, argv[3]);
     if (!strcmp(c, "child")) return case_child(dir);
+    if (!strcmp(c, "seek")) return case_seek(dir);
     if (!strcmp(c, "refused")) return case_refused(dir);
     fail("unknown case");
 }
