@@ -189,6 +189,18 @@ def case_mmap(work):
     check("m.bin" in out, f"no line naming the file: {out[-500:]}")
 
 
+def dirs(work):
+    """A run's prefix, and its remote: a directory of its own, or None when
+    the prefix is the remote (--remote prefix)."""
+    prefix = work / "prefix"
+    prefix.mkdir()
+    if not SEPARATE:
+        return prefix, None
+    remote = work / "remote"
+    remote.mkdir()
+    return prefix, remote
+
+
 def case_freopen_outside(work):
     """freopen onto files outside the prefix: the program checks them; both
     runs leave the same files there."""
@@ -201,12 +213,7 @@ def case_freopen_refused(work):
     """A read-write freopen of a path under the prefix onto stdout (glibc
     would read the placeholder past capture) fails with ENOTSUP and a line
     naming the file; the stream stays as it was."""
-    prefix = work / "prefix"
-    prefix.mkdir()
-    remote = None
-    if SEPARATE:
-        remote = work / "remote"
-        remote.mkdir()
+    prefix, remote = dirs(work)
     p = paralog_run(work / "local", prefix, [BUILD / "freopen_io", "refused", prefix], remote=remote, env=ENV,
                     check=False, timeout=120)
     check(p.returncode == 0, f"paralog run exited {p.returncode}: {p.stderr[-500:]}")
@@ -220,12 +227,7 @@ def case_freopen_seek(work):
     writes out of sequence there (an fseek back, an ftell of an appending
     stream) cannot be placed: each file is REFUSED by name and the run
     exits non-zero, its bytes never dropped silently."""
-    prefix = work / "prefix"
-    prefix.mkdir()
-    remote = None
-    if SEPARATE:
-        remote = work / "remote"
-        remote.mkdir()
+    prefix, remote = dirs(work)
     p = paralog_run(work / "local", prefix, [BUILD / "freopen_io", "seek", prefix], remote=remote, env=ENV,
                     check=False, timeout=120)
     check(p.returncode == 3, f"paralog run exited {p.returncode}: {p.stderr[-500:]}")
@@ -237,14 +239,9 @@ def case_freopen_seek(work):
 def case_missed(work, how):
     """A file written where capture cannot see it is named at the end of
     the run, which exits non-zero although the program exited 0."""
-    prefix = work / "prefix"
-    prefix.mkdir()
+    prefix, remote = dirs(work)
     cmd = {"static": [BUILD / "static_write", prefix / "s.txt"],
            "no-preload": ["/usr/bin/env", "-u", "LD_PRELOAD", "/bin/sh", "-c", f"echo x > {prefix}/s.txt"]}[how]
-    remote = None
-    if SEPARATE:
-        remote = work / "remote"
-        remote.mkdir()
     p = paralog_run(work / "local", prefix, cmd, remote=remote, env=ENV, check=False, timeout=120)
     check(p.returncode != 0, f"paralog run exited 0: {p.stderr[-400:]}")
     check(f"MISSED: {prefix}/s.txt" in p.stderr, f"no MISSED line naming the file: {p.stderr[-600:]}")
@@ -257,13 +254,9 @@ def case_missed_status(work):
     the prefix as the remote, also once drained into the prefix). The run
     then names it too and exits 3, and removes what it kept for status.
     A server no run started: status says it did not check."""
-    prefix, local, fifo = work / "prefix", work / "local", work / "go"
-    prefix.mkdir()
+    local, fifo = work / "local", work / "go"
+    prefix, remote = dirs(work)
     os.mkfifo(fifo)
-    remote = None
-    if SEPARATE:
-        remote = work / "remote"
-        remote.mkdir()
     script = (f"echo captured > {prefix}/c.txt; /usr/bin/env -u LD_PRELOAD /bin/sh -c 'echo x > {prefix}/s.txt'; "
               f"cat {fifo} > /dev/null")
     args = [BIN, "run", "--prefix", prefix, "--local", local, "--job", "t", "--mpi", "none"]
