@@ -12,9 +12,19 @@ nothing may be left in the prefix that the drain did not put there.
   identity     one path opened twice has one st_dev/st_ino (progs/identity.c)
   mmap         a shared writable mapping is refused at mmap, no SIGBUS (progs/mmap_write.c)
   entry points pwritev2/preadv2, sendfile, copy_file_range, splice, lio_listio,
-               syncfs, sync_file_range, faccessat (progs/entry_points.c)
+               syncfs, sync_file_range, faccessat, mkstemps, mkostemp,
+               euidaccess (progs/entry_points.c)
+  freopen      freopen onto stdout, stdin, stderr and an fopen'ed stream, "w",
+               "a", "r", "r+", "w+", mode changes (path NULL), a child of
+               system() sharing the reopened stdout, no fclose before exit,
+               freopen outside the prefix; "w+" onto stdout refused;
+               out-of-sequence writes to a reopened stdout REFUSED
+               (progs/freopen_io.c)
   missed       a static binary, and a child with LD_PRELOAD removed, write a
-               file under the prefix: the run names it (MISSED) and exits 3
+               file under the prefix: the run names it (MISSED) and exits 3;
+               `paralog status` names it while the run goes on (and not the
+               captured file beside it), and says it cannot check a server
+               that no run started
   crash        the atomic save killed (SIGKILL) before its fsync, between fsync
                and rename, after the rename; then `paralog recover` with no
                server (progs/atomic_crash.py)
@@ -29,6 +39,8 @@ nothing may be left in the prefix that the drain did not put there.
   tools        tar -x of an archive (with symbolic links, one GNU tar delays),
                cp, dd, sort -o, sed -i, ln -s, realpath, readlink -f in the prefix
   tempfiles    mkstemp + fsync + rename, mkostemps, mkdtemp (progs/tempfiles.c)
+  coreutils    shuf -o, uniq IN OUT, ptx, tsort (freopen), sort -o in place,
+               sed -i, cp of a file the run wrote, awk's > and >>
 
 With `--remote prefix` the prefix itself is the remote (the default of
 `paralog run`), and the prefix after the drain must equal the direct tree.
@@ -38,15 +50,19 @@ Ends with "posix programs (... remote): N passed, N failed".
 """
 import argparse
 import os
+import re
+import subprocess
 import sys
 import tarfile
+import time
 
 from tests.lib.check import Suite, check, fail
 from tests.lib.compare import tree, tree_difference
 from tests.lib.mpi import compile_program, mpi_env
-from tests.lib.paralog import capture_env, paralog_run
+from tests.lib.paralog import capture_env, paralog_run, status
 from tests.lib.paths import BIN, PY, ROOT, TARGET
-from tests.lib.proc import run
+from tests.lib.proc import kill_tree, run
+from tests.lib.server import Server
 
 PROGS = ROOT / "tests/correctness/progs"
 BUILD = TARGET / "posix-programs"
@@ -57,7 +73,7 @@ def build():
     for src, cc, extra in (("stdio_ckpt.c", "cc", []), ("exit_open.c", "cc", []), ("identity.c", "cc", []),
                            ("mmap_write.c", "cc", []), ("fstream_ckpt.cpp", "c++", []),
                            ("static_write.c", "cc", ["-static"]), ("entry_points.c", "cc", []),
-                           ("tempfiles.c", "cc", [])):
+                           ("tempfiles.c", "cc", []), ("freopen_io.c", "cc", [])):
         compile_program(cc, PROGS / src, BUILD / src.rsplit(".", 1)[0], "-O2", "-Wall", "-Werror", *extra, always=True)
 
 
@@ -88,6 +104,20 @@ def compare(work, cmd, expect_rc=0):
 SHELL = ("echo hello > {d}/r.txt; echo more >> {d}/r.txt; ls /nonexistent-paralog 2> {d}/err.txt; "
          "seq 1 3000 | sort -r | head -100 > {d}/pipe.txt; cat {d}/r.txt > {d}/copy.txt; "
          "cat {d}/r.txt {d}/pipe.txt | wc -c; true")
+
+
+# Coreutils that freopen their output or input (shuf -o, uniq IN OUT, ptx
+# -G IN OUT, tsort), sort -o in place (its inputs checked with euidaccess),
+# sed -i, cp of a file the run wrote (stat and fstat must agree once it is
+# drained), awk's redirections.
+COREUTILS = ("set -e; cd {d}; seq 1 3000 | awk '{{print int($1/3) \" line \" $1 % 7}}' > in.txt; "
+             "head -c 100000 /bin/sh > seed.bin; shuf --random-source=seed.bin -o shuf.txt in.txt; "
+             "uniq in.txt uniq.txt; uniq -c shuf.txt uniqc.txt; ptx -G uniq.txt ptx.txt; "
+             "printf 'a b\\nb c\\nc d\\na d\\n' > pairs.txt; tsort pairs.txt > tsort.txt; "
+             "sort -o sorted.txt -k3,3 -k1,1n shuf.txt; sort -o shuf.txt shuf.txt; sleep 0.3; "
+             "cp in.txt sed.txt; sed -i 's/line/LINE/; 3d' sed.txt; "
+             "awk '{{ print $3 > (\"by-\" $3 \".txt\") }} END {{ print NR >> \"count.txt\" }}' in.txt; "
+             "md5sum *.txt; true")
 
 
 def make_archive(work):
@@ -137,11 +167,23 @@ def cases():
         ("shell: >, >>, 2>, pipeline, cat", lambda w: compare(w, lambda d: ["/bin/bash", "-c", SHELL.format(d=d)])),
         ("tools: tar -x (with links), cp, dd, sort -o, sed -i, ln -s, realpath", lambda w: compare(w, tools_cmd(w))),
         ("tempfiles: mkstemp + rename, mkostemps, mkdtemp", lambda w: compare(w, lambda d: [exe("tempfiles"), d])),
+        ("coreutils: shuf -o, uniq, ptx, tsort, sort -o in place, sed -i, cp, awk >",
+         lambda w: compare(w, lambda d: ["/bin/bash", "-c", COREUTILS.format(d=d)])),
         ("mmap: writable shared mapping refused, no SIGBUS", case_mmap),
-        ("entry points: pwritev2, preadv2, sendfile, copy_file_range, splice, lio_listio, syncfs, ...",
+        ("entry points: pwritev2, preadv2, sendfile, copy_file_range, splice, lio_listio, syncfs, mkstemps, ...",
          lambda w: compare(w, lambda d: [exe("entry_points"), d, os.path.realpath(PY)])),
+        *[(f"freopen {how}: {what}", lambda w, h=how: compare(w, lambda d: [exe("freopen_io"), h, d]))
+          for how, what in (("stdout", "stdout reopened, printf/puts, fclose, read back, stdin \"r\", stderr"),
+                            ("exit", "stdout reopened, printf, no fclose: exit flushes it"),
+                            ("stream", "an fopen'ed stream reopened onto other files, modes r/r+/w+/a, path NULL"),
+                            ("append", "\"a\" onto stdout, stderr and an fopen'ed stream"),
+                            ("child", "reopened stdout shared with a child of system(), then path NULL"))],
+        ("freopen outside: outside the prefix as before; a captured stream moved outside", case_freopen_outside),
+        ("freopen refused: \"w+\" onto stdout refused with a line, stdout kept", case_freopen_refused),
+        ("freopen seek: out-of-sequence writes to a reopened stdout are REFUSED, not lost", case_freopen_seek),
         ("missed static: a static binary's file is named, run exits non-zero", lambda w: case_missed(w, "static")),
         ("missed no-preload: a child without LD_PRELOAD is named", lambda w: case_missed(w, "no-preload")),
+        ("missed status: paralog status names the file while the run goes on", case_missed_status),
         *[(f"crash {point}: atomic save killed, then recover", lambda w, p=point: case_crash(w, p))
           for point in ("written", "synced", "renamed")],
     ]
@@ -158,20 +200,114 @@ def case_mmap(work):
     check("m.bin" in out, f"no line naming the file: {out[-500:]}")
 
 
+def dirs(work):
+    """A run's prefix, and its remote: a directory of its own, or None when
+    the prefix is the remote (--remote prefix)."""
+    prefix = work / "prefix"
+    prefix.mkdir()
+    if not SEPARATE:
+        return prefix, None
+    remote = work / "remote"
+    remote.mkdir()
+    return prefix, remote
+
+
+def case_freopen_outside(work):
+    """freopen onto files outside the prefix: the program checks them; both
+    runs leave the same files there."""
+    compare(work, lambda d: [BUILD / "freopen_io", "outside", d, f"{d}-outside"])
+    why = tree_difference(tree(work / "direct-outside"), tree(work / "prefix-outside"))
+    check(not why, f"the files outside the prefix differ: {why}")
+
+
+def case_freopen_refused(work):
+    """A read-write freopen of a path under the prefix onto stdout (glibc
+    would read the placeholder past capture) fails with ENOTSUP and a line
+    naming the file; the stream stays as it was."""
+    prefix, remote = dirs(work)
+    p = paralog_run(work / "local", prefix, [BUILD / "freopen_io", "refused", prefix], remote=remote, env=ENV,
+                    check=False, timeout=120)
+    check(p.returncode == 0, f"paralog run exited {p.returncode}: {p.stderr[-500:]}")
+    check(f"freopen of {prefix}/rw.txt with mode \"w+\"" in p.stderr, f"no line naming the file: {p.stderr[-500:]}")
+    check("freopen w+ of stdout: Operation not supported" in p.stderr, f"not refused: {p.stderr[-500:]}")
+    check(p.stdout.startswith("written to stdout\n"), f"stdout was not kept: {p.stdout[:200]!r}")
+
+
+def case_freopen_seek(work):
+    """glibc writes a reopened stdout past capture into the placeholder;
+    writes out of sequence there (an fseek back, an ftell of an appending
+    stream) cannot be placed: each file is REFUSED by name and the run
+    exits non-zero, its bytes never dropped silently."""
+    prefix, remote = dirs(work)
+    p = paralog_run(work / "local", prefix, [BUILD / "freopen_io", "seek", prefix], remote=remote, env=ENV,
+                    check=False, timeout=120)
+    check(p.returncode == 3, f"paralog run exited {p.returncode}: {p.stderr[-500:]}")
+    for name in ("w.txt", "a.txt"):
+        check(re.search(rf"REFUSED: \d+ bytes reached {re.escape(str(prefix))}/{name} ", p.stderr),
+              f"{name} not refused by name: {p.stderr[-800:]}")
+
+
 def case_missed(work, how):
     """A file written where capture cannot see it is named at the end of
     the run, which exits non-zero although the program exited 0."""
-    prefix = work / "prefix"
-    prefix.mkdir()
+    prefix, remote = dirs(work)
     cmd = {"static": [BUILD / "static_write", prefix / "s.txt"],
            "no-preload": ["/usr/bin/env", "-u", "LD_PRELOAD", "/bin/sh", "-c", f"echo x > {prefix}/s.txt"]}[how]
-    remote = None
-    if SEPARATE:
-        remote = work / "remote"
-        remote.mkdir()
     p = paralog_run(work / "local", prefix, cmd, remote=remote, env=ENV, check=False, timeout=120)
     check(p.returncode != 0, f"paralog run exited 0: {p.stderr[-400:]}")
     check(f"MISSED: {prefix}/s.txt" in p.stderr, f"no MISSED line naming the file: {p.stderr[-600:]}")
+
+
+def case_missed_status(work):
+    """While the program of a run waits (on a fifo), a file it wrote past
+    capture is named by `paralog status` (--json and the table), with the
+    MISSED lines of run, and the file it wrote through capture is not (with
+    the prefix as the remote, also once drained into the prefix). The run
+    then names it too and exits 3, and removes what it kept for status.
+    A server no run started: status says it did not check."""
+    local, fifo = work / "local", work / "go"
+    prefix, remote = dirs(work)
+    os.mkfifo(fifo)
+    script = (f"echo captured > {prefix}/c.txt; /usr/bin/env -u LD_PRELOAD /bin/sh -c 'echo x > {prefix}/s.txt'; "
+              f"cat {fifo} > /dev/null")
+    args = [BIN, "run", "--prefix", prefix, "--local", local, "--job", "t", "--mpi", "none"]
+    args += ["--remote", remote] if remote else []
+    proc = subprocess.Popen([*map(str, args), "--", "/bin/sh", "-c", script], env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline, st = time.time() + 60, None
+        while time.time() < deadline:
+            st = status(local, "t", env=ENV)
+            drained = SEPARATE or (prefix / "c.txt").exists()
+            if st and st["missed"].get("files") and drained:
+                break
+            time.sleep(0.1)
+        else:
+            fail(f"status never named the missed file: {st and st.get('missed')}")
+        missed = st["missed"]
+        check(missed["checked"] and missed["files"] == [f"{prefix}/s.txt"],
+              f"status --json named {missed.get('files')}, expected only s.txt")
+        check(missed["lines"][0].startswith(f"MISSED: {prefix}/s.txt was created or changed past capture"),
+              f"not run's MISSED line: {missed['lines']}")
+        table = run([BIN, "status", "--local", local, "--job", "t", "--once"], env=ENV, timeout=60).stdout
+        check(f"MISSED: {prefix}/s.txt" in table and f"MISSED: {prefix}/c.txt" not in table,
+              f"the table does not name s.txt alone: {table[-600:]}")
+        with open(fifo, "w") as f:
+            f.write("go\n")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        kill_tree(proc)
+    check(proc.returncode == 3, f"paralog run exited {proc.returncode}: {err[-500:]}")
+    check(f"MISSED: {prefix}/s.txt" in err and f"MISSED: {prefix}/c.txt" not in err, f"run's MISSED lines: {err[-600:]}")
+    left = [p.name for p in local.iterdir() if p.name.startswith(".paralog-snapshot")]
+    check(not left, f"run left {left} in {local}")
+    server = Server(work / "local2", remote or prefix, ENV, job="u")
+    try:
+        st = status(work / "local2", "u", env=ENV)
+        check(st and st["missed"]["checked"] is False and "no `paralog run` of job u" in st["missed"]["why"],
+              f"status of a server no run started: {st and st.get('missed')}")
+    finally:
+        server.kill()
 
 
 def case_crash(work, point):

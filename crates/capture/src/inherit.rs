@@ -425,7 +425,24 @@ pub unsafe extern "C" fn posix_spawnp(
 #[no_mangle]
 pub unsafe extern "C" fn system(cmd: *const c_char) -> c_int {
     prepare_spawn();
-    pass!(system(cmd), -1)
+    let rc = pass!(system(cmd), -1);
+    after_child();
+    rc
+}
+
+/// After a child ended (`system` waited for it): take over the offsets it
+/// moved in the shared placeholders, before this process writes to them
+/// again past the wrappers (glibc's stdio on a reopened stdout), which
+/// would otherwise be harvested from the offset before the child's bytes.
+fn after_child() {
+    let Some(_g) = Guard::enter() else { return };
+    let mut slot = lock();
+    if let Some(st) = slot.as_mut() {
+        let fds: Vec<c_int> = st.fds.keys().copied().collect();
+        for fd in fds {
+            let _ = st.harvest(fd);
+        }
+    }
 }
 
 #[no_mangle]

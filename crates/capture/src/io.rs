@@ -417,6 +417,24 @@ pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
     access_common(g, &abs, id.is_some(), || pass!(access(path, mode), -1))
 }
 
+/// `euidaccess` (and its alias `eaccess`): glibc's calls its internal
+/// `access`, past the wrapper (GNU sort checks every input with it).
+#[no_mangle]
+pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
+    let Some((g, abs, id)) = prefix_path(path) else {
+        return pass!(euidaccess(path, mode), -1);
+    };
+    access_common(g, &abs, id.is_some(), || pass!(euidaccess(path, mode), -1))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
+    let Some((g, abs, id)) = prefix_path(path) else {
+        return pass!(eaccess(path, mode), -1);
+    };
+    access_common(g, &abs, id.is_some(), || pass!(eaccess(path, mode), -1))
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn faccessat(
     dirfd: c_int,
@@ -434,25 +452,6 @@ pub unsafe extern "C" fn faccessat(
     access_common(g, &abs, open, || {
         pass!(faccessat(dirfd, path, mode, flags), -1)
     })
-}
-
-/// `euidaccess`/`eaccess` (coreutils' `sort` checks every input with it):
-/// glibc's own uses its internal stat, which no wrapper sees.
-unsafe fn euidaccess_common(path: *const c_char, real: impl FnOnce() -> c_int) -> c_int {
-    let Some((g, abs, id)) = prefix_path(path) else {
-        return real();
-    };
-    access_common(g, &abs, id.is_some(), real)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
-    euidaccess_common(path, || pass!(euidaccess(path, mode), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
-    euidaccess_common(path, || pass!(eaccess(path, mode), -1))
 }
 
 fn do_fallocate(fd: c_int, mode: c_int, off: i64, len: i64) -> CResult<()> {

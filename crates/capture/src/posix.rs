@@ -215,7 +215,7 @@ unsafe fn paralog_open_impl(
 /// A descriptor the real open returned that the table still lists as
 /// captured was closed past the wrappers (glibc's fclose of stdout on an
 /// inherited placeholder): it is the program's plain file now.
-fn forget_if_stale(fd: c_int) -> c_int {
+pub(crate) fn forget_if_stale(fd: c_int) -> c_int {
     if fd >= 0 && is_captured(fd) {
         if let Some(_g) = Guard::enter() {
             let mut slot = lock();
@@ -428,10 +428,12 @@ pub(crate) unsafe fn prefix_path(
 
 /// Whether the node-local log knows this path (then it, not the real file,
 /// says whether the file exists); `None`: ask the real file system. The
-/// rule is open's: a file this job wrote stays capture's to answer once
-/// drained, also when the prefix is the remote, so that its st_dev/st_ino
-/// do not change when the drain puts the real file there (GNU tar checks
-/// them before it replaces a placeholder with a link).
+/// rule is open's (`open_captured`): a file this job wrote stays capture's to
+/// answer once drained, also when the prefix is the remote, so that a stat
+/// by path and an fstat of an open agree (`cp` refuses a source whose two
+/// differ) and st_dev/st_ino do not change when the drain puts the real
+/// file there (GNU tar checks them before it replaces a placeholder with a
+/// link).
 pub(crate) fn logged_state(abs: &Path) -> CResult<Option<(bool, u64)>> {
     let mut slot = lock();
     let st = State::get(&mut slot).ok_or(libc::EINVAL)?;

@@ -128,6 +128,21 @@ impl State {
     }
 }
 
+/// The atexit handler: glibc flushes its streams only after every atexit
+/// handler ran, so the bytes still buffered in a stream that glibc writes
+/// onto a shared placeholder (a reopened or redirected stdout that was
+/// never flushed) are pushed into the placeholder first, then harvested.
+/// `_exit` flushes nothing (a forked child's copy of its parent's buffers
+/// must not be written twice) and calls `close_at_exit` alone.
+pub extern "C" fn exit_hook() {
+    // SAFETY: flushing every stream, as exit is about to; captured streams
+    // write through capture (no guard is held here).
+    unsafe {
+        libc::fflush(std::ptr::null_mut());
+    }
+    close_at_exit();
+}
+
 /// At exit the kernel closes every descriptor: for a plain POSIX open that
 /// is its last close, so its epoch is committed here (a program that writes
 /// and returns from `main` without `close` keeps its bytes, as without

@@ -173,7 +173,7 @@ impl State {
         // SAFETY: registering a plain extern "C" function, once (the state
         // is created once per process).
         unsafe {
-            libc::atexit(crate::shared::close_at_exit);
+            libc::atexit(crate::shared::exit_hook);
         }
         State {
             cfg,
@@ -421,6 +421,10 @@ impl State {
         if fd < 0 {
             return Err(errno());
         }
+        // A number the table still lists was closed past the wrappers.
+        if self.fds.contains_key(&fd) {
+            self.forget_stale(fd);
+        }
         let acc = flags & libc::O_ACCMODE;
         let ofd = self.next_id;
         self.next_id += 1;
@@ -456,6 +460,10 @@ impl State {
     /// Register `new_fd` (a dup of a captured descriptor): the same open
     /// file description, so the same offset (POSIX).
     pub fn dup_fd(&mut self, old: c_int, new_fd: c_int) {
+        if new_fd != old && self.fds.contains_key(&new_fd) {
+            // The kernel handed out a number the table still lists.
+            self.forget_stale(new_fd);
+        }
         if let Some(e) = self.fds.get(&old) {
             let entry = FdEntry {
                 handle: e.handle,
@@ -503,10 +511,15 @@ impl State {
     /// Forget a descriptor (the caller closes it). Returns its handle.
     pub fn detach_fd(&mut self, fd: c_int) -> Option<u64> {
         let _ = self.harvest(fd);
-        let probe = self.sentinel_fd(fd);
+        // Measured before the last reference goes: that closes the private
+        // duplicate a shared placeholder is probed through.
+        let left = self
+            .sentinel_fd(fd)
+            .and_then(sentinel_len)
+            .filter(|&n| n > 0);
         let e = self.unregister_fd(fd)?;
         if let Some(h) = self.handles.get_mut(&e.handle) {
-            if let Some(n) = probe.and_then(sentinel_len).filter(|&n| n > 0) {
+            if let Some(n) = left {
                 h.bypass.get_or_insert_with(|| {
                     format!(
                         "{} bytes reached {} without passing through capture",
@@ -568,8 +581,9 @@ impl State {
         }
         if let Some(msg) = &h.bypass {
             let line = format!(
-                "{msg} (an uninterposed call, AIO or a raw syscall wrote to the file): this epoch cannot be committed; \
-                 run `paralog check-symbols` on the program"
+                "{msg} (an uninterposed call, AIO or a raw syscall wrote to the file, or stdio wrote out of sequence \
+                 into a descriptor it shares with capture, as after an fseek on a reopened stdout): \
+                 this epoch cannot be committed; run `paralog check-symbols` on the program"
             );
             report::line(&line);
             crate::stats::refused(&line);

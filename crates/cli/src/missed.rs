@@ -2,19 +2,32 @@
 //! seeing them (a statically linked program, a child started with capture
 //! turned off, an entry point capture does not handle): `paralog run` names
 //! them at the end, with the entry points of the program that capture does
-//! not handle, and exits non-zero. Nothing is lost silently.
+//! not handle, and exits non-zero; `paralog status` names those so far while
+//! the run goes on. Nothing is lost silently.
+//!
+//! `run` lists the prefix before the program starts and keeps the list, the
+//! prefix and the command in `<root>/.paralog-snapshot-<job>` (0600) until it
+//! ends, where `status` finds them (docs/server.md). Both compare through
+//! `RunSnapshot::missed`.
 
 use std::collections::{BTreeSet, HashMap};
-use std::os::unix::fs::MetadataExt;
+use std::io::Write;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
 
 /// A directory tree too large to walk twice per run is not checked.
 const MAX_ENTRIES: usize = 20_000;
 
-/// (modification time in ns, size, inode) of every regular file.
-pub struct Snapshot(Option<HashMap<PathBuf, (i128, u64, u64)>>);
+/// (modification time in ns, size, inode) of a regular file.
+type Meta = (i128, u64, u64);
 
-fn walk(root: &Path) -> Option<HashMap<PathBuf, (i128, u64, u64)>> {
+/// Every regular file under a prefix; `None`: too many entries to check.
+struct Snapshot(Option<HashMap<PathBuf, Meta>>);
+
+fn walk(root: &Path) -> Option<HashMap<PathBuf, Meta>> {
     let mut out = HashMap::new();
     let mut stack = vec![root.to_path_buf()];
     let mut seen = 0usize;
@@ -40,14 +53,13 @@ fn walk(root: &Path) -> Option<HashMap<PathBuf, (i128, u64, u64)>> {
 }
 
 impl Snapshot {
-    pub fn take(prefix: &Path) -> Snapshot {
+    fn take(prefix: &Path) -> Snapshot {
         Snapshot(walk(prefix))
     }
 
     /// Files new or changed since the snapshot whose path (relative to the
     /// prefix) capture did not log. `None`: the tree is too large to check.
-    pub fn missed(&self, prefix: &Path, captured: &BTreeSet<Vec<u8>>) -> Option<Vec<PathBuf>> {
-        use std::os::unix::ffi::OsStrExt;
+    fn missed(&self, prefix: &Path, captured: &BTreeSet<Vec<u8>>) -> Option<Vec<PathBuf>> {
         let before = self.0.as_ref()?;
         let now = walk(prefix)?;
         let mut out: Vec<PathBuf> = now
@@ -66,8 +78,227 @@ impl Snapshot {
     }
 }
 
+/// What `run` keeps for the comparison: the prefix, the command, and the
+/// prefix's files before the program started.
+pub struct RunSnapshot {
+    pub prefix: PathBuf,
+    pub command: Vec<String>,
+    before: Snapshot,
+}
+
+/// The result of one comparison.
+pub enum Missed {
+    /// The prefix holds more than `MAX_ENTRIES` entries: not checked.
+    TooLarge,
+    /// The files created or changed past capture, and the lines naming them
+    /// (with the program's entry points); both empty when there are none.
+    Files {
+        files: Vec<PathBuf>,
+        lines: Vec<String>,
+    },
+}
+
+const MAGIC: &str = "paralog prefix snapshot 1";
+
+/// Where `run` keeps the snapshot of job `job` (a tools' entry of the root).
+pub fn snapshot_path(root: &Path, job: &str) -> PathBuf {
+    root.join(format!(
+        "{}snapshot-{job}",
+        paralog_log::layout::RUNTIME_PREFIX
+    ))
+}
+
+/// A field of the snapshot file: bytes outside `!`..`~` and `%` as `%XX`.
+fn esc(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len());
+    for &c in b {
+        if c.is_ascii_graphic() && c != b'%' {
+            s.push(c as char);
+        } else {
+            s.push_str(&format!("%{c:02X}"));
+        }
+    }
+    s
+}
+
+fn unesc(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+impl RunSnapshot {
+    pub fn take(prefix: &Path, command: &[String]) -> RunSnapshot {
+        RunSnapshot {
+            prefix: prefix.to_path_buf(),
+            command: command.to_vec(),
+            before: Snapshot::take(prefix),
+        }
+    }
+
+    /// Write it where `status` finds it: 0600, whole or not at all (a
+    /// temporary renamed into place).
+    pub fn save(&self, root: &Path, job: &str) -> anyhow::Result<()> {
+        let path = snapshot_path(root, job);
+        let tmp = path.with_extension("tmp");
+        let mut text = format!(
+            "{MAGIC}\nprefix {}\ncommand",
+            esc(self.prefix.as_os_str().as_bytes())
+        );
+        for w in &self.command {
+            text.push(' ');
+            text.push_str(&esc(w.as_bytes()));
+        }
+        text.push('\n');
+        match &self.before.0 {
+            None => text.push_str("unchecked\n"),
+            Some(files) => {
+                for (p, (t, len, ino)) in files {
+                    let rel = p.strip_prefix(&self.prefix).unwrap_or(p);
+                    text.push_str(&format!(
+                        "{t} {len} {ino} {}\n",
+                        esc(rel.as_os_str().as_bytes())
+                    ));
+                }
+            }
+        }
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .with_context(|| format!("creating {}", tmp.display()))?;
+        f.write_all(text.as_bytes())
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("renaming {}", tmp.display()))
+    }
+
+    /// The snapshot `run` keeps for job `job`; `None` if there is none (no
+    /// `paralog run` of that job is going on).
+    pub fn load(root: &Path, job: &str) -> anyhow::Result<Option<RunSnapshot>> {
+        let path = snapshot_path(root, job);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        Self::parse(&text)
+            .map(Some)
+            .with_context(|| format!("reading {}", path.display()))
+    }
+
+    fn parse(text: &str) -> anyhow::Result<RunSnapshot> {
+        let bad = || anyhow::anyhow!("not a snapshot of {MAGIC:?}");
+        let mut lines = text.lines();
+        if lines.next() != Some(MAGIC) {
+            bail!(bad());
+        }
+        let prefix = lines
+            .next()
+            .and_then(|l| l.strip_prefix("prefix "))
+            .and_then(unesc)
+            .map(|b| PathBuf::from(std::ffi::OsString::from_vec(b)))
+            .ok_or_else(bad)?;
+        let command = lines
+            .next()
+            .and_then(|l| l.strip_prefix("command"))
+            .ok_or_else(bad)?
+            .split(' ')
+            .filter(|w| !w.is_empty())
+            .map(|w| unesc(w).map(|b| String::from_utf8_lossy(&b).into_owned()))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(bad)?;
+        let mut files = HashMap::new();
+        let mut unchecked = false;
+        for l in lines {
+            if l == "unchecked" {
+                unchecked = true;
+                continue;
+            }
+            let mut w = l.splitn(4, ' ');
+            let (Some(t), Some(len), Some(ino), Some(rel)) =
+                (w.next(), w.next(), w.next(), w.next())
+            else {
+                bail!("a line that is no file: {l:?}");
+            };
+            let rel = unesc(rel).ok_or_else(bad)?;
+            files.insert(
+                prefix.join(std::ffi::OsString::from_vec(rel)),
+                (t.parse()?, len.parse()?, ino.parse()?),
+            );
+        }
+        Ok(RunSnapshot {
+            prefix,
+            command,
+            before: Snapshot((!unchecked).then_some(files)),
+        })
+    }
+
+    pub fn remove(root: &Path, job: &str) {
+        let _ = std::fs::remove_file(snapshot_path(root, job));
+    }
+
+    /// The files under the prefix created or changed since the snapshot
+    /// that the job's log (in `root`) does not know, named as `run` and
+    /// `status` print them.
+    pub fn missed(&self, root: &Path, job: &str) -> Missed {
+        match self.before.missed(&self.prefix, &captured_paths(root, job)) {
+            None => Missed::TooLarge,
+            Some(files) => {
+                let lines = if files.is_empty() {
+                    Vec::new()
+                } else {
+                    report(&files, &self.command)
+                };
+                Missed::Files { files, lines }
+            }
+        }
+    }
+}
+
+/// What `paralog status` says of the files written past capture so far by
+/// the run of `job` (`None`: a server of every job) whose log is in `root`,
+/// as JSON: `checked`, and either `prefix`, `files` and `lines` (the MISSED
+/// lines `run` prints), or `why` it was not checked.
+pub fn status_json(root: &Path, job: Option<&str>) -> serde_json::Value {
+    use serde_json::json;
+    let Some(job) = job else {
+        return json!({"checked": false,
+            "why": "a server of every job: only `paralog run` lists the prefix before its program starts"});
+    };
+    let snap = match RunSnapshot::load(root, job) {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            return json!({"checked": false, "why": format!(
+                "no `paralog run` of job {job} is going on in {}: only run lists the prefix before its program starts",
+                root.display())})
+        }
+        Err(e) => return json!({"checked": false, "why": format!("{e:#}")}),
+    };
+    let prefix = snap.prefix.to_string_lossy();
+    match snap.missed(root, job) {
+        Missed::TooLarge => json!({"checked": false, "prefix": prefix,
+            "why": format!("the prefix holds more than {MAX_ENTRIES} entries: not checked")}),
+        Missed::Files { files, lines } => json!({"checked": true, "prefix": prefix,
+            "files": files.iter().map(|f| f.to_string_lossy()).collect::<Vec<_>>(),
+            "lines": lines}),
+    }
+}
+
 /// The relative paths of every file the job's log knows.
-pub fn captured_paths(root: &Path, job: &str) -> BTreeSet<Vec<u8>> {
+fn captured_paths(root: &Path, job: &str) -> BTreeSet<Vec<u8>> {
     paralog_log::Inventory::scan(root)
         .ok()
         .and_then(|inv| inv.job(job).cloned())
@@ -108,8 +339,8 @@ pub fn program_of(command: &[String]) -> Option<PathBuf> {
         .find_map(|w| resolve(w))
 }
 
-/// The lines `paralog run` prints for missed files.
-pub fn report(missed: &[PathBuf], command: &[String]) -> Vec<String> {
+/// The lines `paralog run` and `paralog status` print for missed files.
+fn report(missed: &[PathBuf], command: &[String]) -> Vec<String> {
     let mut lines: Vec<String> = missed
         .iter()
         .map(|p| {
@@ -157,6 +388,36 @@ mod tests {
             missed,
             vec![d.path().join("changed"), d.path().join("sub/new")]
         );
+    }
+
+    #[test]
+    fn a_saved_snapshot_reads_back() {
+        let d = tempfile::tempdir().unwrap();
+        let prefix = d.path().join("pre fix");
+        std::fs::create_dir_all(prefix.join("sub dir")).unwrap();
+        std::fs::write(prefix.join("kept"), b"1").unwrap();
+        std::fs::write(prefix.join("sub dir/100%\nodd"), b"1").unwrap();
+        let root = d.path().join("local");
+        std::fs::create_dir(&root).unwrap();
+        let cmd = vec![
+            "/bin/sh".to_string(),
+            "-c".to_string(),
+            "echo a b > x".to_string(),
+        ];
+        RunSnapshot::take(&prefix, &cmd).save(&root, "j").unwrap();
+        let path = snapshot_path(&root, "j");
+        assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+        let back = RunSnapshot::load(&root, "j").unwrap().unwrap();
+        assert_eq!(back.prefix, prefix);
+        assert_eq!(back.command, cmd);
+        std::fs::write(prefix.join("new"), b"2").unwrap();
+        let Missed::Files { files, lines } = back.missed(&root, "j") else {
+            panic!("not checked");
+        };
+        assert_eq!(files, vec![prefix.join("new")]);
+        assert!(lines[0].starts_with(&format!("MISSED: {}", prefix.join("new").display())));
+        RunSnapshot::remove(&root, "j");
+        assert!(RunSnapshot::load(&root, "j").unwrap().is_none());
     }
 
     #[test]

@@ -17,6 +17,7 @@ use paralog_server::status::{self, FileState, Request, Status};
 use paralog_settings::counters::ProcessCounters;
 
 use crate::env::{capture_env, Mpi};
+use crate::missed::{Missed, RunSnapshot};
 use crate::status::human_bytes;
 
 #[derive(clap::Args)]
@@ -469,7 +470,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     unsafe {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
-    let before = crate::missed::Snapshot::take(&prefix);
+    // The prefix before the program starts, kept where `paralog status`
+    // finds it until the run ends.
+    let before = RunSnapshot::take(&prefix, &args.command);
+    if let Err(e) = before.save(&root, &job) {
+        eprintln!("paralog: {e:#}: `paralog status` will not name files written past capture");
+    }
     let t0 = Instant::now();
     let t0_us = timeline::now_us();
     let mut cmd = Command::new(&args.command[0]);
@@ -487,6 +493,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let program = match program {
         Ok(st) => st,
         Err(e) => {
+            RunSnapshot::remove(&root, &job);
             let _ = status::request(&server.socket, &Request::Stop);
             let _ = server.child.wait();
             bail!("could not run {}: {e}", args.command[0]);
@@ -506,12 +513,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             root.display()
         );
         let _ = std::fs::remove_dir_all(&stats_dir);
-        return Ok(ExitCode::from(code));
+        // Whatever was written past capture is written by now.
+        let missed = print_missed(before.missed(&root, &job));
+        RunSnapshot::remove(&root, &job);
+        return Ok(ExitCode::from(if missed && code == 0 { 3 } else { code }));
     }
 
     let drained = wait_drained(&server.socket, args.wait_timeout);
     let total_time = t0.elapsed();
-    let missed = before.missed(&prefix, &crate::missed::captured_paths(&root, &job));
+    let missed = before.missed(&root, &job);
+    RunSnapshot::remove(&root, &job);
     let _ = status::request(&server.socket, &Request::Stop);
     let server_exit = server.child.wait();
     let _ = std::fs::remove_dir_all(&stats_dir);
@@ -563,18 +574,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for line in &counters.refused {
         eprintln!("paralog: REFUSED: {line}");
     }
-    let missed = missed.unwrap_or_else(|| {
-        eprintln!(
-            "paralog: the prefix holds too many files to check for files written past capture"
-        );
-        Vec::new()
-    });
-    if !missed.is_empty() {
-        for line in crate::missed::report(&missed, &args.command) {
-            eprintln!("paralog: {line}");
-        }
-    }
-    let code = if (counters.refused.is_empty() && missed.is_empty()) || code != 0 {
+    let missed = print_missed(missed);
+    let code = if (counters.refused.is_empty() && !missed) || code != 0 {
         code
     } else {
         3
@@ -612,6 +613,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     eprintln!("{}", recover_hint(&root, &job, remote_url.as_deref()));
     Ok(ExitCode::from(if code == 0 { 3 } else { code }))
+}
+
+/// The MISSED lines on stderr; whether a file was missed.
+fn print_missed(m: Missed) -> bool {
+    match m {
+        Missed::TooLarge => {
+            eprintln!(
+                "paralog: the prefix holds too many files to check for files written past capture"
+            );
+            false
+        }
+        Missed::Files { files, lines } => {
+            for line in lines {
+                eprintln!("paralog: {line}");
+            }
+            !files.is_empty()
+        }
+    }
 }
 
 /// Ask the server to drain everything, in slices of a few seconds so that

@@ -247,11 +247,39 @@ pub fn parts_by_node(parts: &[u64]) -> String {
     format!(", parts uploaded by node {}", p.join("/"))
 }
 
+/// The files written past capture so far (crate::missed), as lines for
+/// the table.
+fn print_missed(m: &serde_json::Value) {
+    if m["checked"] != true {
+        println!(
+            "past capture: not checked: {}",
+            m["why"].as_str().unwrap_or("?")
+        );
+        return;
+    }
+    let lines = m["lines"].as_array().map_or(&[][..], |a| a.as_slice());
+    if lines.is_empty() {
+        println!(
+            "past capture: no file under {} was created or changed past capture so far",
+            m["prefix"].as_str().unwrap_or("?")
+        );
+    }
+    for l in lines {
+        println!("{}", l.as_str().unwrap_or("?"));
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let sock = socket(&args)?;
     let mut st = status::request_status(&sock, &Request::Status)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&st)?);
+        let mut v = serde_json::to_value(&st)?;
+        // A server job has no `paralog run` snapshot of the prefix.
+        if st.cluster.is_none() {
+            v["missed"] =
+                crate::missed::status_json(std::path::Path::new(&st.root), st.job.as_deref());
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
     if !args.once && std::io::stdout().is_terminal() {
@@ -259,6 +287,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         st = status::request_status(&sock, &Request::Status)?;
     }
     print_table(&st);
+    print_missed(&crate::missed::status_json(
+        std::path::Path::new(&st.root),
+        st.job.as_deref(),
+    ));
     Ok(if st.damaged > 0 {
         ExitCode::from(2)
     } else {

@@ -20,6 +20,14 @@ macro_rules! wrapped_symbols {
             __openat64_2: fn(c_int, *const c_char, c_int) -> c_int;
             creat: fn(*const c_char, mode_t) -> c_int;
             creat64: fn(*const c_char, mode_t) -> c_int;
+            mkstemp: fn(*mut c_char) -> c_int;
+            mkstemp64: fn(*mut c_char) -> c_int;
+            mkostemp: fn(*mut c_char, c_int) -> c_int;
+            mkostemp64: fn(*mut c_char, c_int) -> c_int;
+            mkstemps: fn(*mut c_char, c_int) -> c_int;
+            mkstemps64: fn(*mut c_char, c_int) -> c_int;
+            mkostemps: fn(*mut c_char, c_int, c_int) -> c_int;
+            mkostemps64: fn(*mut c_char, c_int, c_int) -> c_int;
             fcntl: fn(c_int, c_int, libc::c_ulong) -> c_int;
             fcntl64: fn(c_int, c_int, libc::c_ulong) -> c_int;
             close: fn(c_int) -> c_int;
@@ -106,14 +114,6 @@ macro_rules! wrapped_symbols {
             mkdir: fn(*const c_char, mode_t) -> c_int;
             mkdirat: fn(c_int, *const c_char, mode_t) -> c_int;
             rmdir: fn(*const c_char) -> c_int;
-            mkstemp: fn(*mut c_char) -> c_int;
-            mkstemp64: fn(*mut c_char) -> c_int;
-            mkostemp: fn(*mut c_char, c_int) -> c_int;
-            mkostemp64: fn(*mut c_char, c_int) -> c_int;
-            mkstemps: fn(*mut c_char, c_int) -> c_int;
-            mkstemps64: fn(*mut c_char, c_int) -> c_int;
-            mkostemps: fn(*mut c_char, c_int, c_int) -> c_int;
-            mkostemps64: fn(*mut c_char, c_int, c_int) -> c_int;
             mkdtemp: fn(*mut c_char) -> *mut c_char;
             symlink: fn(*const c_char, *const c_char) -> c_int;
             realpath: fn(*const c_char, *mut c_char) -> *mut c_char;
@@ -139,6 +139,7 @@ macro_rules! wrapped_symbols {
             fdopen: fn(c_int, *const c_char) -> *mut FILE;
             freopen: fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
             freopen64: fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
+            fclose: fn(*mut FILE) -> c_int;
             fileno: fn(*mut FILE) -> c_int;
             fileno_unlocked: fn(*mut FILE) -> c_int;
             posix_spawn: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int;

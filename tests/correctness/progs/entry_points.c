@@ -2,7 +2,8 @@
  * took over from "not handled": pwritev2 (at an offset, at the file offset
  * with -1, with RWF_DSYNC), preadv2, sendfile and copy_file_range from a
  * file outside the prefix, splice from a pipe, lio_listio, syncfs,
- * sync_file_range, faccessat. Usage: entry_points DIR SRCFILE
+ * sync_file_range, faccessat; mkstemps (renamed to DIR/renamed.dat) and
+ * mkostemp (unlinked) under DIR, euidaccess. Usage: entry_points DIR SRCFILE
  * (SRCFILE: any file of at least 64 KiB outside DIR, e.g. the python3 binary). Checks what it reads
  * back; exit 1 with a line on a mismatch. */
 #define _GNU_SOURCE
@@ -58,6 +59,17 @@ int main(int argc, char **argv) {
     if (faccessat(AT_FDCWD, p, F_OK, 0) != 0) fail("faccessat");
     close(fd);
     close(src);
+    char t[4096], q[4096];
+    snprintf(t, sizeof t, "%s/tmpXXXXXX.dat", argv[1]);
+    int tf = mkstemps(t, 4);
+    if (tf < 0 || strstr(t, "XXXXXX") || strcmp(t + strlen(t) - 4, ".dat")) fail("mkstemps");
+    if (write(tf, "temporary\n", 10) != 10 || close(tf) != 0) fail("write to the mkstemps file");
+    snprintf(q, sizeof q, "%s/renamed.dat", argv[1]);
+    if (rename(t, q) != 0) fail("rename of the mkstemps file");
+    if (euidaccess(q, R_OK) != 0) fail("euidaccess");
+    snprintf(t, sizeof t, "%s/oXXXXXX", argv[1]);
+    tf = mkostemp(t, O_CLOEXEC | O_APPEND);
+    if (tf < 0 || write(tf, "gone\n", 5) != 5 || close(tf) != 0 || unlink(t) != 0) fail("mkostemp");
     printf("entry points ok\n");
     return 0;
 }
