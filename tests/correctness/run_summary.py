@@ -9,11 +9,16 @@
              written at every consistency point, not only at exit)
   status     `paralog status --local L` finds the server that `paralog
              run` started without --job (its job is run-<time>-<pid>)
+  private    while a run goes on, everything under the node-local root
+             (logs, records, the server's log, lock, socket, snapshot and
+             timeline) is the user's alone: directories 0700, files 0600
 
 Usage: python3 -m tests.correctness.run_summary
 Ends with "run summary: N passed, N failed".
 """
+import os
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -94,10 +99,44 @@ def case_status(work):
             kill_tree(proc)
 
 
+def case_private(work):
+    prefix, local = work / "p", work / "l"
+    prefix.mkdir()
+    proc = subprocess.Popen([str(BIN), "run", "--prefix", str(prefix), "--local", str(local), "--mpi", "none",
+                             "--job", "priv", "--", "/bin/bash", "-c",
+                             f"echo data > {prefix}/x; sync; sleep 3; echo more >> {prefix}/x"],
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        deadline, seen = time.time() + 2.5, {}
+        while time.time() < deadline:
+            for p in [local, *local.rglob("*")]:
+                try:
+                    st = os.lstat(p)
+                except FileNotFoundError:
+                    continue  # removed by the drain meanwhile
+                if not stat.S_ISLNK(st.st_mode):
+                    seen[p] = st.st_mode
+            time.sleep(0.2)
+        kinds = {".paralog-server-priv.log", ".paralog-server-priv.sock", "path"}
+        names = {p.name for p in seen}
+        check(kinds <= names, f"the run's files were not all seen: {sorted(kinds - names)}")
+        loose = [f"{p.relative_to(local)} {oct(m & 0o777)}" for p, m in seen.items()
+                 if m & 0o077 and p != local]
+        check(not loose, f"node-local entries others can read or write: {loose[:6]}")
+        return f"{len(seen)} entries, none readable by others"
+    finally:
+        try:
+            proc.communicate(timeout=60)
+        finally:
+            kill_tree(proc)
+
+
 def main():
     return Suite("run summary").run([("refused epoch makes run fail", case_refused),
                                      ("aborted ranks still counted", case_abort),
-                                     ("status finds run's server without --job", case_status)])
+                                     ("status finds run's server without --job", case_status),
+                                     ("node-local files are private", case_private)])
 
 
 if __name__ == "__main__":

@@ -39,8 +39,7 @@ pub fn refused(line: &str) {
     use std::io::Write;
     let Some(dir) = DIR.get() else { return };
     let path = dir.join(format!("{}.refused", std::process::id()));
-    let written = std::fs::OpenOptions::new()
-        .create(true)
+    let written = private_file()
         .append(true)
         .open(&path)
         .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
@@ -81,7 +80,20 @@ fn write_now() {
     }
     .encode();
     let path = dir.join(format!("{}.json", std::process::id()));
-    if let Err(e) = std::fs::write(&path, text) {
+    let written = private_file()
+        .write(true)
+        .truncate(true)
+        .open(&path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()));
+    if let Err(e) = written {
         crate::report::line(&format!("writing counters to {}: {e}", path.display()));
     }
+}
+
+/// Created 0600, like every node-local file: the counters name the job.
+fn private_file() -> std::fs::OpenOptions {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut o = std::fs::OpenOptions::new();
+    o.create(true).mode(0o600);
+    o
 }

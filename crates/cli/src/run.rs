@@ -6,6 +6,7 @@
 
 use std::io::Read;
 use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -179,9 +180,11 @@ fn start_server(
         "{}server-{job}.log",
         paralog_log::layout::RUNTIME_PREFIX
     ));
+    // Private like every node-local file: the log names the user's paths.
     let logf = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(&log)
         .with_context(|| format!("creating {}", log.display()))?;
     let t = &args.tuning;
