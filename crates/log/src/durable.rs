@@ -25,6 +25,17 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
 /// each parent that gained an entry, so the path exists after a crash.
 /// `base` itself must exist; nothing at or above it is touched.
 pub fn create_dirs_below(base: &Path, dir: &Path) -> Result<()> {
+    for parent in create_dirs(base, dir)? {
+        sync_dir(&parent)?;
+    }
+    Ok(())
+}
+
+/// Create `dir` and its missing parents below `base` with mode 0700,
+/// without fsync; returns the parents that gained an entry (whose fsync
+/// would make the new path durable). `base` itself must exist; nothing at
+/// or above it is touched.
+pub fn create_dirs(base: &Path, dir: &Path) -> Result<Vec<std::path::PathBuf>> {
     let rel = dir
         .strip_prefix(base)
         .map_err(|_| crate::error::LogError::InvalidName {
@@ -33,16 +44,34 @@ pub fn create_dirs_below(base: &Path, dir: &Path) -> Result<()> {
             why: "is not below the node-local root",
         })?;
     let mut cur = base.to_path_buf();
+    let mut changed = Vec::new();
     for comp in rel.components() {
         let parent = cur.clone();
         cur.push(comp);
         match DirBuilder::new().mode(DIR_MODE).create(&cur) {
-            Ok(()) => sync_dir(&parent)?,
+            Ok(()) => changed.push(parent),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e).ctx("create directory", &cur),
         }
     }
-    Ok(())
+    Ok(changed)
+}
+
+/// Write `bytes` to `path` through a temporary name and a rename, without
+/// fsync: a reader sees the old file or the whole new one, but after a
+/// crash of the node it may be missing or empty (for records that can be
+/// re-derived).
+pub fn write_renamed(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(FILE_MODE)
+        .open(tmp)
+        .ctx("create", tmp)?;
+    f.write_all(bytes).ctx("write", tmp)?;
+    drop(f);
+    fs::rename(tmp, path).ctx("rename into place", path)
 }
 
 /// Write `bytes` to `path` atomically and durably: temporary name, fsync,

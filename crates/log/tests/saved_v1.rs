@@ -102,8 +102,10 @@ fn materialize(root: &Path, rel: &[u8], upto: Option<(u64, u64)>, out: &Path) ->
     std::fs::read(out).unwrap()
 }
 
-/// (file, epoch) -> name of its expected file.
-const CASES: [(&[u8], Option<(u64, u64)>, &str); 4] = [
+/// A file, an epoch of it, and the name of what it materializes to.
+type Case = (&'static [u8], Option<(u64, u64)>, &'static str);
+
+const CASES: [Case; 4] = [
     (b"out.dat", Some((1, 1)), "out.dat.1-1"),
     (b"out.dat", Some((1, 2)), "out.dat.1-2"),
     (b"single.txt", Some((1, 1)), "single.txt.1-1"),
