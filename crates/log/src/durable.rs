@@ -57,28 +57,29 @@ pub fn create_dirs(base: &Path, dir: &Path) -> Result<Vec<std::path::PathBuf>> {
     Ok(changed)
 }
 
-/// Write `bytes` to `path` through a temporary name and a rename, without
-/// fsync: a reader sees the old file or the whole new one, but after a
-/// crash of the node it may be missing or empty (for records that can be
-/// re-derived).
-pub fn write_renamed(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(FILE_MODE)
-        .open(tmp)
-        .ctx("create", tmp)?;
-    f.write_all(bytes).ctx("write", tmp)?;
-    drop(f);
-    fs::rename(tmp, path).ctx("rename into place", path)
-}
-
 /// Write `bytes` to `path` atomically and durably: temporary name, fsync,
 /// rename, fsync of the directory. A crash leaves the old file or the new one,
 /// plus possibly the temporary (which readers ignore; gc removes a
 /// manifest's).
 pub fn write_atomic(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<()> {
+    // The content must be on disk before the name points at it.
+    write_tmp(tmp, bytes, true)?;
+    fs::rename(tmp, path).ctx("rename into place", path)?;
+    // The rename is the commit; it is only durable once the directory is.
+    sync_dir(path.parent().expect("a file path has a parent"))
+}
+
+/// Write `bytes` to `path` through a temporary name and a rename, without
+/// fsync: a reader sees the old file or the whole new one, but after a
+/// crash of the node it may be missing or empty (for records that can be
+/// re-derived).
+pub fn write_renamed(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<()> {
+    write_tmp(tmp, bytes, false)?;
+    fs::rename(tmp, path).ctx("rename into place", path)
+}
+
+/// Create (or truncate) `tmp` with `bytes`, fsynced if `sync`.
+fn write_tmp(tmp: &Path, bytes: &[u8], sync: bool) -> Result<()> {
     let mut f = OpenOptions::new()
         .write(true)
         .create(true)
@@ -87,12 +88,10 @@ pub fn write_atomic(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<()> {
         .open(tmp)
         .ctx("create", tmp)?;
     f.write_all(bytes).ctx("write", tmp)?;
-    // The content must be on disk before the name points at it.
-    f.sync_all().ctx("fsync", tmp)?;
-    drop(f);
-    fs::rename(tmp, path).ctx("rename into place", path)?;
-    // The rename is the commit; it is only durable once the directory is.
-    sync_dir(path.parent().expect("a file path has a parent"))
+    if sync {
+        f.sync_all().ctx("fsync", tmp)?;
+    }
+    Ok(())
 }
 
 /// `pwrite` all of `buf` at `off` (retrying short writes and EINTR).

@@ -227,16 +227,7 @@ pub fn decode_data_log(log: &[u8], path: &Path) -> Result<(DataHeader, Manifest)
     }
     for e in m.extents() {
         let bytes = &log[e.log_pos as usize..(e.log_pos + e.len) as usize];
-        let found = paralog_checksum::crc32c(bytes);
-        if found != e.crc {
-            return Err(LogError::Checksum {
-                path: path.to_path_buf(),
-                offset: e.log_pos,
-                len: e.len,
-                expected: e.crc,
-                found,
-            });
-        }
+        e.check_crc(path, paralog_checksum::crc32c(bytes))?;
     }
     Ok((header, m))
 }

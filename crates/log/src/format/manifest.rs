@@ -67,6 +67,21 @@ impl Extent {
     pub fn file_end(&self) -> u64 {
         self.file_off + self.len
     }
+
+    /// Refuse the extent's bytes (in the data log at `path`) if their
+    /// checksum, `found`, is not the manifest's.
+    pub fn check_crc(&self, path: &Path, found: u32) -> Result<()> {
+        if found != self.crc {
+            return Err(LogError::Checksum {
+                path: path.to_path_buf(),
+                offset: self.log_pos,
+                len: self.len,
+                expected: self.crc,
+                found,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The committed record of one rank's epoch of one file.
