@@ -389,3 +389,23 @@ fn the_commit_policy_follows_the_file_system() {
     r.complete_epoch().unwrap();
     assert_eq!(read(d.path(), 200).unwrap(), vec![7; 200]);
 }
+
+#[test]
+fn a_mark_that_cannot_be_written_does_not_keep_the_rank_in_its_committed_epoch() {
+    // The agreement said epoch 1 committed, but its mark cannot be written
+    // (here: a directory in its place; in life a full disk). The rank must
+    // still go on to epoch 2: writing on into epoch 1's data log would tear
+    // its commit record.
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path();
+    let mut r = RankLog::create(root, ident(1), 0, 1, WriterConfig::default()).unwrap();
+    r.write_at(0, b"one").unwrap();
+    r.commit_local().unwrap();
+    std::fs::create_dir(r.rank_dir().join(epoch_file_name(1, EpochFileKind::Mark))).unwrap();
+    assert_eq!(r.complete_epoch().unwrap(), 1);
+    assert_eq!(r.epoch(), 2);
+    r.write_at(3, b"two").unwrap();
+    r.commit_local().unwrap();
+    r.complete_epoch().unwrap();
+    assert_eq!(read(root, 6).unwrap(), b"onetwo");
+}

@@ -54,11 +54,21 @@ impl RankLog {
         let data_path = self.data_path();
         let f = self.cur.data.as_ref().expect("opened by ensure_data");
         crate::single::stamp_header(f, &data_path, self.header())?;
+        let before = self.cur.records;
         let done = self.append_commit_record()?;
         // The fdatasync made `g<G>` durable too (journal) or it was synced
         // (explicit): a crash from here on leaves the epoch committed in
         // its staging directory, which readers take as generation G's.
-        self.paths = crate::single::publish(&self.paths, gen)?;
+        match crate::single::publish(&self.paths, gen) {
+            Ok(paths) => self.paths = paths,
+            Err(e) => {
+                // Told it failed: the next commit reserves another
+                // generation; this record must not be taken for G's.
+                let len = self.cur.records - before;
+                self.withdraw_record(self.cur.log_end - len, len);
+                return Err(e);
+            }
+        }
         self.cur.data = None;
         Ok(done)
     }
@@ -104,17 +114,36 @@ impl RankLog {
         self.cur.buf.clear();
         self.cur.log_end = at + record.len() as u64;
         self.cur.records += record.len() as u64;
-        self.sync_data()?;
-        if explicit {
-            for dir in std::mem::take(&mut self.unsynced_dirs) {
-                durable::sync_dir(&dir)?;
+        let synced = self.sync_data().and_then(|()| {
+            if explicit {
+                for dir in std::mem::take(&mut self.unsynced_dirs) {
+                    durable::sync_dir(&dir)?;
+                }
             }
+            Ok(())
+        });
+        if let Err(e) = synced {
+            // The program is told the commit failed: no record may say
+            // otherwise (another rank's, or a one-process writer's staging
+            // directory, would make it count).
+            self.withdraw_record(at, record.len() as u64);
+            return Err(e);
         }
         Ok(LocalCommit {
             epoch: self.epoch,
             extents: manifest.extents().count(),
             data_bytes: manifest.data_len - crate::format::DATA_HEADER_LEN,
         })
+    }
+
+    /// Remove the commit record just appended at `at` (its commit failed
+    /// after the write): the log ends with its data again.
+    fn withdraw_record(&mut self, at: u64, len: u64) {
+        if let Some(f) = &self.cur.data {
+            let _ = f.set_len(at);
+        }
+        self.cur.log_end = at;
+        self.cur.records -= len;
     }
 
     fn sync_data(&self) -> Result<()> {
@@ -146,7 +175,10 @@ impl RankLog {
             epoch: self.epoch,
         };
         // No fsync: a lost mark is re-derived from the manifests (design).
-        durable::write_private(&mark_path, &mark.encode(), "write commit mark")?;
+        // Nor is one that cannot be written (a full disk) an error: the
+        // agreement made the epoch committed, and the rank must move on
+        // (writing on into the committed data log would tear its record).
+        let _ = durable::write_private(&mark_path, &mark.encode(), "write commit mark");
         let done = self.epoch;
         self.epoch += 1;
         self.cur = EpochState::default();
