@@ -228,6 +228,9 @@ pub struct RankLog {
     /// Explicit policy: directories that gained an entry since the last
     /// commit (fsynced at the commit, after the data).
     unsynced_dirs: Vec<PathBuf>,
+    /// The rank directory exists (a one-process writer's next staging
+    /// place is made when its next epoch first needs it).
+    dirs_ready: bool,
 }
 
 impl RankLog {
@@ -282,6 +285,7 @@ impl RankLog {
             staged: staged.then_some(None),
             sync,
             unsynced_dirs: Vec::new(),
+            dirs_ready: true,
         };
         let file_dir = log.paths.file_dir.clone();
         log.create_dirs(root, &file_dir)?;
@@ -520,6 +524,11 @@ impl RankLog {
     fn ensure_data(&mut self) -> Result<()> {
         if self.cur.data.is_some() {
             return Ok(());
+        }
+        if !self.dirs_ready {
+            let (file_dir, rank_dir) = (self.paths.file_dir.clone(), self.paths.rank_dir.clone());
+            self.create_dirs(&file_dir, &rank_dir)?;
+            self.dirs_ready = true;
         }
         let path = self.data_path();
         if self.cur.created {

@@ -151,17 +151,17 @@ impl RankLog {
         f.sync_data().ctx("fdatasync data log", &self.data_path())
     }
 
-    /// A communicator of one starts its next epoch in a new staging place;
+    /// A communicator of one starts its next epoch in a new staging place
+    /// (made when the epoch first writes: most closed files never do);
     /// its earlier bytes are read back through the committed state.
-    fn restage(&mut self) -> Result<()> {
+    fn restage(&mut self) {
         let next = crate::single::staging_paths(&self.paths.file_dir, &self.paths.job_dir);
         let committed = std::mem::replace(&mut self.paths, next);
         self.staged = Some(Some(committed.rank_dir));
         self.ident.gen = crate::single::STAGED_GEN;
         self.epoch = 1;
         self.own = ExtentMap::new();
-        let (file_dir, rank_dir) = (self.paths.file_dir.clone(), self.paths.rank_dir.clone());
-        self.create_dirs(&file_dir, &rank_dir)
+        self.dirs_ready = false;
     }
 
     /// After the agreement said every rank committed the current epoch: write
@@ -183,8 +183,7 @@ impl RankLog {
         self.epoch += 1;
         self.cur = EpochState::default();
         if self.staged.is_some() {
-            self.restage()?;
-            return Ok(done);
+            self.restage();
         }
         Ok(done)
     }
@@ -195,7 +194,11 @@ impl RankLog {
     pub fn mark_closed(&self) -> Result<()> {
         if let Some(last) = &self.staged {
             // The staging place of an epoch that never came holds nothing.
-            if !self.cur.created && self.cur.buf.is_empty() && self.cur.size_ops.is_empty() {
+            if self.dirs_ready
+                && !self.cur.created
+                && self.cur.buf.is_empty()
+                && self.cur.size_ops.is_empty()
+            {
                 crate::single::remove_staging(&self.paths.gen_dir);
             }
             let Some(last) = last else { return Ok(()) };
