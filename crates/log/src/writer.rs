@@ -191,6 +191,9 @@ struct EpochState {
     /// Bytes of commit records in the data log (an epoch committed again
     /// after a failed agreement has its earlier records among its data).
     records: u64,
+    /// A failed write may have left bytes after the log's end that could
+    /// not be cut off: the commit cuts them before its record.
+    tail_unknown: bool,
     /// Next free log position (buffered bytes included).
     log_end: u64,
     buf: Vec<u8>,
@@ -378,13 +381,7 @@ impl RankLog {
             self.cur.buf.extend_from_slice(data);
         } else {
             self.flush()?;
-            let path = self.data_path();
-            let f = self
-                .cur
-                .data
-                .as_ref()
-                .expect("data log opened by ensure_data");
-            durable::pwrite_all(f, data, pos, &path)?;
+            self.write_log(data, pos)?;
         }
         self.cur.log_end += len;
         let phase = self.cur.phase;
@@ -572,15 +569,27 @@ impl RankLog {
         if self.cur.buf.is_empty() {
             return Ok(());
         }
-        let path = self.data_path();
-        let f = self
-            .cur
-            .data
-            .as_ref()
-            .expect("buffered bytes imply a data log");
-        durable::pwrite_all(f, &self.cur.buf, self.cur.buf_pos(), &path)?;
+        let at = self.cur.buf_pos();
+        let buf = std::mem::take(&mut self.cur.buf);
+        let written = self.write_log(&buf, at);
+        self.cur.buf = buf;
+        written?;
         self.cur.buf.clear();
         Ok(())
+    }
+
+    /// `pwrite` bytes at `at`, where the data log ends. A write that fails
+    /// (a full disk) may have written part of them: the log is cut back to
+    /// `at`, so that it still ends where the writer thinks (the commit
+    /// record must end the file: bytes left after it would tear it).
+    fn write_log(&mut self, bytes: &[u8], at: u64) -> Result<()> {
+        let path = self.data_path();
+        let f = self.cur.data.as_ref().expect("a data log to write");
+        let written = durable::pwrite_all(f, bytes, at, &path);
+        if written.is_err() && f.set_len(at).is_err() {
+            self.cur.tail_unknown = true;
+        }
+        written
     }
 }
 

@@ -104,11 +104,17 @@ impl RankLog {
         // What the buffer holds and the record, in one write.
         let buffered = self.cur.buf.len();
         let from = self.cur.buf_pos();
+        if self.cur.tail_unknown {
+            f.set_len(from).ctx("cut the data log back", &path)?;
+            self.cur.tail_unknown = false;
+        }
         self.cur.buf.extend_from_slice(&record);
         if let Err(e) = durable::pwrite_all(f, &self.cur.buf, from, &path) {
             // Keep the data for a retry, and no half record at the end.
             self.cur.buf.truncate(buffered);
-            let _ = f.set_len(from);
+            if f.set_len(from).is_err() {
+                self.cur.tail_unknown = true;
+            }
             return Err(e);
         }
         self.cur.buf.clear();
