@@ -83,7 +83,7 @@ impl RankLog {
         }
     }
 
-    /// Steps 1 of the protocol: the commit record after the data (a data log
+    /// Step 1 of the protocol: the commit record after the data (a data log
     /// is created for an epoch without data: it holds just the record),
     /// made durable as the policy says.
     fn append_commit_record(&mut self) -> Result<LocalCommit> {
@@ -122,9 +122,10 @@ impl RankLog {
         self.cur.records += record.len() as u64;
         let synced = self.sync_data().and_then(|()| {
             if explicit {
-                for dir in std::mem::take(&mut self.unsynced_dirs) {
-                    durable::sync_dir(&dir)?;
+                for dir in &self.unsynced_dirs {
+                    durable::sync_dir(dir)?;
                 }
+                self.unsynced_dirs.clear();
             }
             Ok(())
         });
