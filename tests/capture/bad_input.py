@@ -114,7 +114,11 @@ def case_local_read_only(work):
 
 
 def case_local_full(work):
-    """ENOSPC in epoch 2: every rank's sync fails; epoch 1 stays readable."""
+    """ENOSPC in epoch 2: every rank's write fails and says so; epoch 1 stays
+    readable. The failed write leaves nothing in the log (format 2 cuts the
+    data log back, as its commit record must end it), so the syncs after it
+    commit what was recorded, as MPI_File_sync does without paralog after a
+    failed write."""
     local = work / "small-local"
     local.mkdir()
     out = work / "epoch1.dat"
@@ -128,7 +132,7 @@ def case_local_full(work):
     r = limited(["unshare", "-m", "--propagation", "private", "sh", "-c", script], base_env(work / "pfs", local))
     if r is not None and r.returncode == 99:
         fail(f"the committed epoch 1 could not be read back after ENOSPC:\n{r.stderr}")
-    expect_failure(r, "No space left on device", "MPI_File_sync 2")
+    expect_failure(r, "No space left on device", "MPI_File_write_at")
     check("rank 0: MPI_File_sync 1: failed" not in r.stdout and "rank 1: MPI_File_sync 1: failed" not in r.stdout,
           f"epoch 1 should have committed:\n{r.stdout}")
     expected = b"a" * 65536 + b"b" * 65536

@@ -373,7 +373,7 @@ def lost_log_case(remotes, kind, flavour):
         check("n1" in said and "rank 2" in said and "rank 3" in said,
               f"the report does not name node n1 and ranks 2, 3: {said}")
         check(not (Path(url) / "epochs.dat").exists(), "bytes of the file reached the remote")
-        check(any((work / "local" / "n0").rglob("*.manifest")), "node n0's records were deleted")
+        check(any((work / "local" / "n0").rglob("*.data")), "node n0's records were deleted")
         return "refused, named node n1 and ranks 2, 3; nothing applied; node n0's records kept"
     return case
 

@@ -142,7 +142,10 @@ def case_damaged(work):
     data = sorted(Path(local).rglob("g000002/*/e0000000001.data"))
     check(len(data) == 1, f"expected one data log of epoch 2, found {data}")
     raw = bytearray(data[0].read_bytes())
-    pos = len(raw) - 100
+    # Format 2: the data ends where the commit record begins (the trailer,
+    # the log's last 32 bytes, says where): damage the data, not the record.
+    data_end = int.from_bytes(raw[-16:-8], "little")
+    pos = data_end - 100
     raw[pos] ^= 0x40
     data[0].write_bytes(raw)
     st = drain_once(work, local, remote)
@@ -154,7 +157,7 @@ def case_damaged(work):
     want = expected_file(work, epochs, per, 1)
     same_bytes(want, remote / "d.bin", "remote is not the file at epoch 1")
     for e in (2, 3, 4):
-        check(list(Path(local).rglob(f"g{e:06d}/*/e0000000001.manifest")), f"epoch {e} was deleted locally")
+        check(list(Path(local).rglob(f"g{e:06d}/*/e0000000001.data")), f"epoch {e} was deleted locally")
     r = run([BIN, "recover", "--local", local, "--remote", remote], check=False)
     check(r.returncode != 0 and "refusing" in r.stdout + r.stderr, f"recover did not refuse the damaged epoch: {r.stdout}{r.stderr}")
     check(want.read_bytes() == (remote / "d.bin").read_bytes(), "recover changed the remote past the damage")
@@ -195,7 +198,7 @@ def case_remote(work):
             return lambda st: any(f["state"] == "retrying" and why in (f["message"] or "") for f in st["files"])
 
         wait_state(local, retrying("No space left"), "the full remote to show as retrying")
-        check(list(Path(local).rglob("*.manifest")), "local epochs gone while the remote is full")
+        check(list(Path(local).rglob("*.data")), "local epochs gone while the remote is full")
         # Read-only next: a different failure, same promise.
         run(["mount", "-o", "remount,ro", remote])
         wait_state(local, retrying("Read-only"), "the read-only remote to show as retrying")

@@ -49,11 +49,9 @@ pub fn logged(st: &State, dir: &Path, recursive: bool) -> CResult<Vec<Logged>> {
         if !paralog_log::layout::is_file_dir_name(&name.to_string_lossy()) {
             continue;
         }
-        let rec_path = e.path().join("path");
-        let Ok(bytes) = std::fs::read(&rec_path) else {
-            continue;
-        };
-        let Ok(rec) = paralog_log::format::PathRecord::decode(&bytes, &rec_path) else {
+        // The path record, or (format 2, after a crash left it missing or
+        // empty) a committed manifest's paths.
+        let Some(rec) = paralog_log::FileInventory::path_of(&e.path()) else {
             continue;
         };
         let below = if rel.is_empty() {

@@ -201,6 +201,7 @@ impl State {
         WriterConfig {
             coalesce_bytes: self.cfg.coalesce_bytes,
             small_write: self.cfg.small_write,
+            ..WriterConfig::default()
         }
     }
 

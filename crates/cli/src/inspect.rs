@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use paralog_log::reader::{fmt_ids, CommitStatus, FileInventory};
+use paralog_log::reader::{fmt_ids, CommitStatus, FileInventory, ManifestAt};
 use paralog_log::{EpochId, Inventory, Op};
 use serde_json::{json, Value};
 
@@ -124,7 +124,13 @@ fn file_json(f: &FileInventory) -> Value {
             ranks.push(json!({
                 "rank": rank,
                 "data_bytes": files.data,
-                "manifest": files.manifest,
+                "manifest": files.manifest.is_some(),
+                "manifest_in": files.manifest.map(|at| match at {
+                    ManifestAt::File => "manifest file",
+                    ManifestAt::Log { .. } => "data log",
+                }),
+                "torn": files.torn,
+                "staged": r.staged.then(|| r.dir.display().to_string()),
                 "manifest_tmp": files.manifest_tmp,
                 "mark": files.mark,
                 "comm_size": m.map(|m| m.comm_size),
@@ -145,6 +151,7 @@ fn file_json(f: &FileInventory) -> Value {
         "path": f.record.as_ref().map(|r| String::from_utf8_lossy(&r.path).into_owned()),
         "rel": f.record.as_ref().map(|r| String::from_utf8_lossy(&r.rel).into_owned()),
         "path_error": f.path_error,
+        "path_from_manifest": f.record_rebuilt,
         "last_committed": committed.last().map(EpochId::to_string),
         "drained_up_to": f.progress.map(|p| p.id().to_string()),
         "progress_error": f.progress_error,
@@ -175,6 +182,12 @@ fn print_human(report: &Value, all_extents: bool) {
                 f["last_committed"].as_str().unwrap_or("none"),
                 f["drained_up_to"].as_str().unwrap_or("nothing")
             );
+            if f["path_from_manifest"] == true {
+                println!(
+                    "    path record unreadable ({}); the path is the manifests'",
+                    f["path_error"].as_str().unwrap_or("?")
+                );
+            }
             if let Some(e) = f["progress_error"].as_str() {
                 println!("    PROBLEM: {e}");
             }
@@ -191,7 +204,18 @@ fn print_human(report: &Value, all_extents: bool) {
                 for r in e["ranks"].as_array().cloned().unwrap_or_default() {
                     let mut notes = Vec::new();
                     if r["manifest"] == true {
-                        notes.push("manifest".to_owned());
+                        match r["manifest_in"].as_str() {
+                            Some("data log") => {
+                                notes.push("committed (record in the data log)".to_owned())
+                            }
+                            _ => notes.push("manifest".to_owned()),
+                        }
+                    }
+                    if let Some(t) = r["torn"].as_str() {
+                        notes.push(format!("no valid commit record ({t})"));
+                    }
+                    if let Some(d) = r["staged"].as_str() {
+                        notes.push(format!("still in its staging directory {d}"));
                     }
                     if r["manifest_tmp"] == true {
                         notes.push("unrenamed manifest (crash during commit)".to_owned());

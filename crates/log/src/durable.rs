@@ -25,6 +25,17 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
 /// each parent that gained an entry, so the path exists after a crash.
 /// `base` itself must exist; nothing at or above it is touched.
 pub fn create_dirs_below(base: &Path, dir: &Path) -> Result<()> {
+    for parent in create_dirs(base, dir)? {
+        sync_dir(&parent)?;
+    }
+    Ok(())
+}
+
+/// Create `dir` and its missing parents below `base` with mode 0700,
+/// without fsync; returns the parents that gained an entry (whose fsync
+/// would make the new path durable). `base` itself must exist; nothing at
+/// or above it is touched.
+pub fn create_dirs(base: &Path, dir: &Path) -> Result<Vec<std::path::PathBuf>> {
     let rel = dir
         .strip_prefix(base)
         .map_err(|_| crate::error::LogError::InvalidName {
@@ -33,16 +44,17 @@ pub fn create_dirs_below(base: &Path, dir: &Path) -> Result<()> {
             why: "is not below the node-local root",
         })?;
     let mut cur = base.to_path_buf();
+    let mut changed = Vec::new();
     for comp in rel.components() {
         let parent = cur.clone();
         cur.push(comp);
         match DirBuilder::new().mode(DIR_MODE).create(&cur) {
-            Ok(()) => sync_dir(&parent)?,
+            Ok(()) => changed.push(parent),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e).ctx("create directory", &cur),
         }
     }
-    Ok(())
+    Ok(changed)
 }
 
 /// Write `bytes` to `path` atomically and durably: temporary name, fsync,
@@ -50,6 +62,24 @@ pub fn create_dirs_below(base: &Path, dir: &Path) -> Result<()> {
 /// plus possibly the temporary (which readers ignore; gc removes a
 /// manifest's).
 pub fn write_atomic(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<()> {
+    // The content must be on disk before the name points at it.
+    write_tmp(tmp, bytes, true)?;
+    fs::rename(tmp, path).ctx("rename into place", path)?;
+    // The rename is the commit; it is only durable once the directory is.
+    sync_dir(path.parent().expect("a file path has a parent"))
+}
+
+/// Write `bytes` to `path` through a temporary name and a rename, without
+/// fsync: a reader sees the old file or the whole new one, but after a
+/// crash of the node it may be missing or empty (for records that can be
+/// re-derived).
+pub fn write_renamed(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<()> {
+    write_tmp(tmp, bytes, false)?;
+    fs::rename(tmp, path).ctx("rename into place", path)
+}
+
+/// Create (or truncate) `tmp` with `bytes`, fsynced if `sync`.
+fn write_tmp(tmp: &Path, bytes: &[u8], sync: bool) -> Result<()> {
     let mut f = OpenOptions::new()
         .write(true)
         .create(true)
@@ -58,12 +88,10 @@ pub fn write_atomic(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<()> {
         .open(tmp)
         .ctx("create", tmp)?;
     f.write_all(bytes).ctx("write", tmp)?;
-    // The content must be on disk before the name points at it.
-    f.sync_all().ctx("fsync", tmp)?;
-    drop(f);
-    fs::rename(tmp, path).ctx("rename into place", path)?;
-    // The rename is the commit; it is only durable once the directory is.
-    sync_dir(path.parent().expect("a file path has a parent"))
+    if sync {
+        f.sync_all().ctx("fsync", tmp)?;
+    }
+    Ok(())
 }
 
 /// `pwrite` all of `buf` at `off` (retrying short writes and EINTR).

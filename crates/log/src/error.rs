@@ -23,13 +23,12 @@ pub enum LogError {
         what: String,
     },
 
-    #[error(
-        "{path}: format version {found} is not supported (this build reads version {supported})"
-    )]
+    #[error("{path}: format version {found} is not supported (this build reads {supported})")]
     UnsupportedVersion {
         path: PathBuf,
         found: u16,
-        supported: u16,
+        /// "version 1", "versions 1 and 2".
+        supported: &'static str,
     },
 
     #[error("{path}: checksum mismatch at offset {offset} (length {len}): expected {expected:#010x}, found {found:#010x}")]

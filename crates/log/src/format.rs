@@ -1,22 +1,43 @@
-//! The on-disk records of the log, version 1 (specified in docs/format.md).
+//! The on-disk records of the log, versions 1 and 2 (specified in
+//! docs/format.md).
 //!
 //! All integers are little-endian. Every record starts with an 8-byte magic,
 //! a format version and a record kind, and is protected by a CRC-32C, so a
 //! file from another tool, another version or a torn write is refused with an
 //! error that names the offset, never decoded into wrong extents.
 //!
-//! The manifest and its operations are in `format/manifest.rs` (re-exported
-//! here); the fixed-size records and the checks they share are below.
+//! Format 2 changed where the manifest lives: at the local commit it is
+//! appended to the epoch's data log with a commit trailer after it (one
+//! fdatasync per commit, `format/commit.rs`), instead of a file of its own.
+//! The data log header and the manifest say version 2; the commit mark,
+//! path and progress records did not change and keep version 1. Readers
+//! read both formats.
+//!
+//! The manifest and its operations are in `format/manifest.rs`, the commit
+//! trailer in `format/commit.rs` (both re-exported here); the fixed-size
+//! records and the checks they share are below.
 
 use std::path::Path;
 
 use crate::error::{LogError, Result};
 use crate::id::EpochId;
 
+mod commit;
 mod manifest;
+pub use commit::{
+    decode_committed_manifest, decode_data_log, CommitTrailer, COMMIT_MAGIC, KIND_COMMIT,
+    TRAILER_LEN,
+};
 pub use manifest::{Extent, FileIdent, Manifest, Op};
 
-pub const FORMAT_VERSION: u16 = 1;
+/// The format this build writes (data log header, manifest, commit trailer).
+pub const FORMAT_VERSION: u16 = 2;
+/// The first format: manifests in files of their own. Still read; the
+/// records format 2 did not change (commit mark, path, progress) keep it.
+pub const FORMAT_V1: u16 = 1;
+/// What readers of data logs and manifests accept.
+pub(crate) const DATA_VERSIONS: &[u16] = &[FORMAT_V1, FORMAT_VERSION];
+const V1_ONLY: &[u16] = &[FORMAT_V1];
 
 pub const MANIFEST_MAGIC: &[u8; 8] = b"PLGMNFST";
 pub const DATA_MAGIC: &[u8; 8] = b"PLGDATA\0";
@@ -76,6 +97,8 @@ const EPOCH_HEADER_LEN: usize = 48;
 /// What else tells the records that share [`EpochHeader`] apart.
 struct EpochRecord {
     magic: &'static [u8; 8],
+    /// The versions read.
+    versions: &'static [u16],
     /// The record length stored at 12.
     len: u32,
     /// The record is exactly the header (a commit mark), not the start of a
@@ -87,6 +110,7 @@ struct EpochRecord {
 
 const DATA_RECORD: EpochRecord = EpochRecord {
     magic: DATA_MAGIC,
+    versions: DATA_VERSIONS,
     len: DATA_HEADER_LEN as u32,
     whole: false,
     name: "data log",
@@ -94,17 +118,18 @@ const DATA_RECORD: EpochRecord = EpochRecord {
 
 const MARK_RECORD: EpochRecord = EpochRecord {
     magic: MARK_MAGIC,
+    versions: V1_ONLY,
     len: MARK_LEN as u32,
     whole: true,
     name: "commit mark",
 };
 
 impl<const KIND: u16> EpochHeader<KIND> {
-    /// The 48 bytes of the header.
-    fn encode_as(&self, rec: &EpochRecord) -> Vec<u8> {
+    /// The 48 bytes of the header, as format `version` writes them.
+    fn encode_as(&self, rec: &EpochRecord, version: u16) -> Vec<u8> {
         let mut out = Vec::with_capacity(rec.len as usize);
         out.extend_from_slice(rec.magic);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&version.to_le_bytes());
         out.extend_from_slice(&KIND.to_le_bytes());
         out.extend_from_slice(&rec.len.to_le_bytes());
         out.extend_from_slice(&self.rank.to_le_bytes());
@@ -120,9 +145,10 @@ impl<const KIND: u16> EpochHeader<KIND> {
 
     /// Check the preamble, that the header is whole (and, for a record that
     /// is only the header, that nothing follows it), and the checksum; then
-    /// read the fields. The rest is the record's own to check.
-    fn decode_as(bytes: &[u8], path: &Path, rec: &EpochRecord) -> Result<Self> {
-        check_preamble(bytes, path, rec.magic, KIND, rec.name)?;
+    /// read the fields and the version. The rest is the record's own to
+    /// check.
+    fn decode_as(bytes: &[u8], path: &Path, rec: &EpochRecord) -> Result<(Self, u16)> {
+        let version = check_preamble(bytes, path, rec.magic, KIND, rec.name, rec.versions)?;
         let n = bytes.len();
         if n < EPOCH_HEADER_LEN || (rec.whole && n != EPOCH_HEADER_LEN) {
             return Err(LogError::Corrupt {
@@ -154,12 +180,13 @@ impl<const KIND: u16> EpochHeader<KIND> {
                 what: format!("{} reserved bytes 40..44 are not zero", rec.name),
             });
         }
-        Ok(EpochHeader {
+        let header = EpochHeader {
             rank: le_u32(bytes, 16),
             comm_size: le_u32(bytes, 20),
             gen: le_u64(bytes, 24),
             epoch: le_u64(bytes, 32),
-        })
+        };
+        Ok((header, version))
     }
 }
 
@@ -171,17 +198,31 @@ impl<const KIND: u16> EpochHeader<KIND> {
 }
 
 impl DataHeader {
-    /// The full `DATA_HEADER_LEN`-byte block, zero padded.
+    /// The full `DATA_HEADER_LEN`-byte block, zero padded, of the format
+    /// this build writes.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = self.encode_as(&DATA_RECORD);
+        self.encode_version(FORMAT_VERSION)
+    }
+
+    /// The header as format `version` (1 or 2) wrote it: the version field
+    /// is the only difference (it says where the manifest is).
+    pub fn encode_version(&self, version: u16) -> Vec<u8> {
+        let mut out = self.encode_as(&DATA_RECORD, version);
         out.resize(DATA_HEADER_LEN as usize, 0);
         out
     }
 
     /// Decode the first bytes of a data log: at least `DATA_HEADER_USED`;
-    /// the padding is checked as far as it is given.
+    /// the padding is checked as far as it is given. Either format.
     pub fn decode(bytes: &[u8], path: &Path) -> Result<DataHeader> {
-        let header = Self::decode_as(bytes, path, &DATA_RECORD)?;
+        Self::decode_version(bytes, path).map(|(h, _)| h)
+    }
+
+    /// [`Self::decode`], and the header's format version: 1, the manifest
+    /// is the file `e<N>.manifest`; 2, it is in the data log's commit
+    /// record.
+    pub fn decode_version(bytes: &[u8], path: &Path) -> Result<(DataHeader, u16)> {
+        let (header, version) = Self::decode_as(bytes, path, &DATA_RECORD)?;
         let pad_end = bytes.len().min(DATA_HEADER_LEN as usize);
         if let Some(i) = bytes[DATA_HEADER_USED..pad_end]
             .iter()
@@ -193,17 +234,18 @@ impl DataHeader {
                 what: "data header padding is not zero".into(),
             });
         }
-        Ok(header)
+        Ok((header, version))
     }
 }
 
 impl CommitMark {
+    /// A commit mark (unchanged by format 2: version 1).
     pub fn encode(&self) -> Vec<u8> {
-        self.encode_as(&MARK_RECORD)
+        self.encode_as(&MARK_RECORD, FORMAT_V1)
     }
 
     pub fn decode(bytes: &[u8], path: &Path) -> Result<CommitMark> {
-        Self::decode_as(bytes, path, &MARK_RECORD)
+        Self::decode_as(bytes, path, &MARK_RECORD).map(|(m, _)| m)
     }
 }
 
@@ -219,7 +261,7 @@ impl PathRecord {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(16 + self.path.len() + self.rel.len() + 4);
         out.extend_from_slice(PATH_MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&FORMAT_V1.to_le_bytes());
         out.extend_from_slice(&KIND_PATH.to_le_bytes());
         out.extend_from_slice(&(self.path.len() as u16).to_le_bytes());
         out.extend_from_slice(&(self.rel.len() as u16).to_le_bytes());
@@ -231,7 +273,7 @@ impl PathRecord {
     }
 
     pub fn decode(bytes: &[u8], path: &Path) -> Result<PathRecord> {
-        check_preamble(bytes, path, PATH_MAGIC, KIND_PATH, "path record")?;
+        check_preamble(bytes, path, PATH_MAGIC, KIND_PATH, "path record", V1_ONLY)?;
         let corrupt = |offset: usize, what: &str| LogError::Corrupt {
             path: path.to_path_buf(),
             offset: offset as u64,
@@ -275,7 +317,7 @@ impl ProgressRecord {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(PROGRESS_LEN);
         out.extend_from_slice(PROGRESS_MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&FORMAT_V1.to_le_bytes());
         out.extend_from_slice(&KIND_PROGRESS.to_le_bytes());
         out.extend_from_slice(&(PROGRESS_LEN as u32).to_le_bytes());
         out.extend_from_slice(&[0u8; 8]);
@@ -295,6 +337,7 @@ impl ProgressRecord {
             PROGRESS_MAGIC,
             KIND_PROGRESS,
             "progress record",
+            V1_ONLY,
         )?;
         if bytes.len() != PROGRESS_LEN {
             return Err(LogError::Corrupt {
@@ -321,7 +364,15 @@ impl ProgressRecord {
     }
 }
 
-fn check_preamble(bytes: &[u8], path: &Path, magic: &[u8; 8], kind: u16, name: &str) -> Result<()> {
+/// Check magic, version (one of `versions`) and kind; returns the version.
+fn check_preamble(
+    bytes: &[u8],
+    path: &Path,
+    magic: &[u8; 8],
+    kind: u16,
+    name: &str,
+    versions: &[u16],
+) -> Result<u16> {
     if bytes.len() < 12 || &bytes[..8] != magic {
         return Err(LogError::Corrupt {
             path: path.to_path_buf(),
@@ -330,11 +381,15 @@ fn check_preamble(bytes: &[u8], path: &Path, magic: &[u8; 8], kind: u16, name: &
         });
     }
     let version = le_u16(bytes, 8);
-    if version != FORMAT_VERSION {
+    if !versions.contains(&version) {
         return Err(LogError::UnsupportedVersion {
             path: path.to_path_buf(),
             found: version,
-            supported: FORMAT_VERSION,
+            supported: match versions {
+                [1] => "version 1",
+                [1, 2] => "versions 1 and 2",
+                _ => "other versions",
+            },
         });
     }
     let found_kind = le_u16(bytes, 10);
@@ -345,7 +400,7 @@ fn check_preamble(bytes: &[u8], path: &Path, magic: &[u8; 8], kind: u16, name: &
             what: format!("record kind {found_kind}, expected {kind} ({name})"),
         });
     }
-    Ok(())
+    Ok(version)
 }
 
 fn check_crc(bytes: &[u8], crc_at: usize, path: &Path) -> Result<()> {

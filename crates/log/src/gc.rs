@@ -6,7 +6,23 @@ use std::path::PathBuf;
 
 use crate::error::{IoContext, Result};
 use crate::layout::{self, EpochFileKind};
-use crate::reader::{CommitStatus, EpochId, FileInventory};
+use crate::reader::{CommitStatus, EpochFiles, EpochId, FileInventory, ManifestAt};
+
+/// The files of one rank's epoch that gc removes, with or without its mark.
+fn epoch_files(files: &EpochFiles, with_mark: bool) -> Vec<EpochFileKind> {
+    let mut out = Vec::new();
+    if files.data.is_some() {
+        out.push(EpochFileKind::Data);
+    }
+    // Format 2: the manifest is in the data log.
+    if files.manifest == Some(ManifestAt::File) {
+        out.push(EpochFileKind::Manifest);
+    }
+    if with_mark && files.mark {
+        out.push(EpochFileKind::Mark);
+    }
+    out
+}
 
 /// What [`collect_garbage`] removed (or would remove, with `dry_run`).
 #[derive(Debug, Default, Clone)]
@@ -14,15 +30,17 @@ pub struct GcReport {
     pub removed: Vec<PathBuf>,
 }
 
-/// Remove temporary manifests; what is left of drained epochs (a crash
-/// between the progress record and the deletion); the records of epochs
-/// that are provably not globally committed: no rank here has a commit mark,
-/// and either some rank whose directory is on this node has no manifest for
-/// the epoch although it has a data log for it or a later epoch (it stopped
-/// before committing), or every rank's directory is here and not all have
-/// a manifest; and the staging directories of one-process writers. An epoch
-/// whose missing ranks live on other nodes is left alone: only the servers
-/// together can decide it.
+/// Remove temporary manifests (format 1); what is left of drained epochs (a
+/// crash between the progress record and the deletion); the records of
+/// epochs that are provably not globally committed: no rank here has a
+/// commit mark, and either some rank whose directory is on this node has no
+/// manifest for the epoch (format 2: no valid commit record) although it
+/// has a data log for it or a later epoch (it stopped before committing),
+/// or every rank's directory is here and not all have a manifest; and the
+/// staging directories of one-process writers, except one that holds a
+/// committed epoch (its writer stopped before the rename: the inventory
+/// reads it as its generation's). An epoch whose missing ranks live on
+/// other nodes is left alone: only the servers together can decide it.
 pub fn collect_garbage(file: &FileInventory, dry_run: bool) -> Result<GcReport> {
     let mut report = GcReport::default();
     for (&gen, g) in &file.gens {
@@ -49,16 +67,10 @@ pub fn collect_garbage(file: &FileInventory, dry_run: bool) -> Result<GcReport> 
                 // progress record (a crash in between). Remove it now.
                 for r in g.ranks.values() {
                     if let Some(files) = r.epochs.get(&epoch) {
-                        for (present, kind) in [
-                            (files.data.is_some(), EpochFileKind::Data),
-                            (files.manifest, EpochFileKind::Manifest),
-                            (files.mark, EpochFileKind::Mark),
-                        ] {
-                            if present {
-                                report
-                                    .removed
-                                    .push(r.dir.join(layout::epoch_file_name(epoch, kind)));
-                            }
+                        for kind in epoch_files(files, true) {
+                            report
+                                .removed
+                                .push(r.dir.join(layout::epoch_file_name(epoch, kind)));
                         }
                     }
                 }
@@ -68,7 +80,7 @@ pub fn collect_garbage(file: &FileInventory, dry_run: bool) -> Result<GcReport> 
                 continue;
             }
             let abandoned = g.ranks.values().any(|r| {
-                let has_manifest = r.epochs.get(&epoch).is_some_and(|e| e.manifest);
+                let has_manifest = r.epochs.get(&epoch).is_some_and(|e| e.manifest.is_some());
                 let wrote = r.epochs.get(&epoch).is_some_and(|e| e.data.is_some());
                 let went_on = r.epochs.range(epoch + 1..).next().is_some();
                 !has_manifest && (wrote || went_on)
@@ -82,15 +94,10 @@ pub fn collect_garbage(file: &FileInventory, dry_run: bool) -> Result<GcReport> 
             }
             for r in g.ranks.values() {
                 if let Some(files) = r.epochs.get(&epoch) {
-                    for (present, kind) in [
-                        (files.data.is_some(), EpochFileKind::Data),
-                        (files.manifest, EpochFileKind::Manifest),
-                    ] {
-                        if present {
-                            report
-                                .removed
-                                .push(r.dir.join(layout::epoch_file_name(epoch, kind)));
-                        }
+                    for kind in epoch_files(files, false) {
+                        report
+                            .removed
+                            .push(r.dir.join(layout::epoch_file_name(epoch, kind)));
                     }
                 }
             }
@@ -98,7 +105,19 @@ pub fn collect_garbage(file: &FileInventory, dry_run: bool) -> Result<GcReport> 
     }
     // A staging place holds only what a one-process writer never committed
     // (its commit moves the records out): with no writer alive, nothing.
-    let staging = crate::single::staging_dirs(&file.dir)?;
+    // Except one whose writer stopped after its commit and before the
+    // rename: the inventory took it for its generation's rank 0.
+    let rescued: Vec<&std::path::Path> = file
+        .gens
+        .values()
+        .flat_map(|g| g.ranks.values())
+        .filter(|r| r.staged)
+        .filter_map(|r| r.dir.parent())
+        .collect();
+    let staging: Vec<PathBuf> = crate::single::staging_dirs(&file.dir)?
+        .into_iter()
+        .filter(|d| !rescued.contains(&d.as_path()))
+        .collect();
     report.removed.extend(staging.iter().cloned());
     if !dry_run {
         for d in &staging {

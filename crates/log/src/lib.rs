@@ -21,4 +21,6 @@ pub mod writer;
 pub use error::{LogError, Result};
 pub use format::{Extent, FileIdent, Manifest, Op};
 pub use reader::{CommitStatus, EpochId, FileInventory, Inventory, LogicalFile};
-pub use writer::{next_generation, LocalCommit, RankLog, ReadRange, ReadSource, WriterConfig};
+pub use writer::{
+    next_generation, CommitSync, LocalCommit, RankLog, ReadRange, ReadSource, WriterConfig,
+};

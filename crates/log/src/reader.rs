@@ -1,10 +1,12 @@
 //! Reading a node-local root: what it holds and which epochs are globally
 //! committed (`reader/inventory.rs`), the logical file at an epoch, ranks
 //! and epochs merged (`reader/logical.rs`), and checksum-verified reads of
-//! its bytes (`reader/source.rs`). Everything is used through this module.
+//! its bytes (`reader/source.rs`); where a rank's manifest is, in either
+//! format (`reader/record.rs`). Everything is used through this module.
 
 mod inventory;
 mod logical;
+mod record;
 mod source;
 
 pub use inventory::{
@@ -12,4 +14,6 @@ pub use inventory::{
     GenInventory, Inventory, JobInventory, RankInventory,
 };
 pub use logical::{LogicalFile, SizeState, SourcePiece};
+pub(crate) use record::{probe_data_log, Probe};
+pub use record::{read_rank_manifest, ManifestAt, ManifestLoc, RankRecord};
 pub use source::{SourceExtent, SourceReader};

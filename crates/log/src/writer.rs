@@ -1,7 +1,15 @@
 //! One rank's log of one open file: appends writes to the current epoch's
 //! data log (small ones through the coalescing buffer), keeps the epoch's
 //! extent map and size operations, and reads back the rank's own bytes.
-//! Epochs are committed atomically by the protocol in `writer/commit.rs`.
+//! Epochs are committed atomically by the protocol in `writer/commit.rs`
+//! (format 2: one fdatasync of the data log per commit).
+//!
+//! Directories and the path record are created without fsyncs of their
+//! own. On a journaling file system (ext4, xfs; tmpfs keeps nothing over a
+//! crash anyway) the commit's fdatasync commits the journal transactions
+//! that hold them too; elsewhere the writer remembers the directories that
+//! changed and fsyncs them at the next commit ([`CommitSync`],
+//! docs/format.md "What one fdatasync covers").
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -24,6 +32,9 @@ pub struct WriterConfig {
     pub coalesce_bytes: usize,
     /// Writes shorter than this are copied into the buffer.
     pub small_write: usize,
+    /// How a commit is made durable (default: decided by the file system of
+    /// the node-local root).
+    pub commit_sync: CommitSync,
 }
 
 impl Default for WriterConfig {
@@ -31,6 +42,47 @@ impl Default for WriterConfig {
         WriterConfig {
             coalesce_bytes: 4 << 20,
             small_write: 256 << 10,
+            commit_sync: CommitSync::Auto,
+        }
+    }
+}
+
+/// How a local commit is made durable (docs/format.md, "What one
+/// fdatasync covers").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitSync {
+    /// [`CommitSync::Journal`] on ext2/3/4 (one magic number), xfs and
+    /// tmpfs, [`CommitSync::Explicit`] on any other file system, by the
+    /// `statfs` type of the node-local root when the log is created.
+    Auto,
+    /// One `fdatasync` of the data log after its commit record: the
+    /// journal commits in order, so the directories created, the data log's
+    /// name and the data are durable with the record.
+    Journal,
+    /// Correct on any file system: `fdatasync` of the data, then the commit
+    /// record and a second `fdatasync`, then an fsync of every directory
+    /// that gained an entry since the last commit.
+    Explicit,
+}
+
+impl CommitSync {
+    /// The policy for a node-local root at `root`.
+    pub fn for_root(root: &Path) -> CommitSync {
+        const EXT_MAGIC: i64 = 0xEF53;
+        const XFS_MAGIC: i64 = 0x5846_5342;
+        const TMPFS_MAGIC: i64 = 0x0102_1994;
+        let Ok(c) = std::ffi::CString::new(root.as_os_str().as_encoded_bytes()) else {
+            return CommitSync::Explicit;
+        };
+        // SAFETY: statfs fills the struct it is given, from a NUL-terminated path.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+            return CommitSync::Explicit;
+        }
+        #[allow(clippy::unnecessary_cast)]
+        match st.f_type as i64 {
+            EXT_MAGIC | XFS_MAGIC | TMPFS_MAGIC => CommitSync::Journal,
+            _ => CommitSync::Explicit,
         }
     }
 }
@@ -132,7 +184,16 @@ pub struct LocalCommit {
 
 #[derive(Default)]
 struct EpochState {
+    /// The data log, while open (it is closed after each local commit).
     data: Option<File>,
+    /// The data log exists on disk.
+    created: bool,
+    /// Bytes of commit records in the data log (an epoch committed again
+    /// after a failed agreement has its earlier records among its data).
+    records: u64,
+    /// A failed write may have left bytes after the log's end that could
+    /// not be cut off: the commit cuts them before its record.
+    tail_unknown: bool,
     /// Next free log position (buffered bytes included).
     log_end: u64,
     buf: Vec<u8>,
@@ -165,6 +226,14 @@ pub struct RankLog {
     /// A communicator of one whose every commit is a generation of its own
     /// (`single.rs`); the rank directory of its last commit.
     staged: Option<Option<PathBuf>>,
+    /// [`CommitSync::Journal`] or [`CommitSync::Explicit`].
+    sync: CommitSync,
+    /// Explicit policy: directories that gained an entry since the last
+    /// commit (fsynced at the commit, after the data).
+    unsynced_dirs: Vec<PathBuf>,
+    /// The rank directory exists (a one-process writer's next staging
+    /// place is made when its next epoch first needs it).
+    dirs_ready: bool,
 }
 
 impl RankLog {
@@ -203,10 +272,11 @@ impl RankLog {
         paths: RankPaths,
         staged: bool,
     ) -> Result<RankLog> {
-        durable::create_dirs_below(root, &paths.file_dir)?;
-        record_path(&paths.file_dir, &ident, rank)?;
-        durable::create_dirs_below(root, &paths.rank_dir)?;
-        let log = RankLog {
+        let sync = match cfg.commit_sync {
+            CommitSync::Auto => CommitSync::for_root(root),
+            other => other,
+        };
+        let mut log = RankLog {
             ident,
             rank,
             comm_size,
@@ -216,7 +286,15 @@ impl RankLog {
             cur: EpochState::default(),
             own: ExtentMap::new(),
             staged: staged.then_some(None),
+            sync,
+            unsynced_dirs: Vec::new(),
+            dirs_ready: true,
         };
+        let file_dir = log.paths.file_dir.clone();
+        log.create_dirs(root, &file_dir)?;
+        record_path(&file_dir, &log.ident, rank)?;
+        let rank_dir = log.paths.rank_dir.clone();
+        log.create_dirs(root, &rank_dir)?;
         for kind in [EpochFileKind::Data, EpochFileKind::Manifest] {
             let p = log.paths.epoch_file(1, kind);
             if p.exists() {
@@ -256,7 +334,25 @@ impl RankLog {
     /// Bytes of data written in the current epoch so far (including
     /// overwritten ones: the log is append-only).
     pub fn epoch_data_bytes(&self) -> u64 {
-        self.cur.log_end.saturating_sub(DATA_HEADER_LEN)
+        self.cur
+            .log_end
+            .saturating_sub(DATA_HEADER_LEN + self.cur.records)
+    }
+
+    /// How this log's commits are made durable.
+    pub fn commit_sync(&self) -> CommitSync {
+        self.sync
+    }
+
+    /// Create `dir` and its missing parents below `base`; under the
+    /// explicit policy remember the parents that gained an entry, to fsync
+    /// them at the next commit.
+    fn create_dirs(&mut self, base: &Path, dir: &Path) -> Result<()> {
+        let changed = durable::create_dirs(base, dir)?;
+        if self.sync == CommitSync::Explicit {
+            self.unsynced_dirs.extend(changed);
+        }
+        Ok(())
     }
 
     /// Record a write of `data` at file offset `off`. On error nothing of this
@@ -285,13 +381,7 @@ impl RankLog {
             self.cur.buf.extend_from_slice(data);
         } else {
             self.flush()?;
-            let path = self.data_path();
-            let f = self
-                .cur
-                .data
-                .as_ref()
-                .expect("data log opened by ensure_data");
-            durable::pwrite_all(f, data, pos, &path)?;
+            self.write_log(data, pos)?;
         }
         self.cur.log_end += len;
         let phase = self.cur.phase;
@@ -364,6 +454,11 @@ impl RankLog {
     /// Fill `buf` with this rank's own newest bytes at `off`, from any of its
     /// epochs still held locally, and say which ranges could not be answered.
     pub fn read_own(&mut self, off: u64, buf: &mut [u8]) -> Result<Vec<ReadRange>> {
+        // The data log is closed after a local commit; a read between it
+        // and the end of the epoch opens it again.
+        if self.cur.created {
+            self.ensure_data()?;
+        }
         let mut out = Vec::new();
         for c in self.own.lookup(off, buf.len() as u64) {
             let dst = &mut buf[(c.off - off) as usize..(c.off - off + c.len) as usize];
@@ -427,7 +522,22 @@ impl RankLog {
         if self.cur.data.is_some() {
             return Ok(());
         }
+        if !self.dirs_ready {
+            let (file_dir, rank_dir) = (self.paths.file_dir.clone(), self.paths.rank_dir.clone());
+            self.create_dirs(&file_dir, &rank_dir)?;
+            self.dirs_ready = true;
+        }
         let path = self.data_path();
+        if self.cur.created {
+            // Committed, then the agreement failed: the epoch goes on.
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .ctx("open data log", &path)?;
+            self.cur.data = Some(f);
+            return Ok(());
+        }
         // create_new: a data log that exists belongs to someone else's epoch.
         let f = OpenOptions::new()
             .read(true)
@@ -444,7 +554,12 @@ impl RankLog {
         };
         durable::pwrite_all(&f, &header.encode(), 0, &path)?;
         self.cur.data = Some(f);
+        self.cur.created = true;
         self.cur.log_end = DATA_HEADER_LEN;
+        if self.sync == CommitSync::Explicit {
+            // The data log's own name.
+            self.unsynced_dirs.push(self.paths.rank_dir.clone());
+        }
         Ok(())
     }
 
@@ -454,15 +569,27 @@ impl RankLog {
         if self.cur.buf.is_empty() {
             return Ok(());
         }
-        let path = self.data_path();
-        let f = self
-            .cur
-            .data
-            .as_ref()
-            .expect("buffered bytes imply a data log");
-        durable::pwrite_all(f, &self.cur.buf, self.cur.buf_pos(), &path)?;
+        let at = self.cur.buf_pos();
+        let buf = std::mem::take(&mut self.cur.buf);
+        let written = self.write_log(&buf, at);
+        self.cur.buf = buf;
+        written?;
         self.cur.buf.clear();
         Ok(())
+    }
+
+    /// `pwrite` bytes at `at`, where the data log ends. A write that fails
+    /// (a full disk) may have written part of them: the log is cut back to
+    /// `at`, so that it still ends where the writer thinks (the commit
+    /// record must end the file: bytes left after it would tear it).
+    fn write_log(&mut self, bytes: &[u8], at: u64) -> Result<()> {
+        let path = self.data_path();
+        let f = self.cur.data.as_ref().expect("a data log to write");
+        let written = durable::pwrite_all(f, bytes, at, &path);
+        if written.is_err() && f.set_len(at).is_err() {
+            self.cur.tail_unknown = true;
+        }
+        written
     }
 }
 
@@ -538,15 +665,24 @@ pub(crate) fn next_generation_in(file_dir: &Path) -> Result<u64> {
 
 /// Record which path a file directory stands for (once), and refuse a
 /// directory that already stands for another path (a hash collision).
+/// Without fsync: the record is a convenience (a directory whose epochs
+/// were all drained still says what it is); in format 2 every commit
+/// record's manifest carries the paths, and readers fall back to them when
+/// a crash left the record missing or empty. An unreadable record is
+/// written again.
 fn record_path(file_dir: &Path, ident: &FileIdent, rank: u32) -> Result<()> {
     let path_file = file_dir.join(layout::PATH_FILE);
     let record = PathRecord {
         path: ident.path.clone(),
         rel: ident.rel.clone(),
     };
-    match std::fs::read(&path_file) {
-        Ok(bytes) => {
-            let existing = PathRecord::decode(&bytes, &path_file)?;
+    let existing = match std::fs::read(&path_file) {
+        Ok(bytes) => PathRecord::decode(&bytes, &path_file).ok(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).ctx("read", &path_file),
+    };
+    match existing {
+        Some(existing) => {
             if existing.rel != ident.rel {
                 return Err(LogError::Inconsistent {
                     path: path_file,
@@ -559,7 +695,7 @@ fn record_path(file_dir: &Path, ident: &FileIdent, rank: u32) -> Result<()> {
             }
             Ok(())
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+        None => {
             // Ranks on one node may race here; each uses its own temporary
             // name and renames the same content into place.
             let tmp = file_dir.join(format!(
@@ -568,8 +704,7 @@ fn record_path(file_dir: &Path, ident: &FileIdent, rank: u32) -> Result<()> {
                 rank,
                 std::process::id()
             ));
-            durable::write_atomic(&path_file, &tmp, &record.encode())
+            durable::write_renamed(&path_file, &tmp, &record.encode())
         }
-        Err(e) => Err(e).ctx("read", &path_file),
     }
 }

@@ -60,6 +60,9 @@ fn truncated_data_log_names_file_and_offset() {
     let dir = tempfile::tempdir().unwrap();
     let ranks = build(dir.path());
     let data = ranks[1].join(epoch_file_name(2, EpochFileKind::Data));
+    // The cut takes the commit record with it: epoch 2 has commit marks,
+    // so that is damage, named where a trailer should be (the last 32
+    // bytes).
     OpenOptions::new()
         .write(true)
         .open(&data)
@@ -69,10 +72,40 @@ fn truncated_data_log_names_file_and_offset() {
     let err = materialize(dir.path()).unwrap_err();
     let text = err.to_string();
     assert!(
-        matches!(err, LogError::Corrupt { offset: 4096, .. }),
+        matches!(err, LogError::Corrupt { offset: 4564, .. }),
         "{text}"
     );
     assert!(text.contains(&data.display().to_string()), "{text}");
+}
+
+#[test]
+fn extent_past_the_data_is_refused_naming_file_and_offset() {
+    // A manifest whose extent runs into its own commit record (a writer
+    // that is not ours, with a valid record): refused before any read,
+    // naming the operation's offset in the data log.
+    let dir = tempfile::tempdir().unwrap();
+    let ranks = build(dir.path());
+    let data = ranks[1].join(epoch_file_name(2, EpochFileKind::Data));
+    let log = std::fs::read(&data).unwrap();
+    let (header, mut m) = paralog_log::format::decode_data_log(&log, &data).unwrap();
+    m.ops = vec![paralog_log::Op::Extent(paralog_log::Extent {
+        file_off: 1000,
+        len: 1000,
+        log_pos: 4096,
+        crc: 0,
+    })];
+    m.data_len = 4096 + 500;
+    let mut short = log[..4096 + 500].to_vec();
+    let record =
+        paralog_log::format::CommitTrailer::record(&header.encode()[..48], &m.encode(), 4596);
+    short.extend_from_slice(&record);
+    std::fs::write(&data, &short).unwrap();
+    let err = materialize(dir.path()).unwrap_err();
+    let ops_at = 4596 + 64 + "j".len() + "/pfs/out".len() + "out".len();
+    assert!(
+        matches!(&err, LogError::Corrupt { path, offset, .. } if *path == data && *offset == ops_at as u64),
+        "{err}"
+    );
 }
 
 #[test]
@@ -90,15 +123,47 @@ fn flipped_data_byte_is_a_checksum_error() {
 }
 
 #[test]
-fn damaged_manifest_is_refused() {
+fn damaged_commit_record_of_a_marked_epoch_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let ranks = build(dir.path());
-    let manifest = ranks[1].join(epoch_file_name(1, EpochFileKind::Manifest));
-    let bytes = std::fs::read(&manifest).unwrap();
-    std::fs::write(&manifest, &bytes[..bytes.len() - 7]).unwrap();
+    let data = ranks[1].join(epoch_file_name(1, EpochFileKind::Data));
+    let bytes = std::fs::read(&data).unwrap();
+    std::fs::write(&data, &bytes[..bytes.len() - 7]).unwrap();
     let err = materialize(dir.path()).unwrap_err();
     assert!(
-        err.to_string().contains(&manifest.display().to_string()),
+        err.to_string().contains(&data.display().to_string()),
+        "{err}"
+    );
+    assert!(
+        matches!(err, LogError::Corrupt { offset, .. } if offset == bytes.len() as u64 - 7 - 32),
+        "{err}"
+    );
+}
+
+#[test]
+fn damaged_manifest_inside_a_valid_record_is_refused() {
+    // The record's checksum holds (resealed) but the manifest breaks its
+    // own rules: corruption, named in the data log.
+    let dir = tempfile::tempdir().unwrap();
+    let ranks = build(dir.path());
+    let data = ranks[1].join(epoch_file_name(1, EpochFileKind::Data));
+    let mut log = std::fs::read(&data).unwrap();
+    let n = log.len();
+    let off = u64::from_le_bytes(log[n - 16..n - 8].try_into().unwrap()) as usize;
+    // Reserved header bytes 58..64 of the manifest, and its own checksum.
+    log[off + 60] = 1;
+    let mlen = n - 32 - off;
+    let crc = paralog_checksum::crc32c(&log[off..off + mlen - 4]);
+    log[off + mlen - 4..off + mlen].copy_from_slice(&crc.to_le_bytes());
+    let crc = paralog_checksum::crc32c_append(
+        paralog_checksum::crc32c_append(paralog_checksum::crc32c(&log[..48]), &log[off..n - 32]),
+        &log[n - 32..n - 4],
+    );
+    log[n - 4..].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&data, &log).unwrap();
+    let err = materialize(dir.path()).unwrap_err();
+    assert!(
+        matches!(&err, LogError::Corrupt { path, offset, .. } if *path == data && *offset == off as u64 + 58),
         "{err}"
     );
 }

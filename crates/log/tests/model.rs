@@ -2,14 +2,17 @@
 //! and preallocate by several ranks over several epochs; the logical file at
 //! every committed epoch must equal a plain byte vector that received the
 //! same operations. Crashes are injected at random points of the last epoch
-//! (ranks that never commit, a data log cut short, a manifest left
-//! unrenamed) and the recovered state must equal the model at the last
-//! globally committed epoch.
+//! (ranks that never commit, a data log cut short, a commit record cut or
+//! damaged as a crash during its write leaves it) and the recovered state
+//! must equal the model at the last globally committed epoch. Both commit
+//! policies (one fdatasync on a journaling file system, the explicit one).
 
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use paralog_log::gc::collect_garbage;
 use paralog_log::layout::{epoch_file_name, EpochFileKind};
+use paralog_log::writer::CommitSync;
 use paralog_log::{EpochId, FileIdent, Inventory, RankLog, ReadSource, WriterConfig};
 use proptest::prelude::*;
 
@@ -57,41 +60,50 @@ enum Damage {
     Nothing,
     /// Cut the crashed rank's data log at this fraction (per mille).
     CutData(u32),
-    /// The crashed rank got as far as writing its manifest but not renaming it.
-    UnrenamedManifest,
+    /// The crashed rank was writing its commit record: the log ends this
+    /// many bytes (1 + n modulo the record's length) short of the record.
+    TornRecord(u32),
+    /// The crashed rank's commit record is whole in length but one byte of
+    /// it (n modulo its length, counted from its start) never reached the
+    /// disk (reads back flipped).
+    FlippedRecord(u32),
 }
 
-fn plan_strategy() -> impl Strategy<Value = (u32, Vec<EpochPlan>, Crash, bool)> {
-    (1u32..=4, 1usize..=5, any::<bool>()).prop_flat_map(|(ranks, epochs, small_buffers)| {
-        let step = prop_oneof![
-            8 => (0..ranks, 0..BLOCKS, 0..BLOCK, 1..3 * BLOCK)
-                .prop_map(|(rank, block, skip, len)| Step::Write { rank, block, skip, len }),
-            1 => (0..BLOCK * BLOCKS).prop_map(Step::SetSize),
-            1 => (0..BLOCK * BLOCKS).prop_map(Step::Preallocate),
-            1 => Just(Step::Delete),
-        ];
-        let epoch = (
-            prop::collection::vec(0..ranks, BLOCKS as usize),
-            prop::collection::vec(step, 0..25),
-        )
-            .prop_map(|(owner, steps)| EpochPlan { owner, steps });
-        let damage = prop_oneof![
-            Just(Damage::Nothing),
-            (0u32..1000).prop_map(Damage::CutData),
-            Just(Damage::UnrenamedManifest),
-        ];
-        let crash = prop_oneof![
-            Just(Crash::None),
-            (prop::collection::vec(any::<bool>(), ranks as usize), damage)
-                .prop_map(|(committed, damage)| Crash::Partial { committed, damage }),
-        ];
-        (
-            Just(ranks),
-            prop::collection::vec(epoch, epochs),
-            crash,
-            Just(small_buffers),
-        )
-    })
+fn plan_strategy() -> impl Strategy<Value = (u32, Vec<EpochPlan>, Crash, bool, bool)> {
+    (1u32..=4, 1usize..=5, any::<bool>(), any::<bool>()).prop_flat_map(
+        |(ranks, epochs, small_buffers, explicit)| {
+            let step = prop_oneof![
+                8 => (0..ranks, 0..BLOCKS, 0..BLOCK, 1..3 * BLOCK)
+                    .prop_map(|(rank, block, skip, len)| Step::Write { rank, block, skip, len }),
+                1 => (0..BLOCK * BLOCKS).prop_map(Step::SetSize),
+                1 => (0..BLOCK * BLOCKS).prop_map(Step::Preallocate),
+                1 => Just(Step::Delete),
+            ];
+            let epoch = (
+                prop::collection::vec(0..ranks, BLOCKS as usize),
+                prop::collection::vec(step, 0..25),
+            )
+                .prop_map(|(owner, steps)| EpochPlan { owner, steps });
+            let damage = prop_oneof![
+                Just(Damage::Nothing),
+                (0u32..1000).prop_map(Damage::CutData),
+                any::<u32>().prop_map(Damage::TornRecord),
+                any::<u32>().prop_map(Damage::FlippedRecord),
+            ];
+            let crash = prop_oneof![
+                Just(Crash::None),
+                (prop::collection::vec(any::<bool>(), ranks as usize), damage)
+                    .prop_map(|(committed, damage)| Crash::Partial { committed, damage }),
+            ];
+            (
+                Just(ranks),
+                prop::collection::vec(epoch, epochs),
+                crash,
+                Just(small_buffers),
+                Just(explicit),
+            )
+        },
+    )
 }
 
 /// The plain byte-vector model: what direct I/O would leave.
@@ -168,6 +180,7 @@ fn run_case(
     plans: &[EpochPlan],
     crash: &Crash,
     small_buffers: bool,
+    explicit: bool,
 ) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
@@ -177,14 +190,18 @@ fn run_case(
         rel: b"out.dat".to_vec(),
         gen: 1,
     };
-    let cfg = if small_buffers {
+    let mut cfg = if small_buffers {
         WriterConfig {
             coalesce_bytes: 64,
             small_write: 16,
+            ..WriterConfig::default()
         }
     } else {
         WriterConfig::default()
     };
+    if explicit {
+        cfg.commit_sync = CommitSync::Explicit;
+    }
     let mut logs: Vec<RankLog> = (0..ranks)
         .map(|r| RankLog::create(root, ident.clone(), r, ranks, cfg).unwrap())
         .collect();
@@ -295,13 +312,23 @@ fn run_case(
                             .unwrap();
                     }
                 }
-                Damage::UnrenamedManifest => {
+                Damage::TornRecord(n) | Damage::FlippedRecord(n) => {
                     log.commit_local().unwrap();
-                    std::fs::rename(
-                        rank_dir.join(epoch_file_name(epoch, EpochFileKind::Manifest)),
-                        rank_dir.join(epoch_file_name(epoch, EpochFileKind::ManifestTmp)),
-                    )
-                    .unwrap();
+                    let p = rank_dir.join(epoch_file_name(epoch, EpochFileKind::Data));
+                    let bytes = std::fs::read(&p).unwrap();
+                    let len = bytes.len();
+                    let manifest_len =
+                        u32::from_le_bytes(bytes[len - 8..len - 4].try_into().unwrap()) as usize;
+                    let record = manifest_len + 32;
+                    let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+                    if matches!(damage, Damage::TornRecord(_)) {
+                        let cut = 1 + *n as usize % record;
+                        f.set_len((len - cut) as u64).unwrap();
+                    } else {
+                        let at = len - record + *n as usize % record;
+                        let b = bytes[at] ^ (1 << (*n % 8));
+                        f.write_all_at(&[b], at as u64).unwrap();
+                    }
                 }
             }
         }
@@ -341,7 +368,7 @@ fn run_case(
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
     #[test]
-    fn logical_file_equals_model((ranks, plans, crash, small) in plan_strategy()) {
-        run_case(ranks, &plans, &crash, small)?;
+    fn logical_file_equals_model((ranks, plans, crash, small, explicit) in plan_strategy()) {
+        run_case(ranks, &plans, &crash, small, explicit)?;
     }
 }

@@ -73,7 +73,7 @@ fn a_file_created_during_a_scan_never_shows_manifests_without_its_path() {
                     let committed = inv.gens.values().any(|g| {
                         g.ranks
                             .values()
-                            .any(|r| r.epochs.values().any(|e| e.manifest))
+                            .any(|r| r.epochs.values().any(|e| e.manifest.is_some()))
                     });
                     if committed && inv.record.is_none() {
                         bad.push(format!("{rel}: {:?}", inv.path_error));

@@ -1,14 +1,20 @@
 //! Golden test vectors: small binary records committed under tests/vectors/.
-//! They pin format version 1: the decoder must read them to exactly the
-//! values below, the encoder must reproduce them byte for byte, and a single
-//! flipped bit anywhere in them must be refused.
+//! They pin format versions 1 and 2: the decoder must read them to exactly
+//! the values below, the encoder must reproduce them byte for byte, and a
+//! single flipped bit anywhere in them must be refused. Format 2 added a
+//! version-2 data log header and manifest, the commit trailer, and a whole
+//! small data log with its commit record; the format-1 vectors keep
+//! decoding (and a real format-1 log is read by `tests/saved_v1.rs`).
 //!
 //! Regenerate (only when the format version changes, with a new name):
 //! `cargo test -p paralog-log --test vectors -- --ignored regenerate`
 
 use std::path::{Path, PathBuf};
 
-use paralog_log::format::{CommitMark, DataHeader, PathRecord, ProgressRecord, DATA_HEADER_LEN};
+use paralog_log::format::{
+    decode_data_log, CommitMark, CommitTrailer, DataHeader, PathRecord, ProgressRecord,
+    DATA_HEADER_LEN, TRAILER_LEN,
+};
 use paralog_log::{Extent, FileIdent, Manifest, Op};
 
 fn dir() -> PathBuf {
@@ -112,22 +118,87 @@ fn progress() -> ProgressRecord {
     ProgressRecord { gen: 2, epoch: 7 }
 }
 
+/// The data of the whole-log vector: 300 bytes.
+fn log_data() -> Vec<u8> {
+    (0..300u32).map(|i| (i * 7 + 3) as u8).collect()
+}
+
+/// The manifest of the whole-log vector: `manifest()`'s operations with the
+/// real checksums of `log_data()`.
+fn log_manifest() -> Manifest {
+    let data = log_data();
+    let mut m = manifest();
+    for op in &mut m.ops {
+        if let Op::Extent(e) = op {
+            let at = (e.log_pos - DATA_HEADER_LEN) as usize;
+            e.crc = paralog_checksum::crc32c(&data[at..at + e.len as usize]);
+        }
+    }
+    m
+}
+
+/// A whole format-2 data log: header, 300 bytes of data, the commit record.
+fn data_log_v2() -> Vec<u8> {
+    let header = data_header().encode();
+    let mut log = header.clone();
+    log.extend_from_slice(&log_data());
+    let at = log.len() as u64;
+    log.extend_from_slice(&CommitTrailer::record(
+        &header[..48],
+        &log_manifest().encode(),
+        at,
+    ));
+    log
+}
+
+fn log_v2_ok(b: &[u8], p: &Path) -> bool {
+    decode_data_log(b, p).is_ok_and(|(h, m)| h == data_header() && m == log_manifest())
+}
+
+/// The trailer vector is the whole log's last 32 bytes: checked with the
+/// header and manifest it was made for.
+fn trailer_ok(b: &[u8], p: &Path) -> bool {
+    let log = data_log_v2();
+    let len = log.len() as u64;
+    let Ok(t) = CommitTrailer::decode(b, len, p) else {
+        return false;
+    };
+    let m = &log[t.manifest_off as usize..(t.manifest_off + u64::from(t.manifest_len)) as usize];
+    t.check(&log, m, b, p).is_ok()
+        && t.manifest_off == DATA_HEADER_LEN + 300
+        && t.manifest_len as usize == log.len() - TRAILER_LEN - t.manifest_off as usize
+}
+
 type Check = fn(&[u8], &Path) -> bool;
 
 /// (file name, encoded bytes, decode-and-compare)
 fn vectors() -> Vec<(&'static str, Vec<u8>, Check)> {
     vec![
-        ("manifest_v1.bin", manifest().encode(), |b, p| {
-            Manifest::decode(b, p).is_ok_and(|m| m == manifest())
+        ("manifest_v1.bin", manifest().encode_version(1), |b, p| {
+            Manifest::decode_version(b, p).is_ok_and(|m| m == (manifest(), 1))
         }),
         (
             "manifest_phases_v1.bin",
-            manifest_phases().encode(),
-            |b, p| Manifest::decode(b, p).is_ok_and(|m| m == manifest_phases()),
+            manifest_phases().encode_version(1),
+            |b, p| Manifest::decode_version(b, p).is_ok_and(|m| m == (manifest_phases(), 1)),
         ),
-        ("data_header_v1.bin", data_header().encode(), |b, p| {
-            DataHeader::decode(b, p).is_ok_and(|h| h == data_header())
+        (
+            "data_header_v1.bin",
+            data_header().encode_version(1),
+            |b, p| DataHeader::decode_version(b, p).is_ok_and(|h| h == (data_header(), 1)),
+        ),
+        ("manifest_v2.bin", manifest().encode(), |b, p| {
+            Manifest::decode_version(b, p).is_ok_and(|m| m == (manifest(), 2))
         }),
+        ("data_header_v2.bin", data_header().encode(), |b, p| {
+            DataHeader::decode_version(b, p).is_ok_and(|h| h == (data_header(), 2))
+        }),
+        ("data_log_v2.bin", data_log_v2(), log_v2_ok),
+        (
+            "commit_trailer_v2.bin",
+            data_log_v2()[data_log_v2().len() - TRAILER_LEN..].to_vec(),
+            trailer_ok,
+        ),
         ("commit_mark_v1.bin", mark().encode(), |b, p| {
             CommitMark::decode(b, p).is_ok_and(|m| m == mark())
         }),
@@ -325,4 +396,64 @@ fn headers_that_break_the_format_under_a_good_checksum_are_refused() {
         CommitMark::decode(&reseal(mark_bytes), &path).unwrap(),
         mark()
     );
+}
+
+#[test]
+fn format_2_vector_fields() {
+    // Spelled out, independent of the encoder.
+    let log = std::fs::read(dir().join("data_log_v2.bin")).unwrap();
+    assert_eq!(&log[..8], b"PLGDATA\0");
+    assert_eq!(u16::from_le_bytes([log[8], log[9]]), 2, "data log version");
+    let n = log.len();
+    let t = &log[n - 32..];
+    assert_eq!(&t[..8], b"PLGCTAIL");
+    assert_eq!(u16::from_le_bytes([t[8], t[9]]), 2, "trailer version");
+    assert_eq!(u16::from_le_bytes([t[10], t[11]]), 6, "trailer kind");
+    assert_eq!(u32::from_le_bytes(t[12..16].try_into().unwrap()), 32);
+    let off = u64::from_le_bytes(t[16..24].try_into().unwrap());
+    let len = u32::from_le_bytes(t[24..28].try_into().unwrap());
+    assert_eq!(off, 4096 + 300, "the manifest starts where the data ends");
+    assert_eq!(off as usize + len as usize + 32, n);
+    let m = &log[off as usize..off as usize + len as usize];
+    assert_eq!(&m[..8], b"PLGMNFST");
+    assert_eq!(u16::from_le_bytes([m[8], m[9]]), 2, "manifest version");
+    assert_eq!(
+        u64::from_le_bytes(m[40..48].try_into().unwrap()),
+        off,
+        "data length = where the commit record begins"
+    );
+    let crc = paralog_checksum::crc32c_append(
+        paralog_checksum::crc32c_append(paralog_checksum::crc32c(&log[..48]), m),
+        &t[..28],
+    );
+    assert_eq!(u32::from_le_bytes(t[28..32].try_into().unwrap()), crc);
+}
+
+#[test]
+fn each_format_keeps_its_manifest_in_its_place() {
+    use paralog_log::reader::ManifestLoc;
+    let file = |v| ManifestLoc {
+        path: dir().join("x.manifest"),
+        offset: 0,
+        version: v,
+    };
+    // A format-2 manifest is not a manifest file, and a format-1 one is
+    // not a commit record's.
+    let v2 = manifest().encode();
+    assert!(file(1).decode(&v2).is_err());
+    let v1 = manifest().encode_version(1);
+    let in_log = ManifestLoc {
+        path: dir().join("x.data"),
+        offset: DATA_HEADER_LEN + 300,
+        version: 2,
+    };
+    assert!(in_log.decode(&v1).is_err());
+    assert_eq!(in_log.decode(&v2).unwrap(), manifest());
+    assert_eq!(file(1).decode(&v1).unwrap(), manifest());
+    // A format-2 manifest's data never ends before the header.
+    let mut empty = manifest();
+    empty.ops.clear();
+    empty.data_len = 0;
+    assert!(Manifest::decode(&empty.encode(), Path::new("m")).is_err());
+    assert!(Manifest::decode(&empty.encode_version(1), Path::new("m")).is_ok());
 }

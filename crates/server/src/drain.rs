@@ -125,6 +125,30 @@ pub fn lock_file_dir(dir: &Path) -> Result<DrainLock, DrainError> {
     Ok(DrainLock { _dir: f })
 }
 
+/// A fresh look at a file directory under its drain lock, with what a
+/// crashed format-2 writer left unfinished put right first: a one-process
+/// writer's committed epoch still in its staging directory is renamed into
+/// its generation (under the writers' commit lock), and a path record that
+/// a crash left missing or empty is written again from the manifests.
+pub fn settle(dir: &Path) -> Result<FileInventory, LogError> {
+    let mut inv = FileInventory::scan_dir(dir)?;
+    if paralog_log::single::finish_publishes(&inv)? > 0 {
+        tracing::info!(file = %inv.display_name(), "finished the publication of an epoch its writer committed before it stopped");
+        inv = FileInventory::scan_dir(dir)?;
+    }
+    if inv.record_rebuilt {
+        match inv.repair_path_record() {
+            Ok(_) => {
+                tracing::info!(file = %inv.display_name(), "path record rewritten from the manifests")
+            }
+            Err(e) => {
+                tracing::warn!(file = %inv.display_name(), error = %e, "rewriting the path record failed")
+            }
+        }
+    }
+    Ok(inv)
+}
+
 /// One epoch reached the remote.
 #[derive(Debug, Clone, Copy)]
 pub struct Drained {

@@ -117,7 +117,7 @@ fn recover_into(
     // The drain lock first, then a fresh look: a server may have drained
     // some of it since the inventory was taken.
     let _lock = lock_file_dir(&file.dir).map_err(|e| e.to_string())?;
-    let file = &FileInventory::scan_dir(&file.dir).map_err(|e| e.to_string())?;
+    let file = &crate::drain::settle(&file.dir).map_err(|e| e.to_string())?;
     let backend = remote.backend_for(file).map_err(|e| e.to_string())?;
     let rel = file
         .record

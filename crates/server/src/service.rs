@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use paralog_log::{EpochId, FileInventory, Inventory};
+use paralog_log::{EpochId, Inventory};
 
 use crate::drain::{drain_file, lock_file_dir, DrainCtx, DrainError, Drained};
 use crate::limit::RateLimit;
@@ -452,11 +452,11 @@ fn next_file(inner: &Inner) -> Option<PathBuf> {
 
 fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
     let _lock = lock_file_dir(dir)?;
-    let inv = FileInventory::scan_dir(dir).map_err(DrainError::Local)?;
+    let inv = crate::drain::settle(dir).map_err(DrainError::Local)?;
     let any_manifest = inv.gens.values().any(|g| {
         g.ranks
             .values()
-            .any(|r| r.epochs.values().any(|e| e.manifest))
+            .any(|r| r.epochs.values().any(|e| e.manifest.is_some()))
     });
     if inv.record.is_none() && inv.path_error.is_some() && !any_manifest {
         // Being created (the path record comes first, and this scan may

@@ -1,6 +1,8 @@
 //! Finding committed epochs as they appear: inotify on the node-local tree
-//! (root, jobs, files, opens, ranks). A manifest renamed into place or a
-//! commit mark written under a file's directory queues that file; a new
+//! (root, jobs, files, opens, ranks). A data log closed after writing (a
+//! format-2 local commit closes it after its commit record), a format-1
+//! manifest renamed into place or a commit mark written under a file's
+//! directory queues that file; a new
 //! directory gets its own watch and is scanned at once (what was created
 //! before the watch existed is not missed). A queue overflow, or any doubt,
 //! falls back to a full scan. The server's own writes (progress records)
@@ -131,8 +133,9 @@ impl Watcher {
     }
 }
 
-/// Names whose appearance can make an epoch drainable: a manifest renamed
-/// into place, a commit mark, the close marker of an open.
+/// Names whose appearance can make an epoch drainable: a data log closed
+/// (format 2: its commit record was written), a manifest renamed into place
+/// (format 1), a commit mark, the close marker of an open.
 fn relevant(name: &OsStr) -> bool {
     let n = name.to_string_lossy();
     if n == layout::CLOSED_FILE {
@@ -143,7 +146,9 @@ fn relevant(name: &OsStr) -> bool {
         layout::parse_epoch_file_name(&n),
         Some((
             _,
-            layout::EpochFileKind::Manifest | layout::EpochFileKind::Mark
+            layout::EpochFileKind::Data
+                | layout::EpochFileKind::Manifest
+                | layout::EpochFileKind::Mark
         ))
     )
 }

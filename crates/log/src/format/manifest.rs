@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use super::{
-    check_preamble, le_u16, le_u32, le_u64, DATA_HEADER_LEN, FORMAT_VERSION, KIND_MANIFEST,
-    MANIFEST_HEADER_LEN, MANIFEST_MAGIC, OP_LEN,
+    check_preamble, le_u16, le_u32, le_u64, DATA_HEADER_LEN, DATA_VERSIONS, FORMAT_V1,
+    FORMAT_VERSION, KIND_MANIFEST, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, OP_LEN,
 };
 use crate::error::{LogError, Result};
 use crate::id::EpochId;
@@ -68,6 +68,21 @@ impl Extent {
     pub fn file_end(&self) -> u64 {
         self.file_off + self.len
     }
+
+    /// Refuse the extent's bytes (in the data log at `path`) if their
+    /// checksum, `found`, is not the manifest's.
+    pub fn check_crc(&self, path: &Path, found: u32) -> Result<()> {
+        if found != self.crc {
+            return Err(LogError::Checksum {
+                path: path.to_path_buf(),
+                offset: self.log_pos,
+                len: self.len,
+                expected: self.crc,
+                found,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The committed record of one rank's epoch of one file.
@@ -77,8 +92,10 @@ pub struct Manifest {
     pub rank: u32,
     pub comm_size: u32,
     pub epoch: u64,
-    /// Length of the data log this manifest relies on (header included); 0
-    /// when the rank wrote no data in this epoch and no data log exists.
+    /// Format 1: length of the data log this manifest relies on (header
+    /// included); 0 when the rank wrote no data in this epoch and no data
+    /// log exists. Format 2: where the data ends in the data log and the
+    /// commit record begins (at least the header's length).
     pub data_len: u64,
     pub ops: Vec<Op>,
 }
@@ -112,12 +129,20 @@ impl Manifest {
         })
     }
 
+    /// The manifest as this build writes it (format 2: inside a data log's
+    /// commit record).
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_version(FORMAT_VERSION)
+    }
+
+    /// The manifest as format `version` wrote it (1: a file of its own; 2:
+    /// the commit record's manifest). The layout is the same.
+    pub fn encode_version(&self, version: u16) -> Vec<u8> {
         let ident = &self.ident;
         let body = MANIFEST_HEADER_LEN + ident.job.len() + ident.path.len() + ident.rel.len();
         let mut out = Vec::with_capacity(body + self.ops.len() * OP_LEN + 4);
         out.extend_from_slice(MANIFEST_MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&version.to_le_bytes());
         out.extend_from_slice(&KIND_MANIFEST.to_le_bytes());
         out.extend_from_slice(&(MANIFEST_HEADER_LEN as u32).to_le_bytes());
         out.extend_from_slice(&self.rank.to_le_bytes());
@@ -154,15 +179,28 @@ impl Manifest {
         out
     }
 
-    /// Decode and fully validate a manifest. `path` is only used in errors.
-    /// Never panics, whatever the bytes (fuzzed by `tests/fuzz_manifest.rs`).
+    /// Decode and fully validate a manifest of either format. `path` is
+    /// only used in errors. Never panics, whatever the bytes (fuzzed by
+    /// `tests/fuzz_manifest.rs`).
     pub fn decode(bytes: &[u8], path: &Path) -> Result<Manifest> {
+        Self::decode_version(bytes, path).map(|(m, _)| m)
+    }
+
+    /// [`Self::decode`], and the manifest's format version.
+    pub fn decode_version(bytes: &[u8], path: &Path) -> Result<(Manifest, u16)> {
         let corrupt = |offset: usize, what: String| LogError::Corrupt {
             path: path.to_path_buf(),
             offset: offset as u64,
             what,
         };
-        check_preamble(bytes, path, MANIFEST_MAGIC, KIND_MANIFEST, "manifest")?;
+        let version = check_preamble(
+            bytes,
+            path,
+            MANIFEST_MAGIC,
+            KIND_MANIFEST,
+            "manifest",
+            DATA_VERSIONS,
+        )?;
         if bytes.len() < MANIFEST_HEADER_LEN + 4 {
             return Err(corrupt(
                 bytes.len(),
@@ -221,7 +259,8 @@ impl Manifest {
         if epoch == 0 {
             return Err(corrupt(32, "epoch 0 (epochs start at 1)".into()));
         }
-        if data_len != 0 && data_len < DATA_HEADER_LEN {
+        // Format 2 always has a data log: the commit record is in it.
+        if (data_len != 0 || version != FORMAT_V1) && data_len < DATA_HEADER_LEN {
             return Err(corrupt(
                 40,
                 format!("data log length {data_len} is shorter than the data header"),
@@ -362,7 +401,7 @@ impl Manifest {
             };
             ops.push(op);
         }
-        Ok(Manifest {
+        let m = Manifest {
             ident: FileIdent {
                 job,
                 path: app_path,
@@ -374,6 +413,7 @@ impl Manifest {
             epoch,
             data_len,
             ops,
-        })
+        };
+        Ok((m, version))
     }
 }

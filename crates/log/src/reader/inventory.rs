@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use super::record::{
+    probe_data_log, read_rank_manifest, ManifestAt, ManifestLoc, Probe, RankRecord,
+};
 use crate::error::{IoContext, LogError, Result};
 use crate::format::{Manifest, PathRecord, ProgressRecord};
 pub use crate::id::EpochId;
@@ -15,9 +18,17 @@ use crate::layout::{self, EpochFileKind};
 pub struct EpochFiles {
     /// Length of the data log, if present.
     pub data: Option<u64>,
-    pub manifest: bool,
+    /// Where the rank's manifest is, if the scan found one (the rank
+    /// committed the epoch locally): format 1, the file `e<N>.manifest`;
+    /// format 2, the data log's commit record.
+    pub manifest: Option<ManifestAt>,
+    /// Format 1: a manifest being written when its writer stopped.
     pub manifest_tmp: bool,
     pub mark: bool,
+    /// The data log has no valid commit record and there is no manifest
+    /// file (its commit did not finish, or the record is damaged): why,
+    /// naming the offset.
+    pub torn: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -26,6 +37,11 @@ pub struct RankInventory {
     pub epochs: BTreeMap<u64, EpochFiles>,
     /// The rank's open of the file ended (its close marker is here).
     pub closed: bool,
+    /// A one-process writer's committed epoch still in its staging
+    /// directory (`dir`): it crashed after its commit record was durable
+    /// and before the rename into the generation (`single.rs`). Read in
+    /// place; the server and `recover` finish the rename.
+    pub staged: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -37,10 +53,15 @@ pub struct GenInventory {
 #[derive(Debug, Clone)]
 pub struct FileInventory {
     pub dir: PathBuf,
-    /// From the directory's path record; `None` if it is missing or damaged
-    /// (`path_error` then says why).
+    /// From the directory's path record; if that is missing or damaged
+    /// (`path_error` says why), from a committed format-2 manifest, which
+    /// carries the same paths (`record_rebuilt`); `None` if neither.
     pub record: Option<PathRecord>,
     pub path_error: Option<String>,
+    /// `record` comes from a manifest, not from the path record (a format-2
+    /// writer does not make the path record durable: after a crash it may
+    /// be missing or empty). The server rewrites the record.
+    pub record_rebuilt: bool,
     /// The server's progress record: epochs up to it are in the remote.
     pub progress: Option<ProgressRecord>,
     /// Why the progress record could not be read (the file is then not
@@ -69,10 +90,12 @@ pub struct Inventory {
 pub enum CommitStatus {
     /// A commit mark exists: the agreement succeeded.
     Marked,
-    /// No mark, but every rank's manifest is here.
+    /// No mark, but every rank's manifest is here (format 2: every rank's
+    /// commit record is valid).
     AllManifests,
     /// Not (yet) known to be committed: these ranks' manifests are missing
-    /// here. On a single node this means it is not committed.
+    /// here (format 2: or their commit records are torn). On a single node
+    /// this means it is not committed.
     Incomplete { comm_size: u32, missing: Vec<u32> },
 }
 
@@ -155,13 +178,21 @@ impl Inventory {
 
 fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>) -> Result<FileInventory> {
     let mut gens = BTreeMap::new();
+    let mut staging = Vec::new();
+    // A committed format-2 manifest, in case the path record is unreadable.
+    let mut a_manifest: Option<(Vec<u8>, ManifestLoc)> = None;
     for (name, path, is_dir) in list_dir(dir)? {
+        if crate::single::is_staging_name(&name) {
+            if is_dir {
+                staging.push(path);
+            }
+            continue;
+        }
         if name == layout::PATH_FILE
             || name.starts_with("path.tmp.")
             || name == layout::PROGRESS_FILE
             || name.starts_with("progress.tmp")
             || name == crate::single::LOCK_FILE
-            || crate::single::is_staging_name(&name)
         {
             continue;
         }
@@ -178,45 +209,13 @@ fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>) -> Result<FileInventory> {
                 stray.push(rpath);
                 continue;
             };
-            let mut r = RankInventory {
-                dir: rpath.clone(),
-                epochs: BTreeMap::new(),
-                closed: false,
-            };
-            for (ename, epath, edir) in list_dir(&rpath)? {
-                if ename == layout::CLOSED_FILE && !edir {
-                    r.closed = true;
-                    continue;
-                }
-                let Some((epoch, kind)) = (!edir)
-                    .then(|| layout::parse_epoch_file_name(&ename))
-                    .flatten()
-                else {
-                    stray.push(epath);
-                    continue;
-                };
-                // A data log deleted between the listing and its stat (the
-                // server removes drained epochs while others scan): as if
-                // it had not been listed, like a directory that vanished.
-                let data_len = match kind {
-                    EpochFileKind::Data => match std::fs::metadata(&epath) {
-                        Ok(m) => Some(m.len()),
-                        Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                        Err(e) => return Err(e).ctx("stat", &epath),
-                    },
-                    _ => None,
-                };
-                let e = r.epochs.entry(epoch).or_default();
-                match kind {
-                    EpochFileKind::Data => e.data = data_len,
-                    EpochFileKind::Manifest => e.manifest = true,
-                    EpochFileKind::ManifestTmp => e.manifest_tmp = true,
-                    EpochFileKind::Mark => e.mark = true,
-                }
-            }
+            let r = scan_rank(&rpath, stray, &mut a_manifest)?;
             g.ranks.insert(rank, r);
         }
         gens.insert(gen, g);
+    }
+    for stage in staging {
+        rescue_staged(dir, &stage, &mut gens, &mut a_manifest)?;
     }
     // The records are read after the listing, not before: a writer records
     // the path before any epoch exists, and the drain records progress
@@ -225,13 +224,25 @@ fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>) -> Result<FileInventory> {
     // yet its first committed epoch listed (the server then parked a
     // healthy file as damaged).
     let path_file = dir.join(layout::PATH_FILE);
-    let (record, path_error) = match std::fs::read(&path_file) {
+    let (mut record, path_error) = match std::fs::read(&path_file) {
         Ok(bytes) => match PathRecord::decode(&bytes, &path_file) {
             Ok(r) => (Some(r), None),
             Err(e) => (None, Some(e.to_string())),
         },
         Err(e) => (None, Some(format!("{}: {e}", path_file.display()))),
     };
+    // Format 2 does not make the path record durable (a crash may leave it
+    // missing or empty): every commit record's manifest names the path.
+    let mut record_rebuilt = false;
+    if record.is_none() {
+        if let Some(m) = a_manifest.and_then(|(bytes, loc)| loc.decode(&bytes).ok()) {
+            record = Some(PathRecord {
+                path: m.ident.path,
+                rel: m.ident.rel,
+            });
+            record_rebuilt = true;
+        }
+    }
     let progress_file = dir.join(layout::PROGRESS_FILE);
     let (progress, progress_error) = match std::fs::read(&progress_file) {
         Ok(bytes) => match ProgressRecord::decode(&bytes, &progress_file) {
@@ -245,10 +256,127 @@ fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>) -> Result<FileInventory> {
         dir: dir.to_path_buf(),
         record,
         path_error,
+        record_rebuilt,
         progress,
         progress_error,
         gens,
     })
+}
+
+/// List one rank directory: its epochs' records, where each manifest is
+/// (a format-2 data log's header and commit record are read), its close
+/// marker.
+fn scan_rank(
+    rdir: &Path,
+    stray: &mut Vec<PathBuf>,
+    a_manifest: &mut Option<(Vec<u8>, ManifestLoc)>,
+) -> Result<RankInventory> {
+    let mut r = RankInventory {
+        dir: rdir.to_path_buf(),
+        ..RankInventory::default()
+    };
+    // Names sort "e<N>.commit" < "e<N>.data" < "e<N>.manifest": the data
+    // log of an epoch is probed before its manifest file is listed.
+    let mut v2_logs = std::collections::BTreeSet::new();
+    for (ename, epath, edir) in list_dir(rdir)? {
+        if ename == layout::CLOSED_FILE && !edir {
+            r.closed = true;
+            continue;
+        }
+        let Some((epoch, kind)) = (!edir)
+            .then(|| layout::parse_epoch_file_name(&ename))
+            .flatten()
+        else {
+            stray.push(epath);
+            continue;
+        };
+        match kind {
+            EpochFileKind::Data => {
+                // A data log deleted between the listing and the probe (the
+                // server removes drained epochs while others scan): as if it
+                // had not been listed, like a directory that vanished.
+                let Some((len, probe)) = probe_data_log(&epath)? else {
+                    continue;
+                };
+                let e = r.epochs.entry(epoch).or_default();
+                e.data = Some(len);
+                match probe {
+                    Probe::V1 => {}
+                    Probe::NoHeader(err) => e.torn = Some(err.to_string()),
+                    Probe::Committed {
+                        offset, manifest, ..
+                    } => {
+                        e.manifest = Some(ManifestAt::Log {
+                            offset,
+                            len: manifest.len() as u32,
+                        });
+                        v2_logs.insert(epoch);
+                        if a_manifest.is_none() {
+                            let at = e.manifest.expect("just set");
+                            *a_manifest = Some((manifest, ManifestLoc::new(rdir, epoch, at)));
+                        }
+                    }
+                    Probe::Torn(err) => {
+                        e.torn = Some(err.to_string());
+                        v2_logs.insert(epoch);
+                    }
+                }
+            }
+            // Beside a format-2 data log a manifest file is not part of
+            // the layout.
+            EpochFileKind::Manifest if v2_logs.contains(&epoch) => stray.push(epath),
+            EpochFileKind::Manifest => {
+                let e = r.epochs.entry(epoch).or_default();
+                e.manifest = Some(ManifestAt::File);
+                e.torn = None;
+            }
+            EpochFileKind::ManifestTmp => r.epochs.entry(epoch).or_default().manifest_tmp = true,
+            EpochFileKind::Mark => r.epochs.entry(epoch).or_default().mark = true,
+        }
+    }
+    Ok(r)
+}
+
+/// A one-process writer's staging directory whose data log has a valid
+/// commit record naming generation G, while G holds no rank 0: the writer
+/// stopped after its commit was durable and before it renamed the rank
+/// directory into G (`single.rs`). Its epoch is G's rank 0, read in place.
+/// Not while a commit is in progress (its commit lock is held): that
+/// writer is about to rename it, and what a scan sees stays ordered.
+fn rescue_staged(
+    file_dir: &Path,
+    stage: &Path,
+    gens: &mut BTreeMap<u64, GenInventory>,
+    a_manifest: &mut Option<(Vec<u8>, ManifestLoc)>,
+) -> Result<()> {
+    let rank_dir = stage.join(layout::rank_dir_name(0));
+    let data = rank_dir.join(layout::epoch_file_name(1, EpochFileKind::Data));
+    let Some((_, Probe::Committed { header, .. })) = probe_data_log(&data)? else {
+        return Ok(());
+    };
+    let gen = header.gen;
+    if gen == crate::single::STAGED_GEN
+        || gen == 0
+        || (header.rank, header.comm_size, header.epoch) != (0, 1, 1)
+        || gens.get(&gen).is_some_and(|g| g.ranks.contains_key(&0))
+        || crate::single::commit_in_progress(file_dir)
+    {
+        return Ok(());
+    }
+    let mut stray = Vec::new();
+    let mut r = scan_rank(&rank_dir, &mut stray, a_manifest)?;
+    if r.epochs.get(&1).is_none_or(|e| e.manifest.is_none()) {
+        return Ok(());
+    }
+    r.staged = true;
+    gens.entry(gen)
+        .or_insert_with(|| GenInventory {
+            dir: file_dir.join(layout::gen_dir_name(gen)),
+            ranks: BTreeMap::new(),
+        })
+        .ranks
+        .insert(0, r);
+    Ok(())
 }
 
 /// Which of a file's epochs count, given which are committed (`ids` in
@@ -332,6 +460,37 @@ impl FileInventory {
         scan_file(dir, &mut stray)
     }
 
+    /// The paths a file directory stands for: its path record, or, if that
+    /// cannot be read (format 2 does not make it durable), a committed
+    /// manifest's. `None` if neither says.
+    pub fn path_of(dir: &Path) -> Option<PathRecord> {
+        let path_file = dir.join(layout::PATH_FILE);
+        if let Ok(r) = std::fs::read(&path_file)
+            .map_err(|_| ())
+            .and_then(|b| PathRecord::decode(&b, &path_file).map_err(|_| ()))
+        {
+            return Some(r);
+        }
+        Self::scan_dir(dir).ok().and_then(|f| f.record)
+    }
+
+    /// Write the path record again from what `record` says, when it was
+    /// rebuilt from a manifest (durably: write, fsync, rename, fsync the
+    /// directory). Returns whether it wrote.
+    pub fn repair_path_record(&self) -> Result<bool> {
+        let (true, Some(r)) = (self.record_rebuilt, &self.record) else {
+            return Ok(false);
+        };
+        let path = self.dir.join(layout::PATH_FILE);
+        let tmp = self.dir.join(format!(
+            "{}.tmp.repair.{}",
+            layout::PATH_FILE,
+            std::process::id()
+        ));
+        crate::durable::write_atomic(&path, &tmp, &r.encode())?;
+        Ok(true)
+    }
+
     /// Which log this file's epochs come from, for a remote to tell its
     /// own earlier apply of an epoch from another run's epoch of the same
     /// number: a hash of the job's name and the moment its node-local
@@ -367,30 +526,46 @@ impl FileInventory {
         ids
     }
 
-    /// Decode and cross-check the manifests of one epoch present here.
+    /// Decode and cross-check the manifests of one epoch present here (the
+    /// path is where each was read: the manifest file, or the data log
+    /// holding the commit record). A rank whose data log has no valid
+    /// commit record is left out, as not committed, unless the epoch is
+    /// proven committed ([`Self::commit_evidence`]): then that is damage,
+    /// refused naming the file and offset.
     pub fn manifests(&self, id: EpochId) -> Result<Vec<(Manifest, PathBuf)>> {
         let EpochId { gen, epoch } = id;
         let Some(g) = self.gens.get(&gen) else {
             return Ok(Vec::new());
         };
+        let proven = self.commit_evidence(id);
         let mut out: Vec<(Manifest, PathBuf)> = Vec::new();
         for (&rank, r) in &g.ranks {
-            let path = r
-                .dir
-                .join(layout::epoch_file_name(epoch, EpochFileKind::Manifest));
-            let listed = r.epochs.get(&epoch).is_some_and(|e| e.manifest);
+            let listed = r.epochs.get(&epoch).and_then(|e| e.manifest);
             // A rank whose directory was listed before its manifest was
-            // renamed into place may have committed since: the scan lists the
-            // ranks one after another, so it can see another rank's commit
-            // mark (written after every rank's manifest) and miss this
-            // manifest. Look for it by name. A listed manifest that is gone
-            // is an error, as before (a drain deleted it under us).
-            let bytes = match std::fs::read(&path) {
-                Ok(b) => b,
-                Err(e) if !listed && e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e).ctx("read manifest", &path),
+            // renamed into place (format 2: before its commit record was
+            // written) may have committed since: the scan lists the ranks
+            // one after another, so it can see another rank's commit mark
+            // (written after every rank's local commit) and miss this one.
+            // Look for it by name. A listed manifest that is gone is an
+            // error, as before (a drain deleted it under us).
+            let (bytes, loc) = match read_rank_manifest(&r.dir, epoch)? {
+                RankRecord::Found { bytes, loc } => (bytes, loc),
+                // Proven committed: the record was complete once. Not
+                // proven: a commit that did not finish, or one being
+                // redone (its agreement failed; the rank appends after it).
+                RankRecord::Torn(e) if proven => return Err(e),
+                RankRecord::Missing if listed.is_some() => {
+                    let loc = ManifestLoc::new(&r.dir, epoch, listed.expect("listed"));
+                    return Err(LogError::Io {
+                        path: loc.path,
+                        op: "read manifest",
+                        error: io::Error::from(io::ErrorKind::NotFound),
+                    });
+                }
+                RankRecord::Torn(_) | RankRecord::Missing => continue,
             };
-            let m = Manifest::decode(&bytes, &path)?;
+            let m = loc.decode(&bytes)?;
+            let path = loc.path;
             m.check_place(id, rank, &path)?;
             let mismatch = |what: String| LogError::Inconsistent {
                 path: path.clone(),
@@ -416,6 +591,21 @@ impl FileInventory {
             out.push((m, path));
         }
         Ok(out)
+    }
+
+    /// Whether this node holds proof that an epoch was globally committed
+    /// besides its manifests: a rank's commit mark, or a record of a later
+    /// epoch of the same open (a rank starts epoch N+1 only after the
+    /// agreement said every rank committed N). With such proof a torn
+    /// commit record is damage, not an unfinished commit.
+    pub fn commit_evidence(&self, id: EpochId) -> bool {
+        let EpochId { gen, epoch } = id;
+        self.gens.get(&gen).is_some_and(|g| {
+            g.ranks.values().any(|r| {
+                r.epochs.get(&epoch).is_some_and(|e| e.mark)
+                    || r.epochs.range(epoch + 1..).next().is_some()
+            })
+        })
     }
 
     /// Whether an epoch is globally committed, from this node's view.

@@ -3,7 +3,7 @@
 //! extent passes its checksum before any of its bytes is handed out.
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::EpochId;
 use crate::durable;
@@ -62,7 +62,7 @@ impl SourceReader {
             crc = paralog_checksum::crc32c_append(crc, &chunk[..n]);
             done += n as u64;
         }
-        check_extent_crc(&src.data_path, &e, crc)?;
+        e.check_crc(&src.data_path, crc)?;
         self.verified.insert(key);
         Ok(())
     }
@@ -75,7 +75,7 @@ impl SourceReader {
         if skip == 0 && buf.len() as u64 == e.len {
             let f = self.file(src)?;
             durable::pread_exact(f, buf, e.log_pos, &src.data_path)?;
-            check_extent_crc(&src.data_path, &e, paralog_checksum::crc32c(buf))?;
+            e.check_crc(&src.data_path, paralog_checksum::crc32c(buf))?;
             self.verified.insert((src.data_path.clone(), e.log_pos));
             return Ok(());
         }
@@ -98,19 +98,6 @@ fn check_data_header(f: &File, src: &SourceExtent) -> Result<()> {
                 "data log belongs to rank {} generation {} epoch {}, its manifest to rank {} generation {} epoch {}",
                 h.rank, h.gen, h.epoch, src.rank, src.epoch.gen, src.epoch.epoch
             ),
-        });
-    }
-    Ok(())
-}
-
-fn check_extent_crc(path: &Path, e: &Extent, found: u32) -> Result<()> {
-    if found != e.crc {
-        return Err(LogError::Checksum {
-            path: path.to_path_buf(),
-            offset: e.log_pos,
-            len: e.len,
-            expected: e.crc,
-            found,
         });
     }
     Ok(())

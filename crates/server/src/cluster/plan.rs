@@ -11,7 +11,7 @@ use paralog_log::format::Manifest;
 use paralog_log::reader::{committed_prefix, fmt_ids};
 use paralog_log::{EpochId, LogicalFile};
 
-use super::summary::{decode_manifest, manifest_path, NodeSummary};
+use super::summary::{decode_manifest, NodeSummary, ShippedManifest};
 
 /// A file of the job, whichever node holds it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -115,8 +115,8 @@ impl GlobalFile {
 #[derive(Default)]
 struct EpochView {
     marked: bool,
-    /// rank → (node, manifest bytes)
-    manifests: BTreeMap<u32, (usize, Vec<u8>)>,
+    /// rank → (node, manifest as shipped)
+    manifests: BTreeMap<u32, (usize, ShippedManifest)>,
 }
 
 /// Merge the nodes' summaries. `whole_opens`: the backend takes the epochs
@@ -215,32 +215,27 @@ fn fill(
                 }
                 let v = epochs.entry(id).or_default();
                 v.marked |= es.marked;
-                for (rank, bytes) in &es.manifests {
+                for shipped in &es.manifests {
+                    let rank = &shipped.rank;
                     if let Some((other, _)) = v.manifests.get(rank) {
                         return Err(format!(
                             "epoch {id} rank {rank} has a manifest on node {} and on node {}",
                             nodes[*other].node, nodes[*n].node
                         ));
                     }
-                    v.manifests.insert(*rank, (*n, bytes.clone()));
+                    v.manifests.insert(*rank, (*n, shipped.clone()));
                 }
             }
         }
     }
-    let dir_of = |n: usize| -> &str {
-        parts
-            .iter()
-            .find(|(m, _)| *m == n)
-            .map_or("", |(_, f)| f.dir.as_str())
-    };
     // Decode everything first: a bad manifest anywhere stops the file.
     let mut decoded: BTreeMap<EpochId, Vec<(Manifest, PathBuf, usize)>> = BTreeMap::new();
     let mut comm_sizes: BTreeMap<EpochId, u32> = BTreeMap::new();
     for (&id, v) in &epochs {
         let mut ms: Vec<(Manifest, PathBuf, usize)> = Vec::new();
-        for (&rank, (n, bytes)) in &v.manifests {
-            let path = manifest_path(dir_of(*n), id, rank);
-            let m = decode_manifest(bytes, &path, id, rank)
+        for (n, shipped) in v.manifests.values() {
+            let path = shipped.loc().path;
+            let m = decode_manifest(shipped, id)
                 .map_err(|e| format!("on node {}: {e}", nodes[*n].node))?;
             if let Some((first, p, _)) = ms.first() {
                 if first.comm_size != m.comm_size {
@@ -383,7 +378,7 @@ mod tests {
                 crc: 0,
             })],
         }
-        .encode()
+        .encode_version(1)
     }
 
     /// Node `n` holds ranks 2n and 2n+1; `epochs`: (epoch, marked, ranks with a manifest).
@@ -410,7 +405,13 @@ mod tests {
                             marked,
                             manifests: ranks
                                 .iter()
-                                .map(|&r| (r, manifest(r, e, 100 * r as u64 + e, 10)))
+                                .map(|&r| ShippedManifest {
+                                    rank: r,
+                                    path: format!("/l/n{n}/j/f/g000001/r{r:07}/e{e:010}.manifest"),
+                                    offset: 0,
+                                    version: 1,
+                                    bytes: manifest(r, e, 100 * r as u64 + e, 10),
+                                })
                                 .collect(),
                         })
                         .collect(),

@@ -1,7 +1,9 @@
 //! What one node tells the others at each round: the files it holds, their
 //! drain progress, and the manifests and commit marks of every epoch past
-//! that progress. Manifests travel as their on-disk bytes, so every server
-//! checks their checksums itself and merges exactly what the owner has.
+//! that progress. Manifests travel as their on-disk bytes with where they
+//! are (a format-1 manifest file, or a format-2 data log's commit record),
+//! so every server checks them itself and merges exactly what the owner
+//! has.
 //!
 //! The encoding is private to one server job (all servers run the same
 //! binary), so it has no version: length-prefixed fields, little-endian.
@@ -9,7 +11,8 @@
 use std::path::Path;
 
 use paralog_log::format::Manifest;
-use paralog_log::layout::{self, EpochFileKind};
+use paralog_log::layout;
+use paralog_log::reader::{read_rank_manifest, ManifestLoc, RankRecord};
 use paralog_log::{EpochId, FileInventory, Inventory};
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -52,8 +55,30 @@ pub struct GenSummary {
 pub struct EpochSummary {
     pub epoch: u64,
     pub marked: bool,
-    /// (rank, manifest bytes as on disk).
-    pub manifests: Vec<(u32, Vec<u8>)>,
+    pub manifests: Vec<ShippedManifest>,
+}
+
+/// One rank's manifest as its node holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ShippedManifest {
+    pub rank: u32,
+    /// The file it is in, on its node (the manifest file or the data log).
+    pub path: String,
+    /// Its offset in that file, and its format.
+    pub offset: u64,
+    pub version: u16,
+    /// Its bytes as on disk.
+    pub bytes: Vec<u8>,
+}
+
+impl ShippedManifest {
+    pub fn loc(&self) -> ManifestLoc {
+        ManifestLoc {
+            path: self.path.clone().into(),
+            offset: self.offset,
+            version: self.version,
+        }
+    }
 }
 
 /// What this node holds under `root` (one job, or all).
@@ -88,7 +113,7 @@ fn file_summary(job: &str, f: &FileInventory) -> Option<FileSummary> {
     let any_manifest = f.gens.values().any(|g| {
         g.ranks
             .values()
-            .any(|r| r.epochs.values().any(|e| e.manifest))
+            .any(|r| r.epochs.values().any(|e| e.manifest.is_some()))
     });
     let mut s = FileSummary {
         job: job.to_owned(),
@@ -144,14 +169,25 @@ fn file_summary(job: &str, f: &FileInventory) -> Option<FileSummary> {
                 es.marked |= files.mark;
                 // Looked up by name even when the listing missed it: see
                 // FileInventory::manifests.
-                let path = r
-                    .dir
-                    .join(layout::epoch_file_name(epoch, EpochFileKind::Manifest));
-                match std::fs::read(&path) {
-                    Ok(bytes) => es.manifests.push((rank, bytes)),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                match read_rank_manifest(&r.dir, epoch) {
+                    Ok(RankRecord::Found { bytes, loc }) => es.manifests.push(ShippedManifest {
+                        rank,
+                        path: loc.path.display().to_string(),
+                        offset: loc.offset,
+                        version: loc.version,
+                        bytes,
+                    }),
+                    Ok(RankRecord::Missing) => {}
+                    // A commit that did not finish, unless this node holds
+                    // proof the epoch was committed: then damage.
+                    Ok(RankRecord::Torn(e)) => {
+                        if f.commit_evidence(EpochId::new(gen, epoch)) {
+                            s.damaged = Some(e.to_string());
+                            return Some(s);
+                        }
+                    }
                     Err(e) => {
-                        s.damaged = Some(format!("{}: {e}", path.display()));
+                        s.damaged = Some(e.to_string());
                         return Some(s);
                     }
                 }
@@ -163,24 +199,15 @@ fn file_summary(job: &str, f: &FileInventory) -> Option<FileSummary> {
     Some(s)
 }
 
-/// Where a manifest of this node's file directory `dir` lives.
-pub fn manifest_path(dir: &str, id: EpochId, rank: u32) -> std::path::PathBuf {
-    Path::new(dir)
-        .join(layout::gen_dir_name(id.gen))
-        .join(layout::rank_dir_name(rank))
-        .join(layout::epoch_file_name(id.epoch, EpochFileKind::Manifest))
-}
-
-/// Decode a manifest received from `node`, checking its checksum and that it
-/// is the one its place says.
+/// Decode a manifest received from another node, checking its checksum and
+/// that it is the one its place says.
 pub fn decode_manifest(
-    bytes: &[u8],
-    path: &Path,
+    shipped: &ShippedManifest,
     id: EpochId,
-    rank: u32,
 ) -> Result<Manifest, paralog_log::LogError> {
-    let m = Manifest::decode(bytes, path)?;
-    m.check_place(id, rank, path)?;
+    let loc = shipped.loc();
+    let m = loc.decode(&shipped.bytes)?;
+    m.check_place(id, shipped.rank, &loc.path)?;
     Ok(m)
 }
 
@@ -296,9 +323,12 @@ impl NodeSummary {
                     o.u64(e.epoch);
                     o.bool(e.marked);
                     o.u64(e.manifests.len() as u64);
-                    for (rank, m) in &e.manifests {
-                        o.u64(*rank as u64);
-                        o.bytes(m);
+                    for m in &e.manifests {
+                        o.u64(m.rank as u64);
+                        o.bytes(m.path.as_bytes());
+                        o.u64(m.offset);
+                        o.u64(m.version as u64);
+                        o.bytes(&m.bytes);
                     }
                 }
             }
@@ -339,8 +369,13 @@ impl NodeSummary {
                     let nm = i.len()?;
                     let mut manifests = Vec::new();
                     for _ in 0..nm {
-                        let rank = i.u64()? as u32;
-                        manifests.push((rank, i.bytes()?));
+                        manifests.push(ShippedManifest {
+                            rank: i.u64()? as u32,
+                            path: i.string()?,
+                            offset: i.u64()?,
+                            version: i.u64()? as u16,
+                            bytes: i.bytes()?,
+                        });
                     }
                     epochs.push(EpochSummary {
                         epoch,
@@ -401,7 +436,19 @@ mod tests {
                     epochs: vec![EpochSummary {
                         epoch: 4,
                         marked: true,
-                        manifests: vec![(2, vec![1, 2, 3]), (3, vec![])],
+                        manifests: vec![
+                            ShippedManifest {
+                                rank: 2,
+                                path: "/l/j/f-1/g000001/r0000002/e0000000004.data".into(),
+                                offset: 8192,
+                                version: 2,
+                                bytes: vec![1, 2, 3],
+                            },
+                            ShippedManifest {
+                                rank: 3,
+                                ..ShippedManifest::default()
+                            },
+                        ],
                     }],
                 }],
             }],
