@@ -26,10 +26,13 @@ pub struct Args {
     json: bool,
     #[command(flatten)]
     job_of_servers: crate::server::ServerJobArgs,
+    #[command(flatten)]
+    aggregate: crate::aggregate_args::AggregateArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (node, mpi) = args.job_of_servers.resolve()?;
+    let aggregate = args.aggregate.resolve()?;
     let root = args.local.resolve_for(node.as_deref())?;
     let remote = args.remote.resolve_checked()?;
     if let Some(mpi) = mpi {

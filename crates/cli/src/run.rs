@@ -49,6 +49,8 @@ pub struct Args {
     report: Option<PathBuf>,
     #[command(flatten)]
     tuning: crate::server::Tuning,
+    #[command(flatten)]
+    aggregate: crate::aggregate_args::AggregateArgs,
     /// The command, e.g. `mpirun.mpich -n 4 ./sim`.
     #[arg(required = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -388,6 +390,7 @@ fn remove_finished_job(root: &Path, job: &str) -> anyhow::Result<bool> {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::server::init_tracing();
+    let aggregate = args.aggregate.resolve()?;
     let Some(prefix) = env_path(&args.prefix, "PARALOG_PREFIX") else {
         bail!("no prefix: give --prefix DIR (the directory whose files are captured) or set PARALOG_PREFIX");
     };

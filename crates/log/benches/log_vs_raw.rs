@@ -527,7 +527,11 @@ fn bench_components(c: &Cfg, src: &[u8]) -> Vec<Components> {
         let combine = median(&best(&mut || {
             let mut acc = 0u32;
             for i in 0..n {
-                acc = paralog_checksum::crc32c_combine(black_box(acc), black_box(i as u32), size as u64);
+                acc = paralog_checksum::crc32c_combine(
+                    black_box(acc),
+                    black_box(i as u32),
+                    size as u64,
+                );
             }
             black_box(acc);
         }));
