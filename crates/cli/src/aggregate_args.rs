@@ -81,6 +81,26 @@ impl AggregateArgs {
         }))
     }
 
+    /// Checked against the remote and the engine, as the server takes it.
+    pub fn sets(
+        agg: Option<Aggregate>,
+        remote: &crate::remote::Remote,
+        server_job: bool,
+    ) -> anyhow::Result<Option<std::sync::Arc<paralog_server::aggregate::Sets>>> {
+        let Some(agg) = agg else { return Ok(None) };
+        if server_job {
+            bail!("--aggregate is not supported by the server job (many nodes) yet: run one server per node without MPI, or drop --aggregate");
+        }
+        let url = match remote {
+            crate::remote::Remote::Url(u, _) => Some(u),
+            crate::remote::Remote::Prefix => None,
+        };
+        paralog_server::aggregate::Sets::check_remote(url).map_err(|e| anyhow!(e))?;
+        Ok(Some(std::sync::Arc::new(
+            paralog_server::aggregate::Sets::new(agg.rules, agg.containers, agg.align),
+        )))
+    }
+
     /// The same options for a child `paralog server`.
     pub fn to_args(agg: &Aggregate) -> Vec<String> {
         let mut v = Vec::new();

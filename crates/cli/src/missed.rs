@@ -55,6 +55,12 @@ impl Snapshot {
             .filter(|(p, meta)| before.get(p) != Some(meta))
             // Shared through the real file system by design (docs/capture.md).
             .filter(|(p, _)| !paralog_settings::is_mpi_helper_file(p))
+            // A checkpoint set's own files (docs/aggregate.md): the server's.
+            .filter(|(p, _)| {
+                use std::os::unix::ffi::OsStrExt;
+                !p.file_name()
+                    .is_some_and(|n| paralog_aggregate::format::is_reserved_name(n.as_bytes()))
+            })
             .filter(|(p, _)| {
                 p.strip_prefix(prefix)
                     .is_ok_and(|rel| !captured.contains(rel.as_os_str().as_bytes()))

@@ -208,6 +208,9 @@ fn start_server(
     if let Some(r) = remote {
         cmd.arg("--remote").arg(r);
     }
+    if let Some(a) = args.aggregate.resolve()? {
+        cmd.args(crate::aggregate_args::AggregateArgs::to_args(&a));
+    }
     // The server is not the program: no capture, no inherited settings that
     // would say otherwise.
     cmd.env_remove("LD_PRELOAD")
@@ -426,7 +429,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let remote_url = args.remote.url()?.map(|u| u.to_string());
     // Validate the remote now rather than in the server's log, and refuse
     // one that cannot work as given rather than retry forever.
-    args.remote.resolve_checked()?;
+    let remote = args.remote.resolve_checked()?;
+    crate::aggregate_args::AggregateArgs::sets(aggregate, &remote, false)?;
     let stale = undrained_elsewhere(&root, &job)?;
     if !stale.is_empty() {
         bail!(

@@ -190,6 +190,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if t.buffer > t.memory {
         bail!("--buffer {} is larger than --memory {}", t.buffer, t.memory);
     }
+    let sets = crate::aggregate_args::AggregateArgs::sets(aggregate, &remote, mpi.is_some())?;
     if let Some(mpi) = mpi {
         let cfg = args.job_of_servers.config(
             &root,
@@ -212,6 +213,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             buf_bytes: t.buffer as usize,
             max_rate: t.max_rate,
             nice: t.nice,
+            sets,
         },
         &socket,
     )?;

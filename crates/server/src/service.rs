@@ -36,6 +36,8 @@ pub struct Config {
     pub max_rate: Option<u64>,
     /// Nice value for the workers (0: unchanged).
     pub nice: i32,
+    /// `--aggregate`: files drained into checkpoint sets (aggregate.rs).
+    pub sets: Option<Arc<crate::aggregate::Sets>>,
 }
 
 #[derive(Debug, Default)]
@@ -463,6 +465,9 @@ fn next_file(inner: &Inner) -> Option<PathBuf> {
 }
 
 fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
+    if let Some(sets) = inner.cfg.sets.as_ref().filter(|s| s.claims(dir).is_some()) {
+        return drain_set_member(inner, sets, dir);
+    }
     let _lock = lock_file_dir(dir)?;
     let inv = FileInventory::scan_dir(dir).map_err(DrainError::Local)?;
     let any_manifest = inv.gens.values().any(|g| {
@@ -530,5 +535,52 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
         tracing::debug!(file = %e.path, generation = d.id.0, epoch = d.id.1, bytes = d.bytes, "epoch drained");
     };
     drain_file(&ctx, &inv, &mut on_epoch)?;
+    Ok(())
+}
+
+/// A checkpoint set member: the sets of its job that are complete are
+/// drained together (aggregate.rs); every member file drained is counted.
+fn drain_set_member(
+    inner: &Inner,
+    sets: &crate::aggregate::Sets,
+    dir: &Path,
+) -> Result<(), DrainError> {
+    use std::sync::atomic::Ordering::SeqCst;
+    let job_dir = dir.parent().unwrap_or(dir);
+    let flush = inner.flush.load(SeqCst) > 0;
+    let mut on_epoch = |file: &Path, d: Drained| {
+        let mut s = lock(inner);
+        s.bytes_drained += d.bytes;
+        s.epochs_drained += 1;
+        if let Some(e) = s.files.get_mut(file) {
+            e.bytes_drained += d.bytes;
+            e.epochs_drained += 1;
+            e.epochs_pending = e.epochs_pending.saturating_sub(1);
+            e.bytes_pending = e.bytes_pending.saturating_sub(d.bytes);
+        }
+    };
+    let outcomes = crate::aggregate::drain_sets(
+        sets,
+        &inner.cfg.remote,
+        job_dir,
+        flush,
+        false,
+        &mut on_epoch,
+    )?;
+    // What this file still holds back (its set is not complete yet).
+    let inv = FileInventory::scan_dir(dir).map_err(DrainError::Local)?;
+    let pending = inv.pending_epochs().map_err(DrainError::Corrupt)?;
+    let mut s = lock(inner);
+    if let Some(e) = s.files.get_mut(dir) {
+        if let Some(r) = &inv.record {
+            e.path = String::from_utf8_lossy(&r.path).into_owned();
+        }
+        e.epochs_pending = pending.len() as u64;
+        e.bytes_pending = pending.iter().map(|&id| inv.local_bytes(id)).sum();
+    }
+    drop(s);
+    for o in outcomes.iter().filter(|o| o.version.is_some()) {
+        tracing::debug!(set = %o.set, version = o.version, members = o.members.len(), "set drained");
+    }
     Ok(())
 }
