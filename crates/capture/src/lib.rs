@@ -22,6 +22,7 @@ pub mod namespace;
 pub mod posix;
 pub mod real;
 pub mod report;
+pub mod sets;
 pub mod shared;
 pub mod stat;
 pub mod state;

@@ -24,6 +24,9 @@ use crate::state::CResult;
 #[derive(Debug, Clone)]
 pub enum Base {
     File(PathBuf),
+    /// A member of a checkpoint set on a POSIX remote (docs/aggregate.md):
+    /// the set directory and the member's path in it.
+    Member(PathBuf, Vec<u8>),
     Object(ObjStore, Vec<u8>),
     Unreadable,
     /// The open truncates the file (`O_TRUNC`): nothing drained can show
@@ -38,7 +41,10 @@ impl Base {
             return Ok(Base::Object(ObjStore::new(url), rel.to_vec()));
         }
         Ok(match &cfg.remote_root {
-            Some(r) => Base::File(r.join(OsStr::from_bytes(rel))),
+            Some(r) => match crate::sets::member_of(r, rel) {
+                Some((set_dir, member)) => Base::Member(set_dir, member),
+                None => Base::File(r.join(OsStr::from_bytes(rel))),
+            },
             None => Base::Unreadable,
         })
     }
@@ -49,6 +55,8 @@ enum Opened {
     /// The drained file, opened at the first read.
     File(PathBuf, std::sync::OnceLock<std::fs::File>),
     Object(ObjStore, Version),
+    /// A checkpoint set's member, every block verified as it is read.
+    Member(std::sync::Mutex<paralog_aggregate::MemberReader>),
     Unreadable,
     /// Drained bytes this node cannot rebuild: why.
     Lost(String),
@@ -71,6 +79,9 @@ pub struct Committed {
     /// This job's log has a record of the file (committed epochs, drained
     /// or not): capture answers for it, even once everything is drained.
     pub known: bool,
+    /// Its drained bytes are a member of a checkpoint set: capture answers
+    /// for it (no plain file holds them).
+    pub in_set: bool,
 }
 
 /// The drained file's length, if it exists.
@@ -96,6 +107,13 @@ fn open_base(base: Base, abs: &Path) -> CResult<(Opened, Option<u64>)> {
                 ));
                 return Err(libc::EIO);
             }
+        },
+        Base::Member(set_dir, member) => match crate::sets::open_member(&set_dir, &member, abs)? {
+            Some(m) => {
+                let len = m.size();
+                (Opened::Member(std::sync::Mutex::new(m)), Some(len))
+            }
+            None => (Opened::Unreadable, None),
         },
         Base::Unreadable | Base::Cut => (Opened::Unreadable, None),
     })
@@ -123,6 +141,7 @@ pub fn committed(
     // deleted by the drain while we scan: look again.
     let mut attempt = 0;
     let unreadable = matches!(base, Base::Unreadable);
+    let in_set = matches!(base, Base::Member(..));
     let mut known;
     let (lf, complete, lost) = loop {
         let inv = FileInventory::scan_path(local, job, rel);
@@ -182,6 +201,7 @@ pub fn committed(
         exists,
         size,
         known,
+        in_set: in_set && real.is_some(),
     })
 }
 
@@ -220,6 +240,7 @@ impl View {
                         what: format!("version {} of {}: {other}", v.number, abs.display()),
                     },
                 }),
+                Opened::Member(m) => crate::sets::read_member(m, abs, at, dst),
                 Opened::Lost(why) => Err(paralog_log::LogError::NotFound { what: why.clone() }),
                 Opened::Unreadable => Err(paralog_log::LogError::NotFound {
                     what: format!(

@@ -469,9 +469,10 @@ impl Base {
                 dst.fill(0);
                 Ok(())
             }
-            Base::Member(m) => m.read_at(at, dst).map_err(|e| LogError::Inconsistent {
+            Base::Member(m) => m.read_at(at, dst).map_err(|e| LogError::Corrupt {
                 path: m.set().dir().to_path_buf(),
-                what: e.to_string(),
+                offset: 0,
+                what: format!("the published member {}: {e}", String::from_utf8_lossy(&m.member().path)),
             }),
             Base::File(f, _, _) => f.read_exact_at(dst, at).map_err(|error| LogError::Io {
                 path: PathBuf::from("(remote base file)"),
