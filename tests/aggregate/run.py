@@ -1,0 +1,279 @@
+#!/usr/bin/python3
+"""N-to-K checkpoint aggregation end to end (docs/aggregate.md, issue 16).
+
+A file-per-process checkpoint writer (progs/ckpt.c: every rank writes
+ckpt/step-NNNNNN/rank-RRRRR.dat with POSIX calls, sizes uneven by up to
++-20 %) runs under `paralog run --aggregate 'ckpt/{set}/rank-*.dat'`, and
+directly. Cases:
+
+  posix K=1|2|4   forked processes; the remote (the prefix) holds exactly K
+                  containers + 1 set record per set; `paralog sets` lists
+                  them complete; `paralog extract` of every set equals the
+                  direct run's files byte for byte; then, with the node-local
+                  log deleted, a new `paralog run` job reads every member
+                  back (stat, open, read, pread, lseek, opendir/readdir) and
+                  copies the tree out with Python's os.walk: equal to the
+                  direct run
+  mpich 4 ranks   the same writer with MPI (4 ranks, POSIX calls per rank),
+                  K=2, a separate remote directory
+  outside rule    a rule matching ranks 0-2 only: ranks 3-5 drain as plain
+                  files next to the set, and the restart sees all six
+  damage          a flipped container byte and a truncated set record: the
+                  restart read fails with EIO, naming the file and offset
+  crash           the server killed between the containers and the record
+                  (PARALOG_FAILPOINT=aggregate.before_record) while a set's
+                  second version is published: the first version is intact,
+                  the new containers are orphans; `paralog recover
+                  --aggregate` publishes the second version and collects
+                  them: K + 1 files per set again
+
+Usage: python3 -m tests.aggregate.run [--only SUBSTRING] [--keep]
+Ends with "aggregate: N passed, N failed".
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from tests.lib.check import Suite, check, fail
+from tests.lib.compare import same_bytes, tree, tree_difference
+from tests.lib.mpi import compile_program, mpi_env
+from tests.lib.paralog import clean_env, paralog_run
+from tests.lib.paths import BIN, PY, TARGET
+from tests.lib.proc import run
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE / "progs" / "ckpt.c"
+OUT = TARGET / "aggregate-tests"
+RULE = "ckpt/{set}/rank-*.dat"
+RANKS, STEPS, MEAN = 6, 3, 300_000
+
+
+def ckpt():
+    return compile_program("gcc", SRC, OUT / "ckpt", "-O2", "-Wall", "-Wno-format-truncation")
+
+
+def ckpt_mpi():
+    return compile_program("mpicc.mpich", SRC, OUT / "ckpt-mpich", "-O2", "-Wall", "-Wno-format-truncation",
+                           "-DUSE_MPI")
+
+
+def set_dirs(remote):
+    return sorted(p for p in (remote / "ckpt").iterdir() if p.is_dir())
+
+
+def check_layout(remote, k, steps=STEPS, plain=0):
+    """Exactly K containers + 1 record per set (and `plain` plain files)."""
+    sets = set_dirs(remote)
+    check(len(sets) == steps, f"{len(sets)} set directories, not {steps}: {sets}")
+    for d in sets:
+        names = sorted(p.name for p in d.iterdir())
+        containers = [n for n in names if n.endswith(".plc")]
+        others = [n for n in names if not n.endswith(".plc") and n != "set.plr"]
+        check("set.plr" in names, f"{d}: no set record: {names}")
+        check(len(containers) == k, f"{d}: {len(containers)} containers, not {k}: {names}")
+        check(len(others) == plain, f"{d}: {others} beside the set")
+
+
+def sets_json(remote, n_members, k):
+    r = run([BIN, "sets", remote, "--json"])
+    rows = json.loads(r.stdout)
+    check(len(rows) == STEPS, f"paralog sets lists {len(rows)} sets")
+    for row in rows:
+        check(row["complete"] is True, f"{row['set']} is not complete: {row}")
+        check(row["members"] == n_members, f"{row['set']}: {row['members']} members, not {n_members}")
+        check(row["containers"] == k, f"{row['set']}: {row['containers']} containers, not {k}")
+    return rows
+
+
+def extract_all(remote, work, direct, n_members):
+    """`paralog extract` of every set equals the direct run's files."""
+    for d in set_dirs(remote):
+        out = work / "extract" / d.name
+        run([BIN, "extract", remote, f"ckpt/{d.name}", out])
+        files = sorted(p.name for p in out.iterdir())
+        check(len(files) == n_members, f"{d.name}: extracted {files}")
+        for name in files:
+            same_bytes(direct / "ckpt" / d.name / name, out / name, f"extracted {d.name}/{name}")
+
+
+COPY_OUT = r'''
+import os, shutil, sys
+src, dst = sys.argv[1], sys.argv[2]
+n = 0
+for d, dirs, files in os.walk(src):
+    for f in files:
+        p = os.path.join(d, f)
+        t = os.path.join(dst, os.path.relpath(p, src))
+        os.makedirs(os.path.dirname(t), exist_ok=True)
+        with open(p, "rb") as a, open(t, "wb") as b:
+            shutil.copyfileobj(a, b)
+        n += 1
+print(n, "files")
+'''
+
+
+def restart(work, prefix, remote, direct, n_ranks):
+    """A new job, the first job's node-local log gone: the program's own
+    reads, then every file of the tree copied out through os.walk."""
+    local = work / "local2"
+    shutil.rmtree(work / "local", ignore_errors=True)
+    r = paralog_run(local, prefix, [ckpt(), prefix, n_ranks, STEPS, MEAN, "verify"], job="restart",
+                    remote=None if remote == prefix else remote)
+    check("verified" in r.stdout, f"restart read: {r.stdout[-800:]} {r.stderr[-800:]}")
+    copy = work / "copied"
+    paralog_run(local, prefix, [PY, "-c", COPY_OUT, prefix / "ckpt", copy], job="restart2",
+                remote=None if remote == prefix else remote)
+    diff = tree_difference(tree(direct / "ckpt"), tree(copy), names=("in the direct run", "read back under capture"))
+    check(not diff, f"restart copy differs: {diff}")
+
+
+def direct_run(work, n_ranks, salt=None):
+    direct = work / "direct"
+    direct.mkdir(exist_ok=True)
+    env = clean_env({"CKPT_SALT": str(salt)} if salt else None)
+    run([ckpt(), direct, n_ranks, STEPS, MEAN], env=env)
+    return direct
+
+
+def case_posix(k):
+    def case(work):
+        prefix, local = work / "prefix", work / "local"
+        prefix.mkdir()
+        paralog_run(local, prefix, [ckpt(), prefix, RANKS, STEPS, MEAN],
+                    extra=("--aggregate", RULE, "--containers", str(k)))
+        direct = direct_run(work, RANKS)
+        check_layout(prefix, k)
+        rows = sets_json(prefix, RANKS, k)
+        extract_all(prefix, work, direct, RANKS)
+        restart(work, prefix, prefix, direct, RANKS)
+        total = sum(r["bytes"] for r in rows)
+        return f"{STEPS} sets of {RANKS} members in {k} container(s), {total} bytes, read back twice"
+    return case
+
+
+def case_mpich(work):
+    prefix, local, remote = work / "prefix", work / "local", work / "remote"
+    prefix.mkdir()
+    remote.mkdir()
+    prog = ckpt_mpi()
+    env = mpi_env()
+    paralog_run(local, prefix, ["mpirun.mpich", "-n", "4", prog, prefix, 4, STEPS, MEAN], mpi="mpich",
+                remote=remote, extra=("--aggregate", RULE, "--containers", "2"), env=env)
+    direct = work / "direct"
+    direct.mkdir()
+    run(["mpirun.mpich", "-n", "4", prog, direct, 4, STEPS, MEAN], env=env)
+    check_layout(remote, 2)
+    check(not (prefix / "ckpt").exists() or not any((prefix / "ckpt").rglob("*.dat")),
+          "rank files in the prefix: the remote is elsewhere")
+    sets_json(remote, 4, 2)
+    extract_all(remote, work, direct, 4)
+    restart(work, prefix, remote, direct, 4)
+    return "4 MPI ranks, 3 sets in 2 containers each, read back"
+
+
+def case_outside_rule(work):
+    prefix, local = work / "prefix", work / "local"
+    prefix.mkdir()
+    paralog_run(local, prefix, [ckpt(), prefix, RANKS, STEPS, MEAN],
+                extra=("--aggregate", "ckpt/{set}/rank-0000[0-2].dat", "--containers", "2"))
+    direct = direct_run(work, RANKS)
+    check_layout(prefix, 2, plain=3)
+    for d in set_dirs(prefix):
+        for r in range(3, RANKS):
+            same_bytes(direct / "ckpt" / d.name / f"rank-{r:05d}.dat", d / f"rank-{r:05d}.dat",
+                       "a file outside the rule")
+    restart(work, prefix, prefix, direct, RANKS)
+    return "ranks 0-2 in the sets, 3-5 plain files beside them, all read back"
+
+
+def case_damage(work):
+    prefix, local = work / "prefix", work / "local"
+    prefix.mkdir()
+    paralog_run(local, prefix, [ckpt(), prefix, 3, STEPS, MEAN], extra=("--aggregate", RULE))
+    shutil.rmtree(local, ignore_errors=True)
+    step = set_dirs(prefix)[1]
+    container = next(step.glob("*.plc"))
+    b = bytearray(container.read_bytes())
+    b[200_000] ^= 0x10
+    container.write_bytes(bytes(b))
+    r = paralog_run(work / "l2", prefix, [ckpt(), prefix, 3, STEPS, MEAN, "verify"], job="r", check=False)
+    check(r.returncode != 0, "a flipped container byte went unnoticed")
+    check("Input/output error" in r.stdout + r.stderr, f"no EIO: {r.stdout[-500:]}")
+    check(str(container) in r.stderr and "corrupt at offset" in r.stderr,
+          f"the error does not name the container and offset: {r.stderr[-800:]}")
+    # The other sets still read.
+    bad_lines = [l for l in r.stdout.splitlines() if "step-" in l]
+    check(all(step.name in l for l in bad_lines), f"problems outside the damaged set: {bad_lines[:5]}")
+    # A truncated set record.
+    rec = set_dirs(prefix)[2] / "set.plr"
+    rec.write_bytes(rec.read_bytes()[:-7])
+    r = paralog_run(work / "l3", prefix, [ckpt(), prefix, 3, STEPS, MEAN, "verify"], job="r2", check=False)
+    check(r.returncode != 0, "a truncated set record went unnoticed")
+    check(str(rec) in r.stderr and "at offset 16" in r.stderr,
+          f"the error does not name the record and offset: {r.stderr[-800:]}")
+    return "EIO with the container and the record named"
+
+
+def case_crash(work):
+    prefix, local = work / "prefix", work / "local"
+    prefix.mkdir()
+    k = 2
+    agg = ("--aggregate", RULE, "--containers", str(k))
+    paralog_run(local, prefix, [ckpt(), prefix, RANKS, STEPS, MEAN], extra=agg)
+    first = direct_run(work, RANKS)
+    shutil.rmtree(local, ignore_errors=True)
+    # The second run rewrites every set; its server dies publishing the first.
+    env = clean_env({"PARALOG_FAILPOINT": "aggregate.before_record", "CKPT_SALT": "5"})
+    r = paralog_run(local, prefix, [ckpt(), prefix, RANKS, STEPS, MEAN], extra=agg, env=env, check=False,
+                    job="second")
+    check(r.returncode != 0, "the server did not die at the failpoint")
+    orphans = 0
+    for d in set_dirs(prefix):
+        names = [p.name for p in d.iterdir()]
+        orphans += sum(n.endswith(".plc") for n in names) - k
+        # Every set still reads as the first run wrote it.
+        out = work / "v1" / d.name
+        run([BIN, "extract", prefix, f"ckpt/{d.name}", out])
+        for r_ in range(RANKS):
+            same_bytes(first / "ckpt" / d.name / f"rank-{r_:05d}.dat", out / f"rank-{r_:05d}.dat",
+                       "the previous version after the crash")
+    check(orphans == k, f"{orphans} orphaned containers, expected the {k} of the interrupted publish")
+    r = run([BIN, "recover", "--local", local, "--aggregate", RULE, "--containers", str(k)], env=clean_env(),
+            check=False)
+    check(r.returncode == 0, f"recover failed: {r.stdout[-800:]} {r.stderr[-800:]}")
+    check_layout(prefix, k)
+    second = work / "second"
+    second.mkdir()
+    run([ckpt(), second, RANKS, STEPS, MEAN], env=clean_env({"CKPT_SALT": "5"}))
+    rows = json.loads(run([BIN, "sets", prefix, "--json"]).stdout)
+    check(all(row["version"] == 2 for row in rows), f"versions after recover: {[r['version'] for r in rows]}")
+    extract_all(prefix, work, second, RANKS)
+    r = run([BIN, "recover", "--local", local, "--aggregate", RULE, "--containers", str(k)], env=clean_env())
+    check_layout(prefix, k)
+    return "version 1 intact after the crash, version 2 published by recover, orphans collected"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only")
+    ap.add_argument("--keep", action="store_true")
+    a = ap.parse_args()
+    if not shutil.which("mpicc.mpich"):
+        fail("mpicc.mpich is missing (scripts/setup.sh installs MPICH)")
+    suite = Suite("aggregate", keep=a.keep)
+    cases = [(f"posix K={k}", case_posix(k)) for k in (1, 2, 4)]
+    cases += [
+        ("mpich 4 ranks", case_mpich),
+        ("outside rule", case_outside_rule),
+        ("damage", case_damage),
+        ("crash", case_crash),
+    ]
+    sys.exit(suite.run(cases, only=a.only))
+
+
+if __name__ == "__main__":
+    os.umask(0o022)
+    main()
