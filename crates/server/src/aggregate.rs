@@ -127,12 +127,12 @@ fn set_error(e: AggError) -> DrainError {
     })
 }
 
-/// Scan the member files of the sets in `job_dir`, by (rule, set).
-fn scan_job(
-    sets: &Sets,
-    job_dir: &Path,
-) -> Result<BTreeMap<(usize, Vec<u8>), Vec<MemberFile>>, DrainError> {
-    let mut out: BTreeMap<(usize, Vec<u8>), Vec<MemberFile>> = BTreeMap::new();
+/// A set of a job: (rule index, set directory).
+type SetKey = (usize, Vec<u8>);
+
+/// Scan the member files of the sets in `job_dir`, by set.
+fn scan_job(sets: &Sets, job_dir: &Path) -> Result<BTreeMap<SetKey, Vec<MemberFile>>, DrainError> {
+    let mut out: BTreeMap<SetKey, Vec<MemberFile>> = BTreeMap::new();
     let entries = match std::fs::read_dir(job_dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
@@ -159,10 +159,7 @@ fn scan_job(
     Ok(out)
 }
 
-fn scan_member(
-    sets: &Sets,
-    dir: &Path,
-) -> Result<Option<((usize, Vec<u8>), MemberFile)>, DrainError> {
+fn scan_member(sets: &Sets, dir: &Path) -> Result<Option<(SetKey, MemberFile)>, DrainError> {
     let inv = FileInventory::scan_dir(dir).map_err(DrainError::Local)?;
     let Some(rec) = inv.record.clone() else {
         return Ok(None);
@@ -472,7 +469,10 @@ impl Base {
             Base::Member(m) => m.read_at(at, dst).map_err(|e| LogError::Corrupt {
                 path: m.set().dir().to_path_buf(),
                 offset: 0,
-                what: format!("the published member {}: {e}", String::from_utf8_lossy(&m.member().path)),
+                what: format!(
+                    "the published member {}: {e}",
+                    String::from_utf8_lossy(&m.member().path)
+                ),
             }),
             Base::File(f, _, _) => f.read_exact_at(dst, at).map_err(|error| LogError::Io {
                 path: PathBuf::from("(remote base file)"),
