@@ -20,6 +20,10 @@ directly. Cases:
                   files next to the set, and the restart sees all six
   damage          a flipped container byte and a truncated set record: the
                   restart read fails with EIO, naming the file and offset
+  rewrite         a later job without --aggregate patches a member in place
+                  (open "r+b", write 5 bytes): the set gets version 2 with
+                  the patch over the old bytes, the other members kept, and
+                  no plain file appears beside it
   crash           the server killed between the containers and the record
                   (PARALOG_FAILPOINT=aggregate.before_record) while a set's
                   second version is published: the first version is intact,
@@ -217,6 +221,37 @@ def case_damage(work):
     return "EIO with the container and the record named"
 
 
+PATCH = r'''
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(10)
+    f.write(b"HELLO")
+'''
+
+
+def case_rewrite(work):
+    prefix, local = work / "prefix", work / "local"
+    prefix.mkdir()
+    paralog_run(local, prefix, [ckpt(), prefix, 3, STEPS, MEAN], extra=("--aggregate", RULE))
+    direct = direct_run(work, 3)
+    shutil.rmtree(local, ignore_errors=True)
+    step = set_dirs(prefix)[0]
+    paralog_run(local, prefix, [PY, "-c", PATCH, step / "rank-00001.dat"], job="patch")
+    check_layout(prefix, 1)
+    rows = {r["set"]: r for r in json.loads(run([BIN, "sets", prefix, "--json"]).stdout)}
+    check(rows[f"ckpt/{step.name}"]["version"] == 2, f"versions: {rows}")
+    want = bytearray((direct / "ckpt" / step.name / "rank-00001.dat").read_bytes())
+    want[10:15] = b"HELLO"
+    patched = direct / "ckpt" / step.name / "rank-00001.dat"
+    patched.write_bytes(bytes(want))
+    extract_all(prefix, work, direct, 3)
+    restart_copy = work / "copied"
+    paralog_run(work / "l2", prefix, [PY, "-c", COPY_OUT, prefix / "ckpt", restart_copy], job="read")
+    diff = tree_difference(tree(direct / "ckpt"), tree(restart_copy))
+    check(not diff, f"read back: {diff}")
+    return "version 2 holds the patch, the other members as they were"
+
+
 def case_crash(work):
     prefix, local = work / "prefix", work / "local"
     prefix.mkdir()
@@ -269,6 +304,7 @@ def main():
         ("mpich 4 ranks", case_mpich),
         ("outside rule", case_outside_rule),
         ("damage", case_damage),
+        ("rewrite", case_rewrite),
         ("crash", case_crash),
     ]
     sys.exit(suite.run(cases, only=a.only))

@@ -340,6 +340,13 @@ pub struct SetCache {
 
 type Stamp = (u64, u64, u64, i64, i64);
 
+impl std::fmt::Debug for SetCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.sets.lock().map(|s| s.len()).unwrap_or(0);
+        f.debug_struct("SetCache").field("sets", &n).finish()
+    }
+}
+
 impl SetCache {
     pub const fn new() -> SetCache {
         SetCache {

@@ -87,7 +87,12 @@ impl AggregateArgs {
         remote: &crate::remote::Remote,
         server_job: bool,
     ) -> anyhow::Result<Option<std::sync::Arc<paralog_server::aggregate::Sets>>> {
-        let Some(agg) = agg else { return Ok(None) };
+        let Some(agg) = agg else {
+            // A member of a published set rewritten by this job makes a
+            // new version of the set, with or without rules.
+            return Ok((!server_job)
+                .then(|| std::sync::Arc::new(paralog_server::aggregate::Sets::rewrites_only())));
+        };
         if server_job {
             bail!("--aggregate is not supported by the server job (many nodes) yet: run one server per node without MPI, or drop --aggregate");
         }

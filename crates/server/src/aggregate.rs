@@ -43,7 +43,14 @@ pub struct Sets {
     pub align: u64,
     /// One set is built at a time on this server.
     busy: Mutex<()>,
+    /// Published sets, decoded once (which files are members).
+    published: paralog_aggregate::reader::SetCache,
 }
+
+/// The "rule" of a member no rule matches, found in a published set (a
+/// member rewritten in a later job): its set is rebuilt once it is
+/// finished, without waiting for a newer set.
+const REWRITE: usize = usize::MAX;
 
 /// One set as the drain found it.
 #[derive(Debug, Clone, Default)]
@@ -65,16 +72,49 @@ impl Sets {
             containers: containers.max(1),
             align,
             busy: Mutex::new(()),
+            published: paralog_aggregate::reader::SetCache::new(),
         }
     }
 
-    /// Whether the file of a file directory is a set member (by its path
-    /// record; `None` when it has none yet).
-    pub fn claims(&self, file_dir: &Path) -> Option<Match> {
+    /// No rule: only members of sets already published are drained as
+    /// such (what every one-node server does without `--aggregate`).
+    pub fn rewrites_only() -> Sets {
+        Sets::new(
+            Rules::default(),
+            1,
+            paralog_aggregate::publish::DEFAULT_ALIGN,
+        )
+    }
+
+    /// Whether the file of a file directory is a set member, and of which
+    /// set (by its path record; `None` when it has none yet): a rule
+    /// matches it, or (with no rule, or in a job without `--aggregate`) a
+    /// published set on the remote lists it, so that a member rewritten
+    /// later makes a new version of its set rather than a plain file the
+    /// set would hide.
+    pub fn claims(&self, file_dir: &Path, remote: &Remote) -> Option<Match> {
         let p = file_dir.join(layout::PATH_FILE);
         let bytes = std::fs::read(&p).ok()?;
         let rec = PathRecord::decode(&bytes, &p).ok()?;
-        self.rules.matches(&rec.rel)
+        self.member_match(&rec.path, &rec.rel, remote)
+    }
+
+    fn member_match(&self, app_path: &[u8], rel: &[u8], remote: &Remote) -> Option<Match> {
+        if let Some(m) = self.rules.matches(rel) {
+            return Some(m);
+        }
+        let root = remote_root_of(remote, app_path, rel).ok()?;
+        let (set, member) = paralog_aggregate::reader::find_set(&root, rel)?;
+        let reader = self
+            .published
+            .get(&root.join(OsStr::from_bytes(&set)))
+            .ok()??;
+        reader.member(&member)?;
+        Some(Match {
+            rule: REWRITE,
+            set,
+            member,
+        })
     }
 
     /// Refuse, before anything runs, a remote sets cannot be written to yet.
@@ -131,7 +171,11 @@ fn set_error(e: AggError) -> DrainError {
 type SetKey = (usize, Vec<u8>);
 
 /// Scan the member files of the sets in `job_dir`, by set.
-fn scan_job(sets: &Sets, job_dir: &Path) -> Result<BTreeMap<SetKey, Vec<MemberFile>>, DrainError> {
+fn scan_job(
+    sets: &Sets,
+    remote: &Remote,
+    job_dir: &Path,
+) -> Result<BTreeMap<SetKey, Vec<MemberFile>>, DrainError> {
     let mut out: BTreeMap<SetKey, Vec<MemberFile>> = BTreeMap::new();
     let entries = match std::fs::read_dir(job_dir) {
         Ok(e) => e,
@@ -149,22 +193,26 @@ fn scan_job(sets: &Sets, job_dir: &Path) -> Result<BTreeMap<SetKey, Vec<MemberFi
             continue;
         }
         let dir = e.path();
-        if sets.claims(&dir).is_none() {
+        if sets.claims(&dir, remote).is_none() {
             continue;
         }
-        if let Some((key, f)) = scan_member(sets, &dir)? {
+        if let Some((key, f)) = scan_member(sets, remote, &dir)? {
             out.entry(key).or_default().push(f);
         }
     }
     Ok(out)
 }
 
-fn scan_member(sets: &Sets, dir: &Path) -> Result<Option<(SetKey, MemberFile)>, DrainError> {
+fn scan_member(
+    sets: &Sets,
+    remote: &Remote,
+    dir: &Path,
+) -> Result<Option<(SetKey, MemberFile)>, DrainError> {
     let inv = FileInventory::scan_dir(dir).map_err(DrainError::Local)?;
     let Some(rec) = inv.record.clone() else {
         return Ok(None);
     };
-    let Some(m) = sets.rules.matches(&rec.rel) else {
+    let Some(m) = sets.member_match(&rec.path, &rec.rel, remote) else {
         return Ok(None);
     };
     let committed = inv.committed_epochs().map_err(corrupt)?;
@@ -200,6 +248,10 @@ fn scan_member(sets: &Sets, dir: &Path) -> Result<Option<(SetKey, MemberFile)>, 
 /// The POSIX directory sets of `f` go to: the remote's root, or the
 /// prefix the program wrote under (its path minus the relative path).
 fn remote_root(remote: &Remote, f: &MemberFile) -> Result<PathBuf, DrainError> {
+    remote_root_of(remote, &f.app_path, &f.rel)
+}
+
+fn remote_root_of(remote: &Remote, app_path: &[u8], rel: &[u8]) -> Result<PathBuf, DrainError> {
     match remote {
         Remote::Url(RemoteUrl::Posix(root), _) => Ok(root.clone()),
         Remote::Url(url, _) => Err(DrainError::Remote(BackendError {
@@ -209,9 +261,9 @@ fn remote_root(remote: &Remote, f: &MemberFile) -> Result<PathBuf, DrainError> {
             message: Sets::check_remote(Some(url)).unwrap_err(),
         })),
         Remote::Prefix => {
-            let path = Path::new(OsStr::from_bytes(&f.app_path));
+            let path = Path::new(OsStr::from_bytes(app_path));
             let mut root = path.to_path_buf();
-            for _ in Path::new(OsStr::from_bytes(&f.rel)).components() {
+            for _ in Path::new(OsStr::from_bytes(rel)).components() {
                 root.pop();
             }
             Ok(root)
@@ -232,7 +284,7 @@ pub fn drain_sets(
     on_epoch: &mut dyn FnMut(&Path, Drained),
 ) -> Result<Vec<SetOutcome>, DrainError> {
     let _one = sets.busy.lock().unwrap_or_else(|p| p.into_inner());
-    let by_set = scan_job(sets, job_dir)?;
+    let by_set = scan_job(sets, remote, job_dir)?;
     let job = job_dir
         .file_name()
         .map(|n| n.as_bytes().to_vec())
@@ -254,9 +306,10 @@ pub fn drain_sets(
             .map(|f| String::from_utf8_lossy(&f.member).into_owned())
             .collect();
         let newest_here = files.iter().map(|f| f.created).max();
-        let newer = by_set.iter().any(|((r, s), other)| {
-            r == rule && s != set && other.iter().map(|f| f.created).min() > newest_here
-        });
+        let newer = *rule == REWRITE
+            || by_set.iter().any(|((r, s), other)| {
+                r == rule && s != set && other.iter().map(|f| f.created).min() > newest_here
+            });
         if !unfinished.is_empty() {
             outcome.waiting = Some(format!(
                 "members still being written: {}",
@@ -305,7 +358,7 @@ fn publish_set(
     let mut files = Vec::new();
     for f in scanned {
         locks.push(lock_file_dir(&f.inv.dir)?);
-        if let Some((_, fresh)) = scan_member(sets, &f.inv.dir)? {
+        if let Some((_, fresh)) = scan_member(sets, remote, &f.inv.dir)? {
             if !fresh.finished {
                 return Err(DrainError::Busy(fresh.inv.display_name()));
             }
@@ -573,15 +626,18 @@ pub fn recover_sets(
         e.0.push(d.id);
         e.1 += d.bytes;
     });
-    let by_set = scan_job(sets, &job.dir).unwrap_or_default();
+    let by_set = scan_job(sets, remote, &job.dir).unwrap_or_default();
     let mut rows = Vec::new();
     let outcomes = match &result {
         Ok(o) => o.clone(),
         Err(_) => Vec::new(),
     };
-    for f in job.files.iter().filter(|f| sets.claims(&f.dir).is_some()) {
+    for f in job.files.iter() {
+        let Some(m) = sets.claims(&f.dir, remote) else {
+            continue;
+        };
         let (ids, bytes) = drained.remove(&f.dir).unwrap_or_default();
-        let set = sets.claims(&f.dir).map(|m| m.set).unwrap_or_default();
+        let set = m.set;
         let set_name = String::from_utf8_lossy(&set).into_owned();
         let left = by_set
             .values()

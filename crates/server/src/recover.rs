@@ -91,7 +91,7 @@ pub fn recover_node_sets(
             }
         }
         for file in &j.files {
-            if sets.is_some_and(|s| s.claims(&file.dir).is_some()) {
+            if sets.is_some_and(|s| s.claims(&file.dir, remote).is_some()) {
                 continue;
             }
             let mut row = recover_file(remote, &pool, file, gc);

@@ -36,7 +36,8 @@ pub struct Config {
     pub max_rate: Option<u64>,
     /// Nice value for the workers (0: unchanged).
     pub nice: i32,
-    /// `--aggregate`: files drained into checkpoint sets (aggregate.rs).
+    /// `--aggregate`: files drained into checkpoint sets (aggregate.rs);
+    /// without rules, members of published sets rewritten in this job.
     pub sets: Option<Arc<crate::aggregate::Sets>>,
 }
 
@@ -465,7 +466,9 @@ fn next_file(inner: &Inner) -> Option<PathBuf> {
 }
 
 fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
-    if let Some(sets) = inner.cfg.sets.as_ref().filter(|s| s.claims(dir).is_some()) {
+    if let Some(sets) =
+        (inner.cfg.sets.as_ref()).filter(|s| s.claims(dir, &inner.cfg.remote).is_some())
+    {
         return drain_set_member(inner, sets, dir);
     }
     let _lock = lock_file_dir(dir)?;
