@@ -464,36 +464,10 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 /// A relative path that stays below its root: not empty, not absolute, no
-/// empty, `.` or `..` component, no NUL.
+/// empty, `.` or `..` component, no NUL (the log's own rule for the paths
+/// it records).
 pub fn check_rel(p: &[u8]) -> std::result::Result<(), String> {
-    if p.is_empty() {
-        return Err("empty path".into());
-    }
-    if p[0] == b'/' {
-        return Err(format!("{} is absolute", String::from_utf8_lossy(p)));
-    }
-    if p.contains(&0) {
-        return Err("path holds a NUL byte".into());
-    }
-    for comp in p.split(|&b| b == b'/') {
-        match comp {
-            b"" => {
-                return Err(format!(
-                    "{} has an empty component",
-                    String::from_utf8_lossy(p)
-                ))
-            }
-            b"." | b".." => {
-                return Err(format!(
-                    "{} has a `{}` component (it could leave its directory)",
-                    String::from_utf8_lossy(p),
-                    String::from_utf8_lossy(comp)
-                ))
-            }
-            _ => {}
-        }
-    }
-    Ok(())
+    paralog_log::layout::validate_rel(p).map_err(|e| e.to_string())
 }
 
 /// A member path: a safe relative path whose first component is not one

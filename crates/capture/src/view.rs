@@ -24,9 +24,11 @@ use crate::state::CResult;
 #[derive(Debug, Clone)]
 pub enum Base {
     File(PathBuf),
-    /// A member of a checkpoint set on a POSIX remote (docs/aggregate.md):
-    /// the set directory and the member's path in it.
-    Member(PathBuf, Vec<u8>),
+    /// A POSIX remote's file (root, relative path), or, when no such file
+    /// exists, the member of a checkpoint set in one of its parent
+    /// directories (docs/aggregate.md): looked for only then, so that a
+    /// plain file costs nothing more.
+    FileOrMember(PathBuf, Vec<u8>),
     Object(ObjStore, Vec<u8>),
     Unreadable,
     /// The open truncates the file (`O_TRUNC`): nothing drained can show
@@ -41,10 +43,7 @@ impl Base {
             return Ok(Base::Object(ObjStore::new(url), rel.to_vec()));
         }
         Ok(match &cfg.remote_root {
-            Some(r) => match crate::sets::member_of(r, rel) {
-                Some((set_dir, member)) => Base::Member(set_dir, member),
-                None => Base::File(r.join(OsStr::from_bytes(rel))),
-            },
+            Some(r) => Base::FileOrMember(r.clone(), rel.to_vec()),
             None => Base::Unreadable,
         })
     }
@@ -108,13 +107,27 @@ fn open_base(base: Base, abs: &Path) -> CResult<(Opened, Option<u64>)> {
                 return Err(libc::EIO);
             }
         },
-        Base::Member(set_dir, member) => match crate::sets::open_member(&set_dir, &member, abs)? {
-            Some(m) => {
-                let len = m.size();
-                (Opened::Member(std::sync::Mutex::new(m)), Some(len))
+        Base::FileOrMember(root, rel) => {
+            let p = root.join(OsStr::from_bytes(&rel));
+            match std::fs::metadata(&p) {
+                Ok(m) => (
+                    Opened::File(p, std::sync::OnceLock::new()),
+                    m.is_file().then_some(m.len()),
+                ),
+                Err(_) => match crate::sets::member_of(&root, &rel) {
+                    Some((set_dir, member)) => {
+                        match crate::sets::open_member(&set_dir, &member, abs)? {
+                            Some(m) => {
+                                let len = m.size();
+                                (Opened::Member(std::sync::Mutex::new(m)), Some(len))
+                            }
+                            None => (Opened::File(p, std::sync::OnceLock::new()), None),
+                        }
+                    }
+                    None => (Opened::File(p, std::sync::OnceLock::new()), None),
+                },
             }
-            None => (Opened::Unreadable, None),
-        },
+        }
         Base::Unreadable | Base::Cut => (Opened::Unreadable, None),
     })
 }
@@ -141,7 +154,6 @@ pub fn committed(
     // deleted by the drain while we scan: look again.
     let mut attempt = 0;
     let unreadable = matches!(base, Base::Unreadable);
-    let in_set = matches!(base, Base::Member(..));
     let mut known;
     let (lf, complete, lost) = loop {
         let inv = FileInventory::scan_path(local, job, rel);
@@ -180,6 +192,7 @@ pub fn committed(
         Some(why) => (Opened::Lost(why), Some(0)),
         None => open_base(base, abs)?,
     };
+    let in_set = matches!(opened, Opened::Member(_));
     let base_len = real.unwrap_or(0);
     let (exists, size) = if lf.epochs.is_empty() {
         (real.is_some(), base_len)
@@ -201,7 +214,7 @@ pub fn committed(
         exists,
         size,
         known,
-        in_set: in_set && real.is_some(),
+        in_set,
     })
 }
 

@@ -52,6 +52,17 @@ fn make_set(remote: &Path, set: &str, k: u32) -> Vec<(String, Vec<u8>)> {
     files
 }
 
+/// `paralog extract REMOTE SET OUT` and what it said.
+fn extract(remote: &Path, set: &str, out: &Path) -> std::process::Output {
+    paralog()
+        .arg("extract")
+        .arg(remote)
+        .arg(set)
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn sets_lists_and_extract_writes_every_member() {
     for k in [1u32, 2, 4] {
@@ -89,13 +100,7 @@ fn sets_lists_and_extract_writes_every_member() {
         assert!(String::from_utf8_lossy(&text.stdout).contains("ckpt/step-000200"));
 
         let dest = t.path().join("out");
-        let out = paralog()
-            .args(["extract"])
-            .arg(&remote)
-            .arg("ckpt/step-000100")
-            .arg(&dest)
-            .output()
-            .unwrap();
+        let out = extract(&remote, "ckpt/step-000100", &dest);
         assert!(
             out.status.success(),
             "{}",
@@ -147,13 +152,7 @@ fn extract_refuses_damage_naming_file_and_offset() {
     c[at as usize] ^= 1;
     std::fs::write(&container, &c).unwrap();
     let dest = t.path().join("out");
-    let out = paralog()
-        .arg("extract")
-        .arg(&remote)
-        .arg("s")
-        .arg(&dest)
-        .output()
-        .unwrap();
+    let out = extract(&remote, "s", &dest);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&container.display().to_string()), "{err}");
@@ -174,13 +173,7 @@ fn extract_refuses_damage_naming_file_and_offset() {
     let out = paralog().arg("sets").arg(&remote).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stdout).contains("DAMAGED"));
-    let out = paralog()
-        .arg("extract")
-        .arg(&remote)
-        .arg("s")
-        .arg(&dest)
-        .output()
-        .unwrap();
+    let out = extract(&remote, "s", &dest);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -210,13 +203,7 @@ fn extract_never_leaves_out() {
     let elsewhere = t.path().join("elsewhere");
     std::fs::create_dir(&elsewhere).unwrap();
     std::os::unix::fs::symlink(&elsewhere, dest.join("sub")).unwrap();
-    let out = paralog()
-        .arg("extract")
-        .arg(&remote)
-        .arg("s")
-        .arg(&dest)
-        .output()
-        .unwrap();
+    let out = extract(&remote, "s", &dest);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("symbolic link"));
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);

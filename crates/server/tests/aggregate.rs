@@ -68,12 +68,18 @@ fn member(remote: &Path, set: &str, name: &str) -> Vec<u8> {
     b
 }
 
-#[test]
-fn a_set_waits_for_a_newer_set_or_the_end_and_for_its_members() {
+/// A temporary directory with a node-local root and a remote in it.
+fn dirs() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     let t = tempfile::tempdir().unwrap();
     let (root, remote) = (t.path().join("local"), t.path().join("remote"));
     std::fs::create_dir_all(&remote).unwrap();
     std::fs::create_dir_all(&root).unwrap();
+    (t, root, remote)
+}
+
+#[test]
+fn a_set_waits_for_a_newer_set_or_the_end_and_for_its_members() {
+    let (_t, root, remote) = dirs();
     let s = sets(2);
     write(&root, "ckpt/s1/rank-0.dat", 1, &data(1, 10_000), true);
     write(&root, "ckpt/s1/rank-1.dat", 1, &data(2, 12_000), true);
@@ -105,10 +111,7 @@ fn a_set_waits_for_a_newer_set_or_the_end_and_for_its_members() {
 
 #[test]
 fn a_rewritten_member_starts_a_new_version_keeping_the_others() {
-    let t = tempfile::tempdir().unwrap();
-    let (root, remote) = (t.path().join("local"), t.path().join("remote"));
-    std::fs::create_dir_all(&remote).unwrap();
-    std::fs::create_dir_all(&root).unwrap();
+    let (_t, root, remote) = dirs();
     let s = sets(1);
     write(&root, "ckpt/s/rank-0.dat", 1, &data(1, 9_000), true);
     write(&root, "ckpt/s/rank-1.dat", 1, &data(2, 7_000), true);
@@ -129,10 +132,7 @@ fn a_rewritten_member_starts_a_new_version_keeping_the_others() {
 
 #[test]
 fn a_damaged_epoch_is_refused_before_the_remote() {
-    let t = tempfile::tempdir().unwrap();
-    let (root, remote) = (t.path().join("local"), t.path().join("remote"));
-    std::fs::create_dir_all(&remote).unwrap();
-    std::fs::create_dir_all(&root).unwrap();
+    let (_t, root, remote) = dirs();
     let s = sets(1);
     write(&root, "ckpt/s/rank-0.dat", 1, &data(1, 9_000), true);
     let f = FileInventory::scan_path(&root, JOB, b"ckpt/s/rank-0.dat")
