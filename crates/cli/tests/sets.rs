@@ -12,15 +12,10 @@ fn paralog() -> Command {
     Command::new(env!("CARGO_BIN_EXE_paralog"))
 }
 
+/// Bytes that differ by seed and offset (a multiplicative hash).
 fn bytes(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
+    (0..n as u64)
+        .map(|i| ((i + 1).wrapping_mul(0x9e37_79b9) ^ seed.wrapping_mul(40503) >> 3) as u8)
         .collect()
 }
 
