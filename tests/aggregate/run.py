@@ -17,7 +17,9 @@ directly. Cases:
   mpich 4 ranks   the same writer with MPI (4 ranks, POSIX calls per rank),
                   K=2, a separate remote directory
   outside rule    a rule matching ranks 0-2 only: ranks 3-5 drain as plain
-                  files next to the set, and the restart sees all six
+                  files next to the set, and the restart sees all six; a
+                  second rule that matches nothing is named at the end of
+                  the run
   damage          a flipped container byte and a truncated set record: the
                   restart read fails with EIO, naming the file and offset
   rewrite         a later job without --aggregate patches a member in place
@@ -181,8 +183,12 @@ def case_mpich(work):
 def case_outside_rule(work):
     prefix, local = work / "prefix", work / "local"
     prefix.mkdir()
-    paralog_run(local, prefix, [ckpt(), prefix, RANKS, STEPS, MEAN],
-                extra=("--aggregate", "ckpt/{set}/rank-0000[0-2].dat", "--containers", "2"))
+    r = paralog_run(local, prefix, [ckpt(), prefix, RANKS, STEPS, MEAN],
+                    extra=("--aggregate", "ckpt/{set}/rank-0000[0-2].dat", "--containers", "2",
+                           "--aggregate", "chkpt/{set}/*.dat"))
+    check("--aggregate chkpt/{set}/*.dat: the rule matched none" in r.stderr,
+          f"a rule that matched nothing was not reported: {r.stderr[-600:]}")
+    check("ckpt/{set}/rank-0000[0-2].dat: the rule matched none" not in r.stderr, "the rule that matched was reported")
     direct = direct_run(work, RANKS)
     check_layout(prefix, 2, plain=3)
     for d in set_dirs(prefix):

@@ -106,6 +106,26 @@ impl AggregateArgs {
         )))
     }
 
+    /// One line per rule that matched none of the files a run captured
+    /// (a typo in a rule must not pass silently).
+    pub fn unmatched(
+        agg: &Aggregate,
+        captured: &std::collections::BTreeSet<Vec<u8>>,
+    ) -> Vec<String> {
+        agg.rules
+            .rules()
+            .iter()
+            .filter(|r| !captured.iter().any(|rel| r.matches(rel).is_some()))
+            .map(|r| {
+                format!(
+                    "--aggregate {}: the rule matched none of the {} file(s) the program wrote under the prefix; nothing was aggregated by it",
+                    r.text(),
+                    captured.len()
+                )
+            })
+            .collect()
+    }
+
     /// The same options for a child `paralog server`.
     pub fn to_args(agg: &Aggregate) -> Vec<String> {
         let mut v = Vec::new();

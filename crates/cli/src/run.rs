@@ -518,7 +518,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let drained = wait_drained(&server.socket, args.wait_timeout);
     let total_time = t0.elapsed();
-    let missed = before.missed(&prefix, &crate::missed::captured_paths(&root, &job));
+    let captured = crate::missed::captured_paths(&root, &job);
+    let missed = before.missed(&prefix, &captured);
     let _ = status::request(&server.socket, &Request::Stop);
     let server_exit = server.child.wait();
     let _ = std::fs::remove_dir_all(&stats_dir);
@@ -578,6 +579,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     });
     if !missed.is_empty() {
         for line in crate::missed::report(&missed, &args.command) {
+            eprintln!("paralog: {line}");
+        }
+    }
+    if let Ok(Some(agg)) = args.aggregate.resolve() {
+        for line in crate::aggregate_args::AggregateArgs::unmatched(&agg, &captured) {
             eprintln!("paralog: {line}");
         }
     }
