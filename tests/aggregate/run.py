@@ -26,6 +26,11 @@ directly. Cases:
                   (open "r+b", write 5 bytes): the set gets version 2 with
                   the patch over the old bytes, the other members kept, and
                   no plain file appears beside it
+  killed rank     a rank killed (SIGKILL) halfway through its member of the
+                  last set: the earlier sets are published and equal to a
+                  direct run, the interrupted one never appears (no record,
+                  no container), also after `paralog recover`, which says
+                  why and keeps its local data
   crash           the server killed between the containers and the record
                   (PARALOG_FAILPOINT=aggregate.before_record) while a set's
                   second version is published: the first version is intact,
@@ -227,6 +232,30 @@ def case_damage(work):
     return "EIO with the container and the record named"
 
 
+def case_killed_rank(work):
+    prefix, local = work / "prefix", work / "local"
+    prefix.mkdir()
+    env = clean_env({"CKPT_DIE": f"{STEPS * 100}:2"})
+    r = paralog_run(local, prefix, [ckpt(), prefix, RANKS, STEPS, MEAN], extra=("--aggregate", RULE), env=env,
+                    check=False)
+    check(r.returncode != 0, "the program did not fail")
+    direct = direct_run(work, RANKS)
+    sets = set_dirs(prefix)
+    last = sets[-1]
+    check(not any(last.iterdir()), f"the interrupted set left {sorted(p.name for p in last.iterdir())}")
+    for d in sets[:-1]:
+        out = work / "extract" / d.name
+        run([BIN, "extract", prefix, f"ckpt/{d.name}", out])
+        for i in range(RANKS):
+            same_bytes(direct / "ckpt" / d.name / f"rank-{i:05d}.dat", out / f"rank-{i:05d}.dat", "a finished set")
+    r = run([BIN, "recover", "--local", local, "--aggregate", RULE], env=clean_env(), check=False)
+    check(r.returncode == 1, f"recover exit {r.returncode}: {r.stdout[-600:]}")
+    check(f"checkpoint set ckpt/{last.name} not published" in r.stdout + r.stderr,
+          f"recover does not say why: {r.stdout[-600:]} {r.stderr[-300:]}")
+    check(not any(last.iterdir()), "recover published the interrupted set")
+    return f"{len(sets) - 1} sets published, the interrupted one absent, also after recover"
+
+
 PATCH = r'''
 import sys
 with open(sys.argv[1], "r+b") as f:
@@ -311,6 +340,7 @@ def main():
         ("outside rule", case_outside_rule),
         ("damage", case_damage),
         ("rewrite", case_rewrite),
+        ("killed rank", case_killed_rank),
         ("crash", case_crash),
     ]
     sys.exit(suite.run(cases, only=a.only))

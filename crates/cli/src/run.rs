@@ -545,7 +545,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "paralog: the server failed before the drain finished: {e} (log: {})",
                 server.log.display()
             );
-            eprintln!("{}", recover_hint(&root, &job, remote_url.as_deref()));
+            eprintln!(
+                "{}",
+                recover_hint(&root, &job, remote_url.as_deref(), &args)
+            );
             return Ok(ExitCode::from(if code == 0 { 3 } else { code }));
         }
     };
@@ -623,7 +626,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             f.message.as_deref().unwrap_or("")
         );
     }
-    eprintln!("{}", recover_hint(&root, &job, remote_url.as_deref()));
+    eprintln!(
+        "{}",
+        recover_hint(&root, &job, remote_url.as_deref(), &args)
+    );
     Ok(ExitCode::from(if code == 0 { 3 } else { code }))
 }
 
@@ -674,9 +680,17 @@ fn wait_drained(
     }
 }
 
-fn recover_hint(root: &Path, job: &str, remote: Option<&str>) -> String {
+fn recover_hint(root: &Path, job: &str, remote: Option<&str>, args: &Args) -> String {
+    // The same checkpoint sets, or members would drain as plain files.
+    let sets = match args.aggregate.resolve() {
+        Ok(Some(a)) => crate::aggregate_args::AggregateArgs::to_args(&a)
+            .chunks(2)
+            .map(|kv| format!(" {} '{}'", kv[0], kv[1]))
+            .collect::<String>(),
+        _ => String::new(),
+    };
     format!(
-        "paralog: every committed byte is kept in {}; once the cause is fixed, `paralog recover --local {} --job {job}{}` finishes the drain",
+        "paralog: every committed byte is kept in {}; once the cause is fixed, `paralog recover --local {} --job {job}{}{sets}` finishes the drain",
         root.join(job).display(),
         root.display(),
         remote.map(|r| format!(" --remote {r}")).unwrap_or_default()

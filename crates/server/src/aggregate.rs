@@ -228,6 +228,15 @@ fn scan_member(
         .keys()
         .next_back()
         .is_none_or(|&g| inv.open_ended(g));
+    // A one-process writer in the middle of an epoch (or killed in it)
+    // stages it beside the generations; a file with nothing committed yet
+    // is being written too.
+    let staging = std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| paralog_log::single::is_staging_name(&e.file_name().to_string_lossy()))
+    });
+    let nothing_committed = inv.gens.is_empty();
     let created = std::fs::metadata(dir.join(layout::PATH_FILE))
         .and_then(|m| m.modified())
         .unwrap_or(SystemTime::UNIX_EPOCH);
@@ -239,7 +248,7 @@ fn scan_member(
             app_path: rec.path.clone(),
             member: m.member,
             pending,
-            finished: !uncommitted && last_open_ended,
+            finished: !uncommitted && last_open_ended && !staging && !nothing_committed,
             created,
         },
     )))

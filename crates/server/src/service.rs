@@ -573,6 +573,21 @@ fn drain_set_member(
     // What this file still holds back (its set is not complete yet).
     let inv = FileInventory::scan_dir(dir).map_err(DrainError::Local)?;
     let pending = inv.pending_epochs().map_err(DrainError::Corrupt)?;
+    if flush && !pending.is_empty() {
+        // The job is ending and its set still cannot be published: a
+        // member's writer died in it. Kept for `recover`, said once.
+        let set = sets.claims(dir, &inner.cfg.remote).map(|m| m.set);
+        let why = outcomes
+            .iter()
+            .find(|o| set.as_deref() == Some(o.set.as_bytes()))
+            .and_then(|o| o.waiting.clone())
+            .unwrap_or_else(|| "not complete".into());
+        return Err(DrainError::SetNotPublished(format!(
+            "checkpoint set {} not published at the end of the job ({why}); local data kept for `paralog recover --aggregate`",
+            set.map(|s| String::from_utf8_lossy(&s).into_owned())
+                .unwrap_or_default()
+        )));
+    }
     let mut s = lock(inner);
     if let Some(e) = s.files.get_mut(dir) {
         if let Some(r) = &inv.record {

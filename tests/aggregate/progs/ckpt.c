@@ -2,7 +2,8 @@
  * step, each rank writes PREFIX/ckpt/step-NNNNNN/rank-RRRRR.dat with POSIX
  * calls (open O_CREAT|O_TRUNC, write, fsync, close), sizes uneven by up
  * to +-20 %, bytes a function of (rank, step, CKPT_SALT).
- *   ckpt PREFIX NRANKS STEPS MEAN             write (NRANKS processes forked)
+ *   ckpt PREFIX NRANKS STEPS MEAN             write (NRANKS processes forked;
+ *       CKPT_DIE=STEP:RANK kills that rank halfway through its file)
  *   ckpt PREFIX NRANKS STEPS MEAN verify      read every member back: stat,
  *       open, read, pread, lseek, and list each set directory; prints
  *       "verified" or the problems and "VERIFY FAILED" (exit 1)
@@ -11,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,8 +50,13 @@ static int write_rank(const char *prefix, unsigned rank, unsigned step, size_t m
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) { perror(path); return 1; }
     size_t n = size_of(rank, step, mean);
+    /* CKPT_DIE=STEP:RANK: that rank is killed halfway through its file. */
+    const char *die = getenv("CKPT_DIE");
+    unsigned die_step = 0, die_rank = 0;
+    int dying = die && sscanf(die, "%u:%u", &die_step, &die_rank) == 2 && die_step == step && die_rank == rank;
     unsigned char buf[65536];
     for (size_t off = 0; off < n;) {
+        if (dying && off >= n / 2) raise(SIGKILL);
         size_t k = n - off < sizeof buf ? n - off : sizeof buf;
         for (size_t i = 0; i < k; i++) buf[i] = byte_at(rank, step, off + i);
         ssize_t w = write(fd, buf, k);
