@@ -31,12 +31,14 @@ directly. Cases:
                   direct run, the interrupted one never appears (no record,
                   no container), also after `paralog recover`, which says
                   why and keeps its local data
-  crash           the server killed between the containers and the record
-                  (PARALOG_FAILPOINT=aggregate.before_record) while a set's
-                  second version is published: the first version is intact,
-                  the new containers are orphans; `paralog recover
-                  --aggregate` publishes the second version and collects
-                  them: K + 1 files per set again
+  crash at P      the server killed (PARALOG_FAILPOINT=P) at each crash point
+                  of a publish (between members, before the publish, between
+                  the containers and the record, after the record, after the
+                  progress records) while every set gets a second version:
+                  each set reads whole as the first version or the second;
+                  `paralog recover --aggregate` then publishes the second,
+                  collects the orphans (K + 1 files per set), leaves no local
+                  record, and a second recover changes nothing
 
 Usage: python3 -m tests.aggregate.run [--only SUBSTRING] [--keep]
 Ends with "aggregate: N passed, N failed".
@@ -287,43 +289,52 @@ def case_rewrite(work):
     return "version 2 holds the patch, the other members as they were"
 
 
-def case_crash(work):
-    prefix, local = work / "prefix", work / "local"
-    prefix.mkdir()
-    k = 2
-    agg = ("--aggregate", RULE, "--containers", str(k))
-    paralog_run(local, prefix, [ckpt(), prefix, RANKS, STEPS, MEAN], extra=agg)
-    first = direct_run(work, RANKS)
-    shutil.rmtree(local, ignore_errors=True)
-    # The second run rewrites every set; its server dies publishing the first.
-    env = clean_env({"PARALOG_FAILPOINT": "aggregate.before_record", "CKPT_SALT": "5"})
-    r = paralog_run(local, prefix, [ckpt(), prefix, RANKS, STEPS, MEAN], extra=agg, env=env, check=False,
-                    job="second")
-    check(r.returncode != 0, "the server did not die at the failpoint")
-    orphans = 0
-    for d in set_dirs(prefix):
-        names = [p.name for p in d.iterdir()]
-        orphans += sum(n.endswith(".plc") for n in names) - k
-        # Every set still reads as the first run wrote it.
-        out = work / "v1" / d.name
-        run([BIN, "extract", prefix, f"ckpt/{d.name}", out])
-        for r_ in range(RANKS):
-            same_bytes(first / "ckpt" / d.name / f"rank-{r_:05d}.dat", out / f"rank-{r_:05d}.dat",
-                       "the previous version after the crash")
-    check(orphans == k, f"{orphans} orphaned containers, expected the {k} of the interrupted publish")
-    r = run([BIN, "recover", "--local", local, "--aggregate", RULE, "--containers", str(k)], env=clean_env(),
-            check=False)
-    check(r.returncode == 0, f"recover failed: {r.stdout[-800:]} {r.stderr[-800:]}")
-    check_layout(prefix, k)
-    second = work / "second"
-    second.mkdir()
-    run([ckpt(), second, RANKS, STEPS, MEAN], env=clean_env({"CKPT_SALT": "5"}))
-    rows = json.loads(run([BIN, "sets", prefix, "--json"]).stdout)
-    check(all(row["version"] == 2 for row in rows), f"versions after recover: {[r['version'] for r in rows]}")
-    extract_all(prefix, work, second, RANKS)
-    r = run([BIN, "recover", "--local", local, "--aggregate", RULE, "--containers", str(k)], env=clean_env())
-    check_layout(prefix, k)
-    return "version 1 intact after the crash, version 2 published by recover, orphans collected"
+CRASH_POINTS = ["aggregate.mid_containers", "aggregate.before_publish", "aggregate.before_record",
+                "aggregate.after_record", "aggregate.after_progress"]
+
+
+def case_crash(point):
+    def case(work):
+        prefix, local = work / "prefix", work / "local"
+        prefix.mkdir()
+        k = 2
+        agg = ("--aggregate", RULE, "--containers", str(k))
+        paralog_run(local, prefix, [ckpt(), prefix, RANKS, STEPS, MEAN], extra=agg)
+        first = direct_run(work, RANKS)
+        shutil.rmtree(local, ignore_errors=True)
+        second = work / "second"
+        second.mkdir()
+        run([ckpt(), second, RANKS, STEPS, MEAN], env=clean_env({"CKPT_SALT": "5"}))
+        # The second run rewrites every set; its server dies at `point`
+        # while it publishes the first of them.
+        env = clean_env({"PARALOG_FAILPOINT": point, "CKPT_SALT": "5"})
+        r = paralog_run(local, prefix, [ckpt(), prefix, RANKS, STEPS, MEAN], extra=agg, env=env, check=False,
+                        job="second")
+        check(r.returncode != 0, "the server did not die at the failpoint")
+        # Every set reads whole: the first version, or the second.
+        versions = []
+        for d in set_dirs(prefix):
+            out = work / "after-crash" / d.name
+            run([BIN, "extract", prefix, f"ckpt/{d.name}", out])
+            got = [(out / f"rank-{i:05d}.dat").read_bytes() for i in range(RANKS)]
+            want1 = [(first / "ckpt" / d.name / f"rank-{i:05d}.dat").read_bytes() for i in range(RANKS)]
+            want2 = [(second / "ckpt" / d.name / f"rank-{i:05d}.dat").read_bytes() for i in range(RANKS)]
+            check(got in (want1, want2), f"{d.name} after the crash is neither version")
+            versions.append(1 if got == want1 else 2)
+        r = run([BIN, "recover", "--local", local, "--aggregate", RULE, "--containers", str(k)],
+                env=clean_env(), check=False)
+        check(r.returncode == 0, f"recover failed: {r.stdout[-800:]} {r.stderr[-800:]}")
+        check_layout(prefix, k)
+        extract_all(prefix, work, second, RANKS)
+        left = [p for p in local.rglob("e*.data")]
+        check(not left, f"local records left after recover: {left[:3]}")
+        # Recover again changes nothing.
+        before = sorted(p.name for d in set_dirs(prefix) for p in d.iterdir())
+        run([BIN, "recover", "--local", local, "--aggregate", RULE, "--containers", str(k)], env=clean_env())
+        after = sorted(p.name for d in set_dirs(prefix) for p in d.iterdir())
+        check(before == after, "a second recover changed the remote")
+        return f"after the crash the sets were versions {versions}; recover published the second, K + 1 files each"
+    return case
 
 
 def main():
@@ -341,8 +352,8 @@ def main():
         ("damage", case_damage),
         ("rewrite", case_rewrite),
         ("killed rank", case_killed_rank),
-        ("crash", case_crash),
     ]
+    cases += [(f"crash at {p}", case_crash(p)) for p in CRASH_POINTS]
     sys.exit(suite.run(cases, only=a.only))
 
 

@@ -301,6 +301,13 @@ pub fn drain_sets(
     let mut outcomes = Vec::new();
     let mut first_error = None;
     for ((rule, set), files) in &by_set {
+        if !keep_drained {
+            // What a crash between a set's progress records and the
+            // deletion left (the set holds it).
+            for f in files {
+                step::delete_drained_leftovers(&f.inv).map_err(DrainError::Local)?;
+            }
+        }
         if files.iter().all(|f| f.pending.is_empty()) {
             continue;
         }
