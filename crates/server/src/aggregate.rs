@@ -53,7 +53,7 @@ pub struct Sets {
 const REWRITE: usize = usize::MAX;
 
 /// One set as the drain found it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct SetOutcome {
     /// The set directory, relative to the remote.
     pub set: String,
@@ -63,6 +63,9 @@ pub struct SetOutcome {
     pub waiting: Option<String>,
     /// Per member file drained: its directory, its epochs, its bytes.
     pub members: Vec<(PathBuf, Vec<EpochId>, u64)>,
+    /// Why publishing it failed (its members' files take the failure; the
+    /// other sets go on).
+    pub error: Option<DrainError>,
 }
 
 impl Sets {
@@ -283,7 +286,8 @@ fn remote_root_of(remote: &Remote, app_path: &[u8], rel: &[u8]) -> Result<PathBu
 /// Drain every set of the job in `job_dir` that is complete (with `flush`:
 /// every set whose members are all finished). `on_epoch` is told of each
 /// member epoch once the set holding it is durable and its progress
-/// recorded. One outcome per set with pending epochs.
+/// recorded. One outcome per set with pending epochs, with its own
+/// failure; `Err` only when the job cannot be scanned.
 pub fn drain_sets(
     sets: &Sets,
     remote: &Remote,
@@ -299,7 +303,6 @@ pub fn drain_sets(
         .map(|n| n.as_bytes().to_vec())
         .unwrap_or_default();
     let mut outcomes = Vec::new();
-    let mut first_error = None;
     for ((rule, set), files) in &by_set {
         if !keep_drained {
             // What a crash between a set's progress records and the
@@ -342,7 +345,7 @@ pub fn drain_sets(
                 Err(e) => {
                     tracing::warn!(set = %name, error = %e, "publishing a checkpoint set failed; its members' local data is kept");
                     outcome.waiting = Some(e.to_string());
-                    first_error.get_or_insert(e);
+                    outcome.error = Some(e);
                 }
             }
         }
@@ -351,10 +354,7 @@ pub fn drain_sets(
         }
         outcomes.push(outcome);
     }
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(outcomes),
-    }
+    Ok(outcomes)
 }
 
 type Published = (u64, Vec<(PathBuf, Vec<EpochId>, u64)>);
@@ -644,9 +644,9 @@ pub fn recover_sets(
     });
     let by_set = scan_job(sets, remote, &job.dir).unwrap_or_default();
     let mut rows = Vec::new();
-    let outcomes = match &result {
-        Ok(o) => o.clone(),
-        Err(_) => Vec::new(),
+    let (outcomes, scan_error) = match result {
+        Ok(o) => (o, None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
     };
     for f in job.files.iter() {
         let Some(m) = sets.claims(&f.dir, remote) else {
@@ -671,7 +671,7 @@ pub fn recover_sets(
                 .iter()
                 .find(|o| o.set == set_name)
                 .and_then(|o| o.waiting.clone())
-                .or_else(|| result.as_ref().err().map(|e| e.to_string()))
+                .or_else(|| scan_error.clone())
                 .unwrap_or_else(|| "not published".into());
             Some(format!(
                 "checkpoint set {set_name} not published ({why}); local data kept"

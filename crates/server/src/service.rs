@@ -562,7 +562,7 @@ fn drain_set_member(
             e.bytes_pending = e.bytes_pending.saturating_sub(d.bytes);
         }
     };
-    let outcomes = crate::aggregate::drain_sets(
+    let mut outcomes = crate::aggregate::drain_sets(
         sets,
         &inner.cfg.remote,
         job_dir,
@@ -570,13 +570,20 @@ fn drain_set_member(
         false,
         &mut on_epoch,
     )?;
+    // This file's own set failed: its failure (other sets' are theirs).
+    let set = sets.claims(dir, &inner.cfg.remote).map(|m| m.set);
+    let own = outcomes
+        .iter_mut()
+        .find(|o| set.as_deref() == Some(o.set.as_bytes()));
+    if let Some(e) = own.and_then(|o| o.error.take()) {
+        return Err(e);
+    }
     // What this file still holds back (its set is not complete yet).
     let inv = FileInventory::scan_dir(dir).map_err(DrainError::Local)?;
     let pending = inv.pending_epochs().map_err(DrainError::Corrupt)?;
     if flush && !pending.is_empty() {
         // The job is ending and its set still cannot be published: a
         // member's writer died in it. Kept for `recover`, said once.
-        let set = sets.claims(dir, &inner.cfg.remote).map(|m| m.set);
         let why = outcomes
             .iter()
             .find(|o| set.as_deref() == Some(o.set.as_bytes()))

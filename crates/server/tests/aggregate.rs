@@ -45,7 +45,7 @@ fn write(root: &Path, rel: &str, gen: u64, bytes: &[u8], close: bool) {
 
 fn drain(s: &Sets, root: &Path, remote: &Path, flush: bool) -> Result<Vec<String>, DrainError> {
     let mut n = 0;
-    let out = drain_sets(
+    let mut out = drain_sets(
         s,
         &posix(remote),
         &root.join(JOB),
@@ -53,6 +53,10 @@ fn drain(s: &Sets, root: &Path, remote: &Path, flush: bool) -> Result<Vec<String
         false,
         &mut |_, _| n += 1,
     )?;
+    // A set's failure is its own (the others went on).
+    if let Some(e) = out.iter_mut().find_map(|o| o.error.take()) {
+        return Err(e);
+    }
     Ok(out
         .iter()
         .filter(|o| o.version.is_some())
@@ -143,7 +147,10 @@ fn a_damaged_epoch_is_refused_before_the_remote() {
     let mut b = std::fs::read(&log).unwrap();
     b[4096 + 100] ^= 1;
     std::fs::write(&log, &b).unwrap();
+    // Another set, healthy, is published all the same.
+    write(&root, "ckpt/t/rank-0.dat", 1, &data(2, 5_000), true);
     let e = drain(&s, &root, &remote, true).unwrap_err();
     assert!(matches!(e, DrainError::Corrupt(_)), "{e}");
     assert!(!remote.join("ckpt/s").join("set.plr").exists());
+    assert!(remote.join("ckpt/t").join("set.plr").exists());
 }
