@@ -76,7 +76,8 @@ test-server: build
 	/usr/bin/python3 -m tests.correctness.bad_commands
 
 # N-to-K checkpoint aggregation (docs/aggregate.md): a file-per-process
-# writer (forked processes and 4 MPICH ranks) under `paralog run --aggregate`,
+# writer (forked processes; 4 MPICH and Open MPI ranks, POSIX calls or MPI-IO
+# on MPI_COMM_SELF) under `paralog run --aggregate`,
 # K = 1, 2, 4; sets, extract and restart reads in a new job against direct
 # runs; damage; a crash between containers and record, then recover.
 test-aggregate: build

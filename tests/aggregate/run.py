@@ -14,8 +14,10 @@ directly. Cases:
                   back (stat, open, read, pread, lseek, opendir/readdir) and
                   copies the tree out with Python's os.walk: equal to the
                   direct run
-  mpich 4 ranks   the same writer with MPI (4 ranks, POSIX calls per rank),
-                  K=2, a separate remote directory
+  mpich|openmpi 4 ranks [MPI-IO]
+                  the same writer with MPI (4 ranks, each its own file with
+                  POSIX calls, or with MPI-IO on MPI_COMM_SELF), K=2, a
+                  separate remote directory
   outside rule    a rule matching ranks 0-2 only: ranks 3-5 drain as plain
                   files next to the set, and the restart sees all six; a
                   second rule that matches nothing is named at the end of
@@ -52,7 +54,7 @@ from pathlib import Path
 
 from tests.lib.check import Suite, check, fail
 from tests.lib.compare import same_bytes, tree, tree_difference
-from tests.lib.mpi import compile_program, mpi_env
+from tests.lib.mpi import compile_program, launcher, mpi_env
 from tests.lib.paralog import clean_env, paralog_run
 from tests.lib.paths import BIN, PY, TARGET
 from tests.lib.proc import run
@@ -68,9 +70,9 @@ def ckpt():
     return compile_program("gcc", SRC, OUT / "ckpt", "-O2", "-Wall", "-Wno-format-truncation")
 
 
-def ckpt_mpi():
-    return compile_program("mpicc.mpich", SRC, OUT / "ckpt-mpich", "-O2", "-Wall", "-Wno-format-truncation",
-                           "-DUSE_MPI")
+def ckpt_mpi(flavour="mpich"):
+    return compile_program(f"mpicc.{flavour}", SRC, OUT / f"ckpt-{flavour}", "-O2", "-Wall",
+                           "-Wno-format-truncation", "-DUSE_MPI")
 
 
 def set_dirs(remote):
@@ -167,24 +169,28 @@ def case_posix(k):
     return case
 
 
-def case_mpich(work):
-    prefix, local, remote = work / "prefix", work / "local", work / "remote"
-    prefix.mkdir()
-    remote.mkdir()
-    prog = ckpt_mpi()
-    env = mpi_env()
-    paralog_run(local, prefix, ["mpirun.mpich", "-n", "4", prog, prefix, 4, STEPS, MEAN], mpi="mpich",
-                remote=remote, extra=("--aggregate", RULE, "--containers", "2"), env=env)
-    direct = work / "direct"
-    direct.mkdir()
-    run(["mpirun.mpich", "-n", "4", prog, direct, 4, STEPS, MEAN], env=env)
-    check_layout(remote, 2)
-    check(not (prefix / "ckpt").exists() or not any((prefix / "ckpt").rglob("*.dat")),
-          "rank files in the prefix: the remote is elsewhere")
-    sets_json(remote, 4, 2)
-    extract_all(remote, work, direct, 4)
-    restart(work, prefix, remote, direct, 4)
-    return "4 MPI ranks, 3 sets in 2 containers each, read back"
+def case_mpi(flavour, mpiio):
+    def case(work):
+        prefix, local, remote = work / "prefix", work / "local", work / "remote"
+        prefix.mkdir()
+        remote.mkdir()
+        prog = ckpt_mpi(flavour)
+        env = mpi_env({"CKPT_MPIIO": "1" if mpiio else "0"}, drop=("PARALOG_",))
+        launch = launcher(flavour, 4)
+        paralog_run(local, prefix, [*launch, prog, prefix, 4, STEPS, MEAN], mpi=flavour, remote=remote,
+                    extra=("--aggregate", RULE, "--containers", "2"), env=env)
+        direct = work / "direct"
+        direct.mkdir()
+        run([*launch, prog, direct, 4, STEPS, MEAN], env=env)
+        check_layout(remote, 2)
+        check(not any((prefix / "ckpt").rglob("*.dat")) if (prefix / "ckpt").exists() else True,
+              "rank files in the prefix: the remote is elsewhere")
+        sets_json(remote, 4, 2)
+        extract_all(remote, work, direct, 4)
+        restart(work, prefix, remote, direct, 4)
+        how = "MPI-IO on MPI_COMM_SELF" if mpiio else "POSIX calls"
+        return f"4 {flavour} ranks ({how}), 3 sets in 2 containers each, read back"
+    return case
 
 
 def case_outside_rule(work):
@@ -342,12 +348,16 @@ def main():
     ap.add_argument("--only")
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
-    if not shutil.which("mpicc.mpich"):
-        fail("mpicc.mpich is missing (scripts/setup.sh installs MPICH)")
+    for cc in ("mpicc.mpich", "mpicc.openmpi"):
+        if not shutil.which(cc):
+            fail(f"{cc} is missing (scripts/setup.sh installs MPICH and Open MPI)")
     suite = Suite("aggregate", keep=a.keep)
     cases = [(f"posix K={k}", case_posix(k)) for k in (1, 2, 4)]
     cases += [
-        ("mpich 4 ranks", case_mpich),
+        ("mpich 4 ranks", case_mpi("mpich", False)),
+        ("openmpi 4 ranks", case_mpi("openmpi", False)),
+        ("mpich 4 ranks MPI-IO", case_mpi("mpich", True)),
+        ("openmpi 4 ranks MPI-IO", case_mpi("openmpi", True)),
         ("outside rule", case_outside_rule),
         ("damage", case_damage),
         ("rewrite", case_rewrite),
