@@ -5,7 +5,7 @@
  *   ckpt PREFIX NRANKS STEPS MEAN             write (NRANKS processes forked;
  *       CKPT_DIE=STEP:RANK kills that rank halfway through its file)
  *   ckpt PREFIX NRANKS STEPS MEAN verify      read every member back: stat,
- *       open, read, pread, lseek, and list each set directory; prints
+ *       open, read, pread, lseek; list each set directory (readdir, glob); prints
  *       "verified" or the problems and "VERIFY FAILED" (exit 1)
  * Built with -DUSE_MPI (mpicc), the ranks are MPI's (NRANKS is ignored
  * when writing), with a barrier between steps; CKPT_MPIIO=1 writes each
@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,12 @@ static int verify(const char *prefix, unsigned nranks, unsigned steps, size_t me
         }
         closedir(d);
         if (seen != nranks) { printf("%s lists %u members, not %u\n", dir, seen, nranks); bad++; }
+        char pattern[4200];
+        snprintf(pattern, sizeof pattern, "%s/rank-*.dat", dir);
+        glob_t g;
+        int grc = glob(pattern, 0, NULL, &g);
+        if (grc != 0 || g.gl_pathc != nranks) { printf("glob %s: rc %d, %zu matches, not %u\n", pattern, grc, grc ? 0 : g.gl_pathc, nranks); bad++; }
+        if (grc == 0) globfree(&g);
         for (unsigned r = 0; r < nranks; r++) {
             snprintf(path, sizeof path, "%s/rank-%05u.dat", dir, r);
             size_t n = size_of(r, step, mean);
