@@ -102,7 +102,8 @@ impl Sets {
         self.member_match(&rec.path, &rec.rel, remote)
     }
 
-    fn member_match(&self, app_path: &[u8], rel: &[u8], remote: &Remote) -> Option<Match> {
+    /// [`Sets::claims`] of a file known by its path record.
+    pub fn member_match(&self, app_path: &[u8], rel: &[u8], remote: &Remote) -> Option<Match> {
         if let Some(m) = self.rules.matches(rel) {
             return Some(m);
         }

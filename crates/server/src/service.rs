@@ -466,13 +466,20 @@ fn next_file(inner: &Inner) -> Option<PathBuf> {
 }
 
 fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
-    if let Some(sets) =
-        (inner.cfg.sets.as_ref()).filter(|s| s.claims(dir, &inner.cfg.remote).is_some())
-    {
-        return drain_set_member(inner, sets, dir);
-    }
-    let _lock = lock_file_dir(dir)?;
+    let file_lock = lock_file_dir(dir)?;
     let inv = FileInventory::scan_dir(dir).map_err(DrainError::Local)?;
+    // A checkpoint set member (known by its path record, read under the
+    // lock: a file being created has none yet) drains with its set, which
+    // takes every member's lock itself.
+    if let (Some(sets), Some(r)) = (inner.cfg.sets.as_ref(), &inv.record) {
+        if sets
+            .member_match(&r.path, &r.rel, &inner.cfg.remote)
+            .is_some()
+        {
+            drop(file_lock);
+            return drain_set_member(inner, sets, dir);
+        }
+    }
     let any_manifest = inv.gens.values().any(|g| {
         g.ranks
             .values()
