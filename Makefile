@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture test-server test-crash-long test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench
+.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-crash-long test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench
 
 all: build
 
@@ -39,7 +39,7 @@ demo: build
 setup-test: setup
 	@bash scripts/setup.sh --test
 
-test: build setup-test lint test-rust test-capture test-server test-remote test-cluster test-slurm
+test: build setup-test lint test-rust test-capture test-server test-aggregate test-remote test-cluster test-slurm
 
 # The Rust tests; the backend conformance suite
 # (crates/server/tests/conformance.rs) runs its S3 part against the MinIO
@@ -74,6 +74,14 @@ test-server: build
 	/usr/bin/python3 -m tests.correctness.library_suites
 	/usr/bin/python3 -m tests.correctness.doctor
 	/usr/bin/python3 -m tests.correctness.bad_commands
+
+# N-to-K checkpoint aggregation (docs/aggregate.md): a file-per-process
+# writer (forked processes; 4 MPICH and Open MPI ranks, POSIX calls or MPI-IO
+# on MPI_COMM_SELF) under `paralog run --aggregate`,
+# K = 1, 2, 4; sets, extract and restart reads in a new job against direct
+# runs; damage; a crash between containers and record, then recover.
+test-aggregate: build
+	/usr/bin/python3 -m tests.aggregate.run
 
 # The long crash run (500 randomized trials, about 10 minutes).
 test-crash-long: build

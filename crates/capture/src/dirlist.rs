@@ -144,6 +144,20 @@ unsafe fn make_listing(real: *mut DIR, abs: &Path) -> CResult<*mut DIR> {
             }
         }
     }
+    // A checkpoint set directory shows its members, not its own files.
+    if let Some(root) = st.cfg.remote_root.as_ref() {
+        let remote = match st.rel_of(abs) {
+            Some(rel) => root.join(OsStr::from_bytes(&rel)),
+            None => root.clone(),
+        };
+        if let Some(members) = crate::sets::listing(&remote) {
+            names.retain(|n, _| !crate::sets::is_set_file(n));
+            for (name, t) in members {
+                let ino = 1u64 << 62 | names.len() as u64;
+                names.entry(name).or_insert((t, ino));
+            }
+        }
+    }
     for f in logged(st, abs, false)? {
         if f.exists {
             let ino = 1u64 << 63 | names.len() as u64;

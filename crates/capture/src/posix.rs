@@ -307,7 +307,9 @@ fn open_captured(dirfd: c_int, path: &Path, flags: c_int) -> CResult<OpenDecisio
             // are capture's lock file, its identity capture's) even once
             // drained.
             let elsewhere = st.cfg.remote_root.as_ref() != Some(&st.cfg.prefix);
-            if !(committed.known || elsewhere && committed.exists) {
+            // A checkpoint set member is capture's to answer too: no plain
+            // file holds its bytes (docs/aggregate.md).
+            if !(committed.known || elsewhere && committed.exists || committed.in_set) {
                 return Ok(OpenDecision::Pass);
             }
             if !committed.exists {
@@ -439,6 +441,6 @@ pub(crate) fn logged_state(abs: &Path) -> CResult<Option<(bool, u64)>> {
     let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
     let c = st.committed(abs)?;
     let elsewhere = st.cfg.remote_root.as_ref() != Some(&st.cfg.prefix);
-    let known = c.known || (elsewhere && c.exists);
+    let known = c.known || (elsewhere && c.exists) || c.in_set;
     Ok(known.then_some((c.exists, c.size)))
 }

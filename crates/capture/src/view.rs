@@ -24,6 +24,11 @@ use crate::state::CResult;
 #[derive(Debug, Clone)]
 pub enum Base {
     File(PathBuf),
+    /// A POSIX remote's file (root, relative path), or, when no such file
+    /// exists, the member of a checkpoint set in one of its parent
+    /// directories (docs/aggregate.md): looked for only then, so that a
+    /// plain file costs nothing more.
+    FileOrMember(PathBuf, Vec<u8>),
     Object(ObjStore, Vec<u8>),
     Unreadable,
     /// The open truncates the file (`O_TRUNC`): nothing drained can show
@@ -38,7 +43,7 @@ impl Base {
             return Ok(Base::Object(ObjStore::new(url), rel.to_vec()));
         }
         Ok(match &cfg.remote_root {
-            Some(r) => Base::File(r.join(OsStr::from_bytes(rel))),
+            Some(r) => Base::FileOrMember(r.clone(), rel.to_vec()),
             None => Base::Unreadable,
         })
     }
@@ -49,6 +54,8 @@ enum Opened {
     /// The drained file, opened at the first read.
     File(PathBuf, std::sync::OnceLock<std::fs::File>),
     Object(ObjStore, Version),
+    /// A checkpoint set's member, every block verified as it is read.
+    Member(std::sync::Mutex<paralog_aggregate::MemberReader>),
     Unreadable,
     /// Drained bytes this node cannot rebuild: why.
     Lost(String),
@@ -71,6 +78,9 @@ pub struct Committed {
     /// This job's log has a record of the file (committed epochs, drained
     /// or not): capture answers for it, even once everything is drained.
     pub known: bool,
+    /// Its drained bytes are a member of a checkpoint set: capture answers
+    /// for it (no plain file holds them).
+    pub in_set: bool,
 }
 
 /// The drained file's length, if it exists.
@@ -97,6 +107,27 @@ fn open_base(base: Base, abs: &Path) -> CResult<(Opened, Option<u64>)> {
                 return Err(libc::EIO);
             }
         },
+        Base::FileOrMember(root, rel) => {
+            let p = root.join(OsStr::from_bytes(&rel));
+            match std::fs::metadata(&p) {
+                Ok(m) => (
+                    Opened::File(p, std::sync::OnceLock::new()),
+                    m.is_file().then_some(m.len()),
+                ),
+                Err(_) => match crate::sets::member_of(&root, &rel) {
+                    Some((set_dir, member)) => {
+                        match crate::sets::open_member(&set_dir, &member, abs)? {
+                            Some(m) => {
+                                let len = m.size();
+                                (Opened::Member(std::sync::Mutex::new(m)), Some(len))
+                            }
+                            None => (Opened::File(p, std::sync::OnceLock::new()), None),
+                        }
+                    }
+                    None => (Opened::File(p, std::sync::OnceLock::new()), None),
+                },
+            }
+        }
         Base::Unreadable | Base::Cut => (Opened::Unreadable, None),
     })
 }
@@ -161,6 +192,7 @@ pub fn committed(
         Some(why) => (Opened::Lost(why), Some(0)),
         None => open_base(base, abs)?,
     };
+    let in_set = matches!(opened, Opened::Member(_));
     let base_len = real.unwrap_or(0);
     let (exists, size) = if lf.epochs.is_empty() {
         (real.is_some(), base_len)
@@ -182,6 +214,7 @@ pub fn committed(
         exists,
         size,
         known,
+        in_set,
     })
 }
 
@@ -220,6 +253,7 @@ impl View {
                         what: format!("version {} of {}: {other}", v.number, abs.display()),
                     },
                 }),
+                Opened::Member(m) => crate::sets::read_member(m, abs, at, dst),
                 Opened::Lost(why) => Err(paralog_log::LogError::NotFound { what: why.clone() }),
                 Opened::Unreadable => Err(paralog_log::LogError::NotFound {
                     what: format!(

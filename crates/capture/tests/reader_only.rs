@@ -1,5 +1,5 @@
 //! The capture library runs inside the application: it may read drained
-//! object-layout versions (plain file I/O), but must carry no remote
+//! object-layout versions and checkpoint sets (plain file I/O), but must carry no remote
 //! writer, no UUID generator, no chunk writer, and nothing of S3, an async
 //! runtime or the network. The linker keeps only what the library calls, so
 //! its symbol table says what it really carries.
@@ -50,7 +50,18 @@ fn capture_links_the_object_reader_only() {
             .any(|s| s.contains("paralog_backend::objstore::ObjStore::read_range")),
         "the object layout's reader is not in the library: did its name change?"
     );
+    // The checkpoint set reader too (restart reads, docs/aggregate.md),
+    // and none of the set writer or the rules.
+    assert!(
+        syms.iter()
+            .any(|s| s.contains("paralog_aggregate::reader::SetReader::read_at")),
+        "the checkpoint set reader is not in the library: did its name change?"
+    );
     let forbidden = [
+        "paralog_aggregate::publish",
+        "paralog_aggregate::container",
+        "SetWriter",
+        "globset::",
         "uuid::",
         "ChunkWriter",
         "ObjSink",

@@ -6,10 +6,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod aggregate_args;
 mod check_symbols;
 mod cluster;
 mod doctor;
 mod env;
+mod extract;
 mod get;
 mod inspect;
 mod materialize;
@@ -19,6 +21,7 @@ mod remote;
 mod report;
 mod run;
 mod server;
+mod sets;
 mod status;
 mod wait;
 
@@ -42,6 +45,8 @@ enum Cmd {
     Doctor(doctor::Args),
     /// Print the `export` lines that turn capture on (for batch scripts).
     Env(env::Args),
+    /// Write a checkpoint set's members as ordinary files, every block verified.
+    Extract(extract::Args),
     /// Read an object back from an object remote (objstore:///root/NAME).
     Get(get::Args),
     /// List what a node-local root holds: jobs, files, opens, epochs, ranks, extents.
@@ -57,6 +62,8 @@ enum Cmd {
     Run(run::Args),
     /// The node server: drain committed epochs to the remote as they appear.
     Server(server::Args),
+    /// The checkpoint sets under a remote: members, containers, bytes, complete or not.
+    Sets(sets::Args),
     /// What a running server is doing (live on a terminal, --json for scripts).
     Status(status::Args),
     /// Wait until everything committed is drained (on every node of a server
@@ -110,7 +117,7 @@ fn main() -> ExitCode {
     // them (Rust ignores SIGPIPE by default; children get it back).
     if matches!(
         cli.cmd,
-        Cmd::CheckSymbols(_) | Cmd::Env(_) | Cmd::Inspect(_) | Cmd::Materialize(_)
+        Cmd::CheckSymbols(_) | Cmd::Env(_) | Cmd::Inspect(_) | Cmd::Materialize(_) | Cmd::Sets(_)
     ) {
         // SAFETY: restoring the default disposition of one signal at start-up.
         unsafe {
@@ -121,6 +128,7 @@ fn main() -> ExitCode {
         Cmd::CheckSymbols(a) => check_symbols::run(a),
         Cmd::Doctor(a) => doctor::run(a),
         Cmd::Env(a) => env::run(a),
+        Cmd::Extract(a) => extract::run(a),
         Cmd::Get(a) => get::run(a),
         Cmd::Inspect(a) => inspect::run(a),
         Cmd::Materialize(a) => materialize::run(a),
@@ -128,6 +136,7 @@ fn main() -> ExitCode {
         Cmd::Report(a) => report::run(a),
         Cmd::Run(a) => run::run(a),
         Cmd::Server(a) => server::run(a),
+        Cmd::Sets(a) => sets::run(a),
         Cmd::Status(a) => status::run(a),
         Cmd::Wait(a) => wait::run(a),
     };

@@ -67,6 +67,12 @@ impl Snapshot {
             .filter(|(p, meta)| before.get(p) != Some(meta))
             // Shared through the real file system by design (docs/capture.md).
             .filter(|(p, _)| !paralog_settings::is_mpi_helper_file(p))
+            // A checkpoint set's own files (docs/aggregate.md): the server's.
+            .filter(|(p, _)| {
+                use std::os::unix::ffi::OsStrExt;
+                !p.file_name()
+                    .is_some_and(|n| paralog_aggregate::format::is_reserved_name(n.as_bytes()))
+            })
             .filter(|(p, _)| {
                 p.strip_prefix(prefix)
                     .is_ok_and(|rel| !captured.contains(rel.as_os_str().as_bytes()))
@@ -298,7 +304,7 @@ pub fn status_json(root: &Path, job: Option<&str>) -> serde_json::Value {
 }
 
 /// The relative paths of every file the job's log knows.
-fn captured_paths(root: &Path, job: &str) -> BTreeSet<Vec<u8>> {
+pub fn captured_paths(root: &Path, job: &str) -> BTreeSet<Vec<u8>> {
     paralog_log::Inventory::scan(root)
         .ok()
         .and_then(|inv| inv.job(job).cloned())

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use paralog_server::recover::{recover_node, FileRecovery};
+use paralog_server::recover::{recover_node_sets, FileRecovery};
 
 use crate::remote::Remote;
 
@@ -26,12 +26,16 @@ pub struct Args {
     json: bool,
     #[command(flatten)]
     job_of_servers: crate::server::ServerJobArgs,
+    #[command(flatten)]
+    aggregate: crate::aggregate_args::AggregateArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (node, mpi) = args.job_of_servers.resolve()?;
+    let aggregate = args.aggregate.resolve()?;
     let root = args.local.resolve_for(node.as_deref())?;
     let remote = args.remote.resolve_checked()?;
+    let sets = crate::aggregate_args::AggregateArgs::sets(aggregate, &remote, mpi.is_some())?;
     if let Some(mpi) = mpi {
         // One process per node: the servers' drain, everything, then stop.
         crate::server::init_tracing();
@@ -46,8 +50,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let (totals, rank) = crate::cluster::run(mpi, cfg, None)?;
         return Ok(crate::cluster::report(&totals, rank, &root, "recover"));
     }
-    let report = recover_node(&root, args.job.as_deref(), &remote, args.gc)
-        .with_context(|| format!("scanning {}", root.display()))?;
+    let report = recover_node_sets(
+        &root,
+        args.job.as_deref(),
+        &remote,
+        args.gc,
+        sets.as_deref(),
+    )
+    .with_context(|| format!("scanning {}", root.display()))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -51,6 +51,8 @@ pub struct Args {
     report: Option<PathBuf>,
     #[command(flatten)]
     tuning: crate::server::Tuning,
+    #[command(flatten)]
+    aggregate: crate::aggregate_args::AggregateArgs,
     /// The command, e.g. `mpirun.mpich -n 4 ./sim`.
     #[arg(required = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -209,6 +211,9 @@ fn start_server(
     }
     if let Some(r) = remote {
         cmd.arg("--remote").arg(r);
+    }
+    if let Some(a) = args.aggregate.resolve()? {
+        cmd.args(crate::aggregate_args::AggregateArgs::to_args(&a));
     }
     // The server is not the program: no capture, no inherited settings that
     // would say otherwise.
@@ -392,6 +397,7 @@ fn remove_finished_job(root: &Path, job: &str) -> anyhow::Result<bool> {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::server::init_tracing();
+    let aggregate = args.aggregate.resolve()?;
     let Some(prefix) = env_path(&args.prefix, "PARALOG_PREFIX") else {
         bail!("no prefix: give --prefix DIR (the directory whose files are captured) or set PARALOG_PREFIX");
     };
@@ -427,7 +433,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let remote_url = args.remote.url()?.map(|u| u.to_string());
     // Validate the remote now rather than in the server's log, and refuse
     // one that cannot work as given rather than retry forever.
-    args.remote.resolve_checked()?;
+    let remote = args.remote.resolve_checked()?;
+    crate::aggregate_args::AggregateArgs::sets(aggregate, &remote, false)?;
     let stale = undrained_elsewhere(&root, &job)?;
     if !stale.is_empty() {
         bail!(
@@ -525,6 +532,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let drained = wait_drained(&server.socket, args.wait_timeout);
     let total_time = t0.elapsed();
     let missed = before.missed(&root, &job);
+    let captured = crate::missed::captured_paths(&root, &job);
     RunSnapshot::remove(&root, &job);
     let _ = status::request(&server.socket, &Request::Stop);
     let server_exit = server.child.wait();
@@ -551,7 +559,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "paralog: the server failed before the drain finished: {e} (log: {})",
                 server.log.display()
             );
-            eprintln!("{}", recover_hint(&root, &job, remote_url.as_deref()));
+            eprintln!(
+                "{}",
+                recover_hint(&root, &job, remote_url.as_deref(), &args)
+            );
             return Ok(ExitCode::from(if code == 0 { 3 } else { code }));
         }
     };
@@ -578,6 +589,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         eprintln!("paralog: REFUSED: {line}");
     }
     let missed = print_missed(missed);
+    if let Ok(Some(agg)) = args.aggregate.resolve() {
+        for line in crate::aggregate_args::AggregateArgs::unmatched(&agg, &captured) {
+            eprintln!("paralog: {line}");
+        }
+    }
     let code = if (counters.refused.is_empty() && !missed) || code != 0 {
         code
     } else {
@@ -614,7 +630,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             f.message.as_deref().unwrap_or("")
         );
     }
-    eprintln!("{}", recover_hint(&root, &job, remote_url.as_deref()));
+    eprintln!(
+        "{}",
+        recover_hint(&root, &job, remote_url.as_deref(), &args)
+    );
     Ok(ExitCode::from(if code == 0 { 3 } else { code }))
 }
 
@@ -683,9 +702,17 @@ fn wait_drained(
     }
 }
 
-fn recover_hint(root: &Path, job: &str, remote: Option<&str>) -> String {
+fn recover_hint(root: &Path, job: &str, remote: Option<&str>, args: &Args) -> String {
+    // The same checkpoint sets, or members would drain as plain files.
+    let sets = match args.aggregate.resolve() {
+        Ok(Some(a)) => crate::aggregate_args::AggregateArgs::to_args(&a)
+            .chunks(2)
+            .map(|kv| format!(" {} '{}'", kv[0], kv[1]))
+            .collect::<String>(),
+        _ => String::new(),
+    };
     format!(
-        "paralog: every committed byte is kept in {}; once the cause is fixed, `paralog recover --local {} --job {job}{}` finishes the drain",
+        "paralog: every committed byte is kept in {}; once the cause is fixed, `paralog recover --local {} --job {job}{}{sets}` finishes the drain",
         root.join(job).display(),
         root.display(),
         remote.map(|r| format!(" --remote {r}")).unwrap_or_default()

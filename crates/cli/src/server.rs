@@ -44,6 +44,8 @@ pub struct Args {
     #[command(flatten)]
     tuning: Tuning,
     #[command(flatten)]
+    aggregate: crate::aggregate_args::AggregateArgs,
+    #[command(flatten)]
     pub job_of_servers: ServerJobArgs,
 }
 
@@ -172,6 +174,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // runtime's, the status threads) inherits the lowered priorities.
     paralog_server::priority::lower(args.tuning.nice);
     let (node, mpi) = args.job_of_servers.resolve()?;
+    let aggregate = args.aggregate.resolve()?;
     let root = prepare_root(&args.local.resolve_for(node.as_deref())?)?;
     if let Some(j) = &args.job {
         paralog_log::layout::validate_component("job name", j)
@@ -187,6 +190,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if t.buffer > t.memory {
         bail!("--buffer {} is larger than --memory {}", t.buffer, t.memory);
     }
+    let sets = crate::aggregate_args::AggregateArgs::sets(aggregate, &remote, mpi.is_some())?;
     if let Some(mpi) = mpi {
         let cfg = args.job_of_servers.config(
             &root,
@@ -209,6 +213,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             buf_bytes: t.buffer as usize,
             max_rate: t.max_rate,
             nice: t.nice,
+            sets,
         },
         &socket,
     )?;

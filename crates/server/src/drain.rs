@@ -55,6 +55,11 @@ pub enum DrainError {
     /// A bug in paralog (a panic while draining this file).
     #[error("internal error while draining (please report it): {0}")]
     Internal(String),
+    /// A checkpoint set that cannot be published now that the job ends:
+    /// a member is still being written (its writer died in it); the local
+    /// data is kept for `paralog recover --aggregate` (docs/aggregate.md).
+    #[error("{0}")]
+    SetNotPublished(String),
     /// Another drain (a server, `paralog recover`) holds the file.
     #[error("{0} is being drained by another process (a server or `paralog recover`)")]
     Busy(String),
@@ -64,7 +69,9 @@ impl DrainError {
     /// Whether trying again later can succeed.
     pub fn retryable(&self) -> bool {
         match self {
-            DrainError::Corrupt(_) | DrainError::Internal(_) => false,
+            DrainError::Corrupt(_) | DrainError::Internal(_) | DrainError::SetNotPublished(_) => {
+                false
+            }
             DrainError::Remote(e) => e.retryable(),
             DrainError::Local(_) | DrainError::Busy(_) => true,
         }

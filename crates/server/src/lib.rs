@@ -2,6 +2,7 @@
 //! them to the remote in order, records durable progress, deletes what is
 //! safely remote, and reports status. See docs/server.md.
 
+pub mod aggregate;
 pub mod cluster;
 pub mod delete;
 pub mod drain;

@@ -66,11 +66,34 @@ pub fn recover_node(
     remote: &Remote,
     gc: bool,
 ) -> Result<Report, LogError> {
+    recover_node_sets(root, job, remote, gc, None)
+}
+
+/// [`recover_node`] with `--aggregate`: the members of checkpoint sets are
+/// recovered set by set (`aggregate::recover_sets`), the other files one
+/// by one.
+pub fn recover_node_sets(
+    root: &Path,
+    job: Option<&str>,
+    remote: &Remote,
+    gc: bool,
+    sets: Option<&crate::aggregate::Sets>,
+) -> Result<Report, LogError> {
     let inv = Inventory::scan(root)?;
     let pool = BufferPool::new(64 << 20, 8 << 20);
     let mut report = Report::default();
     for j in inv.jobs.iter().filter(|j| job.is_none_or(|n| n == j.name)) {
+        if let Some(sets) = sets {
+            for mut row in crate::aggregate::recover_sets(sets, remote, j) {
+                row.job = j.name.clone();
+                report.failed += usize::from(row.error.is_some());
+                report.files.push(row);
+            }
+        }
         for file in &j.files {
+            if sets.is_some_and(|s| s.claims(&file.dir, remote).is_some()) {
+                continue;
+            }
             let mut row = recover_file(remote, &pool, file, gc);
             row.job = j.name.clone();
             report.failed += usize::from(row.error.is_some());

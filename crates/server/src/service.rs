@@ -36,6 +36,9 @@ pub struct Config {
     pub max_rate: Option<u64>,
     /// Nice value for the workers (0: unchanged).
     pub nice: i32,
+    /// `--aggregate`: files drained into checkpoint sets (aggregate.rs);
+    /// without rules, members of published sets rewritten in this job.
+    pub sets: Option<Arc<crate::aggregate::Sets>>,
 }
 
 #[derive(Debug, Default)]
@@ -451,8 +454,20 @@ fn next_file(inner: &Inner) -> Option<PathBuf> {
 }
 
 fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
-    let _lock = lock_file_dir(dir)?;
+    let file_lock = lock_file_dir(dir)?;
     let inv = crate::drain::settle(dir).map_err(DrainError::Local)?;
+    // A checkpoint set member (known by its path record, read under the
+    // lock: a file being created has none yet) drains with its set, which
+    // takes every member's lock itself.
+    if let (Some(sets), Some(r)) = (inner.cfg.sets.as_ref(), &inv.record) {
+        if sets
+            .member_match(&r.path, &r.rel, &inner.cfg.remote)
+            .is_some()
+        {
+            drop(file_lock);
+            return drain_set_member(inner, sets, dir);
+        }
+    }
     let any_manifest = inv.gens.values().any(|g| {
         g.ranks
             .values()
@@ -518,5 +533,74 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
         tracing::debug!(file = %e.path, generation = d.id.gen, epoch = d.id.epoch, bytes = d.bytes, "epoch drained");
     };
     drain_file(&ctx, &inv, &mut on_epoch)?;
+    Ok(())
+}
+
+/// A checkpoint set member: the sets of its job that are complete are
+/// drained together (aggregate.rs); every member file drained is counted.
+fn drain_set_member(
+    inner: &Inner,
+    sets: &crate::aggregate::Sets,
+    dir: &Path,
+) -> Result<(), DrainError> {
+    use std::sync::atomic::Ordering::SeqCst;
+    let job_dir = dir.parent().unwrap_or(dir);
+    let flush = inner.flush.load(SeqCst) > 0;
+    let mut on_epoch = |file: &Path, d: Drained| {
+        let mut s = lock(inner);
+        s.bytes_drained += d.bytes;
+        s.epochs_drained += 1;
+        if let Some(e) = s.files.get_mut(file) {
+            e.bytes_drained += d.bytes;
+            e.epochs_drained += 1;
+            e.epochs_pending = e.epochs_pending.saturating_sub(1);
+            e.bytes_pending = e.bytes_pending.saturating_sub(d.bytes);
+        }
+    };
+    let mut outcomes = crate::aggregate::drain_sets(
+        sets,
+        &inner.cfg.remote,
+        job_dir,
+        flush,
+        false,
+        &mut on_epoch,
+    )?;
+    // This file's own set failed: its failure (other sets' are theirs).
+    let set = sets.claims(dir, &inner.cfg.remote).map(|m| m.set);
+    let own = outcomes
+        .iter_mut()
+        .find(|o| set.as_deref() == Some(o.set.as_bytes()));
+    if let Some(e) = own.and_then(|o| o.error.take()) {
+        return Err(e);
+    }
+    // What this file still holds back (its set is not complete yet).
+    let inv = paralog_log::FileInventory::scan_dir(dir).map_err(DrainError::Local)?;
+    let pending = inv.pending_epochs().map_err(DrainError::Corrupt)?;
+    if flush && !pending.is_empty() {
+        // The job is ending and its set still cannot be published: a
+        // member's writer died in it. Kept for `recover`, said once.
+        let why = outcomes
+            .iter()
+            .find(|o| set.as_deref() == Some(o.set.as_bytes()))
+            .and_then(|o| o.waiting.clone())
+            .unwrap_or_else(|| "not complete".into());
+        return Err(DrainError::SetNotPublished(format!(
+            "checkpoint set {} not published at the end of the job ({why}); local data kept for `paralog recover --aggregate`",
+            set.map(|s| String::from_utf8_lossy(&s).into_owned())
+                .unwrap_or_default()
+        )));
+    }
+    let mut s = lock(inner);
+    if let Some(e) = s.files.get_mut(dir) {
+        if let Some(r) = &inv.record {
+            e.path = String::from_utf8_lossy(&r.path).into_owned();
+        }
+        e.epochs_pending = pending.len() as u64;
+        e.bytes_pending = pending.iter().map(|&id| inv.local_bytes(id)).sum();
+    }
+    drop(s);
+    for o in outcomes.iter().filter(|o| o.version.is_some()) {
+        tracing::debug!(set = %o.set, version = o.version, members = o.members.len(), "set drained");
+    }
     Ok(())
 }

@@ -38,6 +38,8 @@ pub const SETTINGS: &[Setting] = &[
     Setting { name: "PARALOG_LOG", help: "log level of `paralog server` and `run` (error, warn, info, debug, trace)", default: Some("info") },
     Setting { name: "PARALOG_FAILPOINT", help: "crash injection for the crash tests: the server kills itself at NAME[:N] (docs/server.md)", default: None },
     Setting { name: "PARALOG_FAILPOINT_DELETE_DELAY_MS", help: "test hook: the server sleeps this long after deleting each rank's records of a drained epoch, widening the window the read tests probe (docs/server.md)", default: None },
+    Setting { name: "PARALOG_AGGREGATE", help: "rules that drain matching files into checkpoint sets (`ckpt/{set}/rank-*.dat`, several separated by commas; docs/aggregate.md); read by `paralog run`, `server` and `recover`", default: None },
+    Setting { name: "PARALOG_CONTAINERS", help: "containers per checkpoint set with PARALOG_AGGREGATE (docs/aggregate.md)", default: Some("1") },
     Setting { name: "PARALOG_MPI", help: "MPI flavour the shim was built for (set by `paralog env`/`run`)", default: None },
 ];
 

@@ -131,6 +131,8 @@ macro_rules! wrapped_symbols {
             closedir: fn(*mut DIR) -> c_int;
             dirfd: fn(*mut DIR) -> c_int;
             rewinddir: fn(*mut DIR) -> ();
+            glob: fn(*const c_char, c_int, *mut c_void, *mut c_void) -> c_int;
+            glob64: fn(*const c_char, c_int, *mut c_void, *mut c_void) -> c_int;
             linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int;
             mmap: fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void;
             mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void;

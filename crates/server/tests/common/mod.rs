@@ -90,6 +90,7 @@ pub fn start(root: &Path, remote: Remote) -> Server {
         buf_bytes: 4096,
         max_rate: None,
         nice: 0,
+        sets: None,
     });
     let w = Watcher::new(server.clone()).unwrap();
     std::thread::spawn(move || w.run());

@@ -1,0 +1,28 @@
+//! N-to-K checkpoint aggregation (docs/aggregate.md): file-per-process
+//! checkpoints stored as K containers plus one set record per checkpoint
+//! set, and read back member by member with every block verified.
+//!
+//! One job per module:
+//! - `rule`: `--aggregate` rules: which paths are members of which set
+//!   (feature `rule`);
+//! - `format`: the set record, version 1, encode and strict decode;
+//! - `container`: a container being written (feature `writer`);
+//! - `publish`: `SetWriter` (members over K containers, the atomic
+//!   record), `collect_orphans` (feature `writer`);
+//! - `reader`: open a set, list members, verified reads; plain file I/O,
+//!   all the capture library links.
+
+pub mod error;
+pub mod format;
+pub mod reader;
+
+#[cfg(feature = "writer")]
+pub mod container;
+#[cfg(feature = "writer")]
+pub mod publish;
+#[cfg(feature = "rule")]
+pub mod rule;
+
+pub use error::{AggError, Result};
+pub use format::{Member, SetRecord};
+pub use reader::{MemberReader, SetReader};

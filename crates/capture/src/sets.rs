@@ -1,0 +1,99 @@
+//! Restart reads of checkpoint sets (docs/aggregate.md): a path under the
+//! prefix whose drained bytes are a member of a set on a POSIX remote (a
+//! `set.plr` in one of its parent directories lists it) is read from the
+//! set's containers, every block verified; a listing of a set directory
+//! shows its members instead of the set's own files. Plain file I/O in
+//! the application's process, as for any drained file; the capture
+//! library links the set reader only (no writer, no rule matching).
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use paralog_aggregate::reader::{find_set, SetCache};
+use paralog_aggregate::MemberReader;
+
+use crate::report;
+use crate::state::CResult;
+
+/// Sets decoded once per process, again when their record changes.
+static SETS: SetCache = SetCache::new();
+
+/// The set directory and member path of `rel` under the remote `root`,
+/// when a set record lies in one of its parent directories.
+pub fn member_of(root: &Path, rel: &[u8]) -> Option<(PathBuf, Vec<u8>)> {
+    let (set, member) = find_set(root, rel)?;
+    Some((root.join(OsStr::from_bytes(&set)), member))
+}
+
+/// The member, if the set lists it; a record that cannot be read is EIO
+/// with one line naming it.
+pub fn open_member(set_dir: &Path, member: &[u8], abs: &Path) -> CResult<Option<MemberReader>> {
+    match SETS.get(set_dir) {
+        Ok(Some(set)) => Ok(MemberReader::new(set, member)),
+        Ok(None) => Ok(None),
+        Err(e) => {
+            report::line(&format!(
+                "reading the checkpoint set of {}: {e}",
+                abs.display()
+            ));
+            Err(e.errno())
+        }
+    }
+}
+
+/// Bytes of a member at `at`: a container gone (a newer version of the
+/// set replaced it) is NotFound, so that the view is rebuilt; damage is
+/// an error naming the container and offset.
+pub fn read_member(
+    m: &Mutex<MemberReader>,
+    abs: &Path,
+    at: u64,
+    dst: &mut [u8],
+) -> paralog_log::Result<()> {
+    let mut m = m.lock().unwrap_or_else(|p| p.into_inner());
+    m.read_at(at, dst).map_err(|e| match e {
+        paralog_aggregate::AggError::Io { path, op, error } => {
+            paralog_log::LogError::Io { path, op, error }
+        }
+        paralog_aggregate::AggError::Corrupt { path, offset, what } => {
+            paralog_log::LogError::Corrupt { path, offset, what }
+        }
+        paralog_aggregate::AggError::Invalid { path, what } => paralog_log::LogError::Corrupt {
+            path,
+            offset: 0,
+            what: format!("{what} (member of the set read for {})", abs.display()),
+        },
+    })
+}
+
+/// The entries a set directory shows: the first component of each member
+/// (a file, or a directory of members), in place of the set's own files.
+/// `None` when `dir` holds no set.
+pub fn listing(dir: &Path) -> Option<Vec<(Vec<u8>, u8)>> {
+    let set = match SETS.get(dir) {
+        Ok(Some(s)) => s,
+        Ok(None) => return None,
+        Err(e) => {
+            report::line(&format!("listing {}: {e}", dir.display()));
+            return None;
+        }
+    };
+    let mut out: Vec<(Vec<u8>, u8)> = Vec::new();
+    for m in &set.record().members {
+        let (name, t) = match m.path.iter().position(|&b| b == b'/') {
+            Some(i) => (m.path[..i].to_vec(), libc::DT_DIR),
+            None => (m.path.clone(), libc::DT_REG),
+        };
+        if out.last().is_none_or(|l| l.0 != name) {
+            out.push((name, t));
+        }
+    }
+    Some(out)
+}
+
+/// Whether a name in a set directory is one of the set's own files.
+pub fn is_set_file(name: &[u8]) -> bool {
+    paralog_aggregate::format::is_reserved_name(name)
+}

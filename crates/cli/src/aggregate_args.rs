@@ -1,0 +1,142 @@
+//! `--aggregate RULE`, `--containers K`, `--agg-align BYTES`: the options of
+//! `run`, `server` and `recover` that drain matching files into checkpoint
+//! sets (docs/aggregate.md). Parsed and checked here; the server does the
+//! work.
+
+use anyhow::{anyhow, bail};
+use paralog_aggregate::rule::Rules;
+
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct AggregateArgs {
+    /// Drain the files matching RULE into checkpoint sets: a glob relative
+    /// to the prefix with one `{set}` component naming the set directory,
+    /// e.g. 'ckpt/{set}/rank-*.dat'; repeat it, or separate rules by commas
+    /// (docs/aggregate.md) [env: PARALOG_AGGREGATE]
+    #[arg(long = "aggregate", value_name = "RULE")]
+    pub aggregate: Vec<String>,
+    /// Containers per checkpoint set [env: PARALOG_CONTAINERS; default: 1,
+    /// one per node]
+    #[arg(long, value_name = "K")]
+    pub containers: Option<u32>,
+    /// Members start at multiples of this in their container (K, M, G)
+    #[arg(long, default_value = "1M", value_parser = crate::server::parse_bytes, value_name = "BYTES")]
+    pub agg_align: u64,
+}
+
+/// What the options say, checked.
+#[derive(Debug, Clone)]
+pub struct Aggregate {
+    pub rules: Rules,
+    pub containers: u32,
+    pub align: u64,
+}
+
+impl AggregateArgs {
+    /// The rules from the options or PARALOG_AGGREGATE (the options win),
+    /// `None` when there are none.
+    pub fn resolve(&self) -> anyhow::Result<Option<Aggregate>> {
+        let values: Vec<String> = if self.aggregate.is_empty() {
+            std::env::var("PARALOG_AGGREGATE")
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+                .into_iter()
+                .collect()
+        } else {
+            self.aggregate.clone()
+        };
+        let containers = match self.containers {
+            Some(k) => Some(k),
+            None => match std::env::var("PARALOG_CONTAINERS")
+                .ok()
+                .filter(|v| !v.is_empty())
+            {
+                None => None,
+                Some(v) => Some(v.trim().parse().map_err(|_| {
+                    anyhow!("PARALOG_CONTAINERS={v} is not a whole number of containers")
+                })?),
+            },
+        };
+        if containers == Some(0) {
+            bail!("--containers must be at least 1");
+        }
+        if !self.agg_align.is_power_of_two() || self.agg_align > 1 << 30 {
+            bail!(
+                "--agg-align {} is not a power of two up to 1G",
+                self.agg_align
+            );
+        }
+        if values.is_empty() {
+            if containers.is_some() {
+                bail!(
+                    "--containers (PARALOG_CONTAINERS) needs --aggregate RULE (PARALOG_AGGREGATE)"
+                );
+            }
+            return Ok(None);
+        }
+        let rules = Rules::parse(&values).map_err(|e| anyhow!("--aggregate: {e}"))?;
+        Ok(Some(Aggregate {
+            rules,
+            containers: containers.unwrap_or(1),
+            align: self.agg_align,
+        }))
+    }
+
+    /// Checked against the remote and the engine, as the server takes it.
+    pub fn sets(
+        agg: Option<Aggregate>,
+        remote: &crate::remote::Remote,
+        server_job: bool,
+    ) -> anyhow::Result<Option<std::sync::Arc<paralog_server::aggregate::Sets>>> {
+        let Some(agg) = agg else {
+            // A member of a published set rewritten by this job makes a
+            // new version of the set, with or without rules.
+            return Ok((!server_job)
+                .then(|| std::sync::Arc::new(paralog_server::aggregate::Sets::rewrites_only())));
+        };
+        if server_job {
+            bail!("--aggregate is not supported by the server job (many nodes) yet: run one server per node without MPI, or drop --aggregate");
+        }
+        let url = match remote {
+            crate::remote::Remote::Url(u, _) => Some(u),
+            crate::remote::Remote::Prefix => None,
+        };
+        paralog_server::aggregate::Sets::check_remote(url).map_err(|e| anyhow!(e))?;
+        Ok(Some(std::sync::Arc::new(
+            paralog_server::aggregate::Sets::new(agg.rules, agg.containers, agg.align),
+        )))
+    }
+
+    /// One line per rule that matched none of the files a run captured
+    /// (a typo in a rule must not pass silently).
+    pub fn unmatched(
+        agg: &Aggregate,
+        captured: &std::collections::BTreeSet<Vec<u8>>,
+    ) -> Vec<String> {
+        agg.rules
+            .rules()
+            .iter()
+            .filter(|r| !captured.iter().any(|rel| r.matches(rel).is_some()))
+            .map(|r| {
+                format!(
+                    "--aggregate {}: the rule matched none of the {} file(s) the program wrote under the prefix; nothing was aggregated by it",
+                    r.text(),
+                    captured.len()
+                )
+            })
+            .collect()
+    }
+
+    /// The same options for a child `paralog server`.
+    pub fn to_args(agg: &Aggregate) -> Vec<String> {
+        let mut v = Vec::new();
+        for r in agg.rules.rules() {
+            v.push("--aggregate".into());
+            v.push(r.text().into());
+        }
+        v.push("--containers".into());
+        v.push(agg.containers.to_string());
+        v.push("--agg-align".into());
+        v.push(agg.align.to_string());
+        v
+    }
+}

@@ -1,0 +1,114 @@
+//! `paralog sets URL [--json]`: the checkpoint sets under a remote
+//! (docs/aggregate.md): set directory, version, members, containers,
+//! bytes, complete or not; a set whose record cannot be read is listed
+//! with the reason.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context};
+use paralog_backend::RemoteUrl;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The remote: /path or file:///path (object layouts and S3: later)
+    url: String,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The directory of a POSIX remote URL.
+pub fn posix_root(url: &str) -> anyhow::Result<PathBuf> {
+    match url.parse::<RemoteUrl>().map_err(|e| anyhow!("{e}"))? {
+        RemoteUrl::Posix(p) => Ok(p),
+        other => bail!(
+            "{other}: checkpoint sets are read from a POSIX remote (a directory) so far; object layouts and S3 come later"
+        ),
+    }
+}
+
+#[derive(serde::Serialize)]
+struct Row {
+    set: String,
+    version: Option<u64>,
+    members: Option<usize>,
+    containers: Option<usize>,
+    bytes: Option<u64>,
+    complete: Option<bool>,
+    job: Option<String>,
+    error: Option<String>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let root = posix_root(&args.url)?;
+    let sets = paralog_aggregate::reader::list_sets(&root).map_err(|e| anyhow!("{e}"))?;
+    let rows: Vec<Row> = sets
+        .into_iter()
+        .map(|(dir, rec)| {
+            let set = dir.display().to_string();
+            match rec {
+                Ok(r) => Row {
+                    set,
+                    version: Some(r.version),
+                    members: Some(r.members.len()),
+                    containers: Some(r.containers.len()),
+                    bytes: Some(r.bytes()),
+                    complete: Some(r.complete),
+                    job: Some(String::from_utf8_lossy(&r.job).into_owned()),
+                    error: None,
+                },
+                Err(e) => Row {
+                    set,
+                    version: None,
+                    members: None,
+                    containers: None,
+                    bytes: None,
+                    complete: None,
+                    job: None,
+                    error: Some(e.to_string()),
+                },
+            }
+        })
+        .collect();
+    let damaged = rows.iter().any(|r| r.error.is_some());
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&rows)?).context("writing")?;
+    } else if rows.is_empty() {
+        writeln!(out, "no checkpoint sets under {}", root.display()).context("writing")?;
+    } else {
+        writeln!(
+            out,
+            "{:<40} {:>7} {:>8} {:>4} {:>12}  complete",
+            "SET", "VERSION", "MEMBERS", "K", "BYTES"
+        )
+        .context("writing")?;
+        for r in &rows {
+            match &r.error {
+                Some(e) => writeln!(out, "{:<40} DAMAGED: {e}", r.set),
+                None => writeln!(
+                    out,
+                    "{:<40} {:>7} {:>8} {:>4} {:>12}  {}",
+                    r.set,
+                    r.version.unwrap_or(0),
+                    r.members.unwrap_or(0),
+                    r.containers.unwrap_or(0),
+                    r.bytes.unwrap_or(0),
+                    if r.complete == Some(true) {
+                        "yes"
+                    } else {
+                        "NO (members missing)"
+                    }
+                ),
+            }
+            .context("writing")?;
+        }
+    }
+    Ok(if damaged {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

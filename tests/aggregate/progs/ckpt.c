@@ -1,0 +1,196 @@
+/* A file-per-process checkpoint writer (tests/aggregate/run.py): for each
+ * step, each rank writes PREFIX/ckpt/step-NNNNNN/rank-RRRRR.dat with POSIX
+ * calls (open O_CREAT|O_TRUNC, write, fsync, close), sizes uneven by up
+ * to +-20 %, bytes a function of (rank, step, CKPT_SALT).
+ *   ckpt PREFIX NRANKS STEPS MEAN             write (NRANKS processes forked;
+ *       CKPT_DIE=STEP:RANK kills that rank halfway through its file)
+ *   ckpt PREFIX NRANKS STEPS MEAN verify      read every member back: stat,
+ *       open, read, pread, lseek; list each set directory (readdir, glob); prints
+ *       "verified" or the problems and "VERIFY FAILED" (exit 1)
+ * Built with -DUSE_MPI (mpicc), the ranks are MPI's (NRANKS is ignored
+ * when writing), with a barrier between steps; CKPT_MPIIO=1 writes each
+ * member with MPI-IO on MPI_COMM_SELF instead of POSIX calls. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#ifdef USE_MPI
+#include <mpi.h>
+#endif
+
+static unsigned long salt(void) {
+    const char *s = getenv("CKPT_SALT");
+    return s ? strtoul(s, NULL, 10) : 0;
+}
+
+static unsigned char byte_at(unsigned rank, unsigned step, unsigned long i) {
+    unsigned long x = (i + 1) * 2654435761UL ^ (rank * 40503UL + step * 977UL + salt() * 7777UL);
+    x ^= x >> 13;
+    return (unsigned char)(x * 0x9E37u >> 7);
+}
+
+static size_t size_of(unsigned rank, unsigned step, size_t mean) {
+    long spread = (long)mean / 5;
+    long d = (long)((rank * 7919u + step * 104729u) % 1001u) * 2 * spread / 1000 - spread;
+    return (size_t)((long)mean + d);
+}
+
+static int write_rank(const char *prefix, unsigned rank, unsigned step, size_t mean) {
+    char dir[4096], path[4096];
+    snprintf(dir, sizeof dir, "%s/ckpt", prefix);
+    mkdir(dir, 0755);
+    snprintf(dir, sizeof dir, "%s/ckpt/step-%06u", prefix, step);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) { perror(dir); return 1; }
+    snprintf(path, sizeof path, "%s/rank-%05u.dat", dir, rank);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) { perror(path); return 1; }
+    size_t n = size_of(rank, step, mean);
+    /* CKPT_DIE=STEP:RANK: that rank is killed halfway through its file. */
+    const char *die = getenv("CKPT_DIE");
+    unsigned die_step = 0, die_rank = 0;
+    int dying = die && sscanf(die, "%u:%u", &die_step, &die_rank) == 2 && die_step == step && die_rank == rank;
+    unsigned char buf[65536];
+    for (size_t off = 0; off < n;) {
+        if (dying && off >= n / 2) raise(SIGKILL);
+        size_t k = n - off < sizeof buf ? n - off : sizeof buf;
+        for (size_t i = 0; i < k; i++) buf[i] = byte_at(rank, step, off + i);
+        ssize_t w = write(fd, buf, k);
+        if (w <= 0) { perror("write"); return 1; }
+        off += (size_t)w;
+    }
+    if (fsync(fd) != 0) { perror("fsync"); return 1; }
+    if (close(fd) != 0) { perror("close"); return 1; }
+    return 0;
+}
+
+/* Read every member back: stat, open, read, pread, lseek; list each set
+ * directory. Prints one line per problem; returns the number of them. */
+static int verify(const char *prefix, unsigned nranks, unsigned steps, size_t mean) {
+    int bad = 0;
+    for (unsigned s = 1; s <= steps; s++) {
+        unsigned step = s * 100;
+        char dir[4096], path[4200];
+        snprintf(dir, sizeof dir, "%s/ckpt/step-%06u", prefix, step);
+        DIR *d = opendir(dir);
+        if (!d) { perror(dir); bad++; continue; }
+        unsigned seen = 0;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (e->d_name[0] == '.') continue;
+            if (strncmp(e->d_name, "rank-", 5) != 0) { printf("unexpected entry %s/%s\n", dir, e->d_name); bad++; }
+            else seen++;
+        }
+        closedir(d);
+        if (seen != nranks) { printf("%s lists %u members, not %u\n", dir, seen, nranks); bad++; }
+        char pattern[4200];
+        snprintf(pattern, sizeof pattern, "%s/rank-*.dat", dir);
+        glob_t g;
+        int grc = glob(pattern, 0, NULL, &g);
+        if (grc != 0 || g.gl_pathc != nranks) { printf("glob %s: rc %d, %zu matches, not %u\n", pattern, grc, grc ? 0 : g.gl_pathc, nranks); bad++; }
+        if (grc == 0) globfree(&g);
+        for (unsigned r = 0; r < nranks; r++) {
+            snprintf(path, sizeof path, "%s/rank-%05u.dat", dir, r);
+            size_t n = size_of(r, step, mean);
+            struct stat st;
+            if (stat(path, &st) != 0) { perror(path); bad++; continue; }
+            if ((size_t)st.st_size != n || !S_ISREG(st.st_mode)) { printf("%s: stat size %ld, want %zu\n", path, (long)st.st_size, n); bad++; }
+            int fd = open(path, O_RDONLY);
+            if (fd < 0) { perror(path); bad++; continue; }
+            off_t end = lseek(fd, 0, SEEK_END);
+            if (end != (off_t)n) { printf("%s: lseek end %ld, want %zu\n", path, (long)end, n); bad++; }
+            lseek(fd, 0, SEEK_SET);
+            unsigned char buf[70000];
+            size_t off = 0;
+            for (;;) {
+                ssize_t k = read(fd, buf, sizeof buf);
+                if (k < 0) { perror("read"); bad++; break; }
+                if (k == 0) break;
+                for (ssize_t i = 0; i < k; i++)
+                    if (buf[i] != byte_at(r, step, off + (size_t)i)) { printf("%s: byte %zu differs\n", path, off + (size_t)i); bad++; i = k; off = n + 1; }
+                off += (size_t)k;
+            }
+            if (off != n) { printf("%s: read %zu bytes, want %zu\n", path, off, n); bad++; }
+            size_t at = n / 3;
+            ssize_t k = pread(fd, buf, 1000, (off_t)at);
+            if (k != 1000) { printf("%s: pread gave %ld\n", path, (long)k); bad++; }
+            else for (int i = 0; i < 1000; i++) if (buf[i] != byte_at(r, step, at + (size_t)i)) { printf("%s: pread byte %zu differs\n", path, at + (size_t)i); bad++; break; }
+            close(fd);
+        }
+    }
+    return bad;
+}
+
+#ifdef USE_MPI
+/* The same member written with MPI-IO on MPI_COMM_SELF (CKPT_MPIIO=1). */
+static int write_rank_mpiio(const char *prefix, unsigned rank, unsigned step, size_t mean) {
+    char dir[4096], path[4096];
+    snprintf(dir, sizeof dir, "%s/ckpt", prefix);
+    mkdir(dir, 0755);
+    snprintf(dir, sizeof dir, "%s/ckpt/step-%06u", prefix, step);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) { perror(dir); return 1; }
+    snprintf(path, sizeof path, "%s/rank-%05u.dat", dir, rank);
+    MPI_File fh;
+    if (MPI_File_open(MPI_COMM_SELF, path, MPI_MODE_CREATE | MPI_MODE_WRONLY, MPI_INFO_NULL, &fh) != MPI_SUCCESS) {
+        fprintf(stderr, "MPI_File_open %s failed\n", path);
+        return 1;
+    }
+    MPI_File_set_size(fh, 0);
+    size_t n = size_of(rank, step, mean);
+    unsigned char buf[65536];
+    for (size_t off = 0; off < n;) {
+        size_t k = n - off < sizeof buf ? n - off : sizeof buf;
+        for (size_t i = 0; i < k; i++) buf[i] = byte_at(rank, step, off + i);
+        if (MPI_File_write_at(fh, (MPI_Offset)off, buf, (int)k, MPI_BYTE, MPI_STATUS_IGNORE) != MPI_SUCCESS) return 1;
+        off += k;
+    }
+    return MPI_File_close(&fh) != MPI_SUCCESS;
+}
+#endif
+
+int main(int argc, char **argv) {
+    if (argc >= 6 && strcmp(argv[5], "verify") == 0) {
+        int bad = verify(argv[1], (unsigned)atoi(argv[2]), (unsigned)atoi(argv[3]), (size_t)atol(argv[4]));
+        printf("%s\n", bad ? "VERIFY FAILED" : "verified");
+        return bad != 0;
+    }
+    if (argc < 5) { fprintf(stderr, "usage: %s PREFIX NRANKS STEPS MEAN [RANK]\n", argv[0]); return 2; }
+    const char *prefix = argv[1];
+    unsigned nranks = (unsigned)atoi(argv[2]), steps = (unsigned)atoi(argv[3]);
+    size_t mean = (size_t)atol(argv[4]);
+#ifdef USE_MPI
+    (void)nranks;
+    MPI_Init(&argc, &argv);
+    int r, s;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    MPI_Comm_size(MPI_COMM_WORLD, &s);
+    int rc = 0;
+    const char *mpiio = getenv("CKPT_MPIIO");
+    for (unsigned step = 1; step <= steps; step++) {
+        if (mpiio && strcmp(mpiio, "1") == 0)
+            rc |= write_rank_mpiio(prefix, (unsigned)r, step * 100, mean);
+        else
+            rc |= write_rank(prefix, (unsigned)r, step * 100, mean);
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    MPI_Finalize();
+    return rc;
+#else
+    for (unsigned step = 1; step <= steps; step++) {
+        for (unsigned r = 0; r < nranks; r++) {
+            pid_t p = fork();
+            if (p == 0) _exit(write_rank(prefix, r, step * 100, mean));
+        }
+        int st, rc = 0;
+        while (wait(&st) > 0) rc |= !WIFEXITED(st) || WEXITSTATUS(st);
+        if (rc) return 1;
+    }
+    return 0;
+#endif
+}
