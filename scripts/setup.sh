@@ -37,6 +37,20 @@ if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
   fi
   curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --default-toolchain stable -c rustfmt,clippy
 fi
+# A toolchain older than the workspace's rust-version (Cargo.toml: the
+# dependencies' minimum) is brought up to date when rustup manages it.
+export PATH="$HOME/.cargo/bin:$PATH"
+need=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$(dirname "$0")/../Cargo.toml")
+have=$(rustc --version 2>/dev/null | awk '{print $2}')
+if [ -n "$need" ] && [ -n "$have" ] && [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" != "$need" ]; then
+  if command -v rustup >/dev/null 2>&1; then
+    echo "setup: rustc $have is older than the workspace's $need: rustup update stable"
+    rustup update stable --no-self-update >/dev/null
+  else
+    echo "setup: rustc $have is older than $need (Cargo.toml rust-version) and rustup is absent: install Rust $need or newer" >&2
+    exit 1
+  fi
+fi
 # Test-only tools, kept inside the clone (target/): a real S3 server
 # (MinIO, built from source with Go) and a standard S3 client (awscli).
 if [ "${1:-}" = "--test" ]; then
