@@ -32,7 +32,8 @@ directly. Cases:
                   last set: the earlier sets are published and equal to a
                   direct run, the interrupted one never appears (no record,
                   no container), also after `paralog recover`, which says
-                  why and keeps its local data
+                  why and keeps its local data; `recover --incomplete` then
+                  publishes it with the finished members, flagged incomplete
   crash at P      the server killed (PARALOG_FAILPOINT=P) at each crash point
                   of a publish (between members, before the publish, between
                   the containers and the record, after the record, after the
@@ -261,7 +262,22 @@ def case_killed_rank(work):
     check(f"checkpoint set ckpt/{last.name} not published" in r.stdout + r.stderr,
           f"recover does not say why: {r.stdout[-600:]} {r.stderr[-300:]}")
     check(not any(last.iterdir()), "recover published the interrupted set")
-    return f"{len(sets) - 1} sets published, the interrupted one absent, also after recover"
+    # `recover --incomplete`: the members that were finished, flagged so.
+    r = run([BIN, "recover", "--local", local, "--aggregate", RULE, "--incomplete"], env=clean_env(), check=False)
+    check(r.returncode == 0, f"recover --incomplete: {r.stdout[-600:]} {r.stderr[-300:]}")
+    rows = {row["set"]: row for row in json.loads(run([BIN, "sets", prefix, "--json"]).stdout)}
+    row = rows[f"ckpt/{last.name}"]
+    check(row["complete"] is False and row["members"] == RANKS - 1, f"after recover --incomplete: {row}")
+    check("NO (members missing)" in run([BIN, "sets", prefix]).stdout, "`paralog sets` does not say it")
+    out = work / "incomplete"
+    run([BIN, "extract", prefix, f"ckpt/{last.name}", out])
+    for i in range(RANKS):
+        if i != 2:
+            same_bytes(direct / "ckpt" / last.name / f"rank-{i:05d}.dat", out / f"rank-{i:05d}.dat",
+                       "a finished member of the incomplete set")
+    check(not (out / "rank-00002.dat").exists(), "the killed rank's member was published")
+    return (f"{len(sets) - 1} sets published, the interrupted one absent, also after recover; "
+            f"recover --incomplete publishes its {RANKS - 1} finished members flagged incomplete")
 
 
 PATCH = r'''

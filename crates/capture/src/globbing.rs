@@ -12,7 +12,6 @@
 use libc::{c_char, c_int, c_void, size_t, DIR};
 
 use crate::guard::Guard;
-use crate::pass;
 
 /// glibc's `GLOB_ALTDIRFUNC` (`<glob.h>`).
 const GLOB_ALTDIRFUNC: c_int = 1 << 9;
@@ -79,6 +78,52 @@ unsafe fn ours(pattern: *const c_char, flags: c_int, pglob: *mut c_void) -> bool
     matches!(crate::state::settings(), crate::settings::Settings::On(_))
 }
 
+type RealGlob = unsafe extern "C" fn(*const c_char, c_int, *mut c_void, *mut c_void) -> c_int;
+
+/// The directory and stat functions of one glob flavour.
+struct Alt {
+    readdir: unsafe extern "C" fn(*mut c_void) -> *mut c_void,
+    stat: unsafe extern "C" fn(*const c_char, *mut c_void) -> c_int,
+    lstat: unsafe extern "C" fn(*const c_char, *mut c_void) -> c_int,
+}
+
+const ALT: Alt = Alt {
+    readdir: alt_readdir,
+    stat: alt_stat,
+    lstat: alt_lstat,
+};
+
+/// glob64's: `dirent64` and `stat64`.
+const ALT64: Alt = Alt {
+    readdir: alt_readdir64,
+    stat: alt_stat64,
+    lstat: alt_lstat64,
+};
+
+unsafe fn glob_with(
+    real: Option<RealGlob>,
+    alt: Alt,
+    pattern: *const c_char,
+    flags: c_int,
+    errfunc: *mut c_void,
+    pglob: *mut c_void,
+) -> c_int {
+    let Some(real) = real else {
+        crate::report::line("no next definition of glob");
+        return GLOB_NOSPACE;
+    };
+    if !ours(pattern, flags, pglob) {
+        return real(pattern, flags, errfunc, pglob);
+    }
+    let g = &mut *(pglob as *mut GlobT);
+    g.gl_opendir = Some(alt_opendir);
+    g.gl_closedir = Some(alt_closedir);
+    g.gl_readdir = Some(alt.readdir);
+    g.gl_stat = Some(alt.stat);
+    g.gl_lstat = Some(alt.lstat);
+    real(pattern, flags | GLOB_ALTDIRFUNC, errfunc, pglob)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn glob(
     pattern: *const c_char,
@@ -86,19 +131,7 @@ pub unsafe extern "C" fn glob(
     errfunc: *mut c_void,
     pglob: *mut c_void,
 ) -> c_int {
-    if ours(pattern, flags, pglob) {
-        let g = &mut *(pglob as *mut GlobT);
-        g.gl_opendir = Some(alt_opendir);
-        g.gl_readdir = Some(alt_readdir);
-        g.gl_closedir = Some(alt_closedir);
-        g.gl_stat = Some(alt_stat);
-        g.gl_lstat = Some(alt_lstat);
-        return pass!(
-            glob(pattern, flags | GLOB_ALTDIRFUNC, errfunc, pglob),
-            GLOB_NOSPACE
-        );
-    }
-    pass!(glob(pattern, flags, errfunc, pglob), GLOB_NOSPACE)
+    glob_with(crate::real::glob(), ALT, pattern, flags, errfunc, pglob)
 }
 
 #[no_mangle]
@@ -108,17 +141,5 @@ pub unsafe extern "C" fn glob64(
     errfunc: *mut c_void,
     pglob: *mut c_void,
 ) -> c_int {
-    if ours(pattern, flags, pglob) {
-        let g = &mut *(pglob as *mut GlobT);
-        g.gl_opendir = Some(alt_opendir);
-        g.gl_readdir = Some(alt_readdir64);
-        g.gl_closedir = Some(alt_closedir);
-        g.gl_stat = Some(alt_stat64);
-        g.gl_lstat = Some(alt_lstat64);
-        return pass!(
-            glob64(pattern, flags | GLOB_ALTDIRFUNC, errfunc, pglob),
-            GLOB_NOSPACE
-        );
-    }
-    pass!(glob64(pattern, flags, errfunc, pglob), GLOB_NOSPACE)
+    glob_with(crate::real::glob64(), ALT64, pattern, flags, errfunc, pglob)
 }

@@ -86,12 +86,11 @@ impl AggregateArgs {
         agg: Option<Aggregate>,
         remote: &crate::remote::Remote,
         server_job: bool,
-    ) -> anyhow::Result<Option<std::sync::Arc<paralog_server::aggregate::Sets>>> {
+    ) -> anyhow::Result<Option<paralog_server::aggregate::Sets>> {
         let Some(agg) = agg else {
             // A member of a published set rewritten by this job makes a
             // new version of the set, with or without rules.
-            return Ok((!server_job)
-                .then(|| std::sync::Arc::new(paralog_server::aggregate::Sets::rewrites_only())));
+            return Ok((!server_job).then(paralog_server::aggregate::Sets::rewrites_only));
         };
         if server_job {
             bail!("--aggregate is not supported by the server job (many nodes) yet: run one server per node without MPI, or drop --aggregate");
@@ -101,8 +100,10 @@ impl AggregateArgs {
             crate::remote::Remote::Prefix => None,
         };
         paralog_server::aggregate::Sets::check_remote(url).map_err(|e| anyhow!(e))?;
-        Ok(Some(std::sync::Arc::new(
-            paralog_server::aggregate::Sets::new(agg.rules, agg.containers, agg.align),
+        Ok(Some(paralog_server::aggregate::Sets::new(
+            agg.rules,
+            agg.containers,
+            agg.align,
         )))
     }
 

@@ -24,6 +24,11 @@ pub struct Args {
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
+    /// With --aggregate: also publish checkpoint sets a member of which was
+    /// still being written when the job stopped, flagged incomplete, with
+    /// what the members committed (docs/aggregate.md)
+    #[arg(long)]
+    incomplete: bool,
     #[command(flatten)]
     job_of_servers: crate::server::ServerJobArgs,
     #[command(flatten)]
@@ -35,7 +40,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let aggregate = args.aggregate.resolve()?;
     let root = args.local.resolve_for(node.as_deref())?;
     let remote = args.remote.resolve_checked()?;
-    let sets = crate::aggregate_args::AggregateArgs::sets(aggregate, &remote, mpi.is_some())?;
+    if args.incomplete && aggregate.is_none() {
+        anyhow::bail!("--incomplete publishes checkpoint sets: give --aggregate RULE too");
+    }
+    let sets =
+        crate::aggregate_args::AggregateArgs::sets(aggregate, &remote, mpi.is_some())?.map(|s| {
+            if args.incomplete {
+                s.publishing_incomplete()
+            } else {
+                s
+            }
+        });
     if let Some(mpi) = mpi {
         // One process per node: the servers' drain, everything, then stop.
         crate::server::init_tracing();
@@ -50,14 +65,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let (totals, rank) = crate::cluster::run(mpi, cfg, None)?;
         return Ok(crate::cluster::report(&totals, rank, &root, "recover"));
     }
-    let report = recover_node_sets(
-        &root,
-        args.job.as_deref(),
-        &remote,
-        args.gc,
-        sets.as_deref(),
-    )
-    .with_context(|| format!("scanning {}", root.display()))?;
+    let report = recover_node_sets(&root, args.job.as_deref(), &remote, args.gc, sets.as_ref())
+        .with_context(|| format!("scanning {}", root.display()))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -190,7 +190,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if t.buffer > t.memory {
         bail!("--buffer {} is larger than --memory {}", t.buffer, t.memory);
     }
-    let sets = crate::aggregate_args::AggregateArgs::sets(aggregate, &remote, mpi.is_some())?;
+    let sets = crate::aggregate_args::AggregateArgs::sets(aggregate, &remote, mpi.is_some())?
+        .map(std::sync::Arc::new);
     if let Some(mpi) = mpi {
         let cfg = args.job_of_servers.config(
             &root,

@@ -45,6 +45,9 @@ pub struct Sets {
     busy: Mutex<()>,
     /// Published sets, decoded once (which files are members).
     published: paralog_aggregate::reader::SetCache,
+    /// `recover --incomplete`: at the end, a set with members still being
+    /// written is published too, flagged incomplete.
+    incomplete: bool,
 }
 
 /// The "rule" of a member no rule matches, found in a published set (a
@@ -76,7 +79,16 @@ impl Sets {
             align,
             busy: Mutex::new(()),
             published: paralog_aggregate::reader::SetCache::new(),
+            incomplete: false,
         }
+    }
+
+    /// `recover --incomplete`: a set that can never be completed (a
+    /// member's writer died in it) is published with what its members
+    /// committed, flagged incomplete, rather than kept back.
+    pub fn publishing_incomplete(mut self) -> Sets {
+        self.incomplete = true;
+        self
     }
 
     /// No rule: only members of sets already published are drained as
@@ -330,7 +342,8 @@ pub fn drain_sets(
             || by_set.iter().any(|((r, s), other)| {
                 r == rule && s != set && other.iter().map(|f| f.created).min() > newest_here
             });
-        if !unfinished.is_empty() {
+        let complete = unfinished.is_empty();
+        if !(complete || flush && sets.incomplete) {
             outcome.waiting = Some(format!(
                 "members still being written: {}",
                 unfinished.join(", ")
@@ -338,7 +351,13 @@ pub fn drain_sets(
         } else if !(flush || newer) {
             outcome.waiting = Some("waiting for a newer set or the end of the job".into());
         } else {
-            match publish_set(sets, remote, &job, set, files, keep_drained, on_epoch) {
+            let publish = Publish {
+                job: &job,
+                set,
+                complete,
+                keep_drained,
+            };
+            match publish_set(sets, remote, &publish, files, on_epoch) {
                 Ok((version, members)) => {
                     outcome.version = Some(version);
                     outcome.members = members;
@@ -360,15 +379,23 @@ pub fn drain_sets(
 
 type Published = (u64, Vec<(PathBuf, Vec<EpochId>, u64)>);
 
+/// What one publish is asked for.
+struct Publish<'a> {
+    job: &'a [u8],
+    set: &'a [u8],
+    /// Every member finished (else `recover --incomplete`).
+    complete: bool,
+    keep_drained: bool,
+}
+
 fn publish_set(
     sets: &Sets,
     remote: &Remote,
-    job: &[u8],
-    set: &[u8],
+    p: &Publish<'_>,
     scanned: &[MemberFile],
-    keep_drained: bool,
     on_epoch: &mut dyn FnMut(&Path, Drained),
 ) -> Result<Published, DrainError> {
+    let (job, set, keep_drained) = (p.job, p.set, p.keep_drained);
     // The drain locks of every member (a `recover` may run), then a fresh
     // look at each under its lock.
     let mut locks: Vec<DrainLock> = Vec::new();
@@ -376,7 +403,7 @@ fn publish_set(
     for f in scanned {
         locks.push(lock_file_dir(&f.inv.dir)?);
         if let Some((_, fresh)) = scan_member(sets, remote, &f.inv.dir)? {
-            if !fresh.finished {
+            if !fresh.finished && p.complete {
                 return Err(DrainError::Busy(fresh.inv.display_name()));
             }
             files.push(fresh);
@@ -452,8 +479,8 @@ fn publish_set(
         }
     }
     crate::failpoint::hit("aggregate.before_publish");
-    let record = w.publish(true).map_err(set_error)?;
-    tracing::info!(set = %set_dir.display(), version = record.version, members = record.members.len(), containers = record.containers.len(), "checkpoint set published");
+    let record = w.publish(p.complete).map_err(set_error)?;
+    tracing::info!(set = %set_dir.display(), version = record.version, members = record.members.len(), containers = record.containers.len(), complete = record.complete, "checkpoint set published");
 
     // The set is durable: the progress records, then the local records.
     let mut members = Vec::new();

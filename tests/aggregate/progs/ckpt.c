@@ -42,13 +42,20 @@ static size_t size_of(unsigned rank, unsigned step, size_t mean) {
     return (size_t)((long)mean + d);
 }
 
-static int write_rank(const char *prefix, unsigned rank, unsigned step, size_t mean) {
-    char dir[4096], path[4096];
+/* PREFIX/ckpt/step-STEP/rank-RANK.dat into path, its directories made. */
+static int member_path(const char *prefix, unsigned rank, unsigned step, char *path, size_t n) {
+    char dir[4096];
     snprintf(dir, sizeof dir, "%s/ckpt", prefix);
     mkdir(dir, 0755);
     snprintf(dir, sizeof dir, "%s/ckpt/step-%06u", prefix, step);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) { perror(dir); return 1; }
-    snprintf(path, sizeof path, "%s/rank-%05u.dat", dir, rank);
+    snprintf(path, n, "%s/rank-%05u.dat", dir, rank);
+    return 0;
+}
+
+static int write_rank(const char *prefix, unsigned rank, unsigned step, size_t mean) {
+    char path[4200];
+    if (member_path(prefix, rank, step, path, sizeof path)) return 1;
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) { perror(path); return 1; }
     size_t n = size_of(rank, step, mean);
@@ -130,12 +137,8 @@ static int verify(const char *prefix, unsigned nranks, unsigned steps, size_t me
 #ifdef USE_MPI
 /* The same member written with MPI-IO on MPI_COMM_SELF (CKPT_MPIIO=1). */
 static int write_rank_mpiio(const char *prefix, unsigned rank, unsigned step, size_t mean) {
-    char dir[4096], path[4096];
-    snprintf(dir, sizeof dir, "%s/ckpt", prefix);
-    mkdir(dir, 0755);
-    snprintf(dir, sizeof dir, "%s/ckpt/step-%06u", prefix, step);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) { perror(dir); return 1; }
-    snprintf(path, sizeof path, "%s/rank-%05u.dat", dir, rank);
+    char path[4200];
+    if (member_path(prefix, rank, step, path, sizeof path)) return 1;
     MPI_File fh;
     if (MPI_File_open(MPI_COMM_SELF, path, MPI_MODE_CREATE | MPI_MODE_WRONLY, MPI_INFO_NULL, &fh) != MPI_SUCCESS) {
         fprintf(stderr, "MPI_File_open %s failed\n", path);
