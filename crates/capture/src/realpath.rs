@@ -17,24 +17,15 @@ use std::path::{Path, PathBuf};
 
 use libc::{c_char, c_int, size_t, ssize_t};
 
-use crate::guard::Guard;
+use crate::namespace::at_path;
 use crate::pass;
-use crate::posix::{logged_state, under_prefix};
-use crate::settings::Settings;
-use crate::state::{self, lock, resolve, State};
+use crate::posix::logged_state;
+use crate::state::{self, lock, State};
 
 /// The absolute path of `path` (relative to `dirfd`) when it is under the
 /// prefix and capture's view holds a file there.
 unsafe fn captured_file(dirfd: c_int, path: *const c_char) -> Option<PathBuf> {
-    if path.is_null() {
-        return None;
-    }
-    let _g = Guard::enter()?;
-    let p = Path::new(OsStr::from_bytes(CStr::from_ptr(path).to_bytes()));
-    let abs = resolve(dirfd, p)?;
-    if !matches!(under_prefix(&abs)?, Settings::On(_)) {
-        return None;
-    }
+    let (_g, abs) = at_path(dirfd, path)?;
     let open = {
         let mut slot = lock();
         State::get(&mut slot)?.by_path.contains_key(&abs)
