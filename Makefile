@@ -68,6 +68,7 @@ test-server: build
 	/usr/bin/python3 -m tests.correctness.run_summary
 	/usr/bin/python3 -m tests.correctness.report
 	/usr/bin/python3 -m tests.correctness.hdf5_examples
+	/usr/bin/python3 -m tests.correctness.pnetcdf_examples
 	/usr/bin/python3 -m tests.correctness.posix_programs
 	/usr/bin/python3 -m tests.correctness.posix_programs --remote prefix
 	/usr/bin/python3 -m tests.correctness.open_remote

@@ -12,6 +12,10 @@
              different ranks in one epoch separated by a barrier, an
              allreduce, a broadcast, collective writes, and rounds with a
              size change: byte-identical to direct MPI-IO
+  read after write  tests/correctness/progs/read_after_write.c: every
+             rank writes, then all read back every rank's bytes with a
+             collective read and no sync (read_at_all, read_all, split,
+             nonblocking), as PnetCDF's examples do
   pnetcdf    tests/correctness/progs/pnetcdf_layouts.c: fill mode, then
              column-wise and block-cyclic writes over the fill values in
              one epoch, read back and checked by the program, and
@@ -77,6 +81,11 @@ def main():
             cases.append((f"{mode} reopen {ranks} ranks {how}{slow}", mode, ranks, "reopen_read", args, delay))
         for case in ("barrier", "allreduce", "bcast", "collective", "rounds"):
             cases.append((f"{mode} overlap {case}", mode, 2 if case != "rounds" else 3, "overlap", [case], None))
+        # Open MPI 4.1.4's split and nonblocking collective reads return
+        # wrong bytes (OMPIO) or crash (ROMIO 3.2.1) without paralog too.
+        reads = ("read_at_all", "read_all") + (("begin_end", "iread") if mode == "mpich" else ())
+        for how in reads:
+            cases.append((f"{mode} read after write {how}", mode, 3, "read_after_write", ["6", how], None))
         # PnetCDF is built for Open MPI only on Debian.
         if MODES[mode][0] == "openmpi":
             for layout, ranks in (("colwise", 4), ("blockcyclic", 3)):

@@ -32,6 +32,7 @@ extern int paralog_mpi_set_size(int64_t handle, uint64_t size);
 extern int paralog_mpi_preallocate(int64_t handle, uint64_t size);
 extern void paralog_mpi_release(int64_t handle);
 extern void paralog_mpi_sync_point(int64_t handle);
+extern int paralog_mpi_dirty(int64_t handle);
 extern void paralog_report(const char *msg);
 
 enum { OPEN_WRITE = 1, OPEN_CREATE = 2 };
@@ -563,8 +564,53 @@ FCOLL(write_ordered_end, (MPI_File f, const void *b, MPI_Status *st), (f, b, st)
 FCOLL(iwrite_all, (MPI_File f, const void *b, int n, MPI_Datatype t, MPI_Request *rq), (f, b, n, t, rq), f)
 FCOLL(iwrite_at_all, (MPI_File f, MPI_Offset o, const void *b, int n, MPI_Datatype t, MPI_Request *rq),
       (f, o, b, n, t, rq), f)
-FCOLL(read_all, (MPI_File f, void *b, int n, MPI_Datatype t, MPI_Status *st), (f, b, n, t, st), f)
-FCOLL(read_at_all, (MPI_File f, MPI_Offset o, void *b, int n, MPI_Datatype t, MPI_Status *st), (f, o, b, n, t, st), f)
+
+/* A collective read after writes. Direct MPI-IO on one file system shows
+ * every rank the bytes the others just wrote, and programs rely on it
+ * without a sync (PnetCDF's own examples read a variable back with a
+ * collective get right after a collective put; MPI promises it only after
+ * sync-barrier-sync). Under capture those bytes sit in the other ranks'
+ * logs, so a collective read on a file that any rank changed since the last
+ * consistency point is preceded by one (docs/capture.md, "Reads while
+ * writing"): one allreduce per collective read, and the commit only when
+ * something changed. Every rank of the file takes part in the call, so the
+ * agreement is safe here; independent reads cannot have it. */
+static int commit_before_read(MPI_File fh) {
+    entry_t e;
+    if (!find(fh, &e)) return MPI_SUCCESS;
+    int64_t v[1] = {paralog_mpi_dirty(e.handle)};
+    int rc = agree_max(e.agree, v, 1);
+    if (rc != MPI_SUCCESS || !v[0]) return rc;
+    return consistency_point(&e, MPI_SUCCESS);
+}
+
+#define FCOLL_READ(name, params, args, fh)                                 \
+    REAL(int, PMPI_File_##name, params)                                    \
+    static int shim_File_##name params {                                   \
+        check_flavour();                                                   \
+        if (depth || !real_PMPI_File_##name()) return real_PMPI_File_##name() args; \
+        depth++;                                                           \
+        int rc = commit_before_read(fh);                                   \
+        sync_point_file(fh);                                               \
+        if (rc == MPI_SUCCESS) rc = real_PMPI_File_##name() args;          \
+        else real_PMPI_File_call_errhandler()(fh, rc);                     \
+        sync_point_file(fh);                                               \
+        depth--;                                                           \
+        return rc;                                                         \
+    }                                                                      \
+    int MPI_File_##name params { return shim_File_##name args; }           \
+    int PMPI_File_##name params { return shim_File_##name args; }
+
+FCOLL_READ(read_all, (MPI_File f, void *b, int n, MPI_Datatype t, MPI_Status *st), (f, b, n, t, st), f)
+FCOLL_READ(read_at_all, (MPI_File f, MPI_Offset o, void *b, int n, MPI_Datatype t, MPI_Status *st),
+           (f, o, b, n, t, st), f)
+FCOLL_READ(read_all_begin, (MPI_File f, void *b, int n, MPI_Datatype t), (f, b, n, t), f)
+FCOLL_READ(read_at_all_begin, (MPI_File f, MPI_Offset o, void *b, int n, MPI_Datatype t), (f, o, b, n, t), f)
+FCOLL_READ(read_ordered, (MPI_File f, void *b, int n, MPI_Datatype t, MPI_Status *st), (f, b, n, t, st), f)
+FCOLL_READ(read_ordered_begin, (MPI_File f, void *b, int n, MPI_Datatype t), (f, b, n, t), f)
+FCOLL_READ(iread_all, (MPI_File f, void *b, int n, MPI_Datatype t, MPI_Request *rq), (f, b, n, t, rq), f)
+FCOLL_READ(iread_at_all, (MPI_File f, MPI_Offset o, void *b, int n, MPI_Datatype t, MPI_Request *rq),
+           (f, o, b, n, t, rq), f)
 FCOLL(set_view, (MPI_File f, MPI_Offset d, MPI_Datatype et, MPI_Datatype ft, const char *rep, MPI_Info info),
       (f, d, et, ft, rep, info), f)
 

@@ -191,6 +191,19 @@ pub unsafe extern "C" fn paralog_mpi_sync_point(handle: i64) {
     })
 }
 
+/// Whether this rank wrote, resized or deleted since its last consistency
+/// point (1) or not (0). On an internal failure 1, so that the caller's
+/// commit runs and reports it rather than a read answering stale bytes.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_mpi_dirty(handle: i64) -> c_int {
+    with_state("MPI collective read", 1, |st| {
+        Ok(st
+            .handles
+            .get(&(handle as u64))
+            .map_or(0, |h| c_int::from(h.dirty)))
+    })
+}
+
 /// MPI_File_close (or a failed open) is done with the handle.
 #[no_mangle]
 pub unsafe extern "C" fn paralog_mpi_release(handle: i64) {
