@@ -100,5 +100,17 @@ if [ "${1:-}" = "--test" ]; then
     fi
     "$PY" -m pip install -q --disable-pip-version-check --break-system-packages --target "$root/target/pylib" awscli==1.46.3
   fi
+  # mpi4py's own MPI-IO tests (tests/correctness/library_suites.py): the
+  # sdist of the version Debian's python3-mpi4py is, checked by its hash.
+  MPI4PY=mpi4py-3.1.4
+  if [ ! -f "$root/target/$MPI4PY/test/test_io.py" ]; then
+    echo "setup: fetching $MPI4PY's tests (PyPI sdist)"
+    PY=$(command -v python3)
+    "$PY" -m pip --version >/dev/null 2>&1 || PY=/usr/bin/python3
+    "$PY" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: -d "$root/target" "${MPI4PY/-/==}"
+    echo "17858f2ebc623220d0120d1fa8d428d033dde749c4bc35b33d81a66ad7f93480  $root/target/$MPI4PY.tar.gz" | sha256sum -c --quiet
+    tar -xzf "$root/target/$MPI4PY.tar.gz" -C "$root/target" "$MPI4PY/test"
+    rm -f "$root/target/$MPI4PY.tar.gz"
+  fi
 fi
 echo "setup: ok"

@@ -8,17 +8,23 @@ without paralog (some fail without paralog too on these machines: as root
 a read-only file is still writable, and there is no network for ROS3).
 Run with the prefix as the remote, and with a separate remote directory.
 
-Usage: python3 -m tests.correctness.library_suites [--keep]
+And mpi4py's own MPI-IO tests (test_io.py, test_file.py of the sdist of
+the version Debian's python3-mpi4py is; scripts/setup.sh --test fetches
+it) on 2 ranks of Open MPI, with OMPIO (test_file.py also with ROMIO
+3.2.1, which crashes in test_io.py without paralog), TMPDIR under the
+prefix: every rank's unittest summary as without paralog.
+
+Usage: python3 -m tests.correctness.library_suites [--keep] [--only SUBSTRING]
 Ends with "library suites: N passed, N failed".
 """
 import argparse
 import re
 import sys
 
-from tests.lib.check import Suite, check
-from tests.lib.mpi import mpi_env
+from tests.lib.check import Suite, check, fail
+from tests.lib.mpi import OPENMPI, io_env, launcher, mpi_env
 from tests.lib.paralog import paralog_run
-from tests.lib.paths import PY
+from tests.lib.paths import PY, TARGET
 from tests.lib.proc import run
 
 ENV = mpi_env()
@@ -62,16 +68,46 @@ def case_h5py(work, separate_remote):
     check("REFUSED" not in p.stderr, f"an epoch was refused: {p.stderr[-500:]}")
 
 
+MPI4PY_TESTS = TARGET / "mpi4py-3.1.4" / "test"
+SUMMARY = re.compile(r"^(Ran \d+ tests?|OK.*|FAILED.*)$", re.M)
+
+
+def case_mpi4py(work, script, mode):
+    if not (MPI4PY_TESTS / script).exists():
+        fail(f"{MPI4PY_TESTS / script} missing (scripts/setup.sh --test fetches it)")
+    env = mpi_env(io_env(mode))
+    cmd = [*launcher("openmpi", 2), PY, MPI4PY_TESTS / script]
+    base = work / "base-tmp"
+    base.mkdir()
+    d = run(cmd, env={**env, "TMPDIR": str(base)}, check=False, timeout=300)
+    want = sorted(SUMMARY.findall(d.stderr + d.stdout))
+    check(d.returncode == 0 and want.count("OK") == 2, f"the tests did not pass directly: {want} {d.stderr[-400:]}")
+    prefix = work / "prefix"
+    (prefix / "tmp").mkdir(parents=True)
+    p = paralog_run(work / "local", prefix, cmd, mpi="openmpi", env={**env, "TMPDIR": str(prefix / "tmp")},
+                    job="mpi4py", check=False, timeout=600)
+    got = sorted(SUMMARY.findall(p.stderr + p.stdout))
+    check(p.returncode == 0 and got == want,
+          f"under paralog (exit {p.returncode}): {got}, directly: {want}; {p.stderr[-600:]}")
+    check("REFUSED" not in p.stderr, f"an epoch was refused: {p.stderr[-500:]}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--only", help="run the cases whose name holds this")
     opts = ap.parse_args()
     return Suite("library suites", keep=opts.keep).run([
         ("h5py's test suite, TMPDIR under the prefix (the prefix is the remote): same outcomes as without paralog",
          lambda w: case_h5py(w, False)),
         ("h5py's test suite, TMPDIR under the prefix, a separate remote: same outcomes as without paralog",
          lambda w: case_h5py(w, True)),
-    ])
+        *[(f"mpi4py's {script} on 2 ranks, {mode}, TMPDIR under the prefix: same outcomes as without paralog",
+           lambda w, s=script, m=mode: case_mpi4py(w, s, m))
+          # ROMIO 3.2.1 of Open MPI 4.1.4 crashes in test_io's nonblocking
+          # collectives without paralog too.
+          for script, modes in (("test_io.py", ("ompio",)), ("test_file.py", OPENMPI)) for mode in modes],
+    ], only=opts.only)
 
 
 if __name__ == "__main__":

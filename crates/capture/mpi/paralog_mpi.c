@@ -616,12 +616,26 @@ FCOLL(set_view, (MPI_File f, MPI_Offset d, MPI_Datatype et, MPI_Datatype ft, con
 
 /* ---- process start ------------------------------------------------------ */
 
+/* Is `dir` the prefix or below it? */
+static int under(const char *dir, const char *prefix) {
+    size_t n = strlen(prefix);
+    while (n > 1 && prefix[n - 1] == '/') n--;
+    return strncmp(dir, prefix, n) == 0 && (dir[n] == '\0' || dir[n] == '/');
+}
+
 /* Open MPI's OMPIO reads its MCA parameters at MPI_Init: with capture on,
  * choose the collective component that writes each rank's own data
- * (no read-modify-write), and no data sieving in the POSIX fbtl. */
+ * (no read-modify-write), and no data sieving in the POSIX fbtl.
+ * With TMPDIR under the prefix (so that a program's temporary files are
+ * output like the rest), Open MPI's launcher would put its session
+ * directory there too, and PMIx and hwloc share memory through writable
+ * mappings of files in it, which capture refuses: that scratch of the
+ * runtime goes to /tmp instead, unless the user chose its place. */
 __attribute__((constructor)) static void paralog_shim_init(void) {
     const char *prefix = getenv("PARALOG_PREFIX");
     if (!prefix || !*prefix) return;
     setenv("OMPI_MCA_fcoll", "individual", 1);
     setenv("OMPI_MCA_fbtl_posix_write_datasieving", "0", 1);
+    const char *tmp = getenv("TMPDIR");
+    if (tmp && *tmp == '/' && under(tmp, prefix)) setenv("OMPI_MCA_orte_tmpdir_base", "/tmp", 0);
 }
