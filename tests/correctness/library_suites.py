@@ -8,6 +8,10 @@ without paralog (some fail without paralog too on these machines: as root
 a read-only file is still writable, and there is no network for ROS3).
 Run with the prefix as the remote, and with a separate remote directory.
 
+h5py's suite again in its MPI build (python3-h5py-mpi, with pytest-mpi's
+--with-mpi, so its driver='mpio' tests run too) on 2 ranks of Open MPI:
+each rank's pass/fail/skip counts as without paralog.
+
 And mpi4py's own MPI-IO tests (test_io.py, test_file.py of the sdist of
 the version Debian's python3-mpi4py is; scripts/setup.sh --test fetches
 it) on 2 ranks of Open MPI, with OMPIO (test_file.py also with ROMIO
@@ -68,6 +72,31 @@ def case_h5py(work, separate_remote):
     check("REFUSED" not in p.stderr, f"an epoch was refused: {p.stderr[-500:]}")
 
 
+H5PY_MPI_TESTS = "/usr/lib/python3/dist-packages/h5py/_debian_h5py_mpi/tests"
+PYTEST_COUNTS = re.compile(r"(\d+ (?:passed|failed|skipped|errors?|xfailed|xpassed))")
+
+
+def case_h5py_mpi(work):
+    """h5py's suite, its MPI build (driver='mpio' tests included), on 2
+    ranks: each rank's counts as without paralog."""
+    env = mpi_env()
+    cmd = [*launcher("openmpi", 2), PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--with-mpi",
+           H5PY_MPI_TESTS]
+    base = work / "base-tmp"
+    base.mkdir()
+    d = run(cmd, env={**env, "TMPDIR": str(base)}, check=False, timeout=600)
+    want = sorted(PYTEST_COUNTS.findall(d.stdout))
+    check(any("passed" in c and int(c.split()[0]) >= 500 for c in want),
+          f"the suite did not run directly: {want} {d.stdout[-400:]}{d.stderr[-400:]}")
+    prefix = work / "prefix"
+    (prefix / "tmp").mkdir(parents=True)
+    p = paralog_run(work / "local", prefix, cmd, mpi="openmpi", env={**env, "TMPDIR": str(prefix / "tmp")},
+                    job="h5pympi", check=False, timeout=900)
+    got = sorted(PYTEST_COUNTS.findall(p.stdout))
+    check(got == want, f"under paralog: {got}, directly: {want}; {p.stderr[-600:]}")
+    check("REFUSED" not in p.stderr, f"an epoch was refused: {p.stderr[-500:]}")
+
+
 MPI4PY_TESTS = TARGET / "mpi4py-3.1.4" / "test"
 SUMMARY = re.compile(r"^(Ran \d+ tests?|OK.*|FAILED.*)$", re.M)
 
@@ -102,6 +131,8 @@ def main():
          lambda w: case_h5py(w, False)),
         ("h5py's test suite, TMPDIR under the prefix, a separate remote: same outcomes as without paralog",
          lambda w: case_h5py(w, True)),
+        ("h5py's test suite, MPI build, 2 ranks of Open MPI, TMPDIR under the prefix: same counts as without paralog",
+         case_h5py_mpi),
         *[(f"mpi4py's {script} on 2 ranks, {mode}, TMPDIR under the prefix: same outcomes as without paralog",
            lambda w, s=script, m=mode: case_mpi4py(w, s, m))
           # ROMIO 3.2.1 of Open MPI 4.1.4 crashes in test_io's nonblocking

@@ -39,6 +39,9 @@ nothing may be left in the prefix that the drain did not put there.
   tools        tar -x of an archive (with symbolic links, one GNU tar delays),
                cp, dd, sort -o, sed -i, ln -s, realpath, readlink -f in the prefix
   tempfiles    mkstemp + fsync + rename, mkostemps, mkdtemp (progs/tempfiles.c)
+  git          init, commits, gc, cp -a of the repository; a file
+               created in a directory that does not exist fails (ENOENT) as
+               without paralog; ln -s then rm
   coreutils    shuf -o, uniq IN OUT, ptx, tsort (freopen), sort -o in place,
                sed -i, cp of a file the run wrote, awk's > and >>
 
@@ -120,6 +123,24 @@ COREUTILS = ("set -e; cd {d}; seq 1 3000 | awk '{{print int($1/3) \" line \" $1 
              "md5sum *.txt; true")
 
 
+# git as a user runs it in the prefix: init (it probes for symbolic links
+# with a temporary file's name), commits (reflogs whose directories it makes
+# only when the open fails with ENOENT), gc (loose objects packed, their
+# directories removed) and a copy with cp -a. Fixed dates make the objects
+# equal; the index (it records inode numbers) is removed at the end. No hook
+# templates, and no tar of the repository: git creates hooks 0755 and packs
+# 0444, and creation modes are not kept yet (docs/capture.md, "What is not
+# captured").
+GIT = ("set -e; export GIT_AUTHOR_DATE='2026-01-01T00:00:00Z' GIT_COMMITTER_DATE='2026-01-01T00:00:00Z' "
+       "GIT_CONFIG_NOSYSTEM=1 HOME={d}; cd {d}; git init -q -b main --template= repo; cd repo; "
+       "git config user.email a@b; git config user.name a; echo hi > f; mkdir -p sub; seq 1 500 > sub/g; "
+       "git add -A; git commit -qm one; echo more >> f; git commit -qam two; git gc -q; "
+       "git fsck --no-progress; git log --oneline; cd ..; cp -a repo copy; "
+       "git -C copy log --oneline; rm -f repo/.git/index copy/.git/index; "
+       "ls nodir/x 2>/dev/null || echo no nodir; (echo x > nodir/x) 2>/dev/null || echo create refused; "
+       "ln -s f link; rm link; ls link 2>/dev/null || echo link removed")
+
+
 def make_archive(work):
     src = work / "src"
     (src / "sub/deeper").mkdir(parents=True)
@@ -169,6 +190,8 @@ def cases():
         ("tempfiles: mkstemp + rename, mkostemps, mkdtemp", lambda w: compare(w, lambda d: [exe("tempfiles"), d])),
         ("coreutils: shuf -o, uniq, ptx, tsort, sort -o in place, sed -i, cp, awk >",
          lambda w: compare(w, lambda d: ["/bin/bash", "-c", COREUTILS.format(d=d)])),
+        ("git: init, commit, gc, cp -a; a create in a missing directory fails; ln -s then rm",
+         lambda w: compare(w, lambda d: ["/bin/bash", "-c", GIT.format(d=d)])),
         ("mmap: writable shared mapping refused, no SIGBUS", case_mmap),
         ("entry points: pwritev2, preadv2, sendfile, copy_file_range, splice, lio_listio, syncfs, mkstemps, ...",
          lambda w: compare(w, lambda d: [exe("entry_points"), d, os.path.realpath(PY)])),

@@ -55,12 +55,30 @@ fn unlink_captured(abs: &Path, id: Option<u64>) -> CResult<c_int> {
         return st.delete(id).map(|_| 0);
     }
     if !st.committed(abs)?.exists {
+        if crate::posix::real_link(abs) {
+            return unlink_link(st, abs);
+        }
         if real_is_dir(abs) {
             return Err(libc::EISDIR);
         }
         return Err(libc::ENOENT);
     }
     st.path_op(abs, |st, id| st.delete(id)).map(|_| 0)
+}
+
+/// A symbolic link has no bytes in the log (symlink.rs): it goes from the
+/// prefix at once, and from a POSIX remote other than the prefix, where
+/// symlink.rs made it too.
+fn unlink_link(st: &State, abs: &Path) -> CResult<c_int> {
+    std::fs::remove_file(abs).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    if let Some(r) = remote_dir(st, abs) {
+        if std::fs::symlink_metadata(&r).is_ok_and(|m| m.file_type().is_symlink()) {
+            if let Err(e) = std::fs::remove_file(&r) {
+                report::line(&format!("symbolic link {} on the remote: {e}", r.display()));
+            }
+        }
+    }
+    Ok(0)
 }
 
 fn real_is_dir(abs: &Path) -> bool {

@@ -288,6 +288,9 @@ fn open_captured(dirfd: c_int, path: &Path, flags: c_int) -> CResult<OpenDecisio
         _ => Some(st.committed(&abs)?),
     };
     let exists = committed.as_ref().is_some_and(|c| c.exists);
+    if create && !exists && !parent_dir_exists(st, &abs) {
+        return Err(libc::ENOENT);
+    }
     let id = match known {
         Some(id) => {
             // Another open of a file we already capture (ROMIO's create
@@ -338,6 +341,28 @@ fn open_captured(dirfd: c_int, path: &Path, flags: c_int) -> CResult<OpenDecisio
         return Err(libc::ENOENT);
     }
     st.attach_fd(id, flags).map(OpenDecision::Fd)
+}
+
+/// Whether the name is a symbolic link in the prefix itself.
+pub(crate) fn real_link(abs: &Path) -> bool {
+    std::fs::symlink_metadata(abs).is_ok_and(|m| m.file_type().is_symlink())
+}
+
+/// Whether the directory a new file would be created in exists in the
+/// program's view: in the prefix, or on a POSIX remote other than the prefix
+/// (the output of an earlier job). Without it a create succeeded in a
+/// directory nobody made, the drain made it on the remote, and programs that
+/// create their directories only when an open fails with ENOENT (git's
+/// reflogs) never made it in the prefix, where `stat` then missed it.
+fn parent_dir_exists(st: &State, abs: &Path) -> bool {
+    let Some(parent) = abs.parent() else {
+        return true;
+    };
+    if parent == st.cfg.prefix || std::fs::metadata(parent).is_ok_and(|m| m.is_dir()) {
+        return true;
+    }
+    crate::namespace::remote_dir(st, parent)
+        .is_some_and(|r| std::fs::metadata(r).is_ok_and(|m| m.is_dir()))
 }
 
 // ---- close, dup ----------------------------------------------------------
@@ -440,6 +465,12 @@ pub(crate) fn logged_state(abs: &Path) -> CResult<Option<(bool, u64)>> {
     let mut slot = lock();
     let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
     let c = st.committed(abs)?;
+    // A link or directory made in the prefix at the name of a captured file
+    // the program deleted (git probes for links with a temporary file's
+    // name): the real entry is what the program sees there now.
+    if !c.exists && (real_link(abs) || std::fs::symlink_metadata(abs).is_ok_and(|m| m.is_dir())) {
+        return Ok(None);
+    }
     let elsewhere = st.cfg.remote_root.as_ref() != Some(&st.cfg.prefix);
     let known = c.known || (elsewhere && c.exists) || c.in_set;
     Ok(known.then_some((c.exists, c.size)))
