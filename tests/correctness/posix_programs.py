@@ -36,6 +36,11 @@ nothing may be left in the prefix that the drain did not put there.
   h5py         serial h5py (HDF5's sec2 driver)
   locks        HDF5's file locking, flock and lockf between two processes
   shell        bash with >, >>, 2>, a pipeline into a file, cat of a captured file
+  shared       a shell's builtins and commands writing through one
+               redirection in turn ({ ...; } >, exec >, a loop's >>), and a
+               reopened stdout shared with posix_spawn and fork+exec
+               children reaped by waitpid, wait and waitid
+               (progs/spawn_share.c)
   tools        tar -x of an archive (with symbolic links, one GNU tar delays),
                cp, dd, sort -o, sed -i, ln -s, realpath, readlink -f in the prefix
   tempfiles    mkstemp + fsync + rename, mkostemps, mkdtemp (progs/tempfiles.c)
@@ -76,7 +81,7 @@ def build():
     for src, cc, extra in (("stdio_ckpt.c", "cc", []), ("exit_open.c", "cc", []), ("identity.c", "cc", []),
                            ("mmap_write.c", "cc", []), ("fstream_ckpt.cpp", "c++", []),
                            ("static_write.c", "cc", ["-static"]), ("entry_points.c", "cc", []),
-                           ("tempfiles.c", "cc", []), ("freopen_io.c", "cc", [])):
+                           ("tempfiles.c", "cc", []), ("freopen_io.c", "cc", []), ("spawn_share.c", "cc", [])):
         compile_program(cc, PROGS / src, BUILD / src.rsplit(".", 1)[0], "-O2", "-Wall", "-Werror", *extra, always=True)
 
 
@@ -107,6 +112,14 @@ def compare(work, cmd, expect_rc=0):
 SHELL = ("echo hello > {d}/r.txt; echo more >> {d}/r.txt; ls /nonexistent-paralog 2> {d}/err.txt; "
          "seq 1 3000 | sort -r | head -100 > {d}/pipe.txt; cat {d}/r.txt > {d}/copy.txt; "
          "cat {d}/r.txt {d}/pipe.txt | wc -c; true")
+
+
+# A shell's builtins (glibc's stdio, past the wrappers) and commands (their
+# own capture) writing through one redirection, in turn: the commands'
+# bytes must not come back as zeros.
+SHARED = ("{{ echo a; /bin/echo child; echo c; basename {d}/block.txt; echo d; }} > {d}/block.txt; "
+          "(exec > {d}/exec.txt; echo one; /bin/echo two; echo three; seq 1 5; echo four); "
+          "for i in 1 2 3; do echo \"loop $i\"; /bin/echo \"cmd $i\"; done >> {d}/block.txt; true")
 
 
 # Coreutils that freopen their output or input (shuf -o, uniq IN OUT, ptx
@@ -186,6 +199,10 @@ def cases():
         ("h5py: serial HDF5 file", lambda w: compare(w, py("h5py"))),
         ("locks: HDF5's file lock, flock and lockf between processes", lambda w: compare(w, py("locks"))),
         ("shell: >, >>, 2>, pipeline, cat", lambda w: compare(w, lambda d: ["/bin/bash", "-c", SHELL.format(d=d)])),
+        ("shared redirection: builtins and commands in turn (block, exec >, loop >>)",
+         lambda w: compare(w, lambda d: ["/bin/bash", "-c", SHARED.format(d=d)])),
+        ("spawn share: reopened stdout, posix_spawn/fork+exec children, waitpid/wait/waitid",
+         lambda w: compare(w, lambda d: [exe("spawn_share"), d])),
         ("tools: tar -x (with links), cp, dd, sort -o, sed -i, ln -s, realpath", lambda w: compare(w, tools_cmd(w))),
         ("tempfiles: mkstemp + rename, mkostemps, mkdtemp", lambda w: compare(w, lambda d: [exe("tempfiles"), d])),
         ("coreutils: shuf -o, uniq, ptx, tsort, sort -o in place, sed -i, cp, awk >",

@@ -236,6 +236,13 @@ pub fn adopt(st: &mut State) {
 /// process's plain POSIX writes, and publish every offset in its
 /// placeholder's kernel offset.
 pub fn before_child(st: &mut State) {
+    // Bytes written past the wrappers first: they are this process's
+    // writes too, and must be in the commit the child sees (an appending
+    // child takes the file's end from it).
+    let fds: Vec<(c_int, u64)> = st.fds.iter().map(|(&fd, e)| (fd, e.ofd)).collect();
+    for &(fd, _) in &fds {
+        let _ = st.harvest(fd);
+    }
     let dirty: Vec<u64> = st
         .handles
         .iter()
@@ -245,9 +252,7 @@ pub fn before_child(st: &mut State) {
     for id in dirty {
         let _ = st.commit_single(id);
     }
-    let fds: Vec<(c_int, u64)> = st.fds.iter().map(|(&fd, e)| (fd, e.ofd)).collect();
     for (fd, ofd) in fds {
-        let _ = st.harvest(fd);
         let size = st
             .fds
             .get(&fd)
@@ -434,15 +439,47 @@ pub unsafe extern "C" fn system(cmd: *const c_char) -> c_int {
 /// moved in the shared placeholders, before this process writes to them
 /// again past the wrappers (glibc's stdio on a reopened stdout), which
 /// would otherwise be harvested from the offset before the child's bytes.
-fn after_child() {
+pub(crate) fn after_child() {
     let Some(_g) = Guard::enter() else { return };
     let mut slot = lock();
     if let Some(st) = slot.as_mut() {
         let fds: Vec<c_int> = st.fds.keys().copied().collect();
         for fd in fds {
             let _ = st.harvest(fd);
+            take_over_end(st, fd);
         }
     }
+}
+
+/// An appending description the child may have appended to (it committed
+/// at its exit): its end is the file's committed end now, not the one this
+/// process knew, which would put this process's next append over the
+/// child's (a shell loop's builtin `echo` and a command, `>> f`).
+fn take_over_end(st: &mut State, fd: c_int) {
+    let Some(e) = st.fds.get(&fd) else { return };
+    let (id, ofd) = (e.handle, e.ofd);
+    if !st.ofds.get(&ofd).is_some_and(|o| o.append && o.shared) {
+        return;
+    }
+    let Some(path) = st
+        .handles
+        .get(&id)
+        .filter(|h| h.mode == Mode::Posix && !h.dirty)
+        .map(|h| h.path.clone())
+    else {
+        return;
+    };
+    let Ok(c) = st.committed(&path) else { return };
+    let h = st.handles.get_mut(&id).expect("looked up above");
+    if c.size == h.size {
+        return;
+    }
+    h.size = c.size;
+    h.view = None;
+    let o = st.ofds.get_mut(&ofd).expect("looked up above");
+    o.offset = c.size;
+    o.keep.set_offset(c.size);
+    o.kpos = c.size;
 }
 
 #[no_mangle]

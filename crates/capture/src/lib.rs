@@ -34,6 +34,7 @@ pub mod symlink;
 pub mod tempname;
 pub mod timeline;
 pub mod view;
+pub mod wait;
 
 // The settings and the symbol table live in `paralog-settings` (shared with
 // the `paralog` command, which must not link this library).

@@ -152,6 +152,11 @@ macro_rules! wrapped_symbols {
             execvp: fn(*const c_char, *const *const c_char) -> c_int;
             execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
             vfork: fn() -> pid_t;
+            wait: fn(*mut c_int) -> pid_t;
+            waitpid: fn(pid_t, *mut c_int, c_int) -> pid_t;
+            wait3: fn(*mut c_int, c_int, *mut libc::rusage) -> pid_t;
+            wait4: fn(pid_t, *mut c_int, c_int, *mut libc::rusage) -> pid_t;
+            waitid: fn(libc::idtype_t, libc::id_t, *mut libc::siginfo_t, c_int) -> c_int;
             _exit: fn(c_int) -> ();
             _Exit: fn(c_int) -> ();
         }
