@@ -13,6 +13,10 @@ use crate::view;
 
 impl State {
     pub fn write(&mut self, fd: c_int, data: &[u8], at: Option<u64>) -> CResult<usize> {
+        let e = self.ofd(fd)?;
+        if e.shared && at.is_none() {
+            return self.write_shared(fd, data);
+        }
         self.harvest(fd)?;
         let e = self.ofd(fd)?;
         if !e.writable {
@@ -29,6 +33,23 @@ impl State {
         if at.is_none() {
             self.set_offset(fd, pos + data.len() as u64)?;
         }
+        Ok(data.len())
+    }
+
+    /// A write at the offset of a description other processes share: its
+    /// place comes from the shared offset (crate::shared::reserve_shared).
+    fn write_shared(&mut self, fd: c_int, data: &[u8]) -> CResult<usize> {
+        let (id, ofd) = self
+            .fds
+            .get(&fd)
+            .map(|e| (e.handle, e.ofd))
+            .ok_or(libc::EBADF)?;
+        if !self.ofds.get(&ofd).ok_or(libc::EBADF)?.writable {
+            return Err(libc::EBADF);
+        }
+        let pos = self.reserve_shared(id, ofd, data.len() as u64)?;
+        self.write_handle(id, pos, data)?;
+        crate::stats::captured(data.len());
         Ok(data.len())
     }
 

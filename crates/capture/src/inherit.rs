@@ -110,6 +110,11 @@ impl Keep {
         }
     }
 
+    /// The memfd's inode (it names the ledger, crate::ledger).
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+
     /// The descriptor, if it still is the file it was made for.
     pub fn fd(&self) -> Option<c_int> {
         (self.fd >= 0 && inode(self.fd).is_some_and(|(ino, _)| ino == self.ino)).then_some(self.fd)
@@ -176,10 +181,19 @@ pub fn read_placeholder(fd: c_int, at: u64, n: usize) -> state::CResult<Vec<u8>>
     Ok(buf)
 }
 
-pub fn empty_placeholder(fd: c_int) {
-    // SAFETY: raw syscall; the kernel offset is kept (past the end is fine).
+/// Free the harvested bytes [from, to) of a shared placeholder. A hole,
+/// not a truncation: another process may be writing past `to` right now,
+/// and its bytes must stay where they land.
+pub fn punch_placeholder(fd: c_int, from: u64, to: u64) {
+    // SAFETY: raw syscall on our own duplicate.
     unsafe {
-        libc::syscall(libc::SYS_ftruncate, fd, 0i64);
+        libc::syscall(
+            libc::SYS_fallocate,
+            fd,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            from as i64,
+            (to - from) as i64,
+        );
     }
 }
 
@@ -258,16 +272,19 @@ pub fn before_child(st: &mut State) {
             .get(&fd)
             .and_then(|e| st.handles.get(&e.handle))
             .map_or(0, |h| h.size);
-        if let Some(o) = st.ofds.get_mut(&ofd) {
-            if o.append {
-                o.offset = size;
-            }
-            if !o.shared {
-                o.shared = true;
-                o.keep = Keep::of(fd);
-            }
-            o.keep.set_offset(o.offset);
-            o.kpos = o.offset;
+        let Some(o) = st.ofds.get_mut(&ofd) else {
+            continue;
+        };
+        if !o.shared {
+            // Shared from now on: the kernel offset becomes the offset.
+            o.shared = true;
+            o.keep = Keep::of(fd);
+            let to = if o.append { size } else { o.offset };
+            st.move_shared(ofd, to);
+        } else if o.append {
+            // Already shared: the harvest above read the shared offset;
+            // only an appending one may have to move on to the end.
+            st.advance_shared(ofd, size);
         }
     }
 }
@@ -476,10 +493,7 @@ fn take_over_end(st: &mut State, fd: c_int) {
     }
     h.size = c.size;
     h.view = None;
-    let o = st.ofds.get_mut(&ofd).expect("looked up above");
-    o.offset = c.size;
-    o.keep.set_offset(c.size);
-    o.kpos = c.size;
+    st.advance_shared(ofd, c.size);
 }
 
 #[no_mangle]

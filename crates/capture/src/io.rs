@@ -239,6 +239,12 @@ fn do_lseek(fd: c_int, off: i64, whence: c_int) -> i64 {
         let st = State::get(&mut slot).ok_or(libc::EBADF)?;
         st.harvest(fd)?;
         let e = st.ofd(fd)?;
+        if whence == libc::SEEK_CUR && off == 0 {
+            // A question (`tell`), not a move: on a shared description
+            // another process may write past this offset at any moment,
+            // and setting it would move the shared offset back.
+            return Ok(e.offset as i64);
+        }
         let size = st.handles.get(&e.handle).ok_or(libc::EBADF)?.size as i64;
         let base = match whence {
             libc::SEEK_SET => 0,

@@ -16,6 +16,7 @@ pub mod globbing;
 pub mod guard;
 pub mod inherit;
 pub mod io;
+pub mod ledger;
 pub mod locks;
 pub mod mmap;
 pub mod mpi;

@@ -5,21 +5,10 @@
 
 use libc::c_int;
 
+use crate::ledger::Ledger;
 use crate::state::{lock, set_captured, CResult, FdEntry, Mode, Ofd, State};
 
 impl State {
-    /// The descriptor to check a placeholder through: the private duplicate
-    /// of a shared one (the program's may have been closed past the
-    /// wrappers and its number reused), else the program's own.
-    /// None: a shared placeholder whose duplicate is gone (nothing can be
-    /// told about it any more).
-    pub(crate) fn sentinel_fd(&self, fd: c_int) -> Option<c_int> {
-        match self.fds.get(&fd).and_then(|e| self.ofds.get(&e.ofd)) {
-            Some(o) if o.shared => o.keep.fd(),
-            _ => Some(fd),
-        }
-    }
-
     /// A descriptor number the kernel handed out anew while the table still
     /// had it as captured (glibc closed it past the wrappers, as fclose of
     /// stdout at exit): its bytes are harvested through the private
@@ -78,11 +67,13 @@ impl State {
 
     /// Bytes written into a shared placeholder past capture (glibc's stdio
     /// on a dup, a child process's raw writes) go into the log, where they
-    /// were written: sequential writes from the kernel offset capture last
-    /// set leave exactly [that offset, the kernel offset now) in the
-    /// otherwise empty memfd. Anything else stays there and is refused at
-    /// the next consistency point (invariant 5). The kernel offset moved
-    /// by another process is taken over.
+    /// were written: sequential writes from the accounted end (the shared
+    /// ledger's, crate::ledger) leave exactly [that end, the kernel offset
+    /// now) in the memfd, and nothing past it. They are logged, freed from
+    /// the memfd, and the accounted end moves to the kernel offset. Anything
+    /// else stays there and is refused at the next consistency point
+    /// (invariant 5). An offset another process moved through capture is
+    /// taken over.
     pub fn harvest(&mut self, fd: c_int) -> CResult<()> {
         let Some(e) = self.fds.get(&fd) else {
             return Ok(());
@@ -95,18 +86,64 @@ impl State {
         let Some(o) = self.ofds.get(&ofd).filter(|o| o.shared) else {
             return Ok(());
         };
-        let (kpos, keep) = (o.kpos, o.keep);
+        let ledger = Ledger::lock(&self.cfg, o.keep.ino());
+        self.harvest_held(id, ofd, ledger.as_ref())
+    }
+
+    /// The harvest, with the ledger held by the caller.
+    pub(crate) fn harvest_held(
+        &mut self,
+        id: u64,
+        ofd: u64,
+        ledger: Option<&Ledger>,
+    ) -> CResult<()> {
+        let now = self.ofds.get(&ofd).and_then(|o| o.keep.offset());
+        self.harvest_to(id, ofd, ledger, now)
+    }
+
+    /// The harvest of what was written past capture below `upto` (the
+    /// kernel offset, read by the caller: lseek waits for a write in
+    /// flight through the description, so every byte below it is in the
+    /// memfd; the length may run ahead of it, another sharer's write in
+    /// flight, whose bytes are the next harvest's).
+    fn harvest_to(
+        &mut self,
+        id: u64,
+        ofd: u64,
+        ledger: Option<&Ledger>,
+        upto: Option<u64>,
+    ) -> CResult<()> {
+        let Some(o) = self.ofds.get(&ofd).filter(|o| o.shared) else {
+            return Ok(());
+        };
+        let (own, keep) = (o.kpos, o.keep);
         let Some(fd) = keep.fd() else {
             return Ok(());
         };
-        let len = keep.file_len().unwrap_or(0);
-        let now = keep.offset().unwrap_or(kpos);
-        if len == 0 {
-            if now != kpos {
-                let o = self.ofds.get_mut(&ofd).expect("looked up above");
-                o.offset = now;
-                o.kpos = now;
+        let kpos = ledger.and_then(Ledger::get).unwrap_or(own);
+        let now = upto.unwrap_or(kpos);
+        if now < kpos {
+            // The shared offset went back past capture (glibc's fseek on a
+            // reopened stdout): what is written there cannot be told from
+            // what was harvested, so the epoch is refused (invariant 5).
+            if let Some(h) = self.handles.get_mut(&id) {
+                h.bypass.get_or_insert_with(|| {
+                    format!(
+                        "{} bytes reached {} without passing through capture (its offset was moved back from {kpos} to {now} past it)",
+                        kpos - now,
+                        h.path.display()
+                    )
+                });
             }
+            return Ok(());
+        }
+        let len = keep.file_len().unwrap_or(0);
+        if now == kpos || len < now {
+            // Nothing past capture at the offset: at most moved by another
+            // process through capture (or lseek), which is taken over (this
+            // process's own idea of the offset may be older than the shared
+            // end, and must never move the shared offset back).
+            self.accounted(ofd, now, ledger);
             return Ok(());
         }
         let writable = o.writable
@@ -114,17 +151,133 @@ impl State {
                 .handles
                 .get(&id)
                 .is_some_and(|h| h.log.is_some() || h.lazy);
-        if len != now || now <= kpos || !writable {
+        if now < kpos || !writable {
             return Ok(()); // left for the sentinel check
         }
         let data = crate::inherit::read_placeholder(fd, kpos, (now - kpos) as usize)?;
         self.write_handle(id, kpos, &data)?;
         crate::stats::captured(data.len());
-        crate::inherit::empty_placeholder(fd);
-        let o = self.ofds.get_mut(&ofd).expect("looked up above");
-        o.offset = now;
-        o.kpos = now;
+        crate::inherit::punch_placeholder(fd, kpos, now);
+        self.accounted(ofd, now, ledger);
         Ok(())
+    }
+
+    /// The bytes through `ofd` are in a log up to `end`.
+    pub(crate) fn accounted(&mut self, ofd: u64, end: u64, ledger: Option<&Ledger>) {
+        if let Some(o) = self.ofds.get_mut(&ofd) {
+            o.offset = end;
+            o.kpos = end;
+        }
+        if let Some(l) = ledger {
+            l.set(end);
+        }
+    }
+
+    /// A write through capture at the offset of a description other
+    /// processes share: its place is reserved by moving the shared offset
+    /// past it in one lseek (serialized by the kernel with every write
+    /// through the description, past capture or not), what others wrote
+    /// past capture below it is harvested, and the accounted end moves past
+    /// it, all under one hold of the ledger. An appending description
+    /// writes at the shared end, or at this process's view of the file's
+    /// end if that is further. Returns the place.
+    pub(crate) fn reserve_shared(&mut self, id: u64, ofd: u64, n: u64) -> CResult<u64> {
+        let o = self.ofds.get(&ofd).ok_or(libc::EBADF)?;
+        let (keep, append) = (o.keep, o.append);
+        let ledger = Ledger::lock(&self.cfg, keep.ino());
+        let Some(fd) = keep.fd() else {
+            return Err(libc::EBADF);
+        };
+        if append {
+            let size = self.handles.get(&id).map_or(0, |h| h.size);
+            if keep.offset().is_some_and(|k| k < size) {
+                self.harvest_held(id, ofd, ledger.as_ref())?;
+                keep.set_offset(size);
+            }
+        }
+        // SAFETY: raw syscall on our own duplicate.
+        let end = unsafe { libc::syscall(libc::SYS_lseek, fd, n as i64, libc::SEEK_CUR) };
+        let end = u64::try_from(end).map_err(|_| crate::state::errno())?;
+        let pos = end - n;
+        self.harvest_to(id, ofd, ledger.as_ref(), Some(pos))?;
+        self.accounted(ofd, end, ledger.as_ref());
+        Ok(pos)
+    }
+
+    /// Move a shared description's offset through capture (a captured
+    /// write, lseek, a new child): the kernel offset every sharer sees, and
+    /// the accounted end.
+    pub(crate) fn move_shared(&mut self, ofd: u64, to: u64) {
+        let Some(o) = self.ofds.get_mut(&ofd) else {
+            return;
+        };
+        o.offset = to;
+        o.kpos = to;
+        o.keep.set_offset(to);
+        let ino = o.keep.ino();
+        if let Some(l) = Ledger::lock(&self.cfg, ino) {
+            l.set(to);
+        }
+    }
+
+    /// Harvest `fds` and tell what is left in each placeholder. Past the
+    /// accounted end of a shared one there may be another sharer's write
+    /// still in flight (the memfd grew, the offset not yet): it is given a
+    /// few milliseconds to land and be harvested before the bytes count as
+    /// written past capture.
+    pub(crate) fn settled_unharvested(&mut self, fds: &[c_int]) -> CResult<Vec<u64>> {
+        let mut tries = 0;
+        loop {
+            for &fd in fds {
+                self.harvest(fd)?;
+            }
+            let left: Vec<u64> = fds.iter().filter_map(|&fd| self.unharvested(fd)).collect();
+            let shared = fds.iter().any(|fd| {
+                self.fds
+                    .get(fd)
+                    .and_then(|e| self.ofds.get(&e.ofd))
+                    .is_some_and(|o| o.shared)
+            });
+            if !shared || left.iter().all(|&n| n == 0) || tries == 25 {
+                return Ok(left);
+            }
+            tries += 1;
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+
+    /// Move a shared description's offset on to `to`, never back (other
+    /// sharers may have written past it since this process looked).
+    pub(crate) fn advance_shared(&mut self, ofd: u64, to: u64) {
+        let Some(o) = self.ofds.get(&ofd) else {
+            return;
+        };
+        let keep = o.keep;
+        let ledger = Ledger::lock(&self.cfg, keep.ino());
+        let now = keep.offset().unwrap_or(0);
+        if now < to {
+            keep.set_offset(to);
+            self.accounted(ofd, to, ledger.as_ref());
+        } else {
+            self.accounted(ofd, now, None);
+        }
+    }
+
+    /// Bytes in a placeholder that capture did not log: anything in a
+    /// private one (it must stay empty), anything past the accounted end of
+    /// a shared one. None: nothing can be told (its duplicate is gone).
+    pub(crate) fn unharvested(&self, fd: c_int) -> Option<u64> {
+        let o = self.fds.get(&fd).and_then(|e| self.ofds.get(&e.ofd));
+        match o {
+            Some(o) if o.shared => {
+                let len = o.keep.file_len()?;
+                let end = Ledger::lock(&self.cfg, o.keep.ino())
+                    .and_then(|l| l.get())
+                    .unwrap_or(o.kpos);
+                Some(len.saturating_sub(end))
+            }
+            _ => crate::state::sentinel_len(fd),
+        }
     }
 }
 

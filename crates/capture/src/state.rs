@@ -474,18 +474,18 @@ impl State {
                 h.fds += 1;
             }
             let size = self.handles.get(&e.handle).map_or(0, |h| h.size);
+            let mut now_shared = None;
             if let Some(o) = self.ofds.get_mut(&e.ofd) {
                 o.refs += 1;
                 if !o.shared {
                     o.shared = true;
                     o.keep = crate::inherit::Keep::of(new_fd);
                     // Raw writes of an appending description go to the end.
-                    if o.append {
-                        o.offset = size;
-                    }
-                    o.keep.set_offset(o.offset);
-                    o.kpos = o.offset;
+                    now_shared = Some(if o.append { size } else { o.offset });
                 }
+            }
+            if let Some(to) = now_shared {
+                self.move_shared(e.ofd, to);
             }
             self.fds.insert(new_fd, entry);
             set_captured(new_fd, true);
@@ -499,24 +499,24 @@ impl State {
     }
 
     pub fn set_offset(&mut self, fd: c_int, to: u64) -> CResult<()> {
-        let e = self.fds.get(&fd).ok_or(libc::EBADF)?;
-        let o = self.ofds.get_mut(&e.ofd).ok_or(libc::EBADF)?;
-        o.offset = to;
-        if o.shared && o.kpos != to {
-            o.keep.set_offset(to);
-            o.kpos = to;
+        let ofd = self.fds.get(&fd).ok_or(libc::EBADF)?.ofd;
+        let o = self.ofds.get_mut(&ofd).ok_or(libc::EBADF)?;
+        if !o.shared {
+            o.offset = to;
+        } else if o.kpos != to || o.keep.offset() != Some(to) {
+            self.move_shared(ofd, to);
         }
         Ok(())
     }
 
     /// Forget a descriptor (the caller closes it). Returns its handle.
     pub fn detach_fd(&mut self, fd: c_int) -> Option<u64> {
-        let _ = self.harvest(fd);
         // Measured before the last reference goes: that closes the private
         // duplicate a shared placeholder is probed through.
         let left = self
-            .sentinel_fd(fd)
-            .and_then(sentinel_len)
+            .settled_unharvested(&[fd])
+            .ok()
+            .and_then(|l| l.into_iter().next())
             .filter(|&n| n > 0);
         let e = self.unregister_fd(fd)?;
         if let Some(h) = self.handles.get_mut(&e.handle) {
@@ -561,16 +561,10 @@ impl State {
             .filter(|(_, e)| e.handle == id)
             .map(|(&fd, _)| fd)
             .collect();
-        for &fd in &fds {
-            self.harvest(fd)?;
-        }
-        let fds: Vec<c_int> = fds
-            .into_iter()
-            .filter_map(|fd| self.sentinel_fd(fd))
-            .collect();
+        let left = self.settled_unharvested(&fds)?;
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
-        for fd in fds {
-            if let Some(n) = sentinel_len(fd).filter(|&n| n > 0) {
+        for n in left {
+            if n > 0 {
                 h.bypass.get_or_insert_with(|| {
                     format!(
                         "{} bytes reached {} without passing through capture",

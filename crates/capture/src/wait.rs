@@ -7,9 +7,11 @@
 //! `echo`): a harvest from the offset it knew would log the child's range
 //! as zeros, over the child's bytes (crate::inherit, crate::shared).
 //!
-//! A shell may reap from its SIGCHLD handler: the guard makes a call that
-//! interrupted capture on this thread skip the take-over (no deadlock); the
-//! next captured call on the descriptor takes the offset over instead.
+//! Only a blocking wait takes over: a shell reaps from its SIGCHLD handler
+//! with WNOHANG, where nothing that allocates may run (bash's heap was
+//! corrupted when it did), and waits for a foreground command without it.
+//! A poll with WNOHANG leaves the take-over to the next captured call on
+//! the descriptor.
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -18,8 +20,8 @@ use libc::{c_int, id_t, idtype_t, pid_t, rusage, siginfo_t};
 use crate::inherit::after_child;
 use crate::pass;
 
-fn reaped(pid: pid_t) -> pid_t {
-    if pid > 0 {
+fn reaped(pid: pid_t, options: c_int) -> pid_t {
+    if pid > 0 && options & libc::WNOHANG == 0 {
         let errno = crate::state::errno();
         after_child();
         crate::state::set_errno(errno);
@@ -29,17 +31,17 @@ fn reaped(pid: pid_t) -> pid_t {
 
 #[no_mangle]
 pub unsafe extern "C" fn wait(status: *mut c_int) -> pid_t {
-    reaped(pass!(wait(status), -1))
+    reaped(pass!(wait(status), -1), 0)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn waitpid(pid: pid_t, status: *mut c_int, options: c_int) -> pid_t {
-    reaped(pass!(waitpid(pid, status, options), -1))
+    reaped(pass!(waitpid(pid, status, options), -1), options)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn wait3(status: *mut c_int, options: c_int, usage: *mut rusage) -> pid_t {
-    reaped(pass!(wait3(status, options, usage), -1))
+    reaped(pass!(wait3(status, options, usage), -1), options)
 }
 
 #[no_mangle]
@@ -49,7 +51,7 @@ pub unsafe extern "C" fn wait4(
     options: c_int,
     usage: *mut rusage,
 ) -> pid_t {
-    reaped(pass!(wait4(pid, status, options, usage), -1))
+    reaped(pass!(wait4(pid, status, options, usage), -1), options)
 }
 
 #[no_mangle]
@@ -62,7 +64,7 @@ pub unsafe extern "C" fn waitid(
     let rc = pass!(waitid(idtype, id, info, options), -1);
     // WNOWAIT leaves the child to be reaped again; si_pid 0: none ready.
     if rc == 0 && options & libc::WNOWAIT == 0 && !info.is_null() && (*info).si_pid() > 0 {
-        reaped((*info).si_pid());
+        reaped((*info).si_pid(), options);
     }
     rc
 }

@@ -498,6 +498,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     wait_for_orphans(server.child.id());
     let program_time = t0.elapsed();
+    // The program's processes are gone: nobody shares a placeholder now.
+    let _ = std::fs::remove_dir_all(paralog_log::layout::shared_ledgers(&root, &job));
     let at_end = status::request_status(&server.socket, &Request::Status).ok();
 
     let program = match program {

@@ -28,6 +28,13 @@ pub const CLOSED_FILE: &str = "closed";
 /// (its status socket, its lock), not to the log.
 pub const RUNTIME_PREFIX: &str = ".paralog-";
 
+/// Where the capture libraries of job `job` keep the accounted ends of the
+/// placeholders their processes share (a runtime entry of the root: the
+/// drain does not read it; `paralog run` removes it at the end).
+pub fn shared_ledgers(root: &Path, job: &str) -> PathBuf {
+    root.join(format!("{RUNTIME_PREFIX}shared-{job}"))
+}
+
 /// FNV-1a, 64 bit: a stable, dependency-free name for a file directory.
 /// Collisions are detected (the `path` file and every manifest carry the full
 /// path), not assumed away.
