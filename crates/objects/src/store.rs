@@ -102,17 +102,35 @@ impl Store {
         })
     }
 
+    /// Open a store and lay out its directories (`meta/`, `data/`), so that
+    /// URLs of objects below it find it ([`Store::locate`]) before any
+    /// version is published. The root itself must exist.
+    pub fn init(url: &RemoteUrl) -> Result<Store> {
+        let s = Store::open(url)?;
+        for d in ["meta", "data"] {
+            let p = s.root.join(d);
+            std::fs::create_dir_all(&p).map_err(io_err(&p, "create"))?;
+        }
+        Ok(s)
+    }
+
     /// Split a URL naming an object (`objstore:///ROOT/NAME`, `/ROOT/NAME`)
-    /// into its store, the nearest directory holding the layout (`meta/`
-    /// or `data/`), and the name below it; a URL of the store itself gives
-    /// no name.
+    /// into its store, the nearest directory holding the layout (`meta/`,
+    /// `data/` or `staging/`), and the name below it; a URL of the store
+    /// itself gives no name. Never a guess: a URL with no layout above it
+    /// is a store of its own (which must exist), so a typo in the root
+    /// cannot make a store of some parent directory.
     pub fn locate(url: &RemoteUrl) -> Result<(Store, Option<String>)> {
         let full = match url {
             RemoteUrl::Posix(p) => p.clone(),
             RemoteUrl::ObjStore(o) => o.root.clone(),
             RemoteUrl::S3(_) => return Store::open(url).map(|s| (s, None)),
         };
-        let is_store = |p: &Path| p.join("meta").is_dir() || p.join("data").is_dir();
+        let is_store = |p: &Path| {
+            ["meta", "data", "staging"]
+                .iter()
+                .any(|d| p.join(d).is_dir())
+        };
         for root in full.ancestors() {
             if !is_store(root) {
                 continue;
@@ -133,7 +151,13 @@ impl Store {
             check_name(name)?;
             return Ok((store, Some(name.to_owned())));
         }
-        // No layout yet: the URL is a store of its own (an empty one).
+        // No layout above: the URL is a store of its own (an empty one).
+        if !full.is_dir() {
+            return Err(Error::Url {
+                url: url.to_string(),
+                why: "no object store at or above this path (`paralog obj init ROOT` makes one in an existing directory)".into(),
+            });
+        }
         Store::open(url).map(|s| (s, None))
     }
 

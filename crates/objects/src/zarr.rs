@@ -143,10 +143,10 @@ pub fn check_view(store: &Store, av: &ArrayVersion) -> Result<PathBuf> {
         let coords = av.meta.coords(i as u64);
         let key = chunk_key(&dir, &coords);
         let src = store.os.chunk_path(p.dir, &p.chunk);
-        let same =
-            match (std::fs::metadata(&key), std::fs::metadata(&src)) {
-                (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-                (Err(e), _) => return Err(Error::Chunk {
+        let same = match (std::fs::metadata(&key), std::fs::metadata(&src)) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            (Err(e), _) => {
+                return Err(Error::Chunk {
                     name: av.name.clone(),
                     version: av.number,
                     chunk: coords,
@@ -154,9 +154,10 @@ pub fn check_view(store: &Store, av: &ArrayVersion) -> Result<PathBuf> {
                         "{}: missing from the Zarr view ({e}): its readers would see fill values",
                         key.display()
                     ),
-                }),
-                (_, Err(_)) => false,
-            };
+                })
+            }
+            (_, Err(_)) => false,
+        };
         if !same {
             return Err(Error::Chunk {
                 name: av.name.clone(),
