@@ -101,9 +101,15 @@ pub fn prune_views(store: &Store, name: &str) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(io_err(&base, "list views")(e)),
     };
+    let entries: Vec<_> = entries
+        .collect::<std::io::Result<_>>()
+        .map_err(io_err(&base, "list views"))?;
+    // The versions only after the views: a view listed was made after its
+    // version was published, so its version is in this list unless
+    // retention dropped it. (The other order removed the view of a version
+    // another process published in between.)
     let kept: Vec<u64> = store.versions(name)?.iter().map(|v| v.number).collect();
     for e in entries {
-        let e = e.map_err(io_err(&base, "list views"))?;
         let f = e.file_name().to_string_lossy().into_owned();
         let n = f
             .strip_prefix('v')

@@ -90,6 +90,8 @@ fn four_threads_hundred_commits_no_version_lost_or_mixed() {
             av.read_as::<i64>(&store, &[0, 0], &SHAPE).unwrap(),
             filled(v)
         );
+        // Every version's view survived the other writers' pruning.
+        paralog_objects::zarr::check_view(&store, &av).unwrap();
     }
 }
 
@@ -180,6 +182,7 @@ fn three_processes_of_one_name_lose_no_version() {
             filled(v),
             "version {n}"
         );
+        paralog_objects::zarr::check_view(&store, &av).unwrap();
     }
 }
 
