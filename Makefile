@@ -84,8 +84,8 @@ test-aggregate: build
 	/usr/bin/python3 -m tests.aggregate.run
 
 # Array objects (docs/objects.md): `paralog obj` puts and gets on objstore://
-# and a plain directory, every version's Zarr view read by zarr-python 3
-# (the virtual environment scripts/setup.sh --test makes).
+# and a plain directory, every version's Zarr view read by zarr-python 3 and
+# tensorstore (the virtual environment scripts/setup.sh --test makes).
 test-objects: build setup-test
 	/usr/bin/python3 -m tests.objects.run
 

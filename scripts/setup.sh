@@ -85,13 +85,13 @@ if [ "${1:-}" = "--test" ]; then
     fi
     "$PY" -m pip install -q --disable-pip-version-check --break-system-packages --target "$root/target/pylib" awscli==1.46.3
   fi
-  # zarr-python 3 for tests/objects (the Zarr views' reader), from PyPI
-  # into a virtual environment: Debian's python3-zarr is 2.x (Zarr v2 only).
+  # zarr-python 3 and tensorstore for tests/objects (the Zarr views'
+  # readers), from PyPI into a virtual environment: Debian's python3-zarr is 2.x (Zarr v2 only).
   # Pinned in tests/objects/requirements.txt; redone when that file changes.
   venv="$root/target/objects-venv"
   req="$root/tests/objects/requirements.txt"
   if ! cmp -s "$req" "$venv/requirements.txt"; then
-    echo "setup: installing zarr-python into target/objects-venv"
+    echo "setup: installing zarr-python and tensorstore into target/objects-venv"
     if ! /usr/bin/python3 -c 'import ensurepip' 2>/dev/null; then
       $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
     fi

@@ -21,7 +21,8 @@ version's Zarr view, byte for byte equal to what was put. Each case runs on an
              crc32c codec)
   refusals   bad names, overlapping chunk writes, a missing chunk at commit
              (nothing published), a buffer of the wrong size, a chunk
-             outside the grid, s3:// (not yet)
+             outside the grid, s3:// (not yet); `obj gc` removes a put
+             whose writer died and keeps a live one
 
 Usage: python3 -m tests.objects.run [--only SUBSTRING] [--keep]
 Ends with "objects: N passed, N failed"."""
@@ -257,6 +258,15 @@ def case_refusals(kind):
         got = work / "p.bin"
         obj("get", name, got)
         check(got.read_bytes() == bytes(range(8)) * 2, "the committed put")
+        # A put whose writer died: `obj gc` removes it and its chunk.
+        dead = obj("begin", at(url, "dead"), "--dtype", "uint8", "--shape", "16", "--chunks", "8").stdout.strip()
+        obj("write", at(url, "dead"), dead, eight, "--chunk", "1")
+        said = obj("gc", url).stdout
+        check("removed 0 abandoned puts" in said, f"a live put was collected: {said}")
+        said = obj("gc", url, "--older-than", "0").stdout
+        check("removed 1 abandoned puts" in said, said)
+        r = obj("commit", at(url, "dead"), dead, check=False)
+        check(r.returncode == 1 and "no such put in progress" in r.stderr, r.stderr)
         if kind == "plain":
             r = obj("ls", "s3://bucket/prefix", check=False)
             check(r.returncode == 1 and "not supported yet" in r.stderr, r.stderr)

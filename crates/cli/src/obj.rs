@@ -1,4 +1,4 @@
-//! `paralog obj init|ls|info|get|verify|put|begin|write|commit|rm|view URL`:
+//! `paralog obj init|ls|info|get|verify|put|begin|write|commit|rm|gc|view URL`:
 //! array objects (crates/objects, docs/objects.md) from the command line.
 //! The URL is a store (`objstore:///ROOT`, `/ROOT`) for `ls`, and a store
 //! with an object's name below it (`objstore:///ROOT/NAME`) for the rest.
@@ -86,6 +86,16 @@ enum ObjCmd {
     Commit { url: String, id: String },
     /// Delete an object (a deletion becomes its latest version).
     Rm { url: String },
+    /// Remove chunked puts untouched for longer than --older-than (never
+    /// committed nor aborted: their writers or program died), with their
+    /// chunk files.
+    Gc {
+        url: String,
+        /// Seconds; a put still being written must have touched its
+        /// staging directory more recently than this
+        #[arg(long, default_value_t = 3600)]
+        older_than: u64,
+    },
     /// (Re)make the Zarr view of a version; prints its directory.
     View {
         url: String,
@@ -185,6 +195,33 @@ pub fn parse_slice(s: &str, shape: &[u64]) -> anyhow::Result<(Vec<u64>, Vec<u64>
     Ok((start, count))
 }
 
+/// A version's slab, read and verified whole before anything is written
+/// (nothing partial reaches the output). The latest version may be
+/// dropped by retention while it is read (newer commits with `keep=K`):
+/// then the newest one is read instead, as `paralog get` does.
+fn read_slab(
+    store: &Store,
+    name: &str,
+    version: Option<u64>,
+    slice: Option<&str>,
+) -> anyhow::Result<Vec<u8>> {
+    for _ in 0..20 {
+        let av = store.array(name, version)?;
+        let (start, count) = parse_slice(slice.unwrap_or(""), &av.meta.shape)?;
+        match av.read(store, &start, &count) {
+            Err(e @ paralog_objects::Error::Chunk { .. }) if version.is_none() => {
+                let newest = store.array(name, None)?.number;
+                if newest == av.number {
+                    return Err(e.into());
+                }
+                eprintln!("paralog: {e}; version {newest} replaced it, reading that one");
+            }
+            r => return Ok(r?),
+        }
+    }
+    bail!("{name}: newer versions kept replacing the latest while it was read")
+}
+
 fn print(out: &mut dyn Write, text: &str) -> anyhow::Result<()> {
     match out.write_all(text.as_bytes()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
@@ -281,11 +318,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             slice,
         } => {
             let (store, name) = object(&url)?;
-            let av = store.array(&name, version)?;
-            let (start, count) = parse_slice(slice.as_deref().unwrap_or(""), &av.meta.shape)?;
-            // Read and verified whole before anything is written: nothing
-            // partial reaches the output.
-            let bytes = av.read(&store, &start, &count)?;
+            let bytes = read_slab(&store, &name, version, slice.as_deref())?;
             if out.as_os_str() == "-" {
                 match stdout.write_all(&bytes) {
                     Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
@@ -376,6 +409,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let (store, name) = object(&url)?;
             let n = store.delete(&name)?;
             print(&mut stdout, &format!("{name}: deleted as version {n}\n"))?;
+        }
+        ObjCmd::Gc { url, older_than } => {
+            let (store, _) = Store::locate(&parse_url(&url)?)?;
+            let n = store.collect_abandoned(std::time::Duration::from_secs(older_than))?;
+            print(
+                &mut stdout,
+                &format!("{}: removed {n} abandoned puts\n", store.root().display()),
+            )?;
         }
         ObjCmd::View { url, version } => {
             let (store, name) = object(&url)?;

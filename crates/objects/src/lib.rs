@@ -12,6 +12,7 @@
 //! are the object layout's own, not a second protocol.
 
 mod error;
+mod gc;
 mod grid;
 pub mod put;
 pub mod read;

@@ -95,6 +95,23 @@ fn decode_claim(b: &[u8], path: &Path) -> Result<(u64, Claim)> {
     ))
 }
 
+/// The chunk files (storage directory, UUID) a put's claims name; claims
+/// that do not decode (a crash while one was written) name none.
+pub(crate) fn claimed_chunks(dir: &Path) -> Vec<(u32, [u8; 16])> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let p = e.path();
+            let b = std::fs::read(&p).ok()?;
+            let (_, c) = decode_claim(&b, &p).ok()?;
+            Some((c.dir, c.chunk))
+        })
+        .collect()
+}
+
 /// Write a file and make it durable.
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut f = OpenOptions::new()
@@ -309,14 +326,8 @@ impl Store {
     /// Give up a chunked PUT: its chunks and staging directory are removed.
     pub fn abort(&self, name: &str, id: &VersionId) -> Result<()> {
         let (_, dir) = self.staged(name, id)?;
-        for e in std::fs::read_dir(&dir).map_err(io_err(&dir, "list the put"))? {
-            let p = e.map_err(io_err(&dir, "list the put"))?.path();
-            if let Ok((_, c)) = std::fs::read(&p)
-                .map_err(|_| ())
-                .and_then(|b| decode_claim(&b, &p).map_err(|_| ()))
-            {
-                let _ = std::fs::remove_file(self.os.chunk_path(c.dir, &c.chunk));
-            }
+        for (k, chunk) in claimed_chunks(&dir) {
+            let _ = std::fs::remove_file(self.os.chunk_path(k, &chunk));
         }
         std::fs::remove_dir_all(&dir).map_err(io_err(&dir, "remove the put"))
     }

@@ -189,3 +189,52 @@ fn a_damaged_array_record_is_refused_and_a_missing_view_chunk_found() {
     let e = store.array("rec", None).unwrap_err();
     assert!(e.to_string().contains("fails its checksum"), "{e}");
 }
+
+#[test]
+fn abandoned_puts_are_collected_and_live_ones_kept() {
+    let (t, store) = objstore(1, 3);
+    let meta = ArrayMeta::new(DType::U8, &[4], &[2]);
+    let mut dead = store.begin("g", &meta).unwrap();
+    dead.write_chunk(&[0], &[1, 2]).unwrap();
+    let dead_id = dead.id();
+    // A put being written now is not abandoned under an hour's grace.
+    assert_eq!(
+        store
+            .collect_abandoned(std::time::Duration::from_secs(3600))
+            .unwrap(),
+        0
+    );
+    let chunks = || std::fs::read_dir(t.path().join("data/0")).unwrap().count();
+    assert_eq!(chunks(), 1);
+    // A committed put whose staging directory a crash left behind keeps
+    // its chunks: its version uses them.
+    let mut done = store.begin("g", &meta).unwrap();
+    done.write_chunk(&[0], &[5, 6]).unwrap();
+    done.write_chunk(&[1], &[7, 8]).unwrap();
+    let done_id = done.id();
+    let staged = t
+        .path()
+        .join("staging")
+        .join(paralog_objects::id_hex(&done_id));
+    let copy = t.path().join("staging-copy");
+    std::fs::create_dir(&copy).unwrap();
+    for e in std::fs::read_dir(&staged).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), copy.join(e.file_name())).unwrap();
+    }
+    done.commit().unwrap();
+    // The crash: the staging directory is back, as if never removed.
+    std::fs::rename(&copy, &staged).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let grace = std::time::Duration::from_millis(10);
+    assert_eq!(store.collect_abandoned(grace).unwrap(), 2);
+    assert!(
+        store.commit("g", &dead_id).is_err(),
+        "the abandoned put is gone"
+    );
+    assert_eq!(store.commit("g", &done_id).unwrap().number, 1);
+    let av = store.array("g", None).unwrap();
+    assert_eq!(av.read_all(&store).unwrap(), [5, 6, 7, 8]);
+    // Left: the committed version's two chunks and its record.
+    assert_eq!(chunks(), 3);
+}
