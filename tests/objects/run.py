@@ -15,6 +15,9 @@ version's Zarr view, byte for byte equal to what was put. Each case runs on an
              equal to its own put
   writers    4 processes x 10 puts of one name at once: 40 versions, none
              lost or mixed, each equal to its put
+  polling    `obj get` of the latest in a loop while 2 processes commit 15
+             versions each (keep=1 on objstore://: retention drops the
+             version being read): every read whole and of one put
   damage     a flipped byte, then a truncated chunk: `obj get` and
              `obj verify` refuse naming object, version and chunk, and
              zarr-python and tensorstore refuse to read the view (the
@@ -202,6 +205,44 @@ def case_writers(kind):
     return go
 
 
+def case_polling(kind):
+    """Readers polling the latest version while 2 processes commit 15
+    versions each; on objstore:// with keep=1, so retention drops the
+    version a reader holds under it (`obj get` then reads the newest)."""
+    N = 64 * 4096
+
+    def go(work):
+        url = store(work, kind, keep=1)
+        name = at(url, "poll")
+        for w in range(2):
+            for i in range(15):
+                v = w * 100 + i
+                (work / f"p{w}-{i}.bin").write_bytes(struct.pack("<q", v) * N)
+        # 2 MiB in 8 chunks: a read takes long enough to meet a commit.
+        script = (f'for i in $(seq 0 14); do "{BIN}" obj put "{name}" "{work}/p$W-$i.bin" '
+                  '--dtype int64 --shape 64,4096 --chunks 8,4096 >/dev/null || exit 1; done')
+        procs = [subprocess.Popen(["bash", "-c", script], env={"W": str(w), "PATH": "/usr/bin:/bin"},
+                                  stderr=subprocess.PIPE, text=True) for w in range(2)]
+        reads = retried = 0
+        out = work / "poll.bin"
+        while any(p.poll() is None for p in procs):
+            r = obj("get", name, out, check=False)
+            if r.returncode != 0 and "no version published" in r.stderr:
+                continue
+            check(r.returncode == 0, f"obj get while committing: {r.stderr}")
+            vals = struct.unpack(f"<{N}q", out.read_bytes())
+            check(len(set(vals)) == 1, f"a mixed version: {sorted(set(vals))[:5]}")
+            reads += 1
+            retried += "replaced it" in r.stderr
+        for p in procs:
+            check(p.wait() == 0, f"writer: {p.stderr.read()}")
+        check(reads > 0, "no read happened while the writers committed")
+        got = [v["number"] for v in info(name)["versions"]]
+        check(got == ([30] if kind == "objstore" else list(range(1, 31))), f"versions kept: {got}")
+        return f"{reads} reads, {retried} of them moved to a newer version"
+    return go
+
+
 def case_damage(kind):
     def go(work):
         url = store(work, kind)
@@ -287,7 +328,8 @@ def main():
     cases = []
     for kind in KINDS:
         for label, fn in (("dtypes", case_dtypes), ("seed", case_seed), ("versions", case_versions),
-                          ("writers", case_writers), ("damage", case_damage), ("refusals", case_refusals)):
+                          ("writers", case_writers), ("polling", case_polling),
+                          ("damage", case_damage), ("refusals", case_refusals)):
             cases.append((f"{label} [{kind}]", fn(kind)))
     return suite.run(cases, only=a.only)
 

@@ -205,18 +205,46 @@ fn read_slab(
     version: Option<u64>,
     slice: Option<&str>,
 ) -> anyhow::Result<Vec<u8>> {
+    use paralog_backend::objstore::ObjError;
+    use paralog_objects::Error;
+    // A file of the version removed under us: its record or array record
+    // (while the version is opened) or one of its chunks (while it is read).
+    let vanished = |e: &Error| match e {
+        Error::Store(ObjError::Io { error, .. }) => error.kind() == std::io::ErrorKind::NotFound,
+        Error::Chunk { .. } | Error::NotFound { .. } => true,
+        _ => false,
+    };
+    let latest = || -> anyhow::Result<u64> {
+        let kept = store.versions(name)?;
+        Ok(kept
+            .last()
+            .ok_or_else(|| anyhow!("{name}: no version published"))?
+            .number)
+    };
     for _ in 0..20 {
-        let av = store.array(name, version)?;
+        let n = match version {
+            Some(n) => n,
+            None => latest()?,
+        };
+        // Only a version that is no longer the latest is read again: a
+        // missing or damaged file of the latest one is an error.
+        let replaced =
+            |e: &Error| version.is_none() && vanished(e) && latest().is_ok_and(|l| l != n);
+        let av = match store.array(name, Some(n)) {
+            Ok(av) => av,
+            Err(e) if replaced(&e) => {
+                eprintln!("paralog: {e}; a newer version replaced it, reading that one");
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         let (start, count) = parse_slice(slice.unwrap_or(""), &av.meta.shape)?;
         match av.read(store, &start, &count) {
-            Err(e @ paralog_objects::Error::Chunk { .. }) if version.is_none() => {
-                let newest = store.array(name, None)?.number;
-                if newest == av.number {
-                    return Err(e.into());
-                }
-                eprintln!("paralog: {e}; version {newest} replaced it, reading that one");
+            Ok(bytes) => return Ok(bytes),
+            Err(e) if replaced(&e) => {
+                eprintln!("paralog: {e}; a newer version replaced it, reading that one")
             }
-            r => return Ok(r?),
+            Err(e) => return Err(e.into()),
         }
     }
     bail!("{name}: newer versions kept replacing the latest while it was read")

@@ -226,6 +226,7 @@ impl Store {
     pub fn commit(&self, name: &str, id: &VersionId) -> Result<Committed> {
         if let Some(number) = self.published(name, id)? {
             let _ = std::fs::remove_dir_all(self.staging_dir(id));
+            self.view_after_publish(name, number, id)?;
             return Ok(Committed { number, id: *id });
         }
         let (meta, dir) = self.staged(name, id)?;
@@ -307,20 +308,44 @@ impl Store {
             name: Vec::new(),
             pieces,
         };
-        let number = self.os.publish(name.as_bytes(), v)?;
+        let number = match self.os.publish(name.as_bytes(), v) {
+            Ok(n) => n,
+            // The publish's retention step can fail after the link (another
+            // publisher's retention removed a record it was reading): the
+            // version is published all the same, and found by its id.
+            Err(e) => self.published(name, id)?.ok_or(e)?,
+        };
         // Published: the staging directory is only bookkeeping now (a crash
         // here leaves it, and a retried commit finds the version by its id).
         let _ = std::fs::remove_dir_all(&dir);
-        match self.array(name, Some(number)) {
-            Ok(av) => {
-                crate::zarr::make_view(self, &av)?;
-            }
-            // Already dropped by retention (a small keep and faster commits).
-            Err(Error::NotFound { .. }) => {}
-            Err(e) => return Err(e),
-        }
-        crate::zarr::prune_views(self, name)?;
+        self.view_after_publish(name, number, id)?;
         Ok(Committed { number, id: *id })
+    }
+
+    /// Make the Zarr view of a version just published, and prune the views
+    /// of versions retention dropped. A version that retention dropped
+    /// already (faster commits of the same name with a small `keep`) needs
+    /// none: its chunk files may be gone while its view is made.
+    fn view_after_publish(&self, name: &str, number: u64, id: &VersionId) -> Result<()> {
+        let dropped =
+            |s: &Store| matches!(s.array(name, Some(number)), Err(Error::NotFound { .. }));
+        let made = match self.array(name, Some(number)) {
+            Ok(av) => crate::zarr::make_view(self, &av).map(drop),
+            Err(Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        };
+        let made = match made {
+            Err(_) if dropped(self) => Ok(()),
+            r => r,
+        };
+        crate::zarr::prune_views(self, name)?;
+        made.map_err(|e| Error::Put {
+            name: name.to_owned(),
+            id: id_hex(id),
+            why: format!(
+                "published as version {number}, but its Zarr view was not made ({e}); `paralog obj view` makes it"
+            ),
+        })
     }
 
     /// Give up a chunked PUT: its chunks and staging directory are removed.

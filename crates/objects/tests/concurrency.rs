@@ -210,3 +210,43 @@ fn four_processes_write_one_chunked_put() {
         );
     }
 }
+
+/// With `keep=1` every commit drops the version before it, chunks and
+/// view, while other writers are still making theirs: every commit must
+/// still succeed (its version published, a view made or not needed), and
+/// the one kept version must be whole and have its view.
+#[test]
+fn commits_succeed_while_retention_drops_their_versions() {
+    let (_t, store) = objstore(4, 1);
+    let mut numbers = Vec::new();
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4i64)
+            .map(|w| {
+                let store = &store;
+                s.spawn(move || {
+                    (0..10i64)
+                        .map(|r| {
+                            // 64 chunks: linking the view takes long
+                            // enough to meet another commit's retention.
+                            let v = vec![w * 1000 + r; 32 * 32];
+                            let c = store.put_as("k", &[32, 32], &[4, 4], Attrs::new(), &v);
+                            c.unwrap().number
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for h in hs {
+            numbers.extend(h.join().unwrap());
+        }
+    });
+    numbers.sort_unstable();
+    assert_eq!(numbers, (1..=40).collect::<Vec<_>>());
+    let kept = store.versions("k").unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].number, 40);
+    let av = store.array("k", None).unwrap();
+    let vals = av.read_as::<i64>(&store, &[0, 0], &[32, 32]).unwrap();
+    assert!(vals.iter().all(|&x| x == vals[0]));
+    paralog_objects::zarr::check_view(&store, &av).unwrap();
+}
