@@ -18,6 +18,9 @@ version's Zarr view, byte for byte equal to what was put. Each case runs on an
   polling    `obj get` of the latest in a loop while 2 processes commit 15
              versions each (keep=1 on objstore://: retention drops the
              version being read): every read whole and of one put
+  killed     a writer killed (SIGKILL) halfway through its 64 chunks: the
+             commit refuses and publishes nothing, `obj abort` leaves no
+             chunk file, a new put commits as version 1
   damage     a flipped byte, then a truncated chunk: `obj get` and
              `obj verify` refuse naming object, version and chunk, and
              zarr-python and tensorstore refuse to read the view (the
@@ -35,6 +38,7 @@ import random
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.lib.check import Suite, check, fail
@@ -243,6 +247,43 @@ def case_polling(kind):
     return go
 
 
+def case_killed(kind):
+    """A writer killed (SIGKILL) in the middle of its chunks: the commit
+    refuses and publishes nothing; `obj abort` removes the put and its
+    chunk files; a new put of the same name then commits as version 1."""
+    def go(work):
+        url = store(work, kind)
+        name = at(url, "k")
+        shape = "256,4096"
+        part = work / "all.bin"
+        part.write_bytes(random.Random(9).randbytes(256 * 4096 * 4))
+        pid = obj("begin", name, "--dtype", "int32", "--shape", shape, "--chunks", "4,4096").stdout.strip()
+        chunks = [a for i in range(64) for a in ("--chunk", f"{i},0")]
+        p = subprocess.Popen([str(BIN), "obj", "write", name, pid, str(part), *chunks],
+                             stderr=subprocess.PIPE)
+        staging = work / "store" / "staging" / pid
+        deadline = time.time() + 60
+        while len(list(staging.glob("c*"))) < 3 and time.time() < deadline and p.poll() is None:
+            time.sleep(0.005)
+        p.kill()
+        p.wait()
+        claimed = len(list(staging.glob("c*")))
+        check(0 < claimed < 64, f"the writer was killed after {claimed} of 64 chunks (the test wants the middle)")
+        r = obj("commit", name, pid, check=False)
+        check(r.returncode == 1 and "did not finish" in r.stderr, f"commit after a killed writer: {r.stderr}")
+        check(obj("ls", url).stdout == "", "a refused commit published something")
+        obj("abort", name, pid)
+        # Every chunk file the writer made is gone (an empty one may stay if
+        # the kill fell between its creation and its intent: microseconds).
+        data = [f for f in (work / "store" / "data").rglob("*") if f.is_file() and f.stat().st_size]
+        check(data == [], f"{len(data)} chunk files left after abort")
+        obj("put", name, part, "--dtype", "int32", "--shape", shape, "--chunks", "4,4096")
+        check(info(name)["version"] == 1, "the new put is not version 1")
+        obj("verify", name)
+        return f"killed after {claimed} chunks"
+    return go
+
+
 def case_damage(kind):
     def go(work):
         url = store(work, kind)
@@ -329,7 +370,7 @@ def main():
     for kind in KINDS:
         for label, fn in (("dtypes", case_dtypes), ("seed", case_seed), ("versions", case_versions),
                           ("writers", case_writers), ("polling", case_polling),
-                          ("damage", case_damage), ("refusals", case_refusals)):
+                          ("killed", case_killed), ("damage", case_damage), ("refusals", case_refusals)):
             cases.append((f"{label} [{kind}]", fn(kind)))
     return suite.run(cases, only=a.only)
 

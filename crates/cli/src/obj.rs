@@ -1,4 +1,4 @@
-//! `paralog obj init|ls|info|get|verify|put|begin|write|commit|rm|gc|view URL`:
+//! `paralog obj init|ls|info|get|verify|put|begin|write|commit|abort|rm|gc|view URL`:
 //! array objects (crates/objects, docs/objects.md) from the command line.
 //! The URL is a store (`objstore:///ROOT`, `/ROOT`) for `ls`, and a store
 //! with an object's name below it (`objstore:///ROOT/NAME`) for the rest.
@@ -84,6 +84,8 @@ enum ObjCmd {
     },
     /// Commit a chunked PUT once every writer is done; prints the version.
     Commit { url: String, id: String },
+    /// Give up a chunked PUT: its chunks and staging directory removed.
+    Abort { url: String, id: String },
     /// Delete an object (a deletion becomes its latest version).
     Rm { url: String },
     /// Remove chunked puts untouched for longer than --older-than (never
@@ -431,6 +433,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             print(
                 &mut stdout,
                 &format!("{name} version {} id {}\n", c.number, id_hex(&c.id)),
+            )?;
+        }
+        ObjCmd::Abort { url, id } => {
+            let (store, name) = object(&url)?;
+            let id = parse_id(&id).ok_or_else(|| anyhow!("{id}: not a put id (32 hex digits)"))?;
+            store.abort(&name, &id)?;
+            print(
+                &mut stdout,
+                &format!("{name}: put {} aborted\n", id_hex(&id)),
             )?;
         }
         ObjCmd::Rm { url } => {

@@ -52,14 +52,7 @@ impl Store {
                 _ => false,
             };
             if !published {
-                for c in crate::put::claimed_chunks(&dir) {
-                    let p = self.os.chunk_path(c.0, &c.1);
-                    match std::fs::remove_file(&p) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(e) => return Err(io_err(&p, "remove abandoned chunk")(e)),
-                    }
-                }
+                crate::put::remove_staged_chunks(self, &dir);
             }
             std::fs::remove_dir_all(&dir).map_err(io_err(&dir, "remove abandoned put"))?;
             removed += 1;

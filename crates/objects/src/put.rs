@@ -95,21 +95,35 @@ fn decode_claim(b: &[u8], path: &Path) -> Result<(u64, Claim)> {
     ))
 }
 
-/// The chunk files (storage directory, UUID) a put's claims name; claims
-/// that do not decode (a crash while one was written) name none.
-pub(crate) fn claimed_chunks(dir: &Path) -> Vec<(u32, [u8; 16])> {
+/// Remove the chunk files of a put that is not published: those its
+/// claims name, and those its writers' intents name (a writer that died
+/// before its claim). Claims that do not decode name none.
+pub(crate) fn remove_staged_chunks(store: &Store, dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
+        return;
     };
-    entries
-        .flatten()
-        .filter_map(|e| {
-            let p = e.path();
-            let b = std::fs::read(&p).ok()?;
-            let (_, c) = decode_claim(&b, &p).ok()?;
-            Some((c.dir, c.chunk))
-        })
-        .collect()
+    for e in entries.flatten() {
+        let p = e.path();
+        let Ok(b) = std::fs::read(&p) else { continue };
+        if e.file_name().to_string_lossy().starts_with(".intent.") {
+            if let Ok(id) = <[u8; 16]>::try_from(b.as_slice()) {
+                remove_chunk_by_id(store, &id);
+            }
+        } else if let Ok((_, c)) = decode_claim(&b, &p) {
+            let _ = std::fs::remove_file(store.os.chunk_path(c.dir, &c.chunk));
+        }
+    }
+}
+
+/// Remove a chunk file known by its UUID only, in whichever storage
+/// directory it is.
+fn remove_chunk_by_id(store: &Store, id: &[u8; 16]) {
+    let Ok(dirs) = std::fs::read_dir(store.root().join("data")) else {
+        return;
+    };
+    for d in dirs.flatten() {
+        let _ = std::fs::remove_file(d.path().join(id_hex(id)));
+    }
 }
 
 /// Write a file and make it durable.
@@ -351,9 +365,16 @@ impl Store {
     /// Give up a chunked PUT: its chunks and staging directory are removed.
     pub fn abort(&self, name: &str, id: &VersionId) -> Result<()> {
         let (_, dir) = self.staged(name, id)?;
-        for (k, chunk) in claimed_chunks(&dir) {
-            let _ = std::fs::remove_file(self.os.chunk_path(k, &chunk));
+        if let Some(n) = self.published(name, id)? {
+            // A crash after the publish left the directory: the version
+            // uses these chunks.
+            return Err(Error::Put {
+                name: name.to_owned(),
+                id: id_hex(id),
+                why: format!("already published as version {n}: nothing to abort"),
+            });
         }
+        remove_staged_chunks(self, &dir);
         std::fs::remove_dir_all(&dir).map_err(io_err(&dir, "remove the put"))
     }
 
@@ -464,6 +485,25 @@ impl Put<'_> {
         block.extend_from_slice(data);
         block.extend_from_slice(&paralog_checksum::crc32c(data).to_le_bytes());
         let mut w = self.store.os.writer()?;
+        // An intent names the chunk file before any byte goes into it, so
+        // that abort and gc find it if this writer dies before its claim
+        // (the only window left is between the file's creation and this
+        // line: an empty orphan, which `recover --gc` collects).
+        let intent = self
+            .dir
+            .join(format!(".intent.{}.{i}", id_hex(&self.writer)));
+        if let Err(e) = std::fs::write(&intent, w.id()) {
+            remove_chunk_by_id(self.store, &w.id());
+            return Err(if e.kind() == ErrorKind::NotFound {
+                Error::Put {
+                    name: self.name.clone(),
+                    id: id_hex(&self.id),
+                    why: "no such put in progress (committed or aborted)".into(),
+                }
+            } else {
+                io_err(&intent, "write")(e)
+            });
+        }
         let p = w.add(i * cb, &block)?;
         w.finish()?;
         let claim = Claim {
@@ -480,8 +520,12 @@ impl Put<'_> {
             std::fs::hard_link(&tmp, &to).map_err(io_err(&to, "claim chunk"))
         });
         let _ = std::fs::remove_file(&tmp);
-        if let Err(e) = placed {
+        if placed.is_err() {
             let _ = std::fs::remove_file(self.store.os.chunk_path(p.dir, &p.chunk));
+        }
+        // Claimed (or removed): the intent is no longer needed.
+        let _ = std::fs::remove_file(&intent);
+        if let Err(e) = placed {
             return Err(match e {
                 Error::Io { ref error, .. } if error.kind() == ErrorKind::AlreadyExists => {
                     Error::Overlap {
