@@ -238,8 +238,18 @@ impl Store {
     /// chunk is missing or its writer did not finish. A commit retried
     /// after it published returns the same version.
     pub fn commit(&self, name: &str, id: &VersionId) -> Result<Committed> {
-        if let Some(number) = self.published(name, id)? {
-            let _ = std::fs::remove_dir_all(self.staging_dir(id));
+        // Whether an earlier commit of this put may have published: its
+        // directory is gone, or it got as far as its `publishing` mark.
+        // Only then are the versions' records searched for the id (one
+        // read per version kept: a plain directory keeps them all).
+        let staging = self.staging_dir(id);
+        let maybe = !staging.join("begin").is_file() || staging.join("publishing").exists();
+        if let Some(number) = maybe
+            .then(|| self.published(name, id))
+            .transpose()?
+            .flatten()
+        {
+            let _ = std::fs::remove_dir_all(&staging);
             self.view_after_publish(name, number, id)?;
             return Ok(Committed { number, id: *id });
         }
@@ -291,6 +301,9 @@ impl Store {
                 missing.len()
             )));
         }
+        let mark = dir.join("publishing");
+        std::fs::write(&mark, b"").map_err(io_err(&mark, "mark the publish"))?;
+        sync_dir(&dir)?;
         let head = record::encode(id, &meta);
         let mut w = self.os.writer()?;
         let hp = w.add(n * cb, &head)?;
