@@ -93,6 +93,7 @@ if [ "${1:-}" = "--test" ]; then
   if ! cmp -s "$req" "$venv/requirements.txt"; then
     echo "setup: installing zarr-python and tensorstore into target/objects-venv"
     if ! /usr/bin/python3 -c 'import ensurepip' 2>/dev/null; then
+      $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
       $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
     fi
     /usr/bin/python3 -m venv "$venv"
