@@ -219,3 +219,18 @@ fn locate_splits_store_and_name() {
     let (_, none) = Store::locate(&format!("{}", t.path().display()).parse().unwrap()).unwrap();
     assert_eq!(none, None);
 }
+
+#[test]
+fn empty_arrays_and_unicode_names() {
+    let (_t, store) = plain();
+    // No chunk at all: a version holding only its array record.
+    let meta = ArrayMeta::new(DType::F32, &[0, 5], &[4, 4]);
+    let c = store.put("empty/größe", &meta, &[]).unwrap();
+    let av = store.array("empty/größe", None).unwrap();
+    assert_eq!((av.number, av.meta.n_chunks()), (c.number, 0));
+    assert!(av.read_all(&store).unwrap().is_empty());
+    paralog_objects::zarr::check_view(&store, &av).unwrap();
+    assert_eq!(store.list().unwrap(), ["empty/größe"]);
+    // A hyperslab past an empty dimension is refused, not clamped.
+    assert!(av.read(&store, &[0, 0], &[1, 1]).is_err());
+}
