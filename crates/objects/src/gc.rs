@@ -57,6 +57,39 @@ impl Store {
             std::fs::remove_dir_all(&dir).map_err(io_err(&dir, "remove abandoned put"))?;
             removed += 1;
         }
+        self.collect_view_temps(grace)?;
         Ok(removed)
+    }
+
+    /// Remove views half made by a process that died (`.v<n>.tmp.*` under
+    /// `zarr/`) and untouched for longer than `grace`.
+    fn collect_view_temps(&self, grace: Duration) -> Result<()> {
+        let now = SystemTime::now();
+        let mut stack = vec![self.root().join("zarr")];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let p = e.path();
+                if !p.is_dir() {
+                    continue;
+                }
+                let f = e.file_name().to_string_lossy().into_owned();
+                if !(f.starts_with(".v") && f.contains(".tmp.")) {
+                    // Versions' views hold chunk directories only: no need
+                    // to look inside them.
+                    let view = f.len() == 11
+                        && f.starts_with('v')
+                        && f[1..].bytes().all(|b| b.is_ascii_digit());
+                    if !view {
+                        stack.push(p);
+                    }
+                } else if now.duration_since(newest(&p)).unwrap_or_default() > grace {
+                    std::fs::remove_dir_all(&p).map_err(io_err(&p, "remove half-made view"))?;
+                }
+            }
+        }
+        Ok(())
     }
 }

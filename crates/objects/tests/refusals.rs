@@ -237,4 +237,11 @@ fn abandoned_puts_are_collected_and_live_ones_kept() {
     assert_eq!(av.read_all(&store).unwrap(), [5, 6, 7, 8]);
     // Left: the committed version's two chunks and its record.
     assert_eq!(chunks(), 3);
+    // A view half made by a process that died goes too; made views stay.
+    let half = t.path().join("zarr/g/.v0000000009.tmp.0123");
+    std::fs::create_dir_all(half.join("c")).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    store.collect_abandoned(grace).unwrap();
+    assert!(!half.exists());
+    paralog_objects::zarr::check_view(&store, &av).unwrap();
 }
