@@ -52,7 +52,7 @@ impl Store {
                 _ => false,
             };
             if !published {
-                crate::put::remove_staged_chunks(self, &dir);
+                crate::staging::remove_staged_chunks(self, &dir);
             }
             std::fs::remove_dir_all(&dir).map_err(io_err(&dir, "remove abandoned put"))?;
             removed += 1;

@@ -17,6 +17,7 @@ mod grid;
 pub mod put;
 pub mod read;
 pub mod record;
+mod staging;
 pub mod store;
 pub mod zarr;
 
