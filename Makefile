@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-crash-long test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench
+.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-crash-long test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench
 
 all: build
 
@@ -39,7 +39,7 @@ demo: build
 setup-test: setup
 	@bash scripts/setup.sh --test
 
-test: build setup-test lint test-rust test-capture test-server test-aggregate test-remote test-cluster test-slurm
+test: build setup-test lint test-rust test-capture test-server test-aggregate test-objects test-remote test-cluster test-slurm
 
 # The Rust tests; the backend conformance suite
 # (crates/server/tests/conformance.rs) runs its S3 part against the MinIO
@@ -83,6 +83,12 @@ test-server: build
 # runs; damage; a crash between containers and record, then recover.
 test-aggregate: build
 	/usr/bin/python3 -m tests.aggregate.run
+
+# Array objects (docs/objects.md): `paralog obj` puts and gets on objstore://
+# and a plain directory, every version's Zarr view read by zarr-python 3 and
+# tensorstore (the virtual environment scripts/setup.sh --test makes).
+test-objects: build setup-test
+	/usr/bin/python3 -m tests.objects.run
 
 # The long crash run (500 randomized trials, about 10 minutes).
 test-crash-long: build

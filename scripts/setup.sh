@@ -112,5 +112,20 @@ if [ "${1:-}" = "--test" ]; then
     tar -xzf "$root/target/$MPI4PY.tar.gz" -C "$root/target" "$MPI4PY/test"
     rm -f "$root/target/$MPI4PY.tar.gz"
   fi
+  # zarr-python 3 and tensorstore for tests/objects (the Zarr views'
+  # readers), from PyPI into a virtual environment: Debian's python3-zarr is 2.x (Zarr v2 only).
+  # Pinned in tests/objects/requirements.txt; redone when that file changes.
+  venv="$root/target/objects-venv"
+  req="$root/tests/objects/requirements.txt"
+  if ! cmp -s "$req" "$venv/requirements.txt"; then
+    echo "setup: installing zarr-python and tensorstore into target/objects-venv"
+    if ! /usr/bin/python3 -c 'import ensurepip' 2>/dev/null; then
+      $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+      $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+    fi
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+    cp "$req" "$venv/requirements.txt"
+  fi
 fi
 echo "setup: ok"

@@ -16,6 +16,7 @@ mod get;
 mod inspect;
 mod materialize;
 mod missed;
+mod obj;
 mod recover;
 mod remote;
 mod report;
@@ -53,6 +54,8 @@ enum Cmd {
     Inspect(inspect::Args),
     /// Write the logical file at a committed epoch from the node-local log.
     Materialize(materialize::Args),
+    /// Array objects: init, ls, info, get [--slice], verify, put, begin/write/commit/abort, rm, gc, view.
+    Obj(obj::Args),
     /// Drain every committed epoch not yet drained, in order (after a crash).
     Recover(recover::Args),
     /// Write the HTML report of a job (timeline plot, summary) and a PNG
@@ -132,6 +135,7 @@ fn main() -> ExitCode {
         Cmd::Get(a) => get::run(a),
         Cmd::Inspect(a) => inspect::run(a),
         Cmd::Materialize(a) => materialize::run(a),
+        Cmd::Obj(a) => obj::run(a),
         Cmd::Recover(a) => recover::run(a),
         Cmd::Report(a) => report::run(a),
         Cmd::Run(a) => run::run(a),

@@ -1,0 +1,497 @@
+//! `paralog obj init|ls|info|get|verify|put|begin|write|commit|abort|rm|gc|view URL`:
+//! array objects (crates/objects, docs/objects.md) from the command line.
+//! The URL is a store (`objstore:///ROOT`, `/ROOT`) for `ls`, and a store
+//! with an object's name below it (`objstore:///ROOT/NAME`) for the rest.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context};
+use paralog_backend::RemoteUrl;
+use paralog_objects::{id_hex, parse_id, zarr, ArrayMeta, ArrayVersion, Attrs, DType, Store};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    cmd: ObjCmd,
+}
+
+#[derive(clap::Subcommand)]
+enum ObjCmd {
+    /// Lay out a new store in an existing directory (objstore:///ROOT or
+    /// /ROOT), so that ROOT/NAME URLs find it.
+    Init { url: String },
+    /// The array objects of a store (objstore:///ROOT or /ROOT).
+    Ls {
+        url: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// An object's type, shape, chunks, attributes, versions and Zarr view.
+    Info {
+        url: String,
+        #[arg(long)]
+        version: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a version (or a hyperslab of it) as raw little-endian values,
+    /// row-major, every chunk verified.
+    Get {
+        url: String,
+        /// Where to write (`-`: standard output)
+        out: PathBuf,
+        #[arg(long)]
+        version: Option<u64>,
+        /// A hyperslab, numpy-like per dimension: `START:STOP`, `I`, `:`;
+        /// dimensions left out are whole (e.g. `0:16,100:200`)
+        #[arg(long)]
+        slice: Option<String>,
+    },
+    /// Read every chunk of a version (default: the latest; --all: every
+    /// version kept) and check it, and its Zarr view; exit 1 naming the
+    /// object, version and chunk of the first failure.
+    Verify {
+        url: String,
+        #[arg(long, conflicts_with = "all")]
+        version: Option<u64>,
+        #[arg(long)]
+        all: bool,
+    },
+    /// PUT a whole array from a file of raw little-endian values.
+    Put {
+        url: String,
+        file: PathBuf,
+        #[command(flatten)]
+        array: ArrayArgs,
+    },
+    /// Begin a chunked PUT; prints its id for the writers.
+    Begin {
+        url: String,
+        #[command(flatten)]
+        array: ArrayArgs,
+    },
+    /// As one writer of a chunked PUT: write whole chunks, given as grid
+    /// coordinates, from a file holding their bytes in the order given.
+    Write {
+        url: String,
+        id: String,
+        file: PathBuf,
+        /// Grid coordinates of a chunk (repeatable), e.g. `--chunk 2,0`
+        #[arg(long = "chunk", required = true)]
+        chunks: Vec<String>,
+    },
+    /// Commit a chunked PUT once every writer is done; prints the version.
+    Commit { url: String, id: String },
+    /// Give up a chunked PUT: its chunks and staging directory removed.
+    Abort { url: String, id: String },
+    /// Delete an object (a deletion becomes its latest version).
+    Rm { url: String },
+    /// Remove chunked puts untouched for longer than --older-than (never
+    /// committed nor aborted: their writers or program died), with their
+    /// chunk files.
+    Gc {
+        url: String,
+        /// Seconds; a put still being written must have touched its
+        /// staging directory more recently than this
+        #[arg(long, default_value_t = 3600)]
+        older_than: u64,
+    },
+    /// (Re)make the Zarr view of a version; prints its directory.
+    View {
+        url: String,
+        #[arg(long)]
+        version: Option<u64>,
+    },
+}
+
+#[derive(clap::Args)]
+struct ArrayArgs {
+    /// int8..int64, uint8..uint64, float32, float64
+    #[arg(long)]
+    dtype: String,
+    /// e.g. 64,4096
+    #[arg(long)]
+    shape: String,
+    /// The chunk shape, e.g. 16,4096
+    #[arg(long)]
+    chunks: String,
+    /// User attributes: a JSON object
+    #[arg(long)]
+    attrs: Option<String>,
+}
+
+fn dims(s: &str) -> anyhow::Result<Vec<u64>> {
+    s.split(',')
+        .map(|d| {
+            d.trim()
+                .parse::<u64>()
+                .with_context(|| format!("{s:?}: not a list of numbers like 64,4096"))
+        })
+        .collect()
+}
+
+impl ArrayArgs {
+    fn meta(&self) -> anyhow::Result<ArrayMeta> {
+        let dtype = DType::from_name(&self.dtype).ok_or_else(|| {
+            anyhow!("--dtype {}: one of int8 int16 int32 int64 uint8 uint16 uint32 uint64 float32 float64", self.dtype)
+        })?;
+        let attrs: Attrs = match &self.attrs {
+            Some(a) => serde_json::from_str(a).context("--attrs: not a JSON object")?,
+            None => Attrs::new(),
+        };
+        Ok(ArrayMeta::new(dtype, &dims(&self.shape)?, &dims(&self.chunks)?).with_attrs(attrs))
+    }
+}
+
+fn parse_url(url: &str) -> anyhow::Result<RemoteUrl> {
+    url.parse().map_err(|e| anyhow!("{e}"))
+}
+
+/// The store and the object's name of `url`.
+fn object(url: &str) -> anyhow::Result<(Store, String)> {
+    let (store, name) = Store::locate(&parse_url(url)?)?;
+    let name = name.ok_or_else(|| anyhow!("{url}: names a store, not an object (add /NAME)"))?;
+    Ok((store, name))
+}
+
+/// `START:STOP`, `I`, `:` per dimension; missing dimensions whole.
+pub fn parse_slice(s: &str, shape: &[u64]) -> anyhow::Result<(Vec<u64>, Vec<u64>)> {
+    let parts: Vec<&str> = if s.trim().is_empty() {
+        vec![]
+    } else {
+        s.split(',').collect()
+    };
+    if parts.len() > shape.len() {
+        bail!(
+            "--slice {s}: {} dimensions for an array of {}",
+            parts.len(),
+            shape.len()
+        );
+    }
+    let (mut start, mut count) = (Vec::new(), Vec::new());
+    for (i, &n) in shape.iter().enumerate() {
+        let p = parts.get(i).map_or(":", |p| p.trim());
+        let num = |x: &str, default: u64| -> anyhow::Result<u64> {
+            if x.is_empty() {
+                Ok(default)
+            } else {
+                x.parse()
+                    .with_context(|| format!("--slice {s}: {x:?} is not a number"))
+            }
+        };
+        let (a, b) = match p.split_once(':') {
+            Some((a, b)) => (num(a, 0)?, num(b, n)?),
+            None => {
+                let a = num(p, 0)?;
+                (a, a + 1)
+            }
+        };
+        if a >= b || b > n {
+            bail!("--slice {s}: {p} is empty or outside 0..{n} in dimension {i}");
+        }
+        start.push(a);
+        count.push(b - a);
+    }
+    Ok((start, count))
+}
+
+/// A version's slab, read and verified whole before anything is written
+/// (nothing partial reaches the output). The latest version may be
+/// dropped by retention while it is read (newer commits with `keep=K`):
+/// then the newest one is read instead, as `paralog get` does.
+fn read_slab(
+    store: &Store,
+    name: &str,
+    version: Option<u64>,
+    slice: Option<&str>,
+) -> anyhow::Result<Vec<u8>> {
+    use paralog_backend::objstore::ObjError;
+    use paralog_objects::Error;
+    // A file of the version removed under us: its record or array record
+    // (while the version is opened) or one of its chunks (while it is read).
+    let vanished = |e: &Error| match e {
+        Error::Store(ObjError::Io { error, .. }) => error.kind() == std::io::ErrorKind::NotFound,
+        Error::Chunk { .. } | Error::NotFound { .. } => true,
+        _ => false,
+    };
+    let latest = || -> anyhow::Result<u64> {
+        let kept = store.versions(name)?;
+        Ok(kept
+            .last()
+            .ok_or_else(|| anyhow!("{name}: no version published"))?
+            .number)
+    };
+    for _ in 0..20 {
+        let n = match version {
+            Some(n) => n,
+            None => latest()?,
+        };
+        // Only a version that is no longer the latest is read again: a
+        // missing or damaged file of the latest one is an error.
+        let replaced =
+            |e: &Error| version.is_none() && vanished(e) && latest().is_ok_and(|l| l != n);
+        let av = match store.array(name, Some(n)) {
+            Ok(av) => av,
+            Err(e) if replaced(&e) => {
+                eprintln!("paralog: {e}; a newer version replaced it, reading that one");
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let (start, count) = parse_slice(slice.unwrap_or(""), &av.meta.shape)?;
+        match av.read(store, &start, &count) {
+            Ok(bytes) => return Ok(bytes),
+            Err(e) if replaced(&e) => {
+                eprintln!("paralog: {e}; a newer version replaced it, reading that one")
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    bail!("{name}: newer versions kept replacing the latest while it was read")
+}
+
+fn print(out: &mut dyn Write, text: &str) -> anyhow::Result<()> {
+    match out.write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.context("writing to standard output"),
+    }
+}
+
+fn info_json(store: &Store, av: &ArrayVersion) -> anyhow::Result<serde_json::Value> {
+    let versions: Vec<_> = store
+        .versions(&av.name)?
+        .iter()
+        .map(|v| serde_json::json!({"number": v.number, "id": id_hex(&v.id), "deleted": v.deleted}))
+        .collect();
+    let m = &av.meta;
+    Ok(serde_json::json!({
+        "name": av.name, "version": av.number, "id": id_hex(&av.id),
+        "dtype": m.dtype.name(), "shape": m.shape, "chunks": m.chunks, "grid": m.grid(),
+        "chunk_bytes": m.chunk_len(), "attributes": m.attrs, "versions": versions,
+        "zarr": store.view_dir(&av.name, av.number),
+    }))
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut stdout = std::io::stdout().lock();
+    match args.cmd {
+        ObjCmd::Init { url } => {
+            let store = Store::init(&parse_url(&url)?)?;
+            print(
+                &mut stdout,
+                &format!("{}: an object store\n", store.root().display()),
+            )?;
+        }
+        ObjCmd::Ls { url, json } => {
+            let (store, _) = Store::locate(&parse_url(&url)?)?;
+            let mut rows = Vec::new();
+            for name in store.list()? {
+                rows.push(info_json(&store, &store.array(&name, None)?)?);
+            }
+            if json {
+                print(
+                    &mut stdout,
+                    &format!("{}\n", serde_json::Value::Array(rows)),
+                )?;
+            } else {
+                for r in rows {
+                    print(
+                        &mut stdout,
+                        &format!(
+                            "{}  v{}  {} {}  chunks {}\n",
+                            r["name"].as_str().unwrap_or(""),
+                            r["version"],
+                            r["dtype"].as_str().unwrap_or(""),
+                            r["shape"],
+                            r["chunks"]
+                        ),
+                    )?;
+                }
+            }
+        }
+        ObjCmd::Info { url, version, json } => {
+            let (store, name) = object(&url)?;
+            let j = info_json(&store, &store.array(&name, version)?)?;
+            let text = if json {
+                format!("{j}\n")
+            } else {
+                let kept: Vec<String> = j["versions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|v| {
+                        format!(
+                            "{}{}",
+                            v["number"],
+                            if v["deleted"] == true {
+                                " (deleted)"
+                            } else {
+                                ""
+                            }
+                        )
+                    })
+                    .collect();
+                format!(
+                    "name: {}\nversion: {} (id {})\nversions kept: {}\ndtype: {}\nshape: {}\nchunks: {} (grid {}, {} bytes each)\nattributes: {}\nzarr view: {}\n",
+                    name, j["version"], j["id"].as_str().unwrap_or(""), kept.join(" "), j["dtype"].as_str().unwrap_or(""),
+                    j["shape"], j["chunks"], j["grid"], j["chunk_bytes"], j["attributes"], j["zarr"].as_str().unwrap_or("")
+                )
+            };
+            print(&mut stdout, &text)?;
+        }
+        ObjCmd::Get {
+            url,
+            out,
+            version,
+            slice,
+        } => {
+            let (store, name) = object(&url)?;
+            let bytes = read_slab(&store, &name, version, slice.as_deref())?;
+            if out.as_os_str() == "-" {
+                match stdout.write_all(&bytes) {
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                    r => r.context("writing to standard output")?,
+                }
+            } else {
+                std::fs::write(&out, &bytes)
+                    .with_context(|| format!("writing {}", out.display()))?;
+            }
+        }
+        ObjCmd::Verify { url, version, all } => {
+            let (store, name) = object(&url)?;
+            let numbers: Vec<Option<u64>> = if all {
+                store
+                    .versions(&name)?
+                    .iter()
+                    .filter(|v| !v.deleted)
+                    .map(|v| Some(v.number))
+                    .collect()
+            } else {
+                vec![version]
+            };
+            for n in numbers {
+                let av = store.array(&name, n)?;
+                av.verify_chunks(&store)?;
+                let view = zarr::check_view(&store, &av)?;
+                print(
+                    &mut stdout,
+                    &format!(
+                        "{name} version {}: {} chunks verified; Zarr view {} complete\n",
+                        av.number,
+                        av.meta.n_chunks(),
+                        view.display()
+                    ),
+                )?;
+            }
+        }
+        ObjCmd::Put { url, file, array } => {
+            let (store, name) = object(&url)?;
+            let data =
+                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let c = store.put(&name, &array.meta()?, &data)?;
+            print(
+                &mut stdout,
+                &format!("{name} version {} id {}\n", c.number, id_hex(&c.id)),
+            )?;
+        }
+        ObjCmd::Begin { url, array } => {
+            let (store, name) = object(&url)?;
+            let put = store.begin(&name, &array.meta()?)?;
+            print(&mut stdout, &format!("{}\n", id_hex(&put.id())))?;
+        }
+        ObjCmd::Write {
+            url,
+            id,
+            file,
+            chunks,
+        } => {
+            let (store, name) = object(&url)?;
+            let id = parse_id(&id).ok_or_else(|| anyhow!("{id}: not a put id (32 hex digits)"))?;
+            let mut put = store.join(&name, &id)?;
+            let data =
+                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let cb = put.meta().chunk_len() as usize;
+            if data.len() != cb * chunks.len() {
+                bail!(
+                    "{}: {} bytes for {} chunks of {cb} bytes",
+                    file.display(),
+                    data.len(),
+                    chunks.len()
+                );
+            }
+            for (k, c) in chunks.iter().enumerate() {
+                put.write_chunk(&dims(c)?, &data[k * cb..(k + 1) * cb])?;
+            }
+            put.finish()?;
+        }
+        ObjCmd::Commit { url, id } => {
+            let (store, name) = object(&url)?;
+            let id = parse_id(&id).ok_or_else(|| anyhow!("{id}: not a put id (32 hex digits)"))?;
+            let c = store.commit(&name, &id)?;
+            print(
+                &mut stdout,
+                &format!("{name} version {} id {}\n", c.number, id_hex(&c.id)),
+            )?;
+        }
+        ObjCmd::Abort { url, id } => {
+            let (store, name) = object(&url)?;
+            let id = parse_id(&id).ok_or_else(|| anyhow!("{id}: not a put id (32 hex digits)"))?;
+            store.abort(&name, &id)?;
+            print(
+                &mut stdout,
+                &format!("{name}: put {} aborted\n", id_hex(&id)),
+            )?;
+        }
+        ObjCmd::Rm { url } => {
+            let (store, name) = object(&url)?;
+            let n = store.delete(&name)?;
+            print(&mut stdout, &format!("{name}: deleted as version {n}\n"))?;
+        }
+        ObjCmd::Gc { url, older_than } => {
+            let (store, _) = Store::locate(&parse_url(&url)?)?;
+            let n = store.collect_abandoned(std::time::Duration::from_secs(older_than))?;
+            print(
+                &mut stdout,
+                &format!("{}: removed {n} abandoned puts\n", store.root().display()),
+            )?;
+        }
+        ObjCmd::View { url, version } => {
+            let (store, name) = object(&url)?;
+            let av = store.array(&name, version)?;
+            let dir = zarr::make_view(&store, &av)?;
+            print(&mut stdout, &format!("{}\n", dir.display()))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_slice;
+
+    #[test]
+    fn slices() {
+        let shape = [64, 4096];
+        assert_eq!(
+            parse_slice("", &shape).unwrap(),
+            (vec![0, 0], vec![64, 4096])
+        );
+        assert_eq!(
+            parse_slice("3", &shape).unwrap(),
+            (vec![3, 0], vec![1, 4096])
+        );
+        assert_eq!(
+            parse_slice("1:5, 10:", &shape).unwrap(),
+            (vec![1, 10], vec![4, 4086])
+        );
+        assert_eq!(
+            parse_slice(":,:7", &shape).unwrap(),
+            (vec![0, 0], vec![64, 7])
+        );
+        for bad in ["5:5", "0:65", "x", "0:1,0:1,0:1", "64"] {
+            assert!(parse_slice(bad, &shape).is_err(), "{bad}");
+        }
+    }
+}

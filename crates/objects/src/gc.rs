@@ -1,0 +1,95 @@
+//! Collecting what abandoned chunked puts left: a put begun and never
+//! committed nor aborted (its writers crashed, or the program did) keeps
+//! its staging directory and its chunk files; none is in any version.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use crate::error::{io_err, Result};
+use crate::store::Store;
+
+/// The newest modification time of a directory and the files in it: a put
+/// in progress touches its directory at every chunk claimed.
+fn newest(dir: &Path) -> SystemTime {
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let mut t = mtime(dir).unwrap_or(SystemTime::UNIX_EPOCH);
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            t = t.max(mtime(&e.path()).unwrap_or(SystemTime::UNIX_EPOCH));
+        }
+    }
+    t
+}
+
+impl Store {
+    /// Remove the chunked puts (and half-made ones) untouched for longer
+    /// than `grace`, with the chunk files they claimed; a put that was
+    /// published keeps its chunks (its version uses them). Returns how
+    /// many were removed. A put still being written within `grace` is left
+    /// alone, so `grace` must exceed the longest pause between two chunks.
+    pub fn collect_abandoned(&self, grace: Duration) -> Result<usize> {
+        let staging = self.root().join("staging");
+        let entries = match std::fs::read_dir(&staging) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(io_err(&staging, "list puts")(e)),
+        };
+        let now = SystemTime::now();
+        let mut removed = 0;
+        for e in entries {
+            let dir = e.map_err(io_err(&staging, "list puts"))?.path();
+            if !dir.is_dir() || now.duration_since(newest(&dir)).unwrap_or_default() <= grace {
+                continue;
+            }
+            let id = dir
+                .file_name()
+                .and_then(|f| f.to_str())
+                .and_then(crate::parse_id);
+            let name = std::fs::read(dir.join("name")).ok();
+            let name = name.as_deref().and_then(|n| std::str::from_utf8(n).ok());
+            let published = match (id, name) {
+                (Some(id), Some(name)) => self.published(name, &id)?.is_some(),
+                _ => false,
+            };
+            if !published {
+                crate::staging::remove_staged_chunks(self, &dir);
+            }
+            std::fs::remove_dir_all(&dir).map_err(io_err(&dir, "remove abandoned put"))?;
+            removed += 1;
+        }
+        self.collect_view_temps(grace)?;
+        Ok(removed)
+    }
+
+    /// Remove views half made by a process that died (`.v<n>.tmp.*` under
+    /// `zarr/`) and untouched for longer than `grace`.
+    fn collect_view_temps(&self, grace: Duration) -> Result<()> {
+        let now = SystemTime::now();
+        let mut stack = vec![self.root().join("zarr")];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let p = e.path();
+                if !p.is_dir() {
+                    continue;
+                }
+                let f = e.file_name().to_string_lossy().into_owned();
+                if !(f.starts_with(".v") && f.contains(".tmp.")) {
+                    // Versions' views hold chunk directories only: no need
+                    // to look inside them.
+                    let view = f.len() == 11
+                        && f.starts_with('v')
+                        && f[1..].bytes().all(|b| b.is_ascii_digit());
+                    if !view {
+                        stack.push(p);
+                    }
+                } else if now.duration_since(newest(&p)).unwrap_or_default() > grace {
+                    std::fs::remove_dir_all(&p).map_err(io_err(&p, "remove half-made view"))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

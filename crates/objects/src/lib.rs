@@ -1,0 +1,49 @@
+//! Array objects (issue 18, docs/objects.md): typed n-dimensional arrays
+//! stored as immutable versions in the object layout (`objstore://`, or a
+//! plain directory holding the same layout), put whole by one process or
+//! chunk by chunk by many, read whole or by hyperslab with every chunk's
+//! CRC-32C verified, and published with a Zarr v3 view that unmodified
+//! readers open.
+//!
+//! An array version IS an object-layout version (crates/backend
+//! `objstore`): its pieces are the array's chunks, one chunk file each,
+//! followed by the array record (docs/objects-format.md). So publishing,
+//! "two publishers never replace each other", retention and `recover --gc`
+//! are the object layout's own, not a second protocol.
+
+mod error;
+mod gc;
+mod grid;
+pub mod put;
+pub mod read;
+pub mod record;
+mod staging;
+pub mod store;
+pub mod zarr;
+
+pub use error::Error;
+pub use grid::{DType, Element};
+pub use put::{Committed, Put};
+pub use read::ArrayVersion;
+pub use record::{ArrayMeta, Attrs};
+pub use store::{ObjectInfo, Store, VersionInfo};
+
+/// A version id: the UUID `begin` makes, shared with the other writers.
+pub type VersionId = [u8; 16];
+
+/// A version id as 32 lowercase hex digits (how it is shared and shown).
+pub fn id_hex(id: &VersionId) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The inverse of [`id_hex`].
+pub fn parse_id(s: &str) -> Option<VersionId> {
+    if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut id = [0u8; 16];
+    for (i, b) in id.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(id)
+}

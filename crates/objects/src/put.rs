@@ -1,0 +1,495 @@
+//! PUT: whole arrays by one process, and chunked PUTs by many.
+//!
+//! A chunked PUT lives in `ROOT/staging/<id>/` until its commit:
+//! - `begin`: the array record (id, type, shape, grid, attributes) and
+//!   `name`, made under a temporary name and renamed into place, so a
+//!   writer that finds the directory finds them whole;
+//! - `c<chunk>`: one claim per chunk written, hard-linked into place
+//!   (which fails if the name exists: two writers of one chunk are refused
+//!   at the second write, not discovered at the commit);
+//! - `w<writer>`: a writer's "finished" mark, written after its chunks and
+//!   claims are durable; the commit refuses a claim whose writer has none.
+//!
+//! Each chunk is one object-layout chunk file (a random UUID, placed by
+//! hash over the storage directories) holding the chunk's bytes followed
+//! by their CRC-32C: exactly the Zarr `bytes` + `crc32c` encoding, so the
+//! Zarr view links the file as it is. The commit writes the array record
+//! as one more piece and publishes through the object layout's publish,
+//! whose hard link cannot replace another version: two commits of one name
+//! are two versions, the later the latest.
+
+use std::collections::BTreeSet;
+use std::io::ErrorKind;
+use std::path::PathBuf;
+
+use paralog_backend::objstore::{Piece, Version};
+
+use crate::error::{io_err, Error, Result};
+use crate::grid::{copy_box, for_each_index, Element};
+use crate::record::{self, ArrayMeta, Attrs};
+use crate::staging::{
+    decode_claim, encode_claim, new_id, remove_chunk_by_id, remove_staged_chunks, sync_dir,
+    write_synced, Claim,
+};
+use crate::store::{check_name, Store};
+use crate::{id_hex, parse_id, VersionId};
+
+/// What a commit published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Committed {
+    pub number: u64,
+    pub id: VersionId,
+}
+
+/// One writer's handle on a chunked PUT (`begin` or `join`).
+#[derive(Debug)]
+pub struct Put<'a> {
+    store: &'a Store,
+    name: String,
+    id: VersionId,
+    meta: ArrayMeta,
+    writer: [u8; 16],
+    dir: PathBuf,
+}
+
+impl Store {
+    /// Start a chunked PUT of `name`: a new version id, to be shared with
+    /// the other writers (they [`Store::join`] it).
+    pub fn begin(&self, name: &str, meta: &ArrayMeta) -> Result<Put<'_>> {
+        check_name(name)?;
+        meta.check(name)?;
+        let id = new_id();
+        let staging = self.root().join("staging");
+        std::fs::create_dir_all(&staging).map_err(io_err(&staging, "create staging directory"))?;
+        let tmp = staging.join(format!(".begin.{}", id_hex(&id)));
+        std::fs::create_dir(&tmp).map_err(io_err(&tmp, "create"))?;
+        write_synced(&tmp.join("begin"), &record::encode(&id, meta))?;
+        write_synced(&tmp.join("name"), name.as_bytes())?;
+        sync_dir(&tmp)?;
+        let dir = self.staging_dir(&id);
+        std::fs::rename(&tmp, &dir).map_err(io_err(&dir, "open the put"))?;
+        sync_dir(&staging)?;
+        self.join(name, &id)
+    }
+
+    /// Join the chunked PUT `id` of `name` as one more writer.
+    pub fn join(&self, name: &str, id: &VersionId) -> Result<Put<'_>> {
+        let (meta, dir) = self.staged(name, id)?;
+        Ok(Put {
+            store: self,
+            name: name.to_owned(),
+            id: *id,
+            meta,
+            writer: new_id(),
+            dir,
+        })
+    }
+
+    /// [`Store::join`], refusing a writer whose idea of the array (type,
+    /// shape, grid) differs from the put's.
+    pub fn join_as(&self, name: &str, id: &VersionId, meta: &ArrayMeta) -> Result<Put<'_>> {
+        let put = self.join(name, id)?;
+        let (a, b) = (&put.meta, meta);
+        if (a.dtype, &a.shape, &a.chunks) != (b.dtype, &b.shape, &b.chunks) {
+            return Err(Error::Put {
+                name: name.to_owned(),
+                id: id_hex(id),
+                why: format!(
+                    "this writer's array ({} {:?} in chunks of {:?}) is not the put's ({} {:?} in chunks of {:?})",
+                    b.dtype.name(), b.shape, b.chunks, a.dtype.name(), a.shape, a.chunks
+                ),
+            });
+        }
+        Ok(put)
+    }
+
+    /// The staged put's array and directory, checked against `name`.
+    fn staged(&self, name: &str, id: &VersionId) -> Result<(ArrayMeta, PathBuf)> {
+        check_name(name)?;
+        let dir = self.staging_dir(id);
+        let not_open = || Error::Put {
+            name: name.to_owned(),
+            id: id_hex(id),
+            why: "no such put in progress (never begun, committed or aborted)".into(),
+        };
+        let begin = dir.join("begin");
+        let bytes = match std::fs::read(&begin) {
+            Ok(b) => b,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Err(not_open()),
+            Err(e) => return Err(io_err(&begin, "read")(e)),
+        };
+        let staged_name = std::fs::read(dir.join("name")).map_err(io_err(&dir, "read name"))?;
+        if staged_name != name.as_bytes() {
+            return Err(Error::Put {
+                name: name.to_owned(),
+                id: id_hex(id),
+                why: format!("the put is of {:?}", String::from_utf8_lossy(&staged_name)),
+            });
+        }
+        let (rid, meta) = record::decode(&bytes, &begin)?;
+        if &rid != id {
+            return Err(Error::Damaged {
+                path: begin,
+                offset: 16,
+                what: "the record's id is not its directory's".into(),
+            });
+        }
+        Ok((meta, dir))
+    }
+
+    /// Publish the chunked PUT `id` of `name` as its next version, once
+    /// every writer has finished: refused, and nothing published, if a
+    /// chunk is missing or its writer did not finish. A commit retried
+    /// after it published returns the same version.
+    pub fn commit(&self, name: &str, id: &VersionId) -> Result<Committed> {
+        // Whether an earlier commit of this put may have published: its
+        // directory is gone, or it got as far as its `publishing` mark.
+        // Only then are the versions' records searched for the id (one
+        // read per version kept: a plain directory keeps them all).
+        let staging = self.staging_dir(id);
+        let maybe = !staging.join("begin").is_file() || staging.join("publishing").exists();
+        if let Some(number) = maybe
+            .then(|| self.published(name, id))
+            .transpose()?
+            .flatten()
+        {
+            let _ = std::fs::remove_dir_all(&staging);
+            self.view_after_publish(name, number, id)?;
+            return Ok(Committed { number, id: *id });
+        }
+        let (meta, dir) = self.staged(name, id)?;
+        let perr = |why: String| Error::Put {
+            name: name.to_owned(),
+            id: id_hex(id),
+            why,
+        };
+        let (n, cb) = (meta.n_chunks(), meta.chunk_len());
+        let mut claims: Vec<Option<Claim>> = (0..n).map(|_| None).collect();
+        let mut finished = BTreeSet::new();
+        let mut claim_files = Vec::new();
+        for e in std::fs::read_dir(&dir).map_err(io_err(&dir, "list the put"))? {
+            let e = e.map_err(io_err(&dir, "list the put"))?;
+            let f = e.file_name().to_string_lossy().into_owned();
+            if let Some(w) = f.strip_prefix('w').and_then(parse_id) {
+                finished.insert(w);
+            } else if f.starts_with('c') {
+                claim_files.push(e.path());
+            }
+        }
+        for path in claim_files {
+            let bytes = std::fs::read(&path).map_err(io_err(&path, "read claim"))?;
+            let (i, c) = decode_claim(&bytes, &path)?;
+            if i >= n || path.file_name() != Some(format!("c{i:020}").as_ref()) {
+                return Err(Error::Damaged {
+                    path,
+                    offset: 8,
+                    what: format!("claims chunk {i} of {n}"),
+                });
+            }
+            claims[i as usize] = Some(c);
+        }
+        for (i, c) in claims.iter().enumerate() {
+            if let Some(c) = c.as_ref().filter(|c| !finished.contains(&c.writer)) {
+                return Err(perr(format!(
+                    "chunk {:?} was written by writer {} that did not finish; nothing was published",
+                    meta.coords(i as u64),
+                    id_hex(&c.writer)
+                )));
+            }
+        }
+        let missing: Vec<u64> = (0..n).filter(|&i| claims[i as usize].is_none()).collect();
+        if !missing.is_empty() {
+            let first: Vec<Vec<u64>> = missing.iter().take(4).map(|&i| meta.coords(i)).collect();
+            return Err(perr(format!(
+                "{} of {n} chunks were not written (first: {first:?}); nothing was published",
+                missing.len()
+            )));
+        }
+        let mark = dir.join("publishing");
+        std::fs::write(&mark, b"").map_err(io_err(&mark, "mark the publish"))?;
+        sync_dir(&dir)?;
+        let head = record::encode(id, &meta);
+        let mut w = self.os.writer()?;
+        let hp = w.add(n * cb, &head)?;
+        w.finish()?;
+        let mut pieces: Vec<Piece> = claims
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let c = c.as_ref().expect("none missing");
+                Piece {
+                    file_off: i as u64 * cb,
+                    len: cb,
+                    chunk: c.chunk,
+                    dir: c.dir,
+                    block_off: 0,
+                    block_len: cb + 4,
+                    block_crc: c.block_crc,
+                    skip: 0,
+                }
+            })
+            .collect();
+        pieces.push(hp);
+        let v = Version {
+            number: 0,
+            size: n * cb + head.len() as u64,
+            deleted: false,
+            epoch: Default::default(),
+            origin: *id,
+            name: Vec::new(),
+            pieces,
+        };
+        let number = match self.os.publish(name.as_bytes(), v) {
+            Ok(n) => n,
+            // The publish's retention step can fail after the link (another
+            // publisher's retention removed a record it was reading): the
+            // version is published all the same, and found by its id.
+            Err(e) => self.published(name, id)?.ok_or(e)?,
+        };
+        // Published: the staging directory is only bookkeeping now (a crash
+        // here leaves it, and a retried commit finds the version by its id).
+        let _ = std::fs::remove_dir_all(&dir);
+        self.view_after_publish(name, number, id)?;
+        Ok(Committed { number, id: *id })
+    }
+
+    /// Make the Zarr view of a version just published, and prune the views
+    /// of versions retention dropped. A version that retention dropped
+    /// already (faster commits of the same name with a small `keep`) needs
+    /// none: its chunk files may be gone while its view is made.
+    fn view_after_publish(&self, name: &str, number: u64, id: &VersionId) -> Result<()> {
+        let dropped =
+            |s: &Store| matches!(s.array(name, Some(number)), Err(Error::NotFound { .. }));
+        let made = match self.array(name, Some(number)) {
+            Ok(av) => crate::zarr::make_view(self, &av).map(drop),
+            Err(Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        };
+        let made = match made {
+            Err(_) if dropped(self) => Ok(()),
+            r => r,
+        };
+        crate::zarr::prune_views(self, name)?;
+        made.map_err(|e| Error::Put {
+            name: name.to_owned(),
+            id: id_hex(id),
+            why: format!(
+                "published as version {number}, but its Zarr view was not made ({e}); `paralog obj view` makes it"
+            ),
+        })
+    }
+
+    /// Give up a chunked PUT: its chunks and staging directory are removed.
+    pub fn abort(&self, name: &str, id: &VersionId) -> Result<()> {
+        let (_, dir) = self.staged(name, id)?;
+        if let Some(n) = self.published(name, id)? {
+            // A crash after the publish left the directory: the version
+            // uses these chunks.
+            return Err(Error::Put {
+                name: name.to_owned(),
+                id: id_hex(id),
+                why: format!("already published as version {n}: nothing to abort"),
+            });
+        }
+        remove_staged_chunks(self, &dir);
+        std::fs::remove_dir_all(&dir).map_err(io_err(&dir, "remove the put"))
+    }
+
+    /// PUT a whole array (row-major little-endian bytes) by one process.
+    pub fn put(&self, name: &str, meta: &ArrayMeta, data: &[u8]) -> Result<Committed> {
+        meta.check(name)?;
+        if data.len() as u64 != meta.array_len() {
+            return Err(Error::Invalid {
+                name: name.to_owned(),
+                why: format!(
+                    "{} bytes given for {} {:?} ({} bytes)",
+                    data.len(),
+                    meta.dtype.name(),
+                    meta.shape,
+                    meta.array_len()
+                ),
+            });
+        }
+        let mut put = self.begin(name, meta)?;
+        let d = meta.ndim();
+        let mut chunk = vec![0u8; meta.chunk_len() as usize];
+        let mut err = None;
+        for_each_index(&vec![0; d], &meta.grid(), |c| {
+            if err.is_some() {
+                return;
+            }
+            let origin: Vec<u64> = (0..d).map(|i| c[i] * meta.chunks[i]).collect();
+            let n: Vec<u64> = (0..d)
+                .map(|i| meta.chunks[i].min(meta.shape[i] - origin[i]))
+                .collect();
+            // Edge chunks: the part outside the array stays zero.
+            chunk.fill(0);
+            let isz = meta.dtype.size();
+            copy_box(
+                isz,
+                data,
+                &meta.shape,
+                &origin,
+                &mut chunk,
+                &meta.chunks,
+                &vec![0; d],
+                &n,
+            );
+            if let Err(e) = put.write_chunk(c, &chunk) {
+                err = Some(e);
+            }
+        });
+        if let Some(e) = err {
+            let _ = self.abort(name, &put.id);
+            return Err(e);
+        }
+        put.commit()
+    }
+
+    /// [`Store::put`] from typed values.
+    pub fn put_as<T: Element>(
+        &self,
+        name: &str,
+        shape: &[u64],
+        chunks: &[u64],
+        attrs: Attrs,
+        values: &[T],
+    ) -> Result<Committed> {
+        let mut bytes = Vec::new();
+        T::write_le(values, &mut bytes);
+        self.put(
+            name,
+            &ArrayMeta::new(T::DTYPE, shape, chunks).with_attrs(attrs),
+            &bytes,
+        )
+    }
+}
+
+impl Put<'_> {
+    pub fn id(&self) -> VersionId {
+        self.id
+    }
+
+    pub fn meta(&self) -> &ArrayMeta {
+        &self.meta
+    }
+
+    /// Write one whole chunk (`chunk_len` bytes, row-major little-endian;
+    /// an edge chunk with its padding) at grid coordinates `coords`; durable
+    /// on return. Refused: a chunk outside the grid, a buffer of another
+    /// size, a chunk another writer of this put already wrote.
+    pub fn write_chunk(&mut self, coords: &[u64], data: &[u8]) -> Result<()> {
+        let invalid = |why: String| Error::Invalid {
+            name: self.name.clone(),
+            why,
+        };
+        let Some(i) = self.meta.linear(coords) else {
+            return Err(invalid(format!(
+                "chunk {coords:?} is outside the chunk grid {:?}",
+                self.meta.grid()
+            )));
+        };
+        let cb = self.meta.chunk_len();
+        if data.len() as u64 != cb {
+            return Err(invalid(format!(
+                "chunk {coords:?}: {} bytes given, a chunk of {:?} {} has {cb}",
+                data.len(),
+                self.meta.chunks,
+                self.meta.dtype.name()
+            )));
+        }
+        let mut block = Vec::with_capacity(data.len() + 4);
+        block.extend_from_slice(data);
+        block.extend_from_slice(&paralog_checksum::crc32c(data).to_le_bytes());
+        let mut w = self.store.os.writer()?;
+        // An intent names the chunk file before any byte goes into it, so
+        // that abort and gc find it if this writer dies before its claim
+        // (the only window left is between the file's creation and this
+        // line: an empty orphan, which `recover --gc` collects).
+        let intent = self
+            .dir
+            .join(format!(".intent.{}.{i}", id_hex(&self.writer)));
+        if let Err(e) = std::fs::write(&intent, w.id()) {
+            remove_chunk_by_id(self.store, &w.id());
+            return Err(if e.kind() == ErrorKind::NotFound {
+                Error::Put {
+                    name: self.name.clone(),
+                    id: id_hex(&self.id),
+                    why: "no such put in progress (committed or aborted)".into(),
+                }
+            } else {
+                io_err(&intent, "write")(e)
+            });
+        }
+        let p = w.add(i * cb, &block)?;
+        w.finish()?;
+        let claim = Claim {
+            chunk: p.chunk,
+            dir: p.dir,
+            block_crc: p.block_crc,
+            writer: self.writer,
+        };
+        let tmp = self
+            .dir
+            .join(format!(".claim.{}.{i}", id_hex(&self.writer)));
+        let placed = write_synced(&tmp, &encode_claim(i, &claim)).and_then(|()| {
+            let to = self.dir.join(format!("c{i:020}"));
+            std::fs::hard_link(&tmp, &to).map_err(io_err(&to, "claim chunk"))
+        });
+        let _ = std::fs::remove_file(&tmp);
+        if placed.is_err() {
+            let _ = std::fs::remove_file(self.store.os.chunk_path(p.dir, &p.chunk));
+        }
+        // Claimed (or removed): the intent is no longer needed.
+        let _ = std::fs::remove_file(&intent);
+        if let Err(e) = placed {
+            return Err(match e {
+                Error::Io { ref error, .. } if error.kind() == ErrorKind::AlreadyExists => {
+                    Error::Overlap {
+                        name: self.name.clone(),
+                        id: id_hex(&self.id),
+                        chunk: coords.to_vec(),
+                    }
+                }
+                Error::Io { ref error, .. } if error.kind() == ErrorKind::NotFound => Error::Put {
+                    name: self.name.clone(),
+                    id: id_hex(&self.id),
+                    why: "the put was committed or aborted while this writer wrote".into(),
+                },
+                e => e,
+            });
+        }
+        Ok(())
+    }
+
+    /// [`Put::write_chunk`] from typed values.
+    pub fn write_chunk_as<T: Element>(&mut self, coords: &[u64], values: &[T]) -> Result<()> {
+        if T::DTYPE != self.meta.dtype {
+            return Err(Error::Invalid {
+                name: self.name.clone(),
+                why: format!(
+                    "the put holds {}, not {}",
+                    self.meta.dtype.name(),
+                    T::DTYPE.name()
+                ),
+            });
+        }
+        let mut bytes = Vec::new();
+        T::write_le(values, &mut bytes);
+        self.write_chunk(coords, &bytes)
+    }
+
+    /// This writer is done: its claims made durable, then its mark.
+    pub fn finish(self) -> Result<()> {
+        sync_dir(&self.dir)?;
+        write_synced(&self.dir.join(format!("w{}", id_hex(&self.writer))), b"")?;
+        sync_dir(&self.dir)
+    }
+
+    /// Finish this writer and commit (the one-writer case, or the last one).
+    pub fn commit(self) -> Result<Committed> {
+        let (store, name, id) = (self.store, self.name.clone(), self.id);
+        self.finish()?;
+        store.commit(&name, &id)
+    }
+}

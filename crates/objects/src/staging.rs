@@ -1,0 +1,110 @@
+//! The files of a chunked PUT in progress (`ROOT/staging/<id>/`, docs/
+//! objects-format.md): chunk claims, their encoding, and the removal of a
+//! put's chunk files; small durable writes.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+use crate::error::{io_err, Error, Result};
+use crate::id_hex;
+use crate::store::Store;
+
+const CLAIM_MAGIC: &[u8; 8] = b"PLGCLAIM";
+const CLAIM_LEN: usize = 60;
+
+/// A chunk claimed by a writer.
+pub(crate) struct Claim {
+    pub(crate) chunk: [u8; 16],
+    pub(crate) dir: u32,
+    pub(crate) block_crc: u32,
+    pub(crate) writer: [u8; 16],
+}
+
+pub(crate) fn encode_claim(index: u64, c: &Claim) -> Vec<u8> {
+    let mut b = Vec::with_capacity(CLAIM_LEN);
+    b.extend_from_slice(CLAIM_MAGIC);
+    b.extend_from_slice(&index.to_le_bytes());
+    b.extend_from_slice(&c.chunk);
+    b.extend_from_slice(&c.dir.to_le_bytes());
+    b.extend_from_slice(&c.block_crc.to_le_bytes());
+    b.extend_from_slice(&c.writer);
+    let crc = paralog_checksum::crc32c(&b);
+    b.extend_from_slice(&crc.to_le_bytes());
+    b
+}
+
+pub(crate) fn decode_claim(b: &[u8], path: &Path) -> Result<(u64, Claim)> {
+    let ok = b.len() == CLAIM_LEN
+        && &b[..8] == CLAIM_MAGIC
+        && paralog_checksum::crc32c(&b[..56]) == u32::from_le_bytes(b[56..].try_into().expect("4"));
+    if !ok {
+        return Err(Error::Damaged {
+            path: path.to_path_buf(),
+            offset: 0,
+            what: "not a whole chunk claim (bad length, magic or checksum)".into(),
+        });
+    }
+    Ok((
+        u64::from_le_bytes(b[8..16].try_into().expect("8")),
+        Claim {
+            chunk: b[16..32].try_into().expect("16"),
+            dir: u32::from_le_bytes(b[32..36].try_into().expect("4")),
+            block_crc: u32::from_le_bytes(b[36..40].try_into().expect("4")),
+            writer: b[40..56].try_into().expect("16"),
+        },
+    ))
+}
+
+/// Remove the chunk files of a put that is not published: those its
+/// claims name, and those its writers' intents name (a writer that died
+/// before its claim). Claims that do not decode name none.
+pub(crate) fn remove_staged_chunks(store: &Store, dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        let Ok(b) = std::fs::read(&p) else { continue };
+        if e.file_name().to_string_lossy().starts_with(".intent.") {
+            if let Ok(id) = <[u8; 16]>::try_from(b.as_slice()) {
+                remove_chunk_by_id(store, &id);
+            }
+        } else if let Ok((_, c)) = decode_claim(&b, &p) {
+            let _ = std::fs::remove_file(store.os.chunk_path(c.dir, &c.chunk));
+        }
+    }
+}
+
+/// Remove a chunk file known by its UUID only, in whichever storage
+/// directory it is.
+pub(crate) fn remove_chunk_by_id(store: &Store, id: &[u8; 16]) {
+    let Ok(dirs) = std::fs::read_dir(store.root().join("data")) else {
+        return;
+    };
+    for d in dirs.flatten() {
+        let _ = std::fs::remove_file(d.path().join(id_hex(id)));
+    }
+}
+
+/// Write a file and make it durable.
+pub(crate) fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(io_err(path, "create"))?;
+    f.write_all(bytes).map_err(io_err(path, "write"))?;
+    f.sync_all().map_err(io_err(path, "fsync"))
+}
+
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(dir, "fsync directory"))
+}
+
+pub(crate) fn new_id() -> [u8; 16] {
+    *uuid::Uuid::new_v4().as_bytes()
+}

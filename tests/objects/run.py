@@ -1,0 +1,379 @@
+#!/usr/bin/python3
+"""Array objects end to end (docs/objects.md, issue 18, first milestone):
+the `paralog obj` commands write arrays, and zarr-python 3 and tensorstore
+(PyPI, in the virtual environment scripts/setup.sh --test makes) read every
+version's Zarr view, byte for byte equal to what was put. Each case runs on an
+`objstore://` store (4 storage directories) and on a plain directory.
+
+  dtypes     every element type, 37x19 in chunks of 8x5 (edge chunks),
+             attributes; zarr reads the whole array and random slabs,
+             `paralog obj get --slice` random slabs; `obj verify` passes
+  seed       the seed's int32 chunks of 16x4096, 32x4096, 64x4096 per
+             writer on 1, 2 and 4 writer processes of one chunked put
+             (`obj begin`, concurrent `obj write`, `obj commit`)
+  versions   40 versions of one name, each view and `obj get --version`
+             equal to its own put
+  writers    4 processes x 10 puts of one name at once: 40 versions, none
+             lost or mixed, each equal to its put
+  polling    `obj get` of the latest in a loop while 2 processes commit 15
+             versions each (keep=1 on objstore://: retention drops the
+             version being read): every read whole and of one put
+  killed     a writer killed (SIGKILL) halfway through its 64 chunks: the
+             commit refuses and publishes nothing, `obj abort` leaves no
+             chunk file, a new put commits as version 1
+  damage     a flipped byte, then a truncated chunk: `obj get` and
+             `obj verify` refuse naming object, version and chunk, and
+             zarr-python and tensorstore refuse to read the view (the
+             crc32c codec)
+  refusals   bad names, overlapping chunk writes, a missing chunk at commit
+             (nothing published), a buffer of the wrong size, a chunk
+             outside the grid, s3:// (not yet); `obj gc` removes a put
+             whose writer died and keeps a live one
+
+Usage: python3 -m tests.objects.run [--only SUBSTRING] [--keep]
+Ends with "objects: N passed, N failed"."""
+import argparse
+import json
+import random
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.lib.check import Suite, check, fail
+from tests.lib.paths import BIN, TARGET
+from tests.lib.proc import run
+
+VENV_PY = TARGET / "objects-venv" / "bin" / "python"
+READER = Path(__file__).resolve().parent / "zarr_reader.py"
+SIZES = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint8": 1, "uint16": 2,
+         "uint32": 4, "uint64": 8, "float32": 4, "float64": 8}
+KINDS = ("objstore", "plain")
+
+
+def store(work, kind, keep=100):
+    """A new store's URL: objstore:// or a plain directory."""
+    root = work / "store"
+    root.mkdir()
+    url = f"objstore://{root}?dirs=4&keep={keep}" if kind == "objstore" else str(root)
+    obj("init", url)
+    return url
+
+
+def at(url, name):
+    """The URL of object `name` in the store `url`."""
+    base, _, query = url.partition("?")
+    return f"{base}/{name}" + (f"?{query}" if query else "")
+
+
+def obj(*args, check=True):
+    return run([BIN, "obj", *args], check=check, timeout=300)
+
+
+def info(url):
+    return json.loads(obj("info", url, "--json").stdout)
+
+
+def zarr_read(work, checks):
+    """zarr-python and tensorstore read each check (tests/objects/zarr_reader.py)."""
+    spec = work / f"checks-{random.getrandbits(32):08x}.json"
+    spec.write_text(json.dumps(checks))
+    with open(spec) as f:
+        r = run([VENV_PY, READER], stdin=f, check=False, timeout=300)
+    check(r.returncode == 0, f"zarr-python: {(r.stdout + r.stderr).strip()[-1500:]}")
+    return r.stdout
+
+
+def slab(rng, shape):
+    start = [rng.randrange(n) for n in shape]
+    return start, [1 + rng.randrange(n - a) for n, a in zip(shape, start)]
+
+
+def slice_arg(start, count):
+    return ",".join(f"{a}:{a + n}" for a, n in zip(start, count))
+
+
+def case_dtypes(kind):
+    def go(work):
+        url = store(work, kind)
+        rng = random.Random(18)
+        attrs = {"units": "K", "step": 3, "axes": ["y", "x"]}
+        checks = []
+        for dtype, size in SIZES.items():
+            shape, chunks = [37, 19], [8, 5]
+            data = work / f"{dtype}.bin"
+            data.write_bytes(rng.randbytes(37 * 19 * size))
+            name = at(url, f"dtypes/{dtype}")
+            obj("put", name, data, "--dtype", dtype, "--shape", "37,19", "--chunks", "8,5",
+                "--attrs", json.dumps(attrs))
+            files = []
+            for k in range(5):
+                start, count = slab(rng, shape)
+                out = work / f"{dtype}-{k}.slab"
+                obj("get", name, out, "--slice", slice_arg(start, count))
+                files.append([start, count, str(out)])
+            obj("verify", name)
+            checks.append({"view": info(name)["zarr"], "expect": str(data), "dtype": dtype,
+                           "shape": shape, "chunks": chunks, "attrs": attrs,
+                           "slabs": [slab(rng, shape) for _ in range(20)], "files": files})
+        zarr_read(work, checks)
+        ls = obj("ls", url).stdout.splitlines()
+        check(len(ls) == len(SIZES), f"obj ls lists {len(ls)} objects, not {len(SIZES)}: {ls}")
+    return go
+
+
+def case_seed(kind):
+    def go(work):
+        url = store(work, kind)
+        rng = random.Random(4096)
+        checks = []
+        for rows in (16, 32, 64):
+            for writers in (1, 2, 4):
+                name = at(url, f"seed/{rows}x4096/{writers}")
+                shape = [rows * writers, 4096]
+                pid = obj("begin", name, "--dtype", "int32", "--shape", f"{shape[0]},4096",
+                          "--chunks", f"{rows},4096").stdout.strip()
+                parts = []
+                for w in range(writers):
+                    part = work / f"seed-{rows}-{writers}-{w}.bin"
+                    part.write_bytes(rng.randbytes(rows * 4096 * 4))
+                    parts.append(part)
+                # The writers at once, each its own chunk, as ranks would.
+                procs = [subprocess.Popen([str(BIN), "obj", "write", name, pid, str(p), "--chunk", f"{w},0"],
+                                          stderr=subprocess.PIPE, text=True)
+                         for w, p in enumerate(parts)]
+                for p in procs:
+                    _, err = p.communicate(timeout=300)
+                    check(p.returncode == 0, f"obj write: {err}")
+                obj("commit", name, pid)
+                whole = work / f"seed-{rows}-{writers}.bin"
+                whole.write_bytes(b"".join(p.read_bytes() for p in parts))
+                obj("verify", name)
+                checks.append({"view": info(name)["zarr"], "expect": str(whole), "dtype": "int32",
+                               "shape": shape, "chunks": [rows, 4096],
+                               "slabs": [slab(rng, shape) for _ in range(10)]})
+        zarr_read(work, checks)
+    return go
+
+
+def case_versions(kind):
+    def go(work):
+        url = store(work, kind, keep=50)
+        name = at(url, "v")
+        rng = random.Random(40)
+        checks = []
+        for i in range(40):
+            data = work / f"v{i}.bin"
+            data.write_bytes(rng.randbytes(6 * 10 * 2))
+            out = obj("put", name, data, "--dtype", "uint16", "--shape", "6,10", "--chunks", "4,4").stdout
+            check(f"version {i + 1} " in out, f"put {i}: {out}")
+            checks.append({"view": info(name)["zarr"], "expect": str(data), "dtype": "uint16",
+                           "shape": [6, 10], "chunks": [4, 4], "slabs": [slab(rng, [6, 10])]})
+        for i in range(40):
+            got = work / f"got{i}.bin"
+            obj("get", name, got, "--version", str(i + 1))
+            check(got.read_bytes() == (work / f"v{i}.bin").read_bytes(), f"version {i + 1} is not its put")
+        check(len(info(name)["versions"]) == 40, "not 40 versions kept")
+        zarr_read(work, checks)
+    return go
+
+
+def case_writers(kind):
+    def go(work):
+        url = store(work, kind, keep=100)
+        name = at(url, "w")
+        for w in range(4):
+            for i in range(10):
+                v = float(w * 100 + i)
+                # One value per put: a mixed version would show two.
+                (work / f"w{w}-{i}.bin").write_bytes(struct.pack("<32d", *[v] * 32))
+        script = (f'for i in $(seq 0 9); do "{BIN}" obj put "{name}" "{work}/w$W-$i.bin" '
+                  '--dtype float64 --shape 4,8 --chunks 2,8 || exit 1; done')
+        procs = [subprocess.Popen(["bash", "-c", script], env={"W": str(w), "PATH": "/usr/bin:/bin"},
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for w in range(4)]
+        made = {}
+        for w, p in enumerate(procs):
+            out, err = p.communicate(timeout=300)
+            check(p.returncode == 0, f"writer {w}: {err}")
+            for i, line in enumerate(out.splitlines()):
+                n = int(line.split(" version ")[1].split()[0])
+                check(n not in made, f"version {n} returned to two puts")
+                made[n] = work / f"w{w}-{i}.bin"
+        check(sorted(made) == list(range(1, 41)), f"versions {sorted(made)}")
+        check(len(info(name)["versions"]) == 40, "not 40 versions kept")
+        checks = [{"view": str(Path(info(name)["zarr"]).parent / f"v{n:010d}"), "expect": str(f),
+                   "dtype": "float64", "shape": [4, 8], "chunks": [2, 8]} for n, f in sorted(made.items())]
+        zarr_read(work, checks)
+    return go
+
+
+def case_polling(kind):
+    """Readers polling the latest version while 2 processes commit 15
+    versions each; on objstore:// with keep=1, so retention drops the
+    version a reader holds under it (`obj get` then reads the newest)."""
+    N = 64 * 4096
+
+    def go(work):
+        url = store(work, kind, keep=1)
+        name = at(url, "poll")
+        for w in range(2):
+            for i in range(15):
+                v = w * 100 + i
+                (work / f"p{w}-{i}.bin").write_bytes(struct.pack("<q", v) * N)
+        # 2 MiB in 8 chunks: a read takes long enough to meet a commit.
+        script = (f'for i in $(seq 0 14); do "{BIN}" obj put "{name}" "{work}/p$W-$i.bin" '
+                  '--dtype int64 --shape 64,4096 --chunks 8,4096 >/dev/null || exit 1; done')
+        procs = [subprocess.Popen(["bash", "-c", script], env={"W": str(w), "PATH": "/usr/bin:/bin"},
+                                  stderr=subprocess.PIPE, text=True) for w in range(2)]
+        reads = retried = 0
+        out = work / "poll.bin"
+        while any(p.poll() is None for p in procs):
+            r = obj("get", name, out, check=False)
+            if r.returncode != 0 and "no version published" in r.stderr:
+                continue
+            check(r.returncode == 0, f"obj get while committing: {r.stderr}")
+            vals = struct.unpack(f"<{N}q", out.read_bytes())
+            check(len(set(vals)) == 1, f"a mixed version: {sorted(set(vals))[:5]}")
+            reads += 1
+            retried += "replaced it" in r.stderr
+        for p in procs:
+            check(p.wait() == 0, f"writer: {p.stderr.read()}")
+        check(reads > 0, "no read happened while the writers committed")
+        got = [v["number"] for v in info(name)["versions"]]
+        check(got == ([30] if kind == "objstore" else list(range(1, 31))), f"versions kept: {got}")
+        return f"{reads} reads, {retried} of them moved to a newer version"
+    return go
+
+
+def case_killed(kind):
+    """A writer killed (SIGKILL) in the middle of its chunks: the commit
+    refuses and publishes nothing; `obj abort` removes the put and its
+    chunk files; a new put of the same name then commits as version 1."""
+    def go(work):
+        url = store(work, kind)
+        name = at(url, "k")
+        shape = "256,4096"
+        part = work / "all.bin"
+        part.write_bytes(random.Random(9).randbytes(256 * 4096 * 4))
+        pid = obj("begin", name, "--dtype", "int32", "--shape", shape, "--chunks", "4,4096").stdout.strip()
+        chunks = [a for i in range(64) for a in ("--chunk", f"{i},0")]
+        p = subprocess.Popen([str(BIN), "obj", "write", name, pid, str(part), *chunks],
+                             stderr=subprocess.PIPE)
+        staging = work / "store" / "staging" / pid
+        deadline = time.time() + 60
+        while len(list(staging.glob("c*"))) < 3 and time.time() < deadline and p.poll() is None:
+            time.sleep(0.005)
+        p.kill()
+        p.wait()
+        claimed = len(list(staging.glob("c*")))
+        check(0 < claimed < 64, f"the writer was killed after {claimed} of 64 chunks (the test wants the middle)")
+        r = obj("commit", name, pid, check=False)
+        check(r.returncode == 1 and "did not finish" in r.stderr, f"commit after a killed writer: {r.stderr}")
+        check(obj("ls", url).stdout == "", "a refused commit published something")
+        obj("abort", name, pid)
+        # Every chunk file the writer made is gone (an empty one may stay if
+        # the kill fell between its creation and its intent: microseconds).
+        data = [f for f in (work / "store" / "data").rglob("*") if f.is_file() and f.stat().st_size]
+        check(data == [], f"{len(data)} chunk files left after abort")
+        obj("put", name, part, "--dtype", "int32", "--shape", shape, "--chunks", "4,4096")
+        check(info(name)["version"] == 1, "the new put is not version 1")
+        obj("verify", name)
+        return f"killed after {claimed} chunks"
+    return go
+
+
+def case_damage(kind):
+    def go(work):
+        url = store(work, kind)
+        name = at(url, "dmg")
+        data = work / "d.bin"
+        data.write_bytes(random.Random(5).randbytes(64 * 4096 * 4))
+        obj("put", name, data, "--dtype", "int32", "--shape", "64,4096", "--chunks", "16,4096")
+        view = Path(info(name)["zarr"])
+        chunk = view / "c" / "1" / "0"  # a hard link to the version's chunk file
+        good = chunk.read_bytes()
+        for how, bad in (("flipped", good[:777] + bytes([good[777] ^ 4]) + good[778:]),
+                         ("truncated", good[:-9])):
+            chunk.write_bytes(bad)
+            for cmd in (["get", name, work / "out.bin"], ["verify", name]):
+                r = obj(*cmd, check=False)
+                check(r.returncode == 1, f"{how}: obj {cmd[0]} exited {r.returncode}")
+                check("dmg version 1: chunk [1, 0]" in r.stderr, f"{how}: obj {cmd[0]} said {r.stderr!r}")
+            check("truncated" in r.stderr if how == "truncated" else "checksum" in r.stderr,
+                  f"{how}: {r.stderr!r}")
+            said = zarr_read(work, [{"view": str(view), "refuse": True}])
+            check("refused by zarr-python" in said and "refused by tensorstore" in said, said)
+            print("\n".join(f"  {how}: {line}" for line in said.splitlines()))
+        chunk.write_bytes(good)
+        obj("verify", name)
+    return go
+
+
+def case_refusals(kind):
+    def go(work):
+        url = store(work, kind)
+        src = work / "a.bin"
+        src.write_bytes(bytes(64))
+        for bad in (".hidden", "a/v0000000001"):
+            r = obj("put", at(url, bad), src, "--dtype", "uint8", "--shape", "64", "--chunks", "8", check=False)
+            check(r.returncode == 1 and "object name" in r.stderr, f"{bad}: {r.stderr!r}")
+        r = obj("put", at(url, "../x"), src, "--dtype", "uint8", "--shape", "64", "--chunks", "8", check=False)
+        check(r.returncode == 1 and ".." in r.stderr, f"../x: {r.stderr!r}")
+        r = obj("put", at(url, "a"), src, "--dtype", "int32", "--shape", "64", "--chunks", "8", check=False)
+        check(r.returncode == 1 and "64 bytes given" in r.stderr, r.stderr)
+        name = at(url, "p")
+        pid = obj("begin", name, "--dtype", "uint8", "--shape", "16", "--chunks", "8").stdout.strip()
+        eight = work / "8.bin"
+        eight.write_bytes(bytes(range(8)))
+        obj("write", name, pid, eight, "--chunk", "0")
+        r = obj("write", name, pid, eight, "--chunk", "0", check=False)
+        check(r.returncode == 1 and "already written by another writer" in r.stderr, r.stderr)
+        r = obj("write", name, pid, eight, "--chunk", "2", check=False)
+        check(r.returncode == 1 and "outside the chunk grid" in r.stderr, r.stderr)
+        r = obj("commit", name, pid, check=False)
+        check(r.returncode == 1 and "1 of 2 chunks were not written" in r.stderr, r.stderr)
+        check(obj("ls", url).stdout == "", "a refused commit published something")
+        obj("write", name, pid, eight, "--chunk", "1")
+        obj("commit", name, pid)
+        got = work / "p.bin"
+        obj("get", name, got)
+        check(got.read_bytes() == bytes(range(8)) * 2, "the committed put")
+        # A put whose writer died: `obj gc` removes it and its chunk.
+        dead = obj("begin", at(url, "dead"), "--dtype", "uint8", "--shape", "16", "--chunks", "8").stdout.strip()
+        obj("write", at(url, "dead"), dead, eight, "--chunk", "1")
+        said = obj("gc", url).stdout
+        check("removed 0 abandoned puts" in said, f"a live put was collected: {said}")
+        said = obj("gc", url, "--older-than", "0").stdout
+        check("removed 1 abandoned puts" in said, said)
+        r = obj("commit", at(url, "dead"), dead, check=False)
+        check(r.returncode == 1 and "no such put in progress" in r.stderr, r.stderr)
+        if kind == "plain":
+            r = obj("ls", "s3://bucket/prefix", check=False)
+            check(r.returncode == 1 and "not supported yet" in r.stderr, r.stderr)
+    return go
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only")
+    ap.add_argument("--keep", action="store_true")
+    a = ap.parse_args()
+    suite = Suite("objects", keep=a.keep)
+    if not VENV_PY.exists():
+        print(f"objects: {VENV_PY} is missing: run scripts/setup.sh --test", file=sys.stderr)
+        return 1
+    if not BIN.exists():
+        fail(f"{BIN} is missing: make build")
+    cases = []
+    for kind in KINDS:
+        for label, fn in (("dtypes", case_dtypes), ("seed", case_seed), ("versions", case_versions),
+                          ("writers", case_writers), ("polling", case_polling),
+                          ("killed", case_killed), ("damage", case_damage), ("refusals", case_refusals)):
+            cases.append((f"{label} [{kind}]", fn(kind)))
+    return suite.run(cases, only=a.only)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""The Zarr side of tests/objects: run by the virtual environment's Python
+(zarr-python 3 and tensorstore from PyPI, target/objects-venv), not by the
+suite's own.
+
+Reads a JSON list of checks on standard input; for each, opens a Zarr view
+with zarr-python and with tensorstore as any user would (zarr.open_array,
+tensorstore's zarr3 driver on the directory) and compares with what was
+put, byte for byte (NaN bit patterns included):
+
+  {"view": DIR, "expect": RAW_FILE, "dtype": "int32", "shape": [...],
+   "chunks": [...], "attrs": {...}, "slabs": [[start, count], ...],
+   "files": [[start, count, RAW_FILE], ...]}   # paralog obj get --slice output
+  {"view": DIR, "refuse": true}                # reading must fail, in both
+
+Prints one line per check; exits 1 at the first that does not hold."""
+import json
+import sys
+
+import numpy as np
+import tensorstore as ts
+import zarr
+
+
+def slab(start, count):
+    return tuple(slice(a, a + n) for a, n in zip(start, count))
+
+
+def ts_open(view):
+    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": view.rstrip("/") + "/"}}
+    return ts.open(spec, open=True, read=True).result()
+
+
+def main():
+    checks = json.load(sys.stdin)
+    for c in checks:
+        arr = zarr.open_array(c["view"], mode="r")
+        if c.get("refuse"):
+            readers = (("zarr-python", lambda: arr[...]),
+                       ("tensorstore", lambda: ts_open(c["view"]).read().result()))
+            for reader, read in readers:
+                try:
+                    read()
+                except Exception as e:  # each raises its codec's error
+                    print(f"refused by {reader}: {type(e).__name__}: {str(e)[:160]}")
+                    continue
+                print(f"FAIL {c['view']}: {reader} read a damaged chunk without an error")
+                return 1
+            continue
+        want = np.frombuffer(open(c["expect"], "rb").read(), dtype=np.dtype(c["dtype"]).newbyteorder("<"))
+        want = want.reshape(c["shape"])
+        facts = [
+            (str(arr.dtype), np.dtype(c["dtype"]).name, "dtype"),
+            (list(arr.shape), c["shape"], "shape"),
+            (list(arr.chunks), c["chunks"], "chunks"),
+            (dict(arr.attrs), c.get("attrs", {}), "attributes"),
+        ]
+        for got, exp, what in facts:
+            if got != exp:
+                print(f"FAIL {c['view']}: {what} {got} != {exp}")
+                return 1
+        if arr[...].tobytes() != want.tobytes():
+            print(f"FAIL {c['view']}: the whole array differs from what was put")
+            return 1
+        for start, count in c.get("slabs", []):
+            if arr[slab(start, count)].tobytes() != want[slab(start, count)].tobytes():
+                print(f"FAIL {c['view']}: slab {start} {count} differs")
+                return 1
+        t = ts_open(c["view"])
+        if (str(t.dtype.numpy_dtype), list(t.shape), list(t.chunk_layout.read_chunk.shape)) != (
+                np.dtype(c["dtype"]).name, c["shape"], c["chunks"]):
+            print(f"FAIL {c['view']}: tensorstore sees {t.dtype} {t.shape} {t.chunk_layout.read_chunk.shape}")
+            return 1
+        if t.read().result().tobytes() != want.tobytes():
+            print(f"FAIL {c['view']}: tensorstore: the whole array differs from what was put")
+            return 1
+        for start, count in c.get("slabs", []):
+            if t[slab(start, count)].read().result().tobytes() != want[slab(start, count)].tobytes():
+                print(f"FAIL {c['view']}: tensorstore: slab {start} {count} differs")
+                return 1
+        for start, count, path in c.get("files", []):
+            if open(path, "rb").read() != want[slab(start, count)].tobytes():
+                print(f"FAIL {path}: paralog obj get --slice {start} {count} differs from the array put")
+                return 1
+        print(f"ok {c['view']}: {arr.dtype} {arr.shape}, {len(c.get('slabs', []))} slabs, zarr-python and tensorstore")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
