@@ -71,9 +71,7 @@ pub fn read_batch(
     }
     let left = len - pos;
     if left < BATCH_HEADER_LEN as u64 {
-        return Ok(Next::Torn(format!(
-            "{left} bytes after the last batch: an unfinished flush"
-        )));
+        return Ok(Next::Torn(format!("{left} bytes after the last batch")));
     }
     let mut head = [0u8; BATCH_HEADER_LEN];
     read_at(f, &mut head, pos, path)?;
@@ -83,9 +81,7 @@ pub fn read_batch(
         // committed, the data not): only zeros to the end is a torn tail.
         Err(e) => {
             return if all_zero(f, path, pos, len)? {
-                Ok(Next::Torn(
-                    "zeros after the last batch: an unfinished flush".into(),
-                ))
+                Ok(Next::Torn("zeros after the last batch".into()))
             } else {
                 Err(e)
             };
@@ -94,7 +90,7 @@ pub fn read_batch(
     let total = BATCH_HEADER_LEN as u64 + header.body + COMMIT_LEN as u64;
     if left < total {
         return Ok(Next::Torn(format!(
-            "a batch of {total} bytes with {left} written: an unfinished flush"
+            "a batch of {total} bytes with {left} written"
         )));
     }
     let mut bytes = vec![0u8; total as usize];
@@ -104,7 +100,7 @@ pub fn read_batch(
         // The last batch of the file may be a flush whose fdatasync never
         // finished; one with bytes after it was committed and is damaged.
         return if pos + total == len {
-            Ok(Next::Torn(format!("{why}: an unfinished flush")))
+            Ok(Next::Torn(why))
         } else {
             Err(corrupt(path, pos, why))
         };

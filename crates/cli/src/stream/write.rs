@@ -77,7 +77,7 @@ pub fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {
             if !a.follow {
                 for (path, off, why) in &r.torn {
                     println!(
-                        "stream {s}: {} at offset {off}: not read ({why})",
+                        "stream {s}: {} at offset {off}: not read (a flush that did not finish, or one in progress: {why})",
                         path.display()
                     );
                 }

@@ -1,0 +1,301 @@
+#!/usr/bin/python3
+"""Shared event streams on one node (docs/streams.md, issue 17, first
+milestone): real `paralog stream produce` processes writing real segments
+under a node-local root, `paralog stream drain` to a POSIX remote, and
+`paralog stream cat` reading it back. Cases:
+
+  4x3x50000       4 producer processes x 3 partitions x 50,000 events
+                  (flush every 500) while a drain runs a round every 20 ms
+                  (killed with SIGKILL at the end, then one more round):
+                  offsets contiguous from 0 per partition; per producer
+                  and partition, sequence numbers strictly increase; per
+                  producer, every event 0..49,999 exactly once with the
+                  payload it appended; two reader groups see identical
+                  partitions, both with lag 0 after, and a group read again
+                  from its committed offsets gets nothing; a copy of the
+                  node-local root drained into a fresh remote gives the same
+                  segment files byte for byte
+  kill -9 #N      producers (and the drain) killed with SIGKILL at random
+                  moments: every event a producer reported flushed before
+                  the kill is stored exactly once, and nothing else but the
+                  events it appended, in order (no gap, no invented event)
+  one fdatasync   strace of a producer: fdatasync calls equal flushes
+                  (10 or 20 flushes of the same events), and the fsyncs,
+                  renames and mkdirs do not grow with flushes
+  corrupt local   a byte flipped in a committed batch of a segment: the
+                  drain exits 1 naming the segment and the batch's offset,
+                  and nothing of the stream is published
+  corrupt remote  a byte flipped in a drained partition segment: cat exits
+                  1 naming the segment and an offset, and prints no event
+                  of the damaged batch
+  bad commands    unknown stream, an S3 URL, a partition count that
+                  differs from the node's: one line, exit 1
+
+Usage: python3 -m tests.stream.run [--only SUBSTRING] [--keep] [--trials N]
+Ends with "stream: N passed, N failed".
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from tests.lib.check import Suite, check, fail
+from tests.lib.paths import BIN
+from tests.lib.proc import kill_tree, run
+
+STREAM = "tele"
+PARTS = 3
+
+
+def produce(local, events, flush_every=500, payload_size=64, stream=STREAM, parts=PARTS, **kw):
+    """A producer process (its own session); stdout: "producer ID", then
+    "flushed N" after each flush returned."""
+    cmd = [BIN, "stream", "produce", "--local", local, "--stream", stream, "--partitions", str(parts),
+           "--events", str(events), "--flush-every", str(flush_every), "--payload-size", str(payload_size)]
+    return subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **kw)
+
+
+def producer_report(p):
+    """(producer id, last flushed count) from a finished or killed producer."""
+    out, err = p.communicate()
+    lines = out.split("\n")
+    check(lines and lines[0].startswith("producer "), f"producer printed no id: {out[:200]} {err[-300:]}")
+    pid = lines[0].split()[1]
+    flushed = [int(x.split()[1]) for x in lines if x.startswith("flushed ")]
+    return pid, (flushed[-1] if flushed else 0), p.returncode
+
+
+def follow_drain(local, remote, interval_ms=20):
+    return subprocess.Popen([str(BIN), "stream", "drain", "--local", str(local), "--remote", str(remote),
+                             "--follow", "--interval-ms", str(interval_ms), "--roll-bytes", str(1 << 20)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def stop(p):
+    """SIGKILL: the drain is crash-safe, so stopping it is a crash too."""
+    kill_tree(p, signal.SIGKILL)
+    out, err = p.communicate()
+    check(p.returncode in (-9, 0), f"drain failed before it was stopped: {err[-500:]}")
+    return out
+
+
+def drain(local, remote, check_=True):
+    return run([BIN, "stream", "drain", "--local", local, "--remote", remote, "--roll-bytes", str(1 << 20)],
+               check=check_)
+
+
+def cat(remote, *args):
+    r = run([BIN, "stream", "cat", f"{remote}/{STREAM}", "--json", *args])
+    return [json.loads(x) for x in r.stdout.splitlines()]
+
+
+def check_events(events, flushed, appended=None):
+    """Offsets contiguous from 0 per partition; per (producer, partition)
+    seq strictly increasing; per producer the seqs are exactly 0..n-1 for
+    some n with flushed[p] <= n <= appended[p] (default n = flushed[p]),
+    each with the payload it appended. Returns {producer: n}."""
+    next_off = defaultdict(int)
+    last = {}
+    seqs = defaultdict(list)
+    for e in events:
+        p = e["partition"]
+        check(e["offset"] == next_off[p], f"partition {p}: offset {e['offset']} where {next_off[p]} was expected")
+        next_off[p] += 1
+        k = (e["producer"], p)
+        check(k not in last or e["seq"] > last[k], f"producer {k[0]} partition {p}: seq {e['seq']} after {last.get(k)}")
+        last[k] = e["seq"]
+        check(e["payload"].startswith(f"{e['producer']}:{e['seq']}:"), f"payload {e['payload'][:40]!r} is not event {e['seq']}'s")
+        seqs[e["producer"]].append(e["seq"])
+    got = {}
+    for pid, f in flushed.items():
+        s = sorted(seqs.pop(pid, []))
+        n = len(s)
+        check(s == list(range(n)), f"producer {pid}: stored seqs are not 0..{n - 1} exactly once (gap or duplicate)")
+        hi = appended[pid] if appended else f
+        check(f <= n <= hi, f"producer {pid}: {n} events stored, {f} were flushed, {hi} appended")
+        got[pid] = n
+    check(not seqs, f"events of producers that never ran: {list(seqs)[:3]}")
+    return got
+
+
+def segment_tree(remote):
+    """Relative path -> bytes of every record of the stream but the groups'."""
+    base = Path(remote) / ".paralog-streams" / STREAM
+    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*"))
+            if p.is_file() and "groups" not in p.parts}
+
+
+def case_big(work):
+    local, remote = work / "local", work / "remote"
+    remote.mkdir()
+    d = follow_drain(local, remote)
+    ps = [produce(local, 50_000) for _ in range(4)]
+    reports = [producer_report(p) for p in ps]
+    for pid, n, rc in reports:
+        check(rc == 0 and n == 50_000, f"producer {pid} exited {rc} after flushing {n}")
+    rounds = stop(d)
+    drain(local, remote)
+    flushed = {pid: n for pid, n, _ in reports}
+    a = cat(remote, "--group", "A", "--from", "earliest")
+    check_events(a, flushed)
+    check(len(a) == 200_000, f"{len(a)} events")
+    b = cat(remote, "--group", "B", "--from", "earliest")
+    key = lambda e: (e["partition"], e["offset"])  # noqa: E731
+    check(sorted(a, key=key) == sorted(b, key=key), "two groups saw different partitions")
+    check(a == b, "two groups saw another cut order")
+    check(cat(remote, "--group", "A") == [], "group A got events again after committing")
+    desc = json.loads(run([BIN, "stream", "describe", f"{remote}/{STREAM}", "--json"]).stdout)
+    check(desc["events"] == 200_000 and all(g["lag"] == 0 for g in desc["groups"]) and len(desc["groups"]) == 2,
+          f"describe: {desc}")
+    n_rounds = desc["round"]
+    check(n_rounds > 2, f"only {n_rounds} drain rounds while producers ran (the drain printed {rounds[-300:]!r})")
+    # A copy of the node-local root (segments and cut log) into a fresh remote.
+    copy, fresh = work / "copy", work / "fresh"
+    shutil.copytree(local, copy)
+    fresh.mkdir()
+    out = drain(copy, fresh).stdout
+    check(f"{n_rounds} recorded round(s) applied again" in out, f"re-drain: {out}")
+    want, got = segment_tree(remote), segment_tree(fresh)
+    check(want.keys() == got.keys(), f"re-drain made other files: {sorted(set(want) ^ set(got))[:5]}")
+    for k in want:
+        check(want[k] == got[k], f"re-drain: {k} differs")
+    return f"{n_rounds} rounds, {sum(len(v) for k, v in want.items() if k.endswith('.seg'))} segment bytes"
+
+
+def case_kill(seed):
+    def case(work):
+        rng = random.Random(seed)
+        local, remote = work / "local", work / "remote"
+        remote.mkdir()
+        d = follow_drain(local, remote, interval_ms=rng.choice([5, 20, 50]))
+        total = 30_000
+        ps = [produce(local, total, flush_every=rng.choice([37, 200, 1000]), payload_size=rng.choice([0, 100]))
+              for _ in range(4)]
+        time.sleep(rng.uniform(0.02, 0.3))
+        for p in ps:
+            time.sleep(rng.uniform(0, 0.05))
+            kill_tree(p, signal.SIGKILL)
+        if rng.random() < 0.5:
+            kill_tree(d, signal.SIGKILL)  # the drain killed in the same moment
+        reports = [producer_report(p) for p in ps]
+        stop(d)
+        out = drain(local, remote).stdout
+        flushed = {pid: n for pid, n, _ in reports}
+        got = check_events(cat(remote, "--from", "earliest"), flushed, {pid: total for pid in flushed})
+        extra = sum(got[p] - flushed[p] for p in got)
+        torn = out.count("not read")
+        return f"flushed {sorted(flushed.values())}, {extra} written but unacknowledged stored, {torn} torn tail(s)"
+    return case
+
+
+def syscalls(work, flush_every):
+    trace = work / f"strace-{flush_every}"
+    local = work / f"local-{flush_every}"
+    run(["strace", "-f", "-qq", "-o", trace, "-e", "trace=fdatasync,fsync,rename,renameat,renameat2,mkdir,mkdirat",
+         BIN, "stream", "produce", "--local", local, "--stream", STREAM, "--events", "2000",
+         "--flush-every", str(flush_every)])
+    counts = defaultdict(int)
+    for line in trace.read_text().splitlines():
+        name = line.split(None, 1)[1].split("(", 1)[0] if " " in line else ""
+        counts[name] += 1
+    return counts
+
+
+def case_fdatasync(work):
+    if not shutil.which("strace"):
+        return "SKIP: strace is not installed"
+    c10, c20 = syscalls(work, 200), syscalls(work, 100)
+    check(c10["fdatasync"] == 10 and c20["fdatasync"] == 20, f"fdatasync per flush: {dict(c10)} / {dict(c20)}")
+    for k in set(c10) | set(c20):
+        if k != "fdatasync":
+            check(c10[k] == c20[k], f"{k} grows with flushes: {dict(c10)} / {dict(c20)}")
+    return f"10 flushes: {dict(c10)}"
+
+
+def seg_files(local):
+    return sorted((Path(local) / ".paralog-streams" / STREAM).glob("*.seg"))
+
+
+def case_corrupt_local(work):
+    local, remote = work / "local", work / "remote"
+    remote.mkdir()
+    pid, n, _ = producer_report(produce(local, 1000, flush_every=100))
+    seg = seg_files(local)[0]
+    st = seg.stat()
+    check(oct(st.st_mode & 0o777) == "0o600" and oct(seg.parent.stat().st_mode & 0o777) == "0o700",
+          f"local stream files are not private: {oct(st.st_mode)} {oct(seg.parent.stat().st_mode)}")
+    b = bytearray(seg.read_bytes())
+    at = len(b) // 2
+    b[at] ^= 0x40
+    seg.write_bytes(bytes(b))
+    r = drain(local, remote, check_=False)
+    msg = (r.stderr or r.stdout).strip()
+    check(r.returncode == 1 and str(seg) in msg and "offset" in msg, f"drain of a damaged segment: {r.returncode} {msg}")
+    off = int(msg.split("offset ")[1].split(":")[0])
+    # A batch here is 100 events of 104 bytes (+ 88 bytes of header and
+    # commit record): the offset named is the start of the flipped one.
+    check(off <= at < off + 100 * 104 + 88 and (off - (52 + len(STREAM))) % (100 * 104 + 88) == 0,
+          f"offset {off} is not the damaged batch's (byte {at} flipped)")
+    check(not (remote / ".paralog-streams" / STREAM / "watermark").exists(), "a watermark was published")
+    check(cat(remote, "--from", "earliest") == [], "events delivered from a damaged stream")
+    return msg
+
+
+def case_corrupt_remote(work):
+    local, remote = work / "local", work / "remote"
+    remote.mkdir()
+    producer_report(produce(local, 3000, flush_every=1000))
+    drain(local, remote)
+    seg = sorted((remote / ".paralog-streams" / STREAM / "p00001").glob("*.seg"))[0]
+    b = bytearray(seg.read_bytes())
+    b[len(b) - 100] ^= 1
+    seg.write_bytes(bytes(b))
+    r = run([BIN, "stream", "cat", f"{remote}/{STREAM}", "--json", "--order", "cut"], check=False)
+    check(r.returncode == 1 and str(seg) in r.stderr and "offset" in r.stderr, f"cat: {r.returncode} {r.stderr}")
+    check(all(json.loads(x)["partition"] != 1 for x in r.stdout.splitlines()), "an event of the damaged partition was printed")
+    return r.stderr.strip()
+
+
+def case_bad(work):
+    local, remote = work / "local", work / "remote"
+    remote.mkdir()
+    for cmd, want in [
+        (["stream", "cat", f"{remote}/nope"], "no stream nope"),
+        (["stream", "describe", "s3://bucket/x/tele"], "POSIX remotes"),
+        (["stream", "cat", "tele"], "URL/STREAM"),
+        (["stream", "drain", "--local", local, "--remote", remote, "--stream", "nope"], "no stream nope"),
+    ]:
+        r = run([BIN, *cmd], check=False)
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode == 1 and len(lines) == 1 and want in lines[0], f"{cmd}: {r.returncode} {r.stderr}")
+    producer_report(produce(local, 10, flush_every=10))
+    p = produce(local, 10, parts=4)
+    out, err = p.communicate()
+    check(p.returncode == 1 and "has 3 partitions, not 4" in err, f"reopen with 4 partitions: {p.returncode} {err}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only")
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--trials", type=int, default=6)
+    a = ap.parse_args()
+    suite = Suite("stream", keep=a.keep)
+    cases = [("4x3x50000", case_big)]
+    cases += [(f"kill -9 #{i}", case_kill(1000 + i)) for i in range(a.trials)]
+    cases += [("one fdatasync per flush", case_fdatasync), ("corrupt local", case_corrupt_local),
+              ("corrupt remote", case_corrupt_remote), ("bad commands", case_bad)]
+    sys.exit(suite.run(cases, only=a.only))
+
+
+if __name__ == "__main__":
+    os.umask(0o022)
+    main()
