@@ -19,6 +19,11 @@ under a node-local root, `paralog stream drain` to a POSIX remote, and
                   moments: every event a producer reported flushed before
                   the kill is stored exactly once, and nothing else but the
                   events it appended, in order (no gap, no invented event)
+  paralog run     two producers as the program of `paralog run` (no
+                  --remote): the server drains the streams as it runs and a
+                  last round when it stops; every event is under the
+                  prefix's .paralog-streams afterwards, and the run reports
+                  no file written past capture
   one fdatasync   strace of a producer: fdatasync calls equal flushes
                   (10 or 20 flushes of the same events), and the fsyncs,
                   renames and mkdirs do not grow with flushes
@@ -196,6 +201,23 @@ def case_kill(seed):
     return case
 
 
+def case_paralog_run(work):
+    local, prefix = work / "local", work / "prefix"
+    prefix.mkdir()
+    prod = f"{BIN} stream produce --stream {STREAM} --partitions {PARTS} --events 20000 --flush-every 100"
+    r = run([BIN, "run", "--local", local, "--prefix", prefix, "--mpi", "none", "--", "sh", "-c",
+             f"{prod} & {prod} --partition-by key; wait"])
+    check("MISSED" not in r.stdout + r.stderr, f"stream files taken for files written past capture: {r.stderr[-500:]}")
+    flushed = {}
+    for line in r.stdout.splitlines():
+        if line.startswith("producer "):
+            flushed[line.split()[1]] = 20_000
+    check(len(flushed) == 2, f"producers said: {r.stdout[:300]}")
+    check_events(cat(prefix, "--from", "earliest"), flushed)
+    desc = json.loads(run([BIN, "stream", "describe", f"{prefix}/{STREAM}", "--json"]).stdout)
+    return f"{desc['round']} drain rounds"
+
+
 def syscalls(work, flush_every):
     trace = work / f"strace-{flush_every}"
     local = work / f"local-{flush_every}"
@@ -291,7 +313,7 @@ def main():
     suite = Suite("stream", keep=a.keep)
     cases = [("4x3x50000", case_big)]
     cases += [(f"kill -9 #{i}", case_kill(1000 + i)) for i in range(a.trials)]
-    cases += [("one fdatasync per flush", case_fdatasync), ("corrupt local", case_corrupt_local),
+    cases += [("paralog run", case_paralog_run), ("one fdatasync per flush", case_fdatasync), ("corrupt local", case_corrupt_local),
               ("corrupt remote", case_corrupt_remote), ("bad commands", case_bad)]
     sys.exit(suite.run(cases, only=a.only))
 

@@ -211,6 +211,10 @@ fn start_server(
     }
     if let Some(r) = remote {
         cmd.arg("--remote").arg(r);
+    } else if let Some(p) = env_path(&args.prefix, "PARALOG_PREFIX") {
+        // Files go back to the prefix; streams go to its .paralog-streams.
+        cmd.arg("--stream-remote")
+            .arg(std::path::absolute(&p).unwrap_or(p));
     }
     if let Some(a) = args.aggregate.resolve()? {
         cmd.args(crate::aggregate_args::AggregateArgs::to_args(&a));

@@ -51,6 +51,30 @@ fn posix_root(url: &str) -> anyhow::Result<PathBuf> {
     }
 }
 
+/// The server's stream drain (one node): to `--stream-remote`, else to
+/// `--remote` when it is a directory; none otherwise (said in the log).
+pub fn server_drain(
+    stream_remote: Option<&str>,
+    remote: &paralog_server::remote::Remote,
+    root: &std::path::Path,
+) -> anyhow::Result<Option<paralog_server::streams::StreamDrain>> {
+    use paralog_server::remote::Remote;
+    let dir = match (stream_remote, remote) {
+        (Some(u), _) => posix_root(u).map_err(|e| anyhow!("--stream-remote: {e}"))?,
+        (None, Remote::Url(RemoteUrl::Posix(p), _)) => p.clone(),
+        (None, _) => {
+            tracing::info!("streams are not drained: give --stream-remote DIR (docs/streams.md)");
+            return Ok(None);
+        }
+    };
+    let every = std::time::Duration::from_millis(100);
+    Ok(Some(paralog_server::streams::start(
+        root.to_path_buf(),
+        dir,
+        every,
+    )?))
+}
+
 /// `URL/STREAM`: the remote and the stream's name (its last component).
 fn split_target(target: &str) -> anyhow::Result<(PathBuf, String)> {
     let t = target.trim_end_matches('/');
