@@ -5,7 +5,7 @@ under a node-local root, `paralog stream drain` to a POSIX remote, and
 `paralog stream cat` reading it back. Cases:
 
   4x3x50000       4 producer processes x 3 partitions x 50,000 events
-                  (flush every 500) while a drain runs a round every 20 ms
+                  (flush every 100) while a drain runs a round every 20 ms
                   (killed with SIGKILL at the end, then one more round):
                   offsets contiguous from 0 per partition; per producer
                   and partition, sequence numbers strictly increase; per
@@ -142,7 +142,9 @@ def case_big(work):
     local, remote = work / "local", work / "remote"
     remote.mkdir()
     d = follow_drain(local, remote)
-    ps = [produce(local, 50_000) for _ in range(4)]
+    # A flush every 100 events: 500 flushes each, so that the producers run
+    # long enough for the drain to take several rounds while they do.
+    ps = [produce(local, 50_000, flush_every=100) for _ in range(4)]
     reports = [producer_report(p) for p in ps]
     for pid, n, rc in reports:
         check(rc == 0 and n == 50_000, f"producer {pid} exited {rc} after flushing {n}")

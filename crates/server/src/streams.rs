@@ -15,11 +15,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use paralog_stream::{DrainOptions, DrainReport, StreamError};
+use paralog_stream::{DrainOptions, DrainReport, Drainer, StreamError};
 
 pub struct StreamDrain {
     stop: Arc<(Mutex<bool>, Condvar)>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<Drainer>>,
     local: PathBuf,
     remote: PathBuf,
 }
@@ -33,15 +33,16 @@ pub fn start(local: PathBuf, remote: PathBuf, interval: Duration) -> std::io::Re
         .name("streams".into())
         .spawn(move || {
             let mut said = HashMap::new();
+            let mut drainer = Drainer::default();
             loop {
-                round(&l, &r, &mut said);
+                round(false, &mut drainer, &l, &r, &mut said);
                 let (m, cv) = &*s;
                 let stopped = m.lock().unwrap_or_else(|p| p.into_inner());
                 let (stopped, _) = cv
                     .wait_timeout_while(stopped, interval, |st| !*st)
                     .unwrap_or_else(|p| p.into_inner());
                 if *stopped {
-                    return;
+                    return drainer;
                 }
             }
         })?;
@@ -55,6 +56,8 @@ pub fn start(local: PathBuf, remote: PathBuf, interval: Duration) -> std::io::Re
 
 /// One round of every stream; errors logged once per stream and message.
 fn round(
+    last: bool,
+    drainer: &mut Drainer,
     local: &std::path::Path,
     remote: &std::path::Path,
     said: &mut HashMap<String, String>,
@@ -69,7 +72,15 @@ fn round(
     let opts = DrainOptions::default();
     let mut out = Vec::new();
     for s in streams {
-        match paralog_stream::drain_stream(local, remote, &s, &opts) {
+        let r = if last {
+            // Everything committed, however many rounds it takes.
+            drainer
+                .drain_pending(local, remote, &s, &opts)
+                .map(|mut v| v.pop().unwrap_or_default())
+        } else {
+            drainer.drain(local, remote, &s, &opts)
+        };
+        match r {
             Ok(r) => {
                 said.remove(&s);
                 if let Some(round) = r.round {
@@ -99,11 +110,15 @@ impl StreamDrain {
             *m.lock().unwrap_or_else(|p| p.into_inner()) = true;
             cv.notify_all();
         }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        // The thread's drainer knows where each stream is (a panic in it
+        // leaves a fresh one, which reads the cut logs again).
+        let mut drainer = self
+            .thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default();
         let mut said = HashMap::new();
-        round(&self.local, &self.remote, &mut said)
+        round(true, &mut drainer, &self.local, &self.remote, &mut said)
             .into_iter()
             .filter_map(Result::err)
             .collect()

@@ -12,18 +12,14 @@
 //! fresh remote byte for byte.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{corrupt, IoContext, Result, StreamError};
-use crate::format::{self, BatchHeader, Cut, Header, PartCut, PartMark, Range, Watermark};
-use crate::format::{
-    BATCH_HEADER_LEN, COMMIT_LEN, KIND_LOCAL_BATCH, KIND_PART_SEGMENT, KIND_REMOTE_BATCH,
-    KIND_SEGMENT, KIND_STREAM,
-};
+use crate::format::{self, BatchHeader, Cut, PartCut, PartMark, Range};
+use crate::format::{BATCH_HEADER_LEN, COMMIT_LEN, KIND_LOCAL_BATCH, KIND_REMOTE_BATCH};
 use crate::layout;
+use crate::local::{self, LocalSeg};
+use crate::publish::{apply, ensure_remote, header_len, read_watermark};
 use crate::segment::{self, Batch, Next};
 
 #[derive(Debug, Clone, Copy)]
@@ -92,37 +88,183 @@ pub fn drain_all(local: &Path, remote: &Path, opts: &DrainOptions) -> Result<Vec
         .collect()
 }
 
-struct LocalSeg {
-    path: PathBuf,
-    file: File,
-    header_len: u64,
-    /// The length when listed: a round reads no further.
-    len: u64,
-}
-
-/// Replay the cuts the remote lacks, then one new round.
+/// One round of one stream, with nothing remembered from earlier rounds
+/// (reads the whole cut log).
 pub fn drain_stream(
     local: &Path,
     remote: &Path,
     stream: &str,
     opts: &DrainOptions,
 ) -> Result<DrainReport> {
-    format::valid_name("stream name", stream)?;
-    let dir = layout::stream_dir(local, stream);
-    if !dir.is_dir() {
-        return Err(StreamError::UnknownStream {
-            stream: stream.into(),
-            root: local.to_path_buf(),
-        });
+    Drainer::default().drain(local, remote, stream, opts)
+}
+
+/// What a stream's last round left: enough for the next round without
+/// reading the cut log again. Checked each round (the log's length and
+/// the remote watermark must be as it left them; else the log is read
+/// again), so another drain of the stream in between is no harm.
+#[derive(Debug, Clone)]
+struct Known {
+    remote: PathBuf,
+    cuts_len: u64,
+    rounds: u64,
+    n: u32,
+    /// Per producer, where the last cut's range of its segment ended.
+    taken: HashMap<u64, u64>,
+    state: Vec<PartMark>,
+}
+
+/// Drains streams round after round (the server, `drain --follow`),
+/// remembering each stream's state so that a round costs what is new,
+/// not the length of the history.
+#[derive(Default)]
+pub struct Drainer {
+    known: HashMap<String, Known>,
+}
+
+impl Drainer {
+    /// Apply the cuts the remote lacks, then one new round.
+    pub fn drain(
+        &mut self,
+        local: &Path,
+        remote: &Path,
+        stream: &str,
+        opts: &DrainOptions,
+    ) -> Result<DrainReport> {
+        let r = self.round(local, remote, stream, opts);
+        if r.is_err() {
+            self.known.remove(stream);
+        }
+        r
     }
-    let _lock = lock(&dir.join(layout::DRAIN_LOCK))?;
-    let mut report = DrainReport {
-        stream: stream.into(),
-        ..Default::default()
-    };
-    let (segs, seg_parts) = local_segments(&dir, stream)?;
-    let cuts_path = dir.join(layout::CUTS);
-    let (cuts, cuts_len) = read_cuts(&cuts_path)?;
+
+    /// Rounds until one finds nothing new (a round takes about
+    /// `max_round_bytes` at most): everything committed by now is drained.
+    /// The reports of the rounds that did something (at least one).
+    pub fn drain_pending(
+        &mut self,
+        local: &Path,
+        remote: &Path,
+        stream: &str,
+        opts: &DrainOptions,
+    ) -> Result<Vec<DrainReport>> {
+        let mut out = Vec::new();
+        loop {
+            let r = self.drain(local, remote, stream, opts)?;
+            let done = r.round.is_none();
+            if !done || out.is_empty() {
+                out.push(r);
+            }
+            if done {
+                return Ok(out);
+            }
+        }
+    }
+
+    fn round(
+        &mut self,
+        local: &Path,
+        remote: &Path,
+        stream: &str,
+        opts: &DrainOptions,
+    ) -> Result<DrainReport> {
+        format::valid_name("stream name", stream)?;
+        let dir = layout::stream_dir(local, stream);
+        if !dir.is_dir() {
+            return Err(StreamError::UnknownStream {
+                stream: stream.into(),
+                root: local.to_path_buf(),
+            });
+        }
+        let _lock = local::lock(&dir.join(layout::DRAIN_LOCK))?;
+        let mut report = DrainReport {
+            stream: stream.into(),
+            ..Default::default()
+        };
+        let (segs, seg_parts) = local::segments(&dir, stream)?;
+        let cuts_path = dir.join(layout::CUTS);
+        let cuts_len = local::log_len(&cuts_path)?;
+        let rdir = layout::stream_dir(remote, stream);
+        let cached = match self.known.remove(stream) {
+            Some(k) if k.remote == remote && k.cuts_len == cuts_len => {
+                let wm = read_watermark(&rdir, k.n)?;
+                (wm.round == k.rounds && wm.parts == k.state).then_some(k)
+            }
+            _ => None,
+        };
+        let known = match cached {
+            Some(k) => Some(k),
+            None => replay(
+                remote,
+                &rdir,
+                stream,
+                &segs,
+                seg_parts,
+                &cuts_path,
+                &mut report,
+            )?,
+        };
+        let Some(mut k) = known else {
+            return Ok(report);
+        };
+        if let Some(p) = seg_parts.filter(|&p| p != k.n) {
+            return Err(StreamError::PartitionMismatch {
+                stream: stream.into(),
+                existing: k.n,
+                asked: p,
+            });
+        }
+        let new = take_new(&segs, &k, opts, &mut report)?;
+        if new.is_empty() {
+            self.known.insert(stream.into(), k);
+            return Ok(report);
+        }
+        let frames = part_frames(&new, k.n);
+        let round = k.rounds + 1;
+        let parts = plan(&k.state, &frames, opts.roll_bytes, stream);
+        let ranges = new
+            .iter()
+            .map(|(id, b)| Range {
+                producer: *id,
+                from: b[0].pos,
+                to: b.last().expect("a range has batches").end,
+            })
+            .collect();
+        let cut = Cut {
+            round,
+            ranges,
+            parts,
+        };
+        k.cuts_len += local::append_cut(&cuts_path, k.cuts_len, &cut)?;
+        let bytes = encode_parts(&cut, &frames, &rdir)?;
+        let after = after(&cut);
+        apply(&rdir, stream, k.n, &cut, &bytes, &after)?;
+        for r in &cut.ranges {
+            k.taken.insert(r.producer, r.to);
+        }
+        k.rounds = round;
+        k.state = after;
+        report.round = Some(round);
+        report.events = cut.parts.iter().map(|p| p.count).sum();
+        report.bytes = cut.parts.iter().map(|p| p.len).sum();
+        self.known.insert(stream.into(), k);
+        Ok(report)
+    }
+}
+
+/// Read the whole cut log, check it against the remote, and apply the
+/// cuts the remote does not have yet. `None`: the stream has no cut and no
+/// segment yet.
+fn replay(
+    remote: &Path,
+    rdir: &Path,
+    stream: &str,
+    segs: &BTreeMap<u64, LocalSeg>,
+    seg_parts: Option<u32>,
+    cuts_path: &Path,
+    report: &mut DrainReport,
+) -> Result<Option<Known>> {
+    let (cuts, cuts_len) = local::read_cuts(cuts_path)?;
     let n = match (cuts.last().map(|c| c.parts.len() as u32), seg_parts) {
         (Some(a), Some(b)) if a != b => {
             return Err(StreamError::PartitionMismatch {
@@ -132,34 +274,27 @@ pub fn drain_stream(
             })
         }
         (Some(a), _) | (None, Some(a)) => a,
-        (None, None) => return Ok(report),
+        (None, None) => return Ok(None),
     };
-    let rdir = layout::stream_dir(remote, stream);
-    ensure_remote(remote, &rdir, stream, n)?;
-    let wm_path = rdir.join(layout::WATERMARK);
-    let wm = match layout::read_small(&wm_path)? {
-        Some(b) => Watermark::decode(&b, &wm_path)?,
-        None => Watermark {
-            round: 0,
-            parts: vec![PartMark::default(); n as usize],
-        },
-    };
+    ensure_remote(remote, rdir, stream, n)?;
+    let wm = read_watermark(rdir, n)?;
     if wm.parts.len() != n as usize || wm.round > cuts.len() as u64 {
         return Err(StreamError::Invalid {
             what: format!(
                 "{}: round {} with {} partitions, but this node's cut log ends at round {} with {n}: the remote was drained from another node-local root",
-                wm_path.display(), wm.round, wm.parts.len(), cuts.len()
+                rdir.join(layout::WATERMARK).display(), wm.round, wm.parts.len(), cuts.len()
             ),
         });
     }
     // The cut log is the history: fold it into each partition's state,
     // applying what the remote does not have yet.
     let mut state = vec![PartMark::default(); n as usize];
+    let mut taken = HashMap::new();
     for cut in &cuts {
         for (p, part) in cut.parts.iter().enumerate() {
             if part.first != state[p].next {
                 return Err(corrupt(
-                    &cuts_path,
+                    cuts_path,
                     0,
                     format!(
                         "round {} starts partition {p} at offset {}, after {}",
@@ -170,14 +305,14 @@ pub fn drain_stream(
         }
         let after = after(cut);
         if cut.round > wm.round {
-            let batches = read_ranges(cut, &segs, n)?;
+            let batches = read_ranges(cut, segs, n)?;
             let frames = part_frames(&batches, n);
-            let bytes = encode_parts(cut, &frames, &rdir)?;
-            apply(&rdir, stream, n, cut, &bytes, &after)?;
+            let bytes = encode_parts(cut, &frames, rdir)?;
+            apply(rdir, stream, n, cut, &bytes, &after)?;
             report.replayed += 1;
         } else if cut.round == wm.round && wm.parts != after {
             return Err(corrupt(
-                &wm_path,
+                &rdir.join(layout::WATERMARK),
                 16,
                 format!(
                     "the watermark of round {} disagrees with the cut log",
@@ -185,24 +320,41 @@ pub fn drain_stream(
                 ),
             ));
         }
+        for r in &cut.ranges {
+            taken.insert(r.producer, r.to);
+        }
         state = after;
     }
-    // The new round: every committed batch past the last cut.
-    let mut taken: HashMap<u64, u64> = HashMap::new();
-    for r in cuts.iter().flat_map(|c| &c.ranges) {
-        taken.insert(r.producer, r.to);
-    }
-    let mut budget = opts.max_round_bytes;
-    let mut new: Vec<(u64, Vec<Batch>)> = Vec::new();
-    for (&id, seg) in &segs {
-        let mut pos = taken.get(&id).copied().unwrap_or(seg.header_len);
+    Ok(Some(Known {
+        remote: remote.to_path_buf(),
+        cuts_len,
+        rounds: cuts.len() as u64,
+        n,
+        taken,
+        state,
+    }))
+}
+
+/// Every committed batch past the last cut, each segment's share of the
+/// round's budget at most (at least one batch each, so none starves).
+fn take_new(
+    segs: &BTreeMap<u64, LocalSeg>,
+    k: &Known,
+    opts: &DrainOptions,
+    report: &mut DrainReport,
+) -> Result<Vec<(u64, Vec<Batch>)>> {
+    let share = opts.max_round_bytes / segs.len().max(1) as u64;
+    let mut new = Vec::new();
+    for (&id, seg) in segs {
+        let mut pos = k.taken.get(&id).copied().unwrap_or(seg.header_len);
         let mut got = Vec::new();
-        while budget > 0 {
-            match segment::read_batch(&seg.file, &seg.path, pos, seg.len, KIND_LOCAL_BATCH, n)? {
+        let mut used = 0u64;
+        while got.is_empty() || used < share {
+            match segment::read_batch(&seg.file, &seg.path, pos, seg.len, KIND_LOCAL_BATCH, k.n)? {
                 Next::Batch(b) => {
                     check_producer(&b, id, &seg.path)?;
                     pos = b.end;
-                    budget = budget.saturating_sub(b.bytes.len() as u64);
+                    used += b.bytes.len() as u64;
                     got.push(b);
                 }
                 Next::End => break,
@@ -219,33 +371,7 @@ pub fn drain_stream(
             new.push((id, got));
         }
     }
-    if new.is_empty() {
-        return Ok(report);
-    }
-    let frames = part_frames(&new, n);
-    let round = cuts.len() as u64 + 1;
-    let parts = plan(&state, &frames, opts.roll_bytes, stream);
-    let ranges = new
-        .iter()
-        .map(|(id, b)| Range {
-            producer: *id,
-            from: b[0].pos,
-            to: b.last().unwrap().end,
-        })
-        .collect();
-    let cut = Cut {
-        round,
-        ranges,
-        parts,
-    };
-    append_cut(&cuts_path, cuts_len, &cut)?;
-    let bytes = encode_parts(&cut, &frames, &rdir)?;
-    let after = after(&cut);
-    apply(&rdir, stream, n, &cut, &bytes, &after)?;
-    report.round = Some(round);
-    report.events = cut.parts.iter().map(|p| p.count).sum();
-    report.bytes = cut.parts.iter().map(|p| p.len).sum();
-    Ok(report)
+    Ok(new)
 }
 
 /// Each partition's state once `cut` is applied.
@@ -258,10 +384,6 @@ fn after(cut: &Cut) -> Vec<PartMark> {
             seg_end: p.pos + p.len,
         })
         .collect()
-}
-
-fn header_len(stream: &str) -> u64 {
-    52 + stream.len() as u64
 }
 
 /// Where each partition's batch of this round goes: after the last batch
@@ -364,92 +486,6 @@ fn encode_parts(cut: &Cut, frames: &[Vec<&[u8]>], rdir: &Path) -> Result<Vec<Vec
     Ok(out)
 }
 
-/// Write each partition's batch at its recorded position (cutting
-/// whatever an interrupted earlier attempt left past it), fsync, then
-/// publish the watermark. Applying a cut twice writes the same bytes.
-fn apply(
-    rdir: &Path,
-    stream: &str,
-    n: u32,
-    cut: &Cut,
-    bytes: &[Vec<u8>],
-    after: &[PartMark],
-) -> Result<()> {
-    for (p, (part, b)) in cut.parts.iter().zip(bytes).enumerate() {
-        if part.count == 0 {
-            continue;
-        }
-        let pdir = layout::part_dir(rdir, p as u32);
-        layout::create_dirs(rdir, &pdir, 0o755)?;
-        let path = layout::part_segment(rdir, p as u32, part.seg_first);
-        let existed = path.exists();
-        let f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o644)
-            .open(&path)
-            .ctx("open", &path)?;
-        if part.pos == header_len(stream) {
-            let h = Header {
-                kind: KIND_PART_SEGMENT,
-                id: 0,
-                first: part.seg_first,
-                partition: p as u32,
-                partitions: n,
-                name: stream.into(),
-            };
-            f.write_all_at(&h.encode(), 0).ctx("write", &path)?;
-        }
-        f.write_all_at(b, part.pos).ctx("write", &path)?;
-        f.set_len(part.pos + part.len).ctx("truncate", &path)?;
-        f.sync_all().ctx("fsync", &path)?;
-        if !existed {
-            layout::sync_dir(&pdir)?;
-        }
-    }
-    let wm = Watermark {
-        round: cut.round,
-        parts: after.to_vec(),
-    };
-    layout::write_atomic(&rdir.join(layout::WATERMARK), &wm.encode(), 0o644)
-}
-
-/// The remote stream's directory and description (written once).
-fn ensure_remote(remote: &Path, rdir: &Path, stream: &str, n: u32) -> Result<()> {
-    if !remote.is_dir() {
-        return Err(StreamError::Invalid {
-            what: format!("remote {} is not a directory", remote.display()),
-        });
-    }
-    layout::create_dirs(remote, rdir, 0o755)?;
-    let path = rdir.join(layout::STREAM_RECORD);
-    match layout::read_small(&path)? {
-        Some(b) => {
-            let h = Header::decode(&b, KIND_STREAM, &path)?;
-            if h.name != stream || h.partitions != n {
-                return Err(StreamError::PartitionMismatch {
-                    stream: stream.into(),
-                    existing: h.partitions,
-                    asked: n,
-                });
-            }
-            Ok(())
-        }
-        None => {
-            let h = Header {
-                kind: KIND_STREAM,
-                id: 0,
-                first: 0,
-                partition: 0,
-                partitions: n,
-                name: stream.into(),
-            };
-            layout::write_atomic(&path, &h.encode(), 0o644)
-        }
-    }
-}
-
 fn check_producer(b: &Batch, id: u64, path: &Path) -> Result<()> {
     for (i, e) in b.events().enumerate() {
         if e.producer != id || e.seq != b.header.first + i as u64 {
@@ -492,127 +528,4 @@ fn read_ranges(
         out.push((r.producer, batches));
     }
     Ok(out)
-}
-
-/// The segments of a stream on this node, by producer, and their
-/// partition count (they must agree).
-fn local_segments(dir: &Path, stream: &str) -> Result<(BTreeMap<u64, LocalSeg>, Option<u32>)> {
-    let mut out = BTreeMap::new();
-    let mut parts: Option<u32> = None;
-    for ent in std::fs::read_dir(dir).ctx("list", dir)? {
-        let ent = ent.ctx("list", dir)?;
-        let Some(id) = layout::parse_segment_name(&ent.file_name().to_string_lossy()) else {
-            continue;
-        };
-        let path = ent.path();
-        let file = File::open(&path).ctx("open", &path)?;
-        let len = file.metadata().ctx("stat", &path)?.len();
-        let head = crate::producer::read_head(&path)?;
-        if head.len() < 52 || (len as usize) < 52 + stream.len() + 4 {
-            continue; // its producer is writing the header now
-        }
-        let h = Header::decode(&head, KIND_SEGMENT, &path)?;
-        if h.name != stream || h.id != id {
-            return Err(corrupt(
-                &path,
-                16,
-                format!("header names stream {} producer {:016x}", h.name, h.id),
-            ));
-        }
-        match parts {
-            Some(p) if p != h.partitions => {
-                return Err(StreamError::PartitionMismatch {
-                    stream: stream.into(),
-                    existing: p,
-                    asked: h.partitions,
-                })
-            }
-            _ => parts = Some(h.partitions),
-        }
-        out.insert(
-            id,
-            LocalSeg {
-                path,
-                file,
-                header_len: h.len(),
-                len,
-            },
-        );
-    }
-    Ok((out, parts))
-}
-
-/// The cut log's records, and where its valid part ends. A torn last
-/// record (a crash while appending it, before its fdatasync returned:
-/// never applied) is ignored and overwritten by the next cut.
-pub fn read_cuts(path: &Path) -> Result<(Vec<Cut>, u64)> {
-    let b = layout::read_small(path)?.unwrap_or_default();
-    let mut cuts = Vec::new();
-    let mut pos = 0usize;
-    while pos < b.len() {
-        let Some(len) = format::record_len(&b[pos..]) else {
-            break;
-        };
-        if len < 36 || pos + len > b.len() {
-            break;
-        }
-        match Cut::decode(&b[pos..pos + len], path, pos as u64) {
-            Ok(c) => {
-                if c.round != cuts.len() as u64 + 1 {
-                    return Err(corrupt(
-                        path,
-                        pos as u64,
-                        format!(
-                            "cut of round {} where round {} was expected",
-                            c.round,
-                            cuts.len() + 1
-                        ),
-                    ));
-                }
-                cuts.push(c);
-            }
-            Err(_) if pos + len == b.len() => break,
-            Err(e) => return Err(e),
-        }
-        pos += len;
-    }
-    Ok((cuts, pos as u64))
-}
-
-/// Append a cut record after the valid part of the log: one write, one
-/// fdatasync (and a directory fsync when the log is created).
-fn append_cut(path: &Path, at: u64, cut: &Cut) -> Result<()> {
-    let existed = path.exists();
-    let f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path)
-        .ctx("open", path)?;
-    let rec = cut.encode();
-    f.write_all_at(&rec, at).ctx("write", path)?;
-    f.set_len(at + rec.len() as u64).ctx("truncate", path)?;
-    f.sync_data().ctx("fdatasync", path)?;
-    if !existed {
-        layout::sync_dir(path.parent().unwrap())?;
-    }
-    Ok(())
-}
-
-/// The stream's drain lock (flock, released when the file closes): one
-/// drain of a stream at a time, whoever runs it.
-fn lock(path: &Path) -> Result<File> {
-    let f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path)
-        .ctx("open", path)?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(std::io::Error::last_os_error()).ctx("flock", path);
-    }
-    Ok(f)
 }

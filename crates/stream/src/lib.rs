@@ -13,11 +13,14 @@ pub mod drain;
 pub mod error;
 pub mod format;
 pub mod layout;
+mod local;
 pub mod producer;
+mod publish;
 pub mod reader;
+mod records;
 pub mod segment;
 
-pub use drain::{drain_all, drain_stream, DrainOptions, DrainReport};
+pub use drain::{drain_all, drain_stream, DrainOptions, DrainReport, Drainer};
 pub use error::{Result, StreamError};
 pub use format::Event;
 pub use producer::{Partitioner, Producer};

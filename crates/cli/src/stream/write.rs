@@ -58,22 +58,31 @@ pub fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {
         roll_bytes: a.roll_bytes.max(1),
         ..Default::default()
     };
+    let mut drainer = paralog_stream::Drainer::default();
     loop {
         let streams = match &a.stream {
             Some(s) => vec![s.clone()],
             None => paralog_stream::drain::local_streams(&local)?,
         };
         for s in &streams {
-            let r = paralog_stream::drain_stream(&local, &remote, s, &opts)?;
-            if let Some(round) = r.round {
-                println!(
-                    "stream {s}: round {round}: {} events, {} bytes",
-                    r.events, r.bytes
-                );
+            // One round per interval when following; else until nothing is left.
+            let reports = if a.follow {
+                vec![drainer.drain(&local, &remote, s, &opts)?]
+            } else {
+                drainer.drain_pending(&local, &remote, s, &opts)?
+            };
+            for r in &reports {
+                if r.replayed > 0 {
+                    println!("stream {s}: {} recorded round(s) applied again", r.replayed);
+                }
+                if let Some(round) = r.round {
+                    println!(
+                        "stream {s}: round {round}: {} events, {} bytes",
+                        r.events, r.bytes
+                    );
+                }
             }
-            if r.replayed > 0 {
-                println!("stream {s}: {} recorded round(s) applied again", r.replayed);
-            }
+            let r = reports.last().expect("at least one report");
             if !a.follow {
                 for (path, off, why) in &r.torn {
                     println!(
