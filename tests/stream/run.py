@@ -19,6 +19,11 @@ under a node-local root, `paralog stream drain` to a POSIX remote, and
                   moments: every event a producer reported flushed before
                   the kill is stored exactly once, and nothing else but the
                   events it appended, in order (no gap, no invented event)
+  reader killed   `cat --group G --commit-every 1000` killed with SIGKILL
+                  after 20,000 of 60,000 events, then run again from the
+                  group's committed offsets: every event delivered at least
+                  once, duplicates only from the uncommitted window (at
+                  most 1,000 plus what sat in the output buffer)
   paralog run     two producers as the program of `paralog run` (no
                   --remote): the server drains the streams as it runs and a
                   last round when it stops; every event is under the
@@ -220,6 +225,38 @@ def case_paralog_run(work):
     return f"{desc['round']} drain rounds"
 
 
+def case_reader_killed(work):
+    local, remote = work / "local", work / "remote"
+    remote.mkdir()
+    for _ in range(2):
+        producer_report(produce(local, 30_000, flush_every=1000))
+    drain(local, remote)
+    every = cat(remote, "--from", "earliest")
+    check(len(every) == 60_000, f"{len(every)} events")
+    p = subprocess.Popen([str(BIN), "stream", "cat", f"{remote}/{STREAM}", "--json", "--group", "G",
+                          "--commit-every", "1000"], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    first = []
+    for line in p.stdout:
+        first.append(json.loads(line))
+        if len(first) == 20_000:
+            kill_tree(p, signal.SIGKILL)
+            break
+    # What was written to the pipe before the kill was delivered too.
+    first += [json.loads(x) for x in p.stdout.read().splitlines() if x.strip()]
+    p.wait()
+    check(len(first) < 60_000, "the reader was not killed before the end")
+    second = cat(remote, "--group", "G")
+    key = lambda e: (e["partition"], e["offset"])  # noqa: E731
+    seen = {key(e) for e in first} | {key(e) for e in second}
+    check(seen == {key(e) for e in every}, f"{len({key(e) for e in every} - seen)} events never delivered")
+    dup = len({key(e) for e in first} & {key(e) for e in second})
+    # At most the events after the last commit: 1,000, plus the lines in
+    # the 64 KiB output buffer written before it.
+    check(dup <= 1000 + 65536 // 150, f"{dup} events delivered twice")
+    check(cat(remote, "--group", "G") == [], "the group got events again after a complete read")
+    return f"{len(first)} delivered before the kill, {dup} again after"
+
+
 def syscalls(work, flush_every):
     trace = work / f"strace-{flush_every}"
     local = work / f"local-{flush_every}"
@@ -315,7 +352,7 @@ def main():
     suite = Suite("stream", keep=a.keep)
     cases = [("4x3x50000", case_big)]
     cases += [(f"kill -9 #{i}", case_kill(1000 + i)) for i in range(a.trials)]
-    cases += [("paralog run", case_paralog_run), ("one fdatasync per flush", case_fdatasync), ("corrupt local", case_corrupt_local),
+    cases += [("reader killed", case_reader_killed), ("paralog run", case_paralog_run), ("one fdatasync per flush", case_fdatasync), ("corrupt local", case_corrupt_local),
               ("corrupt remote", case_corrupt_remote), ("bad commands", case_bad)]
     sys.exit(suite.run(cases, only=a.only))
 
