@@ -189,7 +189,9 @@ def case_kill(seed):
         remote.mkdir()
         d = follow_drain(local, remote, interval_ms=rng.choice([5, 20, 50]))
         total = 30_000
-        ps = [produce(local, total, flush_every=rng.choice([37, 200, 1000]), payload_size=rng.choice([0, 100]))
+        # 150 to 810 flushes each (a flush is an fdatasync): long enough
+        # that most are killed in the middle.
+        ps = [produce(local, total, flush_every=rng.choice([37, 100, 200]), payload_size=rng.choice([0, 100]))
               for _ in range(4)]
         time.sleep(rng.uniform(0.02, 0.3))
         for p in ps:
@@ -204,7 +206,9 @@ def case_kill(seed):
         got = check_events(cat(remote, "--from", "earliest"), flushed, {pid: total for pid in flushed})
         extra = sum(got[p] - flushed[p] for p in got)
         torn = out.count("not read")
-        return f"flushed {sorted(flushed.values())}, {extra} written but unacknowledged stored, {torn} torn tail(s)"
+        killed = sum(rc == -9 for _, _, rc in reports)
+        return (f"{killed} killed, flushed {sorted(flushed.values())}, {extra} written but unacknowledged stored, "
+                f"{torn} torn tail(s)")
     return case
 
 

@@ -55,6 +55,8 @@ pub struct DrainReport {
     /// Segments whose tail is not a committed batch (a flush in progress,
     /// or a producer killed during one): (segment, offset, why).
     pub torn: Vec<(PathBuf, u64, String)>,
+    /// Of those, the tails cut off (their producer is gone): (segment, new length).
+    pub cut: Vec<(PathBuf, u64)>,
 }
 
 /// The streams that have a directory under the node-local root.
@@ -359,6 +361,9 @@ fn take_new(
                 }
                 Next::End => break,
                 Next::Torn(why) => {
+                    if local::cut_torn_tail(seg, pos)? {
+                        report.cut.push((seg.path.clone(), pos));
+                    }
                     report.torn.push((seg.path.clone(), pos, why));
                     break;
                 }

@@ -152,3 +152,25 @@ pub fn lock(path: &Path) -> Result<File> {
     }
     Ok(f)
 }
+
+/// Cut a torn tail off a segment at `at` (where its last committed batch
+/// ends) if its producer is gone (its lock can be taken): a flush that
+/// will never finish, whose bytes are never read. Returns whether it cut;
+/// a live producer's tail (a flush in progress) is left alone.
+pub fn cut_torn_tail(seg: &LocalSeg, at: u64) -> Result<bool> {
+    let f = OpenOptions::new()
+        .write(true)
+        .open(&seg.path)
+        .ctx("open", &seg.path)?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Ok(false);
+        }
+        return Err(e).ctx("flock", &seg.path);
+    }
+    f.set_len(at).ctx("truncate", &seg.path)?;
+    f.sync_data().ctx("fdatasync", &seg.path)?;
+    Ok(true)
+}

@@ -5,6 +5,7 @@
 //! created, renamed or directory-synced per flush.
 
 use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -143,6 +144,13 @@ impl Producer {
         // Once per producer, not per flush: the header and the segment's
         // name are durable before any flush can rely on them.
         file.sync_all().ctx("fsync", &path)?;
+        // Held for the producer's life, released by the kernel when it
+        // dies: the drain cuts a torn tail only off a segment whose lock
+        // it can take (its producer is gone and will never finish it).
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(std::io::Error::last_os_error()).ctx("flock", &path);
+        }
         layout::sync_dir(&dir)?;
         Ok(Producer {
             path,

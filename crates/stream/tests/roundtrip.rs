@@ -322,6 +322,18 @@ fn torn_and_corrupt() {
     assert_eq!(r.events, 30);
     assert_eq!(r.torn.len(), 1, "{:?}", r.torn);
     assert_eq!(r.torn[0].1, bytes.len() as u64);
+    // Its producer is alive (a flush may be in progress): not cut.
+    assert!(r.cut.is_empty());
+    assert_eq!(std::fs::metadata(&seg).unwrap().len(), torn.len() as u64);
+    // Gone, it will never finish that flush: the tail is cut off.
+    drop(p);
+    let r = drain_stream(&local, &remote, S, &opts()).unwrap();
+    assert_eq!(r.cut, vec![(seg.clone(), bytes.len() as u64)]);
+    assert_eq!(std::fs::metadata(&seg).unwrap().len(), bytes.len() as u64);
+    assert!(drain_stream(&local, &remote, S, &opts())
+        .unwrap()
+        .torn
+        .is_empty());
 
     // Damage in a batch with bytes after it (the torn tail cut, a batch
     // of a second segment): refused, naming the segment and the offset.

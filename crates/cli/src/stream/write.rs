@@ -84,6 +84,12 @@ pub fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {
             }
             let r = reports.last().expect("at least one report");
             if !a.follow {
+                for (path, off) in &r.cut {
+                    println!(
+                        "stream {s}: {}: torn tail cut off at offset {off} (its producer is gone)",
+                        path.display()
+                    );
+                }
                 for (path, off, why) in &r.torn {
                     println!(
                         "stream {s}: {} at offset {off}: not read (a flush that did not finish, or one in progress: {why})",
