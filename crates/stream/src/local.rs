@@ -43,7 +43,7 @@ pub fn segments(dir: &Path, stream: &str) -> Result<(BTreeMap<u64, LocalSeg>, Op
         let file = File::open(&path).ctx("open", &path)?;
         let len = file.metadata().ctx("stat", &path)?.len();
         let head = crate::producer::read_head(&path)?;
-        if head.len() < 52 || (len as usize) < 52 + stream.len() + 4 {
+        if head.len() < 52 || (len as usize) < 52 + stream.len() {
             continue; // its producer is writing the header now
         }
         let h = Header::decode(&head, KIND_SEGMENT, &path)?;
