@@ -23,6 +23,14 @@ under a node-local root, `paralog stream drain` to a POSIX remote, and
                   while it writes: the drain reports the torn tail and cuts
                   it off (the producer is gone), stores every flushed event
                   once, and a second drain finds the segment clean
+  crash at P      the drain killed (PARALOG_FAILPOINT) at each point of its
+                  second round: half of the cut record written, the cut
+                  recorded, one partition applied, every partition applied
+                  before the watermark. Readers then see exactly round 1;
+                  the next drain applies the recorded cut again (or, with a
+                  torn cut record, makes it anew) and the remote and the
+                  cut log equal, byte for byte, those of an uninterrupted
+                  drain of the same segments
   reader killed   `cat --group G --commit-every 1000` killed with SIGKILL
                   after 20,000 of 60,000 events, then run again from the
                   group's committed offsets: every event delivered at least
@@ -267,6 +275,46 @@ def case_kill_mid_write(work):
     return f"after {tries} tries: {flushed} flushed, {n} stored, tail cut at {off}"
 
 
+def copy_segments(src, dst):
+    """The producers' segments of src into dst (not its cut log)."""
+    d = Path(dst) / ".paralog-streams" / STREAM
+    d.mkdir(parents=True, exist_ok=True)
+    for f in seg_files(src):
+        shutil.copyfile(f, d / f.name)
+
+
+def case_crash(point):
+    def case(work):
+        local, remote, ref, ref_remote = work / "local", work / "remote", work / "ref", work / "ref-remote"
+        remote.mkdir()
+        ref_remote.mkdir()
+        for _ in range(3):
+            producer_report(produce(local, 10_000, flush_every=500))
+        copy_segments(local, ref)
+        drain(local, remote)
+        drain(ref, ref_remote)
+        round1 = cat(remote, "--from", "earliest")
+        for _ in range(2):
+            producer_report(produce(local, 10_000, flush_every=500))
+        copy_segments(local, ref)
+        r = run([BIN, "stream", "drain", "--local", local, "--remote", remote], check=False,
+                env=dict(os.environ, PARALOG_FAILPOINT=point))
+        check(r.returncode == -9, f"the drain was not killed at {point}: {r.returncode} {r.stderr[-300:]}")
+        check(cat(remote, "--from", "earliest") == round1, "readers saw a round that was not published")
+        out = drain(local, remote).stdout
+        replayed = "applied again" in out
+        check(replayed == (point != "stream.torn_cut"), f"after {point}: {out}")
+        drain(ref, ref_remote)
+        want, got = segment_tree(ref_remote), segment_tree(remote)
+        check(want.keys() == got.keys() and all(want[k] == got[k] for k in want),
+              f"after {point} the remote differs from an uninterrupted drain's")
+        cuts = lambda root: (Path(root) / ".paralog-streams" / STREAM / "cuts").read_bytes()  # noqa: E731
+        check(cuts(local) == cuts(ref), "the cut logs differ")
+        check(len(cat(remote, "--from", "earliest")) == 50_000, "not every event is stored")
+        return "recorded cut applied again" if replayed else "torn cut record overwritten"
+    return case
+
+
 def case_reader_killed(work):
     local, remote = work / "local", work / "remote"
     remote.mkdir()
@@ -394,6 +442,8 @@ def main():
     suite = Suite("stream", keep=a.keep)
     cases = [("4x3x50000", case_big)]
     cases += [(f"kill -9 #{i}", case_kill(1000 + i)) for i in range(a.trials)]
+    cases += [(f"crash at {p}", case_crash(p)) for p in
+              ("stream.torn_cut", "stream.after_cut", "stream.mid_apply", "stream.before_watermark")]
     cases += [("kill mid-write", case_kill_mid_write), ("reader killed", case_reader_killed), ("paralog run", case_paralog_run), ("one fdatasync per flush", case_fdatasync), ("corrupt local", case_corrupt_local),
               ("corrupt remote", case_corrupt_remote), ("bad commands", case_bad)]
     sys.exit(suite.run(cases, only=a.only))

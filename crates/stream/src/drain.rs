@@ -238,6 +238,7 @@ impl Drainer {
             parts,
         };
         k.cuts_len += local::append_cut(&cuts_path, k.cuts_len, &cut)?;
+        crate::failpoint::hit("stream.after_cut");
         let bytes = encode_parts(&cut, &frames, &rdir)?;
         let after = after(&cut);
         apply(&rdir, stream, k.n, &cut, &bytes, &after)?;

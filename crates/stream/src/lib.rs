@@ -11,6 +11,7 @@
 
 pub mod drain;
 pub mod error;
+pub mod failpoint;
 pub mod format;
 pub mod layout;
 mod local;

@@ -127,6 +127,13 @@ pub fn append_cut(path: &Path, at: u64, cut: &Cut) -> Result<u64> {
         .open(path)
         .ctx("open", path)?;
     let rec = cut.encode();
+    if crate::failpoint::armed("stream.torn_cut") {
+        // A crash in the middle of the record's write: half of it on disk.
+        f.write_all_at(&rec[..rec.len() / 2], at)
+            .ctx("write", path)?;
+        f.sync_data().ctx("fdatasync", path)?;
+        crate::failpoint::hit("stream.torn_cut");
+    }
     f.write_all_at(&rec, at).ctx("write", path)?;
     f.set_len(at + rec.len() as u64).ctx("truncate", path)?;
     f.sync_data().ctx("fdatasync", path)?;

@@ -69,7 +69,9 @@ pub fn apply(
         if !existed {
             layout::sync_dir(&pdir)?;
         }
+        crate::failpoint::hit("stream.mid_apply");
     }
+    crate::failpoint::hit("stream.before_watermark");
     let wm = Watermark {
         round: cut.round,
         parts: after.to_vec(),
