@@ -284,7 +284,7 @@ fn replay(
     if wm.parts.len() != n as usize || wm.round > cuts.len() as u64 {
         return Err(StreamError::Invalid {
             what: format!(
-                "{}: round {} with {} partitions, but this node's cut log ends at round {} with {n}: the remote was drained from another node-local root",
+                "{}: round {} with {} partitions, but this node's cut log ends at round {} with {n}: the remote was drained from another node-local root, or the cut log lost its last record (damaged: look at it)",
                 rdir.join(layout::WATERMARK).display(), wm.round, wm.parts.len(), cuts.len()
             ),
         });

@@ -128,3 +128,55 @@ fn watermark_past_the_data_is_refused() {
         .to_string();
     assert!(e.contains("disagrees with the cut log"), "{e}");
 }
+
+/// The cut log: a damaged record with more after it is refused, naming
+/// the log and the record's offset; a damaged last record is an append
+/// that never finished (never applied), overwritten by the next round.
+#[test]
+fn damaged_cut_log() {
+    let t = tempfile::tempdir().unwrap();
+    let (local, remote) = (t.path().join("local"), t.path().join("remote"));
+    std::fs::create_dir(&remote).unwrap();
+    let mut p = Producer::open(&local, S, 2, Partitioner::RoundRobin).unwrap();
+    let mut lens = vec![0u64];
+    let cuts = local.join(".paralog-streams").join(S).join("cuts");
+    for _ in 0..3 {
+        p.append(None, b"e", None).unwrap();
+        p.flush().unwrap();
+        drain_stream(&local, &remote, S, &DrainOptions::default()).unwrap();
+        lens.push(std::fs::metadata(&cuts).unwrap().len());
+    }
+    let good = std::fs::read(&cuts).unwrap();
+    // The last record damaged: taken for an unfinished append. The remote
+    // is at round 3, past the log's 2 rounds: refused, not overwritten.
+    let mut b = good.clone();
+    let at = (lens[2] + 20) as usize;
+    b[at] ^= 1;
+    std::fs::write(&cuts, &b).unwrap();
+    let e = drain_stream(&local, &remote, S, &DrainOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("drained from another node-local root"), "{e}");
+    // The middle record damaged: refused, naming the log and its offset.
+    let mut b = good.clone();
+    b[(lens[1] + 20) as usize] ^= 1;
+    std::fs::write(&cuts, &b).unwrap();
+    let e = drain_stream(&local, &remote, S, &DrainOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&cuts.display().to_string()) && e.contains(&format!("offset {}", lens[1])),
+        "{e}"
+    );
+    // Half a record after the good ones (a crash while appending): ignored,
+    // and the next round writes over it.
+    let mut b = good.clone();
+    b.extend_from_slice(&good[lens[2] as usize..lens[2] as usize + 30]);
+    std::fs::write(&cuts, &b).unwrap();
+    p.append(None, b"f", None).unwrap();
+    p.flush().unwrap();
+    let r = drain_stream(&local, &remote, S, &DrainOptions::default()).unwrap();
+    assert_eq!((r.round, r.replayed), (Some(4), 0));
+    assert_eq!(read_count(&remote).unwrap(), 4);
+    assert_eq!(std::fs::read(&cuts).unwrap()[..good.len()], good[..]);
+}
