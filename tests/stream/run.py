@@ -12,7 +12,8 @@ under a node-local root, `paralog stream drain` to a POSIX remote, and
                   producer, every event 0..49,999 exactly once with the
                   payload it appended; two reader groups see identical
                   partitions, both with lag 0 after, and a group read again
-                  from its committed offsets gets nothing; a copy of the
+                  from its committed offsets gets nothing; `stream lag`
+                  says nothing is left on the node; a copy of the
                   node-local root drained into a fresh remote gives the same
                   segment files byte for byte
   kill -9 #N      producers (and the drain) killed with SIGKILL at random
@@ -47,7 +48,8 @@ under a node-local root, `paralog stream drain` to a POSIX remote, and
   corrupt local   a byte flipped in a committed batch of a segment: the
                   drain exits 1 naming the segment and the batch's offset,
                   and nothing of the stream is published
-  corrupt remote  a byte flipped in a drained partition segment: cat exits
+  corrupt remote  (`stream lag` counts every byte as not drained before
+                  the first drain) a byte flipped in a drained partition segment: cat exits
                   1 naming the segment and an offset, and prints no event
                   of the damaged batch
   bad commands    unknown stream, an S3 URL, a partition count that
@@ -181,6 +183,9 @@ def case_big(work):
     check(desc["events"] == 200_000 and all(g["lag"] == 0 for g in desc["groups"]) and len(desc["groups"]) == 2,
           f"describe: {desc}")
     n_rounds = desc["round"]
+    lag = json.loads(run([BIN, "stream", "lag", "--local", local, "--json"]).stdout)
+    check(len(lag) == 1 and lag[0]["producers"] == 4 and lag[0]["lag_bytes"] == 0 and lag[0]["bytes"] > 0
+          and lag[0]["rounds"] == n_rounds, f"lag after the last round: {lag}")
     check(n_rounds > 2, f"only {n_rounds} drain rounds while producers ran (the drain printed {rounds[-300:]!r})")
     # A copy of the node-local root (segments and cut log) into a fresh remote.
     copy, fresh = work / "copy", work / "fresh"
@@ -404,6 +409,8 @@ def case_corrupt_remote(work):
     local, remote = work / "local", work / "remote"
     remote.mkdir()
     producer_report(produce(local, 3000, flush_every=1000))
+    lag = json.loads(run([BIN, "stream", "lag", "--local", local, "--json"]).stdout)
+    check(lag[0]["lag_bytes"] == lag[0]["bytes"] > 3000 * 104, f"lag before any drain: {lag}")
     drain(local, remote)
     seg = sorted((remote / ".paralog-streams" / STREAM / "p00001").glob("*.seg"))[0]
     b = bytearray(seg.read_bytes())

@@ -28,6 +28,8 @@ enum Cmd {
     Cat(read::CatArgs),
     /// Drain the streams of a node-local root to a remote (one round, or --follow).
     Drain(write::DrainArgs),
+    /// The streams under a node-local root: producers, bytes, bytes not drained yet.
+    Lag(write::LagArgs),
     /// Append generated events to a stream (a load generator for tests and
     /// benchmarks): prints its producer id, then each flush.
     Produce(write::ProduceArgs),
@@ -39,6 +41,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Cmd::Describe(a) => read::describe(a),
         Cmd::Cat(a) => read::cat(a),
         Cmd::Drain(a) => write::drain(a),
+        Cmd::Lag(a) => write::lag(a),
         Cmd::Produce(a) => write::produce(a),
     }
 }

@@ -28,6 +28,43 @@ pub struct DrainArgs {
 }
 
 #[derive(clap::Args)]
+pub struct LagArgs {
+    #[command(flatten)]
+    local: crate::LocalArg,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn lag(a: LagArgs) -> anyhow::Result<ExitCode> {
+    let local = a.local.resolve()?;
+    let mut rows = Vec::new();
+    for s in paralog_stream::drain::local_streams(&local)? {
+        let l = paralog_stream::drain::local_lag(&local, &s)?;
+        rows.push(serde_json::json!({
+            "stream": l.stream, "partitions": l.partitions, "producers": l.segments,
+            "bytes": l.bytes, "drained": l.drained, "lag_bytes": l.bytes - l.drained, "rounds": l.rounds,
+        }));
+    }
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::Value::Array(rows))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    for r in &rows {
+        writeln!(
+            out,
+            "{}: {} producer(s), {} bytes, {} not drained yet, {} drain round(s)",
+            r["stream"].as_str().unwrap_or(""),
+            r["producers"],
+            r["bytes"],
+            r["lag_bytes"],
+            r["rounds"]
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
 pub struct ProduceArgs {
     #[command(flatten)]
     local: crate::LocalArg,
