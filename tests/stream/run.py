@@ -234,8 +234,9 @@ def case_paralog_run(work):
     local, prefix = work / "local", work / "prefix"
     prefix.mkdir()
     prod = f"{BIN} stream produce --stream {STREAM} --partitions {PARTS} --events 20000 --flush-every 100"
-    r = run([BIN, "run", "--local", local, "--prefix", prefix, "--mpi", "none", "--", "sh", "-c",
-             f"{prod} & {prod} --partition-by key; wait"])
+    # A relative prefix with `..` in it: the streams still find it.
+    r = run([BIN, "run", "--local", local, "--prefix", "prefix/../prefix", "--mpi", "none", "--", "sh", "-c",
+             f"{prod} & {prod} --partition-by key; wait"], cwd=work)
     check("MISSED" not in r.stdout + r.stderr, f"stream files taken for files written past capture: {r.stderr[-500:]}")
     flushed = {}
     for line in r.stdout.splitlines():
