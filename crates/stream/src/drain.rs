@@ -338,8 +338,12 @@ fn replay(
     }))
 }
 
-/// Every committed batch past the last cut, each segment's share of the
-/// round's budget at most (at least one batch each, so none starves).
+/// Every committed batch past the last cut, within the round's budget:
+/// each segment takes its share (at least one batch), starting from
+/// another segment each round so that none starves, and the round stops
+/// once the budget is spent. So a round's batches, and each partition's
+/// remote batch, stay well below the decoder's limit (`MAX_BODY`).
+/// Sorted by producer: the cut order.
 fn take_new(
     segs: &BTreeMap<u64, LocalSeg>,
     k: &Known,
@@ -347,8 +351,14 @@ fn take_new(
     report: &mut DrainReport,
 ) -> Result<Vec<(u64, Vec<Batch>)>> {
     let share = opts.max_round_bytes / segs.len().max(1) as u64;
+    let order: Vec<(&u64, &LocalSeg)> = segs.iter().collect();
+    let start = (k.rounds as usize) % order.len().max(1);
     let mut new = Vec::new();
-    for (&id, seg) in segs {
+    let mut total = 0u64;
+    for &(&id, seg) in order[start..].iter().chain(&order[..start]) {
+        if total >= opts.max_round_bytes {
+            break;
+        }
         let mut pos = k.taken.get(&id).copied().unwrap_or(seg.header_len);
         let mut got = Vec::new();
         let mut used = 0u64;
@@ -370,6 +380,7 @@ fn take_new(
                 }
             }
         }
+        total += used;
         if !got.is_empty() {
             // What the cut takes must survive a crash of the node even if
             // its producer's own fdatasync has not returned yet.
@@ -377,6 +388,7 @@ fn take_new(
             new.push((id, got));
         }
     }
+    new.sort_by_key(|(id, _)| *id);
     Ok(new)
 }
 
