@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-crash-long test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench
+.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench
 
 all: build
 
@@ -39,7 +39,7 @@ demo: build
 setup-test: setup
 	@bash scripts/setup.sh --test
 
-test: build setup-test lint test-rust test-capture test-server test-aggregate test-objects test-remote test-cluster test-slurm
+test: build setup-test lint test-rust test-capture test-server test-aggregate test-objects test-stream test-remote test-cluster test-slurm
 
 # The Rust tests; the backend conformance suite
 # (crates/server/tests/conformance.rs) runs its S3 part against the MinIO
@@ -89,6 +89,13 @@ test-aggregate: build
 # tensorstore (the virtual environment scripts/setup.sh --test makes).
 test-objects: build setup-test
 	/usr/bin/python3 -m tests.objects.run
+
+# Shared event streams on one node (docs/streams.md): 4 producer processes
+# x 3 partitions x 50,000 events drained while they run, two reader groups,
+# a re-drain byte for byte, producers killed with SIGKILL, one fdatasync per
+# flush (strace), damage named by file and offset (about 20 s).
+test-stream: build
+	/usr/bin/python3 -m tests.stream.run
 
 # The long crash run (500 randomized trials, about 10 minutes).
 test-crash-long: build

@@ -24,6 +24,7 @@ mod run;
 mod server;
 mod sets;
 mod status;
+mod stream;
 mod wait;
 
 #[derive(Parser)]
@@ -69,6 +70,8 @@ enum Cmd {
     Sets(sets::Args),
     /// What a running server is doing (live on a terminal, --json for scripts).
     Status(status::Args),
+    /// Shared event streams: ls, describe, cat, drain, produce (docs/streams.md).
+    Stream(stream::Args),
     /// Wait until everything committed is drained (on every node of a server
     /// job), then let the servers exit: the end of a batch script.
     Wait(wait::Args),
@@ -120,7 +123,12 @@ fn main() -> ExitCode {
     // them (Rust ignores SIGPIPE by default; children get it back).
     if matches!(
         cli.cmd,
-        Cmd::CheckSymbols(_) | Cmd::Env(_) | Cmd::Inspect(_) | Cmd::Materialize(_) | Cmd::Sets(_)
+        Cmd::CheckSymbols(_)
+            | Cmd::Env(_)
+            | Cmd::Inspect(_)
+            | Cmd::Materialize(_)
+            | Cmd::Sets(_)
+            | Cmd::Stream(_)
     ) {
         // SAFETY: restoring the default disposition of one signal at start-up.
         unsafe {
@@ -142,6 +150,7 @@ fn main() -> ExitCode {
         Cmd::Server(a) => server::run(a),
         Cmd::Sets(a) => sets::run(a),
         Cmd::Status(a) => status::run(a),
+        Cmd::Stream(a) => stream::run(a),
         Cmd::Wait(a) => wait::run(a),
     };
     match result {

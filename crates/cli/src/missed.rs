@@ -41,6 +41,11 @@ fn walk(root: &Path) -> Option<HashMap<PathBuf, Meta>> {
                 return None;
             }
             let Ok(m) = e.metadata() else { continue };
+            // The prefix's shared event streams are the server's own
+            // drain (docs/streams.md), not files written past capture.
+            if m.is_dir() && dir == root && e.file_name() == paralog_stream::layout::STREAMS_DIR {
+                continue;
+            }
             if m.is_dir() {
                 stack.push(e.path());
             } else if m.is_file() {

@@ -211,6 +211,12 @@ fn start_server(
     }
     if let Some(r) = remote {
         cmd.arg("--remote").arg(r);
+    } else if let Some(p) = env_path(&args.prefix, "PARALOG_PREFIX") {
+        // Files go back to the prefix; streams go to its .paralog-streams.
+        // Absolute and without `..`, as a remote URL must be.
+        let p = std::path::absolute(&p).unwrap_or(p);
+        cmd.arg("--stream-remote")
+            .arg(paralog_settings::normalize(&p));
     }
     if let Some(a) = args.aggregate.resolve()? {
         cmd.args(crate::aggregate_args::AggregateArgs::to_args(&a));

@@ -47,6 +47,11 @@ pub struct Args {
     aggregate: crate::aggregate_args::AggregateArgs,
     #[command(flatten)]
     pub job_of_servers: ServerJobArgs,
+    /// Where the shared event streams under the node-local root drain: a
+    /// directory (docs/streams.md) [default: --remote, when it is one;
+    /// `paralog run` gives the prefix]
+    #[arg(long, value_name = "DIR")]
+    stream_remote: Option<String>,
 }
 
 /// How a server takes part in a server job (one server per node, started
@@ -226,7 +231,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         workers = t.workers,
         "server ready"
     );
+    let streams = crate::stream::server_drain(args.stream_remote.as_deref(), &remote, &root)?;
     server.wait_stop();
+    // After the files: a last round of every stream, so that every event
+    // flushed before the program ended is on the remote.
+    let streams_failed = streams.is_some_and(|s| !s.finish().is_empty());
     let _ = std::fs::remove_file(&socket);
     let st = server.status();
     tracing::info!(
@@ -235,5 +244,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         pending = st.epochs_pending,
         "server stopped"
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(if streams_failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

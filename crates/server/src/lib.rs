@@ -17,5 +17,6 @@ pub mod retry;
 pub mod service;
 pub mod status;
 pub mod step;
+pub mod streams;
 pub mod timeline;
 pub mod watch;

@@ -1,0 +1,95 @@
+//! `paralog stream ...`: shared event streams (docs/streams.md). Reading
+//! a drained stream (`ls`, `describe`, `cat`) is in `read.rs`; the drain
+//! and the load generator (`drain`, `produce`) in `write.rs`. The logic is
+//! in `paralog-stream`; this parses, calls and prints.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail};
+use paralog_backend::RemoteUrl;
+
+mod read;
+mod write;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Subcommand)]
+enum Cmd {
+    /// The streams drained to a remote (the URL given to --remote).
+    Ls(read::LsArgs),
+    /// A stream's partitions, high watermarks, segments and reader groups.
+    Describe(read::DescribeArgs),
+    /// Print a stream's events (one per line), alone or as a reader group.
+    Cat(read::CatArgs),
+    /// Drain the streams of a node-local root to a remote (one round, or --follow).
+    Drain(write::DrainArgs),
+    /// The streams under a node-local root: producers, bytes, bytes not drained yet.
+    Lag(write::LagArgs),
+    /// Append generated events to a stream (a load generator for tests and
+    /// benchmarks): prints its producer id, then each flush.
+    Produce(write::ProduceArgs),
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.cmd {
+        Cmd::Ls(a) => read::ls(a),
+        Cmd::Describe(a) => read::describe(a),
+        Cmd::Cat(a) => read::cat(a),
+        Cmd::Drain(a) => write::drain(a),
+        Cmd::Lag(a) => write::lag(a),
+        Cmd::Produce(a) => write::produce(a),
+    }
+}
+
+/// The directory of a POSIX remote URL (the only remote of streams so far).
+fn posix_root(url: &str) -> anyhow::Result<PathBuf> {
+    match url.parse::<RemoteUrl>().map_err(|e| anyhow!("{e}"))? {
+        RemoteUrl::Posix(p) => Ok(p),
+        other => bail!("{other}: streams are drained to and read from POSIX remotes (a directory) so far; S3 and the object layout come later (docs/streams.md)"),
+    }
+}
+
+/// The server's stream drain (one node): to `--stream-remote`, else to
+/// `--remote` when it is a directory; none otherwise (said in the log).
+pub fn server_drain(
+    stream_remote: Option<&str>,
+    remote: &paralog_server::remote::Remote,
+    root: &std::path::Path,
+) -> anyhow::Result<Option<paralog_server::streams::StreamDrain>> {
+    use paralog_server::remote::Remote;
+    let dir = match (stream_remote, remote) {
+        (Some(u), _) => posix_root(u).map_err(|e| anyhow!("--stream-remote: {e}"))?,
+        (None, Remote::Url(RemoteUrl::Posix(p), _)) => p.clone(),
+        (None, _) => {
+            tracing::info!("streams are not drained: give --stream-remote DIR (docs/streams.md)");
+            return Ok(None);
+        }
+    };
+    let every = std::time::Duration::from_millis(100);
+    Ok(Some(paralog_server::streams::start(
+        root.to_path_buf(),
+        dir,
+        every,
+    )?))
+}
+
+/// `URL/STREAM`: the remote and the stream's name (its last component).
+fn split_target(target: &str) -> anyhow::Result<(PathBuf, String)> {
+    let t = target.trim_end_matches('/');
+    let (url, name) = t
+        .rsplit_once('/')
+        .ok_or_else(|| anyhow!("{target}: give URL/STREAM (the remote, then the stream's name)"))?;
+    paralog_stream::format::valid_name("stream name", name)
+        .map_err(|e| anyhow!("{target}: {e}"))?;
+    let url = if url.is_empty() || url.ends_with(':') || url.ends_with("//") {
+        format!("{url}/")
+    } else {
+        url.to_owned()
+    };
+    Ok((posix_root(&url)?, name.to_owned()))
+}

@@ -1,0 +1,210 @@
+//! `paralog stream ls|describe|cat`.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::anyhow;
+use paralog_stream::{Delivered, From, Order, Reader, RemoteStream};
+
+#[derive(clap::Args)]
+pub struct LsArgs {
+    /// The remote: /path or file:///path
+    url: String,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct DescribeArgs {
+    /// URL/STREAM
+    target: String,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum FromArg {
+    Earliest,
+    Committed,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum OrderArg {
+    /// Drain round, then partition, then offset: the same for every reader.
+    Cut,
+    /// Event time (ties: partition, offset): see docs/streams.md for what it promises.
+    Time,
+}
+
+#[derive(clap::Args)]
+pub struct CatArgs {
+    /// URL/STREAM
+    target: String,
+    /// Read as this reader group: start from its committed offsets (with
+    /// --from committed) and commit what was printed.
+    #[arg(long)]
+    group: Option<String>,
+    #[arg(long, value_enum, default_value = "committed")]
+    from: FromArg,
+    #[arg(long, value_enum, default_value = "cut")]
+    order: OrderArg,
+    /// One JSON object per line.
+    #[arg(long)]
+    json: bool,
+    /// Stop after this many events.
+    #[arg(long)]
+    limit: Option<u64>,
+    /// With --group: commit offsets after every N events printed (and at the end).
+    #[arg(long, default_value_t = 10_000)]
+    commit_every: u64,
+}
+
+pub fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
+    let root = super::posix_root(&a.url)?;
+    let names = paralog_stream::reader::list_streams(&root)?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string(&names)?)?;
+    } else {
+        for n in names {
+            writeln!(out, "{n}")?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn describe(a: DescribeArgs) -> anyhow::Result<ExitCode> {
+    let (root, name) = super::split_target(&a.target)?;
+    let s = RemoteStream::open(&root, &name)?;
+    let wm = s.watermark()?;
+    let mut parts = Vec::new();
+    for (p, m) in wm.parts.iter().enumerate() {
+        let segs = paralog_stream::layout::part_segments(&s.dir, p as u32)?;
+        parts.push(serde_json::json!({"partition": p, "high_watermark": m.next, "segments": segs.len(), "last_segment_bytes": m.seg_end}));
+    }
+    let total: u64 = wm.parts.iter().map(|m| m.next).sum();
+    let groups: Vec<_> = s
+        .groups()?
+        .into_iter()
+        .map(|(g, o)| {
+            let lag: u64 = o
+                .offsets
+                .iter()
+                .zip(&wm.parts)
+                .map(|(o, m)| m.next.saturating_sub(*o))
+                .sum();
+            serde_json::json!({"group": g, "offsets": o.offsets, "lag": lag})
+        })
+        .collect();
+    let v = serde_json::json!({"stream": name, "partitions": s.partitions, "round": wm.round, "events": total, "partition": parts, "groups": groups});
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{v}")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    writeln!(
+        out,
+        "stream {name}: {} partitions, {total} events, drain round {}",
+        s.partitions, wm.round
+    )?;
+    for p in &parts {
+        writeln!(
+            out,
+            "  partition {}: offsets 0..{}, {} segment(s)",
+            p["partition"], p["high_watermark"], p["segments"]
+        )?;
+    }
+    for g in &groups {
+        writeln!(
+            out,
+            "  group {}: offsets {}, lag {}",
+            g["group"].as_str().unwrap_or(""),
+            g["offsets"],
+            g["lag"]
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Bytes as a JSON string if they are UTF-8, else under `NAME_hex`.
+fn bytes_field(obj: &mut serde_json::Map<String, serde_json::Value>, name: &str, b: &[u8]) {
+    match std::str::from_utf8(b) {
+        Ok(s) => obj.insert(name.into(), s.into()),
+        Err(_) => obj.insert(
+            format!("{name}_hex"),
+            b.iter()
+                .map(|x| format!("{x:02x}"))
+                .collect::<String>()
+                .into(),
+        ),
+    };
+}
+
+fn line(d: &Delivered, json: bool) -> String {
+    let e = &d.event;
+    if !json {
+        let key = e
+            .key
+            .as_deref()
+            .map(String::from_utf8_lossy)
+            .unwrap_or_default();
+        return format!(
+            "{}\t{}\t{:016x}\t{}\t{}\t{}\t{}",
+            d.partition,
+            d.offset,
+            e.producer,
+            e.seq,
+            e.time_ns,
+            key,
+            String::from_utf8_lossy(&e.payload)
+        );
+    }
+    let mut o = serde_json::Map::new();
+    o.insert("partition".into(), d.partition.into());
+    o.insert("offset".into(), d.offset.into());
+    o.insert("round".into(), d.round.into());
+    o.insert("producer".into(), format!("{:016x}", e.producer).into());
+    o.insert("seq".into(), e.seq.into());
+    o.insert("time_ns".into(), e.time_ns.into());
+    match &e.key {
+        Some(k) => bytes_field(&mut o, "key", k),
+        None => {
+            o.insert("key".into(), serde_json::Value::Null);
+        }
+    }
+    bytes_field(&mut o, "payload", &e.payload);
+    serde_json::Value::Object(o).to_string()
+}
+
+pub fn cat(a: CatArgs) -> anyhow::Result<ExitCode> {
+    let (root, name) = super::split_target(&a.target)?;
+    let s = RemoteStream::open(&root, &name)?;
+    let from = match a.from {
+        FromArg::Earliest => From::Earliest,
+        FromArg::Committed => From::Committed,
+    };
+    let order = match a.order {
+        OrderArg::Cut => Order::Cut,
+        OrderArg::Time => Order::Time,
+    };
+    let mut r = Reader::open(s, a.group.as_deref(), from, order)?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let mut n = 0u64;
+    while a.limit.is_none_or(|l| n < l) {
+        let Some(d) = r.next_event()? else { break };
+        writeln!(out, "{}", line(&d, a.json))?;
+        n += 1;
+        // At least once: offsets are stored only after what they cover
+        // was written out.
+        if a.group.is_some() && n.is_multiple_of(a.commit_every.max(1)) {
+            out.flush()?;
+            r.commit()?;
+        }
+    }
+    out.flush()?;
+    if a.group.is_some() {
+        r.commit()
+            .map_err(|e| anyhow!("committing the group's offsets: {e}"))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,126 @@
+//! Shared event streams in the one-node server (docs/streams.md): a thread
+//! that runs one drain round of every stream under the node-local root
+//! each interval (`paralog_stream::drain_stream`: cut recorded, then
+//! applied, then the watermark), and a last round of every stream when the
+//! server stops, so that `paralog run` leaves every flushed event on the
+//! remote. Streams go to a POSIX directory only in this version.
+//!
+//! A stream whose round fails (a damaged segment, a remote that refuses)
+//! is logged once per distinct error and tried again next round; the other
+//! streams go on.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use paralog_stream::{DrainOptions, DrainReport, Drainer, StreamError};
+
+pub struct StreamDrain {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<JoinHandle<Drainer>>,
+    local: PathBuf,
+    remote: PathBuf,
+}
+
+/// Start draining the streams under `local` to the directory `remote`,
+/// a round every `interval`.
+pub fn start(local: PathBuf, remote: PathBuf, interval: Duration) -> std::io::Result<StreamDrain> {
+    let stop = Arc::new((Mutex::new(false), Condvar::new()));
+    let (l, r, s) = (local.clone(), remote.clone(), stop.clone());
+    let thread = std::thread::Builder::new()
+        .name("streams".into())
+        .spawn(move || {
+            let mut said = HashMap::new();
+            let mut drainer = Drainer::default();
+            loop {
+                round(false, &mut drainer, &l, &r, &mut said);
+                let (m, cv) = &*s;
+                let stopped = m.lock().unwrap_or_else(|p| p.into_inner());
+                let (stopped, _) = cv
+                    .wait_timeout_while(stopped, interval, |st| !*st)
+                    .unwrap_or_else(|p| p.into_inner());
+                if *stopped {
+                    return drainer;
+                }
+            }
+        })?;
+    Ok(StreamDrain {
+        stop,
+        thread: Some(thread),
+        local,
+        remote,
+    })
+}
+
+/// One round of every stream; errors logged once per stream and message.
+fn round(
+    last: bool,
+    drainer: &mut Drainer,
+    local: &std::path::Path,
+    remote: &std::path::Path,
+    said: &mut HashMap<String, String>,
+) -> Vec<Result<DrainReport, (String, StreamError)>> {
+    let streams = match paralog_stream::drain::local_streams(local) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "listing the streams");
+            return Vec::new();
+        }
+    };
+    let opts = DrainOptions::default();
+    let mut out = Vec::new();
+    for s in streams {
+        let r = if last {
+            // Everything committed, however many rounds it takes.
+            drainer
+                .drain_pending(local, remote, &s, &opts)
+                .map(|mut v| v.pop().unwrap_or_default())
+        } else {
+            drainer.drain(local, remote, &s, &opts)
+        };
+        match r {
+            Ok(r) => {
+                said.remove(&s);
+                if let Some(round) = r.round {
+                    tracing::debug!(stream = %s, round, events = r.events, bytes = r.bytes, "stream drained");
+                }
+                out.push(Ok(r));
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                if said.get(&s) != Some(&msg) {
+                    tracing::error!(stream = %s, error = %msg, "stream not drained (tried again each round)");
+                    said.insert(s.clone(), msg);
+                }
+                out.push(Err((s, e)));
+            }
+        }
+    }
+    out
+}
+
+impl StreamDrain {
+    /// Stop the rounds, then run a last one of every stream (taking
+    /// everything flushed by now); the streams that failed, with why.
+    pub fn finish(mut self) -> Vec<(String, StreamError)> {
+        {
+            let (m, cv) = &*self.stop;
+            *m.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            cv.notify_all();
+        }
+        // The thread's drainer knows where each stream is (a panic in it
+        // leaves a fresh one, which reads the cut logs again).
+        let mut drainer = self
+            .thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default();
+        let mut said = HashMap::new();
+        round(true, &mut drainer, &self.local, &self.remote, &mut said)
+            .into_iter()
+            .filter_map(Result::err)
+            .collect()
+    }
+}

@@ -1,0 +1,595 @@
+//! The drain of a stream from the node-local root to a POSIX remote
+//! directory, in rounds. Each round takes every committed batch that the
+//! producers' segments hold past the last cut, makes those bytes durable
+//! on the node (one fdatasync per segment), fixes where each partition's
+//! events go (offsets and byte positions), appends that *cut* to the
+//! local cut log with one fdatasync, and only then applies it: one batch
+//! per partition written at its recorded position, fsynced, then the high
+//! watermark replaced atomically. A crash anywhere leaves a cut recorded
+//! and not applied (applied again, the same bytes at the same positions)
+//! or not recorded (taken again by the next round): every flushed event is
+//! stored exactly once. A copied local root replays its cut log into a
+//! fresh remote byte for byte.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use crate::error::{corrupt, IoContext, Result, StreamError};
+use crate::format::{self, BatchHeader, Cut, PartCut, PartMark, Range};
+use crate::format::{BATCH_HEADER_LEN, COMMIT_LEN, KIND_LOCAL_BATCH, KIND_REMOTE_BATCH};
+use crate::layout;
+use crate::local::{self, LocalSeg};
+use crate::publish::{apply, ensure_remote, header_len, read_watermark};
+use crate::segment::{self, Batch, Next};
+
+#[derive(Debug, Clone, Copy)]
+pub struct DrainOptions {
+    /// A partition's remote segment is rolled (the next batch starts a new
+    /// file) once it holds this many bytes.
+    pub roll_bytes: u64,
+    /// A round takes about this many bytes of local batches at most (at
+    /// least one batch), so that a round's memory stays bounded.
+    pub max_round_bytes: u64,
+}
+
+impl Default for DrainOptions {
+    fn default() -> Self {
+        DrainOptions {
+            roll_bytes: 64 << 20,
+            max_round_bytes: 64 << 20,
+        }
+    }
+}
+
+/// What one call did to one stream.
+#[derive(Debug, Clone, Default)]
+pub struct DrainReport {
+    pub stream: String,
+    /// Cuts recorded earlier and applied again now (after a crash, or
+    /// into a fresh remote).
+    pub replayed: u64,
+    /// The new round, if there was anything new.
+    pub round: Option<u64>,
+    pub events: u64,
+    pub bytes: u64,
+    /// Segments whose tail is not a committed batch (a flush in progress,
+    /// or a producer killed during one): (segment, offset, why).
+    pub torn: Vec<(PathBuf, u64, String)>,
+    /// Of those, the tails cut off (their producer is gone): (segment, new length).
+    pub cut: Vec<(PathBuf, u64)>,
+}
+
+/// The streams that have a directory under the node-local root.
+pub fn local_streams(root: &Path) -> Result<Vec<String>> {
+    let dir = layout::streams_dir(root);
+    let mut out = Vec::new();
+    let rd = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e).ctx("list", &dir),
+    };
+    for ent in rd {
+        let name = ent
+            .ctx("list", &dir)?
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
+        if format::valid_name("stream", &name).is_ok() {
+            out.push(name);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// One round of every stream under `local` (stops at the first error).
+pub fn drain_all(local: &Path, remote: &Path, opts: &DrainOptions) -> Result<Vec<DrainReport>> {
+    local_streams(local)?
+        .iter()
+        .map(|s| drain_stream(local, remote, s, opts))
+        .collect()
+}
+
+/// One round of one stream, with nothing remembered from earlier rounds
+/// (reads the whole cut log).
+pub fn drain_stream(
+    local: &Path,
+    remote: &Path,
+    stream: &str,
+    opts: &DrainOptions,
+) -> Result<DrainReport> {
+    Drainer::default().drain(local, remote, stream, opts)
+}
+
+/// What a stream's last round left: enough for the next round without
+/// reading the cut log again. Checked each round (the log's length and
+/// the remote watermark must be as it left them; else the log is read
+/// again), so another drain of the stream in between is no harm.
+#[derive(Debug, Clone)]
+struct Known {
+    remote: PathBuf,
+    cuts_len: u64,
+    rounds: u64,
+    n: u32,
+    /// Per producer, where the last cut's range of its segment ended.
+    taken: HashMap<u64, u64>,
+    state: Vec<PartMark>,
+}
+
+/// Drains streams round after round (the server, `drain --follow`),
+/// remembering each stream's state so that a round costs what is new,
+/// not the length of the history.
+#[derive(Default)]
+pub struct Drainer {
+    known: HashMap<String, Known>,
+}
+
+impl Drainer {
+    /// Apply the cuts the remote lacks, then one new round.
+    pub fn drain(
+        &mut self,
+        local: &Path,
+        remote: &Path,
+        stream: &str,
+        opts: &DrainOptions,
+    ) -> Result<DrainReport> {
+        let r = self.round(local, remote, stream, opts);
+        if r.is_err() {
+            self.known.remove(stream);
+        }
+        r
+    }
+
+    /// Rounds until one finds nothing new (a round takes about
+    /// `max_round_bytes` at most): everything committed by now is drained.
+    /// The reports of the rounds that did something (at least one).
+    pub fn drain_pending(
+        &mut self,
+        local: &Path,
+        remote: &Path,
+        stream: &str,
+        opts: &DrainOptions,
+    ) -> Result<Vec<DrainReport>> {
+        let mut out = Vec::new();
+        loop {
+            let r = self.drain(local, remote, stream, opts)?;
+            let done = r.round.is_none();
+            if !done || out.is_empty() {
+                out.push(r);
+            }
+            if done {
+                return Ok(out);
+            }
+        }
+    }
+
+    fn round(
+        &mut self,
+        local: &Path,
+        remote: &Path,
+        stream: &str,
+        opts: &DrainOptions,
+    ) -> Result<DrainReport> {
+        format::valid_name("stream name", stream)?;
+        let dir = layout::stream_dir(local, stream);
+        if !dir.is_dir() {
+            return Err(StreamError::UnknownStream {
+                stream: stream.into(),
+                root: local.to_path_buf(),
+            });
+        }
+        let _lock = local::lock(&dir.join(layout::DRAIN_LOCK))?;
+        let mut report = DrainReport {
+            stream: stream.into(),
+            ..Default::default()
+        };
+        let (segs, seg_parts) = local::segments(&dir, stream)?;
+        let cuts_path = dir.join(layout::CUTS);
+        let cuts_len = local::log_len(&cuts_path)?;
+        let rdir = layout::stream_dir(remote, stream);
+        let cached = match self.known.remove(stream) {
+            Some(k) if k.remote == remote && k.cuts_len == cuts_len => {
+                let wm = read_watermark(&rdir, k.n)?;
+                (wm.round == k.rounds && wm.parts == k.state).then_some(k)
+            }
+            _ => None,
+        };
+        let known = match cached {
+            Some(k) => Some(k),
+            None => replay(
+                remote,
+                &rdir,
+                stream,
+                &segs,
+                seg_parts,
+                &cuts_path,
+                &mut report,
+            )?,
+        };
+        let Some(mut k) = known else {
+            return Ok(report);
+        };
+        if let Some(p) = seg_parts.filter(|&p| p != k.n) {
+            return Err(StreamError::PartitionMismatch {
+                stream: stream.into(),
+                existing: k.n,
+                asked: p,
+            });
+        }
+        let new = take_new(&segs, &k, opts, &mut report)?;
+        if new.is_empty() {
+            self.known.insert(stream.into(), k);
+            return Ok(report);
+        }
+        let frames = part_frames(&new, k.n);
+        let round = k.rounds + 1;
+        let parts = plan(&k.state, &frames, opts.roll_bytes, stream);
+        let ranges = new
+            .iter()
+            .map(|(id, b)| Range {
+                producer: *id,
+                from: b[0].pos,
+                to: b.last().expect("a range has batches").end,
+            })
+            .collect();
+        let cut = Cut {
+            round,
+            ranges,
+            parts,
+        };
+        k.cuts_len += local::append_cut(&cuts_path, k.cuts_len, &cut)?;
+        crate::failpoint::hit("stream.after_cut");
+        let bytes = encode_parts(&cut, &frames, &rdir)?;
+        let after = after(&cut);
+        apply(&rdir, stream, k.n, &cut, &bytes, &after)?;
+        for r in &cut.ranges {
+            k.taken.insert(r.producer, r.to);
+        }
+        k.rounds = round;
+        k.state = after;
+        report.round = Some(round);
+        report.events = cut.parts.iter().map(|p| p.count).sum();
+        report.bytes = cut.parts.iter().map(|p| p.len).sum();
+        self.known.insert(stream.into(), k);
+        Ok(report)
+    }
+}
+
+/// Read the whole cut log, check it against the remote, and apply the
+/// cuts the remote does not have yet. `None`: the stream has no cut and no
+/// segment yet.
+fn replay(
+    remote: &Path,
+    rdir: &Path,
+    stream: &str,
+    segs: &BTreeMap<u64, LocalSeg>,
+    seg_parts: Option<u32>,
+    cuts_path: &Path,
+    report: &mut DrainReport,
+) -> Result<Option<Known>> {
+    let (cuts, cuts_len) = local::read_cuts(cuts_path)?;
+    let n = match (cuts.last().map(|c| c.parts.len() as u32), seg_parts) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(StreamError::PartitionMismatch {
+                stream: stream.into(),
+                existing: a,
+                asked: b,
+            })
+        }
+        (Some(a), _) | (None, Some(a)) => a,
+        (None, None) => return Ok(None),
+    };
+    ensure_remote(remote, rdir, stream, n)?;
+    let wm = read_watermark(rdir, n)?;
+    if wm.parts.len() != n as usize || wm.round > cuts.len() as u64 {
+        return Err(StreamError::Invalid {
+            what: format!(
+                "{}: round {} with {} partitions, but this node's cut log ends at round {} with {n}: the remote was drained from another node-local root, or the cut log lost its last record (damaged: look at it)",
+                rdir.join(layout::WATERMARK).display(), wm.round, wm.parts.len(), cuts.len()
+            ),
+        });
+    }
+    // The cut log is the history: fold it into each partition's state,
+    // applying what the remote does not have yet.
+    let mut state = vec![PartMark::default(); n as usize];
+    let mut taken = HashMap::new();
+    for cut in &cuts {
+        for (p, part) in cut.parts.iter().enumerate() {
+            if part.first != state[p].next {
+                return Err(corrupt(
+                    cuts_path,
+                    0,
+                    format!(
+                        "round {} starts partition {p} at offset {}, after {}",
+                        cut.round, part.first, state[p].next
+                    ),
+                ));
+            }
+        }
+        let after = after(cut);
+        if cut.round > wm.round {
+            let batches = read_ranges(cut, segs, n)?;
+            let frames = part_frames(&batches, n);
+            let bytes = encode_parts(cut, &frames, rdir)?;
+            apply(rdir, stream, n, cut, &bytes, &after)?;
+            report.replayed += 1;
+        } else if cut.round == wm.round && wm.parts != after {
+            return Err(corrupt(
+                &rdir.join(layout::WATERMARK),
+                16,
+                format!(
+                    "the watermark of round {} disagrees with the cut log",
+                    wm.round
+                ),
+            ));
+        }
+        for r in &cut.ranges {
+            taken.insert(r.producer, r.to);
+        }
+        state = after;
+    }
+    Ok(Some(Known {
+        remote: remote.to_path_buf(),
+        cuts_len,
+        rounds: cuts.len() as u64,
+        n,
+        taken,
+        state,
+    }))
+}
+
+/// Every committed batch past the last cut, within the round's budget:
+/// each segment takes its share (at least one batch), starting from
+/// another segment each round so that none starves, and the round stops
+/// once the budget is spent. So a round's batches, and each partition's
+/// remote batch, stay well below the decoder's limit (`MAX_BODY`).
+/// Sorted by producer: the cut order.
+fn take_new(
+    segs: &BTreeMap<u64, LocalSeg>,
+    k: &Known,
+    opts: &DrainOptions,
+    report: &mut DrainReport,
+) -> Result<Vec<(u64, Vec<Batch>)>> {
+    let share = opts.max_round_bytes / segs.len().max(1) as u64;
+    let order: Vec<(&u64, &LocalSeg)> = segs.iter().collect();
+    let start = (k.rounds as usize) % order.len().max(1);
+    let mut new = Vec::new();
+    let mut total = 0u64;
+    for &(&id, seg) in order[start..].iter().chain(&order[..start]) {
+        if total >= opts.max_round_bytes {
+            break;
+        }
+        let mut pos = k.taken.get(&id).copied().unwrap_or(seg.header_len);
+        let mut got = Vec::new();
+        let mut used = 0u64;
+        while got.is_empty() || used < share {
+            match segment::read_batch(&seg.file, &seg.path, pos, seg.len, KIND_LOCAL_BATCH, k.n)? {
+                Next::Batch(b) => {
+                    check_producer(&b, id, &seg.path)?;
+                    pos = b.end;
+                    used += b.bytes.len() as u64;
+                    got.push(b);
+                }
+                Next::End => break,
+                Next::Torn(why) => {
+                    if local::cut_torn_tail(seg, pos)? {
+                        report.cut.push((seg.path.clone(), pos));
+                    }
+                    report.torn.push((seg.path.clone(), pos, why));
+                    break;
+                }
+            }
+        }
+        total += used;
+        if !got.is_empty() {
+            // What the cut takes must survive a crash of the node even if
+            // its producer's own fdatasync has not returned yet.
+            seg.file.sync_data().ctx("fdatasync", &seg.path)?;
+            new.push((id, got));
+        }
+    }
+    new.sort_by_key(|(id, _)| *id);
+    Ok(new)
+}
+
+/// Each partition's state once `cut` is applied.
+fn after(cut: &Cut) -> Vec<PartMark> {
+    cut.parts
+        .iter()
+        .map(|p| PartMark {
+            next: p.first + p.count,
+            seg_first: p.seg_first,
+            seg_end: p.pos + p.len,
+        })
+        .collect()
+}
+
+/// Where each partition's batch of this round goes: after the last batch
+/// of its current segment, or at the start of a new segment (the first,
+/// or once the current one holds `roll` bytes).
+fn plan(state: &[PartMark], frames: &[Vec<&[u8]>], roll: u64, stream: &str) -> Vec<PartCut> {
+    state
+        .iter()
+        .zip(frames)
+        .map(|(s, f)| {
+            let len = if f.is_empty() {
+                0
+            } else {
+                (BATCH_HEADER_LEN + COMMIT_LEN + f.iter().map(|x| x.len()).sum::<usize>()) as u64
+            };
+            let (seg_first, pos) = if f.is_empty() {
+                (s.seg_first, s.seg_end)
+            } else if s.seg_end == 0 {
+                (s.seg_first, header_len(stream))
+            } else if s.seg_end >= roll {
+                (s.next, header_len(stream))
+            } else {
+                (s.seg_first, s.seg_end)
+            };
+            PartCut {
+                first: s.next,
+                count: f.len() as u64,
+                seg_first,
+                pos,
+                len,
+            }
+        })
+        .collect()
+}
+
+/// Each partition's frames in cut order: producers by id, batches and
+/// events in the order their producer wrote them.
+fn part_frames(batches: &[(u64, Vec<Batch>)], n: u32) -> Vec<Vec<&[u8]>> {
+    let mut out = vec![Vec::new(); n as usize];
+    for b in batches.iter().flat_map(|(_, v)| v) {
+        for i in 0..b.frames.len() {
+            let f = b.frame(i);
+            let p = u32::from_le_bytes(f[4..8].try_into().unwrap());
+            out[p as usize].push(f);
+        }
+    }
+    out
+}
+
+/// The remote batch of each partition (empty if it has no events this
+/// round); its length must be what the cut recorded.
+fn encode_parts(cut: &Cut, frames: &[Vec<&[u8]>], rdir: &Path) -> Result<Vec<Vec<u8>>> {
+    let mut out = Vec::with_capacity(frames.len());
+    for (p, (part, f)) in cut.parts.iter().zip(frames).enumerate() {
+        if f.len() as u64 != part.count {
+            return Err(corrupt(
+                rdir,
+                0,
+                format!(
+                    "round {} recorded {} events for partition {p}, the segments hold {}",
+                    cut.round,
+                    part.count,
+                    f.len()
+                ),
+            ));
+        }
+        if f.is_empty() {
+            out.push(Vec::new());
+            continue;
+        }
+        let body: usize = f.iter().map(|x| x.len()).sum();
+        let mut b = Vec::with_capacity(BATCH_HEADER_LEN + body + COMMIT_LEN);
+        BatchHeader {
+            kind: KIND_REMOTE_BATCH,
+            body: body as u64,
+            count: f.len() as u32,
+            partition: p as u32,
+            first: part.first,
+            round: cut.round,
+        }
+        .encode(&mut b);
+        for x in f {
+            b.extend_from_slice(x);
+        }
+        format::encode_commit(&mut b, 0, part.pos, f.len() as u32);
+        if b.len() as u64 != part.len {
+            return Err(corrupt(
+                rdir,
+                0,
+                format!(
+                    "round {} recorded {} bytes for partition {p}, the segments make {}",
+                    cut.round,
+                    part.len,
+                    b.len()
+                ),
+            ));
+        }
+        out.push(b);
+    }
+    Ok(out)
+}
+
+fn check_producer(b: &Batch, id: u64, path: &Path) -> Result<()> {
+    for (i, e) in b.events().enumerate() {
+        if e.producer != id || e.seq != b.header.first + i as u64 {
+            return Err(corrupt(
+                path,
+                b.pos,
+                format!(
+                    "event {i} of the batch is producer {:016x} seq {}, not {id:016x} seq {}",
+                    e.producer,
+                    e.seq,
+                    b.header.first + i as u64
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The batches a recorded cut took: they were committed, so anything
+/// else in those ranges is damage.
+fn read_ranges(
+    cut: &Cut,
+    segs: &BTreeMap<u64, LocalSeg>,
+    n: u32,
+) -> Result<Vec<(u64, Vec<Batch>)>> {
+    let mut out = Vec::with_capacity(cut.ranges.len());
+    for r in &cut.ranges {
+        let seg = segs.get(&r.producer).ok_or_else(|| StreamError::Invalid {
+            what: format!(
+                "round {} names segment {}, which this node no longer holds",
+                cut.round,
+                layout::segment_name(r.producer)
+            ),
+        })?;
+        let batches =
+            segment::read_committed(&seg.file, &seg.path, r.from, r.to, KIND_LOCAL_BATCH, n)?;
+        for b in &batches {
+            check_producer(b, r.producer, &seg.path)?;
+        }
+        out.push((r.producer, batches));
+    }
+    Ok(out)
+}
+
+/// What a stream holds on this node and how much of it the drain took.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LocalLag {
+    pub stream: String,
+    pub partitions: Option<u32>,
+    /// Producer segments (one per process that opened the stream).
+    pub segments: usize,
+    /// Their bytes past their headers.
+    pub bytes: u64,
+    /// Of those, the bytes that cuts took (drained, or recorded and about to be).
+    pub drained: u64,
+    /// Drain rounds recorded in the cut log.
+    pub rounds: u64,
+}
+
+/// The lag of a stream under the node-local root: what is not drained yet
+/// (`bytes - drained`). Reads the cut log; takes no lock (a snapshot).
+pub fn local_lag(local: &Path, stream: &str) -> Result<LocalLag> {
+    format::valid_name("stream name", stream)?;
+    let dir = layout::stream_dir(local, stream);
+    if !dir.is_dir() {
+        return Err(StreamError::UnknownStream {
+            stream: stream.into(),
+            root: local.to_path_buf(),
+        });
+    }
+    let (segs, parts) = local::segments(&dir, stream)?;
+    let (cuts, _) = local::read_cuts(&dir.join(layout::CUTS))?;
+    let mut taken: HashMap<u64, u64> = HashMap::new();
+    for r in cuts.iter().flat_map(|c| &c.ranges) {
+        taken.insert(r.producer, r.to);
+    }
+    let mut lag = LocalLag {
+        stream: stream.into(),
+        partitions: parts.or_else(|| cuts.last().map(|c| c.parts.len() as u32)),
+        segments: segs.len(),
+        rounds: cuts.len() as u64,
+        ..Default::default()
+    };
+    for (id, s) in &segs {
+        lag.bytes += s.len - s.header_len;
+        lag.drained += taken.get(id).map_or(0, |t| t - s.header_len);
+    }
+    Ok(lag)
+}

@@ -1,0 +1,146 @@
+//! Where a stream's records live, locally and on a POSIX remote, and the
+//! few durable file steps (each with the reason for its fsync).
+//!
+//! ```text
+//! <local>/.paralog-streams/<stream>/     0700
+//!     <producer:016x>.seg                one per (process, stream), 0600
+//!     cuts                               the drain's cut log
+//!     drain.lock                         one drain of the stream at a time
+//! <remote>/.paralog-streams/<stream>/
+//!     stream                             the stream's description
+//!     watermark                          the high watermark (atomic)
+//!     p<partition:05>/<first:020>.seg    a partition's segments
+//!     groups/<group>                     a reader group's offsets (atomic)
+//! ```
+
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::{IoContext, Result};
+
+/// Below the local root and the remote root alike. The local root's
+/// `.paralog-*` entries are not read as jobs by the log's inventory.
+pub const STREAMS_DIR: &str = ".paralog-streams";
+pub const CUTS: &str = "cuts";
+pub const DRAIN_LOCK: &str = "drain.lock";
+pub const STREAM_RECORD: &str = "stream";
+pub const WATERMARK: &str = "watermark";
+pub const GROUPS: &str = "groups";
+
+pub fn streams_dir(root: &Path) -> PathBuf {
+    root.join(STREAMS_DIR)
+}
+
+pub fn stream_dir(root: &Path, stream: &str) -> PathBuf {
+    streams_dir(root).join(stream)
+}
+
+pub fn segment_name(producer: u64) -> String {
+    format!("{producer:016x}.seg")
+}
+
+/// The producer of a local segment's file name.
+pub fn parse_segment_name(name: &str) -> Option<u64> {
+    let hex = name.strip_suffix(".seg")?;
+    (hex.len() == 16
+        && hex
+            .bytes()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()))
+    .then(|| u64::from_str_radix(hex, 16).ok())
+    .flatten()
+}
+
+pub fn part_dir(stream_dir: &Path, partition: u32) -> PathBuf {
+    stream_dir.join(format!("p{partition:05}"))
+}
+
+pub fn part_segment(stream_dir: &Path, partition: u32, first: u64) -> PathBuf {
+    part_dir(stream_dir, partition).join(format!("{first:020}.seg"))
+}
+
+/// The first offsets of a partition's segments, in order.
+pub fn part_segments(stream_dir: &Path, partition: u32) -> Result<Vec<u64>> {
+    let dir = part_dir(stream_dir, partition);
+    let mut out = Vec::new();
+    let rd = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e).ctx("list", &dir),
+    };
+    for ent in rd {
+        let name = ent.ctx("list", &dir)?.file_name();
+        let name = name.to_string_lossy();
+        if let Some(n) = name.strip_suffix(".seg").filter(|n| n.len() == 20) {
+            if let Ok(first) = n.parse::<u64>() {
+                out.push(first);
+            }
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// fsync a directory: entries created or renamed in it survive a crash.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .ctx("open directory", dir)?
+        .sync_all()
+        .ctx("fsync directory", dir)
+}
+
+/// Create `dir` and missing parents below `base` (which exists), mode
+/// `mode`; each parent that gained an entry is fsynced so that the path
+/// survives a crash. Returns whether anything was created.
+pub fn create_dirs(base: &Path, dir: &Path, mode: u32) -> Result<bool> {
+    let rel = dir.strip_prefix(base).expect("a directory below its base");
+    let mut cur = base.to_path_buf();
+    let mut made = false;
+    for comp in rel.components() {
+        let parent = cur.clone();
+        cur.push(comp);
+        match DirBuilder::new().mode(mode).create(&cur) {
+            Ok(()) => {
+                sync_dir(&parent)?;
+                made = true;
+            }
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e).ctx("create directory", &cur),
+        }
+    }
+    Ok(made)
+}
+
+/// Replace `path` with `bytes` atomically and durably: a temporary name,
+/// fsync, rename, fsync of the directory. A reader sees the old record or
+/// the new one, before and after a crash.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    let name = path
+        .file_name()
+        .expect("a record path has a name")
+        .to_string_lossy();
+    let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)
+        .ctx("create", &tmp)?;
+    f.write_all(bytes).ctx("write", &tmp)?;
+    // The content must be on disk before the name points at it.
+    f.sync_all().ctx("fsync", &tmp)?;
+    std::fs::rename(&tmp, path).ctx("rename into place", path)?;
+    // The rename is the commit; it is durable once the directory is.
+    sync_dir(path.parent().expect("a record path has a parent"))
+}
+
+/// A small record file read whole, `None` if absent.
+pub fn read_small(path: &Path) -> Result<Option<Vec<u8>>> {
+    match std::fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).ctx("read", path),
+    }
+}

@@ -1,0 +1,28 @@
+//! Shared event streams (SLoG, issue 17; docs/streams.md and
+//! docs/streams-format.md): partitioned append-only logs of events.
+//!
+//! - [`Producer`]: a process appends framed events to its own segment under
+//!   the node-local root; `flush` is one group commit with one fdatasync.
+//! - [`drain`]: rounds that cut the producers' committed batches into
+//!   per-partition remote segments with contiguous offsets, recording each
+//!   cut durably before applying it (exactly once in storage).
+//! - [`Reader`]: reads a remote stream below its high watermark, merged in
+//!   cut or event-time order, alone or as a group with committed offsets.
+
+pub mod drain;
+pub mod error;
+pub mod failpoint;
+pub mod format;
+pub mod layout;
+mod local;
+pub mod producer;
+mod publish;
+pub mod reader;
+mod records;
+pub mod segment;
+
+pub use drain::{drain_all, drain_stream, DrainOptions, DrainReport, Drainer};
+pub use error::{Result, StreamError};
+pub use format::Event;
+pub use producer::{Partitioner, Producer};
+pub use reader::{Delivered, From, Order, Reader, RemoteStream};

@@ -1,0 +1,183 @@
+//! The node-local side of the drain: a stream's producer segments, its
+//! cut log, and the lock that lets one drain of a stream run at a time.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::{corrupt, IoContext, Result, StreamError};
+use crate::format::{self, Cut, Header, KIND_SEGMENT};
+use crate::layout;
+
+/// A producer's segment as a round found it.
+pub struct LocalSeg {
+    pub path: PathBuf,
+    pub file: File,
+    pub header_len: u64,
+    /// The length when listed: a round reads no further.
+    pub len: u64,
+}
+
+/// The cut log's length (0: none yet).
+pub fn log_len(path: &Path) -> Result<u64> {
+    match std::fs::metadata(path) {
+        Ok(m) => Ok(m.len()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(e).ctx("stat", path),
+    }
+}
+
+/// The segments of a stream on this node, by producer, and their
+/// partition count (they must agree).
+pub fn segments(dir: &Path, stream: &str) -> Result<(BTreeMap<u64, LocalSeg>, Option<u32>)> {
+    let mut out = BTreeMap::new();
+    let mut parts: Option<u32> = None;
+    for ent in std::fs::read_dir(dir).ctx("list", dir)? {
+        let ent = ent.ctx("list", dir)?;
+        let Some(id) = layout::parse_segment_name(&ent.file_name().to_string_lossy()) else {
+            continue;
+        };
+        let path = ent.path();
+        let file = File::open(&path).ctx("open", &path)?;
+        let len = file.metadata().ctx("stat", &path)?.len();
+        let head = crate::producer::read_head(&path)?;
+        if head.len() < 52 || (len as usize) < 52 + stream.len() {
+            continue; // its producer is writing the header now
+        }
+        let h = Header::decode(&head, KIND_SEGMENT, &path)?;
+        if h.name != stream || h.id != id {
+            return Err(corrupt(
+                &path,
+                16,
+                format!("header names stream {} producer {:016x}", h.name, h.id),
+            ));
+        }
+        match parts {
+            Some(p) if p != h.partitions => {
+                return Err(StreamError::PartitionMismatch {
+                    stream: stream.into(),
+                    existing: p,
+                    asked: h.partitions,
+                })
+            }
+            _ => parts = Some(h.partitions),
+        }
+        out.insert(
+            id,
+            LocalSeg {
+                path,
+                file,
+                header_len: h.len(),
+                len,
+            },
+        );
+    }
+    Ok((out, parts))
+}
+
+/// The cut log's records, and where its valid part ends. A torn last
+/// record (a crash while appending it, before its fdatasync returned:
+/// never applied) is ignored and overwritten by the next cut.
+pub fn read_cuts(path: &Path) -> Result<(Vec<Cut>, u64)> {
+    let b = layout::read_small(path)?.unwrap_or_default();
+    let mut cuts = Vec::new();
+    let mut pos = 0usize;
+    while pos < b.len() {
+        let Some(len) = format::record_len(&b[pos..]) else {
+            break;
+        };
+        if len < 36 || pos + len > b.len() {
+            break;
+        }
+        match Cut::decode(&b[pos..pos + len], path, pos as u64) {
+            Ok(c) => {
+                if c.round != cuts.len() as u64 + 1 {
+                    return Err(corrupt(
+                        path,
+                        pos as u64,
+                        format!(
+                            "cut of round {} where round {} was expected",
+                            c.round,
+                            cuts.len() + 1
+                        ),
+                    ));
+                }
+                cuts.push(c);
+            }
+            Err(_) if pos + len == b.len() => break,
+            Err(e) => return Err(e),
+        }
+        pos += len;
+    }
+    Ok((cuts, pos as u64))
+}
+
+/// Append a cut record after the valid part of the log: one write, one
+/// fdatasync (and a directory fsync when the log is created). Returns its
+/// length.
+pub fn append_cut(path: &Path, at: u64, cut: &Cut) -> Result<u64> {
+    let existed = path.exists();
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .ctx("open", path)?;
+    let rec = cut.encode();
+    if crate::failpoint::armed("stream.torn_cut") {
+        // A crash in the middle of the record's write: half of it on disk.
+        f.write_all_at(&rec[..rec.len() / 2], at)
+            .ctx("write", path)?;
+        f.sync_data().ctx("fdatasync", path)?;
+        crate::failpoint::hit("stream.torn_cut");
+    }
+    f.write_all_at(&rec, at).ctx("write", path)?;
+    f.set_len(at + rec.len() as u64).ctx("truncate", path)?;
+    f.sync_data().ctx("fdatasync", path)?;
+    if !existed {
+        layout::sync_dir(path.parent().expect("the cut log has a directory"))?;
+    }
+    Ok(rec.len() as u64)
+}
+
+/// The stream's drain lock (flock, released when the file closes): one
+/// drain of a stream at a time, whoever runs it.
+pub fn lock(path: &Path) -> Result<File> {
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .ctx("open", path)?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(std::io::Error::last_os_error()).ctx("flock", path);
+    }
+    Ok(f)
+}
+
+/// Cut a torn tail off a segment at `at` (where its last committed batch
+/// ends) if its producer is gone (its lock can be taken): a flush that
+/// will never finish, whose bytes are never read. Returns whether it cut;
+/// a live producer's tail (a flush in progress) is left alone.
+pub fn cut_torn_tail(seg: &LocalSeg, at: u64) -> Result<bool> {
+    let f = OpenOptions::new()
+        .write(true)
+        .open(&seg.path)
+        .ctx("open", &seg.path)?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Ok(false);
+        }
+        return Err(e).ctx("flock", &seg.path);
+    }
+    f.set_len(at).ctx("truncate", &seg.path)?;
+    f.sync_data().ctx("fdatasync", &seg.path)?;
+    Ok(true)
+}

@@ -1,0 +1,115 @@
+//! The remote side of the drain (a POSIX directory): the stream's
+//! description, a cut applied (each partition's batch at its recorded
+//! position, fsynced) and the watermark published after it.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+
+use crate::error::{IoContext, Result, StreamError};
+use crate::format::{Cut, Header, PartMark, Watermark, KIND_PART_SEGMENT, KIND_STREAM};
+use crate::layout;
+
+/// A remote partition segment's header length (the name is in it).
+pub fn header_len(stream: &str) -> u64 {
+    52 + stream.len() as u64
+}
+
+pub fn read_watermark(rdir: &Path, n: u32) -> Result<Watermark> {
+    let path = rdir.join(layout::WATERMARK);
+    Ok(match layout::read_small(&path)? {
+        Some(b) => Watermark::decode(&b, &path)?,
+        None => Watermark {
+            round: 0,
+            parts: vec![PartMark::default(); n as usize],
+        },
+    })
+}
+
+/// Write each partition's batch at its recorded position (cutting
+/// whatever an interrupted earlier attempt left past it), fsync, then
+/// publish the watermark. Applying a cut twice writes the same bytes.
+pub fn apply(
+    rdir: &Path,
+    stream: &str,
+    n: u32,
+    cut: &Cut,
+    bytes: &[Vec<u8>],
+    after: &[PartMark],
+) -> Result<()> {
+    for (p, (part, b)) in cut.parts.iter().zip(bytes).enumerate() {
+        if part.count == 0 {
+            continue;
+        }
+        let pdir = layout::part_dir(rdir, p as u32);
+        layout::create_dirs(rdir, &pdir, 0o755)?;
+        let path = layout::part_segment(rdir, p as u32, part.seg_first);
+        let existed = path.exists();
+        let f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .open(&path)
+            .ctx("open", &path)?;
+        if part.pos == header_len(stream) {
+            let h = Header {
+                kind: KIND_PART_SEGMENT,
+                id: 0,
+                first: part.seg_first,
+                partition: p as u32,
+                partitions: n,
+                name: stream.into(),
+            };
+            f.write_all_at(&h.encode(), 0).ctx("write", &path)?;
+        }
+        f.write_all_at(b, part.pos).ctx("write", &path)?;
+        f.set_len(part.pos + part.len).ctx("truncate", &path)?;
+        f.sync_all().ctx("fsync", &path)?;
+        if !existed {
+            layout::sync_dir(&pdir)?;
+        }
+        crate::failpoint::hit("stream.mid_apply");
+    }
+    crate::failpoint::hit("stream.before_watermark");
+    let wm = Watermark {
+        round: cut.round,
+        parts: after.to_vec(),
+    };
+    layout::write_atomic(&rdir.join(layout::WATERMARK), &wm.encode(), 0o644)
+}
+
+/// The remote stream's directory and description (written once).
+pub fn ensure_remote(remote: &Path, rdir: &Path, stream: &str, n: u32) -> Result<()> {
+    if !remote.is_dir() {
+        return Err(StreamError::Invalid {
+            what: format!("remote {} is not a directory", remote.display()),
+        });
+    }
+    layout::create_dirs(remote, rdir, 0o755)?;
+    let path = rdir.join(layout::STREAM_RECORD);
+    match layout::read_small(&path)? {
+        Some(b) => {
+            let h = Header::decode(&b, KIND_STREAM, &path)?;
+            if h.name != stream || h.partitions != n {
+                return Err(StreamError::PartitionMismatch {
+                    stream: stream.into(),
+                    existing: h.partitions,
+                    asked: n,
+                });
+            }
+            Ok(())
+        }
+        None => {
+            let h = Header {
+                kind: KIND_STREAM,
+                id: 0,
+                first: 0,
+                partition: 0,
+                partitions: n,
+                name: stream.into(),
+            };
+            layout::write_atomic(&path, &h.encode(), 0o644)
+        }
+    }
+}

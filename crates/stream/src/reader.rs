@@ -1,0 +1,409 @@
+//! Reading a drained stream from a POSIX remote: the streams there, their
+//! description, and a reader (alone, or as a reader group with committed
+//! offsets) that merges the partitions in cut order or event-time order.
+//! It never reads past the high watermark and checks every batch's CRC.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use crate::error::{corrupt, IoContext, Result, StreamError};
+use crate::format::{
+    self, Event, GroupOffsets, Header, Watermark, KIND_PART_SEGMENT, KIND_REMOTE_BATCH, KIND_STREAM,
+};
+use crate::layout;
+use crate::segment::{self, Next};
+
+/// A stream on a remote.
+#[derive(Debug, Clone)]
+pub struct RemoteStream {
+    pub dir: PathBuf,
+    pub name: String,
+    pub partitions: u32,
+}
+
+/// The streams under a POSIX remote.
+pub fn list_streams(remote: &Path) -> Result<Vec<String>> {
+    let dir = layout::streams_dir(remote);
+    let mut out = Vec::new();
+    let rd = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e).ctx("list", &dir),
+    };
+    for ent in rd {
+        let ent = ent.ctx("list", &dir)?;
+        if ent.path().join(layout::STREAM_RECORD).exists() {
+            out.push(ent.file_name().to_string_lossy().into_owned());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+impl RemoteStream {
+    pub fn open(remote: &Path, name: &str) -> Result<RemoteStream> {
+        format::valid_name("stream name", name)?;
+        let dir = layout::stream_dir(remote, name);
+        let path = dir.join(layout::STREAM_RECORD);
+        let b = layout::read_small(&path)?.ok_or_else(|| StreamError::UnknownStream {
+            stream: name.into(),
+            root: remote.to_path_buf(),
+        })?;
+        let h = Header::decode(&b, KIND_STREAM, &path)?;
+        if h.name != name {
+            return Err(corrupt(&path, 48, format!("names stream {}", h.name)));
+        }
+        Ok(RemoteStream {
+            dir,
+            name: h.name,
+            partitions: h.partitions,
+        })
+    }
+
+    /// The high watermark (round 0, nothing readable, before the first).
+    pub fn watermark(&self) -> Result<Watermark> {
+        let path = self.dir.join(layout::WATERMARK);
+        let wm = match layout::read_small(&path)? {
+            Some(b) => Watermark::decode(&b, &path)?,
+            None => Watermark {
+                round: 0,
+                parts: vec![Default::default(); self.partitions as usize],
+            },
+        };
+        if wm.parts.len() != self.partitions as usize {
+            return Err(corrupt(
+                &path,
+                24,
+                format!(
+                    "{} partitions in a stream of {}",
+                    wm.parts.len(),
+                    self.partitions
+                ),
+            ));
+        }
+        Ok(wm)
+    }
+
+    /// The reader groups and their committed offsets.
+    pub fn groups(&self) -> Result<Vec<(String, GroupOffsets)>> {
+        let dir = self.dir.join(layout::GROUPS);
+        let mut out = Vec::new();
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(e).ctx("list", &dir),
+        };
+        for ent in rd {
+            let name = ent
+                .ctx("list", &dir)?
+                .file_name()
+                .to_string_lossy()
+                .into_owned();
+            if format::valid_name("group", &name).is_ok() {
+                let g = self.group_offsets(&name)?.expect("listed");
+                out.push((name, g));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    pub fn group_offsets(&self, group: &str) -> Result<Option<GroupOffsets>> {
+        format::valid_name("group", group)?;
+        let path = self.dir.join(layout::GROUPS).join(group);
+        let Some(b) = layout::read_small(&path)? else {
+            return Ok(None);
+        };
+        let g = GroupOffsets::decode(&b, &path)?;
+        if g.offsets.len() != self.partitions as usize {
+            return Err(corrupt(
+                &path,
+                16,
+                format!(
+                    "{} partitions in a stream of {}",
+                    g.offsets.len(),
+                    self.partitions
+                ),
+            ));
+        }
+        Ok(Some(g))
+    }
+
+    /// Store a group's offsets atomically (temporary, fsync, rename).
+    pub fn commit_group(&self, group: &str, offsets: &[u64]) -> Result<()> {
+        format::valid_name("group", group)?;
+        let dir = self.dir.join(layout::GROUPS);
+        layout::create_dirs(&self.dir, &dir, 0o755)?;
+        layout::write_atomic(
+            &dir.join(group),
+            &GroupOffsets {
+                offsets: offsets.to_vec(),
+            }
+            .encode(),
+            0o644,
+        )
+    }
+}
+
+/// Where a reader starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum From {
+    Earliest,
+    /// The group's committed offsets (earliest if it has none).
+    Committed,
+}
+
+/// How partitions are merged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// (drain round, partition, offset): the same for every reader, never
+    /// waits for a partition.
+    Cut,
+    /// The smallest event time among the partitions' next events (ties:
+    /// partition, then offset): strict only as far as each partition's
+    /// events are in time order themselves.
+    Time,
+}
+
+/// An event handed to a reader, with where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivered {
+    pub partition: u32,
+    pub offset: u64,
+    pub round: u64,
+    pub event: Event,
+}
+
+/// One partition's cursor: verified batches read ahead, one at a time.
+struct Cursor {
+    partition: u32,
+    /// The next offset to read from the remote.
+    next: u64,
+    /// Offsets below this are published.
+    limit: u64,
+    seg_first: u64,
+    seg_end: u64,
+    /// The open segment: path, file, byte position, where to stop, first offset.
+    open: Option<(PathBuf, File, u64, u64, u64)>,
+    buf: VecDeque<Delivered>,
+    /// A segment was read to its end: the next must start exactly at `next`.
+    crossed: bool,
+}
+
+pub struct Reader {
+    stream: RemoteStream,
+    group: Option<String>,
+    order: Order,
+    cursors: Vec<Cursor>,
+    /// Per partition, the offset after the last event handed out.
+    delivered: Vec<u64>,
+}
+
+impl Reader {
+    pub fn open(
+        stream: RemoteStream,
+        group: Option<&str>,
+        from: From,
+        order: Order,
+    ) -> Result<Reader> {
+        let wm = stream.watermark()?;
+        let start = match (group, from) {
+            (Some(g), From::Committed) => stream.group_offsets(g)?.map(|g| g.offsets),
+            _ => None,
+        }
+        .unwrap_or_else(|| vec![0; stream.partitions as usize]);
+        let cursors = wm
+            .parts
+            .iter()
+            .zip(&start)
+            .enumerate()
+            .map(|(p, (m, &s))| Cursor {
+                partition: p as u32,
+                next: s,
+                limit: m.next,
+                seg_first: m.seg_first,
+                seg_end: m.seg_end,
+                open: None,
+                buf: VecDeque::new(),
+                crossed: false,
+            })
+            .collect();
+        Ok(Reader {
+            group: group.map(str::to_owned),
+            order,
+            cursors,
+            delivered: start,
+            stream,
+        })
+    }
+
+    pub fn stream(&self) -> &RemoteStream {
+        &self.stream
+    }
+
+    /// The next event, or `None` once every partition is at its watermark.
+    pub fn next_event(&mut self) -> Result<Option<Delivered>> {
+        let dir = self.stream.dir.clone();
+        for c in &mut self.cursors {
+            if c.buf.is_empty() {
+                c.fill(&dir, &self.stream.name, self.stream.partitions)?;
+            }
+        }
+        let pick = self
+            .cursors
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.buf.front().map(|d| (i, d)))
+            .min_by_key(|(_, d)| match self.order {
+                Order::Cut => (d.round as i128, d.partition, d.offset),
+                Order::Time => (d.event.time_ns as i128, d.partition, d.offset),
+            })
+            .map(|(i, _)| i);
+        let Some(i) = pick else { return Ok(None) };
+        let d = self.cursors[i]
+            .buf
+            .pop_front()
+            .expect("picked a non-empty cursor");
+        self.delivered[i] = d.offset + 1;
+        Ok(Some(d))
+    }
+
+    /// The offsets after the events handed out so far.
+    pub fn positions(&self) -> &[u64] {
+        &self.delivered
+    }
+
+    /// Store the group's offsets: everything handed out counts as
+    /// processed. Commit after processing: delivery is at least once.
+    pub fn commit(&self) -> Result<()> {
+        match &self.group {
+            Some(g) => self.stream.commit_group(g, &self.delivered),
+            None => Err(StreamError::Invalid {
+                what: "a reader without a group has no offsets to commit".into(),
+            }),
+        }
+    }
+}
+
+impl Cursor {
+    /// Read the next batch that holds offsets at or past `next`, below the
+    /// watermark; every byte checked.
+    fn fill(&mut self, dir: &Path, stream: &str, n: u32) -> Result<()> {
+        while self.buf.is_empty() && self.next < self.limit {
+            if self.open.is_none() {
+                self.open_segment(dir, stream, n)?;
+            }
+            let (path, file, pos, end, open_first) = self.open.as_mut().expect("opened");
+            let (path, open_first) = (path.clone(), *open_first);
+            match segment::read_batch(file, &path, *pos, *end, KIND_REMOTE_BATCH, n)? {
+                Next::Batch(b) => {
+                    *pos = b.end;
+                    let h = b.header;
+                    if h.partition != self.partition {
+                        return Err(corrupt(
+                            &path,
+                            b.pos,
+                            format!(
+                                "batch of partition {} in partition {}",
+                                h.partition, self.partition
+                            ),
+                        ));
+                    }
+                    for (i, ev) in b.events().enumerate() {
+                        let offset = h.first + i as u64;
+                        if offset >= self.next && offset < self.limit {
+                            self.buf.push_back(Delivered {
+                                partition: self.partition,
+                                offset,
+                                round: h.round,
+                                event: ev,
+                            });
+                        }
+                    }
+                    if let Some(d) = self.buf.front() {
+                        if d.offset != self.next {
+                            return Err(corrupt(
+                                &path,
+                                b.pos,
+                                format!("offset {} where {} was expected", d.offset, self.next),
+                            ));
+                        }
+                    }
+                    self.next = (h.first + u64::from(h.count)).max(self.next);
+                }
+                // Below the watermark everything is committed.
+                Next::End => {
+                    if open_first == self.seg_first {
+                        return Err(corrupt(
+                            &path,
+                            *end,
+                            format!(
+                                "partition {} ends at offset {}, its watermark says {}",
+                                self.partition, self.next, self.limit
+                            ),
+                        ));
+                    }
+                    self.open = None;
+                    self.crossed = true;
+                }
+                Next::Torn(why) => {
+                    return Err(corrupt(&path, *pos, format!("below the watermark: {why}")))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Open the segment that holds offset `next`.
+    fn open_segment(&mut self, dir: &Path, stream: &str, n: u32) -> Result<()> {
+        let firsts = layout::part_segments(dir, self.partition)?;
+        let first = firsts
+            .iter()
+            .rev()
+            .find(|&&f| f <= self.next && f <= self.seg_first)
+            .copied()
+            .ok_or_else(|| {
+                corrupt(
+                    &layout::part_dir(dir, self.partition),
+                    0,
+                    format!("no segment holds offset {}", self.next),
+                )
+            })?;
+        if self.crossed && first != self.next {
+            return Err(corrupt(
+                &layout::part_dir(dir, self.partition),
+                0,
+                format!(
+                    "no segment starts at offset {}, where the last one ended",
+                    self.next
+                ),
+            ));
+        }
+        self.crossed = false;
+        let path = layout::part_segment(dir, self.partition, first);
+        let file = File::open(&path).ctx("open", &path)?;
+        let head = crate::producer::read_head(&path)?;
+        let h = Header::decode(&head, KIND_PART_SEGMENT, &path)?;
+        if h.name != stream
+            || h.partition != self.partition
+            || h.first != first
+            || h.partitions != n
+        {
+            return Err(corrupt(
+                &path,
+                0,
+                "segment header names another stream, partition or offset",
+            ));
+        }
+        // The last segment is read only up to the watermark's byte end:
+        // bytes past it are a round not yet published.
+        let end = if first == self.seg_first {
+            self.seg_end
+        } else {
+            file.metadata().ctx("stat", &path)?.len()
+        };
+        self.open = Some((path, file, h.len(), end, first));
+        Ok(())
+    }
+}

@@ -1,0 +1,200 @@
+//! The drain's records (docs/streams-format.md): the cut log's cut
+//! (kind 7), the remote's high watermark (kind 8) and a reader group's
+//! offsets (kind 9). Re-exported by `format`.
+
+use std::path::Path;
+
+use crate::error::{corrupt, Result};
+use crate::format::{
+    check_record, common, seal, u32_at, u64_at, KIND_CUT, KIND_GROUP, KIND_WATERMARK, MAGIC_CUT,
+    MAGIC_GROUP, MAGIC_WATERMARK, MAX_PARTITIONS,
+};
+
+/// One partition's share of a cut: events `first..first+count` go to the
+/// remote segment starting at offset `seg_first`, as one batch of `len`
+/// bytes written at byte `pos` (`len` 0: none this round).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PartCut {
+    pub first: u64,
+    pub count: u64,
+    pub seg_first: u64,
+    pub pos: u64,
+    pub len: u64,
+}
+
+/// Bytes `from..to` of a producer's segment (whole batches) are in a cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Range {
+    pub producer: u64,
+    pub from: u64,
+    pub to: u64,
+}
+
+/// A drain round's cut: which committed batches are in, and where each
+/// partition's events go. Recorded durably before it is applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cut {
+    pub round: u64,
+    pub ranges: Vec<Range>,
+    pub parts: Vec<PartCut>,
+}
+
+impl Cut {
+    pub fn encode(&self) -> Vec<u8> {
+        let len = 32 + 24 * self.ranges.len() + 40 * self.parts.len() + 4;
+        let mut b = Vec::with_capacity(len);
+        common(&mut b, MAGIC_CUT, KIND_CUT, len);
+        b.extend_from_slice(&self.round.to_le_bytes());
+        b.extend_from_slice(&(self.ranges.len() as u32).to_le_bytes());
+        b.extend_from_slice(&(self.parts.len() as u32).to_le_bytes());
+        for r in &self.ranges {
+            for v in [r.producer, r.from, r.to] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        for p in &self.parts {
+            for v in [p.first, p.count, p.seg_first, p.pos, p.len] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        seal(&mut b, 0);
+        b
+    }
+
+    pub fn decode(b: &[u8], path: &Path, offset: u64) -> Result<Cut> {
+        check_record(b, MAGIC_CUT, &[KIND_CUT], path, offset)?;
+        let n = u32_at(b, 24) as usize;
+        let np = u32_at(b, 28) as usize;
+        if b.len() != 32 + 24 * n + 40 * np + 4 || np == 0 || np > MAX_PARTITIONS as usize {
+            return Err(corrupt(
+                path,
+                offset,
+                "cut record's counts disagree with its length",
+            ));
+        }
+        let ranges = (0..n)
+            .map(|i| {
+                let o = 32 + 24 * i;
+                Range {
+                    producer: u64_at(b, o),
+                    from: u64_at(b, o + 8),
+                    to: u64_at(b, o + 16),
+                }
+            })
+            .collect();
+        let parts = (0..np)
+            .map(|i| {
+                let o = 32 + 24 * n + 40 * i;
+                PartCut {
+                    first: u64_at(b, o),
+                    count: u64_at(b, o + 8),
+                    seg_first: u64_at(b, o + 16),
+                    pos: u64_at(b, o + 24),
+                    len: u64_at(b, o + 32),
+                }
+            })
+            .collect();
+        Ok(Cut {
+            round: u64_at(b, 16),
+            ranges,
+            parts,
+        })
+    }
+}
+
+/// A partition's published state: offsets below `next` are readable; the
+/// last segment starts at offset `seg_first` and its valid bytes end at
+/// `seg_end` (0: no segment yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PartMark {
+    pub next: u64,
+    pub seg_first: u64,
+    pub seg_end: u64,
+}
+
+/// The high watermark of a remote stream after round `round`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watermark {
+    pub round: u64,
+    pub parts: Vec<PartMark>,
+}
+
+impl Watermark {
+    pub fn encode(&self) -> Vec<u8> {
+        let len = 32 + 24 * self.parts.len() + 4;
+        let mut b = Vec::with_capacity(len);
+        common(&mut b, MAGIC_WATERMARK, KIND_WATERMARK, len);
+        b.extend_from_slice(&self.round.to_le_bytes());
+        b.extend_from_slice(&(self.parts.len() as u32).to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        for p in &self.parts {
+            for v in [p.next, p.seg_first, p.seg_end] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        seal(&mut b, 0);
+        b
+    }
+
+    pub fn decode(b: &[u8], path: &Path) -> Result<Watermark> {
+        check_record(b, MAGIC_WATERMARK, &[KIND_WATERMARK], path, 0)?;
+        let n = u32_at(b, 24) as usize;
+        if b.len() != 32 + 24 * n + 4 || n == 0 || u32_at(b, 28) != 0 {
+            return Err(corrupt(
+                path,
+                24,
+                "watermark's partition count disagrees with its length",
+            ));
+        }
+        let parts = (0..n)
+            .map(|i| {
+                let o = 32 + 24 * i;
+                PartMark {
+                    next: u64_at(b, o),
+                    seg_first: u64_at(b, o + 8),
+                    seg_end: u64_at(b, o + 16),
+                }
+            })
+            .collect();
+        Ok(Watermark {
+            round: u64_at(b, 16),
+            parts,
+        })
+    }
+}
+
+/// A reader group's committed offsets: the next offset to deliver per partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupOffsets {
+    pub offsets: Vec<u64>,
+}
+
+impl GroupOffsets {
+    pub fn encode(&self) -> Vec<u8> {
+        let len = 24 + 8 * self.offsets.len() + 4;
+        let mut b = Vec::with_capacity(len);
+        common(&mut b, MAGIC_GROUP, KIND_GROUP, len);
+        b.extend_from_slice(&(self.offsets.len() as u32).to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        for o in &self.offsets {
+            b.extend_from_slice(&o.to_le_bytes());
+        }
+        seal(&mut b, 0);
+        b
+    }
+
+    pub fn decode(b: &[u8], path: &Path) -> Result<GroupOffsets> {
+        check_record(b, MAGIC_GROUP, &[KIND_GROUP], path, 0)?;
+        let n = u32_at(b, 16) as usize;
+        if b.len() != 24 + 8 * n + 4 || n == 0 || u32_at(b, 20) != 0 {
+            return Err(corrupt(
+                path,
+                16,
+                "group record's partition count disagrees with its length",
+            ));
+        }
+        Ok(GroupOffsets {
+            offsets: (0..n).map(|i| u64_at(b, 24 + 8 * i)).collect(),
+        })
+    }
+}

@@ -1,0 +1,259 @@
+//! Golden vectors of format version 1 (docs/streams-format.md): each record
+//! encoded from fixed values must equal the file in tests/vectors, and the
+//! file must decode to those values. A change to a layout shows up here;
+//! it needs a new version, and these files stay and keep decoding.
+//! `PARALOG_BLESS=1 cargo test -p paralog-stream --test vectors` writes
+//! them (only for a new version's new files).
+
+use std::path::{Path, PathBuf};
+
+use paralog_stream::format::*;
+use paralog_stream::segment::{read_batch, Next};
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors")
+}
+
+fn golden(name: &str, bytes: &[u8]) {
+    let path = dir().join(name);
+    if std::env::var_os("PARALOG_BLESS").is_some() && !path.exists() {
+        std::fs::write(&path, bytes).unwrap();
+    }
+    let want = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(bytes, &want[..], "{name} differs from its golden vector");
+}
+
+fn segment_header() -> Header {
+    Header {
+        kind: KIND_SEGMENT,
+        id: 0x0123_4567_89ab_cdef,
+        first: 1_700_000_000_000_000_000,
+        partition: 4242,
+        partitions: 3,
+        name: "telemetry".into(),
+    }
+}
+
+/// A producer's segment: header, then one batch of two events (one with a
+/// key), then its commit record.
+fn local_segment() -> Vec<u8> {
+    let h = segment_header();
+    let mut seg = h.encode();
+    let start = seg.len();
+    let mut body = Vec::new();
+    encode_frame(
+        &mut body,
+        0,
+        h.id,
+        7,
+        1_700_000_000_000_000_123,
+        None,
+        b"hello",
+    );
+    encode_frame(
+        &mut body,
+        2,
+        h.id,
+        8,
+        1_700_000_000_000_000_456,
+        Some(b"sensor-9"),
+        b"\x00\x01\x02",
+    );
+    BatchHeader {
+        kind: KIND_LOCAL_BATCH,
+        body: body.len() as u64,
+        count: 2,
+        partition: ANY_PARTITION,
+        first: 7,
+        round: 0,
+    }
+    .encode(&mut seg);
+    seg.extend_from_slice(&body);
+    encode_commit(&mut seg, start, start as u64, 2);
+    seg
+}
+
+#[test]
+fn segment_header_v1() {
+    let h = segment_header();
+    golden("segment_header_v1.bin", &h.encode());
+    let b = std::fs::read(dir().join("segment_header_v1.bin")).unwrap();
+    assert_eq!(Header::decode(&b, KIND_SEGMENT, Path::new("v")).unwrap(), h);
+    assert_eq!(b.len() as u64, h.len());
+    // The kind is part of the record: a segment header is not a stream record.
+    assert!(Header::decode(&b, KIND_STREAM, Path::new("v")).is_err());
+}
+
+#[test]
+fn local_segment_v1() {
+    let seg = local_segment();
+    golden("local_segment_v1.bin", &seg);
+    let path = dir().join("local_segment_v1.bin");
+    let f = std::fs::File::open(&path).unwrap();
+    let len = f.metadata().unwrap().len();
+    let at = segment_header().len();
+    let Next::Batch(b) = read_batch(&f, &path, at, len, KIND_LOCAL_BATCH, 3).unwrap() else {
+        panic!("no batch")
+    };
+    assert_eq!(b.end, len);
+    assert_eq!(b.header.first, 7);
+    let ev: Vec<Event> = b.events().collect();
+    assert_eq!(ev.len(), 2);
+    assert_eq!(
+        (
+            ev[0].partition,
+            ev[0].seq,
+            ev[0].time_ns,
+            ev[0].key.as_deref(),
+            &ev[0].payload[..]
+        ),
+        (0, 7, 1_700_000_000_000_000_123, None, &b"hello"[..])
+    );
+    assert_eq!(
+        (
+            ev[1].partition,
+            ev[1].seq,
+            ev[1].key.as_deref(),
+            &ev[1].payload[..]
+        ),
+        (2, 8, Some(&b"sensor-9"[..]), &b"\x00\x01\x02"[..])
+    );
+    assert!(matches!(
+        read_batch(&f, &path, len, len, KIND_LOCAL_BATCH, 3).unwrap(),
+        Next::End
+    ));
+    // Read as a remote batch (another kind), it is refused, not misread.
+    assert!(
+        read_batch(&f, &path, at, len, KIND_REMOTE_BATCH, 3).is_err()
+            || matches!(
+                read_batch(&f, &path, at, len, KIND_REMOTE_BATCH, 3).unwrap(),
+                Next::Torn(_)
+            )
+    );
+}
+
+#[test]
+fn part_segment_and_stream_v1() {
+    let h = Header {
+        kind: KIND_PART_SEGMENT,
+        id: 0,
+        first: 1000,
+        partition: 2,
+        partitions: 3,
+        name: "telemetry".into(),
+    };
+    golden("part_segment_header_v1.bin", &h.encode());
+    let s = Header {
+        kind: KIND_STREAM,
+        id: 0,
+        first: 0,
+        partition: 0,
+        partitions: 3,
+        name: "telemetry".into(),
+    };
+    golden("stream_v1.bin", &s.encode());
+    let b = std::fs::read(dir().join("part_segment_header_v1.bin")).unwrap();
+    assert_eq!(
+        Header::decode(&b, KIND_PART_SEGMENT, Path::new("v")).unwrap(),
+        h
+    );
+}
+
+#[test]
+fn cut_watermark_group_v1() {
+    let cut = Cut {
+        round: 5,
+        ranges: vec![
+            Range {
+                producer: 0xaa,
+                from: 61,
+                to: 400,
+            },
+            Range {
+                producer: 0xbb,
+                from: 61,
+                to: 900,
+            },
+        ],
+        parts: vec![
+            PartCut {
+                first: 10,
+                count: 4,
+                seg_first: 0,
+                pos: 800,
+                len: 300,
+            },
+            PartCut {
+                first: 7,
+                count: 0,
+                seg_first: 0,
+                pos: 500,
+                len: 0,
+            },
+        ],
+    };
+    golden("cut_v1.bin", &cut.encode());
+    let b = std::fs::read(dir().join("cut_v1.bin")).unwrap();
+    assert_eq!(Cut::decode(&b, Path::new("v"), 0).unwrap(), cut);
+
+    let wm = Watermark {
+        round: 5,
+        parts: vec![
+            PartMark {
+                next: 14,
+                seg_first: 0,
+                seg_end: 1100,
+            },
+            PartMark {
+                next: 7,
+                seg_first: 0,
+                seg_end: 500,
+            },
+        ],
+    };
+    golden("watermark_v1.bin", &wm.encode());
+    let b = std::fs::read(dir().join("watermark_v1.bin")).unwrap();
+    assert_eq!(Watermark::decode(&b, Path::new("v")).unwrap(), wm);
+
+    let g = GroupOffsets {
+        offsets: vec![14, 3],
+    };
+    golden("group_v1.bin", &g.encode());
+    let b = std::fs::read(dir().join("group_v1.bin")).unwrap();
+    assert_eq!(GroupOffsets::decode(&b, Path::new("v")).unwrap(), g);
+}
+
+/// Every single-bit flip of every record is refused (never decoded to
+/// other values), naming the file.
+#[test]
+fn every_bit_flip_is_refused() {
+    let recs: Vec<(&str, Vec<u8>)> = vec![
+        ("cut", std::fs::read(dir().join("cut_v1.bin")).unwrap()),
+        (
+            "watermark",
+            std::fs::read(dir().join("watermark_v1.bin")).unwrap(),
+        ),
+        ("group", std::fs::read(dir().join("group_v1.bin")).unwrap()),
+        (
+            "header",
+            std::fs::read(dir().join("segment_header_v1.bin")).unwrap(),
+        ),
+    ];
+    let p = Path::new("/named/file");
+    for (what, rec) in recs {
+        for bit in 0..rec.len() * 8 {
+            let mut b = rec.clone();
+            b[bit / 8] ^= 1 << (bit % 8);
+            let err = match what {
+                "cut" => Cut::decode(&b, p, 0).err().map(|e| e.to_string()),
+                "watermark" => Watermark::decode(&b, p).err().map(|e| e.to_string()),
+                "group" => GroupOffsets::decode(&b, p).err().map(|e| e.to_string()),
+                _ => Header::decode(&b, KIND_SEGMENT, p)
+                    .err()
+                    .map(|e| e.to_string()),
+            };
+            let err = err.unwrap_or_else(|| panic!("{what}: flip of bit {bit} decoded"));
+            assert!(err.contains("/named/file"), "{err}");
+        }
+    }
+}
