@@ -39,7 +39,7 @@ pub struct Config {
     pub max_rate: Option<u64>,
     /// Nice value for the workers (0: unchanged).
     pub nice: i32,
-    /// `--aggregate`: files drained into checkpoint sets (aggregate.rs);
+    /// `--aggregate`: files drained into checkpoint sets (aggregate/);
     /// without rules, members of published sets rewritten in this job.
     pub sets: Option<Arc<crate::aggregate::Sets>>,
 }

@@ -193,7 +193,7 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
 }
 
 /// A checkpoint set member: the sets of its job that are complete are
-/// drained together (aggregate.rs); every member file drained is counted.
+/// drained together (aggregate/); every member file drained is counted.
 fn drain_set_member(
     inner: &Inner,
     sets: &crate::aggregate::Sets,
