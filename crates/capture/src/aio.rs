@@ -7,8 +7,8 @@ use libc::{aiocb, c_int, ssize_t, timespec};
 
 use crate::guard::Guard;
 use crate::io::{do_read, do_write, slice, slice_mut};
-use crate::pass;
 use crate::state::{self, is_captured, lock, set_errno, State};
+use crate::{entry_points, twins};
 
 // ---- POSIX AIO -----------------------------------------------------------
 //
@@ -50,66 +50,24 @@ fn aio_result(cb: *const aiocb, take: bool) -> Option<(isize, c_int)> {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn aio_write(cb: *mut aiocb) -> c_int {
-    aio_submit(cb, true).unwrap_or_else(|| pass!(aio_write(cb), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aio_write64(cb: *mut aiocb) -> c_int {
-    aio_submit(cb, true).unwrap_or_else(|| pass!(aio_write64(cb), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aio_read(cb: *mut aiocb) -> c_int {
-    aio_submit(cb, false).unwrap_or_else(|| pass!(aio_read(cb), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aio_read64(cb: *mut aiocb) -> c_int {
-    aio_submit(cb, false).unwrap_or_else(|| pass!(aio_read64(cb), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aio_error(cb: *const aiocb) -> c_int {
-    match aio_result(cb, false) {
-        Some((_, err)) => err,
-        None => pass!(aio_error(cb), libc::ENOSYS),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aio_error64(cb: *const aiocb) -> c_int {
-    match aio_result(cb, false) {
-        Some((_, err)) => err,
-        None => pass!(aio_error64(cb), libc::ENOSYS),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aio_return(cb: *mut aiocb) -> ssize_t {
-    match aio_result(cb, true) {
-        Some((ret, err)) => {
+entry_points! {
+    fn aio_write(cb: *mut aiocb) | fn aio_write64(cb: *mut aiocb) -> c_int {
+        aio_submit(cb, true)
+    } else -1;
+    fn aio_read(cb: *mut aiocb) | fn aio_read64(cb: *mut aiocb) -> c_int {
+        aio_submit(cb, false)
+    } else -1;
+    fn aio_error(cb: *const aiocb) | fn aio_error64(cb: *const aiocb) -> c_int {
+        aio_result(cb, false).map(|(_, err)| err)
+    } else libc::ENOSYS;
+    fn aio_return(cb: *mut aiocb) | fn aio_return64(cb: *mut aiocb) -> ssize_t {
+        aio_result(cb, true).map(|(ret, err)| {
             if ret < 0 {
                 set_errno(err);
             }
             ret
-        }
-        None => pass!(aio_return(cb), -1),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aio_return64(cb: *mut aiocb) -> ssize_t {
-    match aio_result(cb, true) {
-        Some((ret, err)) => {
-            if ret < 0 {
-                set_errno(err);
-            }
-            ret
-        }
-        None => pass!(aio_return64(cb), -1),
-    }
+        })
+    } else -1;
 }
 
 unsafe fn any_ours(list: *const *const aiocb, n: c_int) -> bool {
@@ -121,45 +79,15 @@ unsafe fn any_ours(list: *const *const aiocb, n: c_int) -> bool {
         .any(|&cb| !cb.is_null() && aio_result(cb, false).is_some())
 }
 
-/// A captured request is complete on submission, so suspend returns at once.
-#[no_mangle]
-pub unsafe extern "C" fn aio_suspend(
-    list: *const *const aiocb,
-    n: c_int,
-    t: *const timespec,
-) -> c_int {
-    if any_ours(list, n) {
-        return 0;
-    }
-    pass!(aio_suspend(list, n, t), -1)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aio_suspend64(
-    list: *const *const aiocb,
-    n: c_int,
-    t: *const timespec,
-) -> c_int {
-    if any_ours(list, n) {
-        return 0;
-    }
-    pass!(aio_suspend64(list, n, t), -1)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aio_cancel(fd: c_int, cb: *mut aiocb) -> c_int {
-    if is_captured(fd) {
-        return libc::AIO_ALLDONE;
-    }
-    pass!(aio_cancel(fd, cb), -1)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aio_cancel64(fd: c_int, cb: *mut aiocb) -> c_int {
-    if is_captured(fd) {
-        return libc::AIO_ALLDONE;
-    }
-    pass!(aio_cancel64(fd, cb), -1)
+entry_points! {
+    // A captured request is complete on submission, so suspend returns at once.
+    fn aio_suspend(list: *const *const aiocb, n: c_int, t: *const timespec)
+    | fn aio_suspend64(list: *const *const aiocb, n: c_int, t: *const timespec) -> c_int {
+        any_ours(list, n).then_some(0)
+    } else -1;
+    fn aio_cancel(fd: c_int, cb: *mut aiocb) | fn aio_cancel64(fd: c_int, cb: *mut aiocb) -> c_int {
+        is_captured(fd).then_some(libc::AIO_ALLDONE)
+    } else -1;
 }
 
 /// lio_listio: the requests on captured descriptors are done at once (as
@@ -203,22 +131,13 @@ unsafe fn lio(
     0
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn lio_listio(
-    mode: c_int,
-    list: *const *mut aiocb,
-    n: c_int,
-    sev: *mut libc::sigevent,
-) -> c_int {
-    lio(list, n, |l| pass!(lio_listio(mode, l, n, sev), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn lio_listio64(
-    mode: c_int,
-    list: *const *mut aiocb,
-    n: c_int,
-    sev: *mut libc::sigevent,
-) -> c_int {
-    lio(list, n, |l| pass!(lio_listio64(mode, l, n, sev), -1))
+twins! {
+    lio_listio, lio_listio64 => fn(
+        mode: c_int,
+        list: *const *mut aiocb,
+        n: c_int,
+        sev: *mut libc::sigevent,
+    ) -> c_int, -1, |real| {
+        lio(list, n, |l| real(mode, l, n, sev))
+    }
 }

@@ -8,8 +8,8 @@
 
 use libc::{c_int, c_uint, c_void, off64_t, off_t, size_t, ssize_t};
 
-use crate::pass;
 use crate::state::is_captured;
+use crate::{entry_points, twins};
 
 const CHUNK: usize = 1 << 20;
 
@@ -70,53 +70,25 @@ unsafe fn copy(
     total as ssize_t
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn sendfile(out: c_int, fin: c_int, off: *mut off_t, n: size_t) -> ssize_t {
-    if !is_captured(out) && !is_captured(fin) {
-        return pass!(sendfile(out, fin, off, n), -1);
-    }
-    copy(fin, off, out, std::ptr::null_mut(), n)
+entry_points! {
+    fn sendfile(out: c_int, fin: c_int, off: *mut off_t, n: size_t)
+    | fn sendfile64(out: c_int, fin: c_int, off: *mut off64_t, n: size_t) -> ssize_t {
+        (is_captured(out) || is_captured(fin)).then(|| copy(fin, off, out, std::ptr::null_mut(), n))
+    } else -1;
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn sendfile64(
-    out: c_int,
-    fin: c_int,
-    off: *mut off64_t,
-    n: size_t,
-) -> ssize_t {
-    if !is_captured(out) && !is_captured(fin) {
-        return pass!(sendfile64(out, fin, off, n), -1);
+twins! {
+    copy_file_range, splice => fn(
+        fin: c_int,
+        off_in: *mut off64_t,
+        out: c_int,
+        off_out: *mut off64_t,
+        n: size_t,
+        flags: c_uint,
+    ) -> ssize_t, -1, |real| {
+        if !is_captured(out) && !is_captured(fin) {
+            return real(fin, off_in, out, off_out, n, flags);
+        }
+        copy(fin, off_in, out, off_out, n)
     }
-    copy(fin, off, out, std::ptr::null_mut(), n)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn copy_file_range(
-    fin: c_int,
-    off_in: *mut off64_t,
-    out: c_int,
-    off_out: *mut off64_t,
-    n: size_t,
-    flags: c_uint,
-) -> ssize_t {
-    if !is_captured(out) && !is_captured(fin) {
-        return pass!(copy_file_range(fin, off_in, out, off_out, n, flags), -1);
-    }
-    copy(fin, off_in, out, off_out, n)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn splice(
-    fin: c_int,
-    off_in: *mut off64_t,
-    out: c_int,
-    off_out: *mut off64_t,
-    n: size_t,
-    flags: c_uint,
-) -> ssize_t {
-    if !is_captured(out) && !is_captured(fin) {
-        return pass!(splice(fin, off_in, out, off_out, n, flags), -1);
-    }
-    copy(fin, off_in, out, off_out, n)
 }

@@ -28,8 +28,8 @@ use std::path::{Path, PathBuf};
 use libc::{c_char, c_int, pid_t};
 
 use crate::guard::Guard;
-use crate::pass;
 use crate::state::{self, lock, Mode, State};
+use crate::{pass, twins};
 
 const TAG: &[u8] = b"paralog:";
 
@@ -415,33 +415,18 @@ pub unsafe extern "C" fn vfork() -> pid_t {
     libc::fork()
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn posix_spawn(
-    pid: *mut pid_t,
-    path: *const c_char,
-    acts: *const libc::posix_spawn_file_actions_t,
-    attr: *const libc::posix_spawnattr_t,
-    argv: *const *mut c_char,
-    envp: *const *mut c_char,
-) -> c_int {
-    prepare_spawn();
-    pass!(posix_spawn(pid, path, acts, attr, argv, envp), libc::ENOSYS)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn posix_spawnp(
-    pid: *mut pid_t,
-    file: *const c_char,
-    acts: *const libc::posix_spawn_file_actions_t,
-    attr: *const libc::posix_spawnattr_t,
-    argv: *const *mut c_char,
-    envp: *const *mut c_char,
-) -> c_int {
-    prepare_spawn();
-    pass!(
-        posix_spawnp(pid, file, acts, attr, argv, envp),
-        libc::ENOSYS
-    )
+twins! {
+    posix_spawn, posix_spawnp => fn(
+        pid: *mut pid_t,
+        path: *const c_char,
+        acts: *const libc::posix_spawn_file_actions_t,
+        attr: *const libc::posix_spawnattr_t,
+        argv: *const *mut c_char,
+        envp: *const *mut c_char,
+    ) -> c_int, libc::ENOSYS, |real| {
+        prepare_spawn();
+        real(pid, path, acts, attr, argv, envp)
+    }
 }
 
 #[no_mangle]
@@ -496,36 +481,22 @@ fn take_over_end(st: &mut State, fd: c_int) {
     st.advance_shared(ofd, c.size);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn execve(
-    path: *const c_char,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    prepare_spawn();
-    pass!(execve(path, argv, envp), -1)
+twins! {
+    execve, execvpe => fn(
+        path: *const c_char,
+        argv: *const *const c_char,
+        envp: *const *const c_char,
+    ) -> c_int, -1, |real| {
+        prepare_spawn();
+        real(path, argv, envp)
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
-    prepare_spawn();
-    pass!(execv(path, argv), -1)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
-    prepare_spawn();
-    pass!(execvp(file, argv), -1)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn execvpe(
-    file: *const c_char,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    prepare_spawn();
-    pass!(execvpe(file, argv, envp), -1)
+twins! {
+    execv, execvp => fn(path: *const c_char, argv: *const *const c_char) -> c_int, -1, |real| {
+        prepare_spawn();
+        real(path, argv)
+    }
 }
 
 #[cfg(test)]

@@ -11,10 +11,10 @@ use std::path::Path;
 use libc::{c_char, c_int, c_void, iovec, off64_t, off_t, size_t, ssize_t};
 
 use crate::guard::Guard;
-use crate::pass;
 use crate::posix::{contain, logged_state, prefix_path};
 use crate::report;
-use crate::state::{self, is_captured, lock, CResult, Mode, State};
+use crate::state::{self, lock, CResult, Mode, State};
+use crate::{entry_points, fd_entry_points, pass, twins};
 
 // ---- write ---------------------------------------------------------------
 
@@ -46,47 +46,41 @@ fn offset(off: i64) -> CResult<u64> {
     u64::try_from(off).map_err(|_| libc::EINVAL)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => do_write(fd, slice(buf, n), None),
-        _ => pass!(write(fd, buf, n), -1),
+/// `f` at the offset `off`; a negative one fails with EINVAL.
+fn at_offset(off: i64, f: impl FnOnce(u64) -> ssize_t) -> ssize_t {
+    match offset(off) {
+        Ok(o) => f(o),
+        Err(e) => {
+            state::set_errno(e);
+            -1
+        }
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => match offset(off) {
-            Ok(o) => do_write(fd, slice(buf, n), Some(o)),
-            Err(e) => contain("pwrite", -1, || Err(e)),
-        },
-        _ => pass!(pwrite(fd, buf, n, off), -1),
-    }
+fd_entry_points! {
+    fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+        do_write(fd, slice(buf, n), None)
+    } else -1;
+    fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t)
+    | fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off64_t) -> ssize_t {
+        at_offset(off, |o| do_write(fd, slice(buf, n), Some(o)))
+    } else -1;
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pwrite64(
-    fd: c_int,
-    buf: *const c_void,
-    n: size_t,
-    off: off64_t,
-) -> ssize_t {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => match offset(off) {
-            Ok(o) => do_write(fd, slice(buf, n), Some(o)),
-            Err(e) => contain("pwrite64", -1, || Err(e)),
-        },
-        _ => pass!(pwrite64(fd, buf, n, off), -1),
+/// The vector of a readv/writev call (EINVAL for a negative count).
+unsafe fn iovecs<'a>(iov: *const iovec, cnt: c_int) -> CResult<&'a [iovec]> {
+    if cnt < 0 || (cnt > 0 && iov.is_null()) {
+        return Err(libc::EINVAL);
     }
+    if cnt == 0 {
+        return Ok(&[]);
+    }
+    Ok(std::slice::from_raw_parts(iov, cnt as usize))
 }
 
 unsafe fn do_writev(fd: c_int, iov: *const iovec, cnt: c_int, at: Option<u64>) -> ssize_t {
     contain("writev", -1, || {
-        if cnt < 0 || (cnt > 0 && iov.is_null()) {
-            return Err(libc::EINVAL);
-        }
-        let iovs = std::slice::from_raw_parts(iov, cnt as usize);
+        let iovs = iovecs(iov, cnt)?;
         let mut slot = lock();
         let st = State::get(&mut slot).ok_or(libc::EBADF)?;
         let mut total = 0u64;
@@ -99,39 +93,14 @@ unsafe fn do_writev(fd: c_int, iov: *const iovec, cnt: c_int, at: Option<u64>) -
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => do_writev(fd, iov, cnt, None),
-        _ => pass!(writev(fd, iov, cnt), -1),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => match offset(off) {
-            Ok(o) => do_writev(fd, iov, cnt, Some(o)),
-            Err(e) => contain("pwritev", -1, || Err(e)),
-        },
-        _ => pass!(pwritev(fd, iov, cnt, off), -1),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pwritev64(
-    fd: c_int,
-    iov: *const iovec,
-    cnt: c_int,
-    off: off64_t,
-) -> ssize_t {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => match offset(off) {
-            Ok(o) => do_writev(fd, iov, cnt, Some(o)),
-            Err(e) => contain("pwritev64", -1, || Err(e)),
-        },
-        _ => pass!(pwritev64(fd, iov, cnt, off), -1),
-    }
+fd_entry_points! {
+    fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+        do_writev(fd, iov, cnt, None)
+    } else -1;
+    fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t)
+    | fn pwritev64(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t) -> ssize_t {
+        at_offset(off, |o| do_writev(fd, iov, cnt, Some(o)))
+    } else -1;
 }
 
 // ---- read ----------------------------------------------------------------
@@ -144,42 +113,19 @@ pub(crate) fn do_read(fd: c_int, buf: &mut [u8], at: Option<u64>) -> ssize_t {
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => do_read(fd, slice_mut(buf, n), None),
-        _ => pass!(read(fd, buf, n), -1),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => match offset(off) {
-            Ok(o) => do_read(fd, slice_mut(buf, n), Some(o)),
-            Err(e) => contain("pread", -1, || Err(e)),
-        },
-        _ => pass!(pread(fd, buf, n, off), -1),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => match offset(off) {
-            Ok(o) => do_read(fd, slice_mut(buf, n), Some(o)),
-            Err(e) => contain("pread64", -1, || Err(e)),
-        },
-        _ => pass!(pread64(fd, buf, n, off), -1),
-    }
+fd_entry_points! {
+    fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+        do_read(fd, slice_mut(buf, n), None)
+    } else -1;
+    fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t)
+    | fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t {
+        at_offset(off, |o| do_read(fd, slice_mut(buf, n), Some(o)))
+    } else -1;
 }
 
 unsafe fn do_readv(fd: c_int, iov: *const iovec, cnt: c_int, at: Option<u64>) -> ssize_t {
     contain("readv", -1, || {
-        if cnt < 0 || (cnt > 0 && iov.is_null()) {
-            return Err(libc::EINVAL);
-        }
-        let iovs = std::slice::from_raw_parts(iov, cnt as usize);
+        let iovs = iovecs(iov, cnt)?;
         let mut slot = lock();
         let st = State::get(&mut slot).ok_or(libc::EBADF)?;
         let mut total = 0u64;
@@ -196,39 +142,14 @@ unsafe fn do_readv(fd: c_int, iov: *const iovec, cnt: c_int, at: Option<u64>) ->
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => do_readv(fd, iov, cnt, None),
-        _ => pass!(readv(fd, iov, cnt), -1),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => match offset(off) {
-            Ok(o) => do_readv(fd, iov, cnt, Some(o)),
-            Err(e) => contain("preadv", -1, || Err(e)),
-        },
-        _ => pass!(preadv(fd, iov, cnt, off), -1),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn preadv64(
-    fd: c_int,
-    iov: *const iovec,
-    cnt: c_int,
-    off: off64_t,
-) -> ssize_t {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => match offset(off) {
-            Ok(o) => do_readv(fd, iov, cnt, Some(o)),
-            Err(e) => contain("preadv64", -1, || Err(e)),
-        },
-        _ => pass!(preadv64(fd, iov, cnt, off), -1),
-    }
+fd_entry_points! {
+    fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+        do_readv(fd, iov, cnt, None)
+    } else -1;
+    fn preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t)
+    | fn preadv64(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t) -> ssize_t {
+        at_offset(off, |o| do_readv(fd, iov, cnt, Some(o)))
+    } else -1;
 }
 
 // ---- seek, size, sync ----------------------------------------------------
@@ -277,20 +198,11 @@ fn set_offset(st: &mut State, fd: c_int, to: i64) -> CResult<i64> {
     Ok(to)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => do_lseek(fd, off, whence),
-        _ => pass!(lseek(fd, off, whence), -1),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => do_lseek(fd, off, whence),
-        _ => pass!(lseek64(fd, off, whence), -1),
-    }
+fd_entry_points! {
+    fn lseek(fd: c_int, off: off_t, whence: c_int)
+    | fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
+        do_lseek(fd, off, whence)
+    } else -1;
 }
 
 /// fsync/fdatasync: the consistency point of a POSIX open. Under MPI the
@@ -308,20 +220,8 @@ fn do_sync(fd: c_int) -> c_int {
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => do_sync(fd),
-        _ => pass!(fsync(fd), -1),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => do_sync(fd),
-        _ => pass!(fdatasync(fd), -1),
-    }
+fd_entry_points! {
+    fn fsync(fd: c_int) | fn fdatasync(fd: c_int) -> c_int { do_sync(fd) } else -1;
 }
 
 fn do_ftruncate(fd: c_int, len: i64) -> c_int {
@@ -334,20 +234,10 @@ fn do_ftruncate(fd: c_int, len: i64) -> c_int {
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => do_ftruncate(fd, len),
-        _ => pass!(ftruncate(fd, len), -1),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off64_t) -> c_int {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => do_ftruncate(fd, len),
-        _ => pass!(ftruncate64(fd, len), -1),
-    }
+fd_entry_points! {
+    fn ftruncate(fd: c_int, len: off_t) | fn ftruncate64(fd: c_int, len: off64_t) -> c_int {
+        do_ftruncate(fd, len)
+    } else -1;
 }
 
 unsafe fn do_truncate_path(id: u64, len: i64) -> c_int {
@@ -376,20 +266,11 @@ unsafe fn truncate_path(abs: &Path, id: Option<u64>, len: i64) -> c_int {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
-    match prefix_path(path) {
-        Some((_g, abs, id)) => truncate_path(&abs, id, len),
-        None => pass!(truncate(path, len), -1),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn truncate64(path: *const c_char, len: off64_t) -> c_int {
-    match prefix_path(path) {
-        Some((_g, abs, id)) => truncate_path(&abs, id, len),
-        None => pass!(truncate64(path, len), -1),
-    }
+entry_points! {
+    fn truncate(path: *const c_char, len: off_t)
+    | fn truncate64(path: *const c_char, len: off64_t) -> c_int {
+        prefix_path(path).map(|(_g, abs, id)| truncate_path(&abs, id, len))
+    } else -1;
 }
 
 /// access/faccessat of a captured path: the log, then the real file. The
@@ -415,30 +296,16 @@ unsafe fn access_common(g: Guard, abs: &Path, open: bool, real: impl FnOnce() ->
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
-    let Some((g, abs, id)) = prefix_path(path) else {
-        return pass!(access(path, mode), -1);
-    };
-    access_common(g, &abs, id.is_some(), || pass!(access(path, mode), -1))
-}
-
-/// `euidaccess` (and its alias `eaccess`): glibc's calls its internal
-/// `access`, past the wrapper (GNU sort checks every input with it).
-#[no_mangle]
-pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
-    let Some((g, abs, id)) = prefix_path(path) else {
-        return pass!(euidaccess(path, mode), -1);
-    };
-    access_common(g, &abs, id.is_some(), || pass!(euidaccess(path, mode), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
-    let Some((g, abs, id)) = prefix_path(path) else {
-        return pass!(eaccess(path, mode), -1);
-    };
-    access_common(g, &abs, id.is_some(), || pass!(eaccess(path, mode), -1))
+// access and euidaccess (with its alias eaccess: glibc's calls its
+// internal `access`, past the wrapper; GNU sort checks every input with
+// it) of a path: the log's answer for a captured one.
+twins! {
+    access, euidaccess, eaccess => fn(path: *const c_char, mode: c_int) -> c_int, -1, |real| {
+        let Some((g, abs, id)) = prefix_path(path) else {
+            return real(path, mode);
+        };
+        access_common(g, &abs, id.is_some(), || real(path, mode))
+    }
 }
 
 #[no_mangle]
@@ -478,49 +345,20 @@ fn do_fallocate(fd: c_int, mode: c_int, off: i64, len: i64) -> CResult<()> {
     st.preallocate(id, end)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => contain("fallocate", -1, || {
-            do_fallocate(fd, mode, off, len).map(|_| 0)
-        }),
-        _ => pass!(fallocate(fd, mode, off, len), -1),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => contain("fallocate64", -1, || {
-            do_fallocate(fd, mode, off, len).map(|_| 0)
-        }),
-        _ => pass!(fallocate64(fd, mode, off, len), -1),
-    }
-}
-
-/// posix_fallocate returns the error number instead of setting errno.
-#[no_mangle]
-pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => match catch_unwind(|| do_fallocate(fd, 0, off, len)) {
+fd_entry_points! {
+    fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t)
+    | fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int {
+        contain("fallocate", -1, || do_fallocate(fd, mode, off, len).map(|_| 0))
+    } else -1;
+    // posix_fallocate returns the error number instead of setting errno.
+    fn posix_fallocate(fd: c_int, off: off_t, len: off_t)
+    | fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t) -> c_int {
+        match catch_unwind(|| do_fallocate(fd, 0, off, len)) {
             Ok(Ok(())) => 0,
             Ok(Err(e)) => e,
             Err(_) => libc::EIO,
-        },
-        _ => pass!(posix_fallocate(fd, off, len), libc::ENOSYS),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t) -> c_int {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => match catch_unwind(|| do_fallocate(fd, 0, off, len)) {
-            Ok(Ok(())) => 0,
-            Ok(Err(e)) => e,
-            Err(_) => libc::EIO,
-        },
-        _ => pass!(posix_fallocate64(fd, off, len), libc::ENOSYS),
-    }
+        }
+    } else libc::ENOSYS;
 }
 
 // ---- the v2 vector calls, and the other sync calls --------------------------
@@ -559,81 +397,22 @@ unsafe fn v2(
     n
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pwritev2(
-    fd: c_int,
-    iov: *const iovec,
-    cnt: c_int,
-    off: off_t,
-    flags: c_int,
-) -> ssize_t {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => v2(fd, iov, cnt, off, flags, true),
-        _ => pass!(pwritev2(fd, iov, cnt, off, flags), -1),
-    }
+fd_entry_points! {
+    fn pwritev2(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int)
+    | fn pwritev64v2(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t, flags: c_int) -> ssize_t {
+        v2(fd, iov, cnt, off, flags, true)
+    } else -1;
+    fn preadv2(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int)
+    | fn preadv64v2(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t, flags: c_int) -> ssize_t {
+        v2(fd, iov, cnt, off, flags, false)
+    } else -1;
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pwritev64v2(
-    fd: c_int,
-    iov: *const iovec,
-    cnt: c_int,
-    off: off64_t,
-    flags: c_int,
-) -> ssize_t {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => v2(fd, iov, cnt, off, flags, true),
-        _ => pass!(pwritev64v2(fd, iov, cnt, off, flags), -1),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn preadv2(
-    fd: c_int,
-    iov: *const iovec,
-    cnt: c_int,
-    off: off_t,
-    flags: c_int,
-) -> ssize_t {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => v2(fd, iov, cnt, off, flags, false),
-        _ => pass!(preadv2(fd, iov, cnt, off, flags), -1),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn preadv64v2(
-    fd: c_int,
-    iov: *const iovec,
-    cnt: c_int,
-    off: off64_t,
-    flags: c_int,
-) -> ssize_t {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => v2(fd, iov, cnt, off, flags, false),
-        _ => pass!(preadv64v2(fd, iov, cnt, off, flags), -1),
-    }
-}
-
-/// syncfs and sync_file_range on a captured descriptor ask for its data to
-/// be written out: a consistency point, as fdatasync.
-#[no_mangle]
-pub unsafe extern "C" fn syncfs(fd: c_int) -> c_int {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => do_sync(fd),
-        _ => pass!(syncfs(fd), -1),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn sync_file_range(
-    fd: c_int,
-    off: off64_t,
-    n: off64_t,
-    flags: libc::c_uint,
-) -> c_int {
-    match (is_captured(fd), Guard::enter()) {
-        (true, Some(_g)) => do_sync(fd),
-        _ => pass!(sync_file_range(fd, off, n, flags), -1),
-    }
+fd_entry_points! {
+    // syncfs and sync_file_range on a captured descriptor ask for its data
+    // to be written out: a consistency point, as fdatasync.
+    fn syncfs(fd: c_int)
+    | fn sync_file_range(fd: c_int, off: off64_t, n: off64_t, flags: libc::c_uint) -> c_int {
+        do_sync(fd)
+    } else -1;
 }

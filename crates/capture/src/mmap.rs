@@ -10,9 +10,9 @@
 use libc::{c_int, c_void, off64_t, size_t};
 
 use crate::guard::Guard;
-use crate::pass;
 use crate::report;
 use crate::state::{is_captured, lock, set_errno, State};
+use crate::{entry_points, pass};
 
 unsafe fn map_captured(
     addr: *mut c_void,
@@ -75,28 +75,10 @@ unsafe fn map_captured(
     Some(p)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mmap(
-    addr: *mut c_void,
-    len: size_t,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: libc::off_t,
-) -> *mut c_void {
-    map_captured(addr, len, prot, flags, fd, off)
-        .unwrap_or_else(|| pass!(mmap(addr, len, prot, flags, fd, off), libc::MAP_FAILED))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mmap64(
-    addr: *mut c_void,
-    len: size_t,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: off64_t,
-) -> *mut c_void {
-    map_captured(addr, len, prot, flags, fd, off)
-        .unwrap_or_else(|| pass!(mmap64(addr, len, prot, flags, fd, off), libc::MAP_FAILED))
+entry_points! {
+    fn mmap(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: libc::off_t)
+    | fn mmap64(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off64_t)
+        -> *mut c_void {
+        map_captured(addr, len, prot, flags, fd, off)
+    } else libc::MAP_FAILED;
 }

@@ -51,6 +51,63 @@ macro_rules! pass {
     };
 }
 
+/// C entry points that do paralog's work when `ours` (an `Option` of the
+/// return value) is `Some`, and otherwise call the next definition
+/// (`fail` when there is none): `fn name(args) -> ret { ours } else fail;`.
+/// One body may serve a symbol and its twins (`fn a(..) | fn a64(..)`),
+/// each with its own prototype.
+#[macro_export]
+macro_rules! entry_points {
+    ($(
+        $(fn $name:ident($($a:ident: $t:ty),* $(,)?))|+ -> $r:ty { $ours:expr } else $fail:expr;
+    )*) => {$($(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
+            match $ours {
+                Some(r) => r,
+                None => $crate::pass!($name($($a),*), $fail),
+            }
+        }
+    )+)*};
+}
+
+/// C entry points on a descriptor: `body` on a captured one, with the
+/// per-thread guard held (not re-entered: inside paralog every call passes
+/// through); otherwise the next definition, still under the guard when it
+/// was free. Written as `entry_points!`.
+#[macro_export]
+macro_rules! fd_entry_points {
+    ($(
+        $(fn $name:ident($fd:ident: c_int $(, $a:ident: $t:ty)* $(,)?))|+ -> $r:ty { $body:expr } else $fail:expr;
+    )*) => {$($(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($fd: libc::c_int $(, $a: $t)*) -> $r {
+            match ($crate::state::is_captured($fd), $crate::guard::Guard::enter()) {
+                (true, Some(_g)) => $body,
+                _ => $crate::pass!($name($fd $(, $a)*), $fail),
+            }
+        }
+    )+)*};
+}
+
+/// Symbols that share one body and one prototype (`a, b => fn(args) ->
+/// ret, fail, |real| body`); in `body`, `real(args)` calls the next
+/// definition of the symbol being run (`fail` when there is none).
+#[macro_export]
+macro_rules! twins {
+    ($name:ident, $($more:ident),+ => $($def:tt)*) => {
+        $crate::twins!($name => $($def)*);
+        $crate::twins!($($more),+ => $($def)*);
+    };
+    ($name:ident => fn($($a:ident: $t:ty),* $(,)?) -> $r:ty, $fail:expr, |$real:ident| $body:block) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
+            let $real = |$($a: $t),*| $crate::pass!($name($($a),*), $fail);
+            $body
+        }
+    };
+}
+
 // ---- open ---------------------------------------------------------------
 
 enum OpenDecision {

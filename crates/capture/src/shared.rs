@@ -34,24 +34,14 @@ impl State {
         pos: u64,
     ) -> u64 {
         let ofd = ofd.unwrap_or_else(|| {
-            let o = self.next_id;
-            self.next_id += 1;
-            let acc = flags & libc::O_ACCMODE;
-            self.ofds.insert(
-                o,
-                Ofd {
-                    handle: id,
-                    offset: pos,
-                    append: flags & libc::O_APPEND != 0,
-                    readable: acc != libc::O_WRONLY,
-                    writable: acc != libc::O_RDONLY,
-                    refs: 0,
-                    shared: true,
-                    kpos: pos,
-                    keep: crate::inherit::Keep::of(fd),
-                    lock: crate::inherit::Keep::NONE,
-                },
-            );
+            let o = self.new_id();
+            let shared = Ofd {
+                shared: true,
+                kpos: pos,
+                keep: crate::inherit::Keep::of(fd),
+                ..Ofd::new(id, flags, pos)
+            };
+            self.ofds.insert(o, shared);
             o
         });
         if let Some(o) = self.ofds.get_mut(&ofd) {
@@ -330,13 +320,7 @@ impl State {
             for ofd in ofds {
                 let _ = self.harvest_ofd(id, ofd);
             }
-            let fds: Vec<c_int> = self
-                .fds
-                .iter()
-                .filter(|(_, e)| e.handle == id)
-                .map(|(&fd, _)| fd)
-                .collect();
-            for fd in fds {
+            for fd in self.fds_of(id) {
                 self.detach_fd(fd);
             }
             let h = &self.handles[&id];

@@ -11,9 +11,9 @@ use std::path::Path;
 use libc::{c_char, c_int, c_uint};
 
 use crate::guard::Guard;
-use crate::pass;
 use crate::posix::{logged_state, prefix_path};
 use crate::state::{is_captured, lock, resolve, set_errno};
+use crate::{entry_points, pass};
 
 /// (size, an open placeholder to take the rest of the answer from, path).
 fn known(fd: Option<c_int>, id: Option<u64>) -> Option<(u64, Option<c_int>, std::path::PathBuf)> {
@@ -151,117 +151,42 @@ unsafe fn by_at(
     by_path(c.as_ptr(), buf)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn stat(path: *const c_char, buf: *mut libc::stat) -> c_int {
-    by_path(path, buf).unwrap_or_else(|| pass!(stat(path, buf), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn stat64(path: *const c_char, buf: *mut libc::stat64) -> c_int {
-    by_path(path, buf as *mut libc::stat).unwrap_or_else(|| pass!(stat64(path, buf), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn lstat(path: *const c_char, buf: *mut libc::stat) -> c_int {
-    by_path(path, buf).unwrap_or_else(|| pass!(lstat(path, buf), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn lstat64(path: *const c_char, buf: *mut libc::stat64) -> c_int {
-    by_path(path, buf as *mut libc::stat).unwrap_or_else(|| pass!(lstat64(path, buf), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
-    by_fd(fd, buf).unwrap_or_else(|| pass!(fstat(fd, buf), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fstat64(fd: c_int, buf: *mut libc::stat64) -> c_int {
-    by_fd(fd, buf as *mut libc::stat).unwrap_or_else(|| pass!(fstat64(fd, buf), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fstatat(
-    dirfd: c_int,
-    path: *const c_char,
-    buf: *mut libc::stat,
-    flags: c_int,
-) -> c_int {
-    by_at(dirfd, path, flags, buf).unwrap_or_else(|| pass!(fstatat(dirfd, path, buf, flags), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fstatat64(
-    dirfd: c_int,
-    path: *const c_char,
-    buf: *mut libc::stat64,
-    flags: c_int,
-) -> c_int {
-    by_at(dirfd, path, flags, buf as *mut libc::stat)
-        .unwrap_or_else(|| pass!(fstatat64(dirfd, path, buf, flags), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __xstat(ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int {
-    by_path(path, buf).unwrap_or_else(|| pass!(__xstat(ver, path, buf), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __xstat64(
-    ver: c_int,
-    path: *const c_char,
-    buf: *mut libc::stat64,
-) -> c_int {
-    by_path(path, buf as *mut libc::stat).unwrap_or_else(|| pass!(__xstat64(ver, path, buf), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __lxstat(ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int {
-    by_path(path, buf).unwrap_or_else(|| pass!(__lxstat(ver, path, buf), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __lxstat64(
-    ver: c_int,
-    path: *const c_char,
-    buf: *mut libc::stat64,
-) -> c_int {
-    by_path(path, buf as *mut libc::stat).unwrap_or_else(|| pass!(__lxstat64(ver, path, buf), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __fxstat(ver: c_int, fd: c_int, buf: *mut libc::stat) -> c_int {
-    by_fd(fd, buf).unwrap_or_else(|| pass!(__fxstat(ver, fd, buf), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __fxstat64(ver: c_int, fd: c_int, buf: *mut libc::stat64) -> c_int {
-    by_fd(fd, buf as *mut libc::stat).unwrap_or_else(|| pass!(__fxstat64(ver, fd, buf), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __fxstatat(
-    ver: c_int,
-    dirfd: c_int,
-    path: *const c_char,
-    buf: *mut libc::stat,
-    flags: c_int,
-) -> c_int {
-    by_at(dirfd, path, flags, buf)
-        .unwrap_or_else(|| pass!(__fxstatat(ver, dirfd, path, buf, flags), -1))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __fxstatat64(
-    ver: c_int,
-    dirfd: c_int,
-    path: *const c_char,
-    buf: *mut libc::stat64,
-    flags: c_int,
-) -> c_int {
-    by_at(dirfd, path, flags, buf as *mut libc::stat)
-        .unwrap_or_else(|| pass!(__fxstatat64(ver, dirfd, path, buf, flags), -1))
+// The stat family: `*64` twins fill the same layout on the 64-bit ABIs.
+entry_points! {
+    fn stat(path: *const c_char, buf: *mut libc::stat)
+    | fn stat64(path: *const c_char, buf: *mut libc::stat64)
+    | fn lstat(path: *const c_char, buf: *mut libc::stat)
+    | fn lstat64(path: *const c_char, buf: *mut libc::stat64) -> c_int {
+        by_path(path, buf.cast())
+    } else -1;
+    fn fstat(fd: c_int, buf: *mut libc::stat)
+    | fn fstat64(fd: c_int, buf: *mut libc::stat64) -> c_int {
+        by_fd(fd, buf.cast())
+    } else -1;
+    fn fstatat(dirfd: c_int, path: *const c_char, buf: *mut libc::stat, flags: c_int)
+    | fn fstatat64(dirfd: c_int, path: *const c_char, buf: *mut libc::stat64, flags: c_int) -> c_int {
+        by_at(dirfd, path, flags, buf.cast())
+    } else -1;
+    fn __xstat(ver: c_int, path: *const c_char, buf: *mut libc::stat)
+    | fn __xstat64(ver: c_int, path: *const c_char, buf: *mut libc::stat64)
+    | fn __lxstat(ver: c_int, path: *const c_char, buf: *mut libc::stat)
+    | fn __lxstat64(ver: c_int, path: *const c_char, buf: *mut libc::stat64) -> c_int {
+        by_path(path, buf.cast())
+    } else -1;
+    fn __fxstat(ver: c_int, fd: c_int, buf: *mut libc::stat)
+    | fn __fxstat64(ver: c_int, fd: c_int, buf: *mut libc::stat64) -> c_int {
+        by_fd(fd, buf.cast())
+    } else -1;
+    fn __fxstatat(ver: c_int, dirfd: c_int, path: *const c_char, buf: *mut libc::stat, flags: c_int)
+    | fn __fxstatat64(
+        ver: c_int,
+        dirfd: c_int,
+        path: *const c_char,
+        buf: *mut libc::stat64,
+        flags: c_int,
+    ) -> c_int {
+        by_at(dirfd, path, flags, buf.cast())
+    } else -1;
 }
 
 #[no_mangle]

@@ -142,6 +142,26 @@ pub struct Ofd {
     pub lock: crate::inherit::Keep,
 }
 
+impl Ofd {
+    /// A description of handle `handle` opened with `flags` (its access
+    /// mode and O_APPEND), at `offset`: private, no descriptor yet.
+    pub(crate) fn new(handle: u64, flags: c_int, offset: u64) -> Ofd {
+        let acc = flags & libc::O_ACCMODE;
+        Ofd {
+            handle,
+            offset,
+            append: flags & libc::O_APPEND != 0,
+            readable: acc != libc::O_WRONLY,
+            writable: acc != libc::O_RDONLY,
+            refs: 0,
+            shared: false,
+            kpos: 0,
+            keep: crate::inherit::Keep::NONE,
+            lock: crate::inherit::Keep::NONE,
+        }
+    }
+}
+
 pub struct State {
     pub cfg: Config,
     pub handles: HashMap<u64, Handle>,
@@ -333,8 +353,7 @@ impl State {
         committed: Committed,
     ) -> u64 {
         let base = if committed.exists { committed.size } else { 0 };
-        let id = self.next_id;
-        self.next_id += 1;
+        let id = self.new_id();
         self.handles.insert(
             id,
             Handle {
@@ -377,8 +396,7 @@ impl State {
     /// stale real file. Not registered by path: a later write open of the
     /// path gets a handle of its own.
     pub fn new_readonly_handle(&mut self, abs: &Path, committed: Committed) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
+        let id = self.new_id();
         self.handles.insert(
             id,
             Handle {
@@ -426,24 +444,12 @@ impl State {
         if self.fds.contains_key(&fd) {
             self.forget_stale(fd);
         }
-        let acc = flags & libc::O_ACCMODE;
-        let ofd = self.next_id;
-        self.next_id += 1;
-        self.ofds.insert(
-            ofd,
-            Ofd {
-                handle: id,
-                offset: 0,
-                append: flags & libc::O_APPEND != 0,
-                readable: acc != libc::O_WRONLY,
-                writable: acc != libc::O_RDONLY,
-                refs: 1,
-                shared: false,
-                kpos: 0,
-                keep: crate::inherit::Keep::NONE,
-                lock: crate::inherit::Keep::NONE,
-            },
-        );
+        let ofd = self.new_id();
+        let o = Ofd {
+            refs: 1,
+            ..Ofd::new(id, flags, 0)
+        };
+        self.ofds.insert(ofd, o);
         self.fds.insert(fd, FdEntry { handle: id, ofd });
         if let Some(h) = self.handles.get_mut(&id) {
             h.fds += 1;
@@ -555,12 +561,7 @@ impl State {
 
     /// Check every placeholder of a handle for bytes that bypassed capture.
     fn check_sentinels(&mut self, id: u64) -> CResult<()> {
-        let fds: Vec<c_int> = self
-            .fds
-            .iter()
-            .filter(|(_, e)| e.handle == id)
-            .map(|(&fd, _)| fd)
-            .collect();
+        let fds = self.fds_of(id);
         let left = self.settled_unharvested(&fds)?;
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
         for n in left {
@@ -684,6 +685,22 @@ impl State {
 
     pub fn handle_of(&self, fd: c_int) -> CResult<u64> {
         self.fds.get(&fd).map(|e| e.handle).ok_or(libc::EBADF)
+    }
+
+    /// A new handle or description number.
+    pub(crate) fn new_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// The descriptors of handle `id`.
+    pub(crate) fn fds_of(&self, id: u64) -> Vec<c_int> {
+        self.fds
+            .iter()
+            .filter(|(_, e)| e.handle == id)
+            .map(|(&fd, _)| fd)
+            .collect()
     }
 }
 

@@ -10,10 +10,7 @@ use serde_json::{json, Value};
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    local: crate::LocalArg,
-    /// Only this job.
-    #[arg(long)]
-    job: Option<String>,
+    at: crate::LocalJob,
     /// List every extent (default: the first 8 per rank and epoch).
     #[arg(long)]
     all_extents: bool,
@@ -25,14 +22,14 @@ pub struct Args {
 const SHOWN_EXTENTS: usize = 8;
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let root = args.local.resolve()?;
+    let root = args.at.local.resolve()?;
     let inv = Inventory::scan(&root).with_context(|| format!("scanning {}", root.display()))?;
-    if let Some(job) = &args.job {
+    if let Some(job) = &args.at.job {
         if inv.job(job).is_none() {
             anyhow::bail!("{}: no job named {job:?}", root.display());
         }
     }
-    let report = build(&inv, args.job.as_deref())?;
+    let report = build(&inv, args.at.job.as_deref())?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -77,6 +77,41 @@ enum Cmd {
     Wait(wait::Args),
 }
 
+/// `--local` and `--job`: a node-local root and a job of it. A command
+/// whose `--job` means more than "only this job" says so with
+/// `#[command(mut_arg("job", ...))]`.
+#[derive(clap::Args, Debug)]
+pub struct LocalJob {
+    #[command(flatten)]
+    pub local: LocalArg,
+    /// Only this job.
+    #[arg(long)]
+    pub job: Option<String>,
+}
+
+/// `--local`, `--job` and `--socket`: the status socket of a running
+/// server (`status`, `wait`).
+#[derive(clap::Args, Debug)]
+pub struct ServerSocket {
+    #[command(flatten)]
+    pub at: LocalJob,
+    /// The server's status socket [default: from --local and --job]
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+}
+
+impl ServerSocket {
+    /// The socket to talk to: the given one, or the job's server, or the
+    /// all-jobs server, whichever exists.
+    pub fn find(&self) -> anyhow::Result<PathBuf> {
+        status::find_socket(
+            &self.at.local,
+            self.at.job.as_deref(),
+            self.socket.as_deref(),
+        )
+    }
+}
+
 /// The node-local root, from `--local` or `PARALOG_LOCAL`.
 #[derive(clap::Args, Debug)]
 pub struct LocalArg {

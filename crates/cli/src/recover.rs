@@ -12,12 +12,9 @@ use crate::remote::Remote;
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    local: crate::LocalArg,
+    at: crate::LocalJob,
     #[command(flatten)]
     remote: crate::remote::RemoteArg,
-    /// Only this job.
-    #[arg(long)]
-    job: Option<String>,
     /// Also remove the records of epochs that can never be committed.
     #[arg(long)]
     gc: bool,
@@ -38,7 +35,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (node, mpi) = args.job_of_servers.resolve()?;
     let aggregate = args.aggregate.resolve()?;
-    let root = args.local.resolve_for(node.as_deref())?;
+    let root = args.at.local.resolve_for(node.as_deref())?;
     let remote = args.remote.resolve_checked()?;
     if args.incomplete && aggregate.is_none() {
         anyhow::bail!("--incomplete publishes checkpoint sets: give --aggregate RULE too");
@@ -56,7 +53,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         crate::server::init_tracing();
         let cfg = args.job_of_servers.config(
             &root,
-            args.job.clone(),
+            args.at.job.clone(),
             remote,
             node.as_deref(),
             8 << 20,
@@ -65,8 +62,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let (totals, rank) = crate::cluster::run(mpi, cfg, None)?;
         return Ok(crate::cluster::report(&totals, rank, &root, "recover"));
     }
-    let report = recover_node_sets(&root, args.job.as_deref(), &remote, args.gc, sets.as_ref())
-        .with_context(|| format!("scanning {}", root.display()))?;
+    let report = recover_node_sets(
+        &root,
+        args.at.job.as_deref(),
+        &remote,
+        args.gc,
+        sets.as_ref(),
+    )
+    .with_context(|| format!("scanning {}", root.display()))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -9,12 +9,10 @@ use anyhow::bail;
 use paralog_report::Report;
 
 #[derive(clap::Args)]
+#[command(mut_arg("job", |a| a.help("The job [env: PARALOG_JOB; default: the only job with a timeline]")))]
 pub struct Args {
     #[command(flatten)]
-    local: crate::LocalArg,
-    /// The job [env: PARALOG_JOB; default: the only job with a timeline]
-    #[arg(long)]
-    job: Option<String>,
+    at: crate::LocalJob,
     /// The page to write; the PNG goes beside it (same name, .png)
     /// [default: paralog-report-<job>.html]
     #[arg(long, short, value_name = "FILE")]
@@ -34,10 +32,10 @@ pub fn write(root: &Path, job: &str, html: &Path) -> anyhow::Result<(Report, Pat
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // As `paralog run`: PARALOG_LOCAL, else $TMPDIR/paralog-<uid>.
-    let root = if args.local.local.is_none() && std::env::var_os("PARALOG_LOCAL").is_none() {
+    let root = if args.at.local.local.is_none() && std::env::var_os("PARALOG_LOCAL").is_none() {
         crate::run::default_local()
     } else {
-        args.local.resolve()?
+        args.at.local.resolve()?
     };
     if !root.is_dir() {
         bail!(
@@ -46,6 +44,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let job = match args
+        .at
         .job
         .clone()
         .or_else(|| std::env::var("PARALOG_JOB").ok().filter(|j| !j.is_empty()))

@@ -30,14 +30,12 @@ pub struct Tuning {
 }
 
 #[derive(clap::Args)]
+#[command(mut_arg("job", |a| a.help("Serve only this job [default: every job under the node-local root]")))]
 pub struct Args {
     #[command(flatten)]
-    local: crate::LocalArg,
+    at: crate::LocalJob,
     #[command(flatten)]
     remote: crate::remote::RemoteArg,
-    /// Serve only this job [default: every job under the node-local root]
-    #[arg(long)]
-    job: Option<String>,
     /// Status socket [default: <local>/.paralog-server[-JOB].sock]
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
@@ -180,17 +178,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     paralog_server::priority::lower(args.tuning.nice);
     let (node, mpi) = args.job_of_servers.resolve()?;
     let aggregate = args.aggregate.resolve()?;
-    let root = prepare_root(&args.local.resolve_for(node.as_deref())?)?;
-    if let Some(j) = &args.job {
+    let root = prepare_root(&args.at.local.resolve_for(node.as_deref())?)?;
+    if let Some(j) = &args.at.job {
         paralog_log::layout::validate_component("job name", j)
             .map_err(|e| anyhow::anyhow!("--job: {e}"))?;
     }
     let remote = args.remote.resolve_checked()?;
-    let _lock = paralog_server::node::lock_server(&root, args.job.as_deref())?;
+    let _lock = paralog_server::node::lock_server(&root, args.at.job.as_deref())?;
     let socket = args
         .socket
         .clone()
-        .unwrap_or_else(|| status::default_socket(&root, args.job.as_deref()));
+        .unwrap_or_else(|| status::default_socket(&root, args.at.job.as_deref()));
     let t = &args.tuning;
     if t.buffer > t.memory {
         bail!("--buffer {} is larger than --memory {}", t.buffer, t.memory);
@@ -200,7 +198,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(mpi) = mpi {
         let cfg = args.job_of_servers.config(
             &root,
-            args.job.clone(),
+            args.at.job.clone(),
             remote,
             node.as_deref(),
             t.buffer as usize,
@@ -212,7 +210,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let server = paralog_server::node::start(
         Config {
             root: root.clone(),
-            job: args.job.clone(),
+            job: args.at.job.clone(),
             remote: remote.clone(),
             workers: t.workers.max(1),
             pool_bytes: t.memory as usize,
@@ -225,7 +223,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     )?;
     tracing::info!(
         root = %root.display(),
-        job = args.job.as_deref().unwrap_or("(all)"),
+        job = args.at.job.as_deref().unwrap_or("(all)"),
         remote = %remote.describe(),
         socket = %socket.display(),
         workers = t.workers,

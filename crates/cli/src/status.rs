@@ -14,27 +14,16 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use paralog_server::status::{self, FileState, Request, Status};
 
 #[derive(clap::Args)]
+#[command(mut_arg("job", |a| a.help("The server of this job [default: the server of every job, else PARALOG_JOB's]")))]
 pub struct Args {
     #[command(flatten)]
-    local: crate::LocalArg,
-    /// The server of this job [default: the server of every job, else PARALOG_JOB's]
-    #[arg(long)]
-    job: Option<String>,
-    /// The server's status socket [default: from --local and --job]
-    #[arg(long, value_name = "PATH")]
-    socket: Option<PathBuf>,
+    server: crate::ServerSocket,
     /// One JSON object, for scripts.
     #[arg(long)]
     json: bool,
     /// Print once, even on a terminal.
     #[arg(long)]
     once: bool,
-}
-
-/// The socket to talk to: the given one, or the job's server, or the
-/// all-jobs server, whichever exists.
-fn socket(args: &Args) -> anyhow::Result<PathBuf> {
-    find_socket(&args.local, args.job.as_deref(), args.socket.as_deref())
 }
 
 /// The socket of the server of `job` (or of every job) on this node.
@@ -270,7 +259,7 @@ fn print_missed(m: &serde_json::Value) {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let sock = socket(&args)?;
+    let sock = args.server.find()?;
     let mut st = status::request_status(&sock, &Request::Status)?;
     if args.json {
         let mut v = serde_json::to_value(&st)?;

@@ -4,29 +4,22 @@
 //! not be drained or the time ran out. Both engines answer with the same
 //! `WaitAnswer`.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use paralog_server::status::{self, FileState, Request, StatusError, WaitAnswer};
 
 #[derive(clap::Args)]
+#[command(mut_arg("job", |a| a.help("The server of this job [default: PARALOG_JOB's, else the all-jobs server]")))]
 pub struct Args {
     #[command(flatten)]
-    local: crate::LocalArg,
-    /// The server of this job [default: PARALOG_JOB's, else the all-jobs server]
-    #[arg(long)]
-    job: Option<String>,
-    /// The server's status socket [default: from --local and --job]
-    #[arg(long, value_name = "PATH")]
-    socket: Option<PathBuf>,
+    server: crate::ServerSocket,
     /// Give up after this many seconds [default: no limit]
     #[arg(long, value_name = "SECS")]
     timeout: Option<f64>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let socket =
-        crate::status::find_socket(&args.local, args.job.as_deref(), args.socket.as_deref())?;
+    let socket = args.server.find()?;
     let answer: WaitAnswer = match status::request_as(
         &socket,
         &Request::Wait {

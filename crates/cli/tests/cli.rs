@@ -1,6 +1,8 @@
 //! `paralog inspect` and `paralog materialize` on a real log.
 
-use std::path::Path;
+mod common;
+
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use paralog_log::{FileIdent, RankLog, WriterConfig};
@@ -44,48 +46,48 @@ fn build(root: &Path) {
     logs[0].commit_local().unwrap();
 }
 
+/// The node-local root `dir/local` holding the log of `build`.
+fn built_root(dir: &Path) -> PathBuf {
+    let root = dir.join("local");
+    std::fs::create_dir(&root).unwrap();
+    build(&root);
+    root
+}
+
+/// `paralog materialize --local LOCAL [--epoch E] FILE OUT`.
+fn materialize(local: &str, epoch: Option<&str>, file: &str, out: &str) -> std::process::Output {
+    let mut args = vec!["materialize", "--local", local];
+    if let Some(e) = epoch {
+        args.extend(["--epoch", e]);
+    }
+    args.extend([file, out]);
+    paralog(&args)
+}
+
 #[test]
 fn materialize_default_and_each_epoch() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("local");
-    std::fs::create_dir(&root).unwrap();
-    build(&root);
+    let root = built_root(dir.path());
     let out = dir.path().join("out");
     let local = root.to_str().unwrap();
     let o = out.to_str().unwrap();
 
-    let r = paralog(&["materialize", "--local", local, "/pfs/run/out.dat", o]);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let r = materialize(local, None, "/pfs/run/out.dat", o);
+    common::assert_ok(&r);
     let mut expected = vec![b'a'; 50];
     expected.extend([b'c'; 100]);
     expected.extend([b'b'; 50]);
     assert_eq!(std::fs::read(&out).unwrap(), expected);
 
     // By relative path, at epoch 1.
-    let r = paralog(&[
-        "materialize",
-        "--local",
-        local,
-        "--epoch",
-        "1",
-        "run/out.dat",
-        o,
-    ]);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let r = materialize(local, Some("1"), "run/out.dat", o);
+    common::assert_ok(&r);
     let mut expected = vec![b'a'; 100];
     expected.extend([b'b'; 100]);
     assert_eq!(std::fs::read(&out).unwrap(), expected);
 
     // Epoch 3 is not globally committed: refused, with the committed list.
-    let r = paralog(&[
-        "materialize",
-        "--local",
-        local,
-        "--epoch",
-        "3",
-        "/pfs/run/out.dat",
-        o,
-    ]);
+    let r = materialize(local, Some("3"), "/pfs/run/out.dat", o);
     assert!(!r.status.success());
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(
@@ -93,7 +95,7 @@ fn materialize_default_and_each_epoch() {
         "{err}"
     );
 
-    let r = paralog(&["materialize", "--local", local, "/pfs/other", o]);
+    let r = materialize(local, None, "/pfs/other", o);
     assert!(!r.status.success());
     assert!(String::from_utf8_lossy(&r.stderr).contains("no captured file /pfs/other"));
 }
@@ -101,9 +103,7 @@ fn materialize_default_and_each_epoch() {
 #[test]
 fn inspect_human_and_json() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("local");
-    std::fs::create_dir(&root).unwrap();
-    build(&root);
+    let root = built_root(dir.path());
     let local = root.to_str().unwrap();
 
     let r = paralog(&["inspect", "--local", local]);
@@ -159,13 +159,9 @@ fn check_symbols_classifies_what_a_program_calls() {
         .arg(&src)
         .output()
         .unwrap();
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    common::assert_ok(&cc);
     let r = paralog(&["check-symbols", "--json", bin.to_str().unwrap()]);
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    common::assert_ok(&r);
     let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     let status = |sym: &str| {
         v["symbols"]

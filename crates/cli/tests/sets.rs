@@ -3,7 +3,9 @@
 //! a damaged container or record refused with the file and offset, and
 //! nothing left half-written; paths never leave OUT.
 
-use std::path::Path;
+mod common;
+
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use paralog_aggregate::publish::SetWriter;
@@ -47,6 +49,14 @@ fn make_set(remote: &Path, set: &str, k: u32) -> Vec<(String, Vec<u8>)> {
     files
 }
 
+/// A remote directory under `dir` holding set "s" (K = 1).
+fn remote_with_set(dir: &Path) -> PathBuf {
+    let remote = dir.join("remote");
+    std::fs::create_dir(&remote).unwrap();
+    make_set(&remote, "s", 1);
+    remote
+}
+
 /// `paralog extract REMOTE SET OUT` and what it said.
 fn extract(remote: &Path, set: &str, out: &Path) -> std::process::Output {
     paralog()
@@ -73,11 +83,7 @@ fn sets_lists_and_extract_writes_every_member() {
             .arg("--json")
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::assert_ok(&out);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let rows = v.as_array().unwrap();
         assert_eq!(rows.len(), 2);
@@ -96,11 +102,7 @@ fn sets_lists_and_extract_writes_every_member() {
 
         let dest = t.path().join("out");
         let out = extract(&remote, "ckpt/step-000100", &dest);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::assert_ok(&out);
         for (name, data) in &files {
             let got = std::fs::read(dest.join(name)).unwrap();
             assert!(got == *data, "{name} differs (K={k})");
@@ -133,9 +135,7 @@ fn sets_lists_and_extract_writes_every_member() {
 #[test]
 fn extract_refuses_damage_naming_file_and_offset() {
     let t = tempfile::tempdir().unwrap();
-    let remote = t.path().join("remote");
-    std::fs::create_dir(&remote).unwrap();
-    make_set(&remote, "s", 1);
+    let remote = remote_with_set(t.path());
     let dir = remote.join("s");
     let rec = paralog_aggregate::reader::read_record(&dir)
         .unwrap()
@@ -180,9 +180,7 @@ fn extract_refuses_damage_naming_file_and_offset() {
 #[test]
 fn extract_never_leaves_out() {
     let t = tempfile::tempdir().unwrap();
-    let remote = t.path().join("remote");
-    std::fs::create_dir(&remote).unwrap();
-    make_set(&remote, "s", 1);
+    let remote = remote_with_set(t.path());
     // SET may not leave the remote.
     let out = paralog()
         .arg("extract")

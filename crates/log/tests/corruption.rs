@@ -1,35 +1,25 @@
 //! Damage to committed records is refused with an error naming the file and
 //! the offset; it never yields wrong bytes and never panics.
 
+mod common;
+
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use paralog_log::layout::{epoch_file_name, EpochFileKind};
-use paralog_log::{EpochId, FileIdent, Inventory, LogError, RankLog, WriterConfig};
+use paralog_log::{EpochId, Inventory, LogError, RankLog, WriterConfig};
 
 /// Two ranks, two committed epochs, and a third epoch only rank 0 committed.
 fn build(root: &Path) -> Vec<PathBuf> {
-    let ident = FileIdent {
-        job: "j".into(),
-        path: b"/pfs/out".to_vec(),
-        rel: b"out".to_vec(),
-        gen: 1,
-    };
-    let mut logs: Vec<RankLog> = (0..2)
-        .map(|r| RankLog::create(root, ident.clone(), r, 2, WriterConfig::default()).unwrap())
-        .collect();
+    let ident = common::ident("j", "/pfs/out", "out", 1);
+    let mut logs = common::ranks(root, &ident, 2, WriterConfig::default());
     for epoch in 1..=2u8 {
         for (r, log) in logs.iter_mut().enumerate() {
             let data = vec![epoch * 10 + r as u8; 1000];
             log.write_at(r as u64 * 1000, &data).unwrap();
         }
-        logs.iter_mut().for_each(|l| {
-            l.commit_local().unwrap();
-        });
-        logs.iter_mut().for_each(|l| {
-            l.complete_epoch().unwrap();
-        });
+        common::commit_all(&mut logs);
     }
     logs[0].write_at(0, &[99; 10]).unwrap();
     logs[0].commit_local().unwrap();
@@ -182,12 +172,7 @@ fn data_log_of_another_rank_is_refused() {
 fn reused_generation_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     build(dir.path());
-    let ident = FileIdent {
-        job: "j".into(),
-        path: b"/pfs/out".to_vec(),
-        rel: b"out".to_vec(),
-        gen: 1,
-    };
+    let ident = common::ident("j", "/pfs/out", "out", 1);
     let err = RankLog::create(dir.path(), ident, 0, 2, WriterConfig::default())
         .err()
         .expect("must refuse");
@@ -204,12 +189,7 @@ fn base_file_semantics() {
     // 100, truncates to 2000, then grows it to 2500 by a write at 2400.
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let ident = FileIdent {
-        job: "j".into(),
-        path: b"/pfs/b".to_vec(),
-        rel: b"b".to_vec(),
-        gen: 1,
-    };
+    let ident = common::ident("j", "/pfs/b", "b", 1);
     let mut log = RankLog::create(root, ident, 0, 1, WriterConfig::default()).unwrap();
     log.write_at(100, &[1; 10]).unwrap();
     log.commit_local().unwrap();

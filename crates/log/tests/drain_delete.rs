@@ -6,12 +6,14 @@
 //! Issue 12: reopen-and-read loops failed with "written on another node"
 //! while the server deleted the epoch they had just written.
 
+mod common;
+
 use std::path::Path;
 
 use paralog_log::format::ProgressRecord;
 use paralog_log::layout::{self, EpochFileKind};
 use paralog_log::reader::SourceReader;
-use paralog_log::{EpochId, FileIdent, FileInventory, RankLog, WriterConfig};
+use paralog_log::{EpochId, FileInventory, WriterConfig};
 
 const RANKS: u32 = 3;
 const EPOCHS: u64 = 3;
@@ -19,27 +21,15 @@ const EPOCHS: u64 = 3;
 /// Every rank writes its own block, and rank 0 overwrites the head of
 /// rank 1's block, at every epoch, with bytes that depend on the epoch.
 fn write_epochs(root: &Path) {
-    let ident = FileIdent {
-        job: "j".into(),
-        path: b"/app/f".to_vec(),
-        rel: b"f".to_vec(),
-        gen: 1,
-    };
-    let mut logs: Vec<RankLog> = (0..RANKS)
-        .map(|r| RankLog::create(root, ident.clone(), r, RANKS, WriterConfig::default()).unwrap())
-        .collect();
+    let ident = common::ident("j", "/app/f", "f", 1);
+    let mut logs = common::ranks(root, &ident, RANKS, WriterConfig::default());
     for e in 1..=EPOCHS {
         for (r, log) in logs.iter_mut().enumerate() {
             let block = vec![(e as u8) * 16 + r as u8; 1000];
             log.write_at(r as u64 * 1000, &block).unwrap();
         }
         logs[0].write_at(0, &[0xe0 + e as u8; 10]).unwrap();
-        for log in logs.iter_mut() {
-            log.commit_local().unwrap();
-        }
-        for log in logs.iter_mut() {
-            log.complete_epoch().unwrap();
-        }
+        common::commit_all(&mut logs);
     }
 }
 

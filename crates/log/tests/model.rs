@@ -7,13 +7,15 @@
 //! must equal the model at the last globally committed epoch. Both commit
 //! policies (one fdatasync on a journaling file system, the explicit one).
 
+mod common;
+
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use paralog_log::gc::collect_garbage;
 use paralog_log::layout::{epoch_file_name, EpochFileKind};
 use paralog_log::writer::CommitSync;
-use paralog_log::{EpochId, FileIdent, Inventory, RankLog, ReadSource, WriterConfig};
+use paralog_log::{EpochId, Inventory, ReadSource, WriterConfig};
 use proptest::prelude::*;
 
 const BLOCK: u64 = 32;
@@ -184,12 +186,7 @@ fn run_case(
 ) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let ident = FileIdent {
-        job: "job".into(),
-        path: b"/scratch/out.dat".to_vec(),
-        rel: b"out.dat".to_vec(),
-        gen: 1,
-    };
+    let ident = common::ident("job", "/scratch/out.dat", "out.dat", 1);
     let mut cfg = if small_buffers {
         WriterConfig {
             coalesce_bytes: 64,
@@ -202,9 +199,7 @@ fn run_case(
     if explicit {
         cfg.commit_sync = CommitSync::Explicit;
     }
-    let mut logs: Vec<RankLog> = (0..ranks)
-        .map(|r| RankLog::create(root, ident.clone(), r, ranks, cfg).unwrap())
-        .collect();
+    let mut logs = common::ranks(root, &ident, ranks, cfg);
     let mut model = Model::default();
     let mut snapshots: Vec<Model> = Vec::new();
     let last = plans.len() - 1;

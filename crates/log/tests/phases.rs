@@ -6,27 +6,15 @@
 
 mod common;
 
-use paralog_log::{FileIdent, RankLog, WriterConfig};
+use paralog_log::{RankLog, WriterConfig};
 
 fn logs(root: &std::path::Path, n: u32) -> Vec<RankLog> {
-    let ident = FileIdent {
-        job: "j".into(),
-        path: b"/app/f".to_vec(),
-        rel: b"f".to_vec(),
-        gen: 1,
-    };
-    (0..n)
-        .map(|r| RankLog::create(root, ident.clone(), r, n, WriterConfig::default()).unwrap())
-        .collect()
+    let ident = common::ident("j", "/app/f", "f", 1);
+    common::ranks(root, &ident, n, WriterConfig::default())
 }
 
 fn commit_and_read(root: &std::path::Path, logs: &mut [RankLog], len: usize) -> Vec<u8> {
-    for l in logs.iter_mut() {
-        l.commit_local().unwrap();
-    }
-    for l in logs.iter_mut() {
-        l.complete_epoch().unwrap();
-    }
+    common::commit_all(logs);
     common::read_committed(root, len)
 }
 

@@ -16,10 +16,12 @@
 //! generate` at that commit; the generator is kept for the record and now
 //! refuses to run (it would write the current format).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use paralog_log::gc::collect_garbage;
-use paralog_log::{EpochId, FileIdent, FileInventory, Inventory, RankLog, WriterConfig};
+use paralog_log::{EpochId, FileInventory, Inventory, RankLog, WriterConfig};
 
 fn saved() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/v1_log")
@@ -36,38 +38,21 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
 }
 
 fn write_v1_log(root: &Path) {
-    let ident = FileIdent {
-        job: "job-v1".into(),
-        path: b"/pfs/job/out.dat".to_vec(),
-        rel: b"out.dat".to_vec(),
-        gen: 1,
-    };
+    let ident = common::ident("job-v1", "/pfs/job/out.dat", "out.dat", 1);
     let cfg = WriterConfig::default();
-    let mut r: Vec<RankLog> = (0..2)
-        .map(|k| RankLog::create(root, ident.clone(), k, 2, cfg).unwrap())
-        .collect();
+    let mut r = common::ranks(root, &ident, 2, cfg);
     // Epoch 1.
     r[0].write_at(0, &pattern(1, 5000)).unwrap();
     r[1].write_at(5000, &pattern(2, 3000)).unwrap();
     r[1].write_at(9000, &pattern(3, 100)).unwrap();
-    for l in r.iter_mut() {
-        l.commit_local().unwrap();
-    }
-    for l in r.iter_mut() {
-        l.complete_epoch().unwrap();
-    }
+    common::commit_all(&mut r);
     // Epoch 2: a set size, then writes; committed, marks lost.
     for l in r.iter_mut() {
         l.set_size(6000);
     }
     r[0].write_at(100, &pattern(4, 200)).unwrap();
     r[1].write_at(7000, &pattern(5, 50)).unwrap();
-    for l in r.iter_mut() {
-        l.commit_local().unwrap();
-    }
-    for l in r.iter_mut() {
-        l.complete_epoch().unwrap();
-    }
+    common::commit_all(&mut r);
     for l in r.iter() {
         std::fs::remove_file(l.rank_dir().join("e0000000002.commit")).unwrap();
     }
@@ -75,21 +60,14 @@ fn write_v1_log(root: &Path) {
     r[0].write_at(0, &pattern(6, 10)).unwrap();
     r[0].commit_local().unwrap();
 
-    let single = FileIdent {
-        job: "job-v1".into(),
-        path: b"/pfs/job/single.txt".to_vec(),
-        rel: b"single.txt".to_vec(),
-        gen: 0,
-    };
+    let single = common::ident("job-v1", "/pfs/job/single.txt", "single.txt", 0);
     let mut a = RankLog::create_single(root, single.clone(), cfg).unwrap();
     let mut b = RankLog::create_single(root, single, cfg).unwrap();
     a.write_at(0, b"first writer, first commit\n").unwrap();
     b.write_at(6, b"SECOND").unwrap();
-    a.commit_local().unwrap();
-    a.complete_epoch().unwrap();
+    common::commit(&mut a);
     a.mark_closed().unwrap();
-    b.commit_local().unwrap();
-    b.complete_epoch().unwrap();
+    common::commit(&mut b);
 }
 
 /// The logical file of `rel` at `upto`, materialized.

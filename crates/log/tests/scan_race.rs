@@ -4,18 +4,15 @@
 //! manifests must then still include this rank, or the drain would apply a
 //! committed epoch without its bytes.
 
-use paralog_log::{EpochId, FileIdent, FileInventory, RankLog, WriterConfig};
+mod common;
+
+use paralog_log::{EpochId, FileInventory, RankLog, WriterConfig};
 
 #[test]
 fn a_manifest_renamed_after_its_rank_was_listed_is_not_missed() {
     let d = tempfile::tempdir().unwrap();
     let root = d.path();
-    let ident = FileIdent {
-        job: "j".into(),
-        path: b"/app/f".to_vec(),
-        rel: b"f".to_vec(),
-        gen: 1,
-    };
+    let ident = common::ident("j", "/app/f", "f", 1);
     let cfg = WriterConfig::default();
     let mut r0 = RankLog::create(root, ident.clone(), 0, 2, cfg).unwrap();
     let mut r1 = RankLog::create(root, ident, 1, 2, cfg).unwrap();
@@ -85,12 +82,7 @@ fn a_file_created_during_a_scan_never_shows_manifests_without_its_path() {
         .collect();
     for i in 0..400 {
         current.store(i, Ordering::SeqCst);
-        let ident = FileIdent {
-            job: "j".into(),
-            path: format!("/app/f{i}").into_bytes(),
-            rel: format!("f{i}").into_bytes(),
-            gen: 1,
-        };
+        let ident = common::ident("j", &format!("/app/f{i}"), &format!("f{i}"), 1);
         let mut r = RankLog::create(&root, ident, 0, 1, WriterConfig::default()).unwrap();
         r.write_at(0, b"x").unwrap();
         r.commit_local().unwrap();

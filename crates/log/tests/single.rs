@@ -34,18 +34,14 @@ fn processes_commit_as_generations_in_commit_order() {
         inv.gens.keys()
     );
     // b commits first, then a: a's bytes are the later ones.
-    b.commit_local().unwrap();
-    b.complete_epoch().unwrap();
-    a.commit_local().unwrap();
-    a.complete_epoch().unwrap();
+    common::commit(&mut b);
+    common::commit(&mut a);
     assert_eq!(read_committed(root, 12), b"aaaaaaaabbbb");
     // Both go on: b's second epoch commits last and wins.
     a.write_at(0, b"AA").unwrap();
     b.write_at(1, b"BB").unwrap();
-    a.commit_local().unwrap();
-    a.complete_epoch().unwrap();
-    b.commit_local().unwrap();
-    b.complete_epoch().unwrap();
+    common::commit(&mut a);
+    common::commit(&mut b);
     assert_eq!(read_committed(root, 12), b"ABBaaaaabbbb");
     let inv = FileInventory::scan_path(root, "j", b"f").unwrap().unwrap();
     let gens: Vec<u64> = inv.gens.keys().copied().collect();

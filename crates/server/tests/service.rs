@@ -215,15 +215,24 @@ fn retries_then_drains(kind: Kind) {
     server.request_stop();
 }
 
-#[test]
-fn retryable_failures_are_retried_then_drained_posix() {
-    retries_then_drains(Kind::Posix);
+/// The case `f` as one test per remote kind: POSIX and the object layout.
+macro_rules! per_kind {
+    ($f:ident: $posix:ident, $objstore:ident) => {
+        #[test]
+        fn $posix() {
+            $f(Kind::Posix);
+        }
+
+        #[test]
+        fn $objstore() {
+            $f(Kind::ObjStore);
+        }
+    };
 }
 
-#[test]
-fn retryable_failures_are_retried_then_drained_objstore() {
-    retries_then_drains(Kind::ObjStore);
-}
+per_kind!(retries_then_drains:
+    retryable_failures_are_retried_then_drained_posix,
+    retryable_failures_are_retried_then_drained_objstore);
 
 /// A remote that refuses a file for good parks that file (`refused`, no
 /// retry, every local record kept); the other files drain.
@@ -340,12 +349,6 @@ fn aborted_epochs_are_reapplied_whole(kind: Kind) {
     server.request_stop();
 }
 
-#[test]
-fn aborted_epochs_are_reapplied_whole_posix() {
-    aborted_epochs_are_reapplied_whole(Kind::Posix);
-}
-
-#[test]
-fn aborted_epochs_are_reapplied_whole_objstore() {
-    aborted_epochs_are_reapplied_whole(Kind::ObjStore);
-}
+per_kind!(aborted_epochs_are_reapplied_whole:
+    aborted_epochs_are_reapplied_whole_posix,
+    aborted_epochs_are_reapplied_whole_objstore);

@@ -8,9 +8,8 @@
 use paralog_backend::ChunkedBackend;
 use paralog_log::reader::SourceReader;
 
-use super::group::Run;
-use super::group::Target;
-use super::{ClusterError, Coordinator};
+use super::group::{Agreed, Target};
+use super::Coordinator;
 use crate::retry::Failure;
 
 impl Coordinator {
@@ -19,42 +18,26 @@ impl Coordinator {
         t: Target<'_>,
         chunked: &dyn ChunkedBackend,
         reader: &mut SourceReader,
-    ) -> Result<Result<u64, Failure>, ClusterError> {
-        let Target {
-            f,
-            g,
-            lf,
-            shape,
-            backend,
-        } = t;
-        let me = self.comm.rank();
+    ) -> Agreed<u64> {
         let mut mine = 0u64;
         let stored = (|| -> Result<Vec<u8>, Failure> {
-            if lf.deleted {
+            if t.lf.deleted {
                 return Ok(Vec::new());
             }
             let mut sink = None;
             let mut buf = Vec::new();
-            let w = self.cfg.buf_bytes as u64;
-            for &Run {
-                off,
-                len: n,
-                source,
-                skip,
-                ..
-            } in super::group::windows(g, lf, w, Some(me)).iter().flatten()
-            {
+            for r in t.my_runs(self.cfg.buf_bytes as u64) {
                 crate::failpoint::hit("cluster.mid_write");
                 let s = match &mut sink {
                     Some(s) => s,
                     None => sink.insert(chunked.chunk_writer().map_err(Failure::from)?),
                 };
-                buf.resize(n as usize, 0);
+                buf.resize(r.len as usize, 0);
                 reader
-                    .read(&lf.sources[source], skip, &mut buf)
+                    .read(&t.lf.sources[r.source], r.skip, &mut buf)
                     .map_err(Failure::damaged)?;
-                s.write(off, &buf).map_err(Failure::from)?;
-                mine += n;
+                s.write(r.off, &buf).map_err(Failure::from)?;
+                mine += r.len;
             }
             match sink {
                 Some(s) => s.finish().map_err(Failure::from),
@@ -72,7 +55,7 @@ impl Coordinator {
             .dog
             .watch(|| self.comm.gather_bytes(&pieces, Some(0)))?;
         let published = if self.leader() {
-            super::group::shape_version(backend, &f.rel, shape, lf, Some(&all))
+            super::group::shape_version(t.backend, &t.f.rel, t.shape, t.lf, Some(&all))
         } else {
             Ok(())
         };

@@ -6,8 +6,8 @@
 use paralog_backend::RemoteOp;
 use paralog_log::reader::SourceReader;
 
-use super::group::Target;
 use super::group::{pack_runs, starts, windows, Run};
+use super::group::{Agreed, Target};
 use super::{ClusterError, Coordinator};
 use crate::retry::Failure;
 use crate::step;
@@ -19,21 +19,13 @@ impl Coordinator {
         &mut self,
         t: Target<'_>,
         reader: &mut SourceReader,
-    ) -> Result<Result<u64, Failure>, ClusterError> {
-        let Target {
-            f,
-            g,
-            lf,
-            shape,
-            backend,
-        } = t;
-        let me = self.comm.rank();
+    ) -> Agreed<u64> {
         let nodes = self.comm.size();
-        let windows = windows(g, lf, self.cfg.buf_bytes as u64, None);
+        let windows = windows(t.g, t.lf, self.cfg.buf_bytes as u64, None);
         let mut sink = None;
         let begin = (|| -> Result<(), Failure> {
             if self.leader() {
-                sink = Some(step::begin(backend, &f.rel, shape, lf)?);
+                sink = Some(step::begin(t.backend, &t.f.rel, t.shape, t.lf)?);
             }
             Ok(())
         })();
@@ -72,13 +64,13 @@ impl Coordinator {
                 })
             });
             let mut pack = Vec::new();
-            for win in windows.iter().filter(|_| !lf.deleted) {
+            for win in windows.iter().filter(|_| !t.lf.deleted) {
                 crate::failpoint::hit("cluster.mid_write");
                 let mut counts = vec![0i64; nodes];
                 for c in win {
                     counts[c.node] += c.len as i64;
                 }
-                pack_runs(win, me, lf, reader, &mut pack, &mut local);
+                pack_runs(win, t.me, t.lf, reader, &mut pack, &mut local);
                 let all = self
                     .dog
                     .watch(|| self.comm.gather_known(&pack, &counts, Some(0)))?;
@@ -121,7 +113,7 @@ impl Coordinator {
             return Ok(Err(e));
         }
         let finish = match sink.take() {
-            Some(s) => step::finish(s, lf).map_err(Failure::from),
+            Some(s) => step::finish(s, t.lf).map_err(Failure::from),
             None => Ok(()),
         };
         if let Some(e) = self.agree(finish.err())? {

@@ -17,12 +17,7 @@ use crate::step;
 impl Coordinator {
     /// Drain one group on every server. `Err` only for a failure of MPI
     /// itself; the inner result is agreed by all servers.
-    pub(super) fn drain_group(
-        &mut self,
-        f: &GlobalFile,
-        g: &Group,
-        fresh: bool,
-    ) -> Result<Result<u64, Failure>, ClusterError> {
+    pub(super) fn drain_group(&mut self, f: &GlobalFile, g: &Group, fresh: bool) -> Agreed<u64> {
         let me = self.comm.rank();
         let span = crate::timeline::DrainSpan::start(&g.ids);
         // The same drain lock as the one-node server and `recover` take: a
@@ -64,6 +59,7 @@ impl Coordinator {
         let last = *g.ids.last().expect("groups are not empty");
         let shape = step::shape(last, origin, &lf, fresh);
         let t = Target {
+            me,
             f,
             g,
             lf: &lf,
@@ -120,16 +116,31 @@ impl Coordinator {
     }
 }
 
+/// What every server agreed on (`Err`: MPI itself failed).
+pub(super) type Agreed<T> = Result<Result<T, Failure>, ClusterError>;
+
 /// The new remote version of one group that every server helps make:
 /// the file, its epochs, their merged content, the version's shape and
 /// the remote. Every strategy takes it.
 #[derive(Clone, Copy)]
 pub(super) struct Target<'a> {
+    /// This server's rank in the server job.
+    pub me: usize,
     pub f: &'a GlobalFile,
     pub g: &'a Group,
     pub lf: &'a LogicalFile,
     pub shape: &'a EpochShape,
     pub backend: &'a dyn Backend,
+}
+
+impl Target<'_> {
+    /// The runs whose bytes this server holds, window after window (at
+    /// most `window` bytes each), in order.
+    pub fn my_runs(&self, window: u64) -> impl Iterator<Item = Run> {
+        windows(self.g, self.lf, window, Some(self.me))
+            .into_iter()
+            .flatten()
+    }
 }
 
 /// A run of the merged file's winning bytes and where they are.

@@ -9,7 +9,7 @@ use paralog_backend::{EpochShape, PartDone, PartedBackend, PartedVersion};
 use paralog_log::reader::SourceReader;
 use paralog_log::LogicalFile;
 
-use super::group::{pack_runs, starts, Run, Target};
+use super::group::{pack_runs, starts, Agreed, Run, Target};
 use super::mpi::Reduce;
 use super::plan::{GlobalFile, Group};
 use super::{ClusterError, Coordinator};
@@ -130,23 +130,16 @@ impl Coordinator {
         parted: &dyn PartedBackend,
         reader: &mut SourceReader,
     ) -> Result<Option<Result<u64, Failure>>, ClusterError> {
-        let Target {
-            f,
-            g,
-            lf,
-            shape,
-            backend,
-        } = t;
-        let v = match self.start_shared_version(f, shape, parted)? {
+        let v = match self.start_shared_version(t.f, t.shape, parted)? {
             Ok(Some(v)) => v,
             Ok(None) => return Ok(None),
             Err(e) => return Ok(Some(Err(e))),
         };
-        let outcome = self.upload_parts(g, lf, &v, parted, reader)?;
+        let outcome = self.upload_parts(t.g, t.lf, &v, parted, reader)?;
         if outcome.is_err() && self.leader() {
             parted.abort_parted(&v);
         }
-        tracing::debug!(file = %backend.describe(&f.rel), parts = v.parts(), ok = outcome.is_ok(), "shared upload");
+        tracing::debug!(file = %t.backend.describe(&t.f.rel), parts = v.parts(), ok = outcome.is_ok(), "shared upload");
         Ok(Some(outcome))
     }
 
@@ -157,7 +150,7 @@ impl Coordinator {
         v: &PartedVersion,
         parted: &dyn PartedBackend,
         reader: &mut SourceReader,
-    ) -> Result<Result<u64, Failure>, ClusterError> {
+    ) -> Agreed<u64> {
         let me = self.comm.rank();
         let nodes = self.comm.size();
         let plan = plan_parts(

@@ -6,28 +6,16 @@
 use paralog_backend::RemoteOp;
 use paralog_log::reader::SourceReader;
 
-use super::group::Target;
-use super::group::{windows, Run};
-use super::{ClusterError, Coordinator, PosixWrites};
+use super::group::Run;
+use super::group::{Agreed, Target};
+use super::{Coordinator, PosixWrites};
 use crate::retry::Failure;
 
 impl Coordinator {
     /// Several servers write one POSIX file: its shape, then everyone's bytes.
-    pub(super) fn drain_shared(
-        &self,
-        t: Target<'_>,
-        reader: &mut SourceReader,
-    ) -> Result<Result<u64, Failure>, ClusterError> {
-        let Target {
-            f,
-            g,
-            lf,
-            shape,
-            backend,
-        } = t;
-        let me = self.comm.rank();
-        let collective = match backend.local_path(&f.rel) {
-            Some(p) if self.cfg.posix_writes == PosixWrites::Collective && !lf.deleted => Some(p),
+    pub(super) fn drain_shared(&self, t: Target<'_>, reader: &mut SourceReader) -> Agreed<u64> {
+        let collective = match t.backend.local_path(&t.f.rel) {
+            Some(p) if self.cfg.posix_writes == PosixWrites::Collective && !t.lf.deleted => Some(p),
             _ => None,
         };
         // The leader gives the file its shape before anyone writes: bytes
@@ -39,7 +27,7 @@ impl Coordinator {
         // two-phase write fills a hole past the end with stale buffer
         // bytes (tests/mpi/README.md), inside the file it reads zeros.
         let shaped = if self.leader() {
-            super::group::shape_version(backend, &f.rel, shape, lf, None)
+            super::group::shape_version(t.backend, &t.f.rel, t.shape, t.lf, None)
         } else {
             Ok(())
         };
@@ -48,25 +36,24 @@ impl Coordinator {
         }
         let mut mine = 0u64;
         let mut writes = (|| -> Result<(), Failure> {
-            if lf.deleted || collective.is_some() {
+            if t.lf.deleted || collective.is_some() {
                 return Ok(());
             }
             let mut sink = None;
             let mut buf: Vec<u8> = Vec::new();
             let mut copy = true;
-            let w = self.cfg.buf_bytes as u64;
-            for &Run {
+            for Run {
                 off,
                 len: n,
                 source,
                 skip,
                 ..
-            } in windows(g, lf, w, Some(me)).iter().flatten()
+            } in t.my_runs(self.cfg.buf_bytes as u64)
             {
-                let src = &lf.sources[source];
+                let src = &t.lf.sources[source];
                 let s = match &mut sink {
                     Some(s) => s,
-                    None => sink.insert(backend.begin(&f.rel, shape).map_err(Failure::from)?),
+                    None => sink.insert(t.backend.begin(&t.f.rel, t.shape).map_err(Failure::from)?),
                 };
                 if copy {
                     let file = reader.verified_file(src).map_err(Failure::damaged)?;
@@ -88,7 +75,7 @@ impl Coordinator {
             Ok(())
         })();
         if let Some(path) = &collective {
-            let (wrote, failed) = self.write_collective(path, g, lf, reader)?;
+            let (wrote, failed) = self.write_collective(path, t.g, t.lf, reader)?;
             mine = wrote;
             if let Some(e) = failed {
                 writes = Err(e);

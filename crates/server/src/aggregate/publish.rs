@@ -1,0 +1,320 @@
+//! One publish of a checkpoint set: every member's new epochs over its
+//! base (its member in the published version, or the plain file), written
+//! into a new version of the set, then the members' progress records
+//! and the deletion of their local records.
+
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use paralog_aggregate::publish::{collect_orphans, copy_member, SetWriter};
+use paralog_aggregate::reader::{MemberReader, SetReader};
+use paralog_aggregate::AggError;
+use paralog_backend::{BackendError, ErrorKind};
+use paralog_log::reader::SourceReader;
+use paralog_log::{EpochId, LogError, LogicalFile};
+
+use crate::drain::{lock_file_dir, DrainError, DrainLock, Drained};
+use crate::remote::Remote;
+use crate::step;
+
+use super::scan::{corrupt, remote_root, scan_member, MemberFile};
+use super::Sets;
+
+/// An error of the set's remote side, for the retry bookkeeping: damage of
+/// a published set stops it (`Permanent`), the rest is retried.
+fn set_error(e: AggError) -> DrainError {
+    let kind = match &e {
+        AggError::Io { .. } => ErrorKind::Retryable,
+        AggError::Corrupt { .. } | AggError::Invalid { .. } => ErrorKind::Permanent,
+    };
+    DrainError::Remote(BackendError {
+        kind,
+        target: match &e {
+            AggError::Io { path, .. }
+            | AggError::Corrupt { path, .. }
+            | AggError::Invalid { path, .. } => path.display().to_string(),
+        },
+        op: "write checkpoint set",
+        message: e.to_string(),
+    })
+}
+
+pub(super) type Published = (u64, Vec<(PathBuf, Vec<EpochId>, u64)>);
+
+/// What one publish is asked for.
+pub(super) struct Publish<'a> {
+    pub(super) job: &'a [u8],
+    pub(super) set: &'a [u8],
+    /// Every member finished (else `recover --incomplete`).
+    pub(super) complete: bool,
+    pub(super) keep_drained: bool,
+}
+
+pub(super) fn publish_set(
+    sets: &Sets,
+    remote: &Remote,
+    p: &Publish<'_>,
+    scanned: &[MemberFile],
+    on_epoch: &mut dyn FnMut(&Path, Drained),
+) -> Result<Published, DrainError> {
+    let (job, set, keep_drained) = (p.job, p.set, p.keep_drained);
+    // The drain locks of every member (a `recover` may run), then a fresh
+    // look at each under its lock.
+    let mut locks: Vec<DrainLock> = Vec::new();
+    let mut files = Vec::new();
+    for f in scanned {
+        locks.push(lock_file_dir(&f.inv.dir)?);
+        if let Some((_, fresh)) = scan_member(sets, remote, &f.inv.dir)? {
+            if !fresh.finished && p.complete {
+                return Err(DrainError::Busy(fresh.inv.display_name()));
+            }
+            files.push(fresh);
+        }
+    }
+    let Some(first) = files.first() else {
+        return Ok((0, Vec::new()));
+    };
+    let root = remote_root(remote, first)?;
+    let set_dir = root.join(OsStr::from_bytes(set));
+    // What a crashed publish of this set left (this server is its only
+    // writer: one set at a time, under the members' drain locks).
+    match collect_orphans(&set_dir) {
+        Ok(removed) if !removed.is_empty() => {
+            tracing::info!(set = %set_dir.display(), removed = removed.len(), "removed orphaned containers")
+        }
+        Ok(_) => {}
+        Err(e) => return Err(set_error(e)),
+    }
+    let old = SetReader::open(&set_dir).map_err(set_error)?.map(Arc::new);
+    let hook = |p: &str| crate::failpoint::hit(p);
+    let mut w = SetWriter::new(&root, set, sets.containers, sets.align)
+        .map_err(set_error)?
+        .with_origin(job, first.inv.origin())
+        .with_hook(hook);
+
+    // The members with new epochs, largest first (to even the containers).
+    let mut items = Vec::new();
+    let mut handled = BTreeSet::new();
+    for f in files.iter().filter(|f| !f.pending.is_empty()) {
+        handled.insert(f.member.clone());
+        let lf = f.inv.logical_file(None).map_err(corrupt)?;
+        // Every extent verified before anything reaches the remote.
+        let mut reader = SourceReader::default();
+        let used: BTreeSet<usize> = lf.pieces().map(|(_, _, p)| p.source).collect();
+        for &s in &used {
+            reader.verify(&lf.sources[s]).map_err(corrupt)?;
+        }
+        if lf.deleted {
+            continue;
+        }
+        let base = Base::open(old.as_ref(), &root, f)?;
+        let size = lf.size.final_size(base.len());
+        let mode = base.mode();
+        let ranges = data_ranges(&lf, &base);
+        let bytes: u64 = ranges.iter().map(|r| r.1).sum();
+        items.push((f, lf, reader, base, size, mode, ranges, bytes));
+    }
+    items.sort_by(|a, b| b.7.cmp(&a.7).then_with(|| a.0.member.cmp(&b.0.member)));
+    for (f, lf, reader, base, size, mode, ranges, _) in items {
+        let mut src = LogicalRead {
+            lf: &lf,
+            reader,
+            base,
+            ranges: ranges.iter().copied().collect(),
+            local_error: None,
+        };
+        w.add_member_sparse(&f.member, size, mode, &ranges, &mut src)
+            .map_err(|e| match src.local_error.take() {
+                Some(l) => corrupt(l),
+                None => set_error(e),
+            })?;
+    }
+    // The members no new epoch touched stay as they were.
+    if let Some(old) = &old {
+        for m in old
+            .record()
+            .members
+            .iter()
+            .filter(|m| !handled.contains(&m.path))
+        {
+            copy_member(&mut w, old, m).map_err(set_error)?;
+        }
+    }
+    crate::failpoint::hit("aggregate.before_publish");
+    let record = w.publish(p.complete).map_err(set_error)?;
+    tracing::info!(set = %set_dir.display(), version = record.version, members = record.members.len(), containers = record.containers.len(), complete = record.complete, "checkpoint set published");
+
+    // The set is durable: the progress records, then the local records.
+    let mut members = Vec::new();
+    for f in files.iter().filter(|f| !f.pending.is_empty()) {
+        let last = *f.pending.last().expect("pending");
+        step::write_progress(&f.inv.dir, last).map_err(DrainError::Local)?;
+        let bytes = f.pending.iter().map(|&id| f.inv.local_bytes(id)).sum();
+        for (k, &id) in f.pending.iter().enumerate() {
+            on_epoch(
+                &f.inv.dir,
+                Drained {
+                    id,
+                    bytes: if k + 1 == f.pending.len() { bytes } else { 0 },
+                },
+            );
+        }
+        members.push((f.inv.dir.clone(), f.pending.clone(), bytes));
+    }
+    crate::failpoint::hit("aggregate.after_progress");
+    if !keep_drained {
+        for f in files.iter().filter(|f| !f.pending.is_empty()) {
+            for &id in &f.pending {
+                step::delete_epoch(&f.inv, id).map_err(DrainError::Local)?;
+            }
+        }
+    }
+    drop(locks);
+    Ok((record.version, members))
+}
+
+/// A member's content before its new epochs: its member in the set's
+/// published version, else the plain file at its path on the remote (a
+/// run without aggregation left it), else nothing.
+enum Base {
+    None,
+    Member(MemberReader),
+    File(std::fs::File, u64, u32),
+}
+
+impl Base {
+    fn open(old: Option<&Arc<SetReader>>, root: &Path, f: &MemberFile) -> Result<Base, DrainError> {
+        if let Some(m) = old.and_then(|o| MemberReader::new(o.clone(), &f.member)) {
+            return Ok(Base::Member(m));
+        }
+        let p = root.join(OsStr::from_bytes(&f.rel));
+        match std::fs::File::open(&p) {
+            Ok(file) => {
+                let md = file
+                    .metadata()
+                    .map_err(|e| set_error(AggError::io(&p, "stat")(e)))?;
+                if !md.is_file() {
+                    return Ok(Base::None);
+                }
+                Ok(Base::File(file, md.len(), md.mode() & 0o7777))
+            }
+            Err(_) => Ok(Base::None),
+        }
+    }
+
+    fn len(&self) -> u64 {
+        match self {
+            Base::None => 0,
+            Base::Member(m) => m.size(),
+            Base::File(_, n, _) => *n,
+        }
+    }
+
+    fn mode(&self) -> u32 {
+        match self {
+            Base::None => 0o644,
+            Base::Member(m) => m.member().mode,
+            Base::File(_, _, mode) => *mode,
+        }
+    }
+
+    fn read(&mut self, at: u64, dst: &mut [u8]) -> paralog_log::Result<()> {
+        use std::os::unix::fs::FileExt;
+        match self {
+            Base::None => {
+                dst.fill(0);
+                Ok(())
+            }
+            Base::Member(m) => m.read_at(at, dst).map_err(|e| LogError::Corrupt {
+                path: m.set().dir().to_path_buf(),
+                offset: 0,
+                what: format!(
+                    "the published member {}: {e}",
+                    String::from_utf8_lossy(&m.member().path)
+                ),
+            }),
+            Base::File(f, _, _) => f.read_exact_at(dst, at).map_err(|error| LogError::Io {
+                path: PathBuf::from("(remote base file)"),
+                op: "read",
+                error,
+            }),
+        }
+    }
+}
+
+/// Where the member has bytes: the base's data that stays visible and the
+/// new epochs' pieces, merged; the rest are holes.
+fn data_ranges(lf: &LogicalFile, base: &Base) -> Vec<(u64, u64)> {
+    let visible = lf.size.base_visible(base.len());
+    let mut r: Vec<(u64, u64)> = Vec::new();
+    match base {
+        Base::None => {}
+        Base::Member(m) => {
+            for e in &m.member().extents {
+                let end = (e.offset + e.len).min(visible);
+                if e.offset < end {
+                    r.push((e.offset, end));
+                }
+            }
+        }
+        Base::File(..) => {
+            if visible > 0 {
+                r.push((0, visible));
+            }
+        }
+    }
+    r.extend(lf.pieces().map(|(off, len, _)| (off, off + len)));
+    r.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (s, e) in r {
+        match merged.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    merged.into_iter().map(|(s, e)| (s, e - s)).collect()
+}
+
+/// The member's bytes in `ranges`, one after the other: the logical file's
+/// own read (pieces over the base, every source verified).
+struct LogicalRead<'a> {
+    lf: &'a LogicalFile,
+    reader: SourceReader,
+    base: Base,
+    ranges: std::collections::VecDeque<(u64, u64)>,
+    /// Why a read failed, when the node-local log (not the remote) did.
+    local_error: Option<LogError>,
+}
+
+impl Read for LogicalRead<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while let Some(&(off, len)) = self.ranges.front() {
+            if len == 0 {
+                self.ranges.pop_front();
+                continue;
+            }
+            let n = (len as usize).min(buf.len());
+            let base_len = self.base.len();
+            let base = &mut self.base;
+            if let Err(e) = self.lf.read_at(
+                &mut self.reader,
+                off,
+                &mut buf[..n],
+                base_len,
+                &mut |at, dst| base.read(at, dst),
+            ) {
+                let msg = e.to_string();
+                self.local_error = Some(e);
+                return Err(std::io::Error::other(msg));
+            }
+            self.ranges[0] = (off + n as u64, len - n as u64);
+            return Ok(n);
+        }
+        Ok(0)
+    }
+}

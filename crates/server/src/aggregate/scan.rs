@@ -1,0 +1,154 @@
+//! The member files of a job's checkpoint sets, as scanned: which set
+//! each belongs to, its pending epochs, whether its writer finished it;
+//! and the POSIX directory its set goes to.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use paralog_backend::{BackendError, ErrorKind, RemoteUrl};
+use paralog_log::{layout, EpochId, FileInventory, LogError};
+
+use crate::drain::DrainError;
+use crate::remote::Remote;
+
+use super::Sets;
+
+/// A member file of a set, as scanned.
+pub(super) struct MemberFile {
+    pub(super) inv: FileInventory,
+    pub(super) rel: Vec<u8>,
+    pub(super) app_path: Vec<u8>,
+    pub(super) member: Vec<u8>,
+    pub(super) pending: Vec<EpochId>,
+    pub(super) finished: bool,
+    pub(super) created: SystemTime,
+}
+
+pub(super) fn corrupt(e: LogError) -> DrainError {
+    match e {
+        LogError::Io { ref error, .. } if error.kind() != std::io::ErrorKind::NotFound => {
+            DrainError::Local(e)
+        }
+        _ => DrainError::Corrupt(e),
+    }
+}
+
+/// A set of a job: (rule index, set directory).
+pub(super) type SetKey = (usize, Vec<u8>);
+
+/// Scan the member files of the sets in `job_dir`, by set.
+pub(super) fn scan_job(
+    sets: &Sets,
+    remote: &Remote,
+    job_dir: &Path,
+) -> Result<BTreeMap<SetKey, Vec<MemberFile>>, DrainError> {
+    let mut out: BTreeMap<SetKey, Vec<MemberFile>> = BTreeMap::new();
+    let entries = match std::fs::read_dir(job_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(error) => {
+            return Err(DrainError::Local(LogError::Io {
+                path: job_dir.to_path_buf(),
+                op: "list",
+                error,
+            }))
+        }
+    };
+    for e in entries.flatten() {
+        if !layout::is_file_dir_name(&e.file_name().to_string_lossy()) {
+            continue;
+        }
+        let dir = e.path();
+        if sets.claims(&dir, remote).is_none() {
+            continue;
+        }
+        if let Some((key, f)) = scan_member(sets, remote, &dir)? {
+            out.entry(key).or_default().push(f);
+        }
+    }
+    Ok(out)
+}
+
+pub(super) fn scan_member(
+    sets: &Sets,
+    remote: &Remote,
+    dir: &Path,
+) -> Result<Option<(SetKey, MemberFile)>, DrainError> {
+    let inv = FileInventory::scan_dir(dir).map_err(DrainError::Local)?;
+    let Some(rec) = inv.record.clone() else {
+        return Ok(None);
+    };
+    let Some(m) = sets.member_match(&rec.path, &rec.rel, remote) else {
+        return Ok(None);
+    };
+    let committed = inv.committed_epochs().map_err(corrupt)?;
+    let pending = inv.pending_epochs().map_err(corrupt)?;
+    let all = inv.epoch_ids();
+    let done = inv.progress.map(|p| p.id());
+    // Nothing being committed, and the last open ended.
+    let uncommitted = all
+        .iter()
+        .any(|id| Some(*id) > done && !committed.contains(id));
+    let last_open_ended = inv
+        .gens
+        .keys()
+        .next_back()
+        .is_none_or(|&g| inv.open_ended(g));
+    // A one-process writer in the middle of an epoch (or killed in it)
+    // stages it beside the generations; a file with nothing committed yet
+    // is being written too.
+    let staging = std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| paralog_log::single::is_staging_name(&e.file_name().to_string_lossy()))
+    });
+    let nothing_committed = inv.gens.is_empty();
+    let created = std::fs::metadata(dir.join(layout::PATH_FILE))
+        .and_then(|m| m.modified())
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    Ok(Some((
+        (m.rule, m.set.clone()),
+        MemberFile {
+            inv,
+            rel: rec.rel.clone(),
+            app_path: rec.path.clone(),
+            member: m.member,
+            pending,
+            finished: !uncommitted && last_open_ended && !staging && !nothing_committed,
+            created,
+        },
+    )))
+}
+
+/// The POSIX directory sets of `f` go to: the remote's root, or the
+/// prefix the program wrote under (its path minus the relative path).
+pub(super) fn remote_root(remote: &Remote, f: &MemberFile) -> Result<PathBuf, DrainError> {
+    remote_root_of(remote, &f.app_path, &f.rel)
+}
+
+pub(super) fn remote_root_of(
+    remote: &Remote,
+    app_path: &[u8],
+    rel: &[u8],
+) -> Result<PathBuf, DrainError> {
+    match remote {
+        Remote::Url(RemoteUrl::Posix(root), _) => Ok(root.clone()),
+        Remote::Url(url, _) => Err(DrainError::Remote(BackendError {
+            kind: ErrorKind::Permanent,
+            target: url.to_string(),
+            op: "write checkpoint set",
+            message: Sets::check_remote(Some(url)).unwrap_err(),
+        })),
+        Remote::Prefix => {
+            let path = Path::new(OsStr::from_bytes(app_path));
+            let mut root = path.to_path_buf();
+            for _ in Path::new(OsStr::from_bytes(rel)).components() {
+                root.pop();
+            }
+            Ok(root)
+        }
+    }
+}
