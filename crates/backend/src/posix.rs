@@ -63,14 +63,22 @@ impl Backend for PosixBackend {
     fn begin(
         &self,
         rel: &[u8],
-        _shape: &EpochShape,
+        shape: &EpochShape,
     ) -> Result<Box<dyn EpochSink + Send + '_>, BackendError> {
+        let path = self.path(rel);
+        // A version that replaces the file whole is written under a hidden
+        // name beside it and renamed onto it at commit: the name shows the
+        // old file or the new one, never a half-written one. The name is
+        // fixed per file, so a drain retried after a crash writes (and
+        // renames) the same temporary: none is left once it succeeds.
+        let temp = shape.replace.then(|| replace_temp(&path));
         Ok(Box::new(PosixSink {
-            path: self.path(rel),
+            path,
             root: &self.root,
             file: None,
             dir_changed: false,
             no_copy: false,
+            temp,
         }))
     }
 
@@ -99,11 +107,25 @@ struct PosixSink<'a> {
     dir_changed: bool,
     /// copy_file_range does not work between these file systems.
     no_copy: bool,
+    /// Replacing the file whole: written here, renamed onto `path`.
+    temp: Option<PathBuf>,
+}
+
+/// `dir/.NAME.paralog-replace`: hidden, in the same directory (a rename
+/// within one file system), and recognisable as paralog's.
+pub fn replace_temp(path: &Path) -> PathBuf {
+    let mut name = std::ffi::OsString::from(".");
+    name.push(path.file_name().unwrap_or_default());
+    name.push(".paralog-replace");
+    path.with_file_name(name)
 }
 
 impl PosixSink<'_> {
     fn file(&mut self) -> Result<&File, BackendError> {
         if self.file.is_none() {
+            if let Some(t) = self.temp.clone() {
+                return self.open_temp(t);
+            }
             let existed = self.path.exists();
             if !existed {
                 // The root itself must exist: a missing root is a remote
@@ -139,6 +161,36 @@ impl PosixSink<'_> {
             self.dir_changed |= !existed;
             self.file = Some(f);
         }
+        Ok(self.file.as_ref().expect("just opened"))
+    }
+}
+
+impl PosixSink<'_> {
+    /// The hidden temporary of a replacing version, empty (what a crashed
+    /// attempt left in it goes).
+    fn open_temp(&mut self, t: PathBuf) -> Result<&File, BackendError> {
+        if !self.root.is_dir() {
+            return Err(err(
+                self.root,
+                "open remote root",
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "the remote directory does not exist (not mounted?)",
+                ),
+            ));
+        }
+        if let Some(parent) = t.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| err(parent, "create directory", e))?;
+        }
+        let f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&t)
+            .map_err(|e| err(&t, "open", e))?;
+        self.dir_changed = true;
+        self.file = Some(f);
         Ok(self.file.as_ref().expect("just opened"))
     }
 }
@@ -233,9 +285,17 @@ impl EpochSink for PosixSink<'_> {
         Ok(true)
     }
 
-    fn commit(self: Box<Self>) -> Result<(), BackendError> {
+    fn commit(mut self: Box<Self>) -> Result<(), BackendError> {
+        if let (Some(t), None) = (&self.temp, &self.file) {
+            // An empty new version: the temporary still has to exist.
+            let t = t.clone();
+            self.open_temp(t)?;
+        }
         if let Some(f) = &self.file {
             f.sync_all().map_err(|e| err(&self.path, "fsync", e))?;
+        }
+        if let Some(t) = &self.temp {
+            std::fs::rename(t, &self.path).map_err(|e| err(&self.path, "rename into place", e))?;
         }
         if self.dir_changed {
             let dir = self.path.parent().unwrap_or(self.root);
@@ -261,6 +321,7 @@ mod tests {
             base_cut: None,
         },
         fresh: false,
+        replace: false,
     };
 
     #[test]

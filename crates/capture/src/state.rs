@@ -634,9 +634,19 @@ impl State {
 
     /// A consistency point of a one-rank communicator (POSIX fsync/close).
     pub fn commit_single(&mut self, id: u64) -> CResult<()> {
+        self.commit_single_at(id).map(|_| ())
+    }
+
+    /// `commit_single`, and which epoch it committed (its generation is
+    /// chosen by the commit): what a rename's other record names.
+    pub fn commit_single_at(&mut self, id: u64) -> CResult<paralog_log::EpochId> {
         self.commit_local(id)?;
-        let size = self.handles[&id].size;
-        self.complete_epoch(id, size)
+        let h = &self.handles[&id];
+        let log = log_of_ref(h)?;
+        let at = paralog_log::EpochId::new(log.ident().gen, log.epoch());
+        let size = h.size;
+        self.complete_epoch(id, size)?;
+        Ok(at)
     }
 
     /// After a descriptor of handle `id` went away: the last close of a
@@ -696,6 +706,10 @@ impl State {
 /// The log of a handle that writes (EBADF for a read-only one).
 pub(crate) fn log_of(h: &mut Handle) -> CResult<&mut RankLog> {
     h.log.as_mut().ok_or(libc::EBADF)
+}
+
+fn log_of_ref(h: &Handle) -> CResult<&RankLog> {
+    h.log.as_ref().ok_or(libc::EBADF)
 }
 
 /// Size of a placeholder memfd (raw syscall: never our own fstat wrapper).

@@ -117,6 +117,12 @@ fn file_json(f: &FileInventory) -> Value {
                             Op::Preallocate(n) => json!({ "preallocate": n }),
                             Op::Delete => json!({ "delete": true }),
                             Op::Phase(p) => json!({ "phase": p }),
+                            Op::RenameFrom(r) => json!({
+                                "rename_from": { "file": r.file_dir_name(), "epoch": r.at.to_string() }
+                            }),
+                            Op::RenamedTo(r) => json!({
+                                "renamed_to": { "file": r.file_dir_name(), "epoch": r.at.to_string() }
+                            }),
                         })
                         .collect()
                 })

@@ -437,6 +437,22 @@ impl RankLog {
         self.size_op(Op::Delete);
     }
 
+    /// `rename(source, this)`: the file becomes the source's content at
+    /// the epoch `r` names; nothing written before in the epoch survives.
+    pub fn rename_from(&mut self, r: crate::format::RenameRef) {
+        self.cur.map.truncate(0);
+        self.own.truncate(0);
+        self.size_op(Op::RenameFrom(r));
+    }
+
+    /// `rename(this, target)`: the file stops existing under this name
+    /// (as `delete`), its content having gone to the target.
+    pub fn renamed_to(&mut self, r: crate::format::RenameRef) {
+        self.cur.map.truncate(0);
+        self.own.truncate(0);
+        self.size_op(Op::RenamedTo(r));
+    }
+
     /// A size operation ends the current phase (it is collective in MPI).
     fn size_op(&mut self, op: Op) {
         self.cur.size_ops.push((self.cur.phase, op));
