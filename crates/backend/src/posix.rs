@@ -116,8 +116,18 @@ struct PosixSink<'a> {
 pub fn replace_temp(path: &Path) -> PathBuf {
     let mut name = std::ffi::OsString::from(".");
     name.push(path.file_name().unwrap_or_default());
-    name.push(".paralog-replace");
+    name.push(REPLACE_SUFFIX);
     path.with_file_name(name)
+}
+
+const REPLACE_SUFFIX: &str = ".paralog-replace";
+
+/// Whether a directory entry is a replacing version still being written
+/// (`replace_temp`): never shown to the program (capture's listings).
+pub fn is_replace_temp(name: &[u8]) -> bool {
+    name.len() > 1 + REPLACE_SUFFIX.len()
+        && name.starts_with(b".")
+        && name.ends_with(REPLACE_SUFFIX.as_bytes())
 }
 
 impl PosixSink<'_> {

@@ -156,6 +156,17 @@ pub fn committed(
     rel: &[u8],
     base: Base,
 ) -> CResult<Committed> {
+    committed_at(local, job, abs, rel, base, 0)
+}
+
+fn committed_at(
+    local: &Path,
+    job: &str,
+    abs: &Path,
+    rel: &[u8],
+    base: Base,
+    depth: usize,
+) -> CResult<Committed> {
     let fail = |e: paralog_log::LogError| {
         report::line(&format!(
             "reading the committed state of {}: {e}",
@@ -209,8 +220,16 @@ pub fn committed(
         (None, Some((epoch, r))) if !matches!(base, Base::Cut) => {
             match renamed_base(local, job, rel, abs, &base, epoch, r)? {
                 Some(v) => v,
-                // The rename was drained meanwhile: the drained file holds it.
-                None => return committed(local, job, abs, rel, base),
+                // The rename was drained meanwhile: the drained file holds
+                // it; look again (a bounded number of times).
+                None if depth < 50 => return committed_at(local, job, abs, rel, base, depth + 1),
+                None => {
+                    report::line(&format!(
+                        "{}: its rename kept being drained while it was read",
+                        abs.display()
+                    ));
+                    return Err(libc::EIO);
+                }
             }
         }
         (None, _) => open_base(base, abs)?,
@@ -288,11 +307,13 @@ fn renamed_base(
         None => open_base(base.for_rel(&src_rel), &src_abs)?,
     };
     // Still pending here after the source was read: the source's drain
-    // (which waits for this rename to be remote) has not touched it.
+    // (which waits for this rename to be remote) has not touched it. (A
+    // remote capture cannot read keeps every drained record until the job
+    // ends, the source's too: the view is whole either way.)
     let progress = FileInventory::scan_path(local, job, rel)
         .map_err(fail)?
         .and_then(|i| i.progress);
-    if progress.is_some_and(|p| p.id() >= epoch) {
+    if !unreadable && progress.is_some_and(|p| p.id() >= epoch) {
         return Ok(None);
     }
     let base_len = real.unwrap_or(0);

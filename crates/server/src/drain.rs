@@ -192,18 +192,19 @@ pub fn drain_file(
             }))
         }
     };
+    let pending = file.pending_epochs().map_err(local)?;
+    // Epochs up to a rename away go together, as a deletion, once the
+    // rename's target is remote; until then the records stay, drained ones
+    // too (the target may read them: S3's content from the job's start).
+    let moved = crate::rename::collapse(file, &pending)?.unwrap_or(0);
     if !ctx.keep_drained {
         step::delete_drained_leftovers(file).map_err(DrainError::Local)?;
     }
-    let pending = file.pending_epochs().map_err(local)?;
     let mut n = 0;
     // Nothing of the file drained yet in this job: true for the first
     // group only, not for every group of this call (the later ones start
     // from the version the first one made).
     let mut fresh = file.progress.is_none();
-    // Epochs up to a rename away go together, as a deletion, once the
-    // rename's target is remote.
-    let moved = crate::rename::collapse(file, &pending)?.unwrap_or(0);
     let (rest, _waiting) = step::open_groups(
         &pending[moved..],
         ctx.backend.whole_opens(),
