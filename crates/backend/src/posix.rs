@@ -372,6 +372,57 @@ mod tests {
     }
 
     #[test]
+    fn a_replacing_version_shows_whole_or_not_at_all() {
+        let d = tempfile::tempdir().unwrap();
+        let b = PosixBackend::new(d.path()).unwrap();
+        let f = d.path().join("sub/ckpt");
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(&f, b"old checkpoint").unwrap();
+        let replace = EpochShape {
+            replace: true,
+            ..SHAPE
+        };
+        // A drain that dies before its commit: the old file is untouched.
+        let mut s = b.begin(b"sub/ckpt", &replace).unwrap();
+        s.apply(RemoteOp::Write {
+            off: 0,
+            data: b"half",
+        })
+        .unwrap();
+        drop(s);
+        assert_eq!(std::fs::read(&f).unwrap(), b"old checkpoint");
+        assert!(is_replace_temp(b".ckpt.paralog-replace"));
+        assert!(
+            replace_temp(&f).exists(),
+            "the interrupted version's temporary"
+        );
+        // The retry writes the same temporary from empty and renames it.
+        let mut s = b.begin(b"sub/ckpt", &replace).unwrap();
+        s.apply(RemoteOp::Write {
+            off: 0,
+            data: b"new",
+        })
+        .unwrap();
+        s.apply(RemoteOp::SetSize(3)).unwrap();
+        s.commit().unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"new");
+        let left: Vec<_> = std::fs::read_dir(f.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            left,
+            vec![std::ffi::OsString::from("ckpt")],
+            "no temporary left"
+        );
+        // An empty replacing version still replaces.
+        let s = b.begin(b"sub/ckpt", &replace).unwrap();
+        s.commit().unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"");
+        assert!(!is_replace_temp(b".paralog-replace") && !is_replace_temp(b"ckpt"));
+    }
+
+    #[test]
     fn rejects_relative_and_escaping_roots() {
         assert!(PosixBackend::new(Path::new("rel/dir")).is_err());
         assert!(PosixBackend::new(Path::new("/a/../b")).is_err());
