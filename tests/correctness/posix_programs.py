@@ -11,6 +11,9 @@ nothing may be left in the prefix that the drain did not put there.
   exit-open    write() and exit without close (progs/exit_open.c)
   identity     one path opened twice has one st_dev/st_ino (progs/identity.c)
   mmap         a shared writable mapping is refused at mmap, no SIGBUS (progs/mmap_write.c)
+  modes        files created 0600, 0755, 0640, under umask 077, a 0600
+               temporary renamed into place: the remote's modes are the
+               direct run's (progs/modes.py)
   entry points pwritev2/preadv2, sendfile, copy_file_range, splice, lio_listio,
                syncfs, sync_file_range, faccessat, mkstemps, mkostemp,
                euidaccess (progs/entry_points.c)
@@ -175,6 +178,7 @@ def cases():
         ("coreutils: shuf -o, uniq, ptx, tsort, sort -o in place, sed -i, cp, awk >",
          lambda w: compare(w, lambda d: ["/bin/bash", "-c", COREUTILS.format(d=d)])),
         ("mmap: writable shared mapping refused, no SIGBUS", case_mmap),
+        ("modes: creation modes (0600, 0755, umask 077, a 0600 temporary renamed) kept on the remote", case_modes),
         ("entry points: pwritev2, preadv2, sendfile, copy_file_range, splice, lio_listio, syncfs, mkstemps, ...",
          lambda w: compare(w, lambda d: [exe("entry_points"), d, os.path.realpath(PY)])),
         *[(f"freopen {how}: {what}", lambda w, h=how: compare(w, lambda d: [exe("freopen_io"), h, d]))
@@ -195,6 +199,18 @@ def cases():
            lambda w, p=point, m=mode: case_crash_rotate(w, p, m))
           for point in ("written", "synced", "renamed", "replaced", "rotated") for mode in ("recover", "server")],
     ]
+
+
+def case_modes(work):
+    """The remote file gets the mode the program created it with, as the
+    direct run's (never the 0644 the drain used to give a 0600 file)."""
+    compare(work, lambda d: [PY, PROGS / "modes.py", d])
+    remote = work / "remote" if SEPARATE else work / "prefix"
+    names = sorted(p.name for p in (work / "direct").iterdir())
+    check(len(names) == 7, f"the program made {names}")
+    got = {n: oct((remote / n).stat().st_mode & 0o7777) for n in names}
+    want = {n: oct((work / "direct" / n).stat().st_mode & 0o7777) for n in names}
+    check(got == want, f"modes on the remote {got}, in the direct run {want}")
 
 
 def case_mmap(work):

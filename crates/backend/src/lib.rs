@@ -130,6 +130,10 @@ pub struct EpochShape {
     /// written (POSIX: a hidden temporary renamed onto the name at
     /// `commit`; object remotes publish every version whole anyway).
     pub replace: bool,
+    /// The permission bits the program created the file with, if known:
+    /// a POSIX remote creates the file with them (less the server's
+    /// umask: never wider); an existing file keeps its own. `None`: 0644.
+    pub mode: Option<u32>,
 }
 
 /// A drained file read back from the remote (the source of a rename,
@@ -139,12 +143,25 @@ pub trait ReadBack {
     fn size(&self) -> u64;
     /// Exactly `buf.len()` bytes at `off`, which lie inside `len`.
     fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<(), BackendError>;
+    /// Its permission bits, where the remote keeps them (a rename keeps
+    /// its source's).
+    fn mode(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// A drained file in a file system this process reads.
 struct FileBack(std::path::PathBuf, std::fs::File, u64);
 
 impl ReadBack for FileBack {
+    fn mode(&self) -> Option<u32> {
+        use std::os::unix::fs::PermissionsExt;
+        self.1
+            .metadata()
+            .ok()
+            .map(|m| m.permissions().mode() & 0o7777)
+    }
+
     fn size(&self) -> u64 {
         self.2
     }

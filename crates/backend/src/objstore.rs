@@ -1012,6 +1012,7 @@ mod tests {
             size: crate::SizeState::default(),
             fresh: false,
             replace: false,
+            mode: None,
         }
     }
 

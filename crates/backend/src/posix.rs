@@ -79,6 +79,7 @@ impl Backend for PosixBackend {
             dir_changed: false,
             no_copy: false,
             temp,
+            mode: shape.mode.unwrap_or(0o644) & 0o7777,
         }))
     }
 
@@ -109,6 +110,8 @@ struct PosixSink<'a> {
     no_copy: bool,
     /// Replacing the file whole: written here, renamed onto `path`.
     temp: Option<PathBuf>,
+    /// The mode a file this sink creates gets (less the umask).
+    mode: u32,
 }
 
 /// `dir/.NAME.paralog-replace`: hidden, in the same directory (a rename
@@ -160,12 +163,13 @@ impl PosixSink<'_> {
                     }
                 }
             }
-            // 0644 as a program's own open would get with the usual umask.
+            // The program's creation mode (0644 when unknown, as a
+            // program's own open would get with the usual umask).
             let f = OpenOptions::new()
                 .write(true)
                 .create(true)
                 .truncate(false)
-                .mode(0o644)
+                .mode(self.mode)
                 .open(&self.path)
                 .map_err(|e| err(&self.path, "open", e))?;
             self.dir_changed |= !existed;
@@ -192,11 +196,14 @@ impl PosixSink<'_> {
         if let Some(parent) = t.parent() {
             std::fs::create_dir_all(parent).map_err(|e| err(parent, "create directory", e))?;
         }
+        // A temporary left by a crashed attempt may have another mode: the
+        // new version gets this one (a renamed file keeps its source's).
+        let _ = std::fs::remove_file(&t);
         let f = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
-            .mode(0o644)
+            .mode(self.mode)
             .open(&t)
             .map_err(|e| err(&t, "open", e))?;
         self.dir_changed = true;
@@ -332,6 +339,7 @@ mod tests {
         },
         fresh: false,
         replace: false,
+        mode: None,
     };
 
     #[test]

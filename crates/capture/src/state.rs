@@ -76,6 +76,9 @@ pub enum Mode {
 }
 
 pub struct Handle {
+    /// The mode the program created the file with (less its umask), for
+    /// its log (docs/format.md, "Namespace operations").
+    pub create_mode: Option<u32>,
     /// `None` for a read-only open of a file with committed history: it
     /// reads the committed view and writes nothing.
     pub log: Option<RankLog>,
@@ -353,6 +356,7 @@ impl State {
                 view_reads: 0,
                 cp_started: None,
                 lazy: false,
+                create_mode: None,
             },
         );
         self.by_path.insert(abs.to_path_buf(), id);
@@ -364,12 +368,27 @@ impl State {
         let h = self.handles.get(&id).ok_or(libc::EBADF)?;
         if h.lazy && h.log.is_none() {
             let path = h.path.clone();
-            let log = self.make_log(&path, Mode::Posix, 0, 1, None)?;
+            let mut log = self.make_log(&path, Mode::Posix, 0, 1, None)?;
             let h = self.handles.get_mut(&id).expect("looked up above");
+            if let Some(m) = h.create_mode {
+                log.set_create_mode(m);
+            }
             h.log = Some(log);
             h.lazy = false;
         }
         Ok(())
+    }
+
+    /// The program created the file with `mode` (its umask applied here):
+    /// recorded in its log, so that the drain creates the remote file so.
+    pub fn set_create_mode(&mut self, id: u64, mode: u32) {
+        let mode = mode & !umask() & 0o7777;
+        if let Some(h) = self.handles.get_mut(&id) {
+            h.create_mode = Some(mode);
+            if let Some(log) = h.log.as_mut() {
+                log.set_create_mode(mode);
+            }
+        }
     }
 
     /// A read-only open of a captured file whose committed epochs are not
@@ -397,6 +416,7 @@ impl State {
                 view_reads: 0,
                 cp_started: None,
                 lazy: false,
+                create_mode: None,
             },
         );
         id
@@ -744,4 +764,18 @@ pub fn resolve(dirfd: c_int, path: &Path) -> Option<PathBuf> {
         std::fs::read_link(format!("/proc/self/fd/{dirfd}")).ok()?
     };
     Some(normalize(&base.join(path)))
+}
+
+/// The process's umask, read without changing it (`umask(2)` can only be
+/// read by setting it, which races with other threads' creations):
+/// `/proc/self/status` (Linux 4.7+); 022 where it cannot be read.
+fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
 }

@@ -120,6 +120,7 @@ fn file_json(f: &FileInventory) -> Value {
                             Op::RenameFrom(r) => json!({
                                 "rename_from": { "file": r.file_dir_name(), "epoch": r.at.to_string() }
                             }),
+                            Op::Mode(m) => json!({ "create_mode": format!("{m:04o}") }),
                             Op::RenamedTo(r) => json!({
                                 "renamed_to": { "file": r.file_dir_name(), "epoch": r.at.to_string() }
                             }),

@@ -200,6 +200,22 @@ fn manifest_renamed_to() -> Manifest {
     m
 }
 
+/// A file created 0600 (the creation mode, manifest version 3) with one
+/// extent.
+fn manifest_mode() -> Manifest {
+    let mut m = manifest();
+    m.ops = vec![
+        Op::Mode(0o600),
+        Op::Extent(Extent {
+            file_off: 0,
+            len: 300,
+            log_pos: DATA_HEADER_LEN,
+            crc: 0x1234_5678,
+        }),
+    ];
+    m
+}
+
 type Check = fn(&[u8], &Path) -> bool;
 
 /// (file name, encoded bytes, decode-and-compare)
@@ -240,6 +256,9 @@ fn vectors() -> Vec<(&'static str, Vec<u8>, Check)> {
             manifest_renamed_to().encode(),
             |b, p| Manifest::decode_version(b, p).is_ok_and(|m| m == (manifest_renamed_to(), 3)),
         ),
+        ("manifest_mode_v3.bin", manifest_mode().encode(), |b, p| {
+            Manifest::decode_version(b, p).is_ok_and(|m| m == (manifest_mode(), 3))
+        }),
         ("commit_mark_v1.bin", mark().encode(), |b, p| {
             CommitMark::decode(b, p).is_ok_and(|m| m == mark())
         }),
@@ -539,6 +558,13 @@ fn rename_operations_spelled_out_and_only_in_version_3() {
             "version 2 with a rename: {err}"
         );
     }
+    let mut m = manifest_mode();
+    assert!(Manifest::decode_version(&m.encode_version(2), Path::new("m")).is_err());
+    m.ops = vec![Op::Mode(0o10000)];
+    assert!(
+        Manifest::decode_version(&m.encode(), Path::new("m")).is_err(),
+        "a mode wider than the permission bits"
+    );
     // A rename naming epoch 0 of its target is refused (only a source may
     // be 0:0, its drained file).
     let mut m = manifest_renamed_to();

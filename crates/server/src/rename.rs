@@ -84,6 +84,8 @@ pub struct Source<'b> {
     base_len: u64,
     /// The source's length.
     pub size: u64,
+    /// The mode the source was created with, where its records say.
+    pub mode: Option<u32>,
     reader: SourceReader,
 }
 
@@ -135,8 +137,9 @@ impl<'b> Source<'b> {
                     what: format!("more than {MAX_CHAIN} renames in a chain"),
                 }))
             }
-            // Read back from the remote only when some of its bytes show.
-            None if whole || lf.size.base_cut == Some(0) => (Base::None, 0),
+            // Read back from the remote only when some of its bytes show,
+            // or its mode is not in the records.
+            None if whole || (lf.size.base_cut == Some(0) && lf.mode.is_some()) => (Base::None, 0),
             None => drained_file(backend, &rel)?,
         };
         let size = if lf.epochs.is_empty() {
@@ -144,7 +147,13 @@ impl<'b> Source<'b> {
         } else {
             lf.size.final_size(base_len)
         };
+        let mode = lf.mode.or(match &base {
+            Base::Renamed(s) => s.mode,
+            Base::Remote(r) => r.mode(),
+            Base::None => None,
+        });
         Ok(Source {
+            mode,
             lf,
             base,
             base_len,
@@ -214,7 +223,8 @@ pub fn publish(
     mut reader: SourceReader,
 ) -> Result<u64, DrainError> {
     let size = lf.size.final_size(src.size);
-    let shape = crate::step::replace_shape(last, origin, size, fresh);
+    // A rename keeps the source's mode; a file created anew since, its own.
+    let shape = crate::step::replace_shape(last, origin, size, fresh, lf.mode.or(src.mode));
     let mut sink = ctx.backend.begin(rel, &shape).map_err(DrainError::Remote)?;
     let mut buf = ctx.pool.get();
     let chunk = buf.len() as u64;

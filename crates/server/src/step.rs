@@ -55,12 +55,19 @@ pub fn shape(last: EpochId, origin: [u8; 16], lf: &LogicalFile, fresh: bool) -> 
         size: lf.size,
         fresh,
         replace: false,
+        mode: lf.mode,
     }
 }
 
 /// The shape of a version that replaces the file whole with `size` bytes
 /// written from offset 0 (a rename onto it: `rename.rs`).
-pub fn replace_shape(last: EpochId, origin: [u8; 16], size: u64, fresh: bool) -> EpochShape {
+pub fn replace_shape(
+    last: EpochId,
+    origin: [u8; 16],
+    size: u64,
+    fresh: bool,
+    mode: Option<u32>,
+) -> EpochShape {
     EpochShape {
         epoch: last,
         origin,
@@ -72,6 +79,7 @@ pub fn replace_shape(last: EpochId, origin: [u8; 16], size: u64, fresh: bool) ->
         },
         fresh,
         replace: true,
+        mode,
     }
 }
 

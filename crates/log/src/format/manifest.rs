@@ -17,6 +17,7 @@ const OP_DELETE: u8 = 4;
 const OP_PHASE: u8 = 5;
 const OP_RENAME_FROM: u8 = 6;
 const OP_RENAMED_TO: u8 = 7;
+const OP_MODE: u8 = 8;
 
 /// The other file of a rename, as an operation names it: the FNV-1a 64
 /// hash of its path relative to the prefix (its file directory is
@@ -98,16 +99,21 @@ pub enum Op {
     /// holding the matching `RenameFrom`). The drain applies it only once
     /// the target's rename is durably remote. Manifest version 3.
     RenamedTo(RenameRef),
+    /// The permission bits the program created the file with (its `mode`
+    /// less its umask): the drain creates the remote file with them, never
+    /// wider. Ends no phase; manifest version 3.
+    Mode(u32),
 }
 
 impl Op {
     /// Operations that end a phase (everything but extents and phases).
     pub fn ends_phase(&self) -> bool {
-        !matches!(self, Op::Extent(_) | Op::Phase(_))
+        !matches!(self, Op::Extent(_) | Op::Phase(_) | Op::Mode(_))
     }
 
+    /// Operations only version 3 holds.
     fn namespace(&self) -> bool {
-        matches!(self, Op::RenameFrom(_) | Op::RenamedTo(_))
+        matches!(self, Op::RenameFrom(_) | Op::RenamedTo(_) | Op::Mode(_))
     }
 }
 
@@ -230,6 +236,7 @@ impl Manifest {
                 Op::Phase(p) => (OP_PHASE, 0, p, 0, 0),
                 Op::RenameFrom(r) => (OP_RENAME_FROM, r.path_crc, r.at.gen, r.at.epoch, r.hash),
                 Op::RenamedTo(r) => (OP_RENAMED_TO, r.path_crc, r.at.gen, r.at.epoch, r.hash),
+                Op::Mode(m) => (OP_MODE, 0, u64::from(m), 0, 0),
             };
             out.push(tag);
             out.extend_from_slice(&[0u8; 3]);
@@ -478,6 +485,15 @@ impl Manifest {
                     } else {
                         Op::RenamedTo(r)
                     }
+                }
+                OP_MODE if version == MANIFEST_V3 => {
+                    if crc != 0 || b != 0 || c != 0 || a > 0o7777 {
+                        return Err(corrupt(
+                            o,
+                            format!("operation {i}: creation mode {a:o} or unused fields"),
+                        ));
+                    }
+                    Op::Mode(a as u32)
                 }
                 other => {
                     return Err(corrupt(

@@ -216,6 +216,8 @@ pub struct LogicalFile {
     /// A rename of this file away among the epochs (the last one): its
     /// drain waits for the target's rename to be remote.
     pub moved_to: Option<RenameRef>,
+    /// The mode the program created the file with, if among the epochs.
+    pub mode: Option<u32>,
 }
 
 impl LogicalFile {
@@ -228,6 +230,7 @@ impl LogicalFile {
         type RankExtent<'a> = (&'a Manifest, &'a PathBuf, &'a Extent);
         let mut phases: BTreeMap<u64, Vec<RankExtent>> = BTreeMap::new();
         let mut size_ops: BTreeMap<u64, (Op, u32, &PathBuf)> = BTreeMap::new();
+        let mut created: Option<u32> = None;
         let mut ordered: Vec<&(Manifest, PathBuf)> = manifests.iter().collect();
         ordered.sort_by_key(|(m, _)| m.rank);
         for (m, path) in ordered {
@@ -236,6 +239,7 @@ impl LogicalFile {
                 match op {
                     Op::Extent(e) => phases.entry(phase).or_default().push((m, path, e)),
                     Op::Phase(p) => phase = *p,
+                    Op::Mode(m) => created = Some(*m),
                     Op::SetSize(_)
                     | Op::Preallocate(_)
                     | Op::Delete
@@ -302,6 +306,7 @@ impl LogicalFile {
                     };
                     self.deleted = true;
                     self.from = None;
+                    self.mode = None;
                     if let Op::RenamedTo(r) = op {
                         self.moved_to = Some(r);
                     }
@@ -313,9 +318,14 @@ impl LogicalFile {
                     self.size = SizeState::default();
                     self.deleted = false;
                     self.from = Some((id, r));
+                    // A renamed file keeps its source's mode.
+                    self.mode = None;
                 }
                 _ => {}
             }
+        }
+        if let (Some(m), false) = (created, self.deleted) {
+            self.mode = Some(m);
         }
         self.epochs.push(id);
         Ok(())
