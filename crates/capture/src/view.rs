@@ -44,9 +44,9 @@ impl Base {
         match self {
             Base::FileOrMember(root, _) => Base::FileOrMember(root.clone(), rel.to_vec()),
             Base::Object(store, _) => Base::Object(store.clone(), rel.to_vec()),
-            // A base of a file of its own: only from `Base::of`'s callers
-            // that name one path; its source is read as a plain file too.
-            Base::File(p) => Base::File(p.with_file_name(OsStr::from_bytes(rel))),
+            // A base named by its path alone (no root to join `rel` to):
+            // the source's drained bytes cannot be found from it.
+            Base::File(_) => Base::Unreadable,
             Base::Unreadable => Base::Unreadable,
             Base::Cut => Base::Cut,
         }

@@ -64,6 +64,14 @@ pub fn collapse(file: &FileInventory, pending: &[EpochId]) -> Result<Option<usiz
 /// unless its path record is the one the reference names.
 fn other_file(dir: &Path, r: RenameRef) -> Result<FileInventory, DrainError> {
     let other = dir.parent().unwrap_or(dir).join(r.file_dir_name());
+    if !other.is_dir() {
+        // The other record of a rename is written a moment after this one
+        // (capture writes the target's first): not there yet is not damage.
+        return Err(DrainError::Waiting(format!(
+            "the other file of a rename ({}) has no records here yet",
+            other.display()
+        )));
+    }
     let inv = FileInventory::scan_dir(&other).map_err(crate::drain::local)?;
     match &inv.record {
         Some(rec) if r.names(&rec.rel) => Ok(inv),
