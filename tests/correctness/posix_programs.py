@@ -11,6 +11,9 @@ nothing may be left in the prefix that the drain did not put there.
   exit-open    write() and exit without close (progs/exit_open.c)
   identity     one path opened twice has one st_dev/st_ino (progs/identity.c)
   mmap         a shared writable mapping is refused at mmap, no SIGBUS (progs/mmap_write.c)
+  modes        files created 0600, 0755, 0640, under umask 077, a 0600
+               temporary renamed into place: the remote's modes are the
+               direct run's (progs/modes.py)
   entry points pwritev2/preadv2, sendfile, copy_file_range, splice, lio_listio,
                syncfs, sync_file_range, faccessat, mkstemps, mkostemp,
                euidaccess (progs/entry_points.c)
@@ -27,7 +30,12 @@ nothing may be left in the prefix that the drain did not put there.
                that no run started
   crash        the atomic save killed (SIGKILL) before its fsync, between fsync
                and rename, after the rename; then `paralog recover` with no
-               server (progs/atomic_crash.py)
+               server (progs/atomic_crash.py); rotated checkpoints (a step
+               file per save, ckpt/latest replaced, the oldest unlinked)
+               killed at each of those points and after the replace and the
+               unlink, with no server or under `paralog run`, then recover:
+               equal to the program stopped there without paralog
+               (progs/rotate_crash.py)
   numpy        save/load, tofile/fromfile, savez, pickle (progs/pyprogs.py)
   atomic       tmp + fsync + os.replace, replacing, rotation with unlink
   dup2         dup2 of a file onto fds 1 and 2, then restored
@@ -210,6 +218,7 @@ def cases():
         ("git: init, commit, gc, cp -a; a create in a missing directory fails; ln -s then rm",
          lambda w: compare(w, lambda d: ["/bin/bash", "-c", GIT.format(d=d)])),
         ("mmap: writable shared mapping refused, no SIGBUS", case_mmap),
+        ("modes: creation modes (0600, 0755, umask 077, a 0600 temporary renamed) kept on the remote", case_modes),
         ("entry points: pwritev2, preadv2, sendfile, copy_file_range, splice, lio_listio, syncfs, mkstemps, ...",
          lambda w: compare(w, lambda d: [exe("entry_points"), d, os.path.realpath(PY)])),
         *[(f"freopen {how}: {what}", lambda w, h=how: compare(w, lambda d: [exe("freopen_io"), h, d]))
@@ -226,7 +235,22 @@ def cases():
         ("missed status: paralog status names the file while the run goes on", case_missed_status),
         *[(f"crash {point}: atomic save killed, then recover", lambda w, p=point: case_crash(w, p))
           for point in ("written", "synced", "renamed")],
+        *[(f"crash rotate {point} {mode}: rotated checkpoints killed at save 3, then recover",
+           lambda w, p=point, m=mode: case_crash_rotate(w, p, m))
+          for point in ("written", "synced", "renamed", "replaced", "rotated") for mode in ("recover", "server")],
     ]
+
+
+def case_modes(work):
+    """The remote file gets the mode the program created it with, as the
+    direct run's (never the 0644 the drain used to give a 0600 file)."""
+    compare(work, lambda d: [PY, PROGS / "modes.py", d])
+    remote = work / "remote" if SEPARATE else work / "prefix"
+    names = sorted(p.name for p in (work / "direct").iterdir())
+    check(len(names) == 7, f"the program made {names}")
+    got = {n: oct((remote / n).stat().st_mode & 0o7777) for n in names}
+    want = {n: oct((work / "direct" / n).stat().st_mode & 0o7777) for n in names}
+    check(got == want, f"modes on the remote {got}, in the direct run {want}")
 
 
 def case_mmap(work):
@@ -378,6 +402,48 @@ def case_crash(work, point):
         if got[name] != content:
             saves = [s for s in range(3) if got[name] == data(s)]
             fail(f"{name} is {'save ' + str(saves[0]) if saves else 'no whole save (a mix)'}, expected another")
+
+
+def case_crash_rotate(work, point, mode):
+    """Rotated atomic checkpoints (replacing ckpt/latest, unlinking the
+    oldest step) killed with SIGKILL at `point` of save 3, with no server
+    then `paralog recover` (`recover`), or under `paralog run`, whose
+    server drains while the program runs, then `recover` (`server`). The
+    remote must equal the same program stopped at the same point without
+    paralog, byte for byte: every final name holds a whole save, old or
+    new, never a mix; no temporary of paralog's (`.*.paralog-replace`) is
+    left. The one difference: bytes written and not yet fsync'ed when the
+    program is killed (`written`) were never a consistency point, so the
+    temporary holding them is not on the remote (a crash of the node would
+    lose them too)."""
+    direct, prefix, remote, local = work / "direct", work / "prefix", work / "remote", work / "local"
+    for d in (direct, prefix, remote):
+        d.mkdir()
+    prog = PROGS / "rotate_crash.py"
+    r = run([PY, prog, direct, point, "3", "stop"], env=ENV, check=False, timeout=60)
+    check(r.returncode == 0, f"direct run exited {r.returncode}: {r.stderr[-300:]}")
+    if mode == "recover":
+        env = capture_env(prefix, local, job=None, remote=remote, base=ENV)
+        p = run([PY, prog, prefix, point, "3", "kill"], env=env, check=False, timeout=60)
+        check(p.returncode == -9, f"the program was not killed (exit {p.returncode}): {p.stderr[-300:]}")
+    else:
+        p = paralog_run(local, prefix, [PY, prog, prefix, point, "3", "kill"], remote=remote, env=ENV,
+                        check=False, timeout=120, text=False)
+        check(p.returncode != 0, "paralog run exited 0 although its program was killed")
+    r = run([BIN, "recover", "--local", local, "--remote", remote], env=ENV, check=False, timeout=120)
+    check(r.returncode == 0, f"recover exited {r.returncode}: {r.stderr[-500:]}")
+    want = {k: v for k, v in tree(direct).items() if v is not None}
+    if point == "written":
+        want.pop("ckpt/.step.tmp", None)
+    got = {k: v for k, v in tree(remote).items() if v is not None}
+    check(not [k for k in got if k.endswith(".paralog-replace")], f"a temporary of paralog's is left: {sorted(got)}")
+    check(set(got) == set(want), f"the remote holds {sorted(got)}, the direct run {sorted(want)}")
+    for name, content in want.items():
+        check(got[name] == content, f"{name} differs from the direct run ({len(got[name])} vs {len(content)} bytes)")
+    # Nothing is left to drain, and a second recover changes nothing.
+    again = run([BIN, "recover", "--local", local, "--remote", remote], env=ENV, check=False, timeout=120)
+    check(again.returncode == 0, f"second recover exited {again.returncode}: {again.stderr[-300:]}")
+    check({k: v for k, v in tree(remote).items() if v is not None} == got, "a second recover changed the remote")
 
 
 def main():

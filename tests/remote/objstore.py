@@ -38,6 +38,11 @@ docs/objstore.md. Cases:
   broken pipe `paralog get --list` into a closed pipe ends quietly
   orphans     `paralog recover --gc` removes unreferenced chunks older than
               an hour, keeps referenced and young ones
+  rename      rotated atomic checkpoints (tests/correctness/progs/
+              rotate_crash.py) under `paralog run`: every final name's latest
+              version equals the direct run's file, the names the program
+              removed read as absent, and every version ever published of
+              ckpt/latest is one whole save (never a half-written one)
 
 Usage: python3 -m tests.remote.objstore [--only NAME] [--keep]
 Prints one line per case and ends with "objstore: N passed, N failed".
@@ -349,6 +354,34 @@ def rerun_case(work):
     return "2 versions, the latest is the second run's"
 
 
+ROTATE = Path(__file__).resolve().parent.parent / "correctness/progs/rotate_crash.py"
+
+
+def rename_case(work):
+    """Renames publish the final name whole, once per rename."""
+    direct, prefix, local, root = work / "direct", work / "prefix", work / "local", work / "store"
+    for d in (direct, prefix, root):
+        d.mkdir()
+    run([PY, ROTATE, direct, "none", "0", "stop"])
+    paralog_run(local, prefix, [PY, ROTATE, prefix, "none", "0", "stop"], f"objstore://{root}")
+    want = {str(f.relative_to(direct)): f.read_bytes() for f in direct.rglob("*") if f.is_file()}
+    check(sorted(want) == ["ckpt/latest", "ckpt/step-003", "ckpt/step-004"], f"direct run left {sorted(want)}")
+    for name, content in want.items():
+        r = get_version(root, name, work / "got")
+        check(r.returncode == 0, f"paralog get {name}: {r.stderr[-300:]}")
+        same_bytes(content, work / "got", name)
+    for gone in ("ckpt/step-000", "ckpt/step-002", "ckpt/.step.tmp", "ckpt/latest.tmp"):
+        r = get_version(root, gone, work / "gone")
+        check(r.returncode != 0, f"{gone}, removed by the program, reads back from the store")
+    saves = {bytes((k * 41 + i * 3) % 251 for i in range(150000 + 977 * k)) for k in range(5)}
+    versions = get_list(root, "ckpt/latest")
+    for v, _, _ in versions:
+        r = get_version(root, "ckpt/latest", work / "v", v)
+        check(r.returncode == 0 and (work / "v").read_bytes() in saves,
+              f"version {v} of ckpt/latest is not one whole save")
+    return f"{len(versions)} versions of ckpt/latest, each a whole save"
+
+
 def missing_root_case(work):
     """An object root that does not exist: `paralog run` stops at once with
     one line naming it and a non-zero status (before: retried forever)."""
@@ -433,7 +466,8 @@ def main():
         for keep in (3, 1):
             if want(f"retention keep={keep}"):
                 suite.case(f"retention keep={keep}", lambda w, k=keep: retention_case(w, k))
-        for name, fn in (("rerun", rerun_case), ("missing root", missing_root_case), ("broken pipe", broken_pipe_case),
+        for name, fn in (("rename", rename_case), ("rerun", rerun_case), ("missing root", missing_root_case),
+                         ("broken pipe", broken_pipe_case),
                          ("orphans", orphans_case)):
             if want(name):
                 suite.case(name, fn)

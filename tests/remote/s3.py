@@ -54,6 +54,12 @@ directly. Cases:
   credentials   the secret key appears in no output of paralog (stdout,
                 stderr, server logs) of this whole run, nor with a wrong
                 secret key (signature errors), nor with SDK trace logging
+  rename        rotated atomic checkpoints (tests/correctness/progs/
+                rotate_crash.py: tmp + fsync + rename, a key replaced each
+                save, the oldest unlinked), whole under `paralog run`, and
+                killed between fsync and rename then `paralog recover`: the
+                bucket holds exactly the keys and bytes of the program run
+                (or stopped there) without paralog, no unfinished upload
 
 Usage: python3 -m tests.remote.s3 [--only NAME] [--keep] [--fault-seed N]
 Prints one line per case and ends with "s3: N passed, N failed".
@@ -74,7 +80,7 @@ from tests.lib.check import Failed, Suite, check
 from tests.lib.compare import files, first_difference, same_bytes
 from tests.lib.minio import MinIO
 from tests.lib.mpi import MODES, PROGRAMS, build_tests, run_direct
-from tests.lib.paralog import clean_env, jobs_left, paralog_run, run_captured
+from tests.lib.paralog import capture_env, clean_env, jobs_left, paralog_run, run_captured
 from tests.lib.paths import BIN, PY, RUN_DIRECT
 from tests.lib.proc import TRANSCRIPTS, kill_tree, run
 from tests.lib.server import Server
@@ -553,6 +559,35 @@ def credentials_case(minio, work):
 
 # --- main --------------------------------------------------------------------
 
+ROTATE = HERE.parent / "correctness/progs/rotate_crash.py"
+
+
+def rename_case(minio, work, point, query):
+    """Renames reach S3 as the final keys only, each PUT whole (S3 has no
+    rename): equal to the program run, or stopped at `point`, without
+    paralog."""
+    direct, pfs, local = work / "direct", work / "pfs", work / "local"
+    direct.mkdir(parents=True)
+    pfs.mkdir()
+    prefix = f"rename/{point}{query.replace('?', '-').replace('=', '-').replace('&', '-')}"
+    url = f"s3://{BUCKET}/{prefix}{query}"
+    run([PY, ROTATE, direct, point, "4" if point == "done" else "3", "stop"], env=clean_env())
+    if point == "done":
+        paralog_run(local, pfs, [PY, ROTATE, pfs, "none", "0", "stop"], remote=url, env=minio.env())
+    else:
+        env = {**minio.env(), **capture_env(pfs, local, job=None, remote=url, base=minio.env())}
+        p = run([PY, ROTATE, pfs, point, "3", "kill"], env=env, check=False)
+        check(p.returncode == -9, f"the program was not killed (exit {p.returncode}): {p.stderr[-300:]}")
+        run([BIN, "recover", "--local", local, "--remote", url], env=minio.env())
+    want = {str(f.relative_to(direct)): f.read_bytes() for f in direct.rglob("*") if f.is_file()}
+    got_dir = work / "got"
+    keys = minio.download_all(BUCKET, prefix, got_dir)
+    check(keys == sorted(want), f"the bucket holds {keys}, the direct run {sorted(want)}")
+    for k in keys:
+        same_bytes(want[k], got_dir / k, f"{k} against the direct run")
+        check(not minio.uploads(BUCKET, f"{prefix}/{k}"), f"an unfinished upload of {k} is left")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", help="run cases whose name contains this")
@@ -591,6 +626,10 @@ def main():
         ("minio-restart", lambda w: minio_restart_case(suite, minio, w)),
         ("permanent errors", lambda w: permanent_case(minio, w)),
         ("credentials", lambda w: credentials_case(minio, w)),
+        ("rename done", lambda w: rename_case(minio, w, "done", "")),
+        ("rename done upload=epoch", lambda w: rename_case(minio, w, "done", "?upload=epoch")),
+        ("rename synced, recover", lambda w: rename_case(minio, w, "synced", "")),
+        ("rename renamed, recover", lambda w: rename_case(minio, w, "renamed", "")),
     ]
     cases = [(label, fn) for label, fn in cases if want(label)]
     minio = MinIO(suite.base)

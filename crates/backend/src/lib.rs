@@ -125,6 +125,56 @@ pub struct EpochShape {
     pub size: SizeState,
     /// Nothing of this file was drained yet in this job.
     pub fresh: bool,
+    /// The version replaces the file whole (a rename onto it): nothing of
+    /// the previous version survives, and the remote never shows it half
+    /// written (POSIX: a hidden temporary renamed onto the name at
+    /// `commit`; object remotes publish every version whole anyway).
+    pub replace: bool,
+    /// The permission bits the program created the file with, if known:
+    /// a POSIX remote creates the file with them (less the server's
+    /// umask: never wider); an existing file keeps its own. `None`: 0644.
+    pub mode: Option<u32>,
+}
+
+/// A drained file read back from the remote (the source of a rename,
+/// whose drained bytes the new name needs: docs/format.md, "Namespace
+/// operations").
+pub trait ReadBack {
+    fn size(&self) -> u64;
+    /// Exactly `buf.len()` bytes at `off`, which lie inside `len`.
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<(), BackendError>;
+    /// Its permission bits, where the remote keeps them (a rename keeps
+    /// its source's).
+    fn mode(&self) -> Option<u32> {
+        None
+    }
+}
+
+/// A drained file in a file system this process reads.
+struct FileBack(std::path::PathBuf, std::fs::File, u64);
+
+impl ReadBack for FileBack {
+    fn mode(&self) -> Option<u32> {
+        use std::os::unix::fs::PermissionsExt;
+        self.1
+            .metadata()
+            .ok()
+            .map(|m| m.permissions().mode() & 0o7777)
+    }
+
+    fn size(&self) -> u64 {
+        self.2
+    }
+
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<(), BackendError> {
+        use std::os::unix::fs::FileExt;
+        self.1.read_exact_at(buf, off).map_err(|e| BackendError {
+            kind: ErrorKind::Retryable,
+            target: self.0.display().to_string(),
+            op: "read back",
+            message: e.to_string(),
+        })
+    }
 }
 
 pub trait Backend: Send + Sync + fmt::Debug {
@@ -193,6 +243,29 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// uploads). Returns how many things were removed.
     fn abort_stale(&self, _rel: &[u8]) -> Result<usize, BackendError> {
         Ok(0)
+    }
+    /// The drained file `rel` read back; `Ok(None)`: it does not exist. By
+    /// default through [`Backend::local_path`]; a remote without a way to
+    /// read back refuses (S3: the server keeps a running job's drained
+    /// records instead).
+    fn read_back(&self, rel: &[u8]) -> Result<Option<Box<dyn ReadBack + '_>>, BackendError> {
+        let refuse = |kind, message: String| BackendError {
+            kind,
+            target: self.describe(rel),
+            op: "read back",
+            message,
+        };
+        let Some(p) = self.local_path(rel) else {
+            return Err(refuse(
+                ErrorKind::Permanent,
+                "this remote's drained files cannot be read back by the server".into(),
+            ));
+        };
+        match std::fs::File::open(&p).and_then(|f| Ok((f.metadata()?.len(), f))) {
+            Ok((len, f)) => Ok(Some(Box::new(FileBack(p, f, len)))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(refuse(ErrorKind::Retryable, e.to_string())),
+        }
     }
     /// Where several servers can upload the parts of one new version
     /// (S3), the interface for it; otherwise one server makes each version.

@@ -812,6 +812,13 @@ impl Backend for ObjStore {
         })
     }
 
+    fn read_back(&self, rel: &[u8]) -> Result<Option<Box<dyn crate::ReadBack + '_>>, BackendError> {
+        Ok(match self.version(rel, None)? {
+            Some(v) if !v.deleted => Some(Box::new(ObjBack(self, v))),
+            _ => None,
+        })
+    }
+
     fn describe(&self, rel: &[u8]) -> String {
         format!(
             "objstore://{}/{}",
@@ -830,6 +837,19 @@ impl Backend for ObjStore {
 
     fn chunked(&self) -> Option<&dyn ChunkedBackend> {
         Some(self)
+    }
+}
+
+/// The newest version of an object, read back (block checksums verified).
+struct ObjBack<'a>(&'a ObjStore, Version);
+
+impl crate::ReadBack for ObjBack<'_> {
+    fn size(&self) -> u64 {
+        self.1.size
+    }
+
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<(), BackendError> {
+        Ok(self.0.read_range(&self.1, off, buf)?)
     }
 }
 
@@ -991,6 +1011,8 @@ mod tests {
             deleted: false,
             size: crate::SizeState::default(),
             fresh: false,
+            replace: false,
+            mode: None,
         }
     }
 

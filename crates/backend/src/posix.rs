@@ -63,14 +63,23 @@ impl Backend for PosixBackend {
     fn begin(
         &self,
         rel: &[u8],
-        _shape: &EpochShape,
+        shape: &EpochShape,
     ) -> Result<Box<dyn EpochSink + Send + '_>, BackendError> {
+        let path = self.path(rel);
+        // A version that replaces the file whole is written under a hidden
+        // name beside it and renamed onto it at commit: the name shows the
+        // old file or the new one, never a half-written one. The name is
+        // fixed per file, so a drain retried after a crash writes (and
+        // renames) the same temporary: none is left once it succeeds.
+        let temp = shape.replace.then(|| replace_temp(&path));
         Ok(Box::new(PosixSink {
-            path: self.path(rel),
+            path,
             root: &self.root,
             file: None,
             dir_changed: false,
             no_copy: false,
+            temp,
+            mode: shape.mode.unwrap_or(0o644) & 0o7777,
         }))
     }
 
@@ -99,11 +108,37 @@ struct PosixSink<'a> {
     dir_changed: bool,
     /// copy_file_range does not work between these file systems.
     no_copy: bool,
+    /// Replacing the file whole: written here, renamed onto `path`.
+    temp: Option<PathBuf>,
+    /// The mode a file this sink creates gets (less the umask).
+    mode: u32,
+}
+
+/// `dir/.NAME.paralog-replace`: hidden, in the same directory (a rename
+/// within one file system), and recognisable as paralog's.
+pub fn replace_temp(path: &Path) -> PathBuf {
+    let mut name = std::ffi::OsString::from(".");
+    name.push(path.file_name().unwrap_or_default());
+    name.push(REPLACE_SUFFIX);
+    path.with_file_name(name)
+}
+
+const REPLACE_SUFFIX: &str = ".paralog-replace";
+
+/// Whether a directory entry is a replacing version still being written
+/// (`replace_temp`): never shown to the program (capture's listings).
+pub fn is_replace_temp(name: &[u8]) -> bool {
+    name.len() > 1 + REPLACE_SUFFIX.len()
+        && name.starts_with(b".")
+        && name.ends_with(REPLACE_SUFFIX.as_bytes())
 }
 
 impl PosixSink<'_> {
     fn file(&mut self) -> Result<&File, BackendError> {
         if self.file.is_none() {
+            if let Some(t) = self.temp.clone() {
+                return self.open_temp(t);
+            }
             let existed = self.path.exists();
             if !existed {
                 // The root itself must exist: a missing root is a remote
@@ -128,17 +163,51 @@ impl PosixSink<'_> {
                     }
                 }
             }
-            // 0644 as a program's own open would get with the usual umask.
+            // The program's creation mode (0644 when unknown, as a
+            // program's own open would get with the usual umask).
             let f = OpenOptions::new()
                 .write(true)
                 .create(true)
                 .truncate(false)
-                .mode(0o644)
+                .mode(self.mode)
                 .open(&self.path)
                 .map_err(|e| err(&self.path, "open", e))?;
             self.dir_changed |= !existed;
             self.file = Some(f);
         }
+        Ok(self.file.as_ref().expect("just opened"))
+    }
+}
+
+impl PosixSink<'_> {
+    /// The hidden temporary of a replacing version, empty (what a crashed
+    /// attempt left in it goes).
+    fn open_temp(&mut self, t: PathBuf) -> Result<&File, BackendError> {
+        if !self.root.is_dir() {
+            return Err(err(
+                self.root,
+                "open remote root",
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "the remote directory does not exist (not mounted?)",
+                ),
+            ));
+        }
+        if let Some(parent) = t.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| err(parent, "create directory", e))?;
+        }
+        // A temporary left by a crashed attempt may have another mode: the
+        // new version gets this one (a renamed file keeps its source's).
+        let _ = std::fs::remove_file(&t);
+        let f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(self.mode)
+            .open(&t)
+            .map_err(|e| err(&t, "open", e))?;
+        self.dir_changed = true;
+        self.file = Some(f);
         Ok(self.file.as_ref().expect("just opened"))
     }
 }
@@ -233,9 +302,17 @@ impl EpochSink for PosixSink<'_> {
         Ok(true)
     }
 
-    fn commit(self: Box<Self>) -> Result<(), BackendError> {
+    fn commit(mut self: Box<Self>) -> Result<(), BackendError> {
+        if let (Some(t), None) = (&self.temp, &self.file) {
+            // An empty new version: the temporary still has to exist.
+            let t = t.clone();
+            self.open_temp(t)?;
+        }
         if let Some(f) = &self.file {
             f.sync_all().map_err(|e| err(&self.path, "fsync", e))?;
+        }
+        if let Some(t) = &self.temp {
+            std::fs::rename(t, &self.path).map_err(|e| err(&self.path, "rename into place", e))?;
         }
         if self.dir_changed {
             let dir = self.path.parent().unwrap_or(self.root);
@@ -261,6 +338,8 @@ mod tests {
             base_cut: None,
         },
         fresh: false,
+        replace: false,
+        mode: None,
     };
 
     #[test]
@@ -298,6 +377,57 @@ mod tests {
         s.apply(RemoteOp::Delete).unwrap();
         s.commit().unwrap();
         assert!(!d.path().join("sub/f").exists());
+    }
+
+    #[test]
+    fn a_replacing_version_shows_whole_or_not_at_all() {
+        let d = tempfile::tempdir().unwrap();
+        let b = PosixBackend::new(d.path()).unwrap();
+        let f = d.path().join("sub/ckpt");
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(&f, b"old checkpoint").unwrap();
+        let replace = EpochShape {
+            replace: true,
+            ..SHAPE
+        };
+        // A drain that dies before its commit: the old file is untouched.
+        let mut s = b.begin(b"sub/ckpt", &replace).unwrap();
+        s.apply(RemoteOp::Write {
+            off: 0,
+            data: b"half",
+        })
+        .unwrap();
+        drop(s);
+        assert_eq!(std::fs::read(&f).unwrap(), b"old checkpoint");
+        assert!(is_replace_temp(b".ckpt.paralog-replace"));
+        assert!(
+            replace_temp(&f).exists(),
+            "the interrupted version's temporary"
+        );
+        // The retry writes the same temporary from empty and renames it.
+        let mut s = b.begin(b"sub/ckpt", &replace).unwrap();
+        s.apply(RemoteOp::Write {
+            off: 0,
+            data: b"new",
+        })
+        .unwrap();
+        s.apply(RemoteOp::SetSize(3)).unwrap();
+        s.commit().unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"new");
+        let left: Vec<_> = std::fs::read_dir(f.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            left,
+            vec![std::ffi::OsString::from("ckpt")],
+            "no temporary left"
+        );
+        // An empty replacing version still replaces.
+        let s = b.begin(b"sub/ckpt", &replace).unwrap();
+        s.commit().unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"");
+        assert!(!is_replace_temp(b".paralog-replace") && !is_replace_temp(b"ckpt"));
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use libc::c_int;
+use paralog_log::format::RenameRef;
 use paralog_log::{ReadRange, ReadSource};
 
 use crate::report;
@@ -184,6 +185,43 @@ impl State {
         h.cut = Some(0);
         h.dirty = true;
         Ok(())
+    }
+
+    /// `rename(source, this path)` on the handle of a path operation: the
+    /// file becomes the source's content (`size` bytes) at the epoch `r`
+    /// names, without a byte copied here.
+    pub fn rename_from(&mut self, id: u64, r: RenameRef, size: u64) -> CResult<()> {
+        self.ensure_log(id)?;
+        let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
+        log_of(h)?.rename_from(r);
+        h.size = size;
+        h.cut = Some(0);
+        h.dirty = true;
+        Ok(())
+    }
+
+    /// `rename(this path, target)`: gone under this name, as `delete`.
+    pub fn renamed_to(&mut self, id: u64, r: RenameRef) -> CResult<()> {
+        self.ensure_log(id)?;
+        let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
+        log_of(h)?.renamed_to(r);
+        h.size = 0;
+        h.cut = Some(0);
+        h.dirty = true;
+        Ok(())
+    }
+
+    /// `path_op_with`, and the epoch it committed.
+    pub fn path_op_at(
+        &mut self,
+        abs: &Path,
+        committed: Committed,
+        op: impl FnOnce(&mut State, u64) -> CResult<()>,
+    ) -> CResult<paralog_log::EpochId> {
+        let id = self.new_handle(abs, Mode::Posix, 0, 1, None, committed)?;
+        let r = op(self, id).and_then(|_| self.commit_single_at(id));
+        self.maybe_release(id);
+        r
     }
 
     /// A path operation (unlink, truncate) on a captured path that no

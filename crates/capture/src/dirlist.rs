@@ -104,6 +104,11 @@ unsafe fn read_all(d: *mut DIR, into: &mut BTreeMap<Vec<u8>, (u8, u64)>) {
             return;
         }
         let name = CStr::from_ptr((*e).d_name.as_ptr()).to_bytes().to_vec();
+        // The drain's version of a renamed file in the making (docs/format.md,
+        // "Namespace operations"): not a file of the program's.
+        if paralog_backend::posix::is_replace_temp(&name) {
+            continue;
+        }
         into.insert(name, ((*e).d_type, (*e).d_ino));
     }
 }

@@ -5,11 +5,12 @@
 //!
 //! - `unlink` is an epoch of the file (a delete), drained after the epochs
 //!   before it.
-//! - `rename(src, dst)` of a file is the new content of `dst`, committed as
-//!   one epoch of `dst` (a copy of `src`'s committed bytes on the node), and
-//!   then a delete epoch of `src`. So the final name only ever holds a whole
-//!   committed file (the old one or the new one), and the temporary name is
-//!   deleted once the final one is committed. A rename across the prefix's
+//! - `rename(src, dst)` of a file is one operation in each log: an epoch
+//!   of `dst` that takes `src`'s content at its last committed epoch
+//!   (nothing is copied on the node), then an epoch of `src` that says it
+//!   went to `dst`. The drain publishes `dst` whole and atomically, and
+//!   removes `src` only once `dst` is remote, so the final name only ever
+//!   holds a whole committed file and no temporary is left. A rename across the prefix's
 //!   edge, or of a directory holding captured files, fails with EXDEV, as
 //!   between two file systems (`mv` then copies).
 //! - `link` onto or from a captured file fails with EXDEV: a copy would
@@ -34,6 +35,7 @@ use crate::posix::{contain, prefix_path, under_prefix};
 use crate::report;
 use crate::settings::Settings;
 use crate::state::{self, lock, resolve, CResult, State};
+use paralog_log::format::RenameRef;
 
 /// How long `rmdir` waits for the drain of the deletes under a directory.
 const RMDIR_WAIT: Duration = Duration::from_secs(120);
@@ -207,31 +209,28 @@ fn rename_captured(src: &Path, dst: &Path, flags: c_uint) -> CResult<Option<c_in
     if real_is_dir(dst) {
         return Err(libc::EISDIR);
     }
-    // The new content of dst: one epoch, a copy of src's committed bytes.
+    // One record in each log, no byte copied: dst becomes src's content
+    // at src's last committed epoch (0:0: its drained file alone), then
+    // src is gone, naming dst's epoch, so that the drain removes src only
+    // once dst is remote (docs/format.md, "Namespace operations").
+    let at = from
+        .view
+        .lf
+        .epochs
+        .last()
+        .copied()
+        .unwrap_or(paralog_log::EpochId::new(0, 0));
+    let (src_rel, dst_rel) = (
+        st.rel_of(src).ok_or(libc::EINVAL)?,
+        st.rel_of(dst).ok_or(libc::EINVAL)?,
+    );
     let size = from.size;
-    let mut view = from.view;
-    st.path_op_with(dst, to, |st, id| {
-        st.set_size(id, 0)?;
-        let mut buf = vec![0u8; size.min(4 << 20) as usize];
-        let mut off = 0u64;
-        while off < size {
-            let n = (size - off).min(buf.len() as u64) as usize;
-            let mut attempt = 0;
-            // A data log drained and deleted under the read: look again.
-            while let Err(e) = view.read(src, off, &mut buf[..n]) {
-                if e != libc::ENOENT || attempt == 20 {
-                    return Err(e);
-                }
-                attempt += 1;
-                view = st.committed(src)?.view;
-            }
-            st.write_handle(id, off, &buf[..n])?;
-            off += n as u64;
-        }
-        Ok(())
+    let dst_at = st.path_op_at(dst, to, |st, id| {
+        st.rename_from(id, RenameRef::new(&src_rel, at), size)
     })?;
-    // Then src is gone.
-    st.path_op(src, |st, id| st.delete(id))?;
+    st.path_op(src, |st, id| {
+        st.renamed_to(id, RenameRef::new(&dst_rel, dst_at))
+    })?;
     Ok(Some(0))
 }
 

@@ -247,7 +247,9 @@ unsafe fn paralog_open_impl(
     let decision = match Guard::enter() {
         Some(_g) if !path.is_null() => {
             let p = Path::new(std::ffi::OsStr::from_bytes(CStr::from_ptr(path).to_bytes()));
-            contain("open", None, || open_captured(dirfd, p, flags).map(Some))
+            contain("open", None, || {
+                open_captured(dirfd, p, flags, mode).map(Some)
+            })
         }
         _ => Some(OpenDecision::Pass),
     };
@@ -309,7 +311,7 @@ fn report_invalid_once(message: &str) {
     });
 }
 
-fn open_captured(dirfd: c_int, path: &Path, flags: c_int) -> CResult<OpenDecision> {
+fn open_captured(dirfd: c_int, path: &Path, flags: c_int, mode: mode_t) -> CResult<OpenDecision> {
     let Some(abs) = resolve(dirfd, path) else {
         return Ok(OpenDecision::Pass);
     };
@@ -385,7 +387,11 @@ fn open_captured(dirfd: c_int, path: &Path, flags: c_int) -> CResult<OpenDecisio
                 return Err(libc::ENOENT);
             }
             let committed = committed.expect("built for a new open");
-            st.new_handle(&abs, Mode::Posix, 0, 1, None, committed)?
+            let id = st.new_handle(&abs, Mode::Posix, 0, 1, None, committed)?;
+            if create && !exists {
+                st.set_create_mode(id, mode);
+            }
+            id
         }
     };
     let h = &st.handles[&id];

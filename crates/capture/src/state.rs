@@ -76,6 +76,9 @@ pub enum Mode {
 }
 
 pub struct Handle {
+    /// The mode the program created the file with (less its umask), for
+    /// its log (docs/format.md, "Namespace operations").
+    pub create_mode: Option<u32>,
     /// `None` for a read-only open of a file with committed history: it
     /// reads the committed view and writes nothing.
     pub log: Option<RankLog>,
@@ -372,6 +375,7 @@ impl State {
                 view_reads: 0,
                 cp_started: None,
                 lazy: false,
+                create_mode: None,
             },
         );
         self.by_path.insert(abs.to_path_buf(), id);
@@ -383,12 +387,27 @@ impl State {
         let h = self.handles.get(&id).ok_or(libc::EBADF)?;
         if h.lazy && h.log.is_none() {
             let path = h.path.clone();
-            let log = self.make_log(&path, Mode::Posix, 0, 1, None)?;
+            let mut log = self.make_log(&path, Mode::Posix, 0, 1, None)?;
             let h = self.handles.get_mut(&id).expect("looked up above");
+            if let Some(m) = h.create_mode {
+                log.set_create_mode(m);
+            }
             h.log = Some(log);
             h.lazy = false;
         }
         Ok(())
+    }
+
+    /// The program created the file with `mode` (its umask applied here):
+    /// recorded in its log, so that the drain creates the remote file so.
+    pub fn set_create_mode(&mut self, id: u64, mode: u32) {
+        let mode = mode & !umask() & 0o7777;
+        if let Some(h) = self.handles.get_mut(&id) {
+            h.create_mode = Some(mode);
+            if let Some(log) = h.log.as_mut() {
+                log.set_create_mode(mode);
+            }
+        }
     }
 
     /// A read-only open of a captured file whose committed epochs are not
@@ -415,6 +434,7 @@ impl State {
                 view_reads: 0,
                 cp_started: None,
                 lazy: false,
+                create_mode: None,
             },
         );
         id
@@ -629,9 +649,19 @@ impl State {
 
     /// A consistency point of a one-rank communicator (POSIX fsync/close).
     pub fn commit_single(&mut self, id: u64) -> CResult<()> {
+        self.commit_single_at(id).map(|_| ())
+    }
+
+    /// `commit_single`, and which epoch it committed (its generation is
+    /// chosen by the commit): what a rename's other record names.
+    pub fn commit_single_at(&mut self, id: u64) -> CResult<paralog_log::EpochId> {
         self.commit_local(id)?;
-        let size = self.handles[&id].size;
-        self.complete_epoch(id, size)
+        let h = &self.handles[&id];
+        let log = log_of_ref(h)?;
+        let at = paralog_log::EpochId::new(log.ident().gen, log.epoch());
+        let size = h.size;
+        self.complete_epoch(id, size)?;
+        Ok(at)
     }
 
     /// After a descriptor of handle `id` went away: the last close of a
@@ -709,6 +739,10 @@ pub(crate) fn log_of(h: &mut Handle) -> CResult<&mut RankLog> {
     h.log.as_mut().ok_or(libc::EBADF)
 }
 
+fn log_of_ref(h: &Handle) -> CResult<&RankLog> {
+    h.log.as_ref().ok_or(libc::EBADF)
+}
+
 /// Size of a placeholder memfd (raw syscall: never our own fstat wrapper).
 pub(crate) fn sentinel_len(fd: c_int) -> Option<u64> {
     // SAFETY: a zeroed stat buffer filled by the kernel.
@@ -741,4 +775,18 @@ pub fn resolve(dirfd: c_int, path: &Path) -> Option<PathBuf> {
         std::fs::read_link(format!("/proc/self/fd/{dirfd}")).ok()?
     };
     Some(normalize(&base.join(path)))
+}
+
+/// The process's umask, read without changing it (`umask(2)` can only be
+/// read by setting it, which races with other threads' creations):
+/// `/proc/self/status` (Linux 4.7+); 022 where it cannot be read.
+fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
 }

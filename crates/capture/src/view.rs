@@ -38,6 +38,20 @@ pub enum Base {
 }
 
 impl Base {
+    /// The same kind of drained state for another path of the remote
+    /// (the source of a rename).
+    fn for_rel(&self, rel: &[u8]) -> Base {
+        match self {
+            Base::FileOrMember(root, _) => Base::FileOrMember(root.clone(), rel.to_vec()),
+            Base::Object(store, _) => Base::Object(store.clone(), rel.to_vec()),
+            // A base named by its path alone (no root to join `rel` to):
+            // the source's drained bytes cannot be found from it.
+            Base::File(_) => Base::Unreadable,
+            Base::Unreadable => Base::Unreadable,
+            Base::Cut => Base::Cut,
+        }
+    }
+
     pub fn of(cfg: &Config, rel: &[u8]) -> CResult<Base> {
         if let Some(url) = &cfg.remote_objstore {
             return Ok(Base::Object(ObjStore::new(url), rel.to_vec()));
@@ -59,6 +73,8 @@ enum Opened {
     Unreadable,
     /// Drained bytes this node cannot rebuild: why.
     Lost(String),
+    /// The source of a rename not yet drained: its own committed view.
+    Renamed(std::sync::Mutex<Box<View>>, PathBuf),
 }
 
 pub struct View {
@@ -140,6 +156,17 @@ pub fn committed(
     rel: &[u8],
     base: Base,
 ) -> CResult<Committed> {
+    committed_at(local, job, abs, rel, base, 0)
+}
+
+fn committed_at(
+    local: &Path,
+    job: &str,
+    abs: &Path,
+    rel: &[u8],
+    base: Base,
+    depth: usize,
+) -> CResult<Committed> {
     let fail = |e: paralog_log::LogError| {
         report::line(&format!(
             "reading the committed state of {}: {e}",
@@ -188,9 +215,24 @@ pub fn committed(
         }
     };
     let lost_here = lost.is_some();
-    let (opened, real) = match lost {
-        Some(why) => (Opened::Lost(why), Some(0)),
-        None => open_base(base, abs)?,
+    let (opened, real) = match (lost, lf.from) {
+        (Some(why), _) => (Opened::Lost(why), Some(0)),
+        (None, Some((epoch, r))) if !matches!(base, Base::Cut) => {
+            match renamed_base(local, job, rel, abs, &base, epoch, r)? {
+                Some(v) => v,
+                // The rename was drained meanwhile: the drained file holds
+                // it; look again (a bounded number of times).
+                None if depth < 50 => return committed_at(local, job, abs, rel, base, depth + 1),
+                None => {
+                    report::line(&format!(
+                        "{}: its rename kept being drained while it was read",
+                        abs.display()
+                    ));
+                    return Err(libc::EIO);
+                }
+            }
+        }
+        (None, _) => open_base(base, abs)?,
     };
     let in_set = matches!(opened, Opened::Member(_));
     let base_len = real.unwrap_or(0);
@@ -216,6 +258,81 @@ pub fn committed(
         known,
         in_set,
     })
+}
+
+/// The base of a file whose epochs hold a rename onto it (`epoch`, from
+/// `r`): the source's committed view at the epoch `r` names, on top of the
+/// source's own drained state. `None`: the rename is drained by now (read
+/// after the source, so that a source removed by the drain since our scan
+/// is never read as empty): build the view again.
+fn renamed_base(
+    local: &Path,
+    job: &str,
+    rel: &[u8],
+    abs: &Path,
+    base: &Base,
+    epoch: paralog_log::EpochId,
+    r: paralog_log::format::RenameRef,
+) -> CResult<Option<(Opened, Option<u64>)>> {
+    let fail = |e: paralog_log::LogError| {
+        report::line(&format!(
+            "reading the source of the rename onto {}: {e}",
+            abs.display()
+        ));
+        e.raw_os_error().unwrap_or(libc::EIO)
+    };
+    let dir = local.join(job).join(r.file_dir_name());
+    let inv = FileInventory::scan_dir(&dir).map_err(fail)?;
+    let src_rel = match &inv.record {
+        Some(rec) if r.names(&rec.rel) => rec.rel.clone(),
+        _ => {
+            report::line(&format!(
+                "the source of the rename onto {} is not in {} (damaged log?)",
+                abs.display(),
+                dir.display()
+            ));
+            return Err(libc::EIO);
+        }
+    };
+    let unreadable = matches!(base, Base::Unreadable);
+    let lf = inv.content_at(r.at, unreadable).map_err(fail)?;
+    let src_abs = PathBuf::from(OsStr::from_bytes(
+        &inv.record.as_ref().expect("checked").path,
+    ));
+    let (opened, real) = match lf.from {
+        Some((e2, r2)) => match renamed_base(local, job, &src_rel, &src_abs, base, e2, r2)? {
+            Some(v) => v,
+            None => return Ok(None),
+        },
+        None => open_base(base.for_rel(&src_rel), &src_abs)?,
+    };
+    // Still pending here after the source was read: the source's drain
+    // (which waits for this rename to be remote) has not touched it. (A
+    // remote capture cannot read keeps every drained record until the job
+    // ends, the source's too: the view is whole either way.)
+    let progress = FileInventory::scan_path(local, job, rel)
+        .map_err(fail)?
+        .and_then(|i| i.progress);
+    if !unreadable && progress.is_some_and(|p| p.id() >= epoch) {
+        return Ok(None);
+    }
+    let base_len = real.unwrap_or(0);
+    let size = if lf.epochs.is_empty() {
+        real
+    } else {
+        (!lf.deleted).then(|| lf.size.final_size(base_len))
+    };
+    let view = View {
+        lf,
+        base: opened,
+        base_len,
+        complete: true,
+        reader: SourceReader::default(),
+    };
+    Ok(Some((
+        Opened::Renamed(std::sync::Mutex::new(Box::new(view)), src_abs),
+        size,
+    )))
 }
 
 impl View {
@@ -255,6 +372,14 @@ impl View {
                 }),
                 Opened::Member(m) => crate::sets::read_member(m, abs, at, dst),
                 Opened::Lost(why) => Err(paralog_log::LogError::NotFound { what: why.clone() }),
+                Opened::Renamed(v, src) => {
+                    let mut v = v.lock().unwrap_or_else(|p| p.into_inner());
+                    v.read(src, at, dst).map_err(|e| paralog_log::LogError::Io {
+                        path: src.clone(),
+                        op: "read the source of a rename",
+                        error: std::io::Error::from_raw_os_error(e),
+                    })
+                }
                 Opened::Unreadable => Err(paralog_log::LogError::NotFound {
                     what: format!(
                         "drained bytes of {} are in object storage that capture cannot read (S3)",

@@ -114,6 +114,13 @@ fn file_json(f: &FileInventory) -> Value {
                             Op::Preallocate(n) => json!({ "preallocate": n }),
                             Op::Delete => json!({ "delete": true }),
                             Op::Phase(p) => json!({ "phase": p }),
+                            Op::RenameFrom(r) => json!({
+                                "rename_from": { "file": r.file_dir_name(), "epoch": r.at.to_string() }
+                            }),
+                            Op::Mode(m) => json!({ "create_mode": format!("{m:04o}") }),
+                            Op::RenamedTo(r) => json!({
+                                "renamed_to": { "file": r.file_dir_name(), "epoch": r.at.to_string() }
+                            }),
                         })
                         .collect()
                 })

@@ -28,15 +28,22 @@ pub use commit::{
     decode_committed_manifest, decode_data_log, CommitTrailer, COMMIT_MAGIC, KIND_COMMIT,
     TRAILER_LEN,
 };
-pub use manifest::{Extent, FileIdent, Manifest, Op};
+pub use manifest::{path_hash, Extent, FileIdent, Manifest, Op, RenameRef};
 
 /// The format this build writes (data log header, manifest, commit trailer).
 pub const FORMAT_VERSION: u16 = 2;
 /// The first format: manifests in files of their own. Still read; the
 /// records format 2 did not change (commit mark, path, progress) keep it.
 pub const FORMAT_V1: u16 = 1;
-/// What readers of data logs and manifests accept.
+/// A commit record's manifest that holds a namespace operation (rename):
+/// the layout of version 2, with operation tags 6 and 7 (docs/format.md,
+/// "Namespace operations"). Written only by an epoch that holds one, so a
+/// log without renames stays readable by a build that knows version 2.
+pub const MANIFEST_V3: u16 = 3;
+/// What readers of data logs accept.
 pub(crate) const DATA_VERSIONS: &[u16] = &[FORMAT_V1, FORMAT_VERSION];
+/// What readers of manifests accept.
+pub(crate) const MANIFEST_VERSIONS: &[u16] = &[FORMAT_V1, FORMAT_VERSION, MANIFEST_V3];
 const V1_ONLY: &[u16] = &[FORMAT_V1];
 
 pub const MANIFEST_MAGIC: &[u8; 8] = b"PLGMNFST";
@@ -388,6 +395,7 @@ fn check_preamble(
             supported: match versions {
                 [1] => "version 1",
                 [1, 2] => "versions 1 and 2",
+                [1, 2, 3] => "versions 1, 2 and 3",
                 _ => "other versions",
             },
         });

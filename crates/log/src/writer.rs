@@ -234,6 +234,9 @@ pub struct RankLog {
     /// The rank directory exists (a one-process writer's next staging
     /// place is made when its next epoch first needs it).
     dirs_ready: bool,
+    /// The mode the program created the file with: in every manifest of
+    /// this log (the drain applies it only where it creates the file).
+    create_mode: Option<u32>,
 }
 
 impl RankLog {
@@ -289,6 +292,7 @@ impl RankLog {
             sync,
             unsynced_dirs: Vec::new(),
             dirs_ready: true,
+            create_mode: None,
         };
         let file_dir = log.paths.file_dir.clone();
         log.create_dirs(root, &file_dir)?;
@@ -435,6 +439,28 @@ impl RankLog {
         self.cur.map.truncate(0);
         self.own.truncate(0);
         self.size_op(Op::Delete);
+    }
+
+    /// `rename(source, this)`: the file becomes the source's content at
+    /// the epoch `r` names; nothing written before in the epoch survives.
+    pub fn rename_from(&mut self, r: crate::format::RenameRef) {
+        self.cur.map.truncate(0);
+        self.own.truncate(0);
+        self.size_op(Op::RenameFrom(r));
+    }
+
+    /// `rename(this, target)`: the file stops existing under this name
+    /// (as `delete`), its content having gone to the target.
+    pub fn renamed_to(&mut self, r: crate::format::RenameRef) {
+        self.cur.map.truncate(0);
+        self.own.truncate(0);
+        self.size_op(Op::RenamedTo(r));
+    }
+
+    /// The permission bits the program created the file with (its mode
+    /// less its umask).
+    pub fn set_create_mode(&mut self, mode: u32) {
+        self.create_mode = Some(mode & 0o7777);
     }
 
     /// A size operation ends the current phase (it is collective in MPI).

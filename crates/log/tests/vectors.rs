@@ -5,17 +5,20 @@
 //! version-2 data log header and manifest, the commit trailer, and a whole
 //! small data log with its commit record; the format-1 vectors keep
 //! decoding (and a real format-1 log is read by `tests/saved_v1.rs`).
+//! Manifest version 3 (format 2's commit record with a rename in it) adds
+//! the two `*_v3.bin` manifests.
 //!
 //! Regenerate (only when the format version changes, with a new name):
 //! `cargo test -p paralog-log --test vectors -- --ignored regenerate`
 
 use std::path::{Path, PathBuf};
 
+use paralog_log::format::RenameRef;
 use paralog_log::format::{
     decode_data_log, CommitMark, CommitTrailer, DataHeader, PathRecord, ProgressRecord,
     DATA_HEADER_LEN, TRAILER_LEN,
 };
-use paralog_log::{Extent, FileIdent, Manifest, Op};
+use paralog_log::{EpochId, Extent, FileIdent, LogicalFile, Manifest, Op};
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors")
@@ -169,6 +172,50 @@ fn trailer_ok(b: &[u8], p: &Path) -> bool {
         && t.manifest_len as usize == log.len() - TRAILER_LEN - t.manifest_off as usize
 }
 
+/// A rename's two records (manifest version 3): the target's epoch that
+/// takes the source's content, then a write on top; the source's epoch
+/// that says where it went.
+fn manifest_rename_from() -> Manifest {
+    let mut m = manifest();
+    m.rank = 0;
+    m.comm_size = 1;
+    m.epoch = 1;
+    m.data_len = DATA_HEADER_LEN;
+    m.ops = vec![Op::RenameFrom(RenameRef::new(
+        b"run/out.h5.tmp",
+        EpochId::new(5, 1),
+    ))];
+    m
+}
+
+fn manifest_renamed_to() -> Manifest {
+    let mut m = manifest_rename_from();
+    m.ident.rel = b"run/out.h5.tmp".to_vec();
+    m.ident.path = b"/scratch/run/out.h5.tmp".to_vec();
+    m.ident.gen = 6;
+    m.ops = vec![Op::RenamedTo(RenameRef::new(
+        b"run/out.h5",
+        EpochId::new(2, 1),
+    ))];
+    m
+}
+
+/// A file created 0600 (the creation mode, manifest version 3) with one
+/// extent.
+fn manifest_mode() -> Manifest {
+    let mut m = manifest();
+    m.ops = vec![
+        Op::Mode(0o600),
+        Op::Extent(Extent {
+            file_off: 0,
+            len: 300,
+            log_pos: DATA_HEADER_LEN,
+            crc: 0x1234_5678,
+        }),
+    ];
+    m
+}
+
 type Check = fn(&[u8], &Path) -> bool;
 
 /// (file name, encoded bytes, decode-and-compare)
@@ -199,6 +246,19 @@ fn vectors() -> Vec<(&'static str, Vec<u8>, Check)> {
             data_log_v2()[data_log_v2().len() - TRAILER_LEN..].to_vec(),
             trailer_ok,
         ),
+        (
+            "manifest_rename_from_v3.bin",
+            manifest_rename_from().encode(),
+            |b, p| Manifest::decode_version(b, p).is_ok_and(|m| m == (manifest_rename_from(), 3)),
+        ),
+        (
+            "manifest_renamed_to_v3.bin",
+            manifest_renamed_to().encode(),
+            |b, p| Manifest::decode_version(b, p).is_ok_and(|m| m == (manifest_renamed_to(), 3)),
+        ),
+        ("manifest_mode_v3.bin", manifest_mode().encode(), |b, p| {
+            Manifest::decode_version(b, p).is_ok_and(|m| m == (manifest_mode(), 3))
+        }),
         ("commit_mark_v1.bin", mark().encode(), |b, p| {
             CommitMark::decode(b, p).is_ok_and(|m| m == mark())
         }),
@@ -456,4 +516,97 @@ fn each_format_keeps_its_manifest_in_its_place() {
     empty.data_len = 0;
     assert!(Manifest::decode(&empty.encode(), Path::new("m")).is_err());
     assert!(Manifest::decode(&empty.encode_version(1), Path::new("m")).is_ok());
+}
+
+#[test]
+fn rename_operations_spelled_out_and_only_in_version_3() {
+    let bytes = std::fs::read(dir().join("manifest_rename_from_v3.bin")).unwrap();
+    assert_eq!(
+        u16::from_le_bytes([bytes[8], bytes[9]]),
+        3,
+        "format version"
+    );
+    let rel_len = u16::from_le_bytes([bytes[56], bytes[57]]) as usize;
+    let job_len = u16::from_le_bytes([bytes[52], bytes[53]]) as usize;
+    let path_len = u16::from_le_bytes([bytes[54], bytes[55]]) as usize;
+    let op = &bytes[64 + job_len + path_len + rel_len..][..32];
+    assert_eq!(op[0], 6, "tag: rename from");
+    assert_eq!(&op[1..4], &[0, 0, 0]);
+    let u64_at = |o: usize| u64::from_le_bytes(op[o..o + 8].try_into().unwrap());
+    assert_eq!(
+        u32::from_le_bytes(op[4..8].try_into().unwrap()),
+        paralog_checksum::crc32c(b"run/out.h5.tmp"),
+        "CRC-32C of the source's relative path"
+    );
+    assert_eq!(
+        (u64_at(8), u64_at(16)),
+        (5, 1),
+        "the source's generation and epoch"
+    );
+    assert_eq!(
+        format!("f-{:016x}", u64_at(24)),
+        paralog_log::layout::file_dir_name(b"run/out.h5.tmp"),
+        "the source's file directory hash"
+    );
+    // The same operations under version 2 are not a manifest any build
+    // wrote: refused, naming the operation's offset.
+    for m in [manifest_rename_from(), manifest_renamed_to()] {
+        let v2 = m.encode_version(2);
+        let err = Manifest::decode_version(&v2, Path::new("m")).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown operation tag"),
+            "version 2 with a rename: {err}"
+        );
+    }
+    let mut m = manifest_mode();
+    assert!(Manifest::decode_version(&m.encode_version(2), Path::new("m")).is_err());
+    m.ops = vec![Op::Mode(0o10000)];
+    assert!(
+        Manifest::decode_version(&m.encode(), Path::new("m")).is_err(),
+        "a mode wider than the permission bits"
+    );
+    // A rename naming epoch 0 of its target is refused (only a source may
+    // be 0:0, its drained file).
+    let mut m = manifest_renamed_to();
+    m.ops = vec![Op::RenamedTo(RenameRef::new(b"x", EpochId::new(0, 0)))];
+    assert!(Manifest::decode_version(&m.encode(), Path::new("m")).is_err());
+    let mut m = manifest_rename_from();
+    m.ops = vec![Op::RenameFrom(RenameRef::new(b"x", EpochId::new(0, 0)))];
+    assert!(Manifest::decode_version(&m.encode(), Path::new("m")).is_ok());
+}
+
+#[test]
+fn a_rename_in_the_logical_file() {
+    let p = PathBuf::from("/x/e0000000001.manifest");
+    let mut lf = LogicalFile::default();
+    let mut write = manifest();
+    write.ops = vec![Op::Extent(Extent {
+        file_off: 0,
+        len: 10,
+        log_pos: DATA_HEADER_LEN,
+        crc: 0,
+    })];
+    lf.apply_epoch(EpochId::new(1, 1), &[(write, p.clone())])
+        .unwrap();
+    let m = manifest_rename_from();
+    lf.apply_epoch(EpochId::new(2, 1), &[(m.clone(), p.clone())])
+        .unwrap();
+    // What the file held before is gone; the source's content is the base.
+    assert_eq!(lf.data_bytes(), 0);
+    assert_eq!(
+        lf.from,
+        Some((
+            EpochId::new(2, 1),
+            match m.ops[0] {
+                Op::RenameFrom(r) => r,
+                _ => unreachable!(),
+            }
+        ))
+    );
+    assert_eq!(lf.size.base_cut, None);
+    assert_eq!(lf.size.final_size(1234), 1234, "as long as the source");
+    assert!(!lf.deleted);
+    let gone = manifest_renamed_to();
+    lf.apply_epoch(EpochId::new(3, 1), &[(gone, p)]).unwrap();
+    assert!(lf.deleted && lf.from.is_none() && lf.moved_to.is_some());
 }

@@ -60,6 +60,10 @@ pub enum DrainError {
     /// data is kept for `paralog recover --aggregate` (docs/aggregate.md).
     #[error("{0}")]
     SetNotPublished(String),
+    /// The file was renamed away and its target's rename is not remote
+    /// yet (`rename.rs`): look again soon; not a failure.
+    #[error("{0}")]
+    Waiting(String),
     /// Another drain (a server, `paralog recover`) holds the file.
     #[error("{0} is being drained by another process (a server or `paralog recover`)")]
     Busy(String),
@@ -73,7 +77,7 @@ impl DrainError {
                 false
             }
             DrainError::Remote(e) => e.retryable(),
-            DrainError::Local(_) | DrainError::Busy(_) => true,
+            DrainError::Local(_) | DrainError::Busy(_) | DrainError::Waiting(_) => true,
         }
     }
 
@@ -87,7 +91,7 @@ impl DrainError {
     }
 }
 
-fn local(e: LogError) -> DrainError {
+pub(crate) fn local(e: LogError) -> DrainError {
     match e {
         LogError::Io { ref error, .. } if error.kind() != std::io::ErrorKind::NotFound => {
             DrainError::Local(e)
@@ -188,19 +192,29 @@ pub fn drain_file(
             }))
         }
     };
+    let pending = file.pending_epochs().map_err(local)?;
+    // Epochs up to a rename away go together, as a deletion, once the
+    // rename's target is remote; until then the records stay, drained ones
+    // too (the target may read them: S3's content from the job's start).
+    let moved = crate::rename::collapse(file, &pending)?.unwrap_or(0);
     if !ctx.keep_drained {
         step::delete_drained_leftovers(file).map_err(DrainError::Local)?;
     }
-    let pending = file.pending_epochs().map_err(local)?;
     let mut n = 0;
     // Nothing of the file drained yet in this job: true for the first
     // group only, not for every group of this call (the later ones start
     // from the version the first one made).
     let mut fresh = file.progress.is_none();
-    let (groups, _waiting) =
-        step::open_groups(&pending, ctx.backend.whole_opens(), ctx.flush, |open| {
-            file.open_ended(open)
-        });
+    let (rest, _waiting) = step::open_groups(
+        &pending[moved..],
+        ctx.backend.whole_opens(),
+        ctx.flush,
+        |open| file.open_ended(open),
+    );
+    let groups = (moved > 0)
+        .then_some(&pending[..moved])
+        .into_iter()
+        .chain(rest);
     for group in groups {
         let bytes = drain_epochs(ctx, file, &rel, group, fresh)?;
         fresh = false;
@@ -240,6 +254,24 @@ fn drain_epochs(
     let used: BTreeSet<usize> = lf.pieces().map(|(_, _, p)| p.source).collect();
     for &s in &used {
         reader.verify(&lf.sources[s]).map_err(local)?;
+    }
+
+    // A rename onto the file: the new version is the source's content
+    // with the later epochs on top, published whole.
+    if let (Some((_, from)), false) = (lf.from, lf.deleted) {
+        let whole = !ctx.backend.readable_by_capture();
+        let src = crate::rename::Source::open(&file.dir, from, ctx.backend, whole)?;
+        let bytes = crate::rename::publish(ctx, rel, id, file.origin(), fresh, &lf, src, reader)?;
+        failpoint::hit("drain.after_fsync");
+        step::write_progress(&file.dir, id).map_err(DrainError::Local)?;
+        span.end(&file.dir, rel, bytes);
+        failpoint::hit("drain.after_progress");
+        if !ctx.keep_drained {
+            for &done in ids {
+                step::delete_epoch(file, done).map_err(DrainError::Local)?;
+            }
+        }
+        return Ok(bytes);
     }
 
     // 2. Apply.

@@ -13,6 +13,7 @@ pub mod pool;
 pub mod priority;
 pub mod recover;
 pub mod remote;
+pub mod rename;
 pub mod retry;
 pub mod service;
 pub mod status;

@@ -90,14 +90,34 @@ pub fn recover_node_sets(
                 report.files.push(row);
             }
         }
-        for file in &j.files {
-            if sets.is_some_and(|s| s.claims(&file.dir, remote).is_some()) {
-                continue;
+        // A file renamed away waits for its target (`rename.rs`): passes
+        // over the waiting ones while a pass gets one further.
+        let mut todo: Vec<&FileInventory> = j
+            .files
+            .iter()
+            .filter(|f| sets.is_none_or(|s| s.claims(&f.dir, remote).is_none()))
+            .collect();
+        loop {
+            let mut waiting = Vec::new();
+            for file in todo.iter().copied() {
+                let (mut row, wait) = recover_file(remote, &pool, file, gc);
+                if wait {
+                    waiting.push((file, row));
+                    continue;
+                }
+                row.job = j.name.clone();
+                report.failed += usize::from(row.error.is_some());
+                report.files.push(row);
             }
-            let mut row = recover_file(remote, &pool, file, gc);
-            row.job = j.name.clone();
-            report.failed += usize::from(row.error.is_some());
-            report.files.push(row);
+            if waiting.is_empty() || waiting.len() == todo.len() {
+                for (_, mut row) in waiting {
+                    row.job = j.name.clone();
+                    report.failed += 1;
+                    report.files.push(row);
+                }
+                break;
+            }
+            todo = waiting.into_iter().map(|(f, _)| f).collect();
         }
     }
     // What crashed drains left on the remote that nothing refers to.
@@ -118,16 +138,17 @@ fn recover_file(
     pool: &BufferPool,
     file: &FileInventory,
     gc: bool,
-) -> FileRecovery {
+) -> (FileRecovery, bool) {
     let mut row = FileRecovery {
         path: file.display_name(),
         drained: fmt_ids(&[]),
         ..FileRecovery::default()
     };
-    if let Err(e) = recover_into(&mut row, remote, pool, file, gc) {
+    let mut waiting = false;
+    if let Err(e) = recover_into(&mut row, remote, pool, file, gc, &mut waiting) {
         row.error = Some(e);
     }
-    row
+    (row, waiting)
 }
 
 fn recover_into(
@@ -136,6 +157,7 @@ fn recover_into(
     pool: &BufferPool,
     file: &FileInventory,
     gc: bool,
+    waiting: &mut bool,
 ) -> Result<(), String> {
     // The drain lock first, then a fresh look: a server may have drained
     // some of it since the inventory was taken.
@@ -167,6 +189,7 @@ fn recover_into(
     });
     row.drained = fmt_ids(&drained);
     row.drained_epochs = drained.len();
+    *waiting = matches!(result, Err(crate::drain::DrainError::Waiting(_)));
     result.map_err(|e| e.to_string())?;
     // What is left: epochs that are not committed (and never will be).
     let job_dir = file.dir.parent();

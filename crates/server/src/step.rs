@@ -54,6 +54,32 @@ pub fn shape(last: EpochId, origin: [u8; 16], lf: &LogicalFile, fresh: bool) -> 
         deleted: lf.deleted,
         size: lf.size,
         fresh,
+        replace: false,
+        mode: lf.mode,
+    }
+}
+
+/// The shape of a version that replaces the file whole with `size` bytes
+/// written from offset 0 (a rename onto it: `rename.rs`).
+pub fn replace_shape(
+    last: EpochId,
+    origin: [u8; 16],
+    size: u64,
+    fresh: bool,
+    mode: Option<u32>,
+) -> EpochShape {
+    EpochShape {
+        epoch: last,
+        origin,
+        deleted: false,
+        size: paralog_log::reader::SizeState {
+            min_size: size,
+            size_set: true,
+            base_cut: Some(0),
+        },
+        fresh,
+        replace: true,
+        mode,
     }
 }
 

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use super::{
-    check_preamble, le_u16, le_u32, le_u64, DATA_HEADER_LEN, DATA_VERSIONS, FORMAT_V1,
-    FORMAT_VERSION, KIND_MANIFEST, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, OP_LEN,
+    check_preamble, le_u16, le_u32, le_u64, DATA_HEADER_LEN, FORMAT_V1, FORMAT_VERSION,
+    KIND_MANIFEST, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, MANIFEST_V3, MANIFEST_VERSIONS, OP_LEN,
 };
 use crate::error::{LogError, Result};
 use crate::id::EpochId;
@@ -15,6 +15,43 @@ const OP_SET_SIZE: u8 = 2;
 const OP_PREALLOCATE: u8 = 3;
 const OP_DELETE: u8 = 4;
 const OP_PHASE: u8 = 5;
+const OP_RENAME_FROM: u8 = 6;
+const OP_RENAMED_TO: u8 = 7;
+const OP_MODE: u8 = 8;
+
+/// The other file of a rename, as an operation names it: the FNV-1a 64
+/// hash of its path relative to the prefix (its file directory is
+/// `f-<hash16>`, docs/format.md "Layout"), the CRC-32C of that path (a
+/// reader checks the directory's path record against it, so a collision or
+/// a wrong directory is refused, not followed), and an epoch of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenameRef {
+    pub hash: u64,
+    pub path_crc: u32,
+    pub at: EpochId,
+}
+
+impl RenameRef {
+    pub fn new(rel: &[u8], at: EpochId) -> RenameRef {
+        RenameRef {
+            hash: path_hash(rel),
+            path_crc: paralog_checksum::crc32c(rel),
+            at,
+        }
+    }
+
+    /// Whether `rel` is the path this reference names.
+    pub fn names(&self, rel: &[u8]) -> bool {
+        path_hash(rel) == self.hash && paralog_checksum::crc32c(rel) == self.path_crc
+    }
+
+    /// The referenced file's directory in a job's directory.
+    pub fn file_dir_name(&self) -> String {
+        format!("f-{:016x}", self.hash)
+    }
+}
+
+pub use crate::layout::path_hash;
 
 /// Which open of which file, by which job: the identity shared by every rank.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -52,6 +89,32 @@ pub enum Op {
     /// The following extents and size operation belong to this phase (a
     /// later one than the previous operations imply).
     Phase(u64),
+    /// `rename(source, this)`: the file becomes the source's logical
+    /// content at the source's epoch `at` (epoch 0:0: the source's drained
+    /// file alone), replacing what it held. No byte is copied on the node;
+    /// the drain reads them from the source's records. Manifest version 3.
+    RenameFrom(RenameRef),
+    /// `rename(this, target)`: the file no longer exists under this name;
+    /// its content went to the target at the target's epoch `at` (the one
+    /// holding the matching `RenameFrom`). The drain applies it only once
+    /// the target's rename is durably remote. Manifest version 3.
+    RenamedTo(RenameRef),
+    /// The permission bits the program created the file with (its `mode`
+    /// less its umask): the drain creates the remote file with them, never
+    /// wider. Ends no phase; manifest version 3.
+    Mode(u32),
+}
+
+impl Op {
+    /// Operations that end a phase (everything but extents and phases).
+    pub fn ends_phase(&self) -> bool {
+        !matches!(self, Op::Extent(_) | Op::Phase(_) | Op::Mode(_))
+    }
+
+    /// Operations only version 3 holds.
+    fn namespace(&self) -> bool {
+        matches!(self, Op::RenameFrom(_) | Op::RenamedTo(_) | Op::Mode(_))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,9 +193,14 @@ impl Manifest {
     }
 
     /// The manifest as this build writes it (format 2: inside a data log's
-    /// commit record).
+    /// commit record; version 3 when it holds a namespace operation, which
+    /// a version-2 reader would not understand).
     pub fn encode(&self) -> Vec<u8> {
-        self.encode_version(FORMAT_VERSION)
+        if self.ops.iter().any(Op::namespace) {
+            self.encode_version(MANIFEST_V3)
+        } else {
+            self.encode_version(FORMAT_VERSION)
+        }
     }
 
     /// The manifest as format `version` wrote it (1: a file of its own; 2:
@@ -166,6 +234,9 @@ impl Manifest {
                 Op::Preallocate(n) => (OP_PREALLOCATE, 0, n, 0, 0),
                 Op::Delete => (OP_DELETE, 0, 0, 0, 0),
                 Op::Phase(p) => (OP_PHASE, 0, p, 0, 0),
+                Op::RenameFrom(r) => (OP_RENAME_FROM, r.path_crc, r.at.gen, r.at.epoch, r.hash),
+                Op::RenamedTo(r) => (OP_RENAMED_TO, r.path_crc, r.at.gen, r.at.epoch, r.hash),
+                Op::Mode(m) => (OP_MODE, 0, u64::from(m), 0, 0),
             };
             out.push(tag);
             out.extend_from_slice(&[0u8; 3]);
@@ -199,7 +270,7 @@ impl Manifest {
             MANIFEST_MAGIC,
             KIND_MANIFEST,
             "manifest",
-            DATA_VERSIONS,
+            MANIFEST_VERSIONS,
         )?;
         if bytes.len() < MANIFEST_HEADER_LEN + 4 {
             return Err(corrupt(
@@ -392,10 +463,42 @@ impl Manifest {
                     phase_end = None;
                     Op::Phase(a)
                 }
+                OP_RENAME_FROM | OP_RENAMED_TO if version == MANIFEST_V3 => {
+                    // 0:0 names the source's drained file alone; the
+                    // target's rename epoch always exists.
+                    let none = a == 0 && b == 0 && tag == OP_RENAME_FROM;
+                    if !none && (a == 0 || b == 0) {
+                        return Err(corrupt(
+                            o,
+                            format!("operation {i}: rename names epoch {a}:{b}"),
+                        ));
+                    }
+                    phase_end = None;
+                    phase += 1;
+                    let r = RenameRef {
+                        hash: c,
+                        path_crc: crc,
+                        at: EpochId::new(a, b),
+                    };
+                    if tag == OP_RENAME_FROM {
+                        Op::RenameFrom(r)
+                    } else {
+                        Op::RenamedTo(r)
+                    }
+                }
+                OP_MODE if version == MANIFEST_V3 => {
+                    if crc != 0 || b != 0 || c != 0 || a > 0o7777 {
+                        return Err(corrupt(
+                            o,
+                            format!("operation {i}: creation mode {a:o} or unused fields"),
+                        ));
+                    }
+                    Op::Mode(a as u32)
+                }
                 other => {
                     return Err(corrupt(
                         o,
-                        format!("operation {i}: unknown operation tag {other}"),
+                        format!("operation {i}: unknown operation tag {other} in a version-{version} manifest"),
                     ))
                 }
             };

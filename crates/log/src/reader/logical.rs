@@ -10,7 +10,7 @@ use super::{fmt_ids, EpochId, FileInventory, SourceExtent, SourceReader};
 use crate::durable;
 use crate::error::{IoContext, LogError, Result};
 use crate::extent_map::{ExtentMap, Piece};
-use crate::format::{Extent, Manifest, Op};
+use crate::format::{Extent, Manifest, Op, RenameRef};
 use crate::layout::{self, EpochFileKind};
 
 impl FileInventory {
@@ -60,6 +60,52 @@ impl FileInventory {
             .filter(|id| Some(*id) <= upto && Some(*id) > drained)
         {
             let manifests = self.manifests(id)?;
+            lf.apply_epoch(id, &manifests)?;
+        }
+        Ok(lf)
+    }
+
+    /// The source of a rename at its epoch `at` (docs/format.md,
+    /// "Namespace operations"): the committed epochs after the drained ones
+    /// up to `at` (none when `at` is 0:0 or already drained: the drained
+    /// file is the whole content), to be read on top of the drained file;
+    /// `whole`: from the job's first epoch (a remote the drained bytes
+    /// cannot be read back from, whose drained records the server keeps).
+    pub fn content_at(&self, at: EpochId, whole: bool) -> Result<LogicalFile> {
+        let drained = if whole {
+            None
+        } else {
+            self.progress.map(|p| p.id())
+        };
+        let mut lf = LogicalFile {
+            after: drained,
+            ..LogicalFile::default()
+        };
+        let committed = self.committed_epochs()?;
+        if let (true, Some(d)) = (whole, self.progress.map(|p| p.id())) {
+            // Drained records gone: the content would miss their bytes.
+            if d <= at && !committed.contains(&d) {
+                return Err(LogError::NotFound {
+                    what: format!(
+                        "{}, the source of a rename, was drained up to epoch {d}, whose local records are gone",
+                        self.display_name()
+                    ),
+                });
+            }
+        }
+        for id in committed
+            .into_iter()
+            .filter(|id| *id <= at && Some(*id) > drained)
+        {
+            let manifests = self.manifests(id)?;
+            if manifests.is_empty() {
+                return Err(LogError::NotFound {
+                    what: format!(
+                        "epoch {id} of {}, the source of a rename, has no local records left",
+                        self.display_name()
+                    ),
+                });
+            }
             lf.apply_epoch(id, &manifests)?;
         }
         Ok(lf)
@@ -163,6 +209,15 @@ pub struct LogicalFile {
     pub sources: Vec<SourceExtent>,
     pub map: ExtentMap<SourcePiece>,
     pub size: SizeState,
+    /// A rename onto this file among the epochs (the last one): the base
+    /// under the later epochs is the source's content at that point, not
+    /// this file's drained state (docs/format.md, "Namespace operations").
+    pub from: Option<(EpochId, RenameRef)>,
+    /// A rename of this file away among the epochs (the last one): its
+    /// drain waits for the target's rename to be remote.
+    pub moved_to: Option<RenameRef>,
+    /// The mode the program created the file with, if among the epochs.
+    pub mode: Option<u32>,
 }
 
 impl LogicalFile {
@@ -175,6 +230,7 @@ impl LogicalFile {
         type RankExtent<'a> = (&'a Manifest, &'a PathBuf, &'a Extent);
         let mut phases: BTreeMap<u64, Vec<RankExtent>> = BTreeMap::new();
         let mut size_ops: BTreeMap<u64, (Op, u32, &PathBuf)> = BTreeMap::new();
+        let mut created: Option<u32> = None;
         let mut ordered: Vec<&(Manifest, PathBuf)> = manifests.iter().collect();
         ordered.sort_by_key(|(m, _)| m.rank);
         for (m, path) in ordered {
@@ -183,7 +239,12 @@ impl LogicalFile {
                 match op {
                     Op::Extent(e) => phases.entry(phase).or_default().push((m, path, e)),
                     Op::Phase(p) => phase = *p,
-                    Op::SetSize(_) | Op::Preallocate(_) | Op::Delete => {
+                    Op::Mode(m) => created = Some(*m),
+                    Op::SetSize(_)
+                    | Op::Preallocate(_)
+                    | Op::Delete
+                    | Op::RenameFrom(_)
+                    | Op::RenamedTo(_) => {
                         match size_ops.get(&phase) {
                             None => {
                                 size_ops.insert(phase, (*op, m.rank, path));
@@ -236,7 +297,7 @@ impl LogicalFile {
                     self.deleted = false;
                     self.size.min_size = self.size.min_size.max(n);
                 }
-                Some((Op::Delete, _, _)) => {
+                Some((op @ (Op::Delete | Op::RenamedTo(_)), _, _)) => {
                     self.map.truncate(0);
                     self.size = SizeState {
                         min_size: 0,
@@ -244,9 +305,27 @@ impl LogicalFile {
                         base_cut: Some(0),
                     };
                     self.deleted = true;
+                    self.from = None;
+                    self.mode = None;
+                    if let Op::RenamedTo(r) = op {
+                        self.moved_to = Some(r);
+                    }
+                }
+                Some((Op::RenameFrom(r), _, _)) => {
+                    // Nothing the file held before shows through: its base
+                    // is now the source's content, whole (no cut).
+                    self.map.truncate(0);
+                    self.size = SizeState::default();
+                    self.deleted = false;
+                    self.from = Some((id, r));
+                    // A renamed file keeps its source's mode.
+                    self.mode = None;
                 }
                 _ => {}
             }
+        }
+        if let (Some(m), false) = (created, self.deleted) {
+            self.mode = Some(m);
         }
         self.epochs.push(id);
         Ok(())

@@ -233,7 +233,8 @@ impl RankLog {
                 crc,
             });
         }
-        let mut ops = Vec::with_capacity(self.cur.map.len() + self.cur.size_ops.len());
+        let mut ops = Vec::with_capacity(self.cur.map.len() + self.cur.size_ops.len() + 1);
+        ops.extend(self.create_mode.map(Op::Mode));
         // The phase a reader infers (each size operation ends one); a phase
         // operation says where the next extents belong when it differs.
         let mut implied = 0u32;

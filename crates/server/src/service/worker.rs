@@ -42,6 +42,18 @@ pub(super) fn worker(inner: &Inner) {
         e.busy = false;
         e.busy_since = None;
         e.busy_time += started.elapsed();
+        if let Err(DrainError::Waiting(_)) = &result {
+            // Renamed away, its target not remote yet (`rename.rs`): soon
+            // again, with no failure counted.
+            e.retry.not_before = Some(Instant::now() + Duration::from_millis(20));
+            if !e.queued {
+                e.queued = true;
+                s.queue.push_back(dir);
+                inner.work.notify_one();
+            }
+            inner.changed.notify_all();
+            continue;
+        }
         let mut requeue = std::mem::take(&mut e.dirty);
         match result.map_err(DrainError::failure) {
             Ok(()) => e.retry.succeeded(),

@@ -1,0 +1,263 @@
+//! Renames in the drain (docs/format.md, "Namespace operations"), for both
+//! engines and `recover`: a rename is one record in each file's log, and
+//! the two files drain on their own, so the order between them lives here.
+//!
+//! - The target's epoch with `RenameFrom` is published whole: the source's
+//!   content at the named epoch (its drained file, read back from the
+//!   remote, plus its committed epochs still on this node), with the
+//!   target's later epochs on top, as one new version that replaces the
+//!   old one atomically (`EpochShape::replace`).
+//! - The source's epochs up to its `RenamedTo` are drained as one group
+//!   whose result is "deleted", and only once the target's progress record
+//!   covers its rename: so the source's bytes never reach the remote under
+//!   the source's name after the rename was recorded, and its records stay
+//!   on this node until the target, which reads them, is remote.
+
+use std::path::{Path, PathBuf};
+
+use paralog_backend::{Backend, ReadBack};
+use paralog_log::format::RenameRef;
+use paralog_log::reader::SourceReader;
+use paralog_log::{EpochId, FileInventory, LogError, LogicalFile};
+
+use crate::drain::DrainError;
+
+/// Renames onto renames (a -> b -> c before any drain) are followed this
+/// deep; a longer chain is refused rather than followed without end.
+const MAX_CHAIN: usize = 64;
+
+/// How many of `pending` (in order) the next group must take so that
+/// epochs before a rename away never reach the remote under this name,
+/// and whether that group may go now. `Ok(None)`: no rename away among
+/// them. `Err(Waiting)`: the target's rename is not remote yet.
+pub fn collapse(file: &FileInventory, pending: &[EpochId]) -> Result<Option<usize>, DrainError> {
+    let mut last = None;
+    for (i, &id) in pending.iter().enumerate() {
+        let ms = file.manifests(id).map_err(crate::drain::local)?;
+        let moved = ms.iter().find_map(|(m, _)| {
+            m.ops.iter().find_map(|op| match op {
+                paralog_log::format::Op::RenamedTo(r) => Some(*r),
+                _ => None,
+            })
+        });
+        if let Some(r) = moved {
+            last = Some((i, r));
+        }
+    }
+    let Some((i, r)) = last else {
+        return Ok(None);
+    };
+    let target = other_file(&file.dir, r)?;
+    let done = target.progress.map(|p| p.id());
+    if done.is_none_or(|d| d < r.at) {
+        return Err(DrainError::Waiting(format!(
+            "{} was renamed to {}: waiting for that rename (epoch {}) to reach the remote",
+            file.display_name(),
+            target.display_name(),
+            r.at
+        )));
+    }
+    Ok(Some(i + 1))
+}
+
+/// The other file of a rename, in the same job directory as `dir`; refused
+/// unless its path record is the one the reference names.
+fn other_file(dir: &Path, r: RenameRef) -> Result<FileInventory, DrainError> {
+    let other = dir.parent().unwrap_or(dir).join(r.file_dir_name());
+    if !other.is_dir() {
+        // The other record of a rename is written a moment after this one
+        // (capture writes the target's first): not there yet is not damage.
+        return Err(DrainError::Waiting(format!(
+            "the other file of a rename ({}) has no records here yet",
+            other.display()
+        )));
+    }
+    let inv = FileInventory::scan_dir(&other).map_err(crate::drain::local)?;
+    match &inv.record {
+        Some(rec) if r.names(&rec.rel) => Ok(inv),
+        _ => Err(DrainError::Corrupt(LogError::Inconsistent {
+            path: other,
+            what: "a rename names this file directory, whose path record is not the one it names"
+                .into(),
+        })),
+    }
+}
+
+/// The content of a rename's source at the epoch the rename names: its
+/// committed epochs still here, on top of its drained file (or of the
+/// source of its own rename).
+pub struct Source<'b> {
+    lf: LogicalFile,
+    base: Base<'b>,
+    base_len: u64,
+    /// The source's length.
+    pub size: u64,
+    /// The mode the source was created with, where its records say.
+    pub mode: Option<u32>,
+    reader: SourceReader,
+}
+
+enum Base<'b> {
+    None,
+    /// The drained file, as the remote lets this process read it.
+    Remote(Box<dyn ReadBack + 'b>),
+    Renamed(Box<Source<'b>>),
+}
+
+impl<'b> Source<'b> {
+    /// Open the source `r` names, for the file in `dir`. `whole`: the
+    /// remote cannot be read back (S3), and the server kept every record
+    /// of the job: the content from the job's first epoch.
+    pub fn open(
+        dir: &Path,
+        r: RenameRef,
+        backend: &'b dyn Backend,
+        whole: bool,
+    ) -> Result<Source<'b>, DrainError> {
+        Self::open_chain(dir, r, backend, whole, 0)
+    }
+
+    fn open_chain(
+        dir: &Path,
+        r: RenameRef,
+        backend: &'b dyn Backend,
+        whole: bool,
+        depth: usize,
+    ) -> Result<Source<'b>, DrainError> {
+        let inv = other_file(dir, r)?;
+        let rel = inv.record.as_ref().expect("checked").rel.clone();
+        let lf = inv.content_at(r.at, whole).map_err(crate::drain::local)?;
+        let mut reader = SourceReader::default();
+        for (_, _, p) in lf.pieces() {
+            reader
+                .verify(&lf.sources[p.source])
+                .map_err(crate::drain::local)?;
+        }
+        let (base, base_len) = match lf.from {
+            Some((_, from)) if depth < MAX_CHAIN => {
+                let s = Self::open_chain(&inv.dir, from, backend, whole, depth + 1)?;
+                let n = s.size;
+                (Base::Renamed(Box::new(s)), n)
+            }
+            Some(_) => {
+                return Err(DrainError::Corrupt(LogError::Inconsistent {
+                    path: inv.dir.clone(),
+                    what: format!("more than {MAX_CHAIN} renames in a chain"),
+                }))
+            }
+            // Read back from the remote only when some of its bytes show,
+            // or its mode is not in the records.
+            None if whole || (lf.size.base_cut == Some(0) && lf.mode.is_some()) => (Base::None, 0),
+            None => drained_file(backend, &rel)?,
+        };
+        let size = if lf.epochs.is_empty() {
+            base_len
+        } else {
+            lf.size.final_size(base_len)
+        };
+        let mode = lf.mode.or(match &base {
+            Base::Renamed(s) => s.mode,
+            Base::Remote(r) => r.mode(),
+            Base::None => None,
+        });
+        Ok(Source {
+            mode,
+            lf,
+            base,
+            base_len,
+            size,
+            reader,
+        })
+    }
+
+    /// The source's bytes at `off` (zeros past its end).
+    pub fn read(&mut self, off: u64, buf: &mut [u8]) -> paralog_log::Result<()> {
+        let Source {
+            lf,
+            base,
+            base_len,
+            reader,
+            ..
+        } = self;
+        let mut base_read = |at: u64, dst: &mut [u8]| -> paralog_log::Result<()> {
+            match base {
+                Base::None => {
+                    dst.fill(0);
+                    Ok(())
+                }
+                Base::Remote(r) => {
+                    // Past the drained file's end: zeros (its size rules
+                    // already said how long the source is).
+                    let n = (r.size().saturating_sub(at) as usize).min(dst.len());
+                    dst[n..].fill(0);
+                    r.read_at(at, &mut dst[..n]).map_err(|e| LogError::Io {
+                        path: PathBuf::from(e.target.clone()),
+                        op: "read back the drained source of a rename",
+                        error: std::io::Error::other(e.to_string()),
+                    })
+                }
+                Base::Renamed(s) => s.read(at, dst),
+            }
+        };
+        lf.read_at(reader, off, buf, *base_len, &mut base_read)
+    }
+}
+
+/// The source's drained file, read back from the remote. Absent: nothing
+/// of it was drained.
+fn drained_file<'b>(backend: &'b dyn Backend, rel: &[u8]) -> Result<(Base<'b>, u64), DrainError> {
+    match backend.read_back(rel).map_err(DrainError::Remote)? {
+        Some(r) => {
+            let n = r.size();
+            Ok((Base::Remote(r), n))
+        }
+        None => Ok((Base::None, 0)),
+    }
+}
+
+/// Publish the version of a file whose epochs `lf` hold a rename onto it:
+/// the source's content with the later epochs on top, written from offset
+/// 0 into a version that replaces the file whole (`EpochShape::replace`)
+/// and made durable. Returns the bytes written.
+#[allow(clippy::too_many_arguments)]
+pub fn publish(
+    ctx: &crate::drain::DrainCtx<'_>,
+    rel: &[u8],
+    last: EpochId,
+    origin: [u8; 16],
+    fresh: bool,
+    lf: &LogicalFile,
+    mut src: Source<'_>,
+    mut reader: SourceReader,
+) -> Result<u64, DrainError> {
+    let size = lf.size.final_size(src.size);
+    // A rename keeps the source's mode; a file created anew since, its own.
+    let shape = crate::step::replace_shape(last, origin, size, fresh, lf.mode.or(src.mode));
+    let mut sink = ctx.backend.begin(rel, &shape).map_err(DrainError::Remote)?;
+    let mut buf = ctx.pool.get();
+    let chunk = buf.len() as u64;
+    let src_len = src.size;
+    let mut off = 0;
+    while off < size {
+        let n = (size - off).min(chunk) as usize;
+        if let Some(l) = ctx.limit {
+            l.take(n);
+        }
+        lf.read_at(&mut reader, off, &mut buf[..n], src_len, &mut |at, dst| {
+            src.read(at, dst)
+        })
+        .map_err(crate::drain::local)?;
+        sink.apply(paralog_backend::RemoteOp::Write {
+            off,
+            data: &buf[..n],
+        })
+        .map_err(DrainError::Remote)?;
+        crate::failpoint::hit("drain.mid_write");
+        off += n as u64;
+    }
+    crate::failpoint::hit("drain.before_fsync");
+    sink.apply(paralog_backend::RemoteOp::SetSize(size))
+        .map_err(DrainError::Remote)?;
+    sink.commit().map_err(DrainError::Remote)?;
+    Ok(size)
+}
