@@ -61,25 +61,11 @@ pub struct DrainReport {
 
 /// The streams that have a directory under the node-local root.
 pub fn local_streams(root: &Path) -> Result<Vec<String>> {
-    let dir = layout::streams_dir(root);
-    let mut out = Vec::new();
-    let rd = match std::fs::read_dir(&dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(e).ctx("list", &dir),
-    };
-    for ent in rd {
-        let name = ent
-            .ctx("list", &dir)?
-            .file_name()
-            .to_string_lossy()
-            .into_owned();
-        if format::valid_name("stream", &name).is_ok() {
-            out.push(name);
-        }
-    }
-    out.sort();
-    Ok(out)
+    Ok(layout::entries(&layout::streams_dir(root))?
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| format::valid_name("stream", name).is_ok())
+        .collect())
 }
 
 /// One round of every stream under `local` (stops at the first error).

@@ -144,3 +144,32 @@ pub fn read_small(path: &Path) -> Result<Option<Vec<u8>>> {
         Err(e) => Err(e).ctx("read", path),
     }
 }
+
+/// The names of the entries of `dir` (none if it does not exist), each with
+/// its path, sorted by name.
+pub fn entries(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).ctx("list", dir),
+    };
+    let mut out = Vec::new();
+    for ent in rd {
+        let ent = ent.ctx("list", dir)?;
+        out.push((ent.file_name().to_string_lossy().into_owned(), ent.path()));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// A node-local file opened for writing, created private (0600), never
+/// truncated.
+pub fn open_private(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .ctx("open", path)
+}

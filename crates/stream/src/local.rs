@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{corrupt, IoContext, Result, StreamError};
@@ -119,13 +119,7 @@ pub fn read_cuts(path: &Path) -> Result<(Vec<Cut>, u64)> {
 /// length.
 pub fn append_cut(path: &Path, at: u64, cut: &Cut) -> Result<u64> {
     let existed = path.exists();
-    let f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path)
-        .ctx("open", path)?;
+    let f = layout::open_private(path)?;
     let rec = cut.encode();
     if crate::failpoint::armed("stream.torn_cut") {
         // A crash in the middle of the record's write: half of it on disk.
@@ -146,13 +140,7 @@ pub fn append_cut(path: &Path, at: u64, cut: &Cut) -> Result<u64> {
 /// The stream's drain lock (flock, released when the file closes): one
 /// drain of a stream at a time, whoever runs it.
 pub fn lock(path: &Path) -> Result<File> {
-    let f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path)
-        .ctx("open", path)?;
+    let f = layout::open_private(path)?;
     // SAFETY: flock on a descriptor we own.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
         return Err(std::io::Error::last_os_error()).ctx("flock", path);

@@ -24,21 +24,11 @@ pub struct RemoteStream {
 
 /// The streams under a POSIX remote.
 pub fn list_streams(remote: &Path) -> Result<Vec<String>> {
-    let dir = layout::streams_dir(remote);
-    let mut out = Vec::new();
-    let rd = match std::fs::read_dir(&dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(e).ctx("list", &dir),
-    };
-    for ent in rd {
-        let ent = ent.ctx("list", &dir)?;
-        if ent.path().join(layout::STREAM_RECORD).exists() {
-            out.push(ent.file_name().to_string_lossy().into_owned());
-        }
-    }
-    out.sort();
-    Ok(out)
+    Ok(layout::entries(&layout::streams_dir(remote))?
+        .into_iter()
+        .filter(|(_, path)| path.join(layout::STREAM_RECORD).exists())
+        .map(|(name, _)| name)
+        .collect())
 }
 
 impl RemoteStream {
@@ -87,25 +77,16 @@ impl RemoteStream {
 
     /// The reader groups and their committed offsets.
     pub fn groups(&self) -> Result<Vec<(String, GroupOffsets)>> {
-        let dir = self.dir.join(layout::GROUPS);
         let mut out = Vec::new();
-        let rd = match std::fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-            Err(e) => return Err(e).ctx("list", &dir),
-        };
-        for ent in rd {
-            let name = ent
-                .ctx("list", &dir)?
-                .file_name()
-                .to_string_lossy()
-                .into_owned();
+        for (name, _) in layout::entries(&self.dir.join(layout::GROUPS))? {
             if format::valid_name("group", &name).is_ok() {
-                let g = self.group_offsets(&name)?.expect("listed");
-                out.push((name, g));
+                // A group made between the listing and this read has no
+                // offsets yet: nothing committed to show.
+                if let Some(g) = self.group_offsets(&name)? {
+                    out.push((name, g));
+                }
             }
         }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
     }
 
