@@ -149,8 +149,9 @@ COREUTILS = ("set -e; cd {d}; seq 1 3000 | awk '{{print int($1/3) \" line \" $1 
 # only when the open fails with ENOENT), gc (loose objects packed, their
 # directories removed) and a copy with cp -a. Fixed dates make the objects
 # equal; the index (it records inode numbers) is removed at the end. No hook
-# templates, and no tar of the repository: git creates hooks 0755 and packs
-# 0444, and creation modes are not kept yet (docs/capture.md, "What is not
+# templates, and no tar of the repository inside the run: git creates hooks
+# 0755 and packs 0444, which reach the remote, but another process's `stat`
+# of a file still in the log answers 0644 (docs/capture.md, "What is not
 # captured").
 GIT = ("set -e; export GIT_AUTHOR_DATE='2026-01-01T00:00:00Z' GIT_COMMITTER_DATE='2026-01-01T00:00:00Z' "
        "GIT_CONFIG_NOSYSTEM=1 HOME={d}; cd {d}; git init -q -b main --template= repo; cd repo; "

@@ -231,6 +231,11 @@ fn rename_captured(src: &Path, dst: &Path, flags: c_uint) -> CResult<Option<c_in
     st.path_op(src, |st, id| {
         st.renamed_to(id, RenameRef::new(&dst_rel, dst_at))
     })?;
+    // The file keeps its permission bits under its new name.
+    match st.modes.remove(src) {
+        Some(m) => st.modes.insert(dst.to_path_buf(), m),
+        None => st.modes.remove(dst),
+    };
     Ok(Some(0))
 }
 

@@ -399,10 +399,12 @@ impl State {
     }
 
     /// The program created the file with `mode` (its umask applied here):
-    /// recorded in its log, so that the drain creates the remote file so.
+    /// recorded in its log, so that the drain creates the remote file so,
+    /// and answered by `stat` in this process at once.
     pub fn set_create_mode(&mut self, id: u64, mode: u32) {
         let mode = mode & !umask() & 0o7777;
         if let Some(h) = self.handles.get_mut(&id) {
+            self.modes.insert(h.path.clone(), mode);
             h.create_mode = Some(mode);
             if let Some(log) = h.log.as_mut() {
                 log.set_create_mode(mode);
