@@ -536,20 +536,23 @@ COLL(Reduce_scatter_block, (const void *s, void *r, int rn, MPI_Datatype t, MPI_
 
 /* Collective calls on a captured file: a point at the start (the call's
  * writes come after every rank's earlier ones) and at the end. */
-#define FCOLL(name, params, args, fh)                                      \
+#define FCOLL_BEFORE(name, params, args, fh, before)                       \
     REAL(int, PMPI_File_##name, params)                                    \
     static int shim_File_##name params {                                   \
         check_flavour();                                                   \
         if (depth || !real_PMPI_File_##name()) return real_PMPI_File_##name() args; \
         depth++;                                                           \
+        int rc = (before);                                                 \
         sync_point_file(fh);                                               \
-        int rc = real_PMPI_File_##name() args;                             \
+        if (rc == MPI_SUCCESS) rc = real_PMPI_File_##name() args;          \
+        else real_PMPI_File_call_errhandler()(fh, rc);                     \
         sync_point_file(fh);                                               \
         depth--;                                                           \
         return rc;                                                         \
     }                                                                      \
     int MPI_File_##name params { return shim_File_##name args; }           \
     int PMPI_File_##name params { return shim_File_##name args; }
+#define FCOLL(name, params, args, fh) FCOLL_BEFORE(name, params, args, fh, MPI_SUCCESS)
 
 FCOLL(write_all, (MPI_File f, const void *b, int n, MPI_Datatype t, MPI_Status *st), (f, b, n, t, st), f)
 FCOLL(write_at_all, (MPI_File f, MPI_Offset o, const void *b, int n, MPI_Datatype t, MPI_Status *st),
@@ -584,22 +587,7 @@ static int commit_before_read(MPI_File fh) {
     return consistency_point(&e, MPI_SUCCESS);
 }
 
-#define FCOLL_READ(name, params, args, fh)                                 \
-    REAL(int, PMPI_File_##name, params)                                    \
-    static int shim_File_##name params {                                   \
-        check_flavour();                                                   \
-        if (depth || !real_PMPI_File_##name()) return real_PMPI_File_##name() args; \
-        depth++;                                                           \
-        int rc = commit_before_read(fh);                                   \
-        sync_point_file(fh);                                               \
-        if (rc == MPI_SUCCESS) rc = real_PMPI_File_##name() args;          \
-        else real_PMPI_File_call_errhandler()(fh, rc);                     \
-        sync_point_file(fh);                                               \
-        depth--;                                                           \
-        return rc;                                                         \
-    }                                                                      \
-    int MPI_File_##name params { return shim_File_##name args; }           \
-    int PMPI_File_##name params { return shim_File_##name args; }
+#define FCOLL_READ(name, params, args, fh) FCOLL_BEFORE(name, params, args, fh, commit_before_read(fh))
 
 FCOLL_READ(read_all, (MPI_File f, void *b, int n, MPI_Datatype t, MPI_Status *st), (f, b, n, t, st), f)
 FCOLL_READ(read_at_all, (MPI_File f, MPI_Offset o, void *b, int n, MPI_Datatype t, MPI_Status *st),
