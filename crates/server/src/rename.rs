@@ -95,6 +95,33 @@ pub struct Source<'b> {
     /// The mode the source was created with, where its records say.
     pub mode: Option<u32>,
     reader: SourceReader,
+    /// The source's file directory, and how far it was drained when its
+    /// records were read.
+    dir: PathBuf,
+    seen: Option<EpochId>,
+}
+
+/// An error reading a source's records. The source drains on its own: its
+/// worker may have moved the epochs this drain was reading to the remote
+/// and deleted them meanwhile. Then the data log is gone and the source's
+/// progress record has moved on, and the target's drain goes again soon
+/// (it reads those bytes from the remote then). Anything else is what the
+/// error says (a data log missing with no drain behind it is damage).
+fn source_error(dir: &Path, seen: Option<EpochId>, e: LogError) -> DrainError {
+    let vanished =
+        matches!(&e, LogError::Io { error, .. } if error.kind() == std::io::ErrorKind::NotFound);
+    if vanished {
+        let now = FileInventory::scan_dir(dir)
+            .ok()
+            .and_then(|inv| inv.progress.map(|p| p.id()));
+        if now > seen {
+            return DrainError::Waiting(format!(
+                "the source of a rename ({}) drained while it was read",
+                dir.display()
+            ));
+        }
+    }
+    crate::drain::local(e)
 }
 
 enum Base<'b> {
@@ -126,12 +153,15 @@ impl<'b> Source<'b> {
     ) -> Result<Source<'b>, DrainError> {
         let inv = other_file(dir, r)?;
         let rel = inv.record.as_ref().expect("checked").rel.clone();
-        let lf = inv.content_at(r.at, whole).map_err(crate::drain::local)?;
+        let seen = inv.progress.as_ref().map(|p| p.id());
+        let lf = inv
+            .content_at(r.at, whole)
+            .map_err(|e| source_error(&inv.dir, seen, e))?;
         let mut reader = SourceReader::default();
         for (_, _, p) in lf.pieces() {
             reader
                 .verify(&lf.sources[p.source])
-                .map_err(crate::drain::local)?;
+                .map_err(|e| source_error(&inv.dir, seen, e))?;
         }
         let (base, base_len) = match lf.from {
             Some((_, from)) if depth < MAX_CHAIN => {
@@ -167,6 +197,8 @@ impl<'b> Source<'b> {
             base_len,
             size,
             reader,
+            dir: inv.dir.clone(),
+            seen,
         })
     }
 
@@ -246,7 +278,7 @@ pub fn publish(
         lf.read_at(&mut reader, off, &mut buf[..n], src_len, &mut |at, dst| {
             src.read(at, dst)
         })
-        .map_err(crate::drain::local)?;
+        .map_err(|e| source_error(&src.dir, src.seen, e))?;
         sink.apply(paralog_backend::RemoteOp::Write {
             off,
             data: &buf[..n],

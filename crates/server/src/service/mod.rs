@@ -59,6 +59,8 @@ struct Entry {
     busy_time: Duration,
     /// When the worker that has it now took it.
     busy_since: Option<Instant>,
+    /// Since when it waits for the other file of a rename (rename.rs).
+    waiting_since: Option<Instant>,
     /// Failures: retrying after a remote failure, or parked (a damaged
     /// epoch, or a remote that refuses the file for good: nothing more of
     /// this file is drained).

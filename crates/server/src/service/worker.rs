@@ -13,6 +13,10 @@ use super::{lock, Inner};
 use crate::drain::{drain_file, lock_file_dir, DrainCtx, DrainError, Drained};
 use crate::retry::backoff_time;
 
+/// How long a file waits for the other file of a rename before the wait
+/// counts as a failure.
+const WAIT_FOR_RENAME: Duration = Duration::from_secs(60);
+
 pub(super) fn worker(inner: &Inner) {
     loop {
         let Some(dir) = next_file(inner) else {
@@ -42,7 +46,16 @@ pub(super) fn worker(inner: &Inner) {
         e.busy = false;
         e.busy_since = None;
         e.busy_time += started.elapsed();
-        if let Err(DrainError::Waiting(_)) = &result {
+        let waited = match &result {
+            Err(DrainError::Waiting(_)) => *e.waiting_since.get_or_insert_with(Instant::now),
+            _ => {
+                e.waiting_since = None;
+                Instant::now()
+            }
+        };
+        // Past a minute (the other file parked, or stuck), a wait is a
+        // failure like any other: warned about, with back-off.
+        if matches!(&result, Err(DrainError::Waiting(_))) && waited.elapsed() < WAIT_FOR_RENAME {
             // Renamed away, its target not remote yet (`rename.rs`): soon
             // again, with no failure counted.
             e.retry.not_before = Some(Instant::now() + Duration::from_millis(20));
