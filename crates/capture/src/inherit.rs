@@ -181,6 +181,14 @@ pub fn read_placeholder(fd: c_int, at: u64, n: usize) -> state::CResult<Vec<u8>>
     Ok(buf)
 }
 
+/// Cut a shared placeholder's memfd to `len` (its accounted end).
+pub fn truncate_placeholder(fd: c_int, len: u64) {
+    // SAFETY: raw syscall on our own duplicate.
+    unsafe {
+        libc::syscall(libc::SYS_ftruncate, fd, len as i64);
+    }
+}
+
 /// Free the harvested bytes [from, to) of a shared placeholder. A hole,
 /// not a truncation: another process may be writing past `to` right now,
 /// and its bytes must stay where they land.

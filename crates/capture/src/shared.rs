@@ -204,6 +204,17 @@ impl State {
         o.offset = to;
         o.kpos = to;
         o.keep.set_offset(to);
+        // Moved back (pytest's capture seeks its file to 0 and truncates
+        // it): the memfd, whose length is the accounted end, is cut there,
+        // or the harvested bytes past it would count as written past
+        // capture.
+        if let Some(fd) = o
+            .keep
+            .fd()
+            .filter(|_| o.keep.file_len().is_some_and(|len| len > to))
+        {
+            crate::inherit::truncate_placeholder(fd, to);
+        }
         let ino = o.keep.ino();
         if let Some(l) = Ledger::lock(&self.cfg, ino) {
             l.set(to);
