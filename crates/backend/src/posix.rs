@@ -141,19 +141,7 @@ impl PosixSink<'_> {
             }
             let existed = self.path.exists();
             if !existed {
-                // The root itself must exist: a missing root is a remote
-                // file system that is not mounted, and creating it would
-                // write onto the mount point instead. Retried later.
-                if !self.root.is_dir() {
-                    return Err(err(
-                        self.root,
-                        "open remote root",
-                        io::Error::new(
-                            io::ErrorKind::NotFound,
-                            "the remote directory does not exist (not mounted?)",
-                        ),
-                    ));
-                }
+                root_exists(self.root)?;
                 // Directories below the root that the program created
                 // under the prefix.
                 if let Some(parent) = self.path.parent() {
@@ -179,20 +167,28 @@ impl PosixSink<'_> {
     }
 }
 
+/// The remote root must exist: a missing root is a remote file system that
+/// is not mounted, and creating it would write onto the mount point
+/// instead. Retried later.
+fn root_exists(root: &Path) -> Result<(), BackendError> {
+    if root.is_dir() {
+        return Ok(());
+    }
+    Err(err(
+        root,
+        "open remote root",
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            "the remote directory does not exist (not mounted?)",
+        ),
+    ))
+}
+
 impl PosixSink<'_> {
     /// The hidden temporary of a replacing version, empty (what a crashed
     /// attempt left in it goes).
     fn open_temp(&mut self, t: PathBuf) -> Result<&File, BackendError> {
-        if !self.root.is_dir() {
-            return Err(err(
-                self.root,
-                "open remote root",
-                io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "the remote directory does not exist (not mounted?)",
-                ),
-            ));
-        }
+        root_exists(self.root)?;
         if let Some(parent) = t.parent() {
             std::fs::create_dir_all(parent).map_err(|e| err(parent, "create directory", e))?;
         }
