@@ -14,7 +14,9 @@ setup:
 	@bash scripts/setup.sh
 
 SHIMS := $(TARGET)/libparalog_mpi_mpich.so $(TARGET)/libparalog_mpi_openmpi.so \
-	$(TARGET)/libparalog_coord_mpich.so $(TARGET)/libparalog_coord_openmpi.so
+	$(TARGET)/libparalog_coord_mpich.so $(TARGET)/libparalog_coord_openmpi.so \
+	$(TARGET)/libparalog_stream.so \
+	$(TARGET)/libparalog_stream_mpi_mpich.so $(TARGET)/libparalog_stream_mpi_openmpi.so
 
 build: setup
 	$(CARGO) build --release --workspace --locked
@@ -32,6 +34,19 @@ $(TARGET)/libparalog_mpi_%.so: crates/capture/mpi/paralog_mpi.c
 # `paralog server` at run time.
 $(TARGET)/libparalog_coord_%.so: crates/server/mpi/paralog_coord.c
 	mpicc.$* -O2 -Wall -Wextra -Werror -shared -fPIC -o $@ $<
+
+# The streams' C library (paralog/stream.h): cargo names it after its
+# crate; programs link it as libparalog_stream.so (its soname, build.rs).
+$(TARGET)/libparalog_stream.so: $(TARGET)/libparalog_stream_c.so
+	cp $< $@
+
+$(TARGET)/libparalog_stream_c.so: $(wildcard crates/stream-c/src/*.rs crates/stream/src/*.rs)
+	$(CARGO) build --release --locked -p paralog-stream-c
+
+# Its collective forms (paralog/stream_mpi.h), compiled by each MPI's mpicc.
+STREAM_INC := crates/stream-c/include
+$(TARGET)/libparalog_stream_mpi_%.so: crates/stream-c/mpi/paralog_stream_mpi.c $(STREAM_INC)/paralog/stream.h $(STREAM_INC)/paralog/stream_mpi.h $(TARGET)/libparalog_stream.so
+	mpicc.$* -O2 -Wall -Wextra -Werror -shared -fPIC -I$(STREAM_INC) -o $@ $< -L$(TARGET) -lparalog_stream -Wl,-rpath,'$$ORIGIN'
 
 demo: build
 	@bash scripts/demo.sh

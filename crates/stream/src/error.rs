@@ -34,6 +34,15 @@ pub enum StreamError {
     TooLarge { size: u64, limit: u64 },
     #[error("no stream {stream} under {}", root.display())]
     UnknownStream { stream: String, root: PathBuf },
+    /// Backpressure: the node holds too many bytes of the stream that the
+    /// drain has not taken yet (docs/streams.md, "Backpressure").
+    #[error("stream {stream}: {undrained} bytes not drained yet on this node, past its quota of {quota} bytes ({waited})")]
+    QuotaFull {
+        stream: String,
+        undrained: u64,
+        quota: u64,
+        waited: String,
+    },
     #[error("{what}")]
     Invalid { what: String },
 }

@@ -169,6 +169,10 @@ impl Producer {
         })
     }
 
+    pub fn partitions(&self) -> u32 {
+        self.partitions
+    }
+
     pub fn id(&self) -> u64 {
         self.id
     }
@@ -185,7 +189,30 @@ impl Producer {
         payload: &[u8],
         time_ns: Option<i64>,
     ) -> Result<(u32, u64)> {
+        self.append_with(self.partitioner, key, payload, time_ns)
+    }
+
+    /// `append`, with this event's partition chosen by `how` instead of
+    /// the producer's partitioner (the C API's per-call choice).
+    pub fn append_with(
+        &mut self,
+        how: Partitioner,
+        key: Option<&[u8]>,
+        payload: &[u8],
+        time_ns: Option<i64>,
+    ) -> Result<(u32, u64)> {
         self.usable()?;
+        if let Partitioner::Fixed(p) = how {
+            if p >= self.partitions {
+                return Err(StreamError::Invalid {
+                    what: format!(
+                        "{}: partition {p} of a stream of {}",
+                        self.path.display(),
+                        self.partitions
+                    ),
+                });
+            }
+        }
         let size = (key.map_or(0, <[u8]>::len) + payload.len()) as u64;
         if size > format::MAX_EVENT {
             return Err(StreamError::TooLarge {
@@ -193,7 +220,7 @@ impl Producer {
                 limit: format::MAX_EVENT,
             });
         }
-        let partition = match (self.partitioner, key) {
+        let partition = match (how, key) {
             (Partitioner::Fixed(p), _) => p,
             (Partitioner::Key, Some(k)) => (key_hash(k) % u64::from(self.partitions)) as u32,
             _ => {

@@ -250,6 +250,46 @@ impl Reader {
         Ok(Some(d))
     }
 
+    /// Read the watermark again: what was published since `open` (or the
+    /// last refresh) becomes readable; `next_event` then goes on past the
+    /// old watermark (a follower's poll: `tail`, the C API's `next`).
+    pub fn refresh(&mut self) -> Result<()> {
+        let wm = self.stream.watermark()?;
+        for (c, m) in self.cursors.iter_mut().zip(&wm.parts) {
+            if m.next < c.limit {
+                return Err(corrupt(
+                    &self.stream.dir.join(layout::WATERMARK),
+                    32,
+                    format!(
+                        "partition {} went back from offset {} to {}",
+                        c.partition, c.limit, m.next
+                    ),
+                ));
+            }
+            if m.next == c.limit {
+                continue;
+            }
+            c.limit = m.next;
+            c.seg_first = m.seg_first;
+            c.seg_end = m.seg_end;
+            // The open segment was read up to the old watermark's end: it
+            // now ends at the new one's, or at its whole length if a round
+            // has rolled past it.
+            if let Some((path, file, _, end, first)) = c.open.as_mut() {
+                *end = if *first == m.seg_first {
+                    m.seg_end
+                } else {
+                    file.metadata().ctx("stat", path)?.len()
+                };
+            }
+        }
+        Ok(())
+    }
+
+    pub fn has_group(&self) -> bool {
+        self.group.is_some()
+    }
+
     /// The offsets after the events handed out so far.
     pub fn positions(&self) -> &[u64] {
         &self.delivered
@@ -258,8 +298,24 @@ impl Reader {
     /// Store the group's offsets: everything handed out counts as
     /// processed. Commit after processing: delivery is at least once.
     pub fn commit(&self) -> Result<()> {
+        self.commit_at(&self.delivered)
+    }
+
+    /// Store the group's offsets as given (per partition, the next offset
+    /// to deliver): what a reader acknowledged, which may be less than what
+    /// it was handed.
+    pub fn commit_at(&self, offsets: &[u64]) -> Result<()> {
+        if offsets.len() != self.cursors.len() {
+            return Err(StreamError::Invalid {
+                what: format!(
+                    "{} offsets for a stream of {} partitions",
+                    offsets.len(),
+                    self.cursors.len()
+                ),
+            });
+        }
         match &self.group {
-            Some(g) => self.stream.commit_group(g, &self.delivered),
+            Some(g) => self.stream.commit_group(g, offsets),
             None => Err(StreamError::Invalid {
                 what: "a reader without a group has no offsets to commit".into(),
             }),

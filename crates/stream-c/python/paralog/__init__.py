@@ -1,0 +1,1 @@
+"""paralog from Python: `paralog.stream`, shared event streams (docs/streams.md)."""

@@ -1,0 +1,165 @@
+//! The producer's entry points: open, append, flush, close.
+
+use std::ffi::c_char;
+use std::path::PathBuf;
+
+use paralog_stream::{Partitioner, Producer};
+
+use crate::{bytes, guard, opt_str, req_str, Fail, Res, OK};
+
+/// `paralog_stream`: a producer and its stream's name (for messages).
+pub struct Handle {
+    stream: String,
+    /// The name for `paralog_stream_name`.
+    cname: std::ffi::CString,
+    producer: Producer,
+}
+
+/// The node-local root: the argument, else `PARALOG_LOCAL`, with `{node}`
+/// standing for this node's name (as the CLI and the server read it).
+fn local_root(arg: Option<&str>) -> Res<PathBuf> {
+    let raw = match arg {
+        Some(s) => PathBuf::from(s),
+        None => std::env::var_os("PARALOG_LOCAL")
+            .map(PathBuf::from)
+            .ok_or_else(|| Fail::inval("no node-local directory: pass one or set PARALOG_LOCAL"))?,
+    };
+    if !raw.to_string_lossy().contains("{node}") {
+        return Ok(raw);
+    }
+    let node = std::env::var("PARALOG_NODE").ok();
+    let name = paralog_settings::node_name(node.as_deref()).map_err(Fail::inval)?;
+    Ok(paralog_settings::expand_node(&raw, &name))
+}
+
+fn handle<'a>(s: *mut Handle) -> Res<&'a mut Handle> {
+    // SAFETY: a handle from paralog_stream_open, used by one thread at a time.
+    unsafe { s.as_mut() }.ok_or_else(|| Fail::inval("the stream handle is NULL"))
+}
+
+/// # Safety
+/// The strings are NULL or NUL-terminated; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_stream_open(
+    local: *const c_char,
+    stream: *const c_char,
+    partitions: u32,
+    out: *mut *mut Handle,
+) -> i32 {
+    guard(|| {
+        if out.is_null() {
+            return Err(Fail::inval("out is NULL"));
+        }
+        let name = req_str(stream, "stream name")?;
+        let root = local_root(opt_str(local, "node-local directory")?)?;
+        let producer = Producer::open(&root, name, partitions, Partitioner::RoundRobin)
+            .map_err(|e| Fail::of(name, e))?;
+        let h = Box::new(Handle {
+            stream: name.to_owned(),
+            cname: std::ffi::CString::new(name).map_err(|_| Fail::inval("a NUL in the name"))?,
+            producer,
+        });
+        // SAFETY: checked non-NULL above.
+        unsafe { *out = Box::into_raw(h) };
+        Ok(OK)
+    })
+}
+
+/// # Safety
+/// `s` is an open handle; the byte ranges are readable; the outputs are
+/// NULL or writable.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn paralog_stream_append(
+    s: *mut Handle,
+    payload: *const u8,
+    payload_len: usize,
+    key: *const u8,
+    key_len: usize,
+    time_ns: i64,
+    partition: i32,
+    partition_out: *mut u32,
+    seq_out: *mut u64,
+) -> i32 {
+    guard(|| {
+        let h = handle(s)?;
+        let payload = bytes(payload, payload_len, "payload")?;
+        let key = if key.is_null() {
+            None
+        } else {
+            Some(bytes(key, key_len, "key")?)
+        };
+        let how = match partition {
+            -1 => Partitioner::RoundRobin,
+            -2 => Partitioner::Key,
+            p if p >= 0 => Partitioner::Fixed(p as u32),
+            p => {
+                return Err(Fail::inval(format!(
+                    "stream {}: partition {p}: give a partition number, PARALOG_STREAM_ROUND_ROBIN or PARALOG_STREAM_BY_KEY",
+                    h.stream
+                )))
+            }
+        };
+        let time = (time_ns != i64::MIN).then_some(time_ns);
+        let (p, seq) = h
+            .producer
+            .append_with(how, key, payload, time)
+            .map_err(|e| Fail::of(&h.stream, e))?;
+        // SAFETY: NULL or writable (stream.h).
+        unsafe {
+            if let Some(o) = partition_out.as_mut() {
+                *o = p;
+            }
+            if let Some(o) = seq_out.as_mut() {
+                *o = seq;
+            }
+        }
+        Ok(OK)
+    })
+}
+
+/// # Safety
+/// `s` is an open handle; `durable_out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_stream_flush(s: *mut Handle, durable_out: *mut u64) -> i32 {
+    guard(|| {
+        let h = handle(s)?;
+        let n = h.producer.flush().map_err(|e| Fail::of(&h.stream, e))?;
+        // SAFETY: NULL or writable.
+        if let Some(o) = unsafe { durable_out.as_mut() } {
+            *o = n;
+        }
+        Ok(OK)
+    })
+}
+
+/// # Safety
+/// `s` is an open handle (or NULL), not used again.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_stream_close(s: *mut Handle) -> i32 {
+    guard(|| {
+        if s.is_null() {
+            return Ok(OK);
+        }
+        // SAFETY: a handle from paralog_stream_open, given back once.
+        let h = unsafe { Box::from_raw(s) };
+        h.producer.close().map_err(|e| Fail::of(&h.stream, e))?;
+        Ok(OK)
+    })
+}
+
+/// # Safety
+/// `s` is an open handle or NULL.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_stream_partitions(s: *const Handle) -> u32 {
+    // SAFETY: an open handle or NULL.
+    unsafe { s.as_ref() }.map_or(0, |h| h.producer.partitions())
+}
+
+/// # Safety
+/// `s` is an open handle or NULL.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_stream_name(s: *const Handle) -> *const c_char {
+    // SAFETY: an open handle or NULL.
+    unsafe { s.as_ref() }.map_or(std::ptr::null(), |h| h.cname.as_ptr())
+}

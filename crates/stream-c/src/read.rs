@@ -1,0 +1,236 @@
+//! The reader's entry points: join (a group, or alone), next event with a
+//! timeout, acknowledge, commit, leave. A reader polls the watermark when
+//! it has read everything published (`Reader::refresh`), so that `next`
+//! waits for the drain's next round instead of ending.
+
+use std::ffi::c_char;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use paralog_stream::{Delivered, From, Order, Reader, RemoteStream};
+
+use crate::{guard, opt_str, req_str, Fail, Res, OK, TIMEDOUT};
+
+/// `paralog_stream_event` (stream.h): the same fields in the same order.
+#[repr(C)]
+pub struct CEvent {
+    offset: u64,
+    round: u64,
+    producer: u64,
+    seq: u64,
+    time_ns: i64,
+    key: *const u8,
+    key_len: usize,
+    payload: *const u8,
+    payload_len: usize,
+    partition: u32,
+    reserved: u32,
+}
+
+/// `paralog_stream_reader`.
+pub struct Handle {
+    stream: String,
+    reader: Reader,
+    /// The last event handed out: its bytes stay valid until the next call.
+    last: Option<Delivered>,
+    /// Per partition, the offset after the last acknowledged event (what
+    /// a commit stores).
+    acked: Vec<u64>,
+}
+
+/// How often a waiting `next` reads the watermark again: the server's
+/// drain runs a round every 100 ms, so a few polls per round suffice.
+const POLL: Duration = Duration::from_millis(20);
+
+/// A POSIX remote: a directory, or file:///path.
+fn remote_dir(url: &str) -> Res<PathBuf> {
+    if let Some(p) = url.strip_prefix("file://") {
+        return Ok(PathBuf::from(p));
+    }
+    if url.contains("://") {
+        return Err(Fail::inval(format!(
+            "{url}: streams are read from POSIX remotes (a directory) so far (docs/streams.md)"
+        )));
+    }
+    Ok(PathBuf::from(url))
+}
+
+fn handle<'a>(r: *mut Handle) -> Res<&'a mut Handle> {
+    // SAFETY: a handle from paralog_stream_join, used by one thread at a time.
+    unsafe { r.as_mut() }.ok_or_else(|| Fail::inval("the reader handle is NULL"))
+}
+
+/// # Safety
+/// The strings are NULL or NUL-terminated; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_stream_join(
+    remote: *const c_char,
+    stream: *const c_char,
+    group: *const c_char,
+    from: i32,
+    order: i32,
+    out: *mut *mut Handle,
+) -> i32 {
+    guard(|| {
+        if out.is_null() {
+            return Err(Fail::inval("out is NULL"));
+        }
+        let name = req_str(stream, "stream name")?;
+        let dir = remote_dir(req_str(remote, "remote")?)?;
+        let group = opt_str(group, "group")?;
+        let from = match from {
+            0 => From::Earliest,
+            1 => From::Committed,
+            f => {
+                return Err(Fail::inval(format!(
+                    "stream {name}: from {f}: 0 (earliest) or 1 (committed)"
+                )))
+            }
+        };
+        let order = match order {
+            0 => Order::Cut,
+            1 => Order::Time,
+            o => {
+                return Err(Fail::inval(format!(
+                    "stream {name}: order {o}: 0 (cut) or 1 (time)"
+                )))
+            }
+        };
+        let rs = RemoteStream::open(&dir, name).map_err(|e| Fail::of(name, e))?;
+        let reader = Reader::open(rs, group, from, order).map_err(|e| Fail::of(name, e))?;
+        let h = Box::new(Handle {
+            stream: name.to_owned(),
+            acked: reader.positions().to_vec(),
+            reader,
+            last: None,
+        });
+        // SAFETY: checked non-NULL above.
+        unsafe { *out = Box::into_raw(h) };
+        Ok(OK)
+    })
+}
+
+/// # Safety
+/// `r` is a joined reader; `ev` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_stream_next(
+    r: *mut Handle,
+    timeout_ms: i32,
+    ev: *mut CEvent,
+) -> i32 {
+    guard(|| {
+        let h = handle(r)?;
+        if ev.is_null() {
+            return Err(Fail::inval("ev is NULL"));
+        }
+        let deadline =
+            (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
+        let stream = h.stream.clone();
+        let fail = |e| Fail::of(&stream, e);
+        let d = loop {
+            if let Some(d) = h.reader.next_event().map_err(fail)? {
+                break d;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|t| now >= t) {
+                h.last = None;
+                return Ok(TIMEDOUT);
+            }
+            let nap = deadline.map_or(POLL, |t| POLL.min(t - now));
+            std::thread::sleep(nap);
+            h.reader.refresh().map_err(fail)?;
+        };
+        let e = &d.event;
+        let (key, key_len) = e
+            .key
+            .as_deref()
+            .map_or((std::ptr::null(), 0), |k| (k.as_ptr(), k.len()));
+        // SAFETY: checked non-NULL; the bytes live in `h.last` until the next call.
+        unsafe {
+            *ev = CEvent {
+                offset: d.offset,
+                round: d.round,
+                producer: e.producer,
+                seq: e.seq,
+                time_ns: e.time_ns,
+                key,
+                key_len,
+                payload: e.payload.as_ptr(),
+                payload_len: e.payload.len(),
+                partition: d.partition,
+                reserved: 0,
+            };
+        }
+        h.last = Some(d);
+        Ok(OK)
+    })
+}
+
+/// # Safety
+/// `r` is a joined reader.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_stream_ack(r: *mut Handle, partition: u32, offset: u64) -> i32 {
+    guard(|| {
+        let h = handle(r)?;
+        let handed = *h
+            .reader
+            .positions()
+            .get(partition as usize)
+            .ok_or_else(|| {
+                Fail::inval(format!(
+                    "stream {}: partition {partition} of a stream of {}",
+                    h.stream,
+                    h.acked.len()
+                ))
+            })?;
+        if offset >= handed {
+            return Err(Fail::inval(format!(
+                "stream {}: partition {partition} offset {offset} was not handed to this reader (it has had offsets below {handed})",
+                h.stream
+            )));
+        }
+        let a = &mut h.acked[partition as usize];
+        *a = (*a).max(offset + 1);
+        Ok(OK)
+    })
+}
+
+/// # Safety
+/// `r` is a joined reader.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_stream_commit(r: *mut Handle) -> i32 {
+    guard(|| {
+        let h = handle(r)?;
+        h.reader
+            .commit_at(&h.acked)
+            .map_err(|e| Fail::of(&h.stream, e))?;
+        Ok(OK)
+    })
+}
+
+/// # Safety
+/// `r` is a joined reader (or NULL), not used again.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_stream_leave(r: *mut Handle) -> i32 {
+    guard(|| {
+        if r.is_null() {
+            return Ok(OK);
+        }
+        // SAFETY: a handle from paralog_stream_join, given back once.
+        let h = unsafe { Box::from_raw(r) };
+        if h.reader.has_group() {
+            h.reader
+                .commit_at(&h.acked)
+                .map_err(|e| Fail::of(&h.stream, e))?;
+        }
+        Ok(OK)
+    })
+}
+
+/// # Safety
+/// `r` is a joined reader or NULL.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_stream_reader_partitions(r: *const Handle) -> u32 {
+    // SAFETY: a joined reader or NULL.
+    unsafe { r.as_ref() }.map_or(0, |h| h.reader.stream().partitions)
+}
