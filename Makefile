@@ -108,9 +108,13 @@ test-objects: build setup-test
 # Shared event streams on one node (docs/streams.md): 4 producer processes
 # x 3 partitions x 50,000 events drained while they run, two reader groups,
 # a re-drain byte for byte, producers killed with SIGKILL, one fdatasync per
-# flush (strace), damage named by file and offset (about 20 s).
+# flush (strace), damage named by file and offset (about 20 s); then the C
+# API and Python module: MPICH and Open MPI ranks producing through
+# paralog/stream.h, Python producers (mpi4py) and a following reader, bad
+# input (about 15 s).
 test-stream: build
 	/usr/bin/python3 -m tests.stream.run
+	/usr/bin/python3 -m tests.stream.api
 
 # The long crash run (500 randomized trials, about 10 minutes).
 test-crash-long: build

@@ -163,3 +163,11 @@ pub unsafe extern "C" fn paralog_stream_name(s: *const Handle) -> *const c_char 
     // SAFETY: an open handle or NULL.
     unsafe { s.as_ref() }.map_or(std::ptr::null(), |h| h.cname.as_ptr())
 }
+
+/// # Safety
+/// `s` is an open handle or NULL.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_stream_id(s: *const Handle) -> u64 {
+    // SAFETY: an open handle or NULL.
+    unsafe { s.as_ref() }.map_or(0, |h| h.producer.id())
+}

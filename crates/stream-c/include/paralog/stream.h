@@ -136,6 +136,9 @@ int paralog_stream_commit(paralog_stream_reader *r);
 /* Commit (with a group), then free the handle (freed even on failure). */
 int paralog_stream_leave(paralog_stream_reader *r);
 
+/* This producer's id (the `producer` of its events). */
+uint64_t paralog_stream_id(const paralog_stream *s);
+
 /* The stream's name (valid while the handle is open). */
 const char *paralog_stream_name(const paralog_stream *s);
 

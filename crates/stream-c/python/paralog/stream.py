@@ -70,6 +70,7 @@ def _load():
             "paralog_stream_flush": (I, [P, ctypes.POINTER(U64)]),
             "paralog_stream_close": (I, [P]),
             "paralog_stream_partitions": (U32, [P]),
+            "paralog_stream_id": (U64, [P]),
             "paralog_stream_join": (I, [C, C, C, I, I, ctypes.POINTER(P)]),
             "paralog_stream_next": (I, [P, I, ctypes.POINTER(_CEvent)]),
             "paralog_stream_ack": (I, [P, U32, U64]),
@@ -129,6 +130,8 @@ class Producer:
         self._h = h
         self.stream = stream
         self.partitions = lib.paralog_stream_partitions(h)
+        # As events name their producer (and `paralog stream cat` does).
+        self.id = f"{lib.paralog_stream_id(h):016x}"
 
     def append(self, payload, key=None, time_ns=None, partition=ROUND_ROBIN):
         """(partition, seq) of the event; durable after the next flush."""

@@ -1,0 +1,192 @@
+#!/usr/bin/python3
+"""The streams' C API and Python module (docs/streams.md, issue 17): real
+MPICH and Open MPI ranks producing through paralog/stream.h and its
+collective forms, Python producers and readers through `paralog.stream`
+(PYTHONPATH=crates/stream-c/python, as the docs say), a real `paralog
+stream drain --follow` in between. Cases:
+
+  C ranks, mpich / openmpi
+                  4 MPICH or 3 Open MPI ranks (api_producer.c, collective
+                  open and flush) x 3 partitions x 5,000 events while a
+                  Python reader of group G follows the stream as the drain
+                  publishes it (next with a timeout): it gets every event;
+                  per producer the sequence numbers are exactly 0..4,999,
+                  strictly increasing per partition, offsets contiguous
+                  from 0, each payload its event's; the group's committed
+                  offsets leave lag 0, and reading the group again gets nothing
+  python          two mpi4py ranks (collective) and one lone process
+                  (partition by key) producing; a reader from earliest gets
+                  every event as above, and events with one key share one
+                  partition
+  bad input       unknown stream (join), a partition count that differs
+                  on reopen (C and Python), ranks asking for different
+                  counts (every rank refused), an event past the limit (C
+                  and Python), acknowledging what was never handed out: the
+                  code and a message naming the stream and the numbers
+
+Usage: python3 -m tests.stream.api [--only SUBSTRING] [--keep]
+Ends with "stream-api: N passed, N failed".
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+
+from tests.lib.check import Suite, check
+from tests.lib.mpi import compile_program, launcher, mpi_env
+from tests.lib.paths import BIN, PY, RELEASE, ROOT, TARGET
+from tests.lib.proc import run
+from tests.stream.run import check_events, follow_drain, stop
+
+STREAM = "tele"
+PYPATH = ROOT / "crates/stream-c/python"
+INCLUDE = ROOT / "crates/stream-c/include"
+SRC = ROOT / "tests/stream/api_producer.c"
+
+
+def program(flavour):
+    """api_producer.c built by a flavour's mpicc against the libraries."""
+    for lib in ("libparalog_stream.so", f"libparalog_stream_mpi_{flavour}.so"):
+        check((RELEASE / lib).exists(), f"{RELEASE / lib} is missing: run `make shims`")
+    return compile_program(f"mpicc.{flavour}", SRC, TARGET / "stream-tests" / flavour / "api_producer",
+                           "-O2", "-Wall", "-Werror", f"-I{INCLUDE}",
+                           libs=[f"-L{RELEASE}", f"-lparalog_stream_mpi_{flavour}", "-lparalog_stream",
+                                 f"-Wl,-rpath,{RELEASE}"])
+
+
+def py_env():
+    return mpi_env({"PYTHONPATH": str(PYPATH)})
+
+
+def client(*args, mpi=None):
+    """api_client.py (as a user's program), under mpirun.openmpi -n `mpi` if given."""
+    cmd = [PY, "-m", "tests.stream.api_client", *args]
+    if mpi:
+        cmd = launcher("openmpi", mpi) + cmd
+    return run(cmd, env=py_env(), cwd=ROOT, timeout=300)
+
+
+def reader(remote, group, count, timeout=20):
+    return subprocess.Popen([PY, "-m", "tests.stream.api_client", "read", str(remote), STREAM, group, str(count),
+                             str(timeout)], env=py_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def producers_of(out):
+    return {x.split()[1] for x in out.splitlines() if x.startswith("producer ")}
+
+
+def case_c(flavour, np):
+    def case(work):
+        exe = program(flavour)
+        local, remote = work / "local", work / "remote"
+        remote.mkdir()
+        events = 5000
+        r = run(launcher(flavour, np) + [exe, "produce", local, STREAM, "0", "1", "1"], env=mpi_env(), check=False,
+                timeout=120)
+        bad = [x for x in r.stdout.splitlines() if x.startswith("rank ")]
+        check(r.returncode != 0 and len(bad) == np and all("code 2:" in x and "0 partitions" in x for x in bad),
+              f"0 partitions: {r.returncode} {r.stdout[-300:]}")
+        check(not list(local.glob(".paralog-streams/*/*.seg")), "a refused open left a segment")
+        d = follow_drain(local, remote)
+        prod = subprocess.Popen([str(c) for c in launcher(flavour, np) + [exe, "produce", local, STREAM, "3",
+                                                                          str(events), "250"]],
+                                env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        # The reader joins as soon as the drain has published the stream,
+        # while the ranks still append: it follows the watermark.
+        record = remote / ".paralog-streams" / STREAM / "stream"
+        for _ in range(3000):
+            if record.exists() or prod.poll() is not None:
+                break
+            time.sleep(0.01)
+        during = prod.poll() is None
+        rd = reader(remote, "G", np * events)
+        out, err = rd.communicate(timeout=300)
+        pout, perr = prod.communicate(timeout=300)
+        stop(d)
+        check(prod.returncode == 0, f"ranks: {prod.returncode} {pout[-300:]} {perr[-300:]}")
+        pids = producers_of(pout)
+        check(len(pids) == np, f"{np} ranks printed {len(pids)} producers: {pout[:300]}")
+        check(rd.returncode == 0, f"reader: {err[-500:]}")
+        got = [json.loads(x) for x in out.splitlines()]
+        check_events(sorted(got, key=lambda e: (e["partition"], e["offset"])), {p: events for p in pids})
+        check(len(got) == np * events, f"{len(got)} events read")
+        desc = json.loads(run([BIN, "stream", "describe", f"{remote}/{STREAM}", "--json"]).stdout)
+        check([g["lag"] for g in desc["groups"]] == [0], f"group lag after reading: {desc['groups']}")
+        again = reader(remote, "G", 1, timeout=0.5).communicate(timeout=60)[0]
+        check(again == "", f"group G read again after committing: {again[:200]}")
+        follow = "joined while the ranks appended" if during else "joined after the ranks ended (a loaded machine)"
+        return f"{np} ranks, {len(got)} events, {desc['round']} rounds, the reader {follow}"
+    return case
+
+
+def case_python(work):
+    local, remote = work / "local", work / "remote"
+    remote.mkdir()
+    a = client("produce", local, STREAM, "4", "3000", "100", "--mpi", mpi=2).stdout
+    b = client("produce", local, STREAM, "4", "2000", "300", "--key").stdout
+    pids = producers_of(a) | producers_of(b)
+    check(len(pids) == 3, f"producers: {a[:200]} {b[:200]}")
+    keyed = producers_of(b).pop()
+    run([BIN, "stream", "drain", "--local", local, "--remote", remote])
+    out = reader(remote, "P", 8000, timeout=1).communicate(timeout=120)[0]
+    got = [json.loads(x) for x in out.splitlines()]
+    flushed = {p: (2000 if p == keyed else 3000) for p in pids}
+    check_events(sorted(got, key=lambda e: (e["partition"], e["offset"])), flushed)
+    parts = defaultdict(set)
+    for e in got:
+        if e["producer"] == keyed:
+            parts[e["key"]].add(e["partition"])
+    check(len(parts) == 5 and all(len(v) == 1 for v in parts.values()), f"keys over partitions: {dict(parts)}")
+    return f"{len(got)} events"
+
+
+def case_bad(work):
+    local, remote = work / "local", work / "remote"
+    remote.mkdir()
+    exe = program("mpich")
+    said = []
+
+    def refused(cmd, code, *want, env=None, py=False):
+        r = run(cmd, env=env or mpi_env(), cwd=ROOT, check=False, timeout=120)
+        lines = [x for x in r.stdout.splitlines() if x.startswith(("code", "rank"))]
+        check(lines, f"{cmd[-3:]}: no error: {r.stdout[-300:]} {r.stderr[-300:]}")
+        for x in lines:
+            check(f"code {code}:" in x and all(w in x for w in want), f"{cmd[-3:]}: {x} (wanted code {code}, {want})")
+        check(py or r.returncode != 0, f"{cmd[-3:]} exited 0")
+        said.append(lines[0])
+        return lines
+
+    mpich = launcher("mpich", 2)
+    run(mpich + [exe, "produce", local, STREAM, "3", "10", "10"], env=mpi_env())
+    refused(mpich + [exe, "produce", local, STREAM, "4", "10", "10"], 4, f"stream {STREAM}", "has 3 partitions, not 4")
+    lines = refused(mpich + [exe, "mismatch", local, "other"], 4, "stream other", "different partition counts (3 to 4)")
+    check(len(lines) == 2, f"every rank refused: {lines}")
+    refused(mpich + [exe, "toolarge", local, "big", "2"], 5, "stream big", f"{16 * 2**20 + 1} bytes", str(16 * 2**20))
+    py = [PY, "-m", "tests.stream.api_client", "error"]
+    refused(py + ["join", remote, "nope"], 3, "stream nope", "no stream nope", str(remote), env=py_env(), py=True)
+    refused(py + ["reopen", local, STREAM, "5"], 4, "has 3 partitions, not 5", env=py_env(), py=True)
+    refused(py + ["toolarge", local, "big2"], 5, "stream big2", "larger than the limit", env=py_env(), py=True)
+    run([BIN, "stream", "drain", "--local", local, "--remote", remote, "--stream", STREAM])
+    refused(py + ["ack", remote, STREAM], 2, "was not handed to this reader", env=py_env(), py=True)
+    return " | ".join(said[:3])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only")
+    ap.add_argument("--keep", action="store_true")
+    a = ap.parse_args()
+    suite = Suite("stream-api", keep=a.keep)
+    cases = [("C ranks, mpich", case_c("mpich", 4)), ("C ranks, openmpi", case_c("openmpi", 3)),
+             ("python", case_python), ("bad input", case_bad)]
+    sys.exit(suite.run(cases, only=a.only))
+
+
+if __name__ == "__main__":
+    os.umask(0o022)
+    main()

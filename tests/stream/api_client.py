@@ -1,0 +1,74 @@
+"""A client of tests/stream/api.py using `paralog.stream` as a user would
+(found by PYTHONPATH=crates/stream-c/python, docs/streams.md).
+
+  produce LOCAL STREAM PARTS EVENTS FLUSH_EVERY [--mpi] [--key]
+      prints "producer ID", then "flushed N" after each flush returned
+      (--mpi: with mpi4py's COMM_WORLD, a collective open and flush)
+  read REMOTE STREAM GROUP COUNT TIMEOUT [--ack-every N]
+      reads as GROUP from its committed offsets until COUNT events or
+      TIMEOUT seconds without one; each event one JSON line; acknowledges
+      every event and commits every N (and at the end)
+  error CALL...
+      a call that must fail: prints "code C: MESSAGE"
+"""
+import json
+import sys
+
+import paralog.stream as ps
+
+
+def produce(local, stream, parts, events, every, *flags):
+    comm = None
+    if "--mpi" in flags:
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+    with ps.Producer(stream, int(parts), local=local, comm=comm) as p:
+        print("producer", p.id, flush=True)
+        events, every = int(events), int(every)
+        for i in range(events):
+            key = f"k{i % 5}".encode() if "--key" in flags else None
+            _, seq = p.append(f"{p.id}:{i}:py".encode(), key=key, partition=ps.BY_KEY if key else ps.ROUND_ROBIN)
+            assert seq == i, (seq, i)
+            if (i + 1) % every == 0 or i + 1 == events:
+                p.flush()
+                print("flushed", i + 1, flush=True)
+
+
+def read(remote, stream, group, count, timeout, *flags):
+    every = int(flags[flags.index("--ack-every") + 1]) if "--ack-every" in flags else 1000
+    count, n = int(count), 0
+    with ps.Reader(remote, stream, group=group) as r:
+        while n < count:
+            ev = r.next(timeout=float(timeout))
+            if ev is None:
+                break
+            print(json.dumps({"partition": ev.partition, "offset": ev.offset, "producer": ev.producer, "seq": ev.seq,
+                              "time_ns": ev.time_ns, "key": ev.key and ev.key.decode(),
+                              "payload": ev.payload.decode()}))
+            r.ack(ev)
+            n += 1
+            if n % every == 0:
+                r.commit()
+    sys.stdout.flush()
+
+
+def error(call, *args):
+    try:
+        if call == "join":
+            ps.Reader(args[0], args[1])
+        elif call == "reopen":
+            ps.Producer(args[1], int(args[2]), local=args[0])
+        elif call == "toolarge":
+            with ps.Producer(args[1], 1, local=args[0]) as p:
+                p.append(b"x" * (ps.MAX_EVENT + 1))
+        elif call == "ack":
+            with ps.Reader(args[0], args[1]) as r:
+                r.ack(ps.Event(0, 10**9, 0, "", 0, 0, None, b""))
+    except ps.StreamError as e:
+        print(f"code {e.code}: {e}")
+        return
+    print("no error")
+
+
+if __name__ == "__main__":
+    {"produce": produce, "read": read, "error": error}[sys.argv[1]](*sys.argv[2:])

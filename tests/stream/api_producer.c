@@ -1,0 +1,89 @@
+/* A producer of tests/stream/api.py: MPI ranks appending to one stream
+ * through the C API (paralog/stream.h, paralog/stream_mpi.h).
+ *
+ *   api_producer produce LOCAL STREAM PARTITIONS EVENTS FLUSH_EVERY
+ *       collective open; each rank appends EVENTS events (round-robin;
+ *       odd ranks by key), payload "<producer id>:<seq>:r<rank>", a
+ *       collective flush every FLUSH_EVERY; prints "producer ID" and
+ *       "flushed N" after each flush returned.
+ *   api_producer mismatch LOCAL STREAM
+ *       rank r asks for 3 + r partitions.
+ *   api_producer toolarge LOCAL STREAM PARTITIONS
+ *       appends an event of PARALOG_STREAM_MAX_EVENT + 1 bytes.
+ * A failure prints "rank R code C: MESSAGE" and exits 3.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <paralog/stream_mpi.h>
+
+static int rank;
+
+static void failed(int rc)
+{
+    printf("rank %d code %d: %s\n", rank, rc, paralog_stream_last_error());
+    fflush(stdout);
+    MPI_Finalize();
+    exit(3);
+}
+
+int main(int argc, char **argv)
+{
+    paralog_stream *s;
+    int rc;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (argc < 4) {
+        fprintf(stderr, "usage: api_producer produce|mismatch|toolarge LOCAL STREAM ...\n");
+        return 2;
+    }
+    const char *mode = argv[1], *local = argv[2], *stream = argv[3];
+    if (strcmp(mode, "mismatch") == 0) {
+        if ((rc = paralog_stream_open_all(MPI_COMM_WORLD, local, stream, 3 + rank, &s)))
+            failed(rc);
+        printf("rank %d opened\n", rank);
+    } else if (strcmp(mode, "toolarge") == 0) {
+        size_t n = PARALOG_STREAM_MAX_EVENT + 1;
+        char *big = calloc(n, 1);
+        if ((rc = paralog_stream_open_all(MPI_COMM_WORLD, local, stream, atoi(argv[4]), &s)))
+            failed(rc);
+        if ((rc = paralog_stream_append(s, big, n, NULL, 0, PARALOG_STREAM_NOW,
+                                        PARALOG_STREAM_ROUND_ROBIN, NULL, NULL)))
+            failed(rc);
+        printf("rank %d appended\n", rank);
+    } else {
+        uint32_t parts = (uint32_t)atoi(argv[4]);
+        long events = atol(argv[5]), every = atol(argv[6]);
+        char payload[96], key[32];
+        if ((rc = paralog_stream_open_all(MPI_COMM_WORLD, local, stream, parts, &s)))
+            failed(rc);
+        uint64_t id = paralog_stream_id(s);
+        printf("producer %016" PRIx64 "\n", id);
+        for (long i = 0; i < events; i++) {
+            uint64_t seq;
+            int len = snprintf(payload, sizeof payload, "%016" PRIx64 ":%ld:r%d", id, i, rank);
+            int klen = snprintf(key, sizeof key, "k%ld", i % 7);
+            if ((rc = paralog_stream_append(s, payload, (size_t)len, rank % 2 ? key : NULL,
+                                            (size_t)klen, PARALOG_STREAM_NOW,
+                                            rank % 2 ? PARALOG_STREAM_BY_KEY : PARALOG_STREAM_ROUND_ROBIN,
+                                            NULL, &seq)))
+                failed(rc);
+            if (seq != (uint64_t)i) {
+                printf("rank %d: seq %" PRIu64 " for event %ld\n", rank, seq, i);
+                return 4;
+            }
+            if ((i + 1) % every == 0 || i + 1 == events) {
+                if ((rc = paralog_stream_flush_all(MPI_COMM_WORLD, s)))
+                    failed(rc);
+                printf("flushed %ld\n", i + 1);
+                fflush(stdout);
+            }
+        }
+    }
+    if ((rc = paralog_stream_close(s)))
+        failed(rc);
+    MPI_Finalize();
+    return 0;
+}
