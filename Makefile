@@ -111,10 +111,12 @@ test-objects: build setup-test
 # flush (strace), damage named by file and offset (about 20 s); then the C
 # API and Python module: MPICH and Open MPI ranks producing through
 # paralog/stream.h, Python producers (mpi4py) and a following reader, bad
-# input (about 15 s).
+# input (about 15 s); backpressure (a quota of undrained bytes) and
+# retention (`stream trim`) (about 5 s).
 test-stream: build
 	/usr/bin/python3 -m tests.stream.run
 	/usr/bin/python3 -m tests.stream.api
+	/usr/bin/python3 -m tests.stream.retention
 
 # The long crash run (500 randomized trials, about 10 minutes).
 test-crash-long: build

@@ -61,6 +61,11 @@ def error(call, *args):
         elif call == "toolarge":
             with ps.Producer(args[1], 1, local=args[0]) as p:
                 p.append(b"x" * (ps.MAX_EVENT + 1))
+        elif call == "quota":
+            with ps.Producer(args[1], 1, local=args[0], quota=100_000, quota_wait=0.3) as p:
+                while True:
+                    p.append(b"x" * 1000)
+                    p.flush()
         elif call == "ack":
             with ps.Reader(args[0], args[1]) as r:
                 r.ack(ps.Event(0, 10**9, 0, "", 0, 0, None, b""))

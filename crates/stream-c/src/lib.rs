@@ -27,6 +27,7 @@ pub const EIO: i32 = 7;
 pub const EFULL: i32 = 8;
 pub const EPEER: i32 = 9;
 pub const EINTERNAL: i32 = 10;
+pub const ETRIMMED: i32 = 11;
 
 thread_local! {
     static LAST: RefCell<CString> = RefCell::new(CString::default());
@@ -51,6 +52,7 @@ impl Fail {
             StreamError::TooLarge { .. } => ETOOLARGE,
             StreamError::UnknownStream { .. } => EUNKNOWN,
             StreamError::QuotaFull { .. } => EFULL,
+            StreamError::Trimmed { .. } => ETRIMMED,
         };
         let msg = e.to_string();
         let msg = if msg.starts_with(&format!("stream {stream}")) {

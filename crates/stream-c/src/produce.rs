@@ -3,7 +3,7 @@
 use std::ffi::c_char;
 use std::path::PathBuf;
 
-use paralog_stream::{Partitioner, Producer};
+use paralog_stream::{Partitioner, Producer, Quota};
 
 use crate::{bytes, guard, opt_str, req_str, Fail, Res, OK};
 
@@ -114,6 +114,30 @@ pub unsafe extern "C" fn paralog_stream_append(
                 *o = seq;
             }
         }
+        Ok(OK)
+    })
+}
+
+/// # Safety
+/// `s` is an open handle.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_stream_set_quota(
+    s: *mut Handle,
+    bytes: u64,
+    timeout_ms: i32,
+) -> i32 {
+    guard(|| {
+        let h = handle(s)?;
+        if timeout_ms < 0 {
+            return Err(Fail::inval(format!(
+                "stream {}: quota timeout {timeout_ms} ms: 0 (fail at once) or more",
+                h.stream
+            )));
+        }
+        h.producer.set_quota((bytes > 0).then(|| Quota {
+            bytes,
+            wait: std::time::Duration::from_millis(timeout_ms as u64),
+        }));
         Ok(OK)
     })
 }

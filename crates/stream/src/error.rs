@@ -43,6 +43,14 @@ pub enum StreamError {
         quota: u64,
         waited: String,
     },
+    /// Retention deleted the offsets a reader asked for.
+    #[error("stream {stream}: partition {partition}: offset {offset} was trimmed (retention); the partition starts at offset {first} now (read from earliest, or commit the group past it)")]
+    Trimmed {
+        stream: String,
+        partition: u32,
+        offset: u64,
+        first: u64,
+    },
     #[error("{what}")]
     Invalid { what: String },
 }

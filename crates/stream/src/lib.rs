@@ -17,12 +17,15 @@ pub mod layout;
 mod local;
 pub mod producer;
 mod publish;
+pub mod quota;
 pub mod reader;
 mod records;
+pub mod retention;
 pub mod segment;
 
 pub use drain::{drain_all, drain_stream, DrainOptions, DrainReport, Drainer};
 pub use error::{Result, StreamError};
 pub use format::Event;
 pub use producer::{Partitioner, Producer};
+pub use quota::Quota;
 pub use reader::{Delivered, From, Order, Reader, RemoteStream};

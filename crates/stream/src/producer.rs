@@ -14,6 +14,7 @@ use crate::format::{
     self, BatchHeader, Header, ANY_PARTITION, BATCH_HEADER_LEN, KIND_LOCAL_BATCH, KIND_SEGMENT,
 };
 use crate::layout;
+use crate::quota::{Quota, Tracker};
 
 /// How a producer picks an event's partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +55,8 @@ pub struct Producer {
     /// An fdatasync failed: the kernel may have dropped the dirty pages,
     /// so nothing written since the last good one can be promised again.
     poisoned: bool,
+    /// Backpressure, if a quota was set.
+    quota: Option<Tracker>,
 }
 
 /// FNV-1a 64: a stable hash (the same in every process and release).
@@ -166,7 +169,26 @@ impl Producer {
             end: h.len() as u64,
             unsynced: false,
             poisoned: false,
+            quota: None,
         })
+    }
+
+    /// Set (or clear) the stream's quota of undrained bytes on this node:
+    /// past it, `append` waits up to `quota.wait` for the drain, then fails
+    /// (`StreamError::QuotaFull`). docs/streams.md, "Backpressure".
+    pub fn set_quota(&mut self, quota: Option<Quota>) {
+        let dir = self.path.parent().expect("a segment has a directory");
+        let name = self.stream_name();
+        self.quota = quota.map(|q| Tracker::new(q, &name, dir.to_path_buf()));
+    }
+
+    /// The stream's name (its directory's).
+    fn stream_name(&self) -> String {
+        self.path
+            .parent()
+            .and_then(|d| d.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
     }
 
     pub fn partitions(&self) -> u32 {
@@ -219,6 +241,9 @@ impl Producer {
                 size,
                 limit: format::MAX_EVENT,
             });
+        }
+        if let Some(q) = &mut self.quota {
+            q.admit()?;
         }
         let partition = match (how, key) {
             (Partitioner::Fixed(p), _) => p,
@@ -316,6 +341,9 @@ impl Producer {
         self.end += self.buf.len() as u64;
         self.pending = 0;
         self.unsynced = true;
+        if let Some(q) = &mut self.quota {
+            q.stale = true;
+        }
         Ok(())
     }
 }

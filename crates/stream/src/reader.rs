@@ -75,6 +75,29 @@ impl RemoteStream {
         Ok(wm)
     }
 
+    /// Each partition's first offset still on the remote: its first
+    /// segment's (retention deletes whole segments from the start), 0
+    /// before it has one.
+    pub fn first_offsets(&self) -> Result<Vec<u64>> {
+        (0..self.partitions)
+            .map(|p| {
+                Ok(layout::part_segments(&self.dir, p)?
+                    .first()
+                    .copied()
+                    .unwrap_or(0))
+            })
+            .collect()
+    }
+
+    fn trimmed(&self, partition: u32, offset: u64, first: u64) -> StreamError {
+        StreamError::Trimmed {
+            stream: self.name.clone(),
+            partition,
+            offset,
+            first,
+        }
+    }
+
     /// The reader groups and their committed offsets.
     pub fn groups(&self) -> Result<Vec<(String, GroupOffsets)>> {
         let mut out = Vec::new();
@@ -189,11 +212,22 @@ impl Reader {
         order: Order,
     ) -> Result<Reader> {
         let wm = stream.watermark()?;
-        let start = match (group, from) {
+        let firsts = stream.first_offsets()?;
+        let committed = match (group, from) {
             (Some(g), From::Committed) => stream.group_offsets(g)?.map(|g| g.offsets),
             _ => None,
-        }
-        .unwrap_or_else(|| vec![0; stream.partitions as usize]);
+        };
+        let start = match committed {
+            Some(offsets) => {
+                for (p, (&o, &f)) in offsets.iter().zip(&firsts).enumerate() {
+                    if o < f && o < wm.parts[p].next {
+                        return Err(stream.trimmed(p as u32, o, f));
+                    }
+                }
+                offsets
+            }
+            None => firsts,
+        };
         let cursors = wm
             .parts
             .iter()
@@ -228,7 +262,7 @@ impl Reader {
         let dir = self.stream.dir.clone();
         for c in &mut self.cursors {
             if c.buf.is_empty() {
-                c.fill(&dir, &self.stream.name, self.stream.partitions)?;
+                c.fill(&self.stream, &dir)?;
             }
         }
         let pick = self
@@ -326,10 +360,11 @@ impl Reader {
 impl Cursor {
     /// Read the next batch that holds offsets at or past `next`, below the
     /// watermark; every byte checked.
-    fn fill(&mut self, dir: &Path, stream: &str, n: u32) -> Result<()> {
+    fn fill(&mut self, rs: &RemoteStream, dir: &Path) -> Result<()> {
+        let n = rs.partitions;
         while self.buf.is_empty() && self.next < self.limit {
             if self.open.is_none() {
-                self.open_segment(dir, stream, n)?;
+                self.open_segment(rs, dir)?;
             }
             let (path, file, pos, end, open_first) = self.open.as_mut().expect("opened");
             let (path, open_first) = (path.clone(), *open_first);
@@ -393,8 +428,12 @@ impl Cursor {
     }
 
     /// Open the segment that holds offset `next`.
-    fn open_segment(&mut self, dir: &Path, stream: &str, n: u32) -> Result<()> {
+    fn open_segment(&mut self, rs: &RemoteStream, dir: &Path) -> Result<()> {
+        let (stream, n) = (rs.name.as_str(), rs.partitions);
         let firsts = layout::part_segments(dir, self.partition)?;
+        if let Some(&f) = firsts.first().filter(|&&f| self.next < f) {
+            return Err(rs.trimmed(self.partition, self.next, f));
+        }
         let first = firsts
             .iter()
             .rev()

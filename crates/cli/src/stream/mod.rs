@@ -10,6 +10,7 @@ use anyhow::{anyhow, bail};
 use paralog_backend::RemoteUrl;
 
 mod read;
+mod trim;
 mod write;
 
 #[derive(clap::Args)]
@@ -26,6 +27,9 @@ enum Cmd {
     Describe(read::DescribeArgs),
     /// Print a stream's events (one per line), alone or as a reader group.
     Cat(read::CatArgs),
+    /// Delete a stream's oldest segments on the remote (whole segments, per
+    /// partition; never the one the drain appends to).
+    Trim(trim::TrimArgs),
     /// Drain the streams of a node-local root to a remote (one round, or --follow).
     Drain(write::DrainArgs),
     /// The streams under a node-local root: producers, bytes, bytes not drained yet.
@@ -40,6 +44,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Cmd::Ls(a) => read::ls(a),
         Cmd::Describe(a) => read::describe(a),
         Cmd::Cat(a) => read::cat(a),
+        Cmd::Trim(a) => trim::trim(a),
         Cmd::Drain(a) => write::drain(a),
         Cmd::Lag(a) => write::lag(a),
         Cmd::Produce(a) => write::produce(a),

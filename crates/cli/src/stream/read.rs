@@ -77,10 +77,11 @@ pub fn describe(a: DescribeArgs) -> anyhow::Result<ExitCode> {
     let (root, name) = super::split_target(&a.target)?;
     let s = RemoteStream::open(&root, &name)?;
     let wm = s.watermark()?;
+    let firsts = s.first_offsets()?;
     let mut parts = Vec::new();
     for (p, m) in wm.parts.iter().enumerate() {
         let segs = paralog_stream::layout::part_segments(&s.dir, p as u32)?;
-        parts.push(serde_json::json!({"partition": p, "high_watermark": m.next, "segments": segs.len(), "last_segment_bytes": m.seg_end}));
+        parts.push(serde_json::json!({"partition": p, "first_offset": firsts[p], "high_watermark": m.next, "segments": segs.len(), "last_segment_bytes": m.seg_end}));
     }
     let total: u64 = wm.parts.iter().map(|m| m.next).sum();
     let groups: Vec<_> = s
@@ -110,8 +111,8 @@ pub fn describe(a: DescribeArgs) -> anyhow::Result<ExitCode> {
     for p in &parts {
         writeln!(
             out,
-            "  partition {}: offsets 0..{}, {} segment(s)",
-            p["partition"], p["high_watermark"], p["segments"]
+            "  partition {}: offsets {}..{}, {} segment(s)",
+            p["partition"], p["first_offset"], p["high_watermark"], p["segments"]
         )?;
     }
     for g in &groups {

@@ -86,6 +86,13 @@ pub struct ProduceArgs {
     /// Pad each payload to this many bytes.
     #[arg(long, default_value_t = 0)]
     payload_size: usize,
+    /// Backpressure: past this many bytes of the stream not drained yet on
+    /// this node, an append waits up to --quota-wait-ms, then fails.
+    #[arg(long)]
+    quota_bytes: Option<u64>,
+    /// With --quota-bytes: how long an append waits (0: fails at once).
+    #[arg(long, default_value_t = 10_000)]
+    quota_wait_ms: u64,
 }
 
 pub fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {
@@ -163,6 +170,10 @@ pub fn produce(a: ProduceArgs) -> anyhow::Result<ExitCode> {
         },
     };
     let mut p = Producer::open(&local, &a.stream, a.partitions, how)?;
+    p.set_quota(a.quota_bytes.map(|bytes| paralog_stream::Quota {
+        bytes,
+        wait: Duration::from_millis(a.quota_wait_ms),
+    }));
     let mut out = std::io::stdout().lock();
     writeln!(out, "producer {:016x}", p.id())?;
     out.flush()?;

@@ -44,7 +44,10 @@ enum paralog_stream_code {
     /* A collective call failed on another rank. */
     PARALOG_STREAM_EPEER = 9,
     /* A bug in paralog (a Rust panic, caught at the boundary). */
-    PARALOG_STREAM_EINTERNAL = 10
+    PARALOG_STREAM_EINTERNAL = 10,
+    /* A reader's offset is below its partition's first segment (deleted by
+     * `paralog stream trim`): read from earliest instead. */
+    PARALOG_STREAM_ETRIMMED = 11
 };
 
 /* The largest event: key + payload bytes. */
@@ -81,6 +84,14 @@ int paralog_stream_open(const char *local, const char *stream, uint32_t partitio
 int paralog_stream_append(paralog_stream *s, const void *payload, size_t payload_len,
                           const void *key, size_t key_len, int64_t time_ns, int32_t partition,
                           uint32_t *partition_out, uint64_t *seq_out);
+
+/* Backpressure: when this node holds more than `bytes` bytes of the
+ * stream that the drain has not taken yet, paralog_stream_append waits up
+ * to timeout_ms for the drain, then fails with EFULL (timeout_ms 0: fails
+ * at once). bytes 0: no quota (the default). Counted after each batch this
+ * producer writes: the stream may pass the quota by what its producers
+ * write between two counts (docs/streams.md, "Backpressure"). */
+int paralog_stream_set_quota(paralog_stream *s, uint64_t bytes, int timeout_ms);
 
 /* Make every event appended so far durable: one write and one fdatasync.
  * *durable_out (if not NULL): this producer's events with a sequence number

@@ -22,7 +22,8 @@ import os
 from collections import namedtuple
 from pathlib import Path
 
-OK, TIMEDOUT, EINVAL, EUNKNOWN, EPARTITIONS, ETOOLARGE, ECORRUPT, EIO, EFULL, EPEER, EINTERNAL = range(11)
+(OK, TIMEDOUT, EINVAL, EUNKNOWN, EPARTITIONS, ETOOLARGE, ECORRUPT, EIO, EFULL, EPEER, EINTERNAL,
+ ETRIMMED) = range(12)
 ROUND_ROBIN, BY_KEY = -1, -2
 MAX_EVENT = 16 << 20
 _NOW = -(1 << 63)
@@ -68,6 +69,7 @@ def _load():
             "paralog_stream_append": (I, [P, C, S, C, S, I64, ctypes.c_int32, ctypes.POINTER(U32),
                                           ctypes.POINTER(U64)]),
             "paralog_stream_flush": (I, [P, ctypes.POINTER(U64)]),
+            "paralog_stream_set_quota": (I, [P, U64, I]),
             "paralog_stream_close": (I, [P]),
             "paralog_stream_partitions": (U32, [P]),
             "paralog_stream_id": (U64, [P]),
@@ -116,7 +118,10 @@ def _enc(s):
 class Producer:
     """This process's segment of a stream under the node-local root."""
 
-    def __init__(self, stream, partitions, local=None, comm=None):
+    def __init__(self, stream, partitions, local=None, comm=None, quota=None, quota_wait=0.0):
+        """quota: the stream's undrained bytes on this node past which
+        append waits up to quota_wait seconds for the drain, then raises
+        StreamError(EFULL) (docs/streams.md, "Backpressure")."""
         lib = _load()
         self._comm = comm
         h = ctypes.c_void_p()
@@ -132,6 +137,8 @@ class Producer:
         self.partitions = lib.paralog_stream_partitions(h)
         # As events name their producer (and `paralog stream cat` does).
         self.id = f"{lib.paralog_stream_id(h):016x}"
+        if quota:
+            _check(lib.paralog_stream_set_quota(h, quota, int(quota_wait * 1000)))
 
     def append(self, payload, key=None, time_ns=None, partition=ROUND_ROBIN):
         """(partition, seq) of the event; durable after the next flush."""

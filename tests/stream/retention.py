@@ -1,0 +1,162 @@
+#!/usr/bin/python3
+"""Backpressure and retention of shared event streams (docs/streams.md,
+issue 17): real `paralog stream produce` processes with a quota of
+undrained bytes, `paralog stream drain`, `paralog stream trim` and readers.
+Cases:
+
+  quota, at once    a producer with a 200 KB quota and no drain fails as
+                    soon as the node holds more undrained bytes than that
+                    (exit 1, the stream, the bytes and the quota named, by
+                    at most one batch over it); every event it flushed is
+                    stored once after a drain, nothing invented
+  quota, waits      the same quota with a 20 s wait and a drain started
+                    1 s later: the producer waits for it (takes at least
+                    1 s) and then completes; all events stored once
+  quota, C API      the same through libparalog_stream (Python): code
+                    EFULL and the message
+  trim              a stream drained in 6 rounds, a segment each; `trim
+                    --keep-bytes` deletes the oldest segments of each
+                    partition, keeping at least that many bytes and always
+                    the last segment; `describe` shows the new first
+                    offsets; `cat --from earliest` starts there with every
+                    event above it; a group committed below them is
+                    refused, naming the partition, the offset and the first
+                    offset; `--older-than 1h` deletes nothing, `--older-than
+                    0s` all but each partition's last segment; the drain
+                    goes on after a trim (new rounds readable)
+
+Usage: python3 -m tests.stream.retention [--only SUBSTRING] [--keep]
+Ends with "stream-retention: N passed, N failed".
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.lib.check import Suite, check
+from tests.lib.paths import BIN, PY, ROOT
+from tests.lib.proc import run
+from tests.stream.run import STREAM, cat, check_events, drain, follow_drain, produce, producer_report, stop
+
+QUOTA = 200_000
+BATCH = 100 * 104 + 88  # 100 events of 104 bytes, a batch's header and commit
+
+
+def case_quota_at_once(work):
+    local, remote = work / "local", work / "remote"
+    remote.mkdir()
+    cmd = [BIN, "stream", "produce", "--local", local, "--stream", STREAM, "--partitions", "3", "--events",
+           "5000", "--flush-every", "100", "--quota-bytes", str(QUOTA), "--quota-wait-ms", "0"]
+    r = run(cmd, check=False)
+    msg = r.stderr.strip()
+    check(r.returncode == 1 and f"stream {STREAM}:" in msg and f"past its quota of {QUOTA} bytes" in msg
+          and "failing at once" in msg, f"{r.returncode} {msg}")
+    held = int(msg.split("stream tele: ")[1].split()[0])
+    check(QUOTA < held <= QUOTA + BATCH, f"failed with {held} bytes undrained, quota {QUOTA}")
+    lines = r.stdout.splitlines()
+    pid = lines[0].split()[1]
+    flushed = int([x for x in lines if x.startswith("flushed")][-1].split()[1])
+    check(flushed < 5000, f"flushed {flushed} of 5000 past the quota")
+    drain(local, remote)
+    check_events(cat(remote, "--from", "earliest"), {pid: flushed}, {pid: 5000})
+    return msg
+
+
+def case_quota_waits(work):
+    local, remote = work / "local", work / "remote"
+    remote.mkdir()
+    t0 = time.monotonic()
+    cmd = [BIN, "stream", "produce", "--local", local, "--stream", STREAM, "--partitions", "3", "--events", "5000",
+           "--flush-every", "100", "--quota-bytes", str(QUOTA), "--quota-wait-ms", "20000"]
+    p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    time.sleep(1.0)
+    if p.poll() is not None:
+        check(False, f"the producer did not wait for the drain: {p.communicate()}")
+    d = follow_drain(local, remote)
+    pid, flushed, rc = producer_report(p)
+    took = time.monotonic() - t0
+    stop(d)
+    drain(local, remote)
+    check(rc == 0 and flushed == 5000, f"producer exited {rc} after flushing {flushed}")
+    check_events(cat(remote, "--from", "earliest"), {pid: 5000})
+    return f"took {took:.1f} s (the drain started after 1 s)"
+
+
+def case_quota_c(work):
+    r = run([PY, "-m", "tests.stream.api_client", "error", "quota", work / "local", STREAM], cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=str(ROOT / "crates/stream-c/python")))
+    out = r.stdout.strip()
+    check(out.startswith("code 8:") and f"stream {STREAM}:" in out and "past its quota of 100000 bytes" in out
+          and "waited" in out, out)
+    return out
+
+
+def describe(remote):
+    return json.loads(run([BIN, "stream", "describe", f"{remote}/{STREAM}", "--json"]).stdout)
+
+
+def seg_count(remote):
+    return sorted(str(p.relative_to(remote)) for p in Path(remote).glob(f".paralog-streams/{STREAM}/p*/*.seg"))
+
+
+def case_trim(work):
+    local, remote = work / "local", work / "remote"
+    remote.mkdir()
+    pids = {}
+    for _ in range(6):
+        pid, n, _ = producer_report(produce(local, 1000, flush_every=200, payload_size=200))
+        pids[pid] = n
+        # A round per producer, 64 KB segments: several per partition.
+        run([BIN, "stream", "drain", "--local", local, "--remote", remote, "--roll-bytes", str(64 << 10)])
+    every = cat(remote, "--from", "earliest")
+    check_events(every, pids)
+    run([BIN, "stream", "cat", f"{remote}/{STREAM}", "--group", "old", "--limit", "10"])
+    before = seg_count(remote)
+    keep = 200 << 10
+    t = json.loads(run([BIN, "stream", "trim", f"{remote}/{STREAM}", "--keep-bytes", "200K", "--json"]).stdout)
+    after = seg_count(remote)
+    check(sum(len(x["deleted"]) for x in t) == len(before) - len(after) > 0, f"trim: {t}")
+    desc = describe(remote)
+    for x, part in zip(t, desc["partition"]):
+        pdir = Path(remote) / ".paralog-streams" / STREAM / f"p{x['partition']:05}"
+        sizes = [f.stat().st_size for f in sorted(pdir.glob("*.seg"))]
+        check(sum(sizes) >= keep and sum(sizes) - sizes[0] < keep, f"partition {x['partition']} keeps {sizes}")
+        check(part["first_offset"] == x["first_offset"] == int(sorted(pdir.glob("*.seg"))[0].stem),
+              f"first offsets: {part} {x}")
+    firsts = {p["partition"]: p["first_offset"] for p in desc["partition"]}
+    got = cat(remote, "--from", "earliest")
+    want = [e for e in every if e["offset"] >= firsts[e["partition"]]]
+    check(got == want, f"after the trim: {len(got)} events from earliest, {len(want)} expected")
+    r = run([BIN, "stream", "cat", f"{remote}/{STREAM}", "--group", "old"], check=False)
+    check(r.returncode == 1 and "was trimmed" in r.stderr and "partition 0: offset" in r.stderr
+          and f"starts at offset {firsts[0]} now" in r.stderr, f"a group below the first offsets: {r.stderr}")
+    same = json.loads(run([BIN, "stream", "trim", f"{remote}/{STREAM}", "--older-than", "1h", "--json"]).stdout)
+    check(all(not x["deleted"] for x in same) and seg_count(remote) == after, f"--older-than 1h: {same}")
+    run([BIN, "stream", "trim", f"{remote}/{STREAM}", "--older-than", "0s"])
+    last = seg_count(remote)
+    check(len(last) == desc["partitions"] < len(after), f"--older-than 0s left {last}")
+    pid, n, _ = producer_report(produce(local, 1000, flush_every=200, payload_size=200))
+    drain(local, remote)
+    tail = [e for e in cat(remote, "--from", "earliest") if e["producer"] == pid]
+    check(len(tail) == 1000, f"{len(tail)} events of the round after the trims")
+    return f"{len(before)} segments, {len(after)} after --keep-bytes 200K, {len(last)} after --older-than 0s"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only")
+    ap.add_argument("--keep", action="store_true")
+    a = ap.parse_args()
+    suite = Suite("stream-retention", keep=a.keep)
+    cases = [("quota, at once", case_quota_at_once), ("quota, waits", case_quota_waits),
+             ("quota, C API", case_quota_c), ("trim", case_trim)]
+    sys.exit(suite.run(cases, only=a.only))
+
+
+if __name__ == "__main__":
+    os.umask(0o022)
+    main()
