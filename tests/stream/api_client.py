@@ -1,11 +1,13 @@
 """A client of tests/stream/api.py using `paralog.stream` as a user would
 (found by PYTHONPATH=crates/stream-c/python, docs/streams.md).
 
-  produce LOCAL STREAM PARTS EVENTS FLUSH_EVERY [--mpi] [--key]
+  produce LOCAL STREAM PARTS EVENTS FLUSH_EVERY [--mpi] [--key] [--time NS]
       prints "producer ID", then "flushed N" after each flush returned
-      (--mpi: with mpi4py's COMM_WORLD, a collective open and flush)
-  read REMOTE STREAM GROUP COUNT TIMEOUT [--ack-every N]
-      reads as GROUP from its committed offsets until COUNT events or
+      (--mpi: with mpi4py's COMM_WORLD, a collective open and flush;
+      --time: event i at NS + i ms)
+  read REMOTE STREAM GROUP COUNT TIMEOUT [--ack-every N] [--from NS]
+      reads as GROUP ("-": none) from its committed offsets (or from the
+      time NS) until COUNT events or
       TIMEOUT seconds without one; each event one JSON line; acknowledges
       every event and commits every N (and at the end)
   error CALL...
@@ -27,7 +29,9 @@ def produce(local, stream, parts, events, every, *flags):
         events, every = int(events), int(every)
         for i in range(events):
             key = f"k{i % 5}".encode() if "--key" in flags else None
-            _, seq = p.append(f"{p.id}:{i}:py".encode(), key=key, partition=ps.BY_KEY if key else ps.ROUND_ROBIN)
+            t = int(flags[flags.index("--time") + 1]) + i * 1_000_000 if "--time" in flags else None
+            _, seq = p.append(f"{p.id}:{i}:py".encode(), key=key, partition=ps.BY_KEY if key else ps.ROUND_ROBIN,
+                              time_ns=t)
             assert seq == i, (seq, i)
             if (i + 1) % every == 0 or i + 1 == events:
                 p.flush()
@@ -36,8 +40,9 @@ def produce(local, stream, parts, events, every, *flags):
 
 def read(remote, stream, group, count, timeout, *flags):
     every = int(flags[flags.index("--ack-every") + 1]) if "--ack-every" in flags else 1000
+    start = int(flags[flags.index("--from") + 1]) if "--from" in flags else "committed"
     count, n = int(count), 0
-    with ps.Reader(remote, stream, group=group) as r:
+    with ps.Reader(remote, stream, group=None if group == "-" else group, start=start) as r:
         while n < count:
             ev = r.next(timeout=float(timeout))
             if ev is None:
@@ -47,7 +52,7 @@ def read(remote, stream, group, count, timeout, *flags):
                               "payload": ev.payload.decode()}))
             r.ack(ev)
             n += 1
-            if n % every == 0:
+            if n % every == 0 and group != "-":
                 r.commit()
     sys.stdout.flush()
 

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""Backpressure and retention of shared event streams (docs/streams.md,
-issue 17): real `paralog stream produce` processes with a quota of
-undrained bytes, `paralog stream drain`, `paralog stream trim` and readers.
-Cases:
+"""Backpressure, retention and following of shared event streams
+(docs/streams.md, issue 17): real `paralog stream produce` processes with a
+quota of undrained bytes, `paralog stream drain`, `paralog stream trim`,
+`tail` and `cat --from TIME`. Cases:
 
   quota, at once    a producer with a 200 KB quota and no drain fails as
                     soon as the node holds more undrained bytes than that
@@ -24,6 +24,14 @@ Cases:
                     offset; `--older-than 1h` deletes nothing, `--older-than
                     0s` all but each partition's last segment; the drain
                     goes on after a trim (new rounds readable)
+  tail              `stream tail --group T` started on a drained stream
+                    while two more producers append and a drain follows:
+                    it prints every event, offsets contiguous, each once,
+                    and commits as it waits (lag 0 once it has caught up)
+  from TIME         events at known times (one producer, 1 ms apart):
+                    `cat --from` an RFC 3339 time, ns since the epoch, and
+                    the Python reader from a time all start each
+                    partition at the first event at or after it
 
 Usage: python3 -m tests.stream.retention [--only SUBSTRING] [--keep]
 Ends with "stream-retention: N passed, N failed".
@@ -38,7 +46,7 @@ from pathlib import Path
 
 from tests.lib.check import Suite, check
 from tests.lib.paths import BIN, PY, ROOT
-from tests.lib.proc import run
+from tests.lib.proc import kill_tree, run
 from tests.stream.run import STREAM, cat, check_events, drain, follow_drain, produce, producer_report, stop
 
 QUOTA = 200_000
@@ -146,6 +154,62 @@ def case_trim(work):
     return f"{len(before)} segments, {len(after)} after --keep-bytes 200K, {len(last)} after --older-than 0s"
 
 
+def case_tail(work):
+    local, remote = work / "local", work / "remote"
+    remote.mkdir()
+    pids = dict([producer_report(produce(local, 1000, flush_every=100))[:2]])
+    drain(local, remote)
+    t = subprocess.Popen([str(BIN), "stream", "tail", f"{remote}/{STREAM}", "--group", "T", "--json",
+                          "--interval-ms", "20"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    d = follow_drain(local, remote)
+    for pid, n, _ in [producer_report(p) for p in [produce(local, 2000, flush_every=100) for _ in range(2)]]:
+        pids[pid] = n
+    got = []
+    deadline = time.monotonic() + 120
+    while len(got) < 5000 and time.monotonic() < deadline:
+        line = t.stdout.readline()
+        if not line:
+            break
+        got.append(json.loads(line))
+    stop(d)
+    # The group's offsets are stored when tail waits for the next round.
+    for _ in range(200):
+        groups = describe(remote)["groups"]
+        if groups and groups[0]["lag"] == 0:
+            break
+        time.sleep(0.05)
+    kill_tree(t)
+    t.communicate()
+    check(len(got) == 5000, f"tail printed {len(got)} of 5000 events")
+    check_events(sorted(got, key=lambda e: (e["partition"], e["offset"])), pids)
+    check(groups and groups[0]["lag"] == 0, f"tail's group after catching up: {groups}")
+    return f"{len(got)} events followed over {describe(remote)['round']} rounds"
+
+
+def case_from_time(work):
+    local, remote = work / "local", work / "remote"
+    remote.mkdir()
+    base = 1_795_712_400 * 10**9  # 2026-11-26T17:00:00Z
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "crates/stream-c/python"))
+    run([PY, "-m", "tests.stream.api_client", "produce", local, STREAM, "3", "1000", "100", "--time", str(base)],
+        cwd=ROOT, env=env)
+    drain(local, remote)
+    every = cat(remote, "--from", "earliest")
+    want = [e for e in every if e["time_ns"] >= base + 500 * 10**6]
+    check(len(want) == 500, f"{len(want)} events at or after 17:00:00.5")
+    for spec in ["2026-11-26T17:00:00.5Z", str(base + 500 * 10**6)]:
+        got = cat(remote, "--from", spec)
+        check(got == want, f"--from {spec}: {len(got)} events, {len(want)} expected")
+    py = run([PY, "-m", "tests.stream.api_client", "read", remote, STREAM, "-", "5000", "0.2", "--from",
+              str(base + 500 * 10**6)], cwd=ROOT, env=env).stdout
+    got = [json.loads(x) for x in py.splitlines()]
+    check([(e["partition"], e["offset"]) for e in got] == [(e["partition"], e["offset"]) for e in want],
+          f"the Python reader from the time: {len(got)} events")
+    check(cat(remote, "--from", "5m") == [], "--from 5m (ago) found events stamped in 2026-11-26 17:00")
+    return f"{len(want)} of 1000 events from 17:00:00.5"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only")
@@ -153,7 +217,7 @@ def main():
     a = ap.parse_args()
     suite = Suite("stream-retention", keep=a.keep)
     cases = [("quota, at once", case_quota_at_once), ("quota, waits", case_quota_waits),
-             ("quota, C API", case_quota_c), ("trim", case_trim)]
+             ("quota, C API", case_quota_c), ("trim", case_trim), ("tail", case_tail), ("from TIME", case_from_time)]
     sys.exit(suite.run(cases, only=a.only))
 
 

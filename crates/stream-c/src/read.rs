@@ -71,6 +71,43 @@ pub unsafe extern "C" fn paralog_stream_join(
     order: i32,
     out: *mut *mut Handle,
 ) -> i32 {
+    if from > 1 {
+        return guard(|| {
+            Err(Fail::inval(format!(
+                "from {from}: 0 (earliest) or 1 (committed); paralog_stream_join_time for a time"
+            )))
+        });
+    }
+    // SAFETY: the caller's pointers, passed on.
+    unsafe { join(remote, stream, group, from, 0, order, out) }
+}
+
+/// # Safety
+/// As `paralog_stream_join`.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_stream_join_time(
+    remote: *const c_char,
+    stream: *const c_char,
+    group: *const c_char,
+    time_ns: i64,
+    order: i32,
+    out: *mut *mut Handle,
+) -> i32 {
+    // SAFETY: the caller's pointers, passed on.
+    unsafe { join(remote, stream, group, 2, time_ns, order, out) }
+}
+
+/// # Safety
+/// As `paralog_stream_join`.
+unsafe fn join(
+    remote: *const c_char,
+    stream: *const c_char,
+    group: *const c_char,
+    from: i32,
+    time_ns: i64,
+    order: i32,
+    out: *mut *mut Handle,
+) -> i32 {
     guard(|| {
         if out.is_null() {
             return Err(Fail::inval("out is NULL"));
@@ -81,6 +118,7 @@ pub unsafe extern "C" fn paralog_stream_join(
         let from = match from {
             0 => From::Earliest,
             1 => From::Committed,
+            f if f > 1 => From::Time(time_ns),
             f => {
                 return Err(Fail::inval(format!(
                     "stream {name}: from {f}: 0 (earliest) or 1 (committed)"

@@ -156,6 +156,11 @@ pub enum From {
     Earliest,
     /// The group's committed offsets (earliest if it has none).
     Committed,
+    /// Per partition, the first event whose event time is at or after this
+    /// (ns since the epoch), as Kafka's offsets-for-times: later events
+    /// with earlier times are delivered too (a partition is in cut order,
+    /// not in time order).
+    Time(i64),
 }
 
 /// How partitions are merged.
@@ -193,6 +198,8 @@ struct Cursor {
     buf: VecDeque<Delivered>,
     /// A segment was read to its end: the next must start exactly at `next`.
     crossed: bool,
+    /// `From::Time`: events before the first at or after this are skipped.
+    skip_before: Option<i64>,
 }
 
 pub struct Reader {
@@ -242,6 +249,10 @@ impl Reader {
                 open: None,
                 buf: VecDeque::new(),
                 crossed: false,
+                skip_before: match from {
+                    From::Time(t) => Some(t),
+                    _ => None,
+                },
             })
             .collect();
         Ok(Reader {
@@ -382,25 +393,29 @@ impl Cursor {
                             ),
                         ));
                     }
+                    if h.first > self.next {
+                        return Err(corrupt(
+                            &path,
+                            b.pos,
+                            format!("offset {} where {} was expected", h.first, self.next),
+                        ));
+                    }
                     for (i, ev) in b.events().enumerate() {
                         let offset = h.first + i as u64;
-                        if offset >= self.next && offset < self.limit {
-                            self.buf.push_back(Delivered {
-                                partition: self.partition,
-                                offset,
-                                round: h.round,
-                                event: ev,
-                            });
+                        if offset < self.next || offset >= self.limit {
+                            continue;
                         }
-                    }
-                    if let Some(d) = self.buf.front() {
-                        if d.offset != self.next {
-                            return Err(corrupt(
-                                &path,
-                                b.pos,
-                                format!("offset {} where {} was expected", d.offset, self.next),
-                            ));
+                        match self.skip_before {
+                            Some(t) if ev.time_ns < t => continue,
+                            Some(_) => self.skip_before = None,
+                            None => {}
                         }
+                        self.buf.push_back(Delivered {
+                            partition: self.partition,
+                            offset,
+                            round: h.round,
+                            event: ev,
+                        });
                     }
                     self.next = (h.first + u64::from(h.count)).max(self.next);
                 }

@@ -10,6 +10,7 @@ use anyhow::{anyhow, bail};
 use paralog_backend::RemoteUrl;
 
 mod read;
+mod time;
 mod trim;
 mod write;
 
@@ -27,6 +28,9 @@ enum Cmd {
     Describe(read::DescribeArgs),
     /// Print a stream's events (one per line), alone or as a reader group.
     Cat(read::CatArgs),
+    /// `cat` that follows the stream: prints each drain round as it is
+    /// published, until killed.
+    Tail(read::TailArgs),
     /// Delete a stream's oldest segments on the remote (whole segments, per
     /// partition; never the one the drain appends to).
     Trim(trim::TrimArgs),
@@ -44,6 +48,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Cmd::Ls(a) => read::ls(a),
         Cmd::Describe(a) => read::describe(a),
         Cmd::Cat(a) => read::cat(a),
+        Cmd::Tail(a) => read::tail(a),
         Cmd::Trim(a) => trim::trim(a),
         Cmd::Drain(a) => write::drain(a),
         Cmd::Lag(a) => write::lag(a),

@@ -2,6 +2,7 @@
 
 use std::io::Write;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::anyhow;
 use paralog_stream::{Delivered, From, Order, Reader, RemoteStream};
@@ -23,12 +24,6 @@ pub struct DescribeArgs {
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
-enum FromArg {
-    Earliest,
-    Committed,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
 enum OrderArg {
     /// Drain round, then partition, then offset: the same for every reader.
     Cut,
@@ -44,8 +39,12 @@ pub struct CatArgs {
     /// --from committed) and commit what was printed.
     #[arg(long)]
     group: Option<String>,
-    #[arg(long, value_enum, default_value = "committed")]
-    from: FromArg,
+    /// earliest, committed (the group's offsets; earliest without a group
+    /// or offsets), or a TIME: per partition, from the first event at or
+    /// after it. TIME is ns since the epoch, an RFC 3339 UTC time
+    /// (2026-11-26T17:00:00Z), or an age (90s, 5m, 2h, 1d: that long ago).
+    #[arg(long, default_value = "committed")]
+    from: String,
     #[arg(long, value_enum, default_value = "cut")]
     order: OrderArg,
     /// One JSON object per line.
@@ -57,6 +56,15 @@ pub struct CatArgs {
     /// With --group: commit offsets after every N events printed (and at the end).
     #[arg(long, default_value_t = 10_000)]
     commit_every: u64,
+}
+
+#[derive(clap::Args)]
+pub struct TailArgs {
+    #[command(flatten)]
+    cat: CatArgs,
+    /// How often to look for a newly published drain round.
+    #[arg(long, default_value_t = 100)]
+    interval_ms: u64,
 }
 
 pub fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
@@ -177,13 +185,41 @@ fn line(d: &Delivered, json: bool) -> String {
     serde_json::Value::Object(o).to_string()
 }
 
+/// `--from`: a position, or a time (see `CatArgs::from`).
+fn parse_from(s: &str) -> anyhow::Result<From> {
+    match s {
+        "earliest" => return Ok(From::Earliest),
+        "committed" => return Ok(From::Committed),
+        _ => {}
+    }
+    if let Ok(ns) = s.parse::<i64>() {
+        return Ok(From::Time(ns));
+    }
+    if let Some(ns) = super::time::rfc3339_utc(s) {
+        return Ok(From::Time(ns));
+    }
+    let age = super::trim::parse_age(s).map_err(|_| {
+        anyhow!("--from {s:?}: earliest, committed, ns since the epoch, an RFC 3339 UTC time (2026-11-26T17:00:00Z) or an age (5m)")
+    })?;
+    Ok(From::Time(
+        paralog_stream::producer::now_ns().saturating_sub(age.as_nanos() as i64),
+    ))
+}
+
 pub fn cat(a: CatArgs) -> anyhow::Result<ExitCode> {
+    print_events(a, None)
+}
+
+/// `cat` that does not end at the watermark: it waits for the next drain
+/// round (until killed; a group commits what it printed at each wait).
+pub fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
+    print_events(a.cat, Some(Duration::from_millis(a.interval_ms.max(1))))
+}
+
+fn print_events(a: CatArgs, follow: Option<Duration>) -> anyhow::Result<ExitCode> {
     let (root, name) = super::split_target(&a.target)?;
     let s = RemoteStream::open(&root, &name)?;
-    let from = match a.from {
-        FromArg::Earliest => From::Earliest,
-        FromArg::Committed => From::Committed,
-    };
+    let from = parse_from(&a.from)?;
     let order = match a.order {
         OrderArg::Cut => Order::Cut,
         OrderArg::Time => Order::Time,
@@ -191,15 +227,30 @@ pub fn cat(a: CatArgs) -> anyhow::Result<ExitCode> {
     let mut r = Reader::open(s, a.group.as_deref(), from, order)?;
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let mut n = 0u64;
+    let mut uncommitted = false;
     while a.limit.is_none_or(|l| n < l) {
-        let Some(d) = r.next_event()? else { break };
+        let Some(d) = r.next_event()? else {
+            let Some(every) = follow else { break };
+            // Everything published is printed: show it, store the
+            // group's position, and look for the next round.
+            out.flush()?;
+            if a.group.is_some() && uncommitted {
+                r.commit()?;
+                uncommitted = false;
+            }
+            std::thread::sleep(every);
+            r.refresh()?;
+            continue;
+        };
         writeln!(out, "{}", line(&d, a.json))?;
         n += 1;
+        uncommitted = true;
         // At least once: offsets are stored only after what they cover
         // was written out.
         if a.group.is_some() && n.is_multiple_of(a.commit_every.max(1)) {
             out.flush()?;
             r.commit()?;
+            uncommitted = false;
         }
     }
     out.flush()?;

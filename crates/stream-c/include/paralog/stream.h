@@ -131,6 +131,12 @@ typedef struct paralog_stream_event {
 int paralog_stream_join(const char *remote, const char *stream, const char *group, int from,
                         int order, paralog_stream_reader **out);
 
+/* The same, starting each partition at its first event whose event time
+ * is at or after time_ns (ns since the epoch); later events with earlier
+ * times are delivered too (a partition is in cut order). */
+int paralog_stream_join_time(const char *remote, const char *stream, const char *group,
+                             int64_t time_ns, int order, paralog_stream_reader **out);
+
 /* The next event, waiting up to timeout_ms for the drain to publish one
  * (0: do not wait; -1: wait as long as it takes). TIMEDOUT if none came. */
 int paralog_stream_next(paralog_stream_reader *r, int timeout_ms, paralog_stream_event *ev);

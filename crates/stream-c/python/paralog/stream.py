@@ -74,6 +74,7 @@ def _load():
             "paralog_stream_partitions": (U32, [P]),
             "paralog_stream_id": (U64, [P]),
             "paralog_stream_join": (I, [C, C, C, I, I, ctypes.POINTER(P)]),
+            "paralog_stream_join_time": (I, [C, C, C, I64, I, ctypes.POINTER(P)]),
             "paralog_stream_next": (I, [P, I, ctypes.POINTER(_CEvent)]),
             "paralog_stream_ack": (I, [P, U32, U64]),
             "paralog_stream_commit": (I, [P]),
@@ -185,11 +186,15 @@ class Reader:
     def __init__(self, remote, stream, group=None, start="committed", order="cut"):
         lib = _load()
         froms, orders = {"earliest": 0, "committed": 1}, {"cut": 0, "time": 1}
-        if start not in froms or order not in orders:
-            raise StreamError(EINVAL, f"start {start!r} (earliest|committed), order {order!r} (cut|time)")
+        timed = isinstance(start, int)
+        if not (timed or start in froms) or order not in orders:
+            raise StreamError(EINVAL, f"start {start!r} (earliest|committed|ns), order {order!r} (cut|time)")
         h = ctypes.c_void_p()
-        _check(lib.paralog_stream_join(_enc(str(remote)), stream.encode(), _enc(group), froms[start], orders[order],
-                                       ctypes.byref(h)))
+        args = (_enc(str(remote)), stream.encode(), _enc(group))
+        if timed:  # per partition, from the first event at or after this time
+            _check(lib.paralog_stream_join_time(*args, start, orders[order], ctypes.byref(h)))
+        else:
+            _check(lib.paralog_stream_join(*args, froms[start], orders[order], ctypes.byref(h)))
         self._h = h
         self.stream = stream
         self.partitions = lib.paralog_stream_reader_partitions(h)
