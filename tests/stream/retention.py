@@ -32,6 +32,10 @@ quota of undrained bytes, `paralog stream drain`, `paralog stream trim`,
                     `cat --from` an RFC 3339 time, ns since the epoch, and
                     the Python reader from a time all start each
                     partition at the first event at or after it
+  status            a `paralog server` draining a stream to a directory:
+                    `paralog status` shows the stream's producers, its
+                    bytes not drained yet (0 once drained) and the lag of a
+                    reader group that read 1,000 of 3,000 events (2,000)
 
 Usage: python3 -m tests.stream.retention [--only SUBSTRING] [--keep]
 Ends with "stream-retention: N passed, N failed".
@@ -47,6 +51,7 @@ from pathlib import Path
 from tests.lib.check import Suite, check
 from tests.lib.paths import BIN, PY, ROOT
 from tests.lib.proc import kill_tree, run
+from tests.lib.server import Server
 from tests.stream.run import STREAM, cat, check_events, drain, follow_drain, produce, producer_report, stop
 
 QUOTA = 200_000
@@ -210,6 +215,31 @@ def case_from_time(work):
     return f"{len(want)} of 1000 events from 17:00:00.5"
 
 
+def case_status(work):
+    local, remote = work / "local", work / "remote"
+    remote.mkdir()
+    srv = Server(local, remote, dict(os.environ), job="t")
+    try:
+        producer_report(produce(local, 3000, flush_every=500))
+        st = None
+        for _ in range(600):
+            st = json.loads(run([BIN, "status", "--local", local, "--job", "t", "--json"]).stdout)["streams"]
+            if st and st[0].get("lag_bytes") == 0:
+                break
+            time.sleep(0.05)
+        check(st and st[0]["stream"] == STREAM and st[0]["lag_bytes"] == 0 and st[0]["producers"] == 1
+              and st[0]["bytes"] > 3000 * 104, f"status streams: {st}")
+        run([BIN, "stream", "cat", f"{remote}/{STREAM}", "--group", "S", "--limit", "1000"])
+        st = json.loads(run([BIN, "status", "--local", local, "--job", "t", "--json"]).stdout)["streams"]
+        check(st[0]["groups"] == [{"group": "S", "lag": 2000}], f"group lag in status: {st}")
+        table = run([BIN, "status", "--local", local, "--job", "t", "--once"]).stdout
+        line = [x for x in table.splitlines() if x.startswith(f"stream {STREAM}:")]
+        check(line and "0 B not drained yet" in line[0] and "S 2000" in line[0], f"status table: {table[-500:]}")
+    finally:
+        srv.kill()
+    return line[0]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only")
@@ -217,7 +247,8 @@ def main():
     a = ap.parse_args()
     suite = Suite("stream-retention", keep=a.keep)
     cases = [("quota, at once", case_quota_at_once), ("quota, waits", case_quota_waits),
-             ("quota, C API", case_quota_c), ("trim", case_trim), ("tail", case_tail), ("from TIME", case_from_time)]
+             ("quota, C API", case_quota_c), ("trim", case_trim), ("tail", case_tail), ("from TIME", case_from_time),
+             ("status", case_status)]
     sys.exit(suite.run(cases, only=a.only))
 
 

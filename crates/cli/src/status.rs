@@ -268,6 +268,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             v["missed"] =
                 crate::missed::status_json(std::path::Path::new(&st.root), st.job.as_deref());
         }
+        v["streams"] = crate::stream::lag::status_json(std::path::Path::new(&st.root), &st.remote);
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -276,6 +277,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         st = status::request_status(&sock, &Request::Status)?;
     }
     print_table(&st);
+    crate::stream::lag::print(&crate::stream::lag::status_json(
+        std::path::Path::new(&st.root),
+        &st.remote,
+    ));
     print_missed(&crate::missed::status_json(
         std::path::Path::new(&st.root),
         st.job.as_deref(),

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::{anyhow, bail};
 use paralog_backend::RemoteUrl;
 
+pub mod lag;
 mod read;
 mod time;
 mod trim;
