@@ -25,7 +25,9 @@ def produce(local, stream, parts, events, every, *flags):
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
     with ps.Producer(stream, int(parts), local=local, comm=comm) as p:
-        print("producer", p.id, flush=True)
+        # One write per line: the ranks' outputs are merged by mpirun.
+        sys.stdout.write(f"producer {p.id}\n")
+        sys.stdout.flush()
         events, every = int(events), int(every)
         for i in range(events):
             key = f"k{i % 5}".encode() if "--key" in flags else None
@@ -35,7 +37,8 @@ def produce(local, stream, parts, events, every, *flags):
             assert seq == i, (seq, i)
             if (i + 1) % every == 0 or i + 1 == events:
                 p.flush()
-                print("flushed", i + 1, flush=True)
+                sys.stdout.write(f"flushed {i + 1}\n")
+                sys.stdout.flush()
 
 
 def read(remote, stream, group, count, timeout, *flags):

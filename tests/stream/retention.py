@@ -52,7 +52,7 @@ from tests.lib.check import Suite, check
 from tests.lib.paths import BIN, PY, ROOT
 from tests.lib.proc import kill_tree, run
 from tests.lib.server import Server
-from tests.stream.run import STREAM, cat, check_events, drain, follow_drain, produce, producer_report, stop
+from tests.lib.streams import STREAM, cat, check_events, drain, follow_drain, produce, producer_report, stop
 
 QUOTA = 200_000
 BATCH = 100 * 104 + 88  # 100 events of 104 bytes, a batch's header and commit

@@ -1,0 +1,89 @@
+"""Shared event streams for the suites of tests/stream (docs/streams.md):
+`paralog stream produce` processes and what they report, the drain (one
+round, or following), `cat`, and the check of what a reader got against
+what the producers flushed."""
+
+import json
+import signal
+import subprocess
+from collections import defaultdict
+
+from .check import check
+from .paths import BIN
+from .proc import kill_tree, run
+
+STREAM = "tele"
+PARTS = 3
+
+
+def produce(local, events, flush_every=500, payload_size=64, stream=STREAM, parts=PARTS, **kw):
+    """A producer process (its own session); stdout: "producer ID", then
+    "flushed N" after each flush returned."""
+    cmd = [BIN, "stream", "produce", "--local", local, "--stream", stream, "--partitions", str(parts),
+           "--events", str(events), "--flush-every", str(flush_every), "--payload-size", str(payload_size)]
+    return subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **kw)
+
+
+def producer_report(p):
+    """(producer id, last flushed count) from a finished or killed producer."""
+    out, err = p.communicate()
+    lines = out.split("\n")
+    ids = [x.split()[1] for x in lines if x.startswith("producer ")]
+    pid = ids[0] if ids else None
+    check(pid or p.returncode == -9, f"producer printed no id: {out[:200]} {err[-300:]}")
+    flushed = [int(x.split()[1]) for x in lines if x.startswith("flushed ")]
+    return pid, (flushed[-1] if flushed else 0), p.returncode
+
+
+def follow_drain(local, remote, interval_ms=20):
+    return subprocess.Popen([str(BIN), "stream", "drain", "--local", str(local), "--remote", str(remote),
+                             "--follow", "--interval-ms", str(interval_ms), "--roll-bytes", str(1 << 20)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def stop(p):
+    """SIGKILL: the drain is crash-safe, so stopping it is a crash too."""
+    kill_tree(p, signal.SIGKILL)
+    out, err = p.communicate()
+    check(p.returncode in (-9, 0), f"drain failed before it was stopped: {err[-500:]}")
+    return out
+
+
+def drain(local, remote, check_=True):
+    return run([BIN, "stream", "drain", "--local", local, "--remote", remote, "--roll-bytes", str(1 << 20)],
+               check=check_)
+
+
+def cat(remote, *args):
+    r = run([BIN, "stream", "cat", f"{remote}/{STREAM}", "--json", *args])
+    return [json.loads(x) for x in r.stdout.splitlines()]
+
+
+def check_events(events, flushed, appended=None):
+    """Offsets contiguous from 0 per partition; per (producer, partition)
+    seq strictly increasing; per producer the seqs are exactly 0..n-1 for
+    some n with flushed[p] <= n <= appended[p] (default n = flushed[p]),
+    each with the payload it appended. Returns {producer: n}."""
+    next_off = defaultdict(int)
+    last = {}
+    seqs = defaultdict(list)
+    for e in events:
+        p = e["partition"]
+        check(e["offset"] == next_off[p], f"partition {p}: offset {e['offset']} where {next_off[p]} was expected")
+        next_off[p] += 1
+        k = (e["producer"], p)
+        check(k not in last or e["seq"] > last[k], f"producer {k[0]} partition {p}: seq {e['seq']} after {last.get(k)}")
+        last[k] = e["seq"]
+        check(e["payload"].startswith(f"{e['producer']}:{e['seq']}:"), f"payload {e['payload'][:40]!r} is not event {e['seq']}'s")
+        seqs[e["producer"]].append(e["seq"])
+    got = {}
+    for pid, f in flushed.items():
+        s = sorted(seqs.pop(pid, []))
+        n = len(s)
+        check(s == list(range(n)), f"producer {pid}: stored seqs are not 0..{n - 1} exactly once (gap or duplicate)")
+        hi = appended[pid] if appended else f
+        check(f <= n <= hi, f"producer {pid}: {n} events stored, {f} were flushed, {hi} appended")
+        got[pid] = n
+    check(not seqs, f"events of producers that never ran: {list(seqs)[:3]}")
+    return got
