@@ -14,6 +14,9 @@ stream drain --follow` in between. Cases:
                   strictly increasing per partition, offsets contiguous
                   from 0, each payload its event's; the group's committed
                   offsets leave lag 0, and reading the group again gets nothing
+  paralog run     2 MPICH ranks under `paralog run` opening the stream
+                  with no directory (PARALOG_LOCAL, set by paralog run):
+                  every event is under the prefix when it returns
   python          two mpi4py ranks (collective) and one lone process
                   (partition by key) producing; a reader from earliest gets
                   every event as above, and events with one key share one
@@ -38,6 +41,7 @@ from collections import defaultdict
 
 from tests.lib.check import Suite, check
 from tests.lib.mpi import compile_program, launcher, mpi_env
+from tests.lib.paralog import paralog_run
 from tests.lib.paths import BIN, PY, RELEASE, ROOT, TARGET
 from tests.lib.proc import run
 from tests.lib.streams import check_events, follow_drain, stop
@@ -127,6 +131,23 @@ def case_c(flavour, np):
     return case
 
 
+def case_paralog_run(work):
+    """The docs' example: MPI ranks appending under `paralog run`, read
+    from the prefix when it returns."""
+    exe = program("mpich")
+    local, prefix = work / "local", work / "prefix"
+    prefix.mkdir()
+    r = paralog_run(local, prefix, launcher("mpich", 2) + [exe, "produce", "-", STREAM, "3", "3000", "300"],
+                    mpi="mpich", env=mpi_env())
+    pids = producers_of(r.stdout)
+    check(len(pids) == 2, f"ranks printed {r.stdout[:300]}")
+    check("MISSED" not in r.stdout + r.stderr, f"stream files taken for files written past capture: {r.stderr[-500:]}")
+    got = [json.loads(x) for x in run([BIN, "stream", "cat", f"{prefix}/{STREAM}", "--from", "earliest",
+                                       "--json"]).stdout.splitlines()]
+    check_events(got, {p: 3000 for p in pids})
+    return f"{len(got)} events under the prefix when paralog run returned"
+
+
 def case_python(work):
     local, remote = work / "local", work / "remote"
     remote.mkdir()
@@ -186,7 +207,7 @@ def main():
     a = ap.parse_args()
     suite = Suite("stream-api", keep=a.keep)
     cases = [("C ranks, mpich", case_c("mpich", 4)), ("C ranks, openmpi", case_c("openmpi", 3)),
-             ("python", case_python), ("bad input", case_bad)]
+             ("C ranks under paralog run", case_paralog_run), ("python", case_python), ("bad input", case_bad)]
     sys.exit(suite.run(cases, only=a.only))
 
 

@@ -1,7 +1,7 @@
 /* A producer of tests/stream/api.py: MPI ranks appending to one stream
  * through the C API (paralog/stream.h, paralog/stream_mpi.h).
  *
- *   api_producer produce LOCAL STREAM PARTITIONS EVENTS FLUSH_EVERY
+ *   api_producer produce LOCAL|- STREAM PARTITIONS EVENTS FLUSH_EVERY
  *       collective open; each rank appends EVENTS events (round-robin;
  *       odd ranks by key), payload "<producer id>:<seq>:r<rank>", a
  *       collective flush every FLUSH_EVERY; prints "producer ID" and
@@ -39,7 +39,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: api_producer produce|mismatch|toolarge LOCAL STREAM ...\n");
         return 2;
     }
-    const char *mode = argv[1], *local = argv[2], *stream = argv[3];
+    /* "-": the node-local root of the environment (PARALOG_LOCAL, which
+     * `paralog run` sets for its program). */
+    const char *mode = argv[1], *local = strcmp(argv[2], "-") ? argv[2] : NULL, *stream = argv[3];
     if (strcmp(mode, "mismatch") == 0) {
         if ((rc = paralog_stream_open_all(MPI_COMM_WORLD, local, stream, 3 + rank, &s)))
             failed(rc);
