@@ -16,7 +16,7 @@ PKGS=(
   libhdf5-mpich-dev libhdf5-openmpi-dev hdf5-tools libhdf5-doc
   libpnetcdf-dev
   python3-mpi4py python3-h5py-mpi python3-numpy python3-pytest python3-pytest-mpi
-  iproute2 util-linux bc strace
+  iproute2 util-linux bc strace rsync zip unzip
 )
 
 missing=()
