@@ -539,13 +539,20 @@ fn logged(abs: &Path, times: bool) -> CResult<Option<(bool, u64, Option<Times>)>
     let mut slot = lock();
     let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
     let c = st.committed(abs)?;
+    Ok(answers_for(st, abs, &c)
+        .then(|| (c.exists, c.size, if times { c.view.times() } else { None })))
+}
+
+/// Whether capture, not the real file system, answers for `abs`, whose
+/// committed state is `c`.
+pub(crate) fn answers_for(st: &State, abs: &Path, c: &crate::view::Committed) -> bool {
     // A link or directory made in the prefix at the name of a captured file
     // the program deleted (git probes for links with a temporary file's
-    // name): the real entry is what the program sees there now.
+    // name, GNU tar replaces its placeholders with links): the real entry
+    // is what the program sees there now.
     if !c.exists && (real_link(abs) || std::fs::symlink_metadata(abs).is_ok_and(|m| m.is_dir())) {
-        return Ok(None);
+        return false;
     }
     let elsewhere = st.cfg.remote_root.as_ref() != Some(&st.cfg.prefix);
-    let known = c.known || (elsewhere && c.exists) || c.in_set;
-    Ok(known.then(|| (c.exists, c.size, if times { c.view.times() } else { None })))
+    c.known || (elsewhere && c.exists) || c.in_set
 }

@@ -16,7 +16,7 @@ use paralog_log::format::Times;
 use crate::guard::Guard;
 use crate::namespace::at_path;
 use crate::pass;
-use crate::posix::{contain, prefix_path};
+use crate::posix::{answers_for, contain, prefix_path};
 use crate::state::{self, lock, CResult, State};
 
 /// Now, in nanoseconds since the Unix epoch.
@@ -86,8 +86,7 @@ fn set_path(abs: &Path, times: Times) -> CResult<Option<c_int>> {
         return Ok(Some(0));
     }
     let c = st.committed(abs)?;
-    let elsewhere = st.cfg.remote_root.as_ref() != Some(&st.cfg.prefix);
-    if !(c.known || (elsewhere && c.exists) || c.in_set) {
+    if !answers_for(st, abs, &c) {
         return Ok(None);
     }
     if !c.exists {
