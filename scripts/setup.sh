@@ -16,7 +16,7 @@ PKGS=(
   libhdf5-mpich-dev libhdf5-openmpi-dev hdf5-tools libhdf5-doc
   libpnetcdf-dev
   python3-mpi4py python3-h5py-mpi python3-numpy python3-pytest python3-pytest-mpi
-  iproute2 util-linux bc strace
+  iproute2 util-linux bc strace rsync zip unzip
 )
 
 missing=()
@@ -68,19 +68,19 @@ if [ "${1:-}" = "--test" ]; then
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
   fi
-  # PnetCDF's example programs (tests/correctness/pnetcdf_examples.py): the
+  # PnetCDF's example and test programs (tests/correctness/pnetcdf_examples.py): the
   # source of the libpnetcdf-dev Debian installs, from Debian's archive,
   # checked against the hash in its .dsc.
   PNETCDF=pnetcdf-1.12.3
-  if [ ! -d "$root/target/$PNETCDF/examples/C" ]; then
-    echo "setup: fetching $PNETCDF's examples (Debian source)"
+  if [ ! -d "$root/target/$PNETCDF/test/testcases" ]; then
+    echo "setup: fetching $PNETCDF's examples and test programs (Debian source)"
     if ! command -v curl >/dev/null || ! command -v xz >/dev/null; then
       $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl ca-certificates xz-utils >/dev/null
     fi
     tarball="$root/target/${PNETCDF/-/_}.orig.tar.xz"
     curl -sSfL -o "$tarball" "http://deb.debian.org/debian/pool/main/p/pnetcdf/${PNETCDF/-/_}.orig.tar.xz"
     echo "8f54023ffbbd3c8137e5422b44e32324113d5690f1da0cb7ecd5842c2de850a9  $tarball" | sha256sum -c --quiet
-    tar -xJf "$tarball" -C "$root/target" "$PNETCDF/examples/C"
+    tar -xJf "$tarball" -C "$root/target" "$PNETCDF/examples/C" "$PNETCDF/test/common" "$PNETCDF/test/testcases" "$PNETCDF/test/nonblocking"
     rm -f "$tarball"
   fi
   MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c

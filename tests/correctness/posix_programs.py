@@ -55,6 +55,9 @@ nothing may be left in the prefix that the drain did not put there.
   git          init, commits, gc, cp -a of the repository; a file
                created in a directory that does not exist fails (ENOENT) as
                without paralog; ln -s then rm
+  times        touch -d/-m/-r, cp -p, rsync -a, tar -x, unzip, os.utime(ns=):
+               every file's modification time on the remote is the direct
+               run's, to the nanosecond, and stat answers it under capture
   coreutils    shuf -o, uniq IN OUT, ptx, tsort (freopen), sort -o in place,
                sed -i, cp of a file the run wrote, awk's > and >>
 
@@ -220,6 +223,7 @@ def cases():
          lambda w: compare(w, lambda d: ["/bin/bash", "-c", GIT.format(d=d)])),
         ("mmap: writable shared mapping refused, no SIGBUS", case_mmap),
         ("modes: creation modes (0600, 0755, umask 077, a 0600 temporary renamed) kept on the remote", case_modes),
+        ("times: touch, cp -p, rsync -a, tar -x, unzip, os.utime keep their times on the remote", case_times),
         ("entry points: pwritev2, preadv2, sendfile, copy_file_range, splice, lio_listio, syncfs, mkstemps, ...",
          lambda w: compare(w, lambda d: [exe("entry_points"), d, os.path.realpath(PY)])),
         *[(f"freopen {how}: {what}", lambda w, h=how: compare(w, lambda d: [exe("freopen_io"), h, d]))
@@ -240,6 +244,35 @@ def cases():
            lambda w, p=point, m=mode: case_crash_rotate(w, p, m))
           for point in ("written", "synced", "renamed", "replaced", "rotated") for mode in ("recover", "server")],
     ]
+
+
+# Programs that set file times (rsync's temporaries, tar, cp -p): the source
+# tree is made outside the prefix with fixed times, once per run.
+TIMES = ("set -e; src=$(mktemp -d); trap 'rm -rf $src $src.tar $src.zip' EXIT; mkdir $src/sub; "
+         "echo one > $src/a; echo two > $src/sub/b; touch -d '2001-02-03 04:05:06.789012345' $src/a $src/sub/b; "
+         "tar -C $src -cf $src.tar a sub; (cd $src && zip -q -X -r $src.zip a sub); "
+         "touch -d '2010-01-01 00:00:00' {d}/t1; echo x > {d}/t2; touch -m -d '2011-05-06 07:08:09.5' {d}/t2; "
+         "echo y > {d}/t3; touch -r {d}/t2 {d}/t3; echo w > {d}/t4; touch -d '2012-01-01' {d}/t4; echo more >> {d}/t4; "
+         "cp -p $src/a {d}/cp_a; rsync -a $src/ {d}/rs/; mkdir {d}/tx {d}/uz; tar -C {d}/tx -xf $src.tar; "
+         "unzip -q $src.zip -d {d}/uz; "
+         "/usr/bin/python3 -c \"import os; p='{d}/py'; open(p,'w').write('z'); os.utime(p, ns=(1000000123, 2000000456))\"; "
+         "cd {d}; stat -c '%n %Y' t1 t2 t3 cp_a rs/a rs/sub/b tx/sub/b uz/a py")
+
+
+def case_times(work):
+    """Files whose times the program set have the direct run's
+    modification times on the remote, to the nanosecond (t4 was written
+    after its touch: the kernel and the drain both make it new)."""
+    compare(work, lambda d: ["/bin/bash", "-c", TIMES.format(d=d)])
+    remote = work / "remote" if SEPARATE else work / "prefix"
+    direct = work / "direct"
+    names = ["t1", "t2", "t3", "cp_a", "rs/a", "rs/sub/b", "tx/a", "tx/sub/b", "uz/a", "uz/sub/b", "py"]
+    got = {n: (remote / n).stat().st_mtime_ns for n in names}
+    want = {n: (direct / n).stat().st_mtime_ns for n in names}
+    check(got == want, f"modification times on the remote {got}, in the direct run {want}")
+    check(want["py"] == 2000000456 and want["t1"] != want["t2"], f"the direct run's times are not the ones set: {want}")
+    t4 = (remote / "t4").stat().st_mtime
+    check(t4 > 1500000000, f"t4 was written after its touch, yet keeps the time touch gave it ({t4})")
 
 
 def case_modes(work):

@@ -5,6 +5,7 @@
 
 use std::fmt;
 
+pub use paralog_log::format::Times;
 pub use paralog_log::reader::SizeState;
 pub use paralog_log::EpochId;
 
@@ -134,6 +135,10 @@ pub struct EpochShape {
     /// a POSIX remote creates the file with them (less the server's
     /// umask: never wider); an existing file keeps its own. `None`: 0644.
     pub mode: Option<u32>,
+    /// The times the program set last (`utimensat`): a POSIX remote gives
+    /// them to the file; what they leave alone, and every time of a file
+    /// without them, is the drain's own. Object remotes keep no times.
+    pub times: Option<Times>,
 }
 
 /// A drained file read back from the remote (the source of a rename,
@@ -148,6 +153,11 @@ pub trait ReadBack {
     fn mode(&self) -> Option<u32> {
         None
     }
+    /// Its access and modification times, where the remote keeps them (a
+    /// rename keeps its source's).
+    fn times(&self) -> Option<Times> {
+        None
+    }
 }
 
 /// A drained file in a file system this process reads.
@@ -160,6 +170,16 @@ impl ReadBack for FileBack {
             .metadata()
             .ok()
             .map(|m| m.permissions().mode() & 0o7777)
+    }
+
+    fn times(&self) -> Option<Times> {
+        use std::os::unix::fs::MetadataExt;
+        let m = self.1.metadata().ok()?;
+        let ns = |s: i64, n: i64| s.checked_mul(1_000_000_000)?.checked_add(n);
+        Some(Times {
+            atime: ns(m.atime(), m.atime_nsec()),
+            mtime: ns(m.mtime(), m.mtime_nsec()),
+        })
     }
 
     fn size(&self) -> u64 {

@@ -1013,6 +1013,7 @@ mod tests {
             fresh: false,
             replace: false,
             mode: None,
+            times: None,
         }
     }
 

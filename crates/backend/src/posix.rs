@@ -80,6 +80,7 @@ impl Backend for PosixBackend {
             no_copy: false,
             temp,
             mode: shape.mode.unwrap_or(0o644) & 0o7777,
+            times: shape.times,
         }))
     }
 
@@ -112,6 +113,8 @@ struct PosixSink<'a> {
     temp: Option<PathBuf>,
     /// The mode a file this sink creates gets (less the umask).
     mode: u32,
+    /// The times the program set, given to the file before its fsync.
+    times: Option<crate::Times>,
 }
 
 /// `dir/.NAME.paralog-replace`: hidden, in the same directory (a rename
@@ -304,6 +307,10 @@ impl EpochSink for PosixSink<'_> {
             let t = t.clone();
             self.open_temp(t)?;
         }
+        if let Some(times) = self.times {
+            let path = self.temp.clone().unwrap_or_else(|| self.path.clone());
+            set_times(self.file()?, times).map_err(|e| err(&path, "set times", e))?;
+        }
         if let Some(f) = &self.file {
             f.sync_all().map_err(|e| err(&self.path, "fsync", e))?;
         }
@@ -318,6 +325,27 @@ impl EpochSink for PosixSink<'_> {
         }
         Ok(())
     }
+}
+
+/// `futimens` with the program's times; what it left alone stays.
+fn set_times(f: &File, t: crate::Times) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let spec = |ns: Option<i64>| match ns {
+        Some(ns) => libc::timespec {
+            tv_sec: ns.div_euclid(1_000_000_000) as libc::time_t,
+            tv_nsec: ns.rem_euclid(1_000_000_000) as _,
+        },
+        None => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+    };
+    let ts = [spec(t.atime), spec(t.mtime)];
+    // SAFETY: an open descriptor and two initialised timespecs.
+    if unsafe { libc::futimens(f.as_raw_fd(), ts.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -336,6 +364,7 @@ mod tests {
         fresh: false,
         replace: false,
         mode: None,
+        times: None,
     };
 
     #[test]

@@ -256,12 +256,29 @@ static const char *strip_driver(const char *name) {
 
 /* The agreement: elementwise max over the communicator of n int64 values. */
 static int agree_max(MPI_Comm comm, int64_t *v, int n) {
-    int64_t in[4];
+    int64_t in[5];
     memcpy(in, v, n * sizeof *v);
     return real_PMPI_Allreduce()(in, v, n, TYPE_INT64, OP_MAX, comm);
 }
 
 /* ---- open ---------------------------------------------------------------- */
+
+/* Reads during writes (two-phase I/O, data sieving) would need other
+ * ranks' bytes, which are not local under capture: switch them off.
+ * romio_no_indep_rw=true would force collective buffering back on. */
+static int open_with_hints(MPI_Comm comm, const char *filename, int amode, MPI_Info info, MPI_File *fh) {
+    MPI_Info hints;
+    if (info == INFO_NULL)
+        real_PMPI_Info_create()(&hints);
+    else
+        real_PMPI_Info_dup()(info, &hints);
+    real_PMPI_Info_set()(hints, "romio_cb_write", "disable");
+    real_PMPI_Info_set()(hints, "romio_ds_write", "disable");
+    real_PMPI_Info_set()(hints, "romio_no_indep_rw", "false");
+    int rc = real_PMPI_File_open()(comm, filename, amode, hints, fh);
+    real_PMPI_Info_free()(&hints);
+    return rc;
+}
 
 static int shim_open(MPI_Comm comm, const char *filename, int amode, MPI_Info info, MPI_File *fh) {
     check_flavour();
@@ -271,14 +288,26 @@ static int shim_open(MPI_Comm comm, const char *filename, int amode, MPI_Info in
     int flags = ((amode & (MPI_MODE_WRONLY | MPI_MODE_RDWR)) ? OPEN_WRITE : 0) | ((amode & MPI_MODE_CREATE) ? OPEN_CREATE : 0);
     uint64_t gen = 0;
     int decision = paralog_mpi_open_begin(path, flags, &gen);
-    /* [error anywhere, captured anywhere, not captured anywhere, open generation] */
-    int64_t v[4] = {decision < 0, decision == 1, decision == 0, (int64_t)gen};
-    int rc = agree_max(comm, v, 4);
+    /* [error anywhere, captured anywhere, not captured anywhere, open
+     * generation, already open under capture anywhere] */
+    int64_t v[5] = {decision < 0, decision == 1, decision == 0, (int64_t)gen, decision == 2};
+    int rc = agree_max(comm, v, 5);
     if (rc != MPI_SUCCESS) goto out;
-    if (v[0] || (v[1] && v[2])) {
-        if (v[1] && v[2] && decision >= 0)
+    if (v[0] || (v[1] && v[2]) || (v[4] && (v[1] || v[2]))) {
+        if (v[4] && decision >= 0)
+            say("MPI_File_open(%s): some ranks have it open under capture already, others not; a second open must come from ranks that all hold the first%.0ld", filename, 0);
+        else if (v[1] && v[2] && decision >= 0)
             say("MPI_File_open(%s): ranks disagree on whether the file is captured (different PARALOG_* settings?)%.0ld", filename, 0);
         rc = MPI_ERR_IO;
+        goto out;
+    }
+    if (v[4]) {
+        /* A second handle of a file every rank here has open under capture
+         * (PnetCDF's independent data mode opens one on MPI_COMM_SELF): the
+         * library's opens join the first open's log, its sync and close are
+         * not consistency points of their own (the first handle's are), and
+         * it gets the same hints. */
+        rc = open_with_hints(comm, filename, amode, info, fh);
         goto out;
     }
     if (!v[1]) {
@@ -300,19 +329,7 @@ static int shim_open(MPI_Comm comm, const char *filename, int amode, MPI_Info in
         if (rc == MPI_SUCCESS) rc = MPI_ERR_IO;
         goto out;
     }
-    /* Reads during writes (two-phase I/O, data sieving) would need other
-     * ranks' bytes, which are not local under capture: switch them off.
-     * romio_no_indep_rw=true would force collective buffering back on. */
-    MPI_Info hints;
-    if (info == INFO_NULL)
-        real_PMPI_Info_create()(&hints);
-    else
-        real_PMPI_Info_dup()(info, &hints);
-    real_PMPI_Info_set()(hints, "romio_cb_write", "disable");
-    real_PMPI_Info_set()(hints, "romio_ds_write", "disable");
-    real_PMPI_Info_set()(hints, "romio_no_indep_rw", "false");
-    rc = real_PMPI_File_open()(comm, filename, amode, hints, fh);
-    real_PMPI_Info_free()(&hints);
+    rc = open_with_hints(comm, filename, amode, info, fh);
     if (rc != MPI_SUCCESS) {
         paralog_mpi_release(handle);
         real_PMPI_Comm_free()(&agree);

@@ -57,6 +57,7 @@ impl State {
     /// A write into a handle at `pos` (through a descriptor, or with none
     /// for path operations and harvested bytes).
     pub fn write_handle(&mut self, id: u64, pos: u64, data: &[u8]) -> CResult<()> {
+        self.changed(id);
         self.ensure_log(id)?;
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
         log_of(h)?.write_at(pos, data).map_err(|e| {
@@ -166,6 +167,7 @@ impl State {
     }
 
     pub fn set_size(&mut self, id: u64, size: u64) -> CResult<()> {
+        self.changed(id);
         self.ensure_log(id)?;
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
         log_of(h)?.set_size(size);
@@ -178,6 +180,7 @@ impl State {
     /// `unlink` of the path of an open handle: the file is gone at the end
     /// of this epoch unless written again.
     pub fn delete(&mut self, id: u64) -> CResult<()> {
+        self.changed(id);
         self.ensure_log(id)?;
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
         log_of(h)?.delete();
@@ -191,6 +194,7 @@ impl State {
     /// file becomes the source's content (`size` bytes) at the epoch `r`
     /// names, without a byte copied here.
     pub fn rename_from(&mut self, id: u64, r: RenameRef, size: u64) -> CResult<()> {
+        self.changed(id);
         self.ensure_log(id)?;
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
         log_of(h)?.rename_from(r);
@@ -202,6 +206,7 @@ impl State {
 
     /// `rename(this path, target)`: gone under this name, as `delete`.
     pub fn renamed_to(&mut self, id: u64, r: RenameRef) -> CResult<()> {
+        self.changed(id);
         self.ensure_log(id)?;
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
         log_of(h)?.renamed_to(r);
@@ -249,7 +254,32 @@ impl State {
         r
     }
 
+    /// `utimensat` and its family on the file of a handle: recorded in its
+    /// epoch, and answered by stat in this process until the file changes.
+    pub fn set_times(&mut self, id: u64, times: paralog_log::format::Times) -> CResult<()> {
+        self.ensure_log(id)?;
+        let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
+        log_of(h)?.set_times(times);
+        h.dirty = true;
+        let path = h.path.clone();
+        let before = self.times.get(&path).copied();
+        self.times
+            .insert(path, before.unwrap_or_default().then(times));
+        Ok(())
+    }
+
+    /// The file of a handle changed: the times a program set on it are
+    /// gone (its log drops them too).
+    fn changed(&mut self, id: u64) {
+        if !self.times.is_empty() {
+            if let Some(h) = self.handles.get(&id) {
+                self.times.remove(&h.path);
+            }
+        }
+    }
+
     pub fn preallocate(&mut self, id: u64, size: u64) -> CResult<()> {
+        self.changed(id);
         self.ensure_log(id)?;
         let h = self.handles.get_mut(&id).ok_or(libc::EBADF)?;
         log_of(h)?.preallocate(size);

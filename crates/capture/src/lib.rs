@@ -34,6 +34,7 @@ pub mod stdio;
 pub mod symlink;
 pub mod tempname;
 pub mod timeline;
+pub mod times;
 pub mod view;
 pub mod wait;
 

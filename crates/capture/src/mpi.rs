@@ -31,7 +31,9 @@ unsafe fn abs_path(filename: *const c_char) -> Option<PathBuf> {
 
 /// Decide whether an MPI_File_open is captured. Returns 1 (captured; `*gen`
 /// is this rank's proposal for the open generation, to be agreed as the
-/// maximum over ranks), 0 (not captured) or -errno.
+/// maximum over ranks), 0 (not captured), 2 (a second handle of a file this
+/// process has open through MPI under capture: it joins that open) or
+/// -errno.
 #[no_mangle]
 pub unsafe extern "C" fn paralog_mpi_open_begin(
     filename: *const c_char,
@@ -65,9 +67,15 @@ pub unsafe extern "C" fn paralog_mpi_open_begin(
         }
         let mut slot = lock();
         let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
-        if st.by_path.contains_key(&abs) {
+        if let Some(&id) = st.by_path.get(&abs) {
+            // A second MPI handle of a file this process has open through
+            // MPI already (PnetCDF's independent data mode): it joins that
+            // open's log (2). Mixing it with a plain POSIX open is refused.
+            if st.handles.get(&id).is_some_and(|h| h.mode == Mode::Mpi) {
+                return Ok(2);
+            }
             report::line(&format!(
-                "{} is already open under capture in this process; a second concurrent MPI_File_open of it is not supported",
+                "{} is already open under capture in this process by a POSIX open; an MPI_File_open of it as well is not supported",
                 abs.display()
             ));
             return Ok(-libc::EBUSY);

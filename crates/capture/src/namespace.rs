@@ -225,6 +225,7 @@ fn rename_captured(src: &Path, dst: &Path, flags: c_uint) -> CResult<Option<c_in
         st.rel_of(dst).ok_or(libc::EINVAL)?,
     );
     let size = from.size;
+    let src_times = st.times.get(src).copied();
     let dst_at = st.path_op_at(dst, to, |st, id| {
         st.rename_from(id, RenameRef::new(&src_rel, at), size)
     })?;
@@ -236,6 +237,10 @@ fn rename_captured(src: &Path, dst: &Path, flags: c_uint) -> CResult<Option<c_in
         Some(m) => st.modes.insert(dst.to_path_buf(), m),
         None => st.modes.remove(dst),
     };
+    // And its times (the operations above dropped both names' own).
+    if let Some(t) = src_times {
+        st.times.insert(dst.to_path_buf(), t);
+    }
     Ok(Some(0))
 }
 

@@ -14,6 +14,8 @@ use std::path::Path;
 
 use libc::{c_char, c_int, c_ulong, mode_t};
 
+use paralog_log::format::Times;
+
 use crate::guard::Guard;
 use crate::report;
 use crate::settings::Settings;
@@ -525,16 +527,32 @@ pub(crate) unsafe fn prefix_path(
 /// file there (GNU tar checks them before it replaces a placeholder with a
 /// link).
 pub(crate) fn logged_state(abs: &Path) -> CResult<Option<(bool, u64)>> {
+    Ok(logged(abs, false)?.map(|(exists, size, _)| (exists, size)))
+}
+
+/// `logged_state`, and the file's times in the log's view (stat).
+pub(crate) fn logged_stat(abs: &Path) -> CResult<Option<(bool, u64, Option<Times>)>> {
+    logged(abs, true)
+}
+
+fn logged(abs: &Path, times: bool) -> CResult<Option<(bool, u64, Option<Times>)>> {
     let mut slot = lock();
     let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
     let c = st.committed(abs)?;
+    Ok(answers_for(st, abs, &c)
+        .then(|| (c.exists, c.size, if times { c.view.times() } else { None })))
+}
+
+/// Whether capture, not the real file system, answers for `abs`, whose
+/// committed state is `c`.
+pub(crate) fn answers_for(st: &State, abs: &Path, c: &crate::view::Committed) -> bool {
     // A link or directory made in the prefix at the name of a captured file
     // the program deleted (git probes for links with a temporary file's
-    // name): the real entry is what the program sees there now.
+    // name, GNU tar replaces its placeholders with links): the real entry
+    // is what the program sees there now.
     if !c.exists && (real_link(abs) || std::fs::symlink_metadata(abs).is_ok_and(|m| m.is_dir())) {
-        return Ok(None);
+        return false;
     }
     let elsewhere = st.cfg.remote_root.as_ref() != Some(&st.cfg.prefix);
-    let known = c.known || (elsewhere && c.exists) || c.in_set;
-    Ok(known.then_some((c.exists, c.size)))
+    c.known || (elsewhere && c.exists) || c.in_set
 }

@@ -11,12 +11,17 @@ use std::path::Path;
 use libc::{c_char, c_int, c_uint};
 
 use crate::guard::Guard;
-use crate::posix::{logged_state, prefix_path};
+use paralog_log::format::Times;
+
+use crate::posix::{logged_stat, prefix_path};
 use crate::state::{is_captured, lock, resolve, set_errno};
 use crate::{entry_points, pass};
 
-/// (size, an open placeholder to take the rest of the answer from, path).
-fn known(fd: Option<c_int>, id: Option<u64>) -> Option<(u64, Option<c_int>, std::path::PathBuf)> {
+/// (size, an open placeholder to take the rest of the answer from, path,
+/// its times if this process changed it in the current epoch: now).
+type Known = (u64, Option<c_int>, std::path::PathBuf, Option<Times>);
+
+fn known(fd: Option<c_int>, id: Option<u64>) -> Option<Known> {
     let slot = lock();
     let st = slot.as_ref()?;
     let id = match (fd, id) {
@@ -26,7 +31,14 @@ fn known(fd: Option<c_int>, id: Option<u64>) -> Option<(u64, Option<c_int>, std:
     };
     let h = st.handles.get(&id)?;
     let any_fd = fd.or_else(|| st.fds.iter().find(|(_, e)| e.handle == id).map(|(&f, _)| f));
-    Some((h.size, any_fd, h.path.clone()))
+    let now = h.dirty.then(|| {
+        let now = crate::times::now_ns();
+        Times {
+            atime: Some(now),
+            mtime: Some(now),
+        }
+    });
+    Some((h.size, any_fd, h.path.clone(), now))
 }
 
 /// Permission bits of a captured file: what `chmod` set in this process,
@@ -64,9 +76,28 @@ fn identity(path: &Path) -> (u64, u64) {
     (dev, h | 1 << 63)
 }
 
+/// The times stat answers: those the program set in this process, on top
+/// of what the log knows.
+fn times_of(path: &Path, known: Option<Times>) -> Option<Times> {
+    let set = lock().as_ref().and_then(|st| st.times.get(path).copied());
+    Times::layered(known, set)
+}
+
 macro_rules! patch {
-    ($buf:expr, $size:expr, $path:expr) => {{
+    ($buf:expr, $size:expr, $path:expr, $times:expr) => {{
         let b = &mut *$buf;
+        if let Some(t) = times_of($path, $times) {
+            if let Some(a) = t.atime {
+                b.st_atime = a.div_euclid(1_000_000_000) as _;
+                b.st_atime_nsec = a.rem_euclid(1_000_000_000) as _;
+            }
+            if let Some(m) = t.mtime {
+                b.st_mtime = m.div_euclid(1_000_000_000) as _;
+                b.st_mtime_nsec = m.rem_euclid(1_000_000_000) as _;
+                b.st_ctime = b.st_mtime;
+                b.st_ctime_nsec = b.st_mtime_nsec;
+            }
+        }
         let (dev, ino) = identity($path);
         b.st_dev = dev as _;
         b.st_ino = ino as _;
@@ -79,7 +110,10 @@ macro_rules! patch {
 
 /// Fill `buf` for a captured file: kernel answer for the placeholder (or the
 /// prefix directory when no placeholder is open), then our size and type.
-unsafe fn fill_stat(size: u64, fd: Option<c_int>, path: &Path, buf: *mut libc::stat) -> c_int {
+unsafe fn fill_stat(
+    (size, fd, path, times): (u64, Option<c_int>, &Path, Option<Times>),
+    buf: *mut libc::stat,
+) -> c_int {
     let rc = match fd {
         Some(fd) => libc::syscall(libc::SYS_fstat, fd, buf) as c_int,
         None => match crate::state::settings() {
@@ -94,7 +128,7 @@ unsafe fn fill_stat(size: u64, fd: Option<c_int>, path: &Path, buf: *mut libc::s
         set_errno(libc::EIO);
         return -1;
     }
-    patch!(buf, size, path);
+    patch!(buf, size, path, times);
     0
 }
 
@@ -103,21 +137,21 @@ unsafe fn by_fd(fd: c_int, buf: *mut libc::stat) -> Option<c_int> {
         return None;
     }
     let _g = Guard::enter()?;
-    let (size, fd, path) = known(Some(fd), None)?;
-    Some(fill_stat(size, fd, &path, buf))
+    let (size, fd, path, times) = known(Some(fd), None)?;
+    Some(fill_stat((size, fd, &path, times), buf))
 }
 
 unsafe fn by_path(path: *const c_char, buf: *mut libc::stat) -> Option<c_int> {
     let (_g, abs, id) = prefix_path(path)?;
     if let Some(id) = id {
-        let (size, fd, path) = known(None, Some(id))?;
-        return Some(fill_stat(size, fd, &path, buf));
+        let (size, fd, path, times) = known(None, Some(id))?;
+        return Some(fill_stat((size, fd, &path, times), buf));
     }
     // Closed, but committed epochs not yet drained: the log answers.
-    match logged_state(&abs) {
+    match logged_stat(&abs) {
         Ok(None) => None,
-        Ok(Some((true, size))) => Some(fill_stat(size, None, &abs, buf)),
-        Ok(Some((false, _))) => {
+        Ok(Some((true, size, times))) => Some(fill_stat((size, None, &abs, times), buf)),
+        Ok(Some((false, _, _))) => {
             set_errno(libc::ENOENT);
             Some(-1)
         }
@@ -218,6 +252,16 @@ pub unsafe extern "C" fn statx(
         b.stx_blocks = st.st_blocks as u64;
         b.stx_mode = st.st_mode as u16;
         b.stx_nlink = 1;
+        let ts = |sec: i64, nsec: i64| {
+            // SAFETY: a plain C struct, all zeros is valid.
+            let mut t: libc::statx_timestamp = std::mem::zeroed();
+            t.tv_sec = sec;
+            t.tv_nsec = nsec as u32;
+            t
+        };
+        b.stx_atime = ts(st.st_atime, st.st_atime_nsec);
+        b.stx_mtime = ts(st.st_mtime, st.st_mtime_nsec);
+        b.stx_ctime = ts(st.st_ctime, st.st_ctime_nsec);
     }
     rc
 }

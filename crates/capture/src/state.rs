@@ -176,6 +176,9 @@ pub struct State {
     pub aio: HashMap<usize, (isize, c_int)>,
     /// Permission bits set by `chmod` on captured paths (stat answers them).
     pub modes: HashMap<PathBuf, u32>,
+    /// Times set by `utimensat` and its family on captured paths, until the
+    /// file changes again (stat answers them).
+    pub times: HashMap<PathBuf, paralog_log::format::Times>,
 }
 
 /// Errors at the C boundary: an errno for the caller, the line already
@@ -207,6 +210,7 @@ impl State {
             next_id: 1,
             aio: HashMap::new(),
             modes: HashMap::new(),
+            times: HashMap::new(),
         }
     }
 

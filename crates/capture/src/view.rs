@@ -10,6 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use paralog_backend::objstore::{ObjStore, Version};
+use paralog_log::format::Times;
 use paralog_log::reader::SourceReader;
 use paralog_log::{FileInventory, LogicalFile};
 
@@ -336,6 +337,22 @@ fn renamed_base(
 }
 
 impl View {
+    /// The file's times in this view: those the program set on top of its
+    /// base's (the drained file's, or a rename source's), or, once its
+    /// epochs changed it, the time its newest bytes reached the log.
+    pub fn times(&self) -> Option<Times> {
+        let base = if self.lf.times_replaced {
+            last_change(&self.lf)
+        } else {
+            match &self.base {
+                Opened::File(p, _) => file_times(p.as_path()),
+                Opened::Renamed(v, _) => v.lock().ok().and_then(|v| v.times()),
+                _ => None,
+            }
+        };
+        Times::layered(base, self.lf.times)
+    }
+
     /// Bytes of the committed file at `off` (zeros past its end). ENOENT,
     /// quietly, when a data log went away under us (the server drained and
     /// deleted it): the caller rebuilds the view and asks again.
@@ -396,4 +413,37 @@ impl View {
             e.raw_os_error().unwrap_or(libc::EIO)
         })
     }
+}
+
+/// A file's access and modification times, if it exists.
+pub(crate) fn file_times(p: &Path) -> Option<Times> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(p).ok()?;
+    Some(Times {
+        atime: Some(m.atime() * 1_000_000_000 + m.atime_nsec()),
+        mtime: Some(m.mtime() * 1_000_000_000 + m.mtime_nsec()),
+    })
+}
+
+/// When the newest bytes of `lf` were written: the data logs of its last
+/// epoch that holds any (their modification time), none if it holds none.
+fn last_change(lf: &LogicalFile) -> Option<Times> {
+    let last = lf.sources.iter().map(|s| s.epoch).max()?;
+    let mut paths: Vec<&Path> = lf
+        .sources
+        .iter()
+        .filter(|s| s.epoch == last)
+        .map(|s| s.data_path.as_path())
+        .collect();
+    paths.sort_unstable();
+    paths.dedup();
+    let newest = paths
+        .into_iter()
+        .filter_map(file_times)
+        .filter_map(|t| t.mtime)
+        .max()?;
+    Some(Times {
+        atime: Some(newest),
+        mtime: Some(newest),
+    })
 }

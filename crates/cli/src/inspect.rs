@@ -118,6 +118,9 @@ fn file_json(f: &FileInventory) -> Value {
                                 "rename_from": { "file": r.file_dir_name(), "epoch": r.at.to_string() }
                             }),
                             Op::Mode(m) => json!({ "create_mode": format!("{m:04o}") }),
+                            Op::Times(t) => json!({
+                                "times": { "atime_ns": t.atime, "mtime_ns": t.mtime }
+                            }),
                             Op::RenamedTo(r) => json!({
                                 "renamed_to": { "file": r.file_dir_name(), "epoch": r.at.to_string() }
                             }),

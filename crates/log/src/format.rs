@@ -28,7 +28,7 @@ pub use commit::{
     decode_committed_manifest, decode_data_log, CommitTrailer, COMMIT_MAGIC, KIND_COMMIT,
     TRAILER_LEN,
 };
-pub use manifest::{path_hash, Extent, FileIdent, Manifest, Op, RenameRef};
+pub use manifest::{path_hash, Extent, FileIdent, Manifest, Op, RenameRef, Times};
 
 /// The format this build writes (data log header, manifest, commit trailer).
 pub const FORMAT_VERSION: u16 = 2;
@@ -40,10 +40,14 @@ pub const FORMAT_V1: u16 = 1;
 /// "Namespace operations"). Written only by an epoch that holds one, so a
 /// log without renames stays readable by a build that knows version 2.
 pub const MANIFEST_V3: u16 = 3;
+/// A commit record's manifest that holds a file's times (operation tag 9,
+/// `utimensat` and its family): the layout of version 3. Written only by an
+/// epoch that holds one (docs/format.md, "File times").
+pub const MANIFEST_V4: u16 = 4;
 /// What readers of data logs accept.
 pub(crate) const DATA_VERSIONS: &[u16] = &[FORMAT_V1, FORMAT_VERSION];
 /// What readers of manifests accept.
-pub(crate) const MANIFEST_VERSIONS: &[u16] = &[FORMAT_V1, FORMAT_VERSION, MANIFEST_V3];
+pub(crate) const MANIFEST_VERSIONS: &[u16] = &[FORMAT_V1, FORMAT_VERSION, MANIFEST_V3, MANIFEST_V4];
 const V1_ONLY: &[u16] = &[FORMAT_V1];
 
 pub const MANIFEST_MAGIC: &[u8; 8] = b"PLGMNFST";

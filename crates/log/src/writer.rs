@@ -205,6 +205,8 @@ struct EpochState {
     /// rank has passed in the epoch. Every rank counts the same points, so
     /// equal numbers mean the same moment of the program.
     phase: u32,
+    /// Times the program set since its last change in the epoch.
+    times: Option<crate::format::Times>,
 }
 
 impl EpochState {
@@ -374,6 +376,7 @@ impl RankLog {
             });
         }
         self.ensure_data()?;
+        self.cur.times = None;
         let pos = self.cur.log_end;
         if data.len() < self.cfg.small_write && data.len() <= self.cfg.coalesce_bytes {
             if self.cur.buf.len() + data.len() > self.cfg.coalesce_bytes {
@@ -463,8 +466,15 @@ impl RankLog {
         self.create_mode = Some(mode & 0o7777);
     }
 
+    /// `utimensat` and its family: the file's times, unless it changes
+    /// again in this epoch (then it is as new as its drain).
+    pub fn set_times(&mut self, times: crate::format::Times) {
+        self.cur.times = Some(self.cur.times.unwrap_or_default().then(times));
+    }
+
     /// A size operation ends the current phase (it is collective in MPI).
     fn size_op(&mut self, op: Op) {
+        self.cur.times = None;
         self.cur.size_ops.push((self.cur.phase, op));
         self.cur.phase = self.cur.phase.saturating_add(1);
     }

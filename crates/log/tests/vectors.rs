@@ -13,11 +13,11 @@
 
 use std::path::{Path, PathBuf};
 
-use paralog_log::format::RenameRef;
 use paralog_log::format::{
     decode_data_log, CommitMark, CommitTrailer, DataHeader, PathRecord, ProgressRecord,
     DATA_HEADER_LEN, TRAILER_LEN,
 };
+use paralog_log::format::{RenameRef, Times};
 use paralog_log::{EpochId, Extent, FileIdent, LogicalFile, Manifest, Op};
 
 fn dir() -> PathBuf {
@@ -216,6 +216,17 @@ fn manifest_mode() -> Manifest {
     m
 }
 
+/// An epoch that wrote and then set the file's times (rsync, tar -x): the
+/// modification time before 1970 as well, the access time left alone.
+fn manifest_times() -> Manifest {
+    let mut m = manifest_mode();
+    m.ops.push(Op::Times(Times {
+        atime: None,
+        mtime: Some(-1_500_000_000_123_456_789),
+    }));
+    m
+}
+
 type Check = fn(&[u8], &Path) -> bool;
 
 /// (file name, encoded bytes, decode-and-compare)
@@ -259,6 +270,11 @@ fn vectors() -> Vec<(&'static str, Vec<u8>, Check)> {
         ("manifest_mode_v3.bin", manifest_mode().encode(), |b, p| {
             Manifest::decode_version(b, p).is_ok_and(|m| m == (manifest_mode(), 3))
         }),
+        (
+            "manifest_times_v4.bin",
+            manifest_times().encode(),
+            |b, p| Manifest::decode_version(b, p).is_ok_and(|m| m == (manifest_times(), 4)),
+        ),
         ("commit_mark_v1.bin", mark().encode(), |b, p| {
             CommitMark::decode(b, p).is_ok_and(|m| m == mark())
         }),

@@ -94,6 +94,9 @@ pub struct Source<'b> {
     pub size: u64,
     /// The mode the source was created with, where its records say.
     pub mode: Option<u32>,
+    /// The times the source has at the rename (what its records set on
+    /// top of its base's).
+    pub times: Option<paralog_backend::Times>,
     reader: SourceReader,
     /// The source's file directory, and how far it was drained when its
     /// records were read.
@@ -190,8 +193,15 @@ impl<'b> Source<'b> {
             Base::Remote(r) => r.mode(),
             Base::None => None,
         });
+        let base_times = match &base {
+            Base::Renamed(s) => s.times,
+            Base::Remote(r) => r.times(),
+            Base::None => None,
+        };
+        let times = on_base(&lf, base_times);
         Ok(Source {
             mode,
+            times,
             lf,
             base,
             base_len,
@@ -247,6 +257,18 @@ fn drained_file<'b>(backend: &'b dyn Backend, rel: &[u8]) -> Result<(Base<'b>, u
     }
 }
 
+/// The times a file has after `lf`'s epochs on a base that has `base`'s.
+fn on_base(
+    lf: &LogicalFile,
+    base: Option<paralog_backend::Times>,
+) -> Option<paralog_backend::Times> {
+    if lf.times_replaced {
+        lf.times
+    } else {
+        paralog_backend::Times::layered(base, lf.times)
+    }
+}
+
 /// Publish the version of a file whose epochs `lf` hold a rename onto it:
 /// the source's content with the later epochs on top, written from offset
 /// 0 into a version that replaces the file whole (`EpochShape::replace`)
@@ -264,7 +286,9 @@ pub fn publish(
 ) -> Result<u64, DrainError> {
     let size = lf.size.final_size(src.size);
     // A rename keeps the source's mode; a file created anew since, its own.
-    let shape = crate::step::replace_shape(last, origin, size, fresh, lf.mode.or(src.mode));
+    // And its times, unless the file changed since.
+    let times = on_base(lf, src.times);
+    let shape = crate::step::replace_shape(last, origin, size, fresh, lf.mode.or(src.mode), times);
     let mut sink = ctx.backend.begin(rel, &shape).map_err(DrainError::Remote)?;
     let mut buf = ctx.pool.get();
     let chunk = buf.len() as u64;

@@ -56,6 +56,7 @@ pub fn shape(last: EpochId, origin: [u8; 16], lf: &LogicalFile, fresh: bool) -> 
         fresh,
         replace: false,
         mode: lf.mode,
+        times: lf.times,
     }
 }
 
@@ -67,6 +68,7 @@ pub fn replace_shape(
     size: u64,
     fresh: bool,
     mode: Option<u32>,
+    times: Option<paralog_backend::Times>,
 ) -> EpochShape {
     EpochShape {
         epoch: last,
@@ -80,6 +82,7 @@ pub fn replace_shape(
         fresh,
         replace: true,
         mode,
+        times,
     }
 }
 

@@ -124,6 +124,13 @@ macro_rules! wrapped_symbols {
             chmod: fn(*const c_char, mode_t) -> c_int;
             fchmod: fn(c_int, mode_t) -> c_int;
             fchmodat: fn(c_int, *const c_char, mode_t, c_int) -> c_int;
+            utimensat: fn(c_int, *const c_char, *const timespec, c_int) -> c_int;
+            futimens: fn(c_int, *const timespec) -> c_int;
+            utimes: fn(*const c_char, *const libc::timeval) -> c_int;
+            lutimes: fn(*const c_char, *const libc::timeval) -> c_int;
+            futimes: fn(c_int, *const libc::timeval) -> c_int;
+            futimesat: fn(c_int, *const c_char, *const libc::timeval) -> c_int;
+            utime: fn(*const c_char, *const libc::utimbuf) -> c_int;
             opendir: fn(*const c_char) -> *mut DIR;
             fdopendir: fn(c_int) -> *mut DIR;
             readdir: fn(*mut DIR) -> *mut libc::dirent;

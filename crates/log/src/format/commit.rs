@@ -149,11 +149,11 @@ fn corrupt(path: &Path, offset: u64, what: String) -> LogError {
 /// extents, as for format 1.)
 pub fn decode_committed_manifest(bytes: &[u8], manifest_off: u64, path: &Path) -> Result<Manifest> {
     let (m, version) = Manifest::decode_version(bytes, path).map_err(|e| shift(e, manifest_off))?;
-    if version != FORMAT_VERSION && version != super::MANIFEST_V3 {
+    if version == super::FORMAT_V1 {
         return Err(corrupt(
             path,
             manifest_off + 8,
-            format!("the manifest of a format-2 commit record says version {version} (2 or 3)"),
+            format!("the manifest of a format-2 commit record says version {version} (2 to 4)"),
         ));
     }
     if m.data_len != manifest_off {

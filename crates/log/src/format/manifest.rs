@@ -5,7 +5,8 @@ use std::path::Path;
 
 use super::{
     check_preamble, le_u16, le_u32, le_u64, DATA_HEADER_LEN, FORMAT_V1, FORMAT_VERSION,
-    KIND_MANIFEST, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, MANIFEST_V3, MANIFEST_VERSIONS, OP_LEN,
+    KIND_MANIFEST, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, MANIFEST_V3, MANIFEST_V4,
+    MANIFEST_VERSIONS, OP_LEN,
 };
 use crate::error::{LogError, Result};
 use crate::id::EpochId;
@@ -18,6 +19,37 @@ const OP_PHASE: u8 = 5;
 const OP_RENAME_FROM: u8 = 6;
 const OP_RENAMED_TO: u8 = 7;
 const OP_MODE: u8 = 8;
+const OP_TIMES: u8 = 9;
+/// Which of a times operation's two times it sets (its third field).
+const TIMES_ATIME: u64 = 1;
+const TIMES_MTIME: u64 = 2;
+
+/// A file's access and modification times as the program set them
+/// (`utimensat`, `futimens`, `utimes`, `utime`), in nanoseconds since the
+/// Unix epoch; `None`: left as it was (`UTIME_OMIT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Times {
+    pub atime: Option<i64>,
+    pub mtime: Option<i64>,
+}
+
+impl Times {
+    /// `later` set on top of `self`: what `later` leaves alone stays.
+    pub fn then(self, later: Times) -> Times {
+        Times {
+            atime: later.atime.or(self.atime),
+            mtime: later.mtime.or(self.mtime),
+        }
+    }
+
+    /// `top` set on top of `base`, either of them possibly unknown.
+    pub fn layered(base: Option<Times>, top: Option<Times>) -> Option<Times> {
+        match (base, top) {
+            (Some(b), Some(t)) => Some(b.then(t)),
+            (b, t) => t.or(b),
+        }
+    }
+}
 
 /// The other file of a rename, as an operation names it: the FNV-1a 64
 /// hash of its path relative to the prefix (its file directory is
@@ -103,12 +135,19 @@ pub enum Op {
     /// less its umask): the drain creates the remote file with them, never
     /// wider. Ends no phase; manifest version 3.
     Mode(u32),
+    /// The program set the file's times after its last change in the
+    /// epoch (a later write or size operation in the epoch drops them: the
+    /// file is then as new as its drain). Ends no phase; manifest version 4.
+    Times(Times),
 }
 
 impl Op {
     /// Operations that end a phase (everything but extents and phases).
     pub fn ends_phase(&self) -> bool {
-        !matches!(self, Op::Extent(_) | Op::Phase(_) | Op::Mode(_))
+        !matches!(
+            self,
+            Op::Extent(_) | Op::Phase(_) | Op::Mode(_) | Op::Times(_)
+        )
     }
 
     /// Operations only version 3 holds.
@@ -194,9 +233,12 @@ impl Manifest {
 
     /// The manifest as this build writes it (format 2: inside a data log's
     /// commit record; version 3 when it holds a namespace operation, which
-    /// a version-2 reader would not understand).
+    /// a version-2 reader would not understand; version 4 when it holds
+    /// times).
     pub fn encode(&self) -> Vec<u8> {
-        if self.ops.iter().any(Op::namespace) {
+        if self.ops.iter().any(|op| matches!(op, Op::Times(_))) {
+            self.encode_version(MANIFEST_V4)
+        } else if self.ops.iter().any(Op::namespace) {
             self.encode_version(MANIFEST_V3)
         } else {
             self.encode_version(FORMAT_VERSION)
@@ -237,6 +279,17 @@ impl Manifest {
                 Op::RenameFrom(r) => (OP_RENAME_FROM, r.path_crc, r.at.gen, r.at.epoch, r.hash),
                 Op::RenamedTo(r) => (OP_RENAMED_TO, r.path_crc, r.at.gen, r.at.epoch, r.hash),
                 Op::Mode(m) => (OP_MODE, 0, u64::from(m), 0, 0),
+                Op::Times(t) => {
+                    let set =
+                        t.atime.map_or(0, |_| TIMES_ATIME) | t.mtime.map_or(0, |_| TIMES_MTIME);
+                    (
+                        OP_TIMES,
+                        0,
+                        t.atime.unwrap_or(0) as u64,
+                        t.mtime.unwrap_or(0) as u64,
+                        set,
+                    )
+                }
             };
             out.push(tag);
             out.extend_from_slice(&[0u8; 3]);
@@ -463,7 +516,7 @@ impl Manifest {
                     phase_end = None;
                     Op::Phase(a)
                 }
-                OP_RENAME_FROM | OP_RENAMED_TO if version == MANIFEST_V3 => {
+                OP_RENAME_FROM | OP_RENAMED_TO if version >= MANIFEST_V3 => {
                     // 0:0 names the source's drained file alone; the
                     // target's rename epoch always exists.
                     let none = a == 0 && b == 0 && tag == OP_RENAME_FROM;
@@ -486,7 +539,7 @@ impl Manifest {
                         Op::RenamedTo(r)
                     }
                 }
-                OP_MODE if version == MANIFEST_V3 => {
+                OP_MODE if version >= MANIFEST_V3 => {
                     if crc != 0 || b != 0 || c != 0 || a > 0o7777 {
                         return Err(corrupt(
                             o,
@@ -494,6 +547,25 @@ impl Manifest {
                         ));
                     }
                     Op::Mode(a as u32)
+                }
+                OP_TIMES if version >= MANIFEST_V4 => {
+                    let unset = |bit: u64, v: u64| c & bit == 0 && v != 0;
+                    if crc != 0
+                        || c == 0
+                        || c > TIMES_ATIME | TIMES_MTIME
+                        || unset(TIMES_ATIME, a)
+                        || unset(TIMES_MTIME, b)
+                    {
+                        return Err(corrupt(
+                            o,
+                            format!("operation {i}: times operation sets {c:#x} with fields {a:#x} {b:#x}"),
+                        ));
+                    }
+                    let time = |bit: u64, v: u64| (c & bit != 0).then_some(v as i64);
+                    Op::Times(Times {
+                        atime: time(TIMES_ATIME, a),
+                        mtime: time(TIMES_MTIME, b),
+                    })
                 }
                 other => {
                     return Err(corrupt(

@@ -218,6 +218,13 @@ pub struct LogicalFile {
     pub moved_to: Option<RenameRef>,
     /// The mode the program created the file with, if among the epochs.
     pub mode: Option<u32>,
+    /// The times the program set after the file's last change among the
+    /// epochs (what they leave alone is the base's: the drained file's, or
+    /// a rename source's).
+    pub times: Option<crate::format::Times>,
+    /// The epochs changed the file since its base: the base's times are
+    /// gone (the remote file is as new as its drain, but for `times`).
+    pub times_replaced: bool,
 }
 
 impl LogicalFile {
@@ -231,20 +238,32 @@ impl LogicalFile {
         let mut phases: BTreeMap<u64, Vec<RankExtent>> = BTreeMap::new();
         let mut size_ops: BTreeMap<u64, (Op, u32, &PathBuf)> = BTreeMap::new();
         let mut created: Option<u32> = None;
+        // Times one of the ranks set after its last change (the highest
+        // rank's, if several did: a deterministic choice), and how the
+        // epoch changed the file (a rename alone keeps its source's times).
+        let mut times: Option<crate::format::Times> = None;
+        let mut changes = 0usize;
+        let mut renamed = false;
         let mut ordered: Vec<&(Manifest, PathBuf)> = manifests.iter().collect();
         ordered.sort_by_key(|(m, _)| m.rank);
         for (m, path) in ordered {
             let mut phase = 0u64;
             for op in &m.ops {
                 match op {
-                    Op::Extent(e) => phases.entry(phase).or_default().push((m, path, e)),
+                    Op::Extent(e) => {
+                        changes += 1;
+                        phases.entry(phase).or_default().push((m, path, e))
+                    }
                     Op::Phase(p) => phase = *p,
                     Op::Mode(m) => created = Some(*m),
+                    Op::Times(t) => times = Some(*t),
                     Op::SetSize(_)
                     | Op::Preallocate(_)
                     | Op::Delete
                     | Op::RenameFrom(_)
                     | Op::RenamedTo(_) => {
+                        changes += 1;
+                        renamed |= matches!(op, Op::RenameFrom(_));
                         match size_ops.get(&phase) {
                             None => {
                                 size_ops.insert(phase, (*op, m.rank, path));
@@ -327,6 +346,11 @@ impl LogicalFile {
         if let (Some(m), false) = (created, self.deleted) {
             self.mode = Some(m);
         }
+        if changes > 0 {
+            self.times_replaced = !(renamed && changes == 1);
+            self.times = None;
+        }
+        self.times = crate::format::Times::layered(self.times, times);
         self.epochs.push(id);
         Ok(())
     }

@@ -263,6 +263,7 @@ impl RankLog {
                 implied = p + 1;
             }
         }
+        ops.extend(self.cur.times.map(Op::Times));
         Ok(Manifest {
             ident: self.ident.clone(),
             rank: self.rank,
