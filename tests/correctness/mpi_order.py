@@ -16,6 +16,9 @@
              rank writes, then all read back every rank's bytes with a
              collective read and no sync (read_at_all, read_all, split,
              nonblocking), as PnetCDF's examples do
+  second handle  tests/correctness/progs/second_handle.c: a second handle
+             of the open file on MPI_COMM_SELF (PnetCDF's independent data
+             mode), written and read back between collective writes
   pnetcdf    tests/correctness/progs/pnetcdf_layouts.c: fill mode, then
              column-wise and block-cyclic writes over the fill values in
              one epoch, read back and checked by the program, and
@@ -86,6 +89,7 @@ def main():
         reads = ("read_at_all", "read_all") + (("begin_end", "iread") if mode == "mpich" else ())
         for how in reads:
             cases.append((f"{mode} read after write {how}", mode, 3, "read_after_write", ["6", how], None))
+        cases.append((f"{mode} second handle on MPI_COMM_SELF", mode, 3, "second_handle", ["4"], None))
         # PnetCDF is built for Open MPI only on Debian.
         if MODES[mode][0] == "openmpi":
             for layout, ranks in (("colwise", 4), ("blockcyclic", 3)):
