@@ -14,7 +14,8 @@ setup:
 	@bash scripts/setup.sh
 
 SHIMS := $(TARGET)/libparalog_mpi_mpich.so $(TARGET)/libparalog_mpi_openmpi.so \
-	$(TARGET)/libparalog_coord_mpich.so $(TARGET)/libparalog_coord_openmpi.so
+	$(TARGET)/libparalog_coord_mpich.so $(TARGET)/libparalog_coord_openmpi.so \
+	$(TARGET)/paralog-h5view
 
 build: setup
 	$(CARGO) build --release --workspace --locked
@@ -32,6 +33,11 @@ $(TARGET)/libparalog_mpi_%.so: crates/capture/mpi/paralog_mpi.c
 # `paralog server` at run time.
 $(TARGET)/libparalog_coord_%.so: crates/server/mpi/paralog_coord.c
 	mpicc.$* -O2 -Wall -Wextra -Werror -shared -fPIC -o $@ $<
+
+# The HDF5 view's writer (docs/objects.md): Debian ships HDF5 only built
+# for an MPI, so it links MPICH's (it calls no MPI); found next to paralog.
+$(TARGET)/paralog-h5view: crates/objects/h5view/paralog_h5view.c
+	mpicc.mpich -O2 -Wall -Wextra -Werror $$(pkg-config --cflags hdf5-mpich) -o $@ $< $$(pkg-config --libs hdf5-mpich)
 
 demo: build
 	@bash scripts/demo.sh
@@ -86,7 +92,8 @@ test-aggregate: build
 
 # Array objects (docs/objects.md): `paralog obj` puts and gets on objstore://
 # and a plain directory, every version's Zarr view read by zarr-python 3 and
-# tensorstore (the virtual environment scripts/setup.sh --test makes).
+# tensorstore (the virtual environment scripts/setup.sh --test makes), its
+# HDF5 view by h5py, h5dump and a C program.
 test-objects: build setup-test
 	/usr/bin/python3 -m tests.objects.run
 

@@ -1,16 +1,20 @@
 #!/usr/bin/python3
-"""Array objects end to end (docs/objects.md, issue 18, first milestone):
+"""Array objects end to end (docs/objects.md, issue 18):
 the `paralog obj` commands write arrays, and zarr-python 3 and tensorstore
 (PyPI, in the virtual environment scripts/setup.sh --test makes) read every
-version's Zarr view, byte for byte equal to what was put. Each case runs on an
+version's Zarr view, h5py, h5dump and a C program its HDF5 view, byte for
+byte equal to what was put. Each case runs on an
 `objstore://` store (4 storage directories) and on a plain directory.
 
   dtypes     every element type, 37x19 in chunks of 8x5 (edge chunks),
              attributes; zarr reads the whole array and random slabs,
-             `paralog obj get --slice` random slabs; `obj verify` passes
+             `paralog obj get --slice` random slabs; `obj verify` passes;
+             the HDF5 view read by h5py (whole, slabs), an unmodified C
+             program and h5dump (whole, a slab)
   seed       the seed's int32 chunks of 16x4096, 32x4096, 64x4096 per
              writer on 1, 2 and 4 writer processes of one chunked put
-             (`obj begin`, concurrent `obj write`, `obj commit`)
+             (`obj begin`, concurrent `obj write`, `obj commit`); Zarr
+             and HDF5 views read
   versions   40 versions of one name, each view and `obj get --version`
              equal to its own put
   writers    4 processes x 10 puts of one name at once: 40 versions, none
@@ -24,7 +28,8 @@ version's Zarr view, byte for byte equal to what was put. Each case runs on an
   damage     a flipped byte, then a truncated chunk: `obj get` and
              `obj verify` refuse naming object, version and chunk, and
              zarr-python and tensorstore refuse to read the view (the
-             crc32c codec)
+             crc32c codec); an HDF5 view that maps another version's
+             chunks is refused by `obj verify`, `obj view` makes it again
   refusals   bad names, overlapping chunk writes, a missing chunk at commit
              (nothing published), a buffer of the wrong size, a chunk
              outside the grid, s3:// (not yet); `obj gc` removes a put
@@ -47,6 +52,9 @@ from tests.lib.proc import run
 
 VENV_PY = TARGET / "objects-venv" / "bin" / "python"
 READER = Path(__file__).resolve().parent / "zarr_reader.py"
+H5_READER_PY = Path(__file__).resolve().parent / "h5_reader.py"
+H5_READER_C = Path(__file__).resolve().parent / "h5_reader.c"
+H5_READER = TARGET / "objects-h5-reader"
 SIZES = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint8": 1, "uint16": 2,
          "uint32": 4, "uint64": 8, "float32": 4, "float64": 8}
 KINDS = ("objstore", "plain")
@@ -85,6 +93,41 @@ def zarr_read(work, checks):
     return r.stdout
 
 
+def h5_reader():
+    """The unmodified C reader (tests/objects/h5_reader.c), built with Debian's HDF5."""
+    if not H5_READER.exists() or H5_READER.stat().st_mtime < H5_READER_C.stat().st_mtime:
+        flags = run(["pkg-config", "--cflags", "--libs", "hdf5-mpich"]).stdout.split()
+        run(["mpicc.mpich", "-O2", "-Wall", "-Werror", "-o", H5_READER, H5_READER_C, *flags])
+    return H5_READER
+
+
+def hdf5_read(work, checks):
+    """Each version's HDF5 view read equal to what was put by h5py (whole and
+    slabs), by an unmodified C program and by h5dump (whole and a slab)."""
+    import numpy as np
+    spec = work / f"h5checks-{random.getrandbits(32):08x}.json"
+    spec.write_text(json.dumps(checks))
+    with open(spec) as f:
+        r = run([sys.executable, H5_READER_PY], stdin=f, check=False, timeout=300)
+    check(r.returncode == 0, f"h5py: {(r.stdout + r.stderr).strip()[-1500:]}")
+    out = work / "h5.out"
+    for c in checks:
+        want = np.fromfile(c["expect"], dtype=np.dtype(c["dtype"]).newbyteorder("<")).reshape(c["shape"])
+        start, count = c["slabs"][0]
+        sl = tuple(slice(a, a + n) for a, n in zip(start, count))
+        csv = lambda v: ",".join(map(str, v))  # noqa: E731
+        reads = [([h5_reader(), c["file"], out], want),
+                 ([h5_reader(), c["file"], out, csv(start), csv(count)], want[sl]),
+                 (["h5dump", "-d", "/data", "-b", "LE", "-o", out, c["file"]], want),
+                 (["h5dump", "-d", "/data", "-s", csv(start), "-c", csv(count), "-b", "LE", "-o", out,
+                   c["file"]], want[sl])]
+        for cmd, exp in reads:
+            out.unlink(missing_ok=True)
+            run(cmd, timeout=300)
+            check(out.read_bytes() == exp.tobytes(), f"{Path(cmd[0]).name} {cmd[2:]}: not the array put")
+    return r.stdout
+
+
 def slab(rng, shape):
     start = [rng.randrange(n) for n in shape]
     return start, [1 + rng.randrange(n - a) for n, a in zip(shape, start)]
@@ -114,10 +157,12 @@ def case_dtypes(kind):
                 obj("get", name, out, "--slice", slice_arg(start, count))
                 files.append([start, count, str(out)])
             obj("verify", name)
-            checks.append({"view": info(name)["zarr"], "expect": str(data), "dtype": dtype,
-                           "shape": shape, "chunks": chunks, "attrs": attrs,
+            views = info(name)
+            checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(data),
+                           "dtype": dtype, "shape": shape, "chunks": chunks, "attrs": attrs,
                            "slabs": [slab(rng, shape) for _ in range(20)], "files": files})
         zarr_read(work, checks)
+        hdf5_read(work, checks)
         ls = obj("ls", url).stdout.splitlines()
         check(len(ls) == len(SIZES), f"obj ls lists {len(ls)} objects, not {len(SIZES)}: {ls}")
     return go
@@ -150,10 +195,12 @@ def case_seed(kind):
                 whole = work / f"seed-{rows}-{writers}.bin"
                 whole.write_bytes(b"".join(p.read_bytes() for p in parts))
                 obj("verify", name)
-                checks.append({"view": info(name)["zarr"], "expect": str(whole), "dtype": "int32",
-                               "shape": shape, "chunks": [rows, 4096],
+                views = info(name)
+                checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(whole),
+                               "dtype": "int32", "shape": shape, "chunks": [rows, 4096],
                                "slabs": [slab(rng, shape) for _ in range(10)]})
         zarr_read(work, checks)
+        hdf5_read(work, checks)
     return go
 
 
@@ -308,6 +355,19 @@ def case_damage(kind):
             print("\n".join(f"  {how}: {line}" for line in said.splitlines()))
         chunk.write_bytes(good)
         obj("verify", name)
+        # The HDF5 view's mappings are checked: version 1's view replaced by
+        # version 2's (other chunk files) is refused, naming the chunk.
+        obj("put", name, data, "--dtype", "int32", "--shape", "64,4096", "--chunks", "16,4096")
+        h5 = [Path(info(f"{name}")["hdf5"]).with_name(f"v{n:010}.h5") for n in (1, 2)]
+        h5[0].write_bytes(h5[1].read_bytes())
+        r = obj("verify", name, "--version", "1", check=False)
+        check(r.returncode == 1 and "dmg version 1: chunk [0, 0]" in r.stderr and "mapping 0" in r.stderr,
+              f"a swapped HDF5 view: {r.stderr!r}")
+        obj("view", name, "--version", "2")
+        h5[0].unlink()
+        made = obj("view", name, "--version", "1").stdout
+        check(str(h5[0]) in made, f"obj view: {made!r}")
+        check("HDF5 view" in obj("verify", name, "--all").stdout, "verify --all")
     return go
 
 

@@ -62,10 +62,10 @@ impl Store {
     }
 
     /// Remove views half made by a process that died (`.v<n>.tmp.*` under
-    /// `zarr/`) and untouched for longer than `grace`.
+    /// `zarr/` and `hdf5/`) and untouched for longer than `grace`.
     fn collect_view_temps(&self, grace: Duration) -> Result<()> {
         let now = SystemTime::now();
-        let mut stack = vec![self.root().join("zarr")];
+        let mut stack = vec![self.root().join("zarr"), self.root().join("hdf5")];
         while let Some(dir) = stack.pop() {
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;

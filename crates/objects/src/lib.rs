@@ -3,7 +3,7 @@
 //! plain directory holding the same layout), put whole by one process or
 //! chunk by chunk by many, read whole or by hyperslab with every chunk's
 //! CRC-32C verified, and published with a Zarr v3 view that unmodified
-//! readers open.
+//! readers open, and an HDF5 virtual-dataset view.
 //!
 //! An array version IS an object-layout version (crates/backend
 //! `objstore`): its pieces are the array's chunks, one chunk file each,
@@ -14,6 +14,7 @@
 mod error;
 mod gc;
 mod grid;
+pub mod hdf5;
 pub mod put;
 pub mod read;
 pub mod record;

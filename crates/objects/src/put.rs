@@ -253,15 +253,17 @@ impl Store {
         Ok(Committed { number, id: *id })
     }
 
-    /// Make the Zarr view of a version just published, and prune the views
-    /// of versions retention dropped. A version that retention dropped
-    /// already (faster commits of the same name with a small `keep`) needs
-    /// none: its chunk files may be gone while its view is made.
+    /// Make the Zarr and HDF5 views of a version just published, and prune
+    /// the views of versions retention dropped. A version that retention
+    /// dropped already (faster commits of the same name with a small
+    /// `keep`) needs none: its chunk files may be gone while its view is made.
     fn view_after_publish(&self, name: &str, number: u64, id: &VersionId) -> Result<()> {
         let dropped =
             |s: &Store| matches!(s.array(name, Some(number)), Err(Error::NotFound { .. }));
         let made = match self.array(name, Some(number)) {
-            Ok(av) => crate::zarr::make_view(self, &av).map(drop),
+            Ok(av) => crate::zarr::make_view(self, &av)
+                .and_then(|_| crate::hdf5::make_view(self, &av))
+                .map(drop),
             Err(Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e),
         };
@@ -270,11 +272,12 @@ impl Store {
             r => r,
         };
         crate::zarr::prune_views(self, name)?;
+        crate::hdf5::prune_views(self, name)?;
         made.map_err(|e| Error::Put {
             name: name.to_owned(),
             id: id_hex(id),
             why: format!(
-                "published as version {number}, but its Zarr view was not made ({e}); `paralog obj view` makes it"
+                "published as version {number}, but its views were not made ({e}); `paralog obj view` makes them"
             ),
         })
     }

@@ -270,6 +270,7 @@ impl Store {
         };
         let n = self.os.publish(name.as_bytes(), v)?;
         crate::zarr::prune_views(self, name)?;
+        crate::hdf5::prune_views(self, name)?;
         Ok(n)
     }
 
