@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 
 from tests.lib.check import Suite, check, fail
+from tests.lib.mpi import compile_program
 from tests.lib.paths import BIN, TARGET
 from tests.lib.proc import run
 
@@ -95,10 +96,8 @@ def zarr_read(work, checks):
 
 def h5_reader():
     """The unmodified C reader (tests/objects/h5_reader.c), built with Debian's HDF5."""
-    if not H5_READER.exists() or H5_READER.stat().st_mtime < H5_READER_C.stat().st_mtime:
-        flags = run(["pkg-config", "--cflags", "--libs", "hdf5-mpich"]).stdout.split()
-        run(["mpicc.mpich", "-O2", "-Wall", "-Werror", "-o", H5_READER, H5_READER_C, *flags])
-    return H5_READER
+    flags = run(["pkg-config", "--cflags", "--libs", "hdf5-mpich"]).stdout.split()
+    return compile_program("mpicc.mpich", H5_READER_C, H5_READER, "-O2", "-Wall", "-Werror", libs=flags)
 
 
 def hdf5_read(work, checks):
