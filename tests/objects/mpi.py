@@ -8,7 +8,9 @@ zarr-python, tensorstore (the Zarr view), h5py, h5dump and a C program (the
 HDF5 view) read each version equal to the array, and `obj verify` passes.
 Refusals: a rank joining with another shape or type, a chunk outside the
 grid: every rank fails with the same message naming the rank, the object
-and the put or chunk, and nothing is published or left staged.
+and the put or chunk, and nothing is published or left staged. Python
+(`paralog.objects`): every dtype through numpy, its refusals, and an mpi4py
+program on 1, 2 and 4 Open MPI ranks (Debian's mpi4py is Open MPI's).
 
 Usage: python3 -m tests.objects.mpi [--only SUBSTRING] [--keep]
 Ends with "objects-mpi: N passed, N failed"."""
@@ -88,6 +90,65 @@ def case_refusals(flavour, kind):
     return go
 
 
+PY_WRITER = ROOT / "tests/objects/py_writer.py"
+PY_ENV = {"PYTHONPATH": str(ROOT / "python")}
+
+
+def case_python(work):
+    """paralog.objects: every dtype put and got back (whole, a slab) with
+    numpy, bad input refused naming object, version and chunk; the mpi4py
+    program on 1, 2 and 4 ranks, its arrays read by zarr and h5py."""
+    import numpy as np
+    sys.path.insert(0, PY_ENV["PYTHONPATH"])
+    import paralog.objects as po
+    url = store(work, "objstore")
+    s = po.Store(url)
+    rng = np.random.default_rng(18)
+    for dt in po.DTYPES:
+        a = (rng.standard_normal((37, 19)) * 1000).astype(dt)
+        v = s.put(f"py/{dt}", a.astype(np.dtype(dt).newbyteorder(">")), chunks=(8, 5), attrs={"t": dt})
+        check(v == 1 and s.get(f"py/{dt}").tobytes() == a.astype(np.dtype(dt).newbyteorder("<")).tobytes(),
+              f"{dt}: not the array put")
+        got = s.get(f"py/{dt}", version=1, start=(30, 3), count=(7, 9))
+        check(got.tobytes() == a[30:37, 3:12].astype(np.dtype(dt).newbyteorder("<")).tobytes(), f"{dt} slab")
+        check(s.info(f"py/{dt}")["chunks"] == (8, 5), f"{dt}: info")
+        obj("verify", at(url, f"py/{dt}"))
+    refusals = [(lambda: s.get("py/int8", start=(30, 0), count=(8, 1)), 1, "py/int8: version 1: hyperslab"),
+                (lambda: s.put("../x", np.zeros(4), chunks=(2,)), 2, "object name"),
+                (lambda: s.get("py/none"), 3, "py/none")]
+    pid = s.begin("py/w", "int16", (16,), (8,))
+    w = s.join("py/w", pid, "int16", (16,), (8,))
+    refusals += [(lambda: w.write_chunk((2,), np.zeros(8, "i2")), 1, "py/w: chunk [2] is outside the chunk grid"),
+                 (lambda: w.write_chunk((0,), np.zeros(7, "i2")), 1, "py/w: chunk [0]: 14 bytes given"),
+                 (lambda: s.join("py/w", pid, "int32", (16,), (8,)), 6, "is not the put's")]
+    for call, code, said in refusals:
+        try:
+            call()
+            check(False, f"not refused: {said}")
+        except po.ObjectError as e:
+            check(e.code == code and said in str(e), f"{said}: {e.code} {e}")
+    w.discard()
+    s.abort("py/w", pid)
+    checks = []
+    for ranks in (1, 2, 4):
+        r = run([*launcher("openmpi", ranks), sys.executable, PY_WRITER, url, f"mpi4py/{ranks}", "16", "7"],
+                env=mpi_env(PY_ENV), check=False, timeout=300)
+        check(r.returncode == 0 and "read back equal" in r.stdout, f"mpi4py x{ranks}: {r.stdout}{r.stderr}")
+        want = work / f"py{ranks}.bin"
+        (np.arange(16 * ranks * 64, dtype="<f8") + 7).tofile(want)
+        views = info(at(url, f"mpi4py/{ranks}"))
+        checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(want), "dtype": "float64",
+                       "shape": [16 * ranks, 64], "chunks": [16, 64], "attrs": {"writer": "py_writer"},
+                       "slabs": [[[0, 2], [16, 3]], [[3, 60], [13, 4]]]})
+    zarr_read(work, checks)
+    hdf5_read(work, checks)
+    r = run([*launcher("openmpi", 2), sys.executable, PY_WRITER, url, "mpi4py/bad", "16", "7", "mismatch"],
+            env=mpi_env(PY_ENV), check=False, timeout=300)
+    errors = [line for line in r.stdout.splitlines() if ": error 6: rank 1: mpi4py/bad: put " in line]
+    check(r.returncode != 0 and len(errors) == 2, f"mpi4py mismatch: {r.stdout}")
+    s.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only")
@@ -99,6 +160,7 @@ def main():
         for kind in ("objstore", "plain"):
             cases.append((f"seed [{flavour}, {kind}]", case_seed(flavour, kind)))
         cases.append((f"refusals [{flavour}]", case_refusals(flavour, "objstore")))
+    cases.append(("python [openmpi, mpi4py]", case_python))
     return suite.run(cases, only=a.only)
 
 
