@@ -11,6 +11,8 @@ grid: every rank fails with the same message naming the rank, the object
 and the put or chunk, and nothing is published or left staged. Python
 (`paralog.objects`): every dtype through numpy, its refusals, and an mpi4py
 program on 1, 2 and 4 Open MPI ranks (Debian's mpi4py is Open MPI's).
+Fortran (tests/objects/f_put.f90 over paralog_objects.f90) on 2 and 4
+ranks of each MPI.
 
 Usage: python3 -m tests.objects.mpi [--only SUBSTRING] [--keep]
 Ends with "objects-mpi: N passed, N failed"."""
@@ -90,6 +92,38 @@ def case_refusals(flavour, kind):
     return go
 
 
+F_SRC = ROOT / "tests/objects/f_put.f90"
+F_MODULE = INCLUDE / "paralog_objects.f90"
+
+
+def case_fortran(flavour):
+    """The same from Fortran (iso_c_binding, paralog_objects.f90) on 2 and
+    4 ranks, and a bad name refused on every rank."""
+    def go(work):
+        import numpy as np
+        exe = TARGET / "objects-mpi" / flavour / "f_put"
+        run([f"mpif90.{flavour}", "-O2", "-Wall", "-J", work, "-o", exe, F_MODULE, F_SRC, f"-L{RELEASE}",
+             f"-lparalog_obj_mpi_{flavour}", "-lparalog_obj", f"-Wl,-rpath,{RELEASE}"], timeout=600)
+        url = store(work, "objstore")
+        checks = []
+        for ranks in (2, 4):
+            r = run([*launcher(flavour, ranks), exe, url, f"f/{ranks}", "16", "11"], env=mpi_env(),
+                    check=False, timeout=300)
+            check(r.returncode == 0 and "read back equal" in r.stdout, f"x{ranks}: {r.stdout}{r.stderr}")
+            want = work / f"f{ranks}.bin"
+            (np.arange(16 * ranks * 4096, dtype="<i4") + 11).tofile(want)
+            views = info(at(url, f"f/{ranks}"))
+            checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(want), "dtype": "int32",
+                           "shape": [16 * ranks, 4096], "chunks": [16, 4096],
+                           "slabs": [[[5, 100], [20, 300]]]})
+        zarr_read(work, checks)
+        hdf5_read(work, checks)
+        r = run([*launcher(flavour, 2), exe, url, "../x", "16", "0"], env=mpi_env(), check=False, timeout=300)
+        errors = [line for line in r.stdout.splitlines() if ': error 2: rank 0: object name "../x"' in line]
+        check(r.returncode != 0 and len(errors) == 2, f"a bad name: {r.stdout}")
+    return go
+
+
 PY_WRITER = ROOT / "tests/objects/py_writer.py"
 PY_ENV = {"PYTHONPATH": str(ROOT / "python")}
 
@@ -160,6 +194,7 @@ def main():
         for kind in ("objstore", "plain"):
             cases.append((f"seed [{flavour}, {kind}]", case_seed(flavour, kind)))
         cases.append((f"refusals [{flavour}]", case_refusals(flavour, "objstore")))
+        cases.append((f"fortran [{flavour}]", case_fortran(flavour)))
     cases.append(("python [openmpi, mpi4py]", case_python))
     return suite.run(cases, only=a.only)
 

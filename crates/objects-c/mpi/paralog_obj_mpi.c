@@ -86,3 +86,18 @@ int paralog_obj_commit_mpi(MPI_Comm comm, paralog_obj_store *store, const char *
         *version = v;
     return PARALOG_OBJ_OK;
 }
+
+/* Fortran callers pass their communicator as an integer handle. */
+int paralog_obj_begin_mpi_f(MPI_Fint comm, paralog_obj_store *store, const char *name, int dtype,
+                            int ndim, const uint64_t *shape, const uint64_t *chunks,
+                            const char *attrs_json, paralog_obj_writer **writer)
+{
+    return paralog_obj_begin_mpi(MPI_Comm_f2c(comm), store, name, dtype, ndim, shape, chunks,
+                                 attrs_json, writer);
+}
+
+int paralog_obj_commit_mpi_f(MPI_Fint comm, paralog_obj_store *store, const char *name,
+                             paralog_obj_writer *writer, uint64_t *version)
+{
+    return paralog_obj_commit_mpi(MPI_Comm_f2c(comm), store, name, writer, version);
+}

@@ -29,6 +29,12 @@ int paralog_obj_begin_mpi(MPI_Comm comm, paralog_obj_store *store, const char *n
  * (if not NULL) on every rank. */
 int paralog_obj_commit_mpi(MPI_Comm comm, paralog_obj_store *store, const char *name,
                            paralog_obj_writer *writer, uint64_t *version);
+/* The same for Fortran (paralog_objects.f90): the communicator's integer handle. */
+int paralog_obj_begin_mpi_f(MPI_Fint comm, paralog_obj_store *store, const char *name, int dtype,
+                            int ndim, const uint64_t *shape, const uint64_t *chunks,
+                            const char *attrs_json, paralog_obj_writer **writer);
+int paralog_obj_commit_mpi_f(MPI_Fint comm, paralog_obj_store *store, const char *name,
+                             paralog_obj_writer *writer, uint64_t *version);
 
 #ifdef __cplusplus
 }
