@@ -11,6 +11,8 @@ byte equal to what was put. Each case runs on an
              `paralog obj get --slice` random slabs; `obj verify` passes;
              the HDF5 view read by h5py (whole, slabs), an unmodified C
              program and h5dump (whole, a slab)
+  grids      1-D with an edge chunk, 3-D with edge chunks in every
+             dimension, a chunk larger than the array: both views read
   seed       the seed's int32 chunks of 16x4096, 32x4096, 64x4096 per
              writer on 1, 2 and 4 writer processes of one chunked put
              (`obj begin`, concurrent `obj write`, `obj commit`); Zarr
@@ -29,7 +31,9 @@ byte equal to what was put. Each case runs on an
              `obj verify` refuse naming object, version and chunk, and
              zarr-python and tensorstore refuse to read the view (the
              crc32c codec); an HDF5 view that maps another version's
-             chunks is refused by `obj verify`, `obj view` makes it again
+             chunks is refused by `obj verify`, `obj view` makes it again;
+             a missing chunk file is an error through the HDF5 view
+             (h5py), never zeros
   refusals   bad names, overlapping chunk writes, a missing chunk at commit
              (nothing published), a buffer of the wrong size, a chunk
              outside the grid, s3:// (not yet); `obj gc` removes a put
@@ -203,6 +207,32 @@ def case_seed(kind):
     return go
 
 
+def case_grids(kind):
+    """Other chunk grids: 1-D with an edge chunk, 3-D with edge chunks in
+    every dimension, one chunk larger than the array; both views read."""
+    def go(work):
+        url = store(work, kind)
+        rng = random.Random(3)
+        checks = []
+        for name, dtype, shape, chunks in (("g/1d", "uint16", [1000], [64]),
+                                           ("g/3d", "float32", [5, 7, 9], [2, 3, 4]),
+                                           ("g/big", "int64", [10, 10], [16, 16])):
+            n = 1
+            for x in shape:
+                n *= x
+            data = work / f"{name.replace('/', '-')}.bin"
+            data.write_bytes(rng.randbytes(n * SIZES[dtype]))
+            obj("put", at(url, name), data, "--dtype", dtype, "--shape", ",".join(map(str, shape)),
+                "--chunks", ",".join(map(str, chunks)))
+            obj("verify", at(url, name))
+            views = info(at(url, name))
+            checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(data), "dtype": dtype,
+                           "shape": shape, "chunks": chunks, "slabs": [slab(rng, shape) for _ in range(8)]})
+        zarr_read(work, checks)
+        hdf5_read(work, checks)
+    return go
+
+
 def case_versions(kind):
     def go(work):
         url = store(work, kind, keep=50)
@@ -367,6 +397,18 @@ def case_damage(kind):
         made = obj("view", name, "--version", "1").stdout
         check(str(h5[0]) in made, f"obj view: {made!r}")
         check("HDF5 view" in obj("verify", name, "--all").stdout, "verify --all")
+        # HDF5 reads a missing chunk file as an error, never as zeros (the
+        # Zarr view's hard link keeps the bytes; the HDF5 view names the file).
+        src = [line for line in run(["h5dump", "-p", "-H", "-d", "/chunks/1", h5[1]]).stdout.splitlines()
+               if "FILENAME" in line][0].split()[1]
+        Path(src).rename(work / "moved")
+        r = run([sys.executable, "-c", f"import h5py; h5py.File({str(h5[1])!r}, 'r')['data'][16:32]"],
+                check=False)
+        check(r.returncode != 0 and "unable to open external raw data file" in r.stderr,
+              f"a missing chunk read through the HDF5 view: {r.returncode} {r.stderr[-300:]}")
+        r = obj("verify", name, "--version", "2", check=False)
+        check(r.returncode == 1 and "dmg version 2: chunk [1, 0]" in r.stderr, r.stderr)
+        (work / "moved").rename(src)
     return go
 
 
@@ -427,7 +469,7 @@ def main():
         fail(f"{BIN} is missing: make build")
     cases = []
     for kind in KINDS:
-        for label, fn in (("dtypes", case_dtypes), ("seed", case_seed), ("versions", case_versions),
+        for label, fn in (("dtypes", case_dtypes), ("grids", case_grids), ("seed", case_seed), ("versions", case_versions),
                           ("writers", case_writers), ("polling", case_polling),
                           ("killed", case_killed), ("damage", case_damage), ("refusals", case_refusals)):
             cases.append((f"{label} [{kind}]", fn(kind)))
