@@ -434,3 +434,6 @@ pub unsafe extern "C" fn paralog_obj_info(
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests;
