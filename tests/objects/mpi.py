@@ -20,11 +20,11 @@ import argparse
 import random
 import sys
 
-from tests.lib.check import Suite, check
+from tests.lib.check import Suite, check, fail
 from tests.lib.mpi import compile_program, launcher, mpi_env
 from tests.lib.paths import RELEASE, ROOT, TARGET
 from tests.lib.proc import run
-from tests.objects.run import at, hdf5_read, info, obj, slab, store, zarr_read
+from tests.objects.run import VENV_PY, at, hdf5_read, info, obj, slab, store, zarr_read
 
 SRC = ROOT / "tests/objects/mpi_put.c"
 INCLUDE = ROOT / "crates/objects-c/include"
@@ -189,6 +189,12 @@ def main():
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
     suite = Suite("objects-mpi", keep=a.keep)
+    if not VENV_PY.exists():
+        fail(f"{VENV_PY} is missing: run scripts/setup.sh --test")
+    for built in ("paralog", "paralog-h5view", "libparalog_obj.so", "libparalog_obj_mpi_mpich.so",
+                  "libparalog_obj_mpi_openmpi.so"):
+        if not (RELEASE / built).exists():
+            fail(f"{RELEASE / built} is missing: make build")
     cases = []
     for flavour in FLAVOURS:
         for kind in ("objstore", "plain"):

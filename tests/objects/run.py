@@ -465,8 +465,9 @@ def main():
     if not VENV_PY.exists():
         print(f"objects: {VENV_PY} is missing: run scripts/setup.sh --test", file=sys.stderr)
         return 1
-    if not BIN.exists():
-        fail(f"{BIN} is missing: make build")
+    for built in (BIN, BIN.with_name("paralog-h5view")):
+        if not built.exists():
+            fail(f"{built} is missing: make build")
     cases = []
     for kind in KINDS:
         for label, fn in (("dtypes", case_dtypes), ("grids", case_grids), ("seed", case_seed), ("versions", case_versions),
