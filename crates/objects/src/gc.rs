@@ -41,6 +41,10 @@ impl Store {
             if !dir.is_dir() || now.duration_since(newest(&dir)).unwrap_or_default() <= grace {
                 continue;
             }
+            // A logged put committed on this node waits for its publisher.
+            if dir.join("logged").exists() {
+                continue;
+            }
             let id = dir
                 .file_name()
                 .and_then(|f| f.to_str())

@@ -15,6 +15,7 @@ mod error;
 mod gc;
 mod grid;
 pub mod hdf5;
+pub mod logged;
 pub mod put;
 pub mod read;
 pub mod record;
@@ -24,6 +25,7 @@ pub mod zarr;
 
 pub use error::Error;
 pub use grid::{DType, Element};
+pub use logged::{publish_committed, LoggedStore, Published};
 pub use put::{Committed, Put};
 pub use read::ArrayVersion;
 pub use record::{ArrayMeta, Attrs};

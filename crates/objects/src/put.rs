@@ -56,9 +56,14 @@ impl Store {
     /// Start a chunked PUT of `name`: a new version id, to be shared with
     /// the other writers (they [`Store::join`] it).
     pub fn begin(&self, name: &str, meta: &ArrayMeta) -> Result<Put<'_>> {
+        self.begin_id(name, meta, new_id())
+    }
+
+    /// [`Store::begin`] with a given id (a logged put published to the
+    /// remote under its own id, so that "already published" is decidable).
+    pub(crate) fn begin_id(&self, name: &str, meta: &ArrayMeta, id: VersionId) -> Result<Put<'_>> {
         check_name(name)?;
         meta.check(name)?;
-        let id = new_id();
         let staging = self.root().join("staging");
         std::fs::create_dir_all(&staging).map_err(io_err(&staging, "create staging directory"))?;
         let tmp = staging.join(format!(".begin.{}", id_hex(&id)));
@@ -157,13 +162,64 @@ impl Store {
             self.view_after_publish(name, number, id)?;
             return Ok(Committed { number, id: *id });
         }
+        let (meta, claims) = self.complete(name, id)?;
+        let dir = self.staging_dir(id);
+        let (n, cb) = (meta.n_chunks(), meta.chunk_len());
+        let mark = dir.join("publishing");
+        std::fs::write(&mark, b"").map_err(io_err(&mark, "mark the publish"))?;
+        sync_dir(&dir)?;
+        let head = record::encode(id, &meta);
+        let mut w = self.os.writer()?;
+        let hp = w.add(n * cb, &head)?;
+        w.finish()?;
+        let mut pieces: Vec<Piece> = claims
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Piece {
+                file_off: i as u64 * cb,
+                len: cb,
+                chunk: c.chunk,
+                dir: c.dir,
+                block_off: 0,
+                block_len: cb + 4,
+                block_crc: c.block_crc,
+                skip: 0,
+            })
+            .collect();
+        pieces.push(hp);
+        let v = Version {
+            number: 0,
+            size: n * cb + head.len() as u64,
+            deleted: false,
+            epoch: Default::default(),
+            origin: *id,
+            name: Vec::new(),
+            pieces,
+        };
+        let number = match self.os.publish(name.as_bytes(), v) {
+            Ok(n) => n,
+            // The publish's retention step can fail after the link (another
+            // publisher's retention removed a record it was reading): the
+            // version is published all the same, and found by its id.
+            Err(e) => self.published(name, id)?.ok_or(e)?,
+        };
+        // Published: the staging directory is only bookkeeping now (a crash
+        // here leaves it, and a retried commit finds the version by its id).
+        let _ = std::fs::remove_dir_all(&dir);
+        self.view_after_publish(name, number, id)?;
+        Ok(Committed { number, id: *id })
+    }
+
+    /// The checks of a commit: the put's array and each chunk's claim,
+    /// every chunk claimed by a writer that finished. Publishes nothing.
+    pub(crate) fn complete(&self, name: &str, id: &VersionId) -> Result<(ArrayMeta, Vec<Claim>)> {
         let (meta, dir) = self.staged(name, id)?;
         let perr = |why: String| Error::Put {
             name: name.to_owned(),
             id: id_hex(id),
             why,
         };
-        let (n, cb) = (meta.n_chunks(), meta.chunk_len());
+        let n = meta.n_chunks();
         let mut claims: Vec<Option<Claim>> = (0..n).map(|_| None).collect();
         let mut finished = BTreeSet::new();
         let mut claim_files = Vec::new();
@@ -205,52 +261,11 @@ impl Store {
                 missing.len()
             )));
         }
-        let mark = dir.join("publishing");
-        std::fs::write(&mark, b"").map_err(io_err(&mark, "mark the publish"))?;
-        sync_dir(&dir)?;
-        let head = record::encode(id, &meta);
-        let mut w = self.os.writer()?;
-        let hp = w.add(n * cb, &head)?;
-        w.finish()?;
-        let mut pieces: Vec<Piece> = claims
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let c = c.as_ref().expect("none missing");
-                Piece {
-                    file_off: i as u64 * cb,
-                    len: cb,
-                    chunk: c.chunk,
-                    dir: c.dir,
-                    block_off: 0,
-                    block_len: cb + 4,
-                    block_crc: c.block_crc,
-                    skip: 0,
-                }
-            })
+        let claims = claims
+            .into_iter()
+            .map(|c| c.expect("none missing"))
             .collect();
-        pieces.push(hp);
-        let v = Version {
-            number: 0,
-            size: n * cb + head.len() as u64,
-            deleted: false,
-            epoch: Default::default(),
-            origin: *id,
-            name: Vec::new(),
-            pieces,
-        };
-        let number = match self.os.publish(name.as_bytes(), v) {
-            Ok(n) => n,
-            // The publish's retention step can fail after the link (another
-            // publisher's retention removed a record it was reading): the
-            // version is published all the same, and found by its id.
-            Err(e) => self.published(name, id)?.ok_or(e)?,
-        };
-        // Published: the staging directory is only bookkeeping now (a crash
-        // here leaves it, and a retried commit finds the version by its id).
-        let _ = std::fs::remove_dir_all(&dir);
-        self.view_after_publish(name, number, id)?;
-        Ok(Committed { number, id: *id })
+        Ok((meta, claims))
     }
 
     /// Make the Zarr and HDF5 views of a version just published, and prune
