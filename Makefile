@@ -100,10 +100,12 @@ test-aggregate: build
 # and a plain directory, every version's Zarr view read by zarr-python 3 and
 # tensorstore (the virtual environment scripts/setup.sh --test makes), its
 # HDF5 view by h5py, h5dump and a C program; the C API's chunked PUT by
-# MPICH and Open MPI programs on 1, 2 and 4 ranks; the Python module.
+# MPICH and Open MPI programs on 1, 2 and 4 ranks; the Python module;
+# logged puts published by the node server and by recover.
 test-objects: build setup-test
 	/usr/bin/python3 -m tests.objects.run
 	/usr/bin/python3 -m tests.objects.mpi
+	/usr/bin/python3 -m tests.objects.logged
 
 # Shared event streams on one node (docs/streams.md): 4 producer processes
 # x 3 partitions x 50,000 events drained while they run, two reader groups,

@@ -1,4 +1,4 @@
-//! `paralog obj init|ls|info|get|verify|put|begin|write|commit|abort|rm|gc|view URL`:
+//! `paralog obj init|ls|info|get|verify|put|begin|write|commit|abort|rm|gc|view URL`, `publish L`:
 //! array objects (crates/objects, docs/objects.md) from the command line.
 //! The URL is a store (`objstore:///ROOT`, `/ROOT`) for `ls`, and a store
 //! with an object's name below it (`objstore:///ROOT/NAME`) for the rest.
@@ -65,7 +65,15 @@ enum ObjCmd {
         file: PathBuf,
         #[command(flatten)]
         array: ArrayArgs,
+        /// Logged: write the chunks to this node-local directory (the
+        /// node server's --local) and commit there; the node server (or
+        /// `paralog obj publish`, `paralog recover`) publishes the version
+        #[arg(long)]
+        local: Option<PathBuf>,
     },
+    /// Publish the logged puts committed under a node-local directory now
+    /// (what the node server does in the background); one line each.
+    Publish { local: PathBuf },
     /// Begin a chunked PUT; prints its id for the writers.
     Begin {
         url: String,
@@ -392,7 +400,46 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 )?;
             }
         }
-        ObjCmd::Put { url, file, array } => {
+        ObjCmd::Put {
+            url,
+            file,
+            array,
+            local: Some(local),
+        } => {
+            let (store, name) = object(&url)?;
+            let data =
+                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let logged = paralog_objects::LoggedStore::open(&store.url(), &local)?;
+            let id = logged.put(&name, &array.meta()?, &data)?;
+            print(
+                &mut stdout,
+                &format!(
+                    "{name}: logged put {} committed in {}; published by the node server\n",
+                    id_hex(&id),
+                    local.display()
+                ),
+            )?;
+        }
+        ObjCmd::Publish { local } => {
+            for p in paralog_objects::publish_committed(&local)? {
+                print(
+                    &mut stdout,
+                    &format!(
+                        "{} version {} id {} published to {}\n",
+                        p.name,
+                        p.committed.number,
+                        id_hex(&p.committed.id),
+                        p.remote
+                    ),
+                )?;
+            }
+        }
+        ObjCmd::Put {
+            url,
+            file,
+            array,
+            local: None,
+        } => {
             let (store, name) = object(&url)?;
             let data =
                 std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;

@@ -5,11 +5,12 @@
 //! there under the put's own id.
 //!
 //! The node-local store is the same layout as any plain directory store
-//! (`LOCAL/objects/`: `staging/<id>/` with claims and marks, `data/0/`
+//! (`LOCAL/.paralog-objects/`: `staging/<id>/` with claims and marks, `data/0/`
 //! chunk files), so the writers' code and checks are the direct mode's.
 //! A committed put's directory also holds `remote` (the remote store's
-//! URL) and `logged` (the local commit, written last; not a name starting
-//! with `c` or `w`, which are claims and writers' marks). Publishing is exactly once: the
+//! URL) and `logged` (the local commit, written last, holding its time in
+//! nanoseconds; not a name starting with `c` or `w`, which are claims and
+//! writers' marks). Publishing is exactly once: the
 //! remote version's origin is the put's id, so a publisher that died after
 //! the remote publish finds the version and only cleans up, and one that
 //! died while copying aborts the remote put it left and copies again.
@@ -43,10 +44,15 @@ pub struct Published {
     pub committed: Committed,
 }
 
+/// The node-local store's directory under the node-local root: a runtime
+/// entry of the root (the `.paralog-` prefix, crates/log `layout`), so the
+/// log's drain never takes it for a job.
+pub const LOCAL_DIR: &str = ".paralog-objects";
+
 /// The node-local store under `local` (created 0700).
 fn local_store(local: &Path) -> Result<Store> {
     use std::os::unix::fs::DirBuilderExt;
-    let root = local.join("objects");
+    let root = local.join(LOCAL_DIR);
     std::fs::DirBuilder::new()
         .mode(0o700)
         .recursive(true)
@@ -86,6 +92,21 @@ impl LoggedStore {
         Ok(put)
     }
 
+    /// A whole array by one process, logged and committed on this node;
+    /// returns the put's id (its version is numbered when published).
+    pub fn put(&self, name: &str, meta: &ArrayMeta, data: &[u8]) -> Result<VersionId> {
+        crate::put::check_whole(name, meta, data)?;
+        let mut put = self.begin(name, meta)?;
+        let id = put.id();
+        if let Err(e) = put.write_whole(data) {
+            let _ = self.local.abort(name, &id);
+            return Err(e);
+        }
+        put.finish()?;
+        self.commit(name, &id)?;
+        Ok(id)
+    }
+
     pub fn join_as(&self, name: &str, id: &VersionId, meta: &ArrayMeta) -> Result<Put<'_>> {
         self.local.join_as(name, id, meta)
     }
@@ -96,7 +117,12 @@ impl LoggedStore {
     pub fn commit(&self, name: &str, id: &VersionId) -> Result<()> {
         self.local.complete(name, id)?;
         let dir = self.local.staging_dir(id);
-        write_synced(&dir.join("logged"), b"")?;
+        // The commit's time in nanoseconds (file times are as coarse as a
+        // clock tick): the publisher numbers versions in this order.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        write_synced(&dir.join("logged"), now.to_string().as_bytes())?;
         sync_dir(&dir)
     }
 
@@ -113,7 +139,8 @@ impl LoggedStore {
 }
 
 /// Publish every committed logged put under the node-local directory
-/// `local` to its remote, oldest id first; puts not committed are left
+/// `local` to its remote, in the order of their local commits (the
+/// times in their `logged` marks), so versions are numbered as they were committed; puts not committed are left
 /// (their writers may still be writing; `paralog obj gc` removes abandoned
 /// ones). One publisher at a time per node (the node server, or `recover`
 /// when it is not running). Returns what was published, and the first
@@ -130,7 +157,12 @@ pub fn publish_committed(local: &Path) -> Result<Vec<Published>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(io_err(&staging, "list logged puts")(e)),
     };
-    ids.sort();
+    let committed_at = |id: &VersionId| {
+        std::fs::read_to_string(store.staging_dir(id).join("logged"))
+            .ok()
+            .and_then(|t| t.trim().parse::<u128>().ok())
+    };
+    ids.sort_by_cached_key(|id| (committed_at(id), *id));
     let mut done = Vec::new();
     let mut first_err = None;
     for id in ids {

@@ -315,49 +315,9 @@ impl Store {
 
     /// PUT a whole array (row-major little-endian bytes) by one process.
     pub fn put(&self, name: &str, meta: &ArrayMeta, data: &[u8]) -> Result<Committed> {
-        meta.check(name)?;
-        if data.len() as u64 != meta.array_len() {
-            return Err(Error::Invalid {
-                name: name.to_owned(),
-                why: format!(
-                    "{} bytes given for {} {:?} ({} bytes)",
-                    data.len(),
-                    meta.dtype.name(),
-                    meta.shape,
-                    meta.array_len()
-                ),
-            });
-        }
+        check_whole(name, meta, data)?;
         let mut put = self.begin(name, meta)?;
-        let d = meta.ndim();
-        let mut chunk = vec![0u8; meta.chunk_len() as usize];
-        let mut err = None;
-        for_each_index(&vec![0; d], &meta.grid(), |c| {
-            if err.is_some() {
-                return;
-            }
-            let origin: Vec<u64> = (0..d).map(|i| c[i] * meta.chunks[i]).collect();
-            let n: Vec<u64> = (0..d)
-                .map(|i| meta.chunks[i].min(meta.shape[i] - origin[i]))
-                .collect();
-            // Edge chunks: the part outside the array stays zero.
-            chunk.fill(0);
-            let isz = meta.dtype.size();
-            copy_box(
-                isz,
-                data,
-                &meta.shape,
-                &origin,
-                &mut chunk,
-                &meta.chunks,
-                &vec![0; d],
-                &n,
-            );
-            if let Err(e) = put.write_chunk(c, &chunk) {
-                err = Some(e);
-            }
-        });
-        if let Some(e) = err {
+        if let Err(e) = put.write_whole(data) {
             let _ = self.abort(name, &put.id);
             return Err(e);
         }
@@ -480,6 +440,41 @@ impl Put<'_> {
         Ok(())
     }
 
+    /// Write every chunk of the whole array `data` (row-major bytes; edge
+    /// chunks padded with zeros), as one writer.
+    pub(crate) fn write_whole(&mut self, data: &[u8]) -> Result<()> {
+        let meta = self.meta.clone();
+        let d = meta.ndim();
+        let mut chunk = vec![0u8; meta.chunk_len() as usize];
+        let mut err = None;
+        for_each_index(&vec![0; d], &meta.grid(), |c| {
+            if err.is_some() {
+                return;
+            }
+            let origin: Vec<u64> = (0..d).map(|i| c[i] * meta.chunks[i]).collect();
+            let n: Vec<u64> = (0..d)
+                .map(|i| meta.chunks[i].min(meta.shape[i] - origin[i]))
+                .collect();
+            // Edge chunks: the part outside the array stays zero.
+            chunk.fill(0);
+            let isz = meta.dtype.size();
+            copy_box(
+                isz,
+                data,
+                &meta.shape,
+                &origin,
+                &mut chunk,
+                &meta.chunks,
+                &vec![0; d],
+                &n,
+            );
+            if let Err(e) = self.write_chunk(c, &chunk) {
+                err = Some(e);
+            }
+        });
+        err.map_or(Ok(()), Err)
+    }
+
     /// [`Put::write_chunk`] from typed values.
     pub fn write_chunk_as<T: Element>(&mut self, coords: &[u64], values: &[T]) -> Result<()> {
         if T::DTYPE != self.meta.dtype {
@@ -510,4 +505,22 @@ impl Put<'_> {
         self.finish()?;
         store.commit(&name, &id)
     }
+}
+
+/// A whole array's bytes must be its type and shape's.
+pub(crate) fn check_whole(name: &str, meta: &ArrayMeta, data: &[u8]) -> Result<()> {
+    meta.check(name)?;
+    if data.len() as u64 != meta.array_len() {
+        return Err(Error::Invalid {
+            name: name.to_owned(),
+            why: format!(
+                "{} bytes given for {} {:?} ({} bytes)",
+                data.len(),
+                meta.dtype.name(),
+                meta.shape,
+                meta.array_len()
+            ),
+        });
+    }
+    Ok(())
 }

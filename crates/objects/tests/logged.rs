@@ -61,7 +61,7 @@ fn published_once_by_the_publisher() {
     // A copy of the node-local log as it was: the publisher "dies" after
     // the remote publish, before its cleanup.
     let saved = tempfile::tempdir().unwrap();
-    copy_tree(&local.path().join("objects"), saved.path());
+    copy_tree(&local.path().join(".paralog-objects"), saved.path());
     let p = publish_committed(local.path()).unwrap();
     assert_eq!(
         (p.len(), p[0].committed.number, p[0].committed.id),
@@ -69,11 +69,11 @@ fn published_once_by_the_publisher() {
     );
     let av = ls.remote().array("run/t", None).unwrap();
     assert_eq!(av.read_all(ls.remote()).unwrap(), data);
-    assert_eq!(files_under(&local.path().join("objects/data")), 0);
+    assert_eq!(files_under(&local.path().join(".paralog-objects/data")), 0);
     assert!(publish_committed(local.path()).unwrap().is_empty());
 
-    std::fs::remove_dir_all(local.path().join("objects")).unwrap();
-    copy_tree(saved.path(), &local.path().join("objects"));
+    std::fs::remove_dir_all(local.path().join(".paralog-objects")).unwrap();
+    copy_tree(saved.path(), &local.path().join(".paralog-objects"));
     let p = publish_committed(local.path()).unwrap();
     assert_eq!((p.len(), p[0].committed.number), (1, 1), "published again");
     assert_eq!(ls.remote().versions("run/t").unwrap().len(), 1);
@@ -102,7 +102,7 @@ fn uncommitted_and_damaged_puts_are_not_published() {
     put.finish().unwrap();
     ls.commit("d", &id).unwrap();
     // Flip a byte of every logged chunk file: refused, nothing published.
-    let data = local.path().join("objects/data/0");
+    let data = local.path().join(".paralog-objects/data/0");
     for e in std::fs::read_dir(&data).unwrap().flatten() {
         let mut b = std::fs::read(e.path()).unwrap();
         b[3] ^= 1;
