@@ -114,11 +114,17 @@ class Writer:
 
 
 class Store:
-    """A store of array objects: objstore:///ROOT?dirs=N&keep=K, or a directory."""
+    """A store of array objects: objstore:///ROOT?dirs=N&keep=K, or a
+    directory. With `local` (the node server's --local directory), puts are
+    logged there and published by the node server: put and commit return
+    0, the version is numbered when published."""
 
-    def __init__(self, url):
+    def __init__(self, url, local=None):
         h = ctypes.c_void_p()
-        _check(_lib.paralog_obj_open(str(url).encode(), ctypes.byref(h)))
+        if local is None:
+            _check(_lib.paralog_obj_open(str(url).encode(), ctypes.byref(h)))
+        else:
+            _check(_lib.paralog_obj_open_logged(str(url).encode(), str(local).encode(), ctypes.byref(h)))
         self._h = h
 
     def close(self):

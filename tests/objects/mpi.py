@@ -9,10 +9,11 @@ HDF5 view) read each version equal to the array, and `obj verify` passes.
 Refusals: a rank joining with another shape or type, a chunk outside the
 grid: every rank fails with the same message naming the rank, the object
 and the put or chunk, and nothing is published or left staged. Python
-(`paralog.objects`): every dtype through numpy, its refusals, and an mpi4py
+(`paralog.objects`): every dtype through numpy, its refusals, a logged put, and an mpi4py
 program on 1, 2 and 4 Open MPI ranks (Debian's mpi4py is Open MPI's).
 Fortran (tests/objects/f_put.f90 over paralog_objects.f90) on 2 and 4
-ranks of each MPI.
+ranks of each MPI. Logged: the C program on a logged store (2 and 4
+ranks), published by `paralog obj publish`, once.
 
 Usage: python3 -m tests.objects.mpi [--only SUBSTRING] [--keep]
 Ends with "objects-mpi: N passed, N failed"."""
@@ -38,8 +39,9 @@ def program(flavour):
                                  f"-Wl,-rpath,{RELEASE}"])
 
 
-def mpi_put(flavour, np, url, name, rows, salt, mode="ok", check_rc=True):
-    r = run([*launcher(flavour, np), program(flavour), url, name, str(rows), str(salt), mode],
+def mpi_put(flavour, np, url, name, rows, salt, mode="ok", check_rc=True, local=None):
+    r = run([*launcher(flavour, np), program(flavour), url, name, str(rows), str(salt), mode,
+             *([local] if local else [])],
             env=mpi_env(), check=False, timeout=300)
     if check_rc:
         check(r.returncode == 0, f"{flavour} x{np} {name}: exit {r.returncode}: {r.stdout}{r.stderr}")
@@ -89,6 +91,35 @@ def case_refusals(flavour, kind):
         staging = work / "store" / "staging"
         left = list(staging.iterdir()) if staging.exists() else []
         check(left == [], f"refused puts left staged: {left}")
+    return go
+
+
+def case_logged(flavour):
+    """The MPI form on a logged store (paralog_obj_open_logged): the ranks
+    write to the node-local directory, nothing is visible until `paralog
+    obj publish`, then each put is one version equal to the array."""
+    def go(work):
+        import numpy as np
+        url, local = store(work, "objstore"), work / "local"
+        checks = []
+        for ranks in (2, 4):
+            out = mpi_put(flavour, ranks, url, f"logged/{ranks}", 16, ranks, local=str(local)).stdout
+            check("logged" in out, out)
+            r = obj("info", at(url, f"logged/{ranks}"), check=False)
+            check(r.returncode == 1, f"visible before it was published: {r.stdout}")
+        said = obj("publish", local).stdout
+        check(said.count("version 1 id") == 2, said)
+        for ranks in (2, 4):
+            want = work / f"logged{ranks}.bin"
+            (np.arange(16 * ranks * 4096, dtype="<i4") + ranks).tofile(want)
+            obj("verify", at(url, f"logged/{ranks}"))
+            views = info(at(url, f"logged/{ranks}"))
+            checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(want), "dtype": "int32",
+                           "shape": [16 * ranks, 4096], "chunks": [16, 4096], "attrs": {"writer": "mpi_put"},
+                           "slabs": [[[3, 7], [20, 100]]]})
+        zarr_read(work, checks)
+        hdf5_read(work, checks)
+        check(obj("publish", local).stdout == "", "published twice")
     return go
 
 
@@ -163,6 +194,14 @@ def case_python(work):
             check(e.code == code and said in str(e), f"{said}: {e.code} {e}")
     w.discard()
     s.abort("py/w", pid)
+    # Logged: nothing visible until published, then one version.
+    lg = po.Store(url, local=work / "local")
+    a = np.arange(100, dtype="u2").reshape(10, 10)
+    check(lg.put("py/logged", a, chunks=(4, 4)) == 0, "a logged put is numbered when published")
+    check(obj("info", at(url, "py/logged"), check=False).returncode == 1, "visible before published")
+    check("py/logged version 1" in obj("publish", work / "local").stdout, "not published")
+    check(s.get("py/logged").tobytes() == a.astype("<u2").tobytes(), "the logged put")
+    lg.close()
     checks = []
     for ranks in (1, 2, 4):
         r = run([*launcher("openmpi", ranks), sys.executable, PY_WRITER, url, f"mpi4py/{ranks}", "16", "7"],
@@ -201,6 +240,7 @@ def main():
             cases.append((f"seed [{flavour}, {kind}]", case_seed(flavour, kind)))
         cases.append((f"refusals [{flavour}]", case_refusals(flavour, "objstore")))
         cases.append((f"fortran [{flavour}]", case_fortran(flavour)))
+        cases.append((f"logged [{flavour}]", case_logged(flavour)))
     cases.append(("python [openmpi, mpi4py]", case_python))
     return suite.run(cases, only=a.only)
 

@@ -3,9 +3,10 @@
  * chunk of ROWS x 4096, rank r at grid row r; values (global row * 4096 +
  * column + SALT). Rank 0 then reads the array back with paralog_obj_get.
  *
- *   mpi_put STORE_URL NAME ROWS SALT [ok|mismatch|dtype|outside]
+ *   mpi_put STORE_URL NAME ROWS SALT [ok|mismatch|dtype|outside [LOCAL]]
  *   mismatch: rank 1 joins with another shape; dtype: with float32;
- *   outside: the last rank writes a chunk past the grid.
+ *   outside: the last rank writes a chunk past the grid. LOCAL: a logged
+ *   store (paralog_obj_open_logged): rank 0 prints "logged" instead.
  * Prints "version N" and "read back equal" (rank 0), or on an error
  * "rank R: error CODE: MESSAGE" and exits 3. */
 #include <paralog/objects_mpi.h>
@@ -41,7 +42,8 @@ int main(int argc, char **argv)
     if (rank == 1 && !strcmp(mode, "dtype"))
         dtype = PARALOG_OBJ_FLOAT32;
     paralog_obj_store *store;
-    int rc = paralog_obj_open(argv[1], &store);
+    const char *local = argc > 6 ? argv[6] : NULL;
+    int rc = local ? paralog_obj_open_logged(argv[1], local, &store) : paralog_obj_open(argv[1], &store);
     if (rc)
         fail(rank, rc);
     paralog_obj_writer *w;
@@ -63,7 +65,9 @@ int main(int argc, char **argv)
     rc = paralog_obj_commit_mpi(MPI_COMM_WORLD, store, argv[2], w, &version);
     if (rc)
         fail(rank, rc);
-    if (rank == 0) {
+    if (rank == 0 && local) {
+        printf("logged\n");
+    } else if (rank == 0) {
         printf("version %llu\n", (unsigned long long)version);
         size_t n = shape[0] * cols;
         int32_t *all = malloc(n * 4);

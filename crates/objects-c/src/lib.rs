@@ -15,13 +15,20 @@ use std::path::Path;
 
 use errors::{guard, invalid, Failure};
 use paralog_backend::RemoteUrl;
-use paralog_objects::{id_hex, parse_id, ArrayMeta, Attrs, DType, Put, Store, VersionId};
+use paralog_objects::{
+    id_hex, parse_id, ArrayMeta, Attrs, DType, LoggedStore, Put, Store, VersionId,
+};
 
 const MAX_NDIM: usize = 32;
 const ID_LEN: usize = 33;
 
-/// `paralog_obj_store`: a store opened from a URL.
-pub struct ObjStore(Store);
+/// `paralog_obj_store`: a store opened from a URL; with `logged`, its puts
+/// are logged on this node and published by the node server (reads go to
+/// the store itself).
+pub struct ObjStore {
+    direct: Store,
+    logged: Option<LoggedStore>,
+}
 
 /// `paralog_obj_writer`: one writer of a chunked put. It borrows its store,
 /// which the C caller keeps open until the writer is finished or discarded
@@ -68,12 +75,16 @@ fn ndim(n: c_int, name: &str) -> Result<usize, Failure> {
     Ok(n as usize)
 }
 
-fn store<'a>(s: *mut ObjStore) -> Result<&'a Store, Failure> {
+fn handle<'a>(s: *mut ObjStore) -> Result<&'a ObjStore, Failure> {
     if s.is_null() {
         return Err(invalid("the store is NULL"));
     }
     // SAFETY: a pointer paralog_obj_open returned and not yet closed.
-    Ok(unsafe { &(*s).0 })
+    Ok(unsafe { &*s })
+}
+
+fn store<'a>(s: *mut ObjStore) -> Result<&'a Store, Failure> {
+    Ok(&handle(s)?.direct)
 }
 
 /// The array a caller describes: type code, dimensions, attributes.
@@ -161,8 +172,39 @@ pub unsafe extern "C" fn paralog_obj_open(
         let parsed: RemoteUrl = url
             .parse()
             .map_err(|e| Failure(errors::EURL, format!("{url}: {e}")))?;
-        let s = Store::open(&parsed)?;
-        out(out_store, Box::into_raw(Box::new(ObjStore(s))));
+        let direct = Store::open(&parsed)?;
+        out(
+            out_store,
+            Box::into_raw(Box::new(ObjStore {
+                direct,
+                logged: None,
+            })),
+        );
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn paralog_obj_open_logged(
+    url: *const c_char,
+    local: *const c_char,
+    out_store: *mut *mut ObjStore,
+) -> c_int {
+    guard(|| {
+        if out_store.is_null() {
+            return Err(invalid("store is NULL"));
+        }
+        locate_helper();
+        let (url, local) = (text(url, "url")?, text(local, "local")?);
+        let logged = LoggedStore::open(url, Path::new(local))?;
+        let direct = logged.remote().clone();
+        out(
+            out_store,
+            Box::into_raw(Box::new(ObjStore {
+                direct,
+                logged: Some(logged),
+            })),
+        );
         Ok(())
     })
 }
@@ -190,14 +232,18 @@ pub unsafe extern "C" fn paralog_obj_put(
     version: *mut u64,
 ) -> c_int {
     guard(|| {
-        let (s, name) = (store(s)?, text(name, "name")?);
+        let (h, name) = (handle(s)?, text(name, "name")?);
         let m = meta(name, dtype, nd, shape, chunks, attrs)?;
         if data.is_null() {
             return Err(invalid(format!("{name}: data is NULL")));
         }
         // SAFETY: the caller's buffer of nbytes.
         let buf = unsafe { std::slice::from_raw_parts(data as *const u8, nbytes) };
-        out(version, s.put(name, &m, buf)?.number);
+        let number = match &h.logged {
+            Some(l) => l.put(name, &m, buf).map(|_| 0)?,
+            None => h.direct.put(name, &m, buf)?.number,
+        };
+        out(version, number);
         Ok(())
     })
 }
@@ -215,12 +261,15 @@ pub unsafe extern "C" fn paralog_obj_begin(
     id: *mut c_char,
 ) -> c_int {
     guard(|| {
-        let (s, name) = (store(s)?, text(name, "name")?);
+        let (h, name) = (handle(s)?, text(name, "name")?);
         let m = meta(name, dtype, nd, shape, chunks, attrs)?;
         if id.is_null() {
             return Err(invalid(format!("{name}: id is NULL")));
         }
-        let put = s.begin(name, &m)?;
+        let put = match &h.logged {
+            Some(l) => l.begin(name, &m)?,
+            None => h.direct.begin(name, &m)?,
+        };
         // SAFETY: the caller's buffer of PARALOG_OBJ_ID_LEN bytes. The
         // beginner is not a writer: it joins like the others.
         unsafe { copy_id(id, &put.id()) };
@@ -241,15 +290,18 @@ pub unsafe extern "C" fn paralog_obj_join(
     writer: *mut *mut ObjWriter,
 ) -> c_int {
     guard(|| {
-        let (s, name) = (store(s)?, text(name, "name")?);
+        let (h, name) = (handle(s)?, text(name, "name")?);
         let id = id_arg(id, name)?;
         let m = meta(name, dtype, nd, shape, chunks, std::ptr::null())?;
         if writer.is_null() {
             return Err(invalid(format!("{name}: writer is NULL")));
         }
         // SAFETY: the store outlives its writers (the header's contract).
-        let s: &'static Store = unsafe { &*(s as *const Store) };
-        let put = s.join_as(name, &id, &m)?;
+        let h: &'static ObjStore = unsafe { &*(h as *const ObjStore) };
+        let put = match &h.logged {
+            Some(l) => l.join_as(name, &id, &m)?,
+            None => h.direct.join_as(name, &id, &m)?,
+        };
         out(writer, Box::into_raw(Box::new(ObjWriter { put })));
         Ok(())
     })
@@ -328,9 +380,13 @@ pub unsafe extern "C" fn paralog_obj_commit(
     version: *mut u64,
 ) -> c_int {
     guard(|| {
-        let (s, name) = (store(s)?, text(name, "name")?);
+        let (h, name) = (handle(s)?, text(name, "name")?);
         let id = id_arg(id, name)?;
-        out(version, s.commit(name, &id)?.number);
+        let number = match &h.logged {
+            Some(l) => l.commit(name, &id).map(|()| 0)?,
+            None => h.direct.commit(name, &id)?.number,
+        };
+        out(version, number);
         Ok(())
     })
 }
@@ -342,8 +398,12 @@ pub unsafe extern "C" fn paralog_obj_abort(
     id: *const c_char,
 ) -> c_int {
     guard(|| {
-        let (s, name) = (store(s)?, text(name, "name")?);
-        s.abort(name, &id_arg(id, name)?)?;
+        let (h, name) = (handle(s)?, text(name, "name")?);
+        let id = id_arg(id, name)?;
+        match &h.logged {
+            Some(l) => l.abort(name, &id)?,
+            None => h.direct.abort(name, &id)?,
+        }
         Ok(())
     })
 }

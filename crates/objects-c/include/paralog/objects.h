@@ -70,6 +70,11 @@ void paralog_obj_set_error(const char *msg);
 
 /* A store: objstore:///ROOT?dirs=N&keep=K, /ROOT or file:///ROOT. */
 int paralog_obj_open(const char *url, paralog_obj_store **store);
+/* A store whose puts are logged: chunks written to the node-local
+ * directory `local` (the node server's --local), the commit made there;
+ * the node server publishes the version (or `paralog recover`), so a
+ * commit's *version is 0 (numbered when published). Reads go to `url`. */
+int paralog_obj_open_logged(const char *url, const char *local, paralog_obj_store **store);
 void paralog_obj_close(paralog_obj_store *store);
 
 /* PUT a whole array by one process; *version (if not NULL) its number. */
