@@ -73,7 +73,8 @@ int paralog_obj_open(const char *url, paralog_obj_store **store);
 /* A store whose puts are logged: chunks written to the node-local
  * directory `local` (the node server's --local), the commit made there;
  * the node server publishes the version (or `paralog recover`), so a
- * commit's *version is 0 (numbered when published). Reads go to `url`. */
+ * commit's *version is 0 (numbered when published). Reads go to `url`.
+ * All writers of a logged put must be on the node that began it. */
 int paralog_obj_open_logged(const char *url, const char *local, paralog_obj_store **store);
 void paralog_obj_close(paralog_obj_store *store);
 
