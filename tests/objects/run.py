@@ -1,16 +1,22 @@
 #!/usr/bin/python3
-"""Array objects end to end (docs/objects.md, issue 18, first milestone):
+"""Array objects end to end (docs/objects.md, issue 18):
 the `paralog obj` commands write arrays, and zarr-python 3 and tensorstore
 (PyPI, in the virtual environment scripts/setup.sh --test makes) read every
-version's Zarr view, byte for byte equal to what was put. Each case runs on an
+version's Zarr view, h5py, h5dump and a C program its HDF5 view, byte for
+byte equal to what was put. Each case runs on an
 `objstore://` store (4 storage directories) and on a plain directory.
 
   dtypes     every element type, 37x19 in chunks of 8x5 (edge chunks),
              attributes; zarr reads the whole array and random slabs,
-             `paralog obj get --slice` random slabs; `obj verify` passes
+             `paralog obj get --slice` random slabs; `obj verify` passes;
+             the HDF5 view read by h5py (whole, slabs), an unmodified C
+             program and h5dump (whole, a slab)
+  grids      1-D with an edge chunk, 3-D with edge chunks in every
+             dimension, a chunk larger than the array: both views read
   seed       the seed's int32 chunks of 16x4096, 32x4096, 64x4096 per
              writer on 1, 2 and 4 writer processes of one chunked put
-             (`obj begin`, concurrent `obj write`, `obj commit`)
+             (`obj begin`, concurrent `obj write`, `obj commit`); Zarr
+             and HDF5 views read
   versions   40 versions of one name, each view and `obj get --version`
              equal to its own put
   writers    4 processes x 10 puts of one name at once: 40 versions, none
@@ -24,7 +30,10 @@ version's Zarr view, byte for byte equal to what was put. Each case runs on an
   damage     a flipped byte, then a truncated chunk: `obj get` and
              `obj verify` refuse naming object, version and chunk, and
              zarr-python and tensorstore refuse to read the view (the
-             crc32c codec)
+             crc32c codec); an HDF5 view that maps another version's
+             chunks is refused by `obj verify`, `obj view` makes it again;
+             a missing chunk file is an error through the HDF5 view
+             (h5py), never zeros
   refusals   bad names, overlapping chunk writes, a missing chunk at commit
              (nothing published), a buffer of the wrong size, a chunk
              outside the grid, s3:// (not yet); `obj gc` removes a put
@@ -42,11 +51,15 @@ import time
 from pathlib import Path
 
 from tests.lib.check import Suite, check, fail
+from tests.lib.mpi import compile_program
 from tests.lib.paths import BIN, TARGET
 from tests.lib.proc import run
 
 VENV_PY = TARGET / "objects-venv" / "bin" / "python"
 READER = Path(__file__).resolve().parent / "zarr_reader.py"
+H5_READER_PY = Path(__file__).resolve().parent / "h5_reader.py"
+H5_READER_C = Path(__file__).resolve().parent / "h5_reader.c"
+H5_READER = TARGET / "objects-h5-reader"
 SIZES = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint8": 1, "uint16": 2,
          "uint32": 4, "uint64": 8, "float32": 4, "float64": 8}
 KINDS = ("objstore", "plain")
@@ -85,6 +98,39 @@ def zarr_read(work, checks):
     return r.stdout
 
 
+def h5_reader():
+    """The unmodified C reader (tests/objects/h5_reader.c), built with Debian's HDF5."""
+    flags = run(["pkg-config", "--cflags", "--libs", "hdf5-mpich"]).stdout.split()
+    return compile_program("mpicc.mpich", H5_READER_C, H5_READER, "-O2", "-Wall", "-Werror", libs=flags)
+
+
+def hdf5_read(work, checks):
+    """Each version's HDF5 view read equal to what was put by h5py (whole and
+    slabs), by an unmodified C program and by h5dump (whole and a slab)."""
+    import numpy as np
+    spec = work / f"h5checks-{random.getrandbits(32):08x}.json"
+    spec.write_text(json.dumps(checks))
+    with open(spec) as f:
+        r = run([sys.executable, H5_READER_PY], stdin=f, check=False, timeout=300)
+    check(r.returncode == 0, f"h5py: {(r.stdout + r.stderr).strip()[-1500:]}")
+    out = work / "h5.out"
+    for c in checks:
+        want = np.fromfile(c["expect"], dtype=np.dtype(c["dtype"]).newbyteorder("<")).reshape(c["shape"])
+        start, count = c["slabs"][0]
+        sl = tuple(slice(a, a + n) for a, n in zip(start, count))
+        csv = lambda v: ",".join(map(str, v))  # noqa: E731
+        reads = [([h5_reader(), c["file"], out], want),
+                 ([h5_reader(), c["file"], out, csv(start), csv(count)], want[sl]),
+                 (["h5dump", "-d", "/data", "-b", "LE", "-o", out, c["file"]], want),
+                 (["h5dump", "-d", "/data", "-s", csv(start), "-c", csv(count), "-b", "LE", "-o", out,
+                   c["file"]], want[sl])]
+        for cmd, exp in reads:
+            out.unlink(missing_ok=True)
+            run(cmd, timeout=300)
+            check(out.read_bytes() == exp.tobytes(), f"{Path(cmd[0]).name} {cmd[2:]}: not the array put")
+    return r.stdout
+
+
 def slab(rng, shape):
     start = [rng.randrange(n) for n in shape]
     return start, [1 + rng.randrange(n - a) for n, a in zip(shape, start)]
@@ -114,10 +160,12 @@ def case_dtypes(kind):
                 obj("get", name, out, "--slice", slice_arg(start, count))
                 files.append([start, count, str(out)])
             obj("verify", name)
-            checks.append({"view": info(name)["zarr"], "expect": str(data), "dtype": dtype,
-                           "shape": shape, "chunks": chunks, "attrs": attrs,
+            views = info(name)
+            checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(data),
+                           "dtype": dtype, "shape": shape, "chunks": chunks, "attrs": attrs,
                            "slabs": [slab(rng, shape) for _ in range(20)], "files": files})
         zarr_read(work, checks)
+        hdf5_read(work, checks)
         ls = obj("ls", url).stdout.splitlines()
         check(len(ls) == len(SIZES), f"obj ls lists {len(ls)} objects, not {len(SIZES)}: {ls}")
     return go
@@ -150,10 +198,38 @@ def case_seed(kind):
                 whole = work / f"seed-{rows}-{writers}.bin"
                 whole.write_bytes(b"".join(p.read_bytes() for p in parts))
                 obj("verify", name)
-                checks.append({"view": info(name)["zarr"], "expect": str(whole), "dtype": "int32",
-                               "shape": shape, "chunks": [rows, 4096],
+                views = info(name)
+                checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(whole),
+                               "dtype": "int32", "shape": shape, "chunks": [rows, 4096],
                                "slabs": [slab(rng, shape) for _ in range(10)]})
         zarr_read(work, checks)
+        hdf5_read(work, checks)
+    return go
+
+
+def case_grids(kind):
+    """Other chunk grids: 1-D with an edge chunk, 3-D with edge chunks in
+    every dimension, one chunk larger than the array; both views read."""
+    def go(work):
+        url = store(work, kind)
+        rng = random.Random(3)
+        checks = []
+        for name, dtype, shape, chunks in (("g/1d", "uint16", [1000], [64]),
+                                           ("g/3d", "float32", [5, 7, 9], [2, 3, 4]),
+                                           ("g/big", "int64", [10, 10], [16, 16])):
+            n = 1
+            for x in shape:
+                n *= x
+            data = work / f"{name.replace('/', '-')}.bin"
+            data.write_bytes(rng.randbytes(n * SIZES[dtype]))
+            obj("put", at(url, name), data, "--dtype", dtype, "--shape", ",".join(map(str, shape)),
+                "--chunks", ",".join(map(str, chunks)))
+            obj("verify", at(url, name))
+            views = info(at(url, name))
+            checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(data), "dtype": dtype,
+                           "shape": shape, "chunks": chunks, "slabs": [slab(rng, shape) for _ in range(8)]})
+        zarr_read(work, checks)
+        hdf5_read(work, checks)
     return go
 
 
@@ -308,6 +384,31 @@ def case_damage(kind):
             print("\n".join(f"  {how}: {line}" for line in said.splitlines()))
         chunk.write_bytes(good)
         obj("verify", name)
+        # The HDF5 view's mappings are checked: version 1's view replaced by
+        # version 2's (other chunk files) is refused, naming the chunk.
+        obj("put", name, data, "--dtype", "int32", "--shape", "64,4096", "--chunks", "16,4096")
+        h5 = [Path(info(f"{name}")["hdf5"]).with_name(f"v{n:010}.h5") for n in (1, 2)]
+        h5[0].write_bytes(h5[1].read_bytes())
+        r = obj("verify", name, "--version", "1", check=False)
+        check(r.returncode == 1 and "dmg version 1: chunk [0, 0]" in r.stderr and "mapping 0" in r.stderr,
+              f"a swapped HDF5 view: {r.stderr!r}")
+        obj("view", name, "--version", "2")
+        h5[0].unlink()
+        made = obj("view", name, "--version", "1").stdout
+        check(str(h5[0]) in made, f"obj view: {made!r}")
+        check("HDF5 view" in obj("verify", name, "--all").stdout, "verify --all")
+        # HDF5 reads a missing chunk file as an error, never as zeros (the
+        # Zarr view's hard link keeps the bytes; the HDF5 view names the file).
+        src = [line for line in run(["h5dump", "-p", "-H", "-d", "/chunks/1", h5[1]]).stdout.splitlines()
+               if "FILENAME" in line][0].split()[1]
+        Path(src).rename(work / "moved")
+        r = run([sys.executable, "-c", f"import h5py; h5py.File({str(h5[1])!r}, 'r')['data'][16:32]"],
+                check=False)
+        check(r.returncode != 0 and "unable to open external raw data file" in r.stderr,
+              f"a missing chunk read through the HDF5 view: {r.returncode} {r.stderr[-300:]}")
+        r = obj("verify", name, "--version", "2", check=False)
+        check(r.returncode == 1 and "dmg version 2: chunk [1, 0]" in r.stderr, r.stderr)
+        (work / "moved").rename(src)
     return go
 
 
@@ -364,11 +465,12 @@ def main():
     if not VENV_PY.exists():
         print(f"objects: {VENV_PY} is missing: run scripts/setup.sh --test", file=sys.stderr)
         return 1
-    if not BIN.exists():
-        fail(f"{BIN} is missing: make build")
+    for built in (BIN, BIN.with_name("paralog-h5view")):
+        if not built.exists():
+            fail(f"{built} is missing: make build")
     cases = []
     for kind in KINDS:
-        for label, fn in (("dtypes", case_dtypes), ("seed", case_seed), ("versions", case_versions),
+        for label, fn in (("dtypes", case_dtypes), ("grids", case_grids), ("seed", case_seed), ("versions", case_versions),
                           ("writers", case_writers), ("polling", case_polling),
                           ("killed", case_killed), ("damage", case_damage), ("refusals", case_refusals)):
             cases.append((f"{label} [{kind}]", fn(kind)))

@@ -1,4 +1,4 @@
-//! `paralog obj init|ls|info|get|verify|put|begin|write|commit|abort|rm|gc|view URL`:
+//! `paralog obj init|ls|info|get|verify|put|begin|write|commit|abort|rm|gc|view URL`, `publish L`:
 //! array objects (crates/objects, docs/objects.md) from the command line.
 //! The URL is a store (`objstore:///ROOT`, `/ROOT`) for `ls`, and a store
 //! with an object's name below it (`objstore:///ROOT/NAME`) for the rest.
@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context};
 use paralog_backend::RemoteUrl;
-use paralog_objects::{id_hex, parse_id, zarr, ArrayMeta, ArrayVersion, Attrs, DType, Store};
+use paralog_objects::{hdf5, id_hex, parse_id, zarr, ArrayMeta, ArrayVersion, Attrs, DType, Store};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -28,7 +28,7 @@ enum ObjCmd {
         #[arg(long)]
         json: bool,
     },
-    /// An object's type, shape, chunks, attributes, versions and Zarr view.
+    /// An object's type, shape, chunks, attributes, versions and views.
     Info {
         url: String,
         #[arg(long)]
@@ -50,7 +50,7 @@ enum ObjCmd {
         slice: Option<String>,
     },
     /// Read every chunk of a version (default: the latest; --all: every
-    /// version kept) and check it, and its Zarr view; exit 1 naming the
+    /// version kept) and check it, and its Zarr and HDF5 views; exit 1 naming the
     /// object, version and chunk of the first failure.
     Verify {
         url: String,
@@ -65,7 +65,15 @@ enum ObjCmd {
         file: PathBuf,
         #[command(flatten)]
         array: ArrayArgs,
+        /// Logged: write the chunks to this node-local directory (the
+        /// node server's --local) and commit there; the node server (or
+        /// `paralog obj publish`, `paralog recover`) publishes the version
+        #[arg(long)]
+        local: Option<PathBuf>,
     },
+    /// Publish the logged puts committed under a node-local directory now
+    /// (what the node server does in the background); one line each.
+    Publish { local: PathBuf },
     /// Begin a chunked PUT; prints its id for the writers.
     Begin {
         url: String,
@@ -98,7 +106,7 @@ enum ObjCmd {
         #[arg(long, default_value_t = 3600)]
         older_than: u64,
     },
-    /// (Re)make the Zarr view of a version; prints its directory.
+    /// (Re)make the Zarr and HDF5 views of a version; prints where they are.
     View {
         url: String,
         #[arg(long)]
@@ -271,6 +279,7 @@ fn info_json(store: &Store, av: &ArrayVersion) -> anyhow::Result<serde_json::Val
         "dtype": m.dtype.name(), "shape": m.shape, "chunks": m.chunks, "grid": m.grid(),
         "chunk_bytes": m.chunk_len(), "attributes": m.attrs, "versions": versions,
         "zarr": store.view_dir(&av.name, av.number),
+        "hdf5": Some(store.view_file(&av.name, av.number)).filter(|f| f.is_file()),
     }))
 }
 
@@ -334,9 +343,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     })
                     .collect();
                 format!(
-                    "name: {}\nversion: {} (id {})\nversions kept: {}\ndtype: {}\nshape: {}\nchunks: {} (grid {}, {} bytes each)\nattributes: {}\nzarr view: {}\n",
+                    "name: {}\nversion: {} (id {})\nversions kept: {}\ndtype: {}\nshape: {}\nchunks: {} (grid {}, {} bytes each)\nattributes: {}\nzarr view: {}\nhdf5 view: {}\n",
                     name, j["version"], j["id"].as_str().unwrap_or(""), kept.join(" "), j["dtype"].as_str().unwrap_or(""),
-                    j["shape"], j["chunks"], j["grid"], j["chunk_bytes"], j["attributes"], j["zarr"].as_str().unwrap_or("")
+                    j["shape"], j["chunks"], j["grid"], j["chunk_bytes"], j["attributes"], j["zarr"].as_str().unwrap_or(""),
+                    j["hdf5"].as_str().unwrap_or("none (paralog-h5view not found at the commit; `paralog obj view` makes it)")
                 )
             };
             print(&mut stdout, &text)?;
@@ -375,10 +385,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 let av = store.array(&name, n)?;
                 av.verify_chunks(&store)?;
                 let view = zarr::check_view(&store, &av)?;
+                let h5 = match hdf5::check_view(&store, &av)? {
+                    Some(f) => format!("HDF5 view {} complete", f.display()),
+                    None => "no HDF5 view".into(),
+                };
                 print(
                     &mut stdout,
                     &format!(
-                        "{name} version {}: {} chunks verified; Zarr view {} complete\n",
+                        "{name} version {}: {} chunks verified; Zarr view {} complete; {h5}\n",
                         av.number,
                         av.meta.n_chunks(),
                         view.display()
@@ -386,7 +400,46 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 )?;
             }
         }
-        ObjCmd::Put { url, file, array } => {
+        ObjCmd::Put {
+            url,
+            file,
+            array,
+            local: Some(local),
+        } => {
+            let (store, name) = object(&url)?;
+            let data =
+                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let logged = paralog_objects::LoggedStore::open(&store.url(), &local)?;
+            let id = logged.put(&name, &array.meta()?, &data)?;
+            print(
+                &mut stdout,
+                &format!(
+                    "{name}: logged put {} committed in {}; published by the node server\n",
+                    id_hex(&id),
+                    local.display()
+                ),
+            )?;
+        }
+        ObjCmd::Publish { local } => {
+            for p in paralog_objects::publish_committed(&local)? {
+                print(
+                    &mut stdout,
+                    &format!(
+                        "{} version {} id {} published to {}\n",
+                        p.name,
+                        p.committed.number,
+                        id_hex(&p.committed.id),
+                        p.remote
+                    ),
+                )?;
+            }
+        }
+        ObjCmd::Put {
+            url,
+            file,
+            array,
+            local: None,
+        } => {
             let (store, name) = object(&url)?;
             let data =
                 std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
@@ -462,6 +515,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let av = store.array(&name, version)?;
             let dir = zarr::make_view(&store, &av)?;
             print(&mut stdout, &format!("{}\n", dir.display()))?;
+            match hdf5::make_view(&store, &av)? {
+                Some(f) => print(&mut stdout, &format!("{}\n", f.display()))?,
+                None => eprintln!(
+                    "paralog: no HDF5 view: {} not found next to paralog (or set PARALOG_H5VIEW)",
+                    hdf5::HELPER
+                ),
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

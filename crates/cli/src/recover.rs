@@ -62,6 +62,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let (totals, rank) = crate::cluster::run(mpi, cfg, None)?;
         return Ok(crate::cluster::report(&totals, rank, &root, "recover"));
     }
+    // Logged array puts committed on this node: published once each.
+    let objects = crate::obj_publish::round(&root);
+    match &objects {
+        Ok(done) if !args.json => {
+            for p in done {
+                println!(
+                    "published logged array {} version {} to {}",
+                    p.name, p.committed.number, p.remote
+                );
+            }
+        }
+        Ok(_) => {}
+        Err(e) => eprintln!("paralog: logged array puts: {e}"),
+    }
     let report = recover_node_sets(
         &root,
         args.at.job.as_deref(),
@@ -87,11 +101,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 );
             }
         }
-        if report.files.is_empty() {
+        if report.files.is_empty() && objects.as_ref().is_ok_and(|d| d.is_empty()) {
             println!("nothing to recover in {}", root.display());
         }
     }
-    Ok(if report.failed == 0 {
+    Ok(if report.failed == 0 && objects.is_ok() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

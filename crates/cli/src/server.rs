@@ -230,7 +230,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "server ready"
     );
     let streams = crate::stream::server_drain(args.stream_remote.as_deref(), &remote, &root)?;
+    let objects = crate::obj_publish::start(root.clone(), std::time::Duration::from_millis(200))?;
     server.wait_stop();
+    let objects_failed = !objects.finish();
     // After the files: a last round of every stream, so that every event
     // flushed before the program ended is on the remote.
     let streams_failed = streams.is_some_and(|s| !s.finish().is_empty());
@@ -242,7 +244,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         pending = st.epochs_pending,
         "server stopped"
     );
-    Ok(if streams_failed {
+    Ok(if streams_failed || objects_failed {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

@@ -41,6 +41,10 @@ impl Store {
             if !dir.is_dir() || now.duration_since(newest(&dir)).unwrap_or_default() <= grace {
                 continue;
             }
+            // A logged put committed on this node waits for its publisher.
+            if dir.join("logged").exists() {
+                continue;
+            }
             let id = dir
                 .file_name()
                 .and_then(|f| f.to_str())
@@ -62,10 +66,10 @@ impl Store {
     }
 
     /// Remove views half made by a process that died (`.v<n>.tmp.*` under
-    /// `zarr/`) and untouched for longer than `grace`.
+    /// `zarr/` and `hdf5/`) and untouched for longer than `grace`.
     fn collect_view_temps(&self, grace: Duration) -> Result<()> {
         let now = SystemTime::now();
-        let mut stack = vec![self.root().join("zarr")];
+        let mut stack = vec![self.root().join("zarr"), self.root().join("hdf5")];
         while let Some(dir) = stack.pop() {
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;

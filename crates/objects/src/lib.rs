@@ -3,7 +3,7 @@
 //! plain directory holding the same layout), put whole by one process or
 //! chunk by chunk by many, read whole or by hyperslab with every chunk's
 //! CRC-32C verified, and published with a Zarr v3 view that unmodified
-//! readers open.
+//! readers open, and an HDF5 virtual-dataset view.
 //!
 //! An array version IS an object-layout version (crates/backend
 //! `objstore`): its pieces are the array's chunks, one chunk file each,
@@ -14,6 +14,8 @@
 mod error;
 mod gc;
 mod grid;
+pub mod hdf5;
+pub mod logged;
 pub mod put;
 pub mod read;
 pub mod record;
@@ -23,6 +25,7 @@ pub mod zarr;
 
 pub use error::Error;
 pub use grid::{DType, Element};
+pub use logged::{publish_committed, LoggedStore, Published};
 pub use put::{Committed, Put};
 pub use read::ArrayVersion;
 pub use record::{ArrayMeta, Attrs};

@@ -56,9 +56,14 @@ impl Store {
     /// Start a chunked PUT of `name`: a new version id, to be shared with
     /// the other writers (they [`Store::join`] it).
     pub fn begin(&self, name: &str, meta: &ArrayMeta) -> Result<Put<'_>> {
+        self.begin_id(name, meta, new_id())
+    }
+
+    /// [`Store::begin`] with a given id (a logged put published to the
+    /// remote under its own id, so that "already published" is decidable).
+    pub(crate) fn begin_id(&self, name: &str, meta: &ArrayMeta, id: VersionId) -> Result<Put<'_>> {
         check_name(name)?;
         meta.check(name)?;
-        let id = new_id();
         let staging = self.root().join("staging");
         std::fs::create_dir_all(&staging).map_err(io_err(&staging, "create staging directory"))?;
         let tmp = staging.join(format!(".begin.{}", id_hex(&id)));
@@ -157,13 +162,64 @@ impl Store {
             self.view_after_publish(name, number, id)?;
             return Ok(Committed { number, id: *id });
         }
+        let (meta, claims) = self.complete(name, id)?;
+        let dir = self.staging_dir(id);
+        let (n, cb) = (meta.n_chunks(), meta.chunk_len());
+        let mark = dir.join("publishing");
+        std::fs::write(&mark, b"").map_err(io_err(&mark, "mark the publish"))?;
+        sync_dir(&dir)?;
+        let head = record::encode(id, &meta);
+        let mut w = self.os.writer()?;
+        let hp = w.add(n * cb, &head)?;
+        w.finish()?;
+        let mut pieces: Vec<Piece> = claims
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Piece {
+                file_off: i as u64 * cb,
+                len: cb,
+                chunk: c.chunk,
+                dir: c.dir,
+                block_off: 0,
+                block_len: cb + 4,
+                block_crc: c.block_crc,
+                skip: 0,
+            })
+            .collect();
+        pieces.push(hp);
+        let v = Version {
+            number: 0,
+            size: n * cb + head.len() as u64,
+            deleted: false,
+            epoch: Default::default(),
+            origin: *id,
+            name: Vec::new(),
+            pieces,
+        };
+        let number = match self.os.publish(name.as_bytes(), v) {
+            Ok(n) => n,
+            // The publish's retention step can fail after the link (another
+            // publisher's retention removed a record it was reading): the
+            // version is published all the same, and found by its id.
+            Err(e) => self.published(name, id)?.ok_or(e)?,
+        };
+        // Published: the staging directory is only bookkeeping now (a crash
+        // here leaves it, and a retried commit finds the version by its id).
+        let _ = std::fs::remove_dir_all(&dir);
+        self.view_after_publish(name, number, id)?;
+        Ok(Committed { number, id: *id })
+    }
+
+    /// The checks of a commit: the put's array and each chunk's claim,
+    /// every chunk claimed by a writer that finished. Publishes nothing.
+    pub(crate) fn complete(&self, name: &str, id: &VersionId) -> Result<(ArrayMeta, Vec<Claim>)> {
         let (meta, dir) = self.staged(name, id)?;
         let perr = |why: String| Error::Put {
             name: name.to_owned(),
             id: id_hex(id),
             why,
         };
-        let (n, cb) = (meta.n_chunks(), meta.chunk_len());
+        let n = meta.n_chunks();
         let mut claims: Vec<Option<Claim>> = (0..n).map(|_| None).collect();
         let mut finished = BTreeSet::new();
         let mut claim_files = Vec::new();
@@ -205,63 +261,24 @@ impl Store {
                 missing.len()
             )));
         }
-        let mark = dir.join("publishing");
-        std::fs::write(&mark, b"").map_err(io_err(&mark, "mark the publish"))?;
-        sync_dir(&dir)?;
-        let head = record::encode(id, &meta);
-        let mut w = self.os.writer()?;
-        let hp = w.add(n * cb, &head)?;
-        w.finish()?;
-        let mut pieces: Vec<Piece> = claims
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let c = c.as_ref().expect("none missing");
-                Piece {
-                    file_off: i as u64 * cb,
-                    len: cb,
-                    chunk: c.chunk,
-                    dir: c.dir,
-                    block_off: 0,
-                    block_len: cb + 4,
-                    block_crc: c.block_crc,
-                    skip: 0,
-                }
-            })
+        let claims = claims
+            .into_iter()
+            .map(|c| c.expect("none missing"))
             .collect();
-        pieces.push(hp);
-        let v = Version {
-            number: 0,
-            size: n * cb + head.len() as u64,
-            deleted: false,
-            epoch: Default::default(),
-            origin: *id,
-            name: Vec::new(),
-            pieces,
-        };
-        let number = match self.os.publish(name.as_bytes(), v) {
-            Ok(n) => n,
-            // The publish's retention step can fail after the link (another
-            // publisher's retention removed a record it was reading): the
-            // version is published all the same, and found by its id.
-            Err(e) => self.published(name, id)?.ok_or(e)?,
-        };
-        // Published: the staging directory is only bookkeeping now (a crash
-        // here leaves it, and a retried commit finds the version by its id).
-        let _ = std::fs::remove_dir_all(&dir);
-        self.view_after_publish(name, number, id)?;
-        Ok(Committed { number, id: *id })
+        Ok((meta, claims))
     }
 
-    /// Make the Zarr view of a version just published, and prune the views
-    /// of versions retention dropped. A version that retention dropped
-    /// already (faster commits of the same name with a small `keep`) needs
-    /// none: its chunk files may be gone while its view is made.
+    /// Make the Zarr and HDF5 views of a version just published, and prune
+    /// the views of versions retention dropped. A version that retention
+    /// dropped already (faster commits of the same name with a small
+    /// `keep`) needs none: its chunk files may be gone while its view is made.
     fn view_after_publish(&self, name: &str, number: u64, id: &VersionId) -> Result<()> {
         let dropped =
             |s: &Store| matches!(s.array(name, Some(number)), Err(Error::NotFound { .. }));
         let made = match self.array(name, Some(number)) {
-            Ok(av) => crate::zarr::make_view(self, &av).map(drop),
+            Ok(av) => crate::zarr::make_view(self, &av)
+                .and_then(|_| crate::hdf5::make_view(self, &av))
+                .map(drop),
             Err(Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e),
         };
@@ -270,11 +287,12 @@ impl Store {
             r => r,
         };
         crate::zarr::prune_views(self, name)?;
+        crate::hdf5::prune_views(self, name)?;
         made.map_err(|e| Error::Put {
             name: name.to_owned(),
             id: id_hex(id),
             why: format!(
-                "published as version {number}, but its Zarr view was not made ({e}); `paralog obj view` makes it"
+                "published as version {number}, but its views were not made ({e}); `paralog obj view` makes them"
             ),
         })
     }
@@ -297,49 +315,9 @@ impl Store {
 
     /// PUT a whole array (row-major little-endian bytes) by one process.
     pub fn put(&self, name: &str, meta: &ArrayMeta, data: &[u8]) -> Result<Committed> {
-        meta.check(name)?;
-        if data.len() as u64 != meta.array_len() {
-            return Err(Error::Invalid {
-                name: name.to_owned(),
-                why: format!(
-                    "{} bytes given for {} {:?} ({} bytes)",
-                    data.len(),
-                    meta.dtype.name(),
-                    meta.shape,
-                    meta.array_len()
-                ),
-            });
-        }
+        check_whole(name, meta, data)?;
         let mut put = self.begin(name, meta)?;
-        let d = meta.ndim();
-        let mut chunk = vec![0u8; meta.chunk_len() as usize];
-        let mut err = None;
-        for_each_index(&vec![0; d], &meta.grid(), |c| {
-            if err.is_some() {
-                return;
-            }
-            let origin: Vec<u64> = (0..d).map(|i| c[i] * meta.chunks[i]).collect();
-            let n: Vec<u64> = (0..d)
-                .map(|i| meta.chunks[i].min(meta.shape[i] - origin[i]))
-                .collect();
-            // Edge chunks: the part outside the array stays zero.
-            chunk.fill(0);
-            let isz = meta.dtype.size();
-            copy_box(
-                isz,
-                data,
-                &meta.shape,
-                &origin,
-                &mut chunk,
-                &meta.chunks,
-                &vec![0; d],
-                &n,
-            );
-            if let Err(e) = put.write_chunk(c, &chunk) {
-                err = Some(e);
-            }
-        });
-        if let Some(e) = err {
+        if let Err(e) = put.write_whole(data) {
             let _ = self.abort(name, &put.id);
             return Err(e);
         }
@@ -462,6 +440,41 @@ impl Put<'_> {
         Ok(())
     }
 
+    /// Write every chunk of the whole array `data` (row-major bytes; edge
+    /// chunks padded with zeros), as one writer.
+    pub(crate) fn write_whole(&mut self, data: &[u8]) -> Result<()> {
+        let meta = self.meta.clone();
+        let d = meta.ndim();
+        let mut chunk = vec![0u8; meta.chunk_len() as usize];
+        let mut err = None;
+        for_each_index(&vec![0; d], &meta.grid(), |c| {
+            if err.is_some() {
+                return;
+            }
+            let origin: Vec<u64> = (0..d).map(|i| c[i] * meta.chunks[i]).collect();
+            let n: Vec<u64> = (0..d)
+                .map(|i| meta.chunks[i].min(meta.shape[i] - origin[i]))
+                .collect();
+            // Edge chunks: the part outside the array stays zero.
+            chunk.fill(0);
+            let isz = meta.dtype.size();
+            copy_box(
+                isz,
+                data,
+                &meta.shape,
+                &origin,
+                &mut chunk,
+                &meta.chunks,
+                &vec![0; d],
+                &n,
+            );
+            if let Err(e) = self.write_chunk(c, &chunk) {
+                err = Some(e);
+            }
+        });
+        err.map_or(Ok(()), Err)
+    }
+
     /// [`Put::write_chunk`] from typed values.
     pub fn write_chunk_as<T: Element>(&mut self, coords: &[u64], values: &[T]) -> Result<()> {
         if T::DTYPE != self.meta.dtype {
@@ -492,4 +505,22 @@ impl Put<'_> {
         self.finish()?;
         store.commit(&name, &id)
     }
+}
+
+/// A whole array's bytes must be its type and shape's.
+pub(crate) fn check_whole(name: &str, meta: &ArrayMeta, data: &[u8]) -> Result<()> {
+    meta.check(name)?;
+    if data.len() as u64 != meta.array_len() {
+        return Err(Error::Invalid {
+            name: name.to_owned(),
+            why: format!(
+                "{} bytes given for {} {:?} ({} bytes)",
+                data.len(),
+                meta.dtype.name(),
+                meta.shape,
+                meta.array_len()
+            ),
+        });
+    }
+    Ok(())
 }

@@ -134,8 +134,8 @@ impl ArrayVersion {
             return Err(Error::Invalid {
                 name: self.name.clone(),
                 why: format!(
-                    "hyperslab start {start:?} count {count:?} is outside the shape {:?}",
-                    m.shape
+                    "version {}: hyperslab start {start:?} count {count:?} is outside the shape {:?}",
+                    self.number, m.shape
                 ),
             });
         }

@@ -17,6 +17,7 @@ use crate::{id_hex, VersionId};
 pub struct Store {
     pub(crate) os: ObjStore,
     root: PathBuf,
+    url: RemoteUrl,
 }
 
 /// One version of an object, from its object-layout record alone.
@@ -99,6 +100,7 @@ impl Store {
         Ok(Store {
             os: ObjStore::new(&o),
             root: o.root,
+            url: url.clone(),
         })
     }
 
@@ -163,6 +165,11 @@ impl Store {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The URL this store was opened from (the store's own, not an object's).
+    pub fn url(&self) -> String {
+        self.url.to_string()
     }
 
     /// The object layout underneath (crates/backend).
@@ -270,6 +277,7 @@ impl Store {
         };
         let n = self.os.publish(name.as_bytes(), v)?;
         crate::zarr::prune_views(self, name)?;
+        crate::hdf5::prune_views(self, name)?;
         Ok(n)
     }
 

@@ -1,0 +1,120 @@
+/* paralog's array objects from C and Fortran (docs/objects.md, "C").
+ * Link with -lparalog_obj (target/release/libparalog_obj.so); the MPI
+ * form is in paralog/objects_mpi.h.
+ *
+ * Every function returns PARALOG_OBJ_OK (0) or an error code; then
+ * paralog_obj_errmsg() gives this thread's last message, naming the
+ * object, the version and the chunk. Nothing panics across this API.
+ * Arrays are row-major (C order), values little-endian as in memory on
+ * x86-64 and aarch64. Handles: a store outlives its writers. */
+#ifndef PARALOG_OBJECTS_H
+#define PARALOG_OBJECTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element types (the codes of the array record, docs/objects-format.md). */
+enum {
+    PARALOG_OBJ_INT8 = 1,
+    PARALOG_OBJ_INT16 = 2,
+    PARALOG_OBJ_INT32 = 3,
+    PARALOG_OBJ_INT64 = 4,
+    PARALOG_OBJ_UINT8 = 5,
+    PARALOG_OBJ_UINT16 = 6,
+    PARALOG_OBJ_UINT32 = 7,
+    PARALOG_OBJ_UINT64 = 8,
+    PARALOG_OBJ_FLOAT32 = 9,
+    PARALOG_OBJ_FLOAT64 = 10
+};
+
+/* Error codes. */
+enum {
+    PARALOG_OBJ_OK = 0,
+    PARALOG_OBJ_EINVAL = 1,    /* an argument, a buffer, a type/shape/grid mismatch, a chunk outside the grid */
+    PARALOG_OBJ_ENAME = 2,     /* a name that is not a path inside the store */
+    PARALOG_OBJ_ENOTFOUND = 3, /* no such object or version */
+    PARALOG_OBJ_ECHUNK = 4,    /* a chunk missing, truncated or failing its checksum */
+    PARALOG_OBJ_EOVERLAP = 5,  /* a chunk already written by another writer of the put */
+    PARALOG_OBJ_EPUT = 6,      /* a chunked put that cannot be joined or committed */
+    PARALOG_OBJ_EDAMAGED = 7,  /* a record that does not decode */
+    PARALOG_OBJ_EIO = 8,       /* an I/O error (the path in the message) */
+    PARALOG_OBJ_EURL = 9,      /* a store URL that names no usable store */
+    PARALOG_OBJ_EINTERNAL = 10 /* a bug in paralog (reported, not crashed) */
+};
+
+#define PARALOG_OBJ_MAX_NDIM 32
+#define PARALOG_OBJ_ID_LEN 33 /* a put's id: 32 hex digits and a NUL */
+
+typedef struct paralog_obj_store paralog_obj_store;
+typedef struct paralog_obj_writer paralog_obj_writer;
+
+typedef struct {
+    int dtype;
+    int ndim;
+    uint64_t shape[PARALOG_OBJ_MAX_NDIM];
+    uint64_t chunks[PARALOG_OBJ_MAX_NDIM];
+    uint64_t version;     /* the version described */
+    uint64_t n_chunks;
+    uint64_t chunk_bytes; /* bytes of one whole chunk */
+    char id[PARALOG_OBJ_ID_LEN];
+} paralog_obj_array;
+
+/* This thread's last error message ("" if none); valid until its next call. */
+const char *paralog_obj_errmsg(void);
+/* Set this thread's error (the MPI glue passes on another rank's). */
+void paralog_obj_set_error(const char *msg);
+
+/* A store: objstore:///ROOT?dirs=N&keep=K, /ROOT or file:///ROOT. */
+int paralog_obj_open(const char *url, paralog_obj_store **store);
+/* A store whose puts are logged: chunks written to the node-local
+ * directory `local` (the node server's --local), the commit made there;
+ * the node server publishes the version (or `paralog recover`), so a
+ * commit's *version is 0 (numbered when published). Reads go to `url`.
+ * All writers of a logged put must be on the node that began it. */
+int paralog_obj_open_logged(const char *url, const char *local, paralog_obj_store **store);
+void paralog_obj_close(paralog_obj_store *store);
+
+/* PUT a whole array by one process; *version (if not NULL) its number. */
+int paralog_obj_put(paralog_obj_store *store, const char *name, int dtype, int ndim,
+                    const uint64_t *shape, const uint64_t *chunks, const char *attrs_json,
+                    const void *data, size_t nbytes, uint64_t *version);
+
+/* Chunked PUT: one process begins (id: PARALOG_OBJ_ID_LEN bytes, shared
+ * with the others), every writer joins (its type, shape and grid must be
+ * the put's), writes whole chunks (edge chunks with their padding), and
+ * finishes; then one commits. attrs_json: a JSON object or NULL. */
+int paralog_obj_begin(paralog_obj_store *store, const char *name, int dtype, int ndim,
+                      const uint64_t *shape, const uint64_t *chunks, const char *attrs_json,
+                      char *id);
+int paralog_obj_join(paralog_obj_store *store, const char *name, const char *id, int dtype,
+                     int ndim, const uint64_t *shape, const uint64_t *chunks,
+                     paralog_obj_writer **writer);
+int paralog_obj_write_chunk(paralog_obj_writer *writer, const uint64_t *coords, const void *data,
+                            size_t nbytes);
+/* The id of the put a writer writes (PARALOG_OBJ_ID_LEN bytes). */
+int paralog_obj_writer_id(const paralog_obj_writer *writer, char *id);
+/* This writer is done (its chunks durable); frees the writer either way. */
+int paralog_obj_finish(paralog_obj_writer *writer);
+/* Drop a writer without finishing it (its chunks will not be committed). */
+void paralog_obj_discard(paralog_obj_writer *writer);
+int paralog_obj_commit(paralog_obj_store *store, const char *name, const char *id,
+                       uint64_t *version);
+int paralog_obj_abort(paralog_obj_store *store, const char *name, const char *id);
+
+/* GET a hyperslab (start, count; both NULL: the whole array) of a version
+ * (version < 0: the latest) into buf of nbytes (exactly the slab's size);
+ * every chunk touched verified. *got (if not NULL): the version read. */
+int paralog_obj_get(paralog_obj_store *store, const char *name, int64_t version,
+                    const uint64_t *start, const uint64_t *count, void *buf, size_t nbytes,
+                    uint64_t *got);
+int paralog_obj_info(paralog_obj_store *store, const char *name, int64_t version,
+                     paralog_obj_array *info);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

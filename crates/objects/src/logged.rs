@@ -1,0 +1,249 @@
+//! Logged puts (docs/objects.md, "Logged mode"): the chunks of a put go to
+//! a node-local store at the local disk's speed, the commit is local (the
+//! put is complete and marked `committed`, durable), and a publisher
+//! copies committed puts to their remote store later and publishes them
+//! there under the put's own id.
+//!
+//! The node-local store is the same layout as any plain directory store
+//! (`LOCAL/.paralog-objects/`: `staging/<id>/` with claims and marks, `data/0/`
+//! chunk files), so the writers' code and checks are the direct mode's.
+//! A committed put's directory also holds `remote` (the remote store's
+//! URL) and `logged` (the local commit, written last, holding its time in
+//! nanoseconds; not a name starting with `c` or `w`, which are claims and
+//! writers' marks). Publishing is exactly once: the
+//! remote version's origin is the put's id, so a publisher that died after
+//! the remote publish finds the version and only cleans up, and one that
+//! died while copying aborts the remote put it left and copies again.
+
+use std::path::{Path, PathBuf};
+
+use paralog_backend::RemoteUrl;
+
+use crate::error::{io_err, Error, Result};
+use crate::put::{Committed, Put};
+use crate::record::ArrayMeta;
+use crate::staging::{remove_staged_chunks, sync_dir, write_synced};
+use crate::store::Store;
+use crate::{id_hex, parse_id, VersionId};
+
+/// A store whose puts are logged on this node and published to `remote`
+/// later (by [`publish_committed`]: the node server, or `paralog obj
+/// publish`).
+#[derive(Debug, Clone)]
+pub struct LoggedStore {
+    local: Store,
+    remote: Store,
+    remote_url: String,
+}
+
+/// A logged put published on its remote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    pub name: String,
+    pub remote: String,
+    pub committed: Committed,
+}
+
+/// The node-local store's directory under the node-local root: a runtime
+/// entry of the root (the `.paralog-` prefix, crates/log `layout`), so the
+/// log's drain never takes it for a job.
+pub const LOCAL_DIR: &str = ".paralog-objects";
+
+/// The node-local store under `local` (created 0700).
+fn local_store(local: &Path) -> Result<Store> {
+    use std::os::unix::fs::DirBuilderExt;
+    let root = local.join(LOCAL_DIR);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(&root)
+        .map_err(io_err(&root, "create the node-local object log"))?;
+    Store::init(&RemoteUrl::Posix(root))
+}
+
+impl LoggedStore {
+    /// Puts to the store `remote_url` (which must exist), logged under the
+    /// node-local directory `local`.
+    pub fn open(remote_url: &str, local: &Path) -> Result<LoggedStore> {
+        let url: RemoteUrl = remote_url.parse().map_err(|e| Error::Url {
+            url: remote_url.to_owned(),
+            why: format!("{e}"),
+        })?;
+        Ok(LoggedStore {
+            local: local_store(local)?,
+            remote: Store::open(&url)?,
+            remote_url: remote_url.to_owned(),
+        })
+    }
+
+    /// The remote store (reads go there: a logged put is visible once
+    /// published).
+    pub fn remote(&self) -> &Store {
+        &self.remote
+    }
+
+    /// Begin a logged put; its id goes to the other writers, who
+    /// [`LoggedStore::join_as`] it on this node.
+    pub fn begin(&self, name: &str, meta: &ArrayMeta) -> Result<Put<'_>> {
+        let put = self.local.begin(name, meta)?;
+        let dir = self.local.staging_dir(&put.id());
+        write_synced(&dir.join("remote"), self.remote_url.as_bytes())?;
+        sync_dir(&dir)?;
+        Ok(put)
+    }
+
+    /// A whole array by one process, logged and committed on this node;
+    /// returns the put's id (its version is numbered when published).
+    pub fn put(&self, name: &str, meta: &ArrayMeta, data: &[u8]) -> Result<VersionId> {
+        crate::put::check_whole(name, meta, data)?;
+        let mut put = self.begin(name, meta)?;
+        let id = put.id();
+        if let Err(e) = put.write_whole(data) {
+            let _ = self.local.abort(name, &id);
+            return Err(e);
+        }
+        put.finish()?;
+        self.commit(name, &id)?;
+        Ok(id)
+    }
+
+    pub fn join_as(&self, name: &str, id: &VersionId, meta: &ArrayMeta) -> Result<Put<'_>> {
+        self.local.join_as(name, id, meta)
+    }
+
+    /// The local commit: every chunk written by a writer that finished,
+    /// then the `logged` mark, durable. The version is published (and
+    /// numbered) by the publisher.
+    pub fn commit(&self, name: &str, id: &VersionId) -> Result<()> {
+        self.local.complete(name, id)?;
+        let dir = self.local.staging_dir(id);
+        // The commit's time in nanoseconds (file times are as coarse as a
+        // clock tick): the publisher numbers versions in this order.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        write_synced(&dir.join("logged"), now.to_string().as_bytes())?;
+        sync_dir(&dir)
+    }
+
+    pub fn abort(&self, name: &str, id: &VersionId) -> Result<()> {
+        if self.local.staging_dir(id).join("logged").exists() {
+            return Err(Error::Put {
+                name: name.to_owned(),
+                id: id_hex(id),
+                why: "committed: it will be published, not aborted".into(),
+            });
+        }
+        self.local.abort(name, id)
+    }
+}
+
+/// Publish every committed logged put under the node-local directory
+/// `local` to its remote, in the order of their local commits (the
+/// times in their `logged` marks), so versions are numbered as they were committed; puts not committed are left
+/// (their writers may still be writing; `paralog obj gc` removes abandoned
+/// ones). One publisher at a time per node (the node server, or `recover`
+/// when it is not running). Returns what was published, and the first
+/// error after trying every put.
+pub fn publish_committed(local: &Path) -> Result<Vec<Published>> {
+    let store = local_store(local)?;
+    let staging = store.root().join("staging");
+    let mut ids: Vec<VersionId> = match std::fs::read_dir(&staging) {
+        Ok(entries) => entries
+            .flatten()
+            .filter_map(|e| parse_id(&e.file_name().to_string_lossy()))
+            .filter(|id| store.staging_dir(id).join("logged").exists())
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(io_err(&staging, "list logged puts")(e)),
+    };
+    let committed_at = |id: &VersionId| {
+        std::fs::read_to_string(store.staging_dir(id).join("logged"))
+            .ok()
+            .and_then(|t| t.trim().parse::<u128>().ok())
+    };
+    ids.sort_by_cached_key(|id| (committed_at(id), *id));
+    let mut done = Vec::new();
+    let mut first_err = None;
+    for id in ids {
+        match publish_one(&store, &id) {
+            Ok(p) => done.push(p),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(done),
+    }
+}
+
+fn read_text(path: PathBuf) -> Result<String> {
+    let b = std::fs::read(&path).map_err(io_err(&path, "read"))?;
+    String::from_utf8(b).map_err(|_| Error::Damaged {
+        path,
+        offset: 0,
+        what: "not UTF-8".into(),
+    })
+}
+
+fn publish_one(local: &Store, id: &VersionId) -> Result<Published> {
+    let dir = local.staging_dir(id);
+    let name = read_text(dir.join("name"))?;
+    let remote_url = read_text(dir.join("remote"))?;
+    let url: RemoteUrl = remote_url.parse().map_err(|e| Error::Url {
+        url: remote_url.clone(),
+        why: format!("{e}"),
+    })?;
+    let remote = Store::open(&url)?;
+    let committed = match remote.published(&name, id)? {
+        // Published before the publisher died: only the cleanup is left.
+        Some(number) => Committed { number, id: *id },
+        None => copy_and_commit(local, &remote, &name, id)?,
+    };
+    remove_staged_chunks(local, &dir);
+    std::fs::remove_dir_all(&dir).map_err(io_err(&dir, "remove the published put"))?;
+    Ok(Published {
+        name,
+        remote: remote_url,
+        committed,
+    })
+}
+
+/// Copy the put's chunks to a remote put of the same id, each checked
+/// against its claim's CRC-32C, and commit it there. A remote put left by
+/// a publisher that died while copying (not published: checked before)
+/// is aborted and made again: its writer never finished.
+fn copy_and_commit(local: &Store, remote: &Store, name: &str, id: &VersionId) -> Result<Committed> {
+    let (meta, claims) = local.complete(name, id)?;
+    if remote.staging_dir(id).join("begin").is_file() {
+        remote.abort(name, id)?;
+    }
+    let half = remote
+        .root()
+        .join("staging")
+        .join(format!(".begin.{}", id_hex(id)));
+    let _ = std::fs::remove_dir_all(half);
+    let mut put = remote.begin_id(name, &meta, *id)?;
+    let cb = meta.chunk_len() as usize;
+    for (i, c) in claims.iter().enumerate() {
+        let coords = meta.coords(i as u64);
+        let path = local.os.chunk_path(c.dir, &c.chunk);
+        let block = std::fs::read(&path).map_err(io_err(&path, "read logged chunk"))?;
+        if block.len() != cb + 4 || paralog_checksum::crc32c(&block) != c.block_crc {
+            return Err(Error::Put {
+                name: name.to_owned(),
+                id: id_hex(id),
+                why: format!(
+                    "logged chunk {coords:?}: {}: {} bytes failing the claim's checksum; not published",
+                    path.display(),
+                    block.len()
+                ),
+            });
+        }
+        put.write_chunk(&coords, &block[..cb])?;
+    }
+    put.finish()?;
+    remote.commit(name, id)
+}

@@ -1,0 +1,114 @@
+//! Logged puts: chunks to a node-local store, a local commit, published
+//! to the remote by `publish_committed` exactly once (also when the
+//! publisher died after the remote publish), never a damaged chunk.
+
+mod common;
+
+use paralog_objects::{publish_committed, ArrayMeta, DType, Error, LoggedStore};
+
+fn files_under(p: &std::path::Path) -> usize {
+    std::fs::read_dir(p)
+        .map(|d| {
+            d.flatten()
+                .map(|e| {
+                    if e.path().is_dir() {
+                        files_under(&e.path())
+                    } else {
+                        1
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let t = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_tree(&e.path(), &t);
+        } else {
+            std::fs::copy(e.path(), t).unwrap();
+        }
+    }
+}
+
+#[test]
+fn published_once_by_the_publisher() {
+    let (_r, _) = common::objstore(4, 100);
+    let url = format!("objstore://{}?dirs=4&keep=100", _r.path().display());
+    let local = tempfile::tempdir().unwrap();
+    let ls = LoggedStore::open(&url, local.path()).unwrap();
+    let meta = ArrayMeta::new(DType::I32, &[48, 10], &[16, 10]);
+    let data = common::Rng(7).bytes(48 * 10 * 4);
+    let id = ls.begin("run/t", &meta).unwrap().id();
+    for w in 0..3u64 {
+        let mut put = ls.join_as("run/t", &id, &meta).unwrap();
+        let at = (w * 640) as usize;
+        put.write_chunk(&[w, 0], &data[at..at + 640]).unwrap();
+        put.finish().unwrap();
+    }
+    ls.commit("run/t", &id).unwrap();
+    // Logged, not published yet: the remote has no version.
+    assert!(matches!(
+        ls.remote().array("run/t", None),
+        Err(Error::NotFound { .. })
+    ));
+    let err = ls.abort("run/t", &id).unwrap_err().to_string();
+    assert!(err.contains("committed"), "{err}");
+
+    // A copy of the node-local log as it was: the publisher "dies" after
+    // the remote publish, before its cleanup.
+    let saved = tempfile::tempdir().unwrap();
+    copy_tree(&local.path().join(".paralog-objects"), saved.path());
+    let p = publish_committed(local.path()).unwrap();
+    assert_eq!(
+        (p.len(), p[0].committed.number, p[0].committed.id),
+        (1, 1, id)
+    );
+    let av = ls.remote().array("run/t", None).unwrap();
+    assert_eq!(av.read_all(ls.remote()).unwrap(), data);
+    assert_eq!(files_under(&local.path().join(".paralog-objects/data")), 0);
+    assert!(publish_committed(local.path()).unwrap().is_empty());
+
+    std::fs::remove_dir_all(local.path().join(".paralog-objects")).unwrap();
+    copy_tree(saved.path(), &local.path().join(".paralog-objects"));
+    let p = publish_committed(local.path()).unwrap();
+    assert_eq!((p.len(), p[0].committed.number), (1, 1), "published again");
+    assert_eq!(ls.remote().versions("run/t").unwrap().len(), 1);
+}
+
+#[test]
+fn uncommitted_and_damaged_puts_are_not_published() {
+    let (r, _) = common::plain();
+    let url = r.path().to_str().unwrap().to_owned();
+    let local = tempfile::tempdir().unwrap();
+    let ls = LoggedStore::open(&url, local.path()).unwrap();
+    let meta = ArrayMeta::new(DType::U8, &[16], &[8]);
+    let mut put = ls.begin("u", &meta).unwrap();
+    let open_id = put.id();
+    put.write_chunk(&[0], &[1; 8]).unwrap();
+    put.finish().unwrap();
+    // One chunk missing: the local commit refuses, naming it.
+    let err = ls.commit("u", &open_id).unwrap_err().to_string();
+    assert!(err.contains("1 of 2 chunks were not written"), "{err}");
+    assert!(publish_committed(local.path()).unwrap().is_empty());
+
+    let mut put = ls.begin("d", &meta).unwrap();
+    let id = put.id();
+    put.write_chunk(&[0], &[2; 8]).unwrap();
+    put.write_chunk(&[1], &[3; 8]).unwrap();
+    put.finish().unwrap();
+    ls.commit("d", &id).unwrap();
+    // Flip a byte of every logged chunk file: refused, nothing published.
+    let data = local.path().join(".paralog-objects/data/0");
+    for e in std::fs::read_dir(&data).unwrap().flatten() {
+        let mut b = std::fs::read(e.path()).unwrap();
+        b[3] ^= 1;
+        std::fs::write(e.path(), b).unwrap();
+    }
+    let err = publish_committed(local.path()).unwrap_err().to_string();
+    assert!(err.contains("failing the claim's checksum"), "{err}");
+    assert!(ls.remote().versions("d").unwrap().is_empty());
+}

@@ -1,0 +1,1 @@
+"""paralog from Python: `paralog.objects` (array objects, docs/objects.md)."""

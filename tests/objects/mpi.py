@@ -1,0 +1,249 @@
+#!/usr/bin/python3
+"""The C API's chunked PUT by real MPI programs (docs/objects.md "C"):
+tests/objects/mpi_put.c, compiled by MPICH's and Open MPI's own mpicc and
+linked with libparalog_obj_mpi_<flavour>.so, puts the seed's int32 chunks
+(16x4096, 32x4096, 64x4096 per rank) on 1, 2 and 4 ranks, on objstore://
+and a plain directory; rank 0 reads the array back through the C API, and
+zarr-python, tensorstore (the Zarr view), h5py, h5dump and a C program (the
+HDF5 view) read each version equal to the array, and `obj verify` passes.
+Refusals: a rank joining with another shape or type, a chunk outside the
+grid: every rank fails with the same message naming the rank, the object
+and the put or chunk, and nothing is published or left staged. Python
+(`paralog.objects`): every dtype through numpy, its refusals, a logged put, and an mpi4py
+program on 1, 2 and 4 Open MPI ranks (Debian's mpi4py is Open MPI's).
+Fortran (tests/objects/f_put.f90 over paralog_objects.f90) on 2 and 4
+ranks of each MPI. Logged: the C program on a logged store (2 and 4
+ranks), published by `paralog obj publish`, once.
+
+Usage: python3 -m tests.objects.mpi [--only SUBSTRING] [--keep]
+Ends with "objects-mpi: N passed, N failed"."""
+import argparse
+import random
+import sys
+
+from tests.lib.check import Suite, check, fail
+from tests.lib.mpi import compile_program, launcher, mpi_env
+from tests.lib.paths import RELEASE, ROOT, TARGET
+from tests.lib.proc import run
+from tests.objects.run import VENV_PY, at, hdf5_read, info, obj, slab, store, zarr_read
+
+SRC = ROOT / "tests/objects/mpi_put.c"
+INCLUDE = ROOT / "crates/objects-c/include"
+FLAVOURS = ("mpich", "openmpi")
+
+
+def program(flavour):
+    return compile_program(f"mpicc.{flavour}", SRC, TARGET / "objects-mpi" / flavour / "mpi_put",
+                           "-O2", "-Wall", "-Werror", f"-I{INCLUDE}",
+                           libs=[f"-L{RELEASE}", f"-lparalog_obj_mpi_{flavour}", "-lparalog_obj",
+                                 f"-Wl,-rpath,{RELEASE}"])
+
+
+def mpi_put(flavour, np, url, name, rows, salt, mode="ok", check_rc=True, local=None):
+    r = run([*launcher(flavour, np), program(flavour), url, name, str(rows), str(salt), mode,
+             *([local] if local else [])],
+            env=mpi_env(), check=False, timeout=300)
+    if check_rc:
+        check(r.returncode == 0, f"{flavour} x{np} {name}: exit {r.returncode}: {r.stdout}{r.stderr}")
+    return r
+
+
+def case_seed(flavour, kind):
+    def go(work):
+        import numpy as np
+        url = store(work, kind)
+        rng = random.Random(18)
+        checks = []
+        for rows in (16, 32, 64):
+            for ranks in (1, 2, 4):
+                name, salt = f"seed/{rows}/{ranks}", rng.randrange(1 << 20)
+                out = mpi_put(flavour, ranks, url, name, rows, salt).stdout
+                check("version 1" in out and "read back equal" in out, out)
+                obj("verify", at(url, name))
+                shape = [rows * ranks, 4096]
+                want = work / f"{rows}-{ranks}.bin"
+                (np.arange(shape[0] * 4096, dtype="<i4") + salt).tofile(want)
+                views = info(at(url, name))
+                checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(want),
+                               "dtype": "int32", "shape": shape, "chunks": [rows, 4096],
+                               "attrs": {"writer": "mpi_put"},
+                               "slabs": [slab(rng, shape) for _ in range(4)]})
+        zarr_read(work, checks)
+        hdf5_read(work, checks)
+    return go
+
+
+def case_refusals(flavour, kind):
+    def go(work):
+        url = store(work, kind)
+        cases = (("mismatch", 2, "rank 1: bad: put ", "is not the put's (int32 [32, 4096]"),
+                 ("dtype", 2, "rank 1: bad: put ", "float32 [32, 4096]"),
+                 ("outside", 4, "rank 3: write error 1: bad: chunk [4, 0] is outside the chunk grid [4, 1]",
+                  "1 of 4 chunks were not written (first: [[3, 0]]); nothing was published"))
+        for mode, ranks, said, also in cases:
+            r = mpi_put(flavour, ranks, url, "bad", 16, 0, mode, check_rc=False)
+            check(r.returncode != 0, f"{mode}: the program succeeded: {r.stdout}")
+            check(said in r.stdout and also in r.stdout, f"{mode}: {r.stdout}")
+            errors = [line for line in r.stdout.splitlines() if ": error " in line]
+            check(len(errors) == ranks and len({e.split(": ", 1)[1] for e in errors}) == 1,
+                  f"{mode}: not the same error on every rank: {errors}")
+        check(obj("ls", url).stdout == "", "a refused put published something")
+        staging = work / "store" / "staging"
+        left = list(staging.iterdir()) if staging.exists() else []
+        check(left == [], f"refused puts left staged: {left}")
+    return go
+
+
+def case_logged(flavour):
+    """The MPI form on a logged store (paralog_obj_open_logged): the ranks
+    write to the node-local directory, nothing is visible until `paralog
+    obj publish`, then each put is one version equal to the array."""
+    def go(work):
+        import numpy as np
+        url, local = store(work, "objstore"), work / "local"
+        checks = []
+        for ranks in (2, 4):
+            out = mpi_put(flavour, ranks, url, f"logged/{ranks}", 16, ranks, local=str(local)).stdout
+            check("logged" in out, out)
+            r = obj("info", at(url, f"logged/{ranks}"), check=False)
+            check(r.returncode == 1, f"visible before it was published: {r.stdout}")
+        said = obj("publish", local).stdout
+        check(said.count("version 1 id") == 2, said)
+        for ranks in (2, 4):
+            want = work / f"logged{ranks}.bin"
+            (np.arange(16 * ranks * 4096, dtype="<i4") + ranks).tofile(want)
+            obj("verify", at(url, f"logged/{ranks}"))
+            views = info(at(url, f"logged/{ranks}"))
+            checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(want), "dtype": "int32",
+                           "shape": [16 * ranks, 4096], "chunks": [16, 4096], "attrs": {"writer": "mpi_put"},
+                           "slabs": [[[3, 7], [20, 100]]]})
+        zarr_read(work, checks)
+        hdf5_read(work, checks)
+        check(obj("publish", local).stdout == "", "published twice")
+    return go
+
+
+F_SRC = ROOT / "tests/objects/f_put.f90"
+F_MODULE = INCLUDE / "paralog_objects.f90"
+
+
+def case_fortran(flavour):
+    """The same from Fortran (iso_c_binding, paralog_objects.f90) on 2 and
+    4 ranks, and a bad name refused on every rank."""
+    def go(work):
+        import numpy as np
+        exe = TARGET / "objects-mpi" / flavour / "f_put"
+        run([f"mpif90.{flavour}", "-O2", "-Wall", "-J", work, "-o", exe, F_MODULE, F_SRC, f"-L{RELEASE}",
+             f"-lparalog_obj_mpi_{flavour}", "-lparalog_obj", f"-Wl,-rpath,{RELEASE}"], timeout=600)
+        url = store(work, "objstore")
+        checks = []
+        for ranks in (2, 4):
+            r = run([*launcher(flavour, ranks), exe, url, f"f/{ranks}", "16", "11"], env=mpi_env(),
+                    check=False, timeout=300)
+            check(r.returncode == 0 and "read back equal" in r.stdout, f"x{ranks}: {r.stdout}{r.stderr}")
+            want = work / f"f{ranks}.bin"
+            (np.arange(16 * ranks * 4096, dtype="<i4") + 11).tofile(want)
+            views = info(at(url, f"f/{ranks}"))
+            checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(want), "dtype": "int32",
+                           "shape": [16 * ranks, 4096], "chunks": [16, 4096],
+                           "slabs": [[[5, 100], [20, 300]]]})
+        zarr_read(work, checks)
+        hdf5_read(work, checks)
+        r = run([*launcher(flavour, 2), exe, url, "../x", "16", "0"], env=mpi_env(), check=False, timeout=300)
+        errors = [line for line in r.stdout.splitlines() if ': error 2: rank 0: object name "../x"' in line]
+        check(r.returncode != 0 and len(errors) == 2, f"a bad name: {r.stdout}")
+    return go
+
+
+PY_WRITER = ROOT / "tests/objects/py_writer.py"
+PY_ENV = {"PYTHONPATH": str(ROOT / "python")}
+
+
+def case_python(work):
+    """paralog.objects: every dtype put and got back (whole, a slab) with
+    numpy, bad input refused naming object, version and chunk; the mpi4py
+    program on 1, 2 and 4 ranks, its arrays read by zarr and h5py."""
+    import numpy as np
+    sys.path.insert(0, PY_ENV["PYTHONPATH"])
+    import paralog.objects as po
+    url = store(work, "objstore")
+    s = po.Store(url)
+    rng = np.random.default_rng(18)
+    for dt in po.DTYPES:
+        a = (rng.standard_normal((37, 19)) * 1000).astype(dt)
+        v = s.put(f"py/{dt}", a.astype(np.dtype(dt).newbyteorder(">")), chunks=(8, 5), attrs={"t": dt})
+        check(v == 1 and s.get(f"py/{dt}").tobytes() == a.astype(np.dtype(dt).newbyteorder("<")).tobytes(),
+              f"{dt}: not the array put")
+        got = s.get(f"py/{dt}", version=1, start=(30, 3), count=(7, 9))
+        check(got.tobytes() == a[30:37, 3:12].astype(np.dtype(dt).newbyteorder("<")).tobytes(), f"{dt} slab")
+        check(s.info(f"py/{dt}")["chunks"] == (8, 5), f"{dt}: info")
+        obj("verify", at(url, f"py/{dt}"))
+    refusals = [(lambda: s.get("py/int8", start=(30, 0), count=(8, 1)), 1, "py/int8: version 1: hyperslab"),
+                (lambda: s.put("../x", np.zeros(4), chunks=(2,)), 2, "object name"),
+                (lambda: s.get("py/none"), 3, "py/none")]
+    pid = s.begin("py/w", "int16", (16,), (8,))
+    w = s.join("py/w", pid, "int16", (16,), (8,))
+    refusals += [(lambda: w.write_chunk((2,), np.zeros(8, "i2")), 1, "py/w: chunk [2] is outside the chunk grid"),
+                 (lambda: w.write_chunk((0,), np.zeros(7, "i2")), 1, "py/w: chunk [0]: 14 bytes given"),
+                 (lambda: s.join("py/w", pid, "int32", (16,), (8,)), 6, "is not the put's")]
+    for call, code, said in refusals:
+        try:
+            call()
+            check(False, f"not refused: {said}")
+        except po.ObjectError as e:
+            check(e.code == code and said in str(e), f"{said}: {e.code} {e}")
+    w.discard()
+    s.abort("py/w", pid)
+    # Logged: nothing visible until published, then one version.
+    lg = po.Store(url, local=work / "local")
+    a = np.arange(100, dtype="u2").reshape(10, 10)
+    check(lg.put("py/logged", a, chunks=(4, 4)) == 0, "a logged put is numbered when published")
+    check(obj("info", at(url, "py/logged"), check=False).returncode == 1, "visible before published")
+    check("py/logged version 1" in obj("publish", work / "local").stdout, "not published")
+    check(s.get("py/logged").tobytes() == a.astype("<u2").tobytes(), "the logged put")
+    lg.close()
+    checks = []
+    for ranks in (1, 2, 4):
+        r = run([*launcher("openmpi", ranks), sys.executable, PY_WRITER, url, f"mpi4py/{ranks}", "16", "7"],
+                env=mpi_env(PY_ENV), check=False, timeout=300)
+        check(r.returncode == 0 and "read back equal" in r.stdout, f"mpi4py x{ranks}: {r.stdout}{r.stderr}")
+        want = work / f"py{ranks}.bin"
+        (np.arange(16 * ranks * 64, dtype="<f8") + 7).tofile(want)
+        views = info(at(url, f"mpi4py/{ranks}"))
+        checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(want), "dtype": "float64",
+                       "shape": [16 * ranks, 64], "chunks": [16, 64], "attrs": {"writer": "py_writer"},
+                       "slabs": [[[0, 2], [16, 3]], [[3, 60], [13, 4]]]})
+    zarr_read(work, checks)
+    hdf5_read(work, checks)
+    r = run([*launcher("openmpi", 2), sys.executable, PY_WRITER, url, "mpi4py/bad", "16", "7", "mismatch"],
+            env=mpi_env(PY_ENV), check=False, timeout=300)
+    errors = [line for line in r.stdout.splitlines() if ": error 6: rank 1: mpi4py/bad: put " in line]
+    check(r.returncode != 0 and len(errors) == 2, f"mpi4py mismatch: {r.stdout}")
+    s.close()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only")
+    ap.add_argument("--keep", action="store_true")
+    a = ap.parse_args()
+    suite = Suite("objects-mpi", keep=a.keep)
+    if not VENV_PY.exists():
+        fail(f"{VENV_PY} is missing: run scripts/setup.sh --test")
+    for built in ("paralog", "paralog-h5view", "libparalog_obj.so", "libparalog_obj_mpi_mpich.so",
+                  "libparalog_obj_mpi_openmpi.so"):
+        if not (RELEASE / built).exists():
+            fail(f"{RELEASE / built} is missing: make build")
+    cases = []
+    for flavour in FLAVOURS:
+        for kind in ("objstore", "plain"):
+            cases.append((f"seed [{flavour}, {kind}]", case_seed(flavour, kind)))
+        cases.append((f"refusals [{flavour}]", case_refusals(flavour, "objstore")))
+        cases.append((f"fortran [{flavour}]", case_fortran(flavour)))
+        cases.append((f"logged [{flavour}]", case_logged(flavour)))
+    cases.append(("python [openmpi, mpi4py]", case_python))
+    return suite.run(cases, only=a.only)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
