@@ -1012,6 +1012,15 @@ mod tests {
         sink.commit().unwrap();
     }
 
+    /// One version of `name` in `s` drained as `sh` that is `data` alone
+    /// (cut to 0 first), committed.
+    fn replace_version(s: &ObjStore, name: &[u8], sh: &EpochShape, data: &[u8]) {
+        let mut sink = s.begin(name, sh).unwrap();
+        sink.apply(RemoteOp::SetSize(0)).unwrap();
+        sink.apply(RemoteOp::Write { off: 0, data }).unwrap();
+        sink.commit().unwrap();
+    }
+
     fn shape() -> EpochShape {
         EpochShape {
             epoch: EpochId::default(),
@@ -1249,14 +1258,7 @@ mod tests {
                         sc.spawn(move || {
                             let s = store(spec);
                             let tag = (round as u8).wrapping_mul(4).wrapping_add(w);
-                            let mut sink = s.begin(b"obj", &shape()).unwrap();
-                            sink.apply(RemoteOp::SetSize(0)).unwrap();
-                            sink.apply(RemoteOp::Write {
-                                off: 0,
-                                data: &[tag; 1000],
-                            })
-                            .unwrap();
-                            sink.commit().unwrap();
+                            replace_version(&s, b"obj", &shape(), &[tag; 1000]);
                             let n = s.versions(b"obj").unwrap();
                             (*n.last().unwrap(), tag)
                         })
@@ -1294,14 +1296,7 @@ mod tests {
                 origin,
                 ..shape()
             };
-            let mut sink = s.begin(b"out.dat", &sh).unwrap();
-            sink.apply(RemoteOp::SetSize(0)).unwrap();
-            sink.apply(RemoteOp::Write {
-                off: 0,
-                data: &[byte; 10],
-            })
-            .unwrap();
-            sink.commit().unwrap();
+            replace_version(&s, b"out.dat", &sh, &[byte; 10]);
         };
         put([1; 16], b'a');
         put([1; 16], b'a');
