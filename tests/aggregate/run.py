@@ -46,14 +46,13 @@ directly. Cases:
 Usage: python3 -m tests.aggregate.run [--only SUBSTRING] [--keep]
 Ends with "aggregate: N passed, N failed".
 """
-import argparse
 import json
 import os
 import shutil
 import sys
 from pathlib import Path
 
-from tests.lib.check import Suite, check, fail
+from tests.lib.check import Suite, check, fail, suite_options
 from tests.lib.compare import same_bytes, tree, tree_difference
 from tests.lib.mpi import compile_program, launcher, mpi_env
 from tests.lib.paralog import clean_env, paralog_run
@@ -360,10 +359,7 @@ def case_crash(point):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only")
-    ap.add_argument("--keep", action="store_true")
-    a = ap.parse_args()
+    a = suite_options().parse_args()
     for cc in ("mpicc.mpich", "mpicc.openmpi"):
         if not shutil.which(cc):
             fail(f"{cc} is missing (scripts/setup.sh installs MPICH and Open MPI)")

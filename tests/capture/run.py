@@ -12,13 +12,12 @@ Usage: python3 -m tests.capture.run [--only SUBSTRING] [--mode MODE] [--keep]
 Prints one line per case and ends with "capture: N passed, N failed".
 """
 
-import argparse
 import os
 import sys
 
 from tests.lib.check import Suite, check, fail
 from tests.lib.compare import files, same_bytes
-from tests.lib.mpi import MODES, PROGRAMS, build_tests, run_direct
+from tests.lib.mpi import MODES, PROGRAMS, build_tests, mode_options, run_direct
 from tests.lib.paralog import capture_env, inspect
 from tests.lib.paths import BIN
 from tests.lib.proc import run
@@ -124,14 +123,10 @@ def run_case(mode, prog, extra, work):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only", help="run cases whose name contains this")
-    ap.add_argument("--mode", choices=list(MODES), action="append")
-    ap.add_argument("--keep", action="store_true", help="keep the work directories")
-    a = ap.parse_args()
+    a = mode_options()
     build_tests()
     suite = Suite("capture", keep=a.keep)
-    for mode in a.mode or list(MODES):
+    for mode in a.modes:
         for name, prog, extra, modes in PROGRAMS:
             if mode not in modes or (a.only and a.only not in name):
                 continue

@@ -75,7 +75,6 @@ namespaces) byte for byte. About 10-30 s in all (with --mpich 15-40 s).
 Usage: python3 -m tests.cluster.netns [--only SUBSTRING] [--mpich] [--keep]
 """
 
-import argparse
 import json
 import os
 import re
@@ -85,7 +84,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.lib.check import Failed, Suite, check
+from tests.lib.check import Failed, Suite, check, suite_options
 from tests.lib.compare import files, same_files
 from tests.lib.minio import MinIO
 from tests.lib.mpi import mpi_env, program, reference
@@ -553,9 +552,7 @@ def posix_case(flavour, nodes, rpn, prog, args):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only")
-    ap.add_argument("--keep", action="store_true")
+    ap = suite_options()
     ap.add_argument("--mpich", action="store_true",
                     help="also the MPICH cases (2 nodes x 1 rank; MPI_Finalize hangs now and then: docstring)")
     a = ap.parse_args()

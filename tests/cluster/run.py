@@ -18,7 +18,6 @@ the remote.
 Usage: python3 -m tests.cluster.run [--only SUBSTRING] [--keep] [--quick]
 """
 
-import argparse
 import json
 import re
 import shutil
@@ -27,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.lib.check import Failed, Suite, check
+from tests.lib.check import Failed, Suite, check, suite_options
 from tests.lib.compare import files, same_bytes, same_files
 from tests.lib.minio import MinIO
 from tests.lib.mpi import DEFAULT_IO, launcher, mpi_env, program, reference
@@ -403,58 +402,54 @@ def single_server_wait_case(flavour):
     return case
 
 
+def all_cases(remotes, quick):
+    """Every (label, case); with quick, 2 and 4 nodes, POSIX and S3 only."""
+    cases = []
+    cases.append(("mpich one server, paralog wait", single_server_wait_case("mpich")))
+    for flavour in FLAVOURS:
+        for nodes in (2, 3, 4):
+            for label, prog, args, hdf5 in PROGRAMS:
+                cases.append((f"{flavour} {nodes} nodes {label} posix",
+                              drain_case(remotes, "posix", flavour, nodes, label, prog, args, hdf5)))
+        for nodes in (2, 4):
+            for kind in ("objstore", "s3"):
+                for label, prog, args, hdf5 in PROGRAMS:
+                    cases.append((f"{flavour} {nodes} nodes {label} {kind}",
+                                  drain_case(remotes, kind, flavour, nodes, label, prog, args, hdf5)))
+        # The servers' collective MPI-IO instead of independent writes.
+        for nodes in (2, 4):
+            for label, prog, args, hdf5 in PROGRAMS:
+                if label in ("epochs", "noncontig_holes", "hdf5"):
+                    cases.append((f"{flavour} {nodes} nodes {label} mpi-io",
+                                  drain_case(remotes, "posix", flavour, nodes, label, prog, args, hdf5,
+                                             ["--posix-writes", "collective"])))
+        for nodes in (2, 4):
+            for upload in ("close", "epoch"):
+                cases.append((f"{flavour} {nodes} nodes s3 parts {upload}",
+                              s3_parts_case(remotes, flavour, nodes, upload)))
+        for kind in ("posix", "objstore", "s3"):
+            cases.append((f"{flavour} server killed mid-drain {kind}", server_killed_case(remotes, kind, flavour)))
+        cases.append((f"{flavour} s3 outage in a shared upload", s3_outage_case(remotes, flavour)))
+        cases.append((f"{flavour} server killed mid-drain s3 parts",
+                      server_killed_case(remotes, "s3", flavour, parts=True)))
+        cases.append((f"{flavour} application killed on one node", app_killed_case(remotes, "posix", flavour)))
+        cases.append((f"{flavour} node-local log lost on one node", lost_log_case(remotes, "posix", flavour)))
+    if quick:
+        cases = [(label, fn) for label, fn in cases if not (" 3 nodes" in label or "objstore" in label)]
+    return cases
+
+
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only")
-    ap.add_argument("--keep", action="store_true")
+    ap = suite_options()
     ap.add_argument("--quick", action="store_true", help="2 and 4 nodes, POSIX and S3 only")
     a = ap.parse_args()
     suite = Suite("cluster", keep=a.keep)
     minio = MinIO(suite.base)
-    try:
-        minio.start()
-        suite.cleanup.append(minio.stop)
-        remotes = Remotes(suite.base, minio)
-        cases = []
-        cases.append(("mpich one server, paralog wait", single_server_wait_case("mpich")))
-        for flavour in FLAVOURS:
-            for nodes in (2, 3, 4):
-                for label, prog, args, hdf5 in PROGRAMS:
-                    cases.append((f"{flavour} {nodes} nodes {label} posix",
-                                  drain_case(remotes, "posix", flavour, nodes, label, prog, args, hdf5)))
-            for nodes in (2, 4):
-                for kind in ("objstore", "s3"):
-                    for label, prog, args, hdf5 in PROGRAMS:
-                        cases.append((f"{flavour} {nodes} nodes {label} {kind}",
-                                      drain_case(remotes, kind, flavour, nodes, label, prog, args, hdf5)))
-            # The servers' collective MPI-IO instead of independent writes.
-            for nodes in (2, 4):
-                for label, prog, args, hdf5 in PROGRAMS:
-                    if label in ("epochs", "noncontig_holes", "hdf5"):
-                        cases.append((f"{flavour} {nodes} nodes {label} mpi-io",
-                                      drain_case(remotes, "posix", flavour, nodes, label, prog, args, hdf5,
-                                                 ["--posix-writes", "collective"])))
-            for nodes in (2, 4):
-                for upload in ("close", "epoch"):
-                    cases.append((f"{flavour} {nodes} nodes s3 parts {upload}",
-                                  s3_parts_case(remotes, flavour, nodes, upload)))
-            for kind in ("posix", "objstore", "s3"):
-                cases.append((f"{flavour} server killed mid-drain {kind}", server_killed_case(remotes, kind, flavour)))
-            cases.append((f"{flavour} s3 outage in a shared upload", s3_outage_case(remotes, flavour)))
-            cases.append((f"{flavour} server killed mid-drain s3 parts",
-                          server_killed_case(remotes, "s3", flavour, parts=True)))
-            cases.append((f"{flavour} application killed on one node", app_killed_case(remotes, "posix", flavour)))
-            cases.append((f"{flavour} node-local log lost on one node", lost_log_case(remotes, "posix", flavour)))
-        for label, fn in cases:
-            if a.only and a.only not in label:
-                continue
-            if a.quick and (" 3 nodes" in label or "objstore" in label):
-                continue
-            suite.case(label, fn)
-    finally:
-        # Also on a signal or an error: MinIO must not outlive the run.
-        suite.run_cleanup()
-    return suite.finish()
+    cases = all_cases(Remotes(suite.base, minio), a.quick)
+    minio.start()
+    # Suite.run stops it at the end, also on a signal or an error.
+    suite.cleanup.append(minio.stop)
+    return suite.run(cases, only=a.only)
 
 
 if __name__ == "__main__":

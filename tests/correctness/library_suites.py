@@ -21,11 +21,10 @@ prefix: every rank's unittest summary as without paralog.
 Usage: python3 -m tests.correctness.library_suites [--keep] [--only SUBSTRING]
 Ends with "library suites: N passed, N failed".
 """
-import argparse
 import re
 import sys
 
-from tests.lib.check import Suite, check, fail
+from tests.lib.check import Suite, check, fail, suite_options
 from tests.lib.mpi import OPENMPI, io_env, launcher, mpi_env
 from tests.lib.paralog import paralog_run
 from tests.lib.paths import PY, TARGET
@@ -122,10 +121,7 @@ def case_mpi4py(work, script, mode):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--only", help="run the cases whose name holds this")
-    opts = ap.parse_args()
+    opts = suite_options().parse_args()
     return Suite("library suites", keep=opts.keep).run([
         ("h5py's test suite, TMPDIR under the prefix (the prefix is the remote): same outcomes as without paralog",
          lambda w: case_h5py(w, False)),

@@ -67,7 +67,6 @@ With `--remote prefix` the prefix itself is the remote (the default of
 Usage: python3 -m tests.correctness.posix_programs [--keep] [--only NAME] [--remote separate|prefix]
 Ends with "posix programs (... remote): N passed, N failed".
 """
-import argparse
 import os
 import re
 import subprocess
@@ -75,7 +74,7 @@ import sys
 import tarfile
 import time
 
-from tests.lib.check import Suite, check, fail
+from tests.lib.check import Suite, check, fail, suite_options
 from tests.lib.compare import tree, tree_difference
 from tests.lib.mpi import compile_program, mpi_env
 from tests.lib.paralog import capture_env, paralog_run, status
@@ -481,9 +480,7 @@ def case_crash_rotate(work, point, mode):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--only")
+    ap = suite_options()
     ap.add_argument("--remote", choices=["separate", "prefix"], default="separate",
                     help="drain to a directory of its own (default), or to the prefix itself")
     opts = ap.parse_args()

@@ -5,8 +5,12 @@ It passes by returning (None, or a note printed after its name), is
 skipped by returning "SKIP: why", and fails by raising: Failed (from
 check/fail) prints its message, any other exception its type and message.
 A failed case's directory is kept and named; the others are removed
-(unless keep)."""
+(unless keep).
 
+suite_options() is the command line every runner starts from: --only and
+--keep, to which a suite adds its own options."""
+
+import argparse
 import re
 import shutil
 import signal
@@ -38,6 +42,16 @@ def slug(label, n=16):
     and short, as servers' sockets live below it (a socket's path has at
     most 107 bytes)."""
     return re.sub(r"[^A-Za-z0-9.=+-]+", "_", label).strip("_")[:n] or "case"
+
+
+def suite_options():
+    """A parser with the options every suite's runner takes: --only (run
+    the cases whose name contains it) and --keep (keep the work
+    directories, passed to Suite). A suite adds its own, then parses."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", help="run the cases whose name contains this")
+    ap.add_argument("--keep", action="store_true", help="keep the work directories")
+    return ap
 
 
 class Suite:

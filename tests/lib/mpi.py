@@ -6,7 +6,7 @@ suite's own programs."""
 import os
 from pathlib import Path
 
-from .check import Failed
+from .check import Failed, suite_options
 from .paths import MPI_SRC, MPI_TESTS, RUN_DIRECT
 from .proc import run
 
@@ -77,6 +77,17 @@ def launcher(flavour, np, io=None):
     if io:
         cmd += ["--mca", "io", io]
     return cmd
+
+
+def mode_options():
+    """The command line of a suite that runs programs in the MPI modes:
+    suite_options() and --mode MODE (repeatable), parsed; `modes` is the
+    modes chosen, every mode by default."""
+    ap = suite_options()
+    ap.add_argument("--mode", choices=list(MODES), action="append")
+    a = ap.parse_args()
+    a.modes = a.mode or list(MODES)
+    return a
 
 
 def build_tests(*targets):

@@ -41,7 +41,6 @@ byte equal to what was put. Each case runs on an
 
 Usage: python3 -m tests.objects.run [--only SUBSTRING] [--keep]
 Ends with "objects: N passed, N failed"."""
-import argparse
 import json
 import random
 import struct
@@ -50,7 +49,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.lib.check import Suite, check, fail
+from tests.lib.check import Suite, check, fail, suite_options
 from tests.lib.mpi import compile_program
 from tests.lib.paths import BIN, TARGET
 from tests.lib.proc import run
@@ -457,10 +456,7 @@ def case_refusals(kind):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only")
-    ap.add_argument("--keep", action="store_true")
-    a = ap.parse_args()
+    a = suite_options().parse_args()
     suite = Suite("objects", keep=a.keep)
     if not VENV_PY.exists():
         print(f"objects: {VENV_PY} is missing: run scripts/setup.sh --test", file=sys.stderr)

@@ -48,7 +48,6 @@ Usage: python3 -m tests.remote.objstore [--only NAME] [--keep]
 Prints one line per case and ends with "objstore: N passed, N failed".
 """
 
-import argparse
 import os
 import re
 import shutil
@@ -58,7 +57,7 @@ import time
 from pathlib import Path
 
 from tests.lib import posix_writer as pw
-from tests.lib.check import Failed, Suite, check
+from tests.lib.check import Failed, Suite, check, suite_options
 from tests.lib.compare import first_difference, same_bytes
 from tests.lib.paralog import clean_env, paralog_run, run_captured
 from tests.lib.paths import BIN, POSIX_WRITER, PY
@@ -441,39 +440,23 @@ def orphans_case(work):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only", help="run cases whose name contains this")
-    ap.add_argument("--keep", action="store_true", help="keep the work directories")
-    a = ap.parse_args()
+    a = suite_options().parse_args()
     suite = Suite("objstore", keep=a.keep)
-
-    def want(name):
-        return not a.only or a.only in name
-
-    try:
-        if want("readers keep=3"):
-            suite.case("readers keep=3", lambda w: readers_case(w, 100, 20, 3))
-        if want("readers keep=1"):
-            # Each version is deleted as soon as the next one is published:
-            # readers race retention (rarely lost; "retention race" makes
-            # that race certain).
-            suite.case("readers keep=1", lambda w: readers_case(w, 100, 2, 1, python_reader=False))
-        if want("retention race"):
-            suite.case("retention race", race_case)
-        for fp in ("drain.mid_write:3", "drain.before_fsync:2", "drain.after_fsync:2", "drain.after_progress:2"):
-            if want(f"crash {fp}"):
-                suite.case(f"crash {fp}", lambda w, fp=fp: crash_case(w, fp))
-        for keep in (3, 1):
-            if want(f"retention keep={keep}"):
-                suite.case(f"retention keep={keep}", lambda w, k=keep: retention_case(w, k))
-        for name, fn in (("rename", rename_case), ("rerun", rerun_case), ("missing root", missing_root_case),
-                         ("broken pipe", broken_pipe_case),
-                         ("orphans", orphans_case)):
-            if want(name):
-                suite.case(name, fn)
-    finally:
-        suite.run_cleanup()
-    return suite.finish()
+    cases = [
+        ("readers keep=3", lambda w: readers_case(w, 100, 20, 3)),
+        # Each version is deleted as soon as the next one is published:
+        # readers race retention (rarely lost; "retention race" makes that
+        # race certain).
+        ("readers keep=1", lambda w: readers_case(w, 100, 2, 1, python_reader=False)),
+        ("retention race", race_case),
+    ]
+    for fp in ("drain.mid_write:3", "drain.before_fsync:2", "drain.after_fsync:2", "drain.after_progress:2"):
+        cases.append((f"crash {fp}", lambda w, fp=fp: crash_case(w, fp)))
+    for keep in (3, 1):
+        cases.append((f"retention keep={keep}", lambda w, k=keep: retention_case(w, k)))
+    cases += [("rename", rename_case), ("rerun", rerun_case), ("missing root", missing_root_case),
+              ("broken pipe", broken_pipe_case), ("orphans", orphans_case)]
+    return suite.run(cases, only=a.only)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,6 @@ Usage: python3 -m tests.remote.s3 [--only NAME] [--keep] [--fault-seed N]
 Prints one line per case and ends with "s3: N passed, N failed".
 """
 
-import argparse
 import base64
 import functools
 import json
@@ -76,7 +75,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.lib.check import Failed, Suite, check
+from tests.lib.check import Failed, Suite, check, suite_options
 from tests.lib.compare import files, first_difference, same_bytes
 from tests.lib.minio import MinIO
 from tests.lib.mpi import MODES, PROGRAMS, build_tests, run_direct
@@ -589,9 +588,7 @@ def rename_case(minio, work, point, query):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only", help="run cases whose name contains this")
-    ap.add_argument("--keep", action="store_true", help="keep the work directories")
+    ap = suite_options()
     ap.add_argument("--fault-seed", type=int, default=1, help="the fault proxy's seed")
     a = ap.parse_args()
     suite = Suite("s3", keep=a.keep)

@@ -25,7 +25,6 @@ Usage: python3 -m tests.server.e2e [--only NAME] [--mode MODE] [--keep]
 Prints one line per case and ends with "server: N passed, N failed".
 """
 
-import argparse
 import json
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from pathlib import Path
 
 from tests.lib.check import Failed, Suite, check
 from tests.lib.compare import files, same_bytes
-from tests.lib.mpi import MODES, PROGRAMS, build_tests, run_direct
+from tests.lib.mpi import MODES, PROGRAMS, build_tests, mode_options, run_direct
 from tests.lib.paralog import jobs_left, paralog_run, run_captured, status
 from tests.lib.paths import BIN, POSIX_WRITER, PY, RUN_DIRECT
 from tests.lib.proc import kill_tree, run
@@ -240,11 +239,7 @@ POSIX_CASES = [
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only", help="run cases whose name contains this")
-    ap.add_argument("--mode", choices=list(MODES), action="append")
-    ap.add_argument("--keep", action="store_true")
-    a = ap.parse_args()
+    a = mode_options()
     build_tests()
     suite = Suite("server", keep=a.keep)
     for name, fn in POSIX_CASES:
@@ -252,7 +247,7 @@ def main():
             continue
         suite.case(f"posix     {name}", fn)
     modes = list(MODES)
-    for mode in a.mode or modes:
+    for mode in a.modes:
         for ci, (name, prog, extra, prog_modes) in enumerate(PROGRAM_CASES):
             if mode not in prog_modes or (a.only and a.only not in name):
                 continue

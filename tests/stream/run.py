@@ -58,7 +58,6 @@ under a node-local root, `paralog stream drain` to a POSIX remote, and
 Usage: python3 -m tests.stream.run [--only SUBSTRING] [--keep] [--trials N]
 Ends with "stream: N passed, N failed".
 """
-import argparse
 import json
 import os
 import random
@@ -70,7 +69,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from tests.lib.check import Suite, check, fail
+from tests.lib.check import Suite, check, fail, suite_options
 from tests.lib.paths import BIN
 from tests.lib.proc import kill_tree, run
 from tests.lib.streams import PARTS, STREAM, cat, check_events, drain, follow_drain, produce, producer_report, stop
@@ -366,9 +365,7 @@ def case_bad(work):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only")
-    ap.add_argument("--keep", action="store_true")
+    ap = suite_options()
     ap.add_argument("--trials", type=int, default=6)
     a = ap.parse_args()
     suite = Suite("stream", keep=a.keep)

@@ -59,6 +59,22 @@ fn write_set(
     assert_eq!(r.members.len(), files.len());
 }
 
+/// Set "s" of `n` rank files of about `mean` bytes (under src/), in `k`
+/// containers aligned to `align`, published in a fresh directory: the
+/// directory and the files.
+fn published_set(
+    n: usize,
+    mean: usize,
+    k: u32,
+    align: u64,
+) -> (tempfile::TempDir, Vec<(String, Vec<u8>)>) {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    let files = rank_files(&src, n, mean);
+    write_set(t.path(), "s", k, align, &files, &src);
+    (t, files)
+}
+
 fn set_files(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
@@ -198,10 +214,7 @@ fn the_writer_refuses_paths_that_leave_the_set() {
 
 #[test]
 fn a_flipped_container_byte_is_refused_with_file_and_offset() {
-    let t = tempfile::tempdir().unwrap();
-    let src = t.path().join("src");
-    let files = rank_files(&src, 3, 3 << 20);
-    write_set(t.path(), "s", 1, 1 << 20, &files, &src);
+    let (t, files) = published_set(3, 3 << 20, 1, 1 << 20);
     let dir = t.path().join("s");
     let set = Arc::new(SetReader::open(&dir).unwrap().unwrap());
     let e = &set.record().member(files[1].0.as_bytes()).unwrap().extents[0];
@@ -249,10 +262,7 @@ fn a_flipped_container_byte_is_refused_with_file_and_offset() {
 
 #[test]
 fn a_truncated_set_record_is_refused_with_file_and_offset() {
-    let t = tempfile::tempdir().unwrap();
-    let src = t.path().join("src");
-    let files = rank_files(&src, 2, 1000);
-    write_set(t.path(), "s", 1, 4096, &files, &src);
+    let (t, _files) = published_set(2, 1000, 1, 4096);
     let rec = t.path().join("s").join(RECORD_NAME);
     let b = std::fs::read(&rec).unwrap();
     std::fs::write(&rec, &b[..b.len() - 10]).unwrap();
@@ -349,10 +359,7 @@ fn a_crash_before_the_record_keeps_the_previous_version_and_leaves_orphans() {
 
 #[test]
 fn a_new_version_replaces_the_old_and_collects_its_containers() {
-    let t = tempfile::tempdir().unwrap();
-    let src = t.path().join("src");
-    let files = rank_files(&src, 5, 20_000);
-    write_set(t.path(), "s", 2, 4096, &files, &src);
+    let (t, files) = published_set(5, 20_000, 2, 4096);
     let dir = t.path().join("s");
     let old = SetReader::open(&dir).unwrap().unwrap();
     let old = Arc::new(old);

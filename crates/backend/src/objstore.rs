@@ -1004,6 +1004,23 @@ mod tests {
         }
     }
 
+    /// One version of `name` in `s`: `data` written at `off` over the
+    /// last version, committed.
+    fn put_version(s: &ObjStore, name: &[u8], off: u64, data: &[u8]) {
+        let mut sink = s.begin(name, &shape()).unwrap();
+        sink.apply(RemoteOp::Write { off, data }).unwrap();
+        sink.commit().unwrap();
+    }
+
+    /// One version of `name` in `s` drained as `sh` that is `data` alone
+    /// (cut to 0 first), committed.
+    fn replace_version(s: &ObjStore, name: &[u8], sh: &EpochShape, data: &[u8]) {
+        let mut sink = s.begin(name, sh).unwrap();
+        sink.apply(RemoteOp::SetSize(0)).unwrap();
+        sink.apply(RemoteOp::Write { off: 0, data }).unwrap();
+        sink.commit().unwrap();
+    }
+
     fn shape() -> EpochShape {
         EpochShape {
             epoch: EpochId::default(),
@@ -1028,13 +1045,7 @@ mod tests {
     fn pieces_stored_by_several_writers_make_one_version() {
         let d = tempfile::tempdir().unwrap();
         let s = store(&format!("{}?dirs=3", d.path().display()));
-        let mut v1 = s.begin(b"f", &shape()).unwrap();
-        v1.apply(RemoteOp::Write {
-            off: 0,
-            data: &[1; 100],
-        })
-        .unwrap();
-        v1.commit().unwrap();
+        put_version(&s, b"f", 0, &[1; 100]);
         // Two servers store disjoint bytes of the next version (one past
         // the old end), the publisher cuts at 50 and places both.
         let mut a = s.chunk_writer().unwrap();
@@ -1124,13 +1135,7 @@ mod tests {
     fn a_damaged_block_or_record_is_refused() {
         let d = tempfile::tempdir().unwrap();
         let s = store(d.path().to_str().unwrap());
-        let mut sink = s.begin(b"f", &shape()).unwrap();
-        sink.apply(RemoteOp::Write {
-            off: 0,
-            data: b"hello world",
-        })
-        .unwrap();
-        sink.commit().unwrap();
+        put_version(&s, b"f", 0, b"hello world");
         let v = s.version(b"f", None).unwrap().unwrap();
         let chunk = s.chunk_path(v.pieces[0].dir, &v.pieces[0].chunk);
         let mut b = std::fs::read(&chunk).unwrap();
@@ -1199,13 +1204,7 @@ mod tests {
     fn orphans_are_collected() {
         let d = tempfile::tempdir().unwrap();
         let s = store(d.path().to_str().unwrap());
-        let mut sink = s.begin(b"a/kept", &shape()).unwrap();
-        sink.apply(RemoteOp::Write {
-            off: 0,
-            data: &[1; 100],
-        })
-        .unwrap();
-        sink.commit().unwrap();
+        put_version(&s, b"a/kept", 0, &[1; 100]);
         let mut orphan = s.writer().unwrap();
         orphan.add(0, &[2; 100]).unwrap();
         let orphan_path = orphan.path.clone();
@@ -1260,14 +1259,7 @@ mod tests {
                         sc.spawn(move || {
                             let s = store(spec);
                             let tag = (round as u8).wrapping_mul(4).wrapping_add(w);
-                            let mut sink = s.begin(b"obj", &shape()).unwrap();
-                            sink.apply(RemoteOp::SetSize(0)).unwrap();
-                            sink.apply(RemoteOp::Write {
-                                off: 0,
-                                data: &[tag; 1000],
-                            })
-                            .unwrap();
-                            sink.commit().unwrap();
+                            replace_version(&s, b"obj", &shape(), &[tag; 1000]);
                             let n = s.versions(b"obj").unwrap();
                             (*n.last().unwrap(), tag)
                         })
@@ -1305,14 +1297,7 @@ mod tests {
                 origin,
                 ..shape()
             };
-            let mut sink = s.begin(b"out.dat", &sh).unwrap();
-            sink.apply(RemoteOp::SetSize(0)).unwrap();
-            sink.apply(RemoteOp::Write {
-                off: 0,
-                data: &[byte; 10],
-            })
-            .unwrap();
-            sink.commit().unwrap();
+            replace_version(&s, b"out.dat", &sh, &[byte; 10]);
         };
         put([1; 16], b'a');
         put([1; 16], b'a');

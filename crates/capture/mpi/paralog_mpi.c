@@ -413,27 +413,19 @@ int PMPI_File_close(MPI_File *fh) { return shim_close(fh); }
 /* Recorded on every rank (they are collective); the library's own versions
  * are not called: ROMIO's preallocate reads and rewrites the file, and a
  * truncation must reach the remote only as part of a committed epoch. */
-static int shim_set_size(MPI_File fh, MPI_Offset size) {
-    entry_t e;
-    check_flavour();
-    if (depth || !find(fh, &e)) return real_PMPI_File_set_size()(fh, size);
-    if (size < 0) return MPI_ERR_ARG;
-    return paralog_mpi_set_size(e.handle, (uint64_t)size) ? MPI_ERR_IO : MPI_SUCCESS;
-}
+#define SIZE_OP(name, record)                                              \
+    static int shim_##name(MPI_File fh, MPI_Offset size) {                 \
+        entry_t e;                                                         \
+        check_flavour();                                                   \
+        if (depth || !find(fh, &e)) return real_PMPI_File_##name()(fh, size); \
+        if (size < 0) return MPI_ERR_ARG;                                  \
+        return record(e.handle, (uint64_t)size) ? MPI_ERR_IO : MPI_SUCCESS; \
+    }                                                                      \
+    int MPI_File_##name(MPI_File fh, MPI_Offset size) { return shim_##name(fh, size); } \
+    int PMPI_File_##name(MPI_File fh, MPI_Offset size) { return shim_##name(fh, size); }
 
-int MPI_File_set_size(MPI_File fh, MPI_Offset size) { return shim_set_size(fh, size); }
-int PMPI_File_set_size(MPI_File fh, MPI_Offset size) { return shim_set_size(fh, size); }
-
-static int shim_preallocate(MPI_File fh, MPI_Offset size) {
-    entry_t e;
-    check_flavour();
-    if (depth || !find(fh, &e)) return real_PMPI_File_preallocate()(fh, size);
-    if (size < 0) return MPI_ERR_ARG;
-    return paralog_mpi_preallocate(e.handle, (uint64_t)size) ? MPI_ERR_IO : MPI_SUCCESS;
-}
-
-int MPI_File_preallocate(MPI_File fh, MPI_Offset size) { return shim_preallocate(fh, size); }
-int PMPI_File_preallocate(MPI_File fh, MPI_Offset size) { return shim_preallocate(fh, size); }
+SIZE_OP(set_size, paralog_mpi_set_size)
+SIZE_OP(preallocate, paralog_mpi_preallocate)
 
 /* ---- program order across ranks: synchronizing points ------------------ */
 

@@ -355,26 +355,36 @@ pub unsafe extern "C" fn linkat(
 /// Wait until every committed epoch of `abs` is drained (the remote file
 /// then stands for it), up to `RMDIR_WAIT`.
 pub(crate) fn wait_drained(abs: &Path, what: &str) -> CResult<()> {
-    let deadline = Instant::now() + RMDIR_WAIT;
-    loop {
-        let pending = {
+    until_drained(
+        || {
             let mut slot = lock();
             let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
-            !st.committed(abs)?.view.lf.epochs.is_empty()
-        };
-        if !pending {
-            return Ok(());
-        }
+            Ok(!st.committed(abs)?.view.lf.epochs.is_empty())
+        },
+        || format!("{what} {}: its epochs", abs.display()),
+    )
+}
+
+/// Poll `pending` until nothing is left to drain, up to `RMDIR_WAIT`; past
+/// it, one line says what was not drained (`late`: "SUBJECT: ITEMS"), and
+/// EBUSY.
+fn until_drained(
+    mut pending: impl FnMut() -> CResult<bool>,
+    late: impl FnOnce() -> String,
+) -> CResult<()> {
+    let deadline = Instant::now() + RMDIR_WAIT;
+    while pending()? {
         if Instant::now() > deadline {
             report::line(&format!(
-                "{what} {}: its epochs were not drained within {} s (is the server running?)",
-                abs.display(),
+                "{} were not drained within {} s (is the server running?)",
+                late(),
                 RMDIR_WAIT.as_secs()
             ));
             return Err(libc::EBUSY);
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    Ok(())
 }
 
 /// chmod of a captured file: the log keeps bytes, not metadata, so the
@@ -525,30 +535,18 @@ pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t
 /// exists under it), and once every delete under it is drained, removed
 /// from the prefix and from a POSIX remote other than it.
 fn rmdir_captured(abs: &Path) -> CResult<c_int> {
-    let deadline = Instant::now() + RMDIR_WAIT;
-    loop {
-        let pending = {
+    until_drained(
+        || {
             let mut slot = lock();
             let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
             let under = crate::dirlist::logged(st, abs, true)?;
             if under.iter().any(|f| f.exists) {
                 return Err(libc::ENOTEMPTY);
             }
-            under.iter().any(|f| f.pending)
-        };
-        if !pending {
-            break;
-        }
-        if Instant::now() > deadline {
-            report::line(&format!(
-                "rmdir {}: the deletes under it were not drained within {} s (is the server running?)",
-                abs.display(),
-                RMDIR_WAIT.as_secs()
-            ));
-            return Err(libc::EBUSY);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+            Ok(under.iter().any(|f| f.pending))
+        },
+        || format!("rmdir {}: the deletes under it", abs.display()),
+    )?;
     let remote = {
         let mut slot = lock();
         State::get(&mut slot).and_then(|st| remote_dir(st, abs))

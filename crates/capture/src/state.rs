@@ -112,6 +112,32 @@ pub struct Handle {
     pub lazy: bool,
 }
 
+impl Handle {
+    /// A handle of `path` opened in `mode` (an MPI one is pinned until
+    /// MPI_File_close), `size` bytes as this rank knows it, over the
+    /// committed `view`: nothing written, nothing open yet.
+    fn new(path: &Path, mode: Mode, log: Option<RankLog>, size: u64, view: View) -> Handle {
+        Handle {
+            log,
+            mode,
+            path: path.to_path_buf(),
+            size,
+            view: Some(view),
+            cut: None,
+            dirty: false,
+            committed_any: false,
+            fds: 0,
+            pinned: mode == Mode::Mpi,
+            create_allowed: false,
+            bypass: None,
+            view_reads: 0,
+            cp_started: None,
+            lazy: false,
+            create_mode: None,
+        }
+    }
+}
+
 /// A captured descriptor: which open file description it refers to (its
 /// `dup`s refer to the same one) and, for the cheap lookups, its handle.
 pub struct FdEntry {
@@ -361,27 +387,8 @@ impl State {
     ) -> u64 {
         let base = if committed.exists { committed.size } else { 0 };
         let id = self.new_id();
-        self.handles.insert(
-            id,
-            Handle {
-                log,
-                mode,
-                path: abs.to_path_buf(),
-                size: base,
-                view: Some(committed.view),
-                cut: None,
-                dirty: false,
-                committed_any: false,
-                fds: 0,
-                pinned: mode == Mode::Mpi,
-                create_allowed: false,
-                bypass: None,
-                view_reads: 0,
-                cp_started: None,
-                lazy: false,
-                create_mode: None,
-            },
-        );
+        let h = Handle::new(abs, mode, log, base, committed.view);
+        self.handles.insert(id, h);
         self.by_path.insert(abs.to_path_buf(), id);
         id
     }
@@ -422,27 +429,9 @@ impl State {
     /// path gets a handle of its own.
     pub fn new_readonly_handle(&mut self, abs: &Path, committed: Committed) -> u64 {
         let id = self.new_id();
-        self.handles.insert(
-            id,
-            Handle {
-                log: None,
-                mode: Mode::Posix,
-                path: abs.to_path_buf(),
-                size: committed.size,
-                view: Some(committed.view),
-                cut: None,
-                dirty: false,
-                committed_any: true,
-                fds: 0,
-                pinned: false,
-                create_allowed: false,
-                bypass: None,
-                view_reads: 0,
-                cp_started: None,
-                lazy: false,
-                create_mode: None,
-            },
-        );
+        let mut h = Handle::new(abs, Mode::Posix, None, committed.size, committed.view);
+        h.committed_any = true;
+        self.handles.insert(id, h);
         id
     }
 

@@ -45,20 +45,17 @@ impl Verdicts {
     }
     fn warn(&mut self, what: &str, verdict: impl AsRef<str>, fix: impl AsRef<str>) {
         self.warned += 1;
-        println!(
-            "warn  {what}: {}\n      fix: {}",
-            verdict.as_ref(),
-            fix.as_ref()
-        );
+        print_with_fix("warn", what, verdict.as_ref(), fix.as_ref());
     }
     fn fail(&mut self, what: &str, verdict: impl AsRef<str>, fix: impl AsRef<str>) {
         self.failed += 1;
-        println!(
-            "FAIL  {what}: {}\n      fix: {}",
-            verdict.as_ref(),
-            fix.as_ref()
-        );
+        print_with_fix("FAIL", what, verdict.as_ref(), fix.as_ref());
     }
+}
+
+/// A verdict line that is not ok, and the fix under it.
+fn print_with_fix(tag: &str, what: &str, verdict: &str, fix: &str) {
+    println!("{tag:<5} {what}: {verdict}\n      fix: {fix}");
 }
 
 /// statfs magic numbers of file systems that are not the node's own.

@@ -267,6 +267,11 @@ fn print(out: &mut dyn Write, text: &str) -> anyhow::Result<()> {
     }
 }
 
+/// What `put` and `commit` print: the name, version number and id.
+fn committed_line(name: &str, c: &paralog_objects::Committed) -> String {
+    format!("{name} version {} id {}\n", c.number, id_hex(&c.id))
+}
+
 fn info_json(store: &Store, av: &ArrayVersion) -> anyhow::Result<serde_json::Value> {
     let versions: Vec<_> = store
         .versions(&av.name)?
@@ -444,10 +449,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let data =
                 std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
             let c = store.put(&name, &array.meta()?, &data)?;
-            print(
-                &mut stdout,
-                &format!("{name} version {} id {}\n", c.number, id_hex(&c.id)),
-            )?;
+            print(&mut stdout, &committed_line(&name, &c))?;
         }
         ObjCmd::Begin { url, array } => {
             let (store, name) = object(&url)?;
@@ -483,10 +485,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let (store, name) = object(&url)?;
             let id = parse_id(&id).ok_or_else(|| anyhow!("{id}: not a put id (32 hex digits)"))?;
             let c = store.commit(&name, &id)?;
-            print(
-                &mut stdout,
-                &format!("{name} version {} id {}\n", c.number, id_hex(&c.id)),
-            )?;
+            print(&mut stdout, &committed_line(&name, &c))?;
         }
         ObjCmd::Abort { url, id } => {
             let (store, name) = object(&url)?;
@@ -534,22 +533,19 @@ mod tests {
     #[test]
     fn slices() {
         let shape = [64, 4096];
-        assert_eq!(
-            parse_slice("", &shape).unwrap(),
-            (vec![0, 0], vec![64, 4096])
-        );
-        assert_eq!(
-            parse_slice("3", &shape).unwrap(),
-            (vec![3, 0], vec![1, 4096])
-        );
-        assert_eq!(
-            parse_slice("1:5, 10:", &shape).unwrap(),
-            (vec![1, 10], vec![4, 4086])
-        );
-        assert_eq!(
-            parse_slice(":,:7", &shape).unwrap(),
-            (vec![0, 0], vec![64, 7])
-        );
+        // Each slice as text, and its (start, count) per dimension.
+        for (text, start, count) in [
+            ("", [0, 0], [64, 4096]),
+            ("3", [3, 0], [1, 4096]),
+            ("1:5, 10:", [1, 10], [4, 4086]),
+            (":,:7", [0, 0], [64, 7]),
+        ] {
+            assert_eq!(
+                parse_slice(text, &shape).unwrap(),
+                (start.to_vec(), count.to_vec()),
+                "{text}"
+            );
+        }
         for bad in ["5:5", "0:65", "x", "0:1,0:1,0:1", "64"] {
             assert!(parse_slice(bad, &shape).is_err(), "{bad}");
         }

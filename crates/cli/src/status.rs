@@ -71,39 +71,28 @@ pub fn find_socket(
             _ => anyhow::bail!(
                 "several paralog servers run for {}: give --job (their sockets: {})",
                 root.display(),
-                found
-                    .iter()
-                    .map(|t| t.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                paths_list(&found)
             ),
         }
     }
     anyhow::bail!(
         "no paralog server is running for {} (looked for {})",
         root.display(),
-        tried
-            .iter()
-            .map(|t| t.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
+        paths_list(&tried)
     )
 }
 
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
+/// Sockets named in an error: "a, b, c".
+fn paths_list(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|t| t.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
+
+/// Sizes for people (the report's rule: "1023 B", "5.0 MiB").
+pub use paralog_report::html::human_bytes;
 
 fn eta(s: Option<f64>) -> String {
     match s {

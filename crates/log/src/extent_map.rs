@@ -16,6 +16,30 @@ pub trait Piece: Clone {
     fn join(&self, len: u64, next: &Self, next_len: u64) -> Option<Self>;
 }
 
+/// Implements [`Piece`] for a value that is a position in one of several
+/// sources (`$source`: which one, `$pos`: where in it): a sub-range starts
+/// `skip` further in, and two ranges are one when they come from the same
+/// source and the second starts where the first ends. The writer's own
+/// bytes, the reader's logical file and the tests use this one rule.
+macro_rules! position_piece {
+    ($t:ident { $source:ident, $pos:ident }) => {
+        impl $crate::extent_map::Piece for $t {
+            fn slice(&self, skip: u64, _len: u64, _full: u64) -> Self {
+                $t {
+                    $source: self.$source,
+                    $pos: self.$pos + skip,
+                }
+            }
+
+            fn join(&self, len: u64, next: &Self, _next_len: u64) -> Option<Self> {
+                (self.$source == next.$source && self.$pos + len == next.$pos)
+                    .then(|| self.slice(0, len, len))
+            }
+        }
+    };
+}
+pub(crate) use position_piece;
+
 #[derive(Debug, Clone)]
 pub struct ExtentMap<V> {
     /// start offset -> (length, value); ranges never overlap, never empty.
@@ -216,17 +240,7 @@ mod tests {
         skip: u64,
     }
 
-    impl Piece for W {
-        fn slice(&self, skip: u64, _len: u64, _full: u64) -> Self {
-            W {
-                id: self.id,
-                skip: self.skip + skip,
-            }
-        }
-        fn join(&self, len: u64, next: &Self, _next_len: u64) -> Option<Self> {
-            (self.id == next.id && self.skip + len == next.skip).then(|| self.clone())
-        }
-    }
+    position_piece!(W { id, skip });
 
     proptest! {
         /// Every byte reads back the id of the last write that covered it.

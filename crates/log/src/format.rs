@@ -139,19 +139,15 @@ impl<const KIND: u16> EpochHeader<KIND> {
     /// The 48 bytes of the header, as format `version` writes them.
     fn encode_as(&self, rec: &EpochRecord, version: u16) -> Vec<u8> {
         let mut out = Vec::with_capacity(rec.len as usize);
-        out.extend_from_slice(rec.magic);
-        out.extend_from_slice(&version.to_le_bytes());
-        out.extend_from_slice(&KIND.to_le_bytes());
+        push_preamble(&mut out, rec.magic, version, KIND);
         out.extend_from_slice(&rec.len.to_le_bytes());
         out.extend_from_slice(&self.rank.to_le_bytes());
         out.extend_from_slice(&self.comm_size.to_le_bytes());
         out.extend_from_slice(&self.gen.to_le_bytes());
         out.extend_from_slice(&self.epoch.to_le_bytes());
         out.extend_from_slice(&[0u8; 4]);
-        let crc = paralog_checksum::crc32c(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        debug_assert_eq!(out.len(), EPOCH_HEADER_LEN);
-        out
+        debug_assert_eq!(out.len() + 4, EPOCH_HEADER_LEN);
+        sealed(out)
     }
 
     /// Check the preamble, that the header is whole (and, for a record that
@@ -271,16 +267,12 @@ pub struct PathRecord {
 impl PathRecord {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(16 + self.path.len() + self.rel.len() + 4);
-        out.extend_from_slice(PATH_MAGIC);
-        out.extend_from_slice(&FORMAT_V1.to_le_bytes());
-        out.extend_from_slice(&KIND_PATH.to_le_bytes());
+        push_preamble(&mut out, PATH_MAGIC, FORMAT_V1, KIND_PATH);
         out.extend_from_slice(&(self.path.len() as u16).to_le_bytes());
         out.extend_from_slice(&(self.rel.len() as u16).to_le_bytes());
         out.extend_from_slice(&self.path);
         out.extend_from_slice(&self.rel);
-        let crc = paralog_checksum::crc32c(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        out
+        sealed(out)
     }
 
     pub fn decode(bytes: &[u8], path: &Path) -> Result<PathRecord> {
@@ -327,18 +319,14 @@ impl ProgressRecord {
 
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(PROGRESS_LEN);
-        out.extend_from_slice(PROGRESS_MAGIC);
-        out.extend_from_slice(&FORMAT_V1.to_le_bytes());
-        out.extend_from_slice(&KIND_PROGRESS.to_le_bytes());
+        push_preamble(&mut out, PROGRESS_MAGIC, FORMAT_V1, KIND_PROGRESS);
         out.extend_from_slice(&(PROGRESS_LEN as u32).to_le_bytes());
         out.extend_from_slice(&[0u8; 8]);
         out.extend_from_slice(&self.gen.to_le_bytes());
         out.extend_from_slice(&self.epoch.to_le_bytes());
         out.extend_from_slice(&[0u8; 4]);
-        let crc = paralog_checksum::crc32c(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        debug_assert_eq!(out.len(), PROGRESS_LEN);
-        out
+        debug_assert_eq!(out.len() + 4, PROGRESS_LEN);
+        sealed(out)
     }
 
     pub fn decode(bytes: &[u8], path: &Path) -> Result<ProgressRecord> {
@@ -373,6 +361,20 @@ impl ProgressRecord {
             epoch: le_u64(bytes, 32),
         })
     }
+}
+
+/// Start a record: magic, version and kind (what `check_preamble` reads).
+fn push_preamble(out: &mut Vec<u8>, magic: &[u8; 8], version: u16, kind: u16) {
+    out.extend_from_slice(magic);
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&kind.to_le_bytes());
+}
+
+/// End a record with the CRC-32C of all of it (what `check_crc` checks).
+fn sealed(mut out: Vec<u8>) -> Vec<u8> {
+    let crc = paralog_checksum::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
 }
 
 /// Check magic, version (one of `versions`) and kind; returns the version.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use crate::error::{IoContext, Result};
 use crate::layout::{self, EpochFileKind};
-use crate::reader::{CommitStatus, EpochFiles, EpochId, FileInventory, ManifestAt};
+use crate::reader::{CommitStatus, EpochFiles, EpochId, FileInventory, GenInventory, ManifestAt};
 
 /// The files of one rank's epoch that gc removes, with or without its mark.
 fn epoch_files(files: &EpochFiles, with_mark: bool) -> Vec<EpochFileKind> {
@@ -20,6 +20,19 @@ fn epoch_files(files: &EpochFiles, with_mark: bool) -> Vec<EpochFileKind> {
     }
     if with_mark && files.mark {
         out.push(EpochFileKind::Mark);
+    }
+    out
+}
+
+/// Those files of `epoch` for every rank of a generation on this node.
+fn epoch_paths(g: &GenInventory, epoch: u64, with_mark: bool) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for r in g.ranks.values() {
+        if let Some(files) = r.epochs.get(&epoch) {
+            for kind in epoch_files(files, with_mark) {
+                out.push(r.dir.join(layout::epoch_file_name(epoch, kind)));
+            }
+        }
     }
     out
 }
@@ -65,15 +78,7 @@ pub fn collect_garbage(file: &FileInventory, dry_run: bool) -> Result<GcReport> 
             if drained.is_some_and(|d| id <= d) {
                 // Drained: what is left here was to be deleted after the
                 // progress record (a crash in between). Remove it now.
-                for r in g.ranks.values() {
-                    if let Some(files) = r.epochs.get(&epoch) {
-                        for kind in epoch_files(files, true) {
-                            report
-                                .removed
-                                .push(r.dir.join(layout::epoch_file_name(epoch, kind)));
-                        }
-                    }
-                }
+                report.removed.extend(epoch_paths(g, epoch, true));
                 continue;
             }
             if file.commit_status(id)?.is_committed() {
@@ -92,15 +97,7 @@ pub fn collect_garbage(file: &FileInventory, dry_run: bool) -> Result<GcReport> 
             if !(abandoned || single_node_incomplete) {
                 continue;
             }
-            for r in g.ranks.values() {
-                if let Some(files) = r.epochs.get(&epoch) {
-                    for kind in epoch_files(files, false) {
-                        report
-                            .removed
-                            .push(r.dir.join(layout::epoch_file_name(epoch, kind)));
-                    }
-                }
-            }
+            report.removed.extend(epoch_paths(g, epoch, false));
         }
     }
     // A staging place holds only what a one-process writer never committed

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::durable::{self, FILE_MODE};
 use crate::error::{IoContext, LogError, Result};
-use crate::extent_map::{ExtentMap, Piece};
+use crate::extent_map::{position_piece, ExtentMap, Piece};
 use crate::format::{DataHeader, FileIdent, Op, PathRecord, DATA_HEADER_LEN};
 use crate::layout::{self, EpochFileKind, RankPaths};
 
@@ -138,18 +138,7 @@ struct OwnPiece {
     log_pos: u64,
 }
 
-impl Piece for OwnPiece {
-    fn slice(&self, skip: u64, _len: u64, _full: u64) -> Self {
-        OwnPiece {
-            epoch: self.epoch,
-            log_pos: self.log_pos + skip,
-        }
-    }
-
-    fn join(&self, len: u64, next: &Self, _next_len: u64) -> Option<Self> {
-        (self.epoch == next.epoch && self.log_pos + len == next.log_pos).then_some(*self)
-    }
-}
+position_piece!(OwnPiece { epoch, log_pos });
 
 /// How a range asked of [`RankLog::read_own`] was answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

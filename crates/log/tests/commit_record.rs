@@ -73,6 +73,40 @@ fn record_of(dir: &Path) -> (PathBuf, Vec<u8>, usize) {
     (p, bytes, off)
 }
 
+/// `build` in a fresh directory, and rank 1's epoch-2 data log
+/// (`record_of`): the log the tests below damage and restore.
+struct Built {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    ranks: Vec<PathBuf>,
+    data: PathBuf,
+    bytes: Vec<u8>,
+    start: usize,
+}
+
+impl Built {
+    fn new() -> Built {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        let ranks = build(&root);
+        let (data, bytes, start) = record_of(&ranks[1]);
+        Built {
+            _dir: dir,
+            root,
+            ranks,
+            data,
+            bytes,
+            start,
+        }
+    }
+
+    /// Put the intact log back: epoch 2 reads again.
+    fn restore(&self) {
+        std::fs::write(&self.data, &self.bytes).unwrap();
+        assert_eq!(read(&self.root, 200).unwrap(), expect(2), "restored");
+    }
+}
+
 /// The damaged log of rank 1 is in place: epoch 2 is not committed, reads
 /// give epoch 1, gc would remove epoch 2 of both ranks; with a mark it is
 /// refused naming the data log.
@@ -109,31 +143,25 @@ fn check_torn(root: &Path, ranks: &[PathBuf], data: &Path, what: &str) {
 
 #[test]
 fn a_cut_commit_record_is_not_a_commit_and_marked_it_is_damage() {
-    let d = tempfile::tempdir().unwrap();
-    let root = d.path();
-    let ranks = build(root);
-    assert_eq!(read(root, 200).unwrap(), expect(2), "intact");
-    let (data, bytes, start) = record_of(&ranks[1]);
-    for cut in start..bytes.len() {
-        std::fs::write(&data, &bytes[..cut]).unwrap();
-        check_torn(root, &ranks, &data, &format!("cut at {cut}"));
+    let b = Built::new();
+    assert_eq!(read(&b.root, 200).unwrap(), expect(2), "intact");
+    for cut in b.start..b.bytes.len() {
+        std::fs::write(&b.data, &b.bytes[..cut]).unwrap();
+        check_torn(&b.root, &b.ranks, &b.data, &format!("cut at {cut}"));
     }
-    std::fs::write(&data, &bytes).unwrap();
-    assert_eq!(read(root, 200).unwrap(), expect(2), "restored");
+    b.restore();
 }
 
 #[test]
 fn a_flipped_bit_in_a_commit_record_or_its_header_is_not_a_commit() {
-    let d = tempfile::tempdir().unwrap();
-    let root = d.path();
-    let ranks = build(root);
-    let (data, bytes, start) = record_of(&ranks[1]);
-    let covered = (0..48).chain(start..bytes.len());
+    let built = Built::new();
+    let (root, ranks, data) = (built.root.as_path(), &built.ranks, &built.data);
+    let covered = (0..48).chain(built.start..built.bytes.len());
     for at in covered {
         for bit in 0..8 {
-            let mut b = bytes.clone();
+            let mut b = built.bytes.clone();
             b[at] ^= 1 << bit;
-            std::fs::write(&data, &b).unwrap();
+            std::fs::write(data, &b).unwrap();
             let what = format!("bit {bit} of byte {at}");
             let inv = FileInventory::scan_path(root, "j", b"f").unwrap().unwrap();
             assert_eq!(
@@ -143,28 +171,26 @@ fn a_flipped_bit_in_a_commit_record_or_its_header_is_not_a_commit() {
             );
             assert_eq!(read(root, 200).unwrap(), expect(1), "{what}");
             if bit == 0 {
-                check_torn(root, &ranks, &data, &what);
+                check_torn(root, ranks, data, &what);
             }
         }
     }
-    std::fs::write(&data, &bytes).unwrap();
-    assert_eq!(read(root, 200).unwrap(), expect(2), "restored");
+    built.restore();
 }
 
 #[test]
 fn gc_removes_a_torn_epoch_and_keeps_the_committed_ones() {
-    let d = tempfile::tempdir().unwrap();
-    let root = d.path();
-    let ranks = build(root);
-    let (data, bytes, start) = record_of(&ranks[1]);
-    std::fs::write(&data, &bytes[..start + 10]).unwrap();
-    let inv = FileInventory::scan_path(root, "j", b"f").unwrap().unwrap();
+    let b = Built::new();
+    std::fs::write(&b.data, &b.bytes[..b.start + 10]).unwrap();
+    let inv = FileInventory::scan_path(&b.root, "j", b"f")
+        .unwrap()
+        .unwrap();
     collect_garbage(&inv, false).unwrap();
-    for r in &ranks {
+    for r in &b.ranks {
         assert!(!r.join(epoch_file_name(2, EpochFileKind::Data)).exists());
         assert!(r.join(epoch_file_name(1, EpochFileKind::Data)).exists());
     }
-    assert_eq!(read(root, 200).unwrap(), expect(1));
+    assert_eq!(read(&b.root, 200).unwrap(), expect(1));
 }
 
 #[test]

@@ -26,6 +26,15 @@ fn build(root: &Path) -> Vec<PathBuf> {
     logs.iter().map(|l| l.rank_dir().to_path_buf()).collect()
 }
 
+/// `build` in a fresh directory, and the data log of `rank`'s `epoch`
+/// there (the one a test damages).
+fn built_log(rank: usize, epoch: u64) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let ranks = build(dir.path());
+    let data = ranks[rank].join(epoch_file_name(epoch, EpochFileKind::Data));
+    (dir, data)
+}
+
 fn materialize(root: &Path) -> Result<Vec<u8>, LogError> {
     let inv = Inventory::scan(root)?;
     let file = inv.find_file(None, b"/pfs/out")[0].1.clone();
@@ -47,9 +56,7 @@ fn intact_log_reads_back_and_ignores_the_uncommitted_epoch() {
 
 #[test]
 fn truncated_data_log_names_file_and_offset() {
-    let dir = tempfile::tempdir().unwrap();
-    let ranks = build(dir.path());
-    let data = ranks[1].join(epoch_file_name(2, EpochFileKind::Data));
+    let (dir, data) = built_log(1, 2);
     // The cut takes the commit record with it: epoch 2 has commit marks,
     // so that is damage, named where a trailer should be (the last 32
     // bytes).
@@ -73,9 +80,7 @@ fn extent_past_the_data_is_refused_naming_file_and_offset() {
     // A manifest whose extent runs into its own commit record (a writer
     // that is not ours, with a valid record): refused before any read,
     // naming the operation's offset in the data log.
-    let dir = tempfile::tempdir().unwrap();
-    let ranks = build(dir.path());
-    let data = ranks[1].join(epoch_file_name(2, EpochFileKind::Data));
+    let (dir, data) = built_log(1, 2);
     let log = std::fs::read(&data).unwrap();
     let (header, mut m) = paralog_log::format::decode_data_log(&log, &data).unwrap();
     m.ops = vec![paralog_log::Op::Extent(paralog_log::Extent {
@@ -100,9 +105,7 @@ fn extent_past_the_data_is_refused_naming_file_and_offset() {
 
 #[test]
 fn flipped_data_byte_is_a_checksum_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let ranks = build(dir.path());
-    let data = ranks[0].join(epoch_file_name(2, EpochFileKind::Data));
+    let (dir, data) = built_log(0, 2);
     let f = OpenOptions::new().write(true).open(&data).unwrap();
     f.write_all_at(&[0xFF], 4096 + 123).unwrap();
     let err = materialize(dir.path()).unwrap_err();
@@ -114,9 +117,7 @@ fn flipped_data_byte_is_a_checksum_error() {
 
 #[test]
 fn damaged_commit_record_of_a_marked_epoch_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let ranks = build(dir.path());
-    let data = ranks[1].join(epoch_file_name(1, EpochFileKind::Data));
+    let (dir, data) = built_log(1, 1);
     let bytes = std::fs::read(&data).unwrap();
     std::fs::write(&data, &bytes[..bytes.len() - 7]).unwrap();
     let err = materialize(dir.path()).unwrap_err();
@@ -134,9 +135,7 @@ fn damaged_commit_record_of_a_marked_epoch_is_refused() {
 fn damaged_manifest_inside_a_valid_record_is_refused() {
     // The record's checksum holds (resealed) but the manifest breaks its
     // own rules: corruption, named in the data log.
-    let dir = tempfile::tempdir().unwrap();
-    let ranks = build(dir.path());
-    let data = ranks[1].join(epoch_file_name(1, EpochFileKind::Data));
+    let (dir, data) = built_log(1, 1);
     let mut log = std::fs::read(&data).unwrap();
     let n = log.len();
     let off = u64::from_le_bytes(log[n - 16..n - 8].try_into().unwrap()) as usize;

@@ -230,6 +230,18 @@ fn manifest_times() -> Manifest {
 type Check = fn(&[u8], &Path) -> bool;
 
 /// (file name, encoded bytes, decode-and-compare)
+/// Each vector as the repository holds it: name, path, bytes, check.
+fn stored() -> Vec<(&'static str, PathBuf, Vec<u8>, Check)> {
+    vectors()
+        .into_iter()
+        .map(|(name, _, check)| {
+            let path = dir().join(name);
+            let bytes = std::fs::read(&path).unwrap();
+            (name, path, bytes, check)
+        })
+        .collect()
+}
+
 fn vectors() -> Vec<(&'static str, Vec<u8>, Check)> {
     vec![
         ("manifest_v1.bin", manifest().encode_version(1), |b, p| {
@@ -365,9 +377,7 @@ fn phase_operations_must_move_forward() {
 
 #[test]
 fn every_flipped_bit_is_detected() {
-    for (name, _, check) in vectors() {
-        let path = dir().join(name);
-        let bytes = std::fs::read(&path).unwrap();
+    for (name, path, bytes, check) in stored() {
         for i in 0..bytes.len() {
             for bit in 0..8 {
                 let mut damaged = bytes.clone();
@@ -383,9 +393,7 @@ fn every_flipped_bit_is_detected() {
 
 #[test]
 fn truncations_are_refused() {
-    for (name, _, check) in vectors() {
-        let path = dir().join(name);
-        let bytes = std::fs::read(&path).unwrap();
+    for (name, path, bytes, check) in stored() {
         for len in 0..bytes.len() {
             // A data header shorter than its padding is fine as long as the
             // meaningful 48 bytes are whole (the data log is read through it).
@@ -413,44 +421,17 @@ fn headers_that_break_the_format_under_a_good_checksum_are_refused() {
     };
     let data_bytes = data_header().encode();
     let mark_bytes = mark().encode();
-    for (what, bytes, offset) in [
-        (
-            "data length",
-            reseal({
-                let mut b = data_bytes.clone();
-                b[12] ^= 1;
-                b
-            }),
-            12,
-        ),
-        (
-            "data reserved",
-            reseal({
-                let mut b = data_bytes.clone();
-                b[41] = 7;
-                b
-            }),
-            41,
-        ),
-        (
-            "mark length",
-            reseal({
-                let mut b = mark_bytes.clone();
-                b[12] = 49;
-                b
-            }),
-            12,
-        ),
-        (
-            "mark reserved",
-            reseal({
-                let mut b = mark_bytes.clone();
-                b[43] = 1;
-                b
-            }),
-            43,
-        ),
+    // Each case: one byte of an encoded header set to a value the format
+    // does not allow, resealed; refused naming that byte's offset.
+    for (what, base, offset, value) in [
+        ("data length", &data_bytes, 12, data_bytes[12] ^ 1),
+        ("data reserved", &data_bytes, 41, 7),
+        ("mark length", &mark_bytes, 12, 49),
+        ("mark reserved", &mark_bytes, 43, 1),
     ] {
+        let mut bytes = base.clone();
+        bytes[offset] = value;
+        let bytes = reseal(bytes);
         let err = if what.starts_with("data") {
             DataHeader::decode(&bytes, &path).map(|_| ()).unwrap_err()
         } else {
@@ -458,7 +439,7 @@ fn headers_that_break_the_format_under_a_good_checksum_are_refused() {
         };
         match err {
             paralog_log::LogError::Corrupt { offset: o, .. } => {
-                assert_eq!(o, offset, "{what}: {err}")
+                assert_eq!(o, offset as u64, "{what}: {err}")
             }
             other => panic!("{what}: {other}"),
         }

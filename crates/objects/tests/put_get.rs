@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{objstore, plain, slab_of, Rng};
+use common::{kept_numbers, objstore, plain, slab_of, Rng};
 use paralog_objects::{ArrayMeta, Attrs, DType, Error, Store};
 
 fn attrs() -> Attrs {
@@ -151,12 +151,7 @@ fn retention_drops_versions_and_their_views() {
     for i in 0..6u8 {
         store.put("r", &meta, &[i; 4]).unwrap();
     }
-    let kept: Vec<u64> = store
-        .versions("r")
-        .unwrap()
-        .iter()
-        .map(|v| v.number)
-        .collect();
+    let kept = kept_numbers(&store, "r");
     assert_eq!(kept, [4, 5, 6]);
     let views: Vec<String> = std::fs::read_dir(t.path().join("zarr/r"))
         .unwrap()

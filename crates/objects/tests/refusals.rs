@@ -103,13 +103,21 @@ fn overlapping_and_missing_chunks_are_refused() {
     assert!(e.to_string().contains("no such put in progress"), "{e}");
 }
 
+/// A put of a 4-byte array (chunks of 2) begun as `name`, its first chunk
+/// written, and left there (as by a writer that stopped): the array's
+/// meta and the put's id.
+fn begun(store: &Store, name: &str) -> (ArrayMeta, paralog_objects::VersionId) {
+    let meta = ArrayMeta::new(DType::U8, &[4], &[2]);
+    let mut p = store.begin(name, &meta).unwrap();
+    p.write_chunk(&[0], &[1, 2]).unwrap();
+    let id = p.id();
+    (meta, id)
+}
+
 #[test]
 fn abort_removes_the_put_and_its_chunks() {
     let (t, store) = objstore(1, 3);
-    let meta = ArrayMeta::new(DType::U8, &[4], &[2]);
-    let mut p = store.begin("ab", &meta).unwrap();
-    p.write_chunk(&[0], &[1, 2]).unwrap();
-    let id = p.id();
+    let (_, id) = begun(&store, "ab");
     store.abort("ab", &id).unwrap();
     assert_eq!(
         std::fs::read_dir(t.path().join("data/0")).unwrap().count(),
@@ -193,10 +201,7 @@ fn a_damaged_array_record_is_refused_and_a_missing_view_chunk_found() {
 #[test]
 fn abandoned_puts_are_collected_and_live_ones_kept() {
     let (t, store) = objstore(1, 3);
-    let meta = ArrayMeta::new(DType::U8, &[4], &[2]);
-    let mut dead = store.begin("g", &meta).unwrap();
-    dead.write_chunk(&[0], &[1, 2]).unwrap();
-    let dead_id = dead.id();
+    let (meta, dead_id) = begun(&store, "g");
     // A put being written now is not abandoned under an hour's grace.
     assert_eq!(
         store

@@ -83,6 +83,24 @@ fn decimals(step: f64) -> usize {
     }
 }
 
+/// One of the picture's two charts: the same margins and left label area,
+/// so that their time axes line up; the caption in `px`-pixel type, and
+/// `x_labels` pixels under the chart for its x labels.
+fn chart<'a, 'b, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    caption: String,
+    px: u32,
+    x_labels: u32,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut b = ChartBuilder::on(area);
+    b.margin(10)
+        .margin_right(30)
+        .caption(caption, ("sans-serif", px).into_font())
+        .set_label_area_size(LabelAreaPosition::Left, 95)
+        .set_label_area_size(LabelAreaPosition::Bottom, x_labels);
+    b
+}
+
 fn draw<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report) -> Result<(), ReportError>
 where
     DB::ErrorType: 'static,
@@ -120,12 +138,7 @@ where
         };
         title.push_str(&format!(" ({short}{more})"));
     }
-    let mut top = ChartBuilder::on(&upper)
-        .margin(10)
-        .margin_right(30)
-        .caption(title, font(16))
-        .set_label_area_size(LabelAreaPosition::Left, 95)
-        .set_label_area_size(LabelAreaPosition::Bottom, 30)
+    let mut top = chart(&upper, title, 16, 30)
         .build_cartesian_2d(0f64..x_end, -0.5f64..lanes - 0.5)
         .map_err(err)?;
     let labels: Vec<String> = r.ranks.iter().map(|k| k.label()).collect();
@@ -189,12 +202,7 @@ where
         mean,
         r.summary.wait_after_program_s
     );
-    let mut bottom = ChartBuilder::on(&lower)
-        .margin(10)
-        .margin_right(30)
-        .caption(caption, font(14))
-        .set_label_area_size(LabelAreaPosition::Left, 95)
-        .set_label_area_size(LabelAreaPosition::Bottom, 45)
+    let mut bottom = chart(&lower, caption, 14, 45)
         .build_cartesian_2d(0f64..x_end, 0f64..y_top)
         .map_err(err)?;
     bottom

@@ -10,7 +10,7 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use common::{posix, JOB};
+use common::{dirs, posix, JOB};
 use paralog_aggregate::reader::{MemberReader, SetReader};
 use paralog_aggregate::rule::Rules;
 use paralog_log::{FileIdent, FileInventory, RankLog, WriterConfig};
@@ -73,14 +73,6 @@ fn member(remote: &Path, set: &str, name: &str) -> Vec<u8> {
 }
 
 /// A temporary directory with a node-local root and a remote in it.
-fn dirs() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
-    let t = tempfile::tempdir().unwrap();
-    let (root, remote) = (t.path().join("local"), t.path().join("remote"));
-    std::fs::create_dir_all(&remote).unwrap();
-    std::fs::create_dir_all(&root).unwrap();
-    (t, root, remote)
-}
-
 #[test]
 fn a_set_waits_for_a_newer_set_or_the_end_and_for_its_members() {
     let (_t, root, remote) = dirs();

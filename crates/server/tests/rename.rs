@@ -8,7 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{expected, ident, posix, ranks, write_epoch, JOB};
+use common::{dirs, expected, ident, posix, ranks, write_epoch, JOB};
 use paralog_log::format::RenameRef;
 use paralog_log::{EpochId, FileInventory, RankLog, WriterConfig};
 use paralog_server::drain::{drain_file, DrainCtx, DrainError};
@@ -38,10 +38,7 @@ fn inventory(root: &Path, rel: &str) -> FileInventory {
 
 #[test]
 fn the_source_waits_and_the_target_is_published_whole() {
-    let d = tempfile::tempdir().unwrap();
-    let (root, remote_dir) = (d.path().join("local"), d.path().join("remote"));
-    std::fs::create_dir_all(&remote_dir).unwrap();
-    std::fs::create_dir_all(&root).unwrap();
+    let (_d, root, remote_dir) = dirs();
     std::fs::write(remote_dir.join("ckpt"), b"the previous checkpoint").unwrap();
     // The new checkpoint, written by two ranks into ckpt.tmp: epoch 1:1.
     let mut tmp = ranks(&root, "ckpt.tmp", 2);
@@ -92,10 +89,7 @@ fn the_source_waits_and_the_target_is_published_whole() {
 
 #[test]
 fn a_chain_of_renames_with_a_write_on_top_reaches_the_last_name_only() {
-    let d = tempfile::tempdir().unwrap();
-    let (root, remote_dir) = (d.path().join("local"), d.path().join("remote"));
-    std::fs::create_dir_all(&remote_dir).unwrap();
-    std::fs::create_dir_all(&root).unwrap();
+    let (_d, root, remote_dir) = dirs();
     let mut a = ranks(&root, "a", 1);
     write_epoch(&mut a, 1, true);
     drop(a);

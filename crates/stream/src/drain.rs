@@ -442,17 +442,20 @@ fn part_frames(batches: &[(u64, Vec<Batch>)], n: u32) -> Vec<Vec<&[u8]>> {
 fn encode_parts(cut: &Cut, frames: &[Vec<&[u8]>], rdir: &Path) -> Result<Vec<Vec<u8>>> {
     let mut out = Vec::with_capacity(frames.len());
     for (p, (part, f)) in cut.parts.iter().zip(frames).enumerate() {
-        if f.len() as u64 != part.count {
-            return Err(corrupt(
+        // The cut recorded what the segments must give; anything else is
+        // damage of the segments or of the cut log.
+        let disagree = |what: &str, recorded: u64, found: String| {
+            corrupt(
                 rdir,
                 0,
                 format!(
-                    "round {} recorded {} events for partition {p}, the segments hold {}",
-                    cut.round,
-                    part.count,
-                    f.len()
+                    "round {} recorded {recorded} {what} for partition {p}, the segments {found}",
+                    cut.round
                 ),
-            ));
+            )
+        };
+        if f.len() as u64 != part.count {
+            return Err(disagree("events", part.count, format!("hold {}", f.len())));
         }
         if f.is_empty() {
             out.push(Vec::new());
@@ -474,16 +477,7 @@ fn encode_parts(cut: &Cut, frames: &[Vec<&[u8]>], rdir: &Path) -> Result<Vec<Vec
         }
         format::encode_commit(&mut b, 0, part.pos, f.len() as u32);
         if b.len() as u64 != part.len {
-            return Err(corrupt(
-                rdir,
-                0,
-                format!(
-                    "round {} recorded {} bytes for partition {p}, the segments make {}",
-                    cut.round,
-                    part.len,
-                    b.len()
-                ),
-            ));
+            return Err(disagree("bytes", part.len, format!("make {}", b.len())));
         }
         out.push(b);
     }

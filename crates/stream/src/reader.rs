@@ -61,17 +61,7 @@ impl RemoteStream {
                 parts: vec![Default::default(); self.partitions as usize],
             },
         };
-        if wm.parts.len() != self.partitions as usize {
-            return Err(corrupt(
-                &path,
-                24,
-                format!(
-                    "{} partitions in a stream of {}",
-                    wm.parts.len(),
-                    self.partitions
-                ),
-            ));
-        }
+        self.check_partitions(wm.parts.len(), &path, 24)?;
         Ok(wm)
     }
 
@@ -120,18 +110,21 @@ impl RemoteStream {
             return Ok(None);
         };
         let g = GroupOffsets::decode(&b, &path)?;
-        if g.offsets.len() != self.partitions as usize {
+        self.check_partitions(g.offsets.len(), &path, 16)?;
+        Ok(Some(g))
+    }
+
+    /// A record of `path` (its partition count at `offset`) must have as
+    /// many partitions as the stream.
+    fn check_partitions(&self, n: usize, path: &Path, offset: u64) -> Result<()> {
+        if n != self.partitions as usize {
             return Err(corrupt(
-                &path,
-                16,
-                format!(
-                    "{} partitions in a stream of {}",
-                    g.offsets.len(),
-                    self.partitions
-                ),
+                path,
+                offset,
+                format!("{n} partitions in a stream of {}", self.partitions),
             ));
         }
-        Ok(Some(g))
+        Ok(())
     }
 
     /// Store a group's offsets atomically (temporary, fsync, rename).

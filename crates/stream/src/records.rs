@@ -138,14 +138,7 @@ impl Watermark {
 
     pub fn decode(b: &[u8], path: &Path) -> Result<Watermark> {
         check_record(b, MAGIC_WATERMARK, &[KIND_WATERMARK], path, 0)?;
-        let n = u32_at(b, 24) as usize;
-        if b.len() != 32 + 24 * n + 4 || n == 0 || u32_at(b, 28) != 0 {
-            return Err(corrupt(
-                path,
-                24,
-                "watermark's partition count disagrees with its length",
-            ));
-        }
+        let n = partition_count(b, path, 24, 24, "watermark")?;
         let parts = (0..n)
             .map(|i| {
                 let o = 32 + 24 * i;
@@ -161,6 +154,21 @@ impl Watermark {
             parts,
         })
     }
+}
+
+/// The partition count of a record that holds it at `at` (a u32, then a
+/// zero u32), then `entry` bytes per partition and its CRC: refused unless
+/// the record is exactly that long, with at least one partition.
+fn partition_count(b: &[u8], path: &Path, at: usize, entry: usize, what: &str) -> Result<usize> {
+    let n = u32_at(b, at) as usize;
+    if b.len() != at + 8 + entry * n + 4 || n == 0 || u32_at(b, at + 4) != 0 {
+        return Err(corrupt(
+            path,
+            at as u64,
+            format!("{what}'s partition count disagrees with its length"),
+        ));
+    }
+    Ok(n)
 }
 
 /// A reader group's committed offsets: the next offset to deliver per partition.
@@ -185,14 +193,7 @@ impl GroupOffsets {
 
     pub fn decode(b: &[u8], path: &Path) -> Result<GroupOffsets> {
         check_record(b, MAGIC_GROUP, &[KIND_GROUP], path, 0)?;
-        let n = u32_at(b, 16) as usize;
-        if b.len() != 24 + 8 * n + 4 || n == 0 || u32_at(b, 20) != 0 {
-            return Err(corrupt(
-                path,
-                16,
-                "group record's partition count disagrees with its length",
-            ));
-        }
+        let n = partition_count(b, path, 16, 8, "group record")?;
         Ok(GroupOffsets {
             offsets: (0..n).map(|i| u64_at(b, 24 + 8 * i)).collect(),
         })

@@ -11,7 +11,9 @@ use paralog_stream::{
     drain_stream, DrainOptions, Drainer, From, Order, Partitioner, Producer, Reader, RemoteStream,
 };
 
-const S: &str = "tele";
+mod common;
+
+use common::{dirs, round_robin, S};
 
 fn read_count(remote: &Path) -> paralog_stream::Result<usize> {
     let mut r = Reader::open(
@@ -54,16 +56,14 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn remembered_state_writes_what_a_fresh_drain_writes() {
-    let t = tempfile::tempdir().unwrap();
-    let (local, remote) = (t.path().join("local"), t.path().join("remote"));
-    std::fs::create_dir(&remote).unwrap();
+    let (t, local, remote) = dirs();
     // Rounds of at most ~1 KiB: many rounds per drain_pending.
     let opts = DrainOptions {
         roll_bytes: 3000,
         max_round_bytes: 1024,
     };
-    let mut a = Producer::open(&local, S, 2, Partitioner::RoundRobin).unwrap();
-    let mut b = Producer::open(&local, S, 2, Partitioner::RoundRobin).unwrap();
+    let mut a = round_robin(&local, 2);
+    let mut b = round_robin(&local, 2);
     let mut d = Drainer::default();
     let mut total = 0;
     for i in 0..8 {
@@ -103,10 +103,8 @@ fn remembered_state_writes_what_a_fresh_drain_writes() {
 
 #[test]
 fn watermark_past_the_data_is_refused() {
-    let t = tempfile::tempdir().unwrap();
-    let (local, remote) = (t.path().join("local"), t.path().join("remote"));
-    std::fs::create_dir(&remote).unwrap();
-    let mut p = Producer::open(&local, S, 1, Partitioner::RoundRobin).unwrap();
+    let (_t, local, remote) = dirs();
+    let mut p = round_robin(&local, 1);
     for _ in 0..10 {
         p.append(None, b"x", None).unwrap();
     }
@@ -134,10 +132,8 @@ fn watermark_past_the_data_is_refused() {
 /// that never finished (never applied), overwritten by the next round.
 #[test]
 fn damaged_cut_log() {
-    let t = tempfile::tempdir().unwrap();
-    let (local, remote) = (t.path().join("local"), t.path().join("remote"));
-    std::fs::create_dir(&remote).unwrap();
-    let mut p = Producer::open(&local, S, 2, Partitioner::RoundRobin).unwrap();
+    let (_t, local, remote) = dirs();
+    let mut p = round_robin(&local, 2);
     let mut lens = vec![0u64];
     let cuts = local.join(".paralog-streams").join(S).join("cuts");
     for _ in 0..3 {
@@ -187,9 +183,7 @@ fn damaged_cut_log() {
 /// does not (it goes round by round, partition by partition).
 #[test]
 fn time_order_merges_partitions() {
-    let t = tempfile::tempdir().unwrap();
-    let (local, remote) = (t.path().join("local"), t.path().join("remote"));
-    std::fs::create_dir(&remote).unwrap();
+    let (_t, local, remote) = dirs();
     let mut ps: Vec<_> = (0..3)
         .map(|p| Producer::open(&local, S, 3, Partitioner::Fixed(p)).unwrap())
         .collect();

@@ -12,7 +12,9 @@ use paralog_stream::{
     RemoteStream, StreamError,
 };
 
-const S: &str = "tele";
+mod common;
+
+use common::{dirs, round_robin, S};
 
 fn opts() -> DrainOptions {
     // Small segments, so that rolling is exercised.
@@ -123,11 +125,9 @@ fn app(p: &mut Producer, n: u64, key: Option<&str>) {
 
 #[test]
 fn rounds_roll_groups_and_redrain() {
-    let t = tempfile::tempdir().unwrap();
-    let (local, remote) = (t.path().join("local"), t.path().join("remote"));
-    std::fs::create_dir(&remote).unwrap();
+    let (t, local, remote) = dirs();
     let mut ps = [
-        Producer::open(&local, S, 3, Partitioner::RoundRobin).unwrap(),
+        round_robin(&local, 3),
         Producer::open(&local, S, 3, Partitioner::Key).unwrap(),
         Producer::open(&local, S, 3, Partitioner::Fixed(2)).unwrap(),
     ];
@@ -257,10 +257,8 @@ fn copy_tree(from: &Path, to: &Path) {
 /// again: the same bytes as an uninterrupted drain.
 #[test]
 fn recorded_cut_applied_again() {
-    let t = tempfile::tempdir().unwrap();
-    let (local, remote) = (t.path().join("local"), t.path().join("remote"));
-    std::fs::create_dir(&remote).unwrap();
-    let mut p = Producer::open(&local, S, 2, Partitioner::RoundRobin).unwrap();
+    let (_t, local, remote) = dirs();
+    let mut p = round_robin(&local, 2);
     app(&mut p, 50, None);
     p.flush().unwrap();
     drain_stream(&local, &remote, S, &opts()).unwrap();
@@ -302,10 +300,8 @@ fn recorded_cut_applied_again() {
 /// the file and offset; a damaged remote batch is never delivered.
 #[test]
 fn torn_and_corrupt() {
-    let t = tempfile::tempdir().unwrap();
-    let (local, remote) = (t.path().join("local"), t.path().join("remote"));
-    std::fs::create_dir(&remote).unwrap();
-    let mut p = Producer::open(&local, S, 1, Partitioner::RoundRobin).unwrap();
+    let (_t, local, remote) = dirs();
+    let mut p = round_robin(&local, 1);
     for _ in 0..3 {
         app(&mut p, 10, None);
         p.flush().unwrap();
@@ -337,7 +333,7 @@ fn torn_and_corrupt() {
 
     // Damage in a batch with bytes after it (the torn tail cut, a batch
     // of a second segment): refused, naming the segment and the offset.
-    let mut q = Producer::open(&local, S, 1, Partitioner::RoundRobin).unwrap();
+    let mut q = round_robin(&local, 1);
     app(&mut q, 5, None);
     q.flush().unwrap();
     app(&mut q, 5, None);
@@ -380,7 +376,7 @@ fn torn_and_corrupt() {
 fn bad_input() {
     let t = tempfile::tempdir().unwrap();
     let local = t.path().join("local");
-    let _p = Producer::open(&local, S, 3, Partitioner::RoundRobin).unwrap();
+    let _p = round_robin(&local, 3);
     assert!(matches!(
         Producer::open(&local, S, 4, Partitioner::RoundRobin),
         Err(StreamError::PartitionMismatch {

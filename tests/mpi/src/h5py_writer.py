@@ -22,69 +22,16 @@ HDF5 and MPI with dlopen.  Snapshots are taken after flush and after close
 (one MPI_File_sync, from the flush).  The output is byte-identical to
 hdf5_writer.c's.
 """
-import sys
-import traceback
-
 import h5py
-import numpy as np
 from mpi4py import MPI
 
-ROWS, COLS = 64, 48
-SUB_R0, SUB_NR, SUB_C0, SUB_NC = 16, 32, 8, 32
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
+from mpiprog import (COLS, ROWS, SUB_C0, SUB_NC, SUB_NR, SUB_R0, comm, check_ranks, epoch_done, fail, rank,
+                     size, split, start, values)
 
-
-def fail(msg):
-    sys.stderr.write(f"h5py_writer: rank {rank}: {msg}\n")
-    sys.stderr.flush()
-    comm.Abort(1)
-
-
-def excepthook(kind, value, tb):
-    traceback.print_exception(kind, value, tb)
-    fail(f"uncaught {kind.__name__}: {value}")
-
-
-sys.excepthook = excepthook
-
-
-def split(n, parts, idx):
-    base, rem = divmod(n, parts)
-    return idx * base + min(idx, rem), base + (1 if idx < rem else 0)
-
-
-def epoch_done(path, n):
-    """With --snapshot: barrier, rank 0 copies the file to <path>.epoch<n>, barrier."""
-    if not snapshot:
-        return
-    comm.Barrier()
-    if rank == 0:
-        with open(path, "rb") as src, open(f"{path}.epoch{n}", "wb") as dst:
-            while True:
-                chunk = src.read(1 << 16)
-                if not chunk:
-                    break
-                dst.write(chunk)
-    comm.Barrier()
-
-
-def values(epoch, r0, nr, c0, nc):
-    i = np.arange(r0, r0 + nr, dtype=np.int32)[:, None]
-    j = np.arange(c0, c0 + nc, dtype=np.int32)[None, :]
-    return (epoch * 1000000 + i * 1000 + j).astype(np.int32)
-
-
-args = sys.argv[1:]
-snapshot = "--snapshot" in args
-pos = [a for a in args if not a.startswith("--")]
-if len(pos) != 1 or any(a.startswith("--") and a != "--snapshot" for a in args):
-    fail("usage: h5py_writer.py OUTDIR [--snapshot]")
+path = start("h5py_writer", "h5py_writer.h5")
 if not h5py.get_config().mpi:
     fail("this h5py has no MPI support (run it under mpirun, or set H5PY_ALWAYS_USE_MPI=1)")
-if size > SUB_NR:
-    fail(f"supports at most {SUB_NR} ranks")
-path = f"{pos[0]}/h5py_writer.h5"
+check_ranks()
 
 if rank == 0:
     with open(path, "wb") as junk:

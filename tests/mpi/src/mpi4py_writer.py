@@ -17,50 +17,13 @@ dlopens mpi4py's extension module (the capture shim must still wrap its
 MPI_File_* calls), and Python's own file activity (imports, .pyc files)
 happens next to the captured writes.
 """
-import sys
-import traceback
-
 import numpy as np
 from mpi4py import MPI
 
-ROWS, COLS, HDR = 64, 48, 64
-SUB_R0, SUB_NR, SUB_C0, SUB_NC = 16, 32, 8, 32
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
+from mpiprog import (COLS, ROWS, SUB_C0, SUB_NC, SUB_NR, SUB_R0, comm, check_ranks, epoch_done, rank, size,
+                     split, start, values)
 
-
-def fail(msg):
-    sys.stderr.write(f"mpi4py_writer: rank {rank}: {msg}\n")
-    sys.stderr.flush()
-    comm.Abort(1)
-
-
-def excepthook(kind, value, tb):
-    traceback.print_exception(kind, value, tb)
-    fail(f"uncaught {kind.__name__}: {value}")
-
-
-sys.excepthook = excepthook  # any MPI error raises MPI.Exception -> abort the job
-
-
-def split(n, parts, idx):
-    base, rem = divmod(n, parts)
-    return idx * base + min(idx, rem), base + (1 if idx < rem else 0)
-
-
-def epoch_done(path, n):
-    """With --snapshot: barrier, rank 0 copies the file to <path>.epoch<n>, barrier."""
-    if not snapshot:
-        return
-    comm.Barrier()
-    if rank == 0:
-        with open(path, "rb") as src, open(f"{path}.epoch{n}", "wb") as dst:
-            while True:
-                chunk = src.read(1 << 16)
-                if not chunk:
-                    break
-                dst.write(chunk)
-    comm.Barrier()
+HDR = 64
 
 
 def write_block(fh, epoch, r0, nr, c0, nc):
@@ -68,20 +31,12 @@ def write_block(fh, epoch, r0, nr, c0, nc):
     ftype.Commit()
     fh.Set_view(HDR, MPI.INT, ftype, "native")
     ftype.Free()
-    i = np.arange(r0, r0 + nr, dtype=np.int32)[:, None]
-    j = np.arange(c0, c0 + nc, dtype=np.int32)[None, :]
-    buf = np.ascontiguousarray(epoch * 1000000 + i * 1000 + j, dtype=np.int32)
+    buf = np.ascontiguousarray(values(epoch, r0, nr, c0, nc))
     fh.Write_at_all(0, [buf, MPI.INT])
 
 
-args = sys.argv[1:]
-snapshot = "--snapshot" in args
-pos = [a for a in args if not a.startswith("--")]
-if len(pos) != 1 or any(a.startswith("--") and a != "--snapshot" for a in args):
-    fail("usage: mpi4py_writer.py OUTDIR [--snapshot]")
-if size > SUB_NR:
-    fail(f"supports at most {SUB_NR} ranks")
-path = f"{pos[0]}/mpi4py_writer.dat"
+path = start("mpi4py_writer", "mpi4py_writer.dat")
+check_ranks()
 
 fh = MPI.File.Open(comm, path, MPI.MODE_CREATE | MPI.MODE_RDWR)
 fh.Set_errhandler(MPI.ERRORS_RETURN)

@@ -20,7 +20,7 @@
 use std::path::Path;
 
 use super::{
-    le_u16, le_u32, le_u64, DataHeader, Manifest, DATA_HEADER_LEN, DATA_HEADER_USED,
+    le_u16, le_u32, le_u64, push_preamble, DataHeader, Manifest, DATA_HEADER_LEN, DATA_HEADER_USED,
     FORMAT_VERSION, MANIFEST_HEADER_LEN,
 };
 use crate::error::{LogError, Result};
@@ -44,9 +44,7 @@ impl CommitTrailer {
     pub fn record(header: &[u8], manifest: &[u8], at: u64) -> Vec<u8> {
         let mut out = Vec::with_capacity(manifest.len() + TRAILER_LEN);
         out.extend_from_slice(manifest);
-        out.extend_from_slice(COMMIT_MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        out.extend_from_slice(&KIND_COMMIT.to_le_bytes());
+        push_preamble(&mut out, COMMIT_MAGIC, FORMAT_VERSION, KIND_COMMIT);
         out.extend_from_slice(&(TRAILER_LEN as u32).to_le_bytes());
         out.extend_from_slice(&at.to_le_bytes());
         out.extend_from_slice(&(manifest.len() as u32).to_le_bytes());

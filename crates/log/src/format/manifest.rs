@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use super::{
-    check_preamble, le_u16, le_u32, le_u64, DATA_HEADER_LEN, FORMAT_V1, FORMAT_VERSION,
-    KIND_MANIFEST, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, MANIFEST_V3, MANIFEST_V4,
+    check_preamble, le_u16, le_u32, le_u64, push_preamble, sealed, DATA_HEADER_LEN, FORMAT_V1,
+    FORMAT_VERSION, KIND_MANIFEST, MANIFEST_HEADER_LEN, MANIFEST_MAGIC, MANIFEST_V3, MANIFEST_V4,
     MANIFEST_VERSIONS, OP_LEN,
 };
 use crate::error::{LogError, Result};
@@ -251,9 +251,7 @@ impl Manifest {
         let ident = &self.ident;
         let body = MANIFEST_HEADER_LEN + ident.job.len() + ident.path.len() + ident.rel.len();
         let mut out = Vec::with_capacity(body + self.ops.len() * OP_LEN + 4);
-        out.extend_from_slice(MANIFEST_MAGIC);
-        out.extend_from_slice(&version.to_le_bytes());
-        out.extend_from_slice(&KIND_MANIFEST.to_le_bytes());
+        push_preamble(&mut out, MANIFEST_MAGIC, version, KIND_MANIFEST);
         out.extend_from_slice(&(MANIFEST_HEADER_LEN as u32).to_le_bytes());
         out.extend_from_slice(&self.rank.to_le_bytes());
         out.extend_from_slice(&self.comm_size.to_le_bytes());
@@ -298,9 +296,7 @@ impl Manifest {
             out.extend_from_slice(&b.to_le_bytes());
             out.extend_from_slice(&c.to_le_bytes());
         }
-        let crc = paralog_checksum::crc32c(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        out
+        sealed(out)
     }
 
     /// Decode and fully validate a manifest of either format. `path` is
@@ -337,18 +333,7 @@ impl Manifest {
         }
         // Checksum before interpreting any length, so a torn or flipped
         // manifest is reported as such rather than as a nonsense field.
-        let body_end = bytes.len() - 4;
-        let stored = le_u32(bytes, body_end);
-        let computed = paralog_checksum::crc32c(&bytes[..body_end]);
-        if stored != computed {
-            return Err(LogError::Checksum {
-                path: path.to_path_buf(),
-                offset: body_end as u64,
-                len: body_end as u64,
-                expected: stored,
-                found: computed,
-            });
-        }
+        super::check_crc(bytes, bytes.len() - 4, path)?;
         let header_len = le_u32(bytes, 12) as usize;
         if header_len != MANIFEST_HEADER_LEN {
             return Err(corrupt(

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use super::{fmt_ids, EpochId, FileInventory, SourceExtent, SourceReader};
 use crate::durable;
 use crate::error::{IoContext, LogError, Result};
-use crate::extent_map::{ExtentMap, Piece};
+use crate::extent_map::{position_piece, ExtentMap};
 use crate::format::{Extent, Manifest, Op, RenameRef};
 use crate::layout::{self, EpochFileKind};
 
@@ -154,18 +154,7 @@ pub struct SourcePiece {
     pub skip: u64,
 }
 
-impl Piece for SourcePiece {
-    fn slice(&self, skip: u64, _len: u64, _full: u64) -> Self {
-        SourcePiece {
-            source: self.source,
-            skip: self.skip + skip,
-        }
-    }
-
-    fn join(&self, len: u64, next: &Self, _next_len: u64) -> Option<Self> {
-        (self.source == next.source && self.skip + len == next.skip).then_some(*self)
-    }
-}
+position_piece!(SourcePiece { source, skip });
 
 /// How big the file is, given how big it was before the first epoch (the
 /// remote's "base" file, 0 for a new file).

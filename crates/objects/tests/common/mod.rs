@@ -19,6 +19,16 @@ pub fn objstore(dirs: u32, keep: u64) -> (tempfile::TempDir, Store) {
     (t, s)
 }
 
+/// The numbers of the versions of `name` that `store` keeps, oldest first.
+pub fn kept_numbers(store: &Store, name: &str) -> Vec<u64> {
+    store
+        .versions(name)
+        .unwrap()
+        .iter()
+        .map(|v| v.number)
+        .collect()
+}
+
 /// xorshift64*: reproducible values without a dependency.
 pub struct Rng(pub u64);
 

@@ -19,6 +19,16 @@ use paralog_server::service::{Config, Server};
 use paralog_server::status::{FileStatus, Status};
 use paralog_server::watch::Watcher;
 
+/// A fresh directory with an empty node-local root and an empty POSIX
+/// remote: (the directory, root, remote).
+pub fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let t = tempfile::tempdir().unwrap();
+    let (root, remote) = (t.path().join("local"), t.path().join("remote"));
+    std::fs::create_dir_all(&remote).unwrap();
+    std::fs::create_dir_all(&root).unwrap();
+    (t, root, remote)
+}
+
 /// The job every test log belongs to.
 pub const JOB: &str = "j";
 

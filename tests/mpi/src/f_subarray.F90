@@ -1,26 +1,41 @@
-! f_mpif08: the header + 2-D subarray pattern of header_subarray.c through
-! the `use mpi_f08` Fortran bindings (derived-type handles, optional ierror).
+! f_usempi and f_mpif08 (one source, built twice: -DMPI_F08 gives f_mpif08):
+! the header + 2-D subarray pattern of header_subarray.c through the Fortran
+! bindings, `use mpi` (integer handles) or `use mpi_f08` (derived-type
+! handles, optional ierror).
 !
 ! Rank 0 writes a 64-byte header (MPI_File_write_at); every rank sets a
 ! subarray view (MPI_ORDER_FORTRAN) of a 48x64 (Fortran order, i.e. C's
-! 64x48) integer array after the header and writes its block with
-! MPI_File_write_all (individual file pointer); MPI_File_sync; then a second
-! write_all through a new view overwrites the sub-block rows 16..47, cols
-! 8..39 (split by rows, so ranks overwrite other ranks' bytes); close.
-! Bytes 64.. of the output equal header_subarray.dat's.
+! 64x48) integer array after the header and writes its block, f_usempi with
+! MPI_File_write_at_all, f_mpif08 with MPI_File_write_all (individual file
+! pointer); MPI_File_sync; then a second write through a new view
+! overwrites the sub-block rows 16..47, cols 8..39 (split by rows, so ranks
+! overwrite other ranks' bytes); close.  Geometry and values are those of
+! header_subarray.c: bytes 64.. of the output equal header_subarray.dat's
+! (only the header text differs).
 !
-! Hazard: the mpi_f08 bindings of both Open MPI and MPICH call PMPI_File_*
-! directly, so a shim that wraps only MPI_File_* misses this program's
-! open/sync/close.
+! Hazard: Fortran bindings (Open MPI's mpif.h / use mpi / use mpi_f08,
+! MPICH's mpi_f08) call PMPI_File_* directly, so a shim that wraps only
+! MPI_File_* misses this program's open/sync/close.
+#ifdef MPI_F08
 program f_mpif08
   use mpi_f08
+#else
+program f_usempi
+  use mpi
+#endif
   use, intrinsic :: iso_fortran_env, only: error_unit
   implicit none
   integer, parameter :: ROWS = 64, COLS = 48, HDR = 64
   integer, parameter :: SUB_R0 = 16, SUB_NR = 32, SUB_C0 = 8, SUB_NC = 32
   integer(kind=MPI_OFFSET_KIND), parameter :: zero = 0
-  integer :: ierr, rank, nprocs, r0, nr, c0, nc, nsnap = 0
+#ifdef MPI_F08
+  character(len=*), parameter :: PROG = 'f_mpif08'
   type(MPI_File) :: fh
+#else
+  character(len=*), parameter :: PROG = 'f_usempi'
+  integer :: fh
+#endif
+  integer :: ierr, rank, nprocs, r0, nr, c0, nc, nsnap = 0
   integer :: dims(2) = 0
   integer, allocatable :: buf(:,:)
   character(len=:), allocatable :: path
@@ -41,7 +56,7 @@ program f_mpif08
 
   ! epoch 1: header by rank 0, then every rank's grid block
   if (rank == 0) then
-    write(header, '(a,i0,a)') 'PLTEST f_mpif08 64x48 int32 nprocs=', nprocs, achar(10)
+    write(header, '(a,a,a,i0,a)') 'PLTEST ', PROG, ' 64x48 int32 nprocs=', nprocs, achar(10)
     header(len_trim(header) + 1:) = repeat(achar(0), HDR)  ! NUL padding, not blanks
     call MPI_File_write_at(fh, zero, header, HDR, MPI_CHARACTER, MPI_STATUS_IGNORE, ierr)
     call check(ierr, 'MPI_File_write_at (header)')
@@ -68,11 +83,16 @@ program f_mpif08
 
 contains
 
-  ! View the [nr x nc] block at (r0, c0) and write it with write_all.
+  ! View the [nr x nc] block at (r0, c0) and write it (write_at_all at 0
+  ! of the view, or with mpi_f08 write_all at the individual file pointer).
   subroutine write_block(epoch, r0, nr, c0, nc)
     integer, intent(in) :: epoch, r0, nr, c0, nc
+#ifdef MPI_F08
     type(MPI_Datatype) :: ftype
     integer :: i, j
+#else
+    integer :: ftype, i, j
+#endif
     call MPI_Type_create_subarray(2, [COLS, ROWS], [nc, nr], [c0, r0], MPI_ORDER_FORTRAN, &
                                   MPI_INTEGER, ftype, ierr)
     call check(ierr, 'MPI_Type_create_subarray')
@@ -89,8 +109,13 @@ contains
         buf(j, i) = epoch * 1000000 + (r0 + i - 1) * 1000 + (c0 + j - 1)
       end do
     end do
+#ifdef MPI_F08
     call MPI_File_write_all(fh, buf, nr * nc, MPI_INTEGER, MPI_STATUS_IGNORE, ierr)
     call check(ierr, 'MPI_File_write_all')
+#else
+    call MPI_File_write_at_all(fh, zero, buf, nr * nc, MPI_INTEGER, MPI_STATUS_IGNORE, ierr)
+    call check(ierr, 'MPI_File_write_at_all')
+#endif
   end subroutine write_block
 
   subroutine split(n, parts, idx, start, cnt)
@@ -122,12 +147,12 @@ contains
       if (trim(arg) == '--snapshot') then
         snapshot = .true.
       else if (arg(1:2) /= '--' .and. .not. allocated(path)) then
-        path = trim(arg) // '/f_mpif08.dat'
+        path = trim(arg) // '/' // PROG // '.dat'
       else
-        call fail('usage: f_mpif08 OUTDIR [--snapshot]')
+        call fail('usage: ' // PROG // ' OUTDIR [--snapshot]')
       end if
     end do
-    if (.not. allocated(path)) call fail('usage: f_mpif08 OUTDIR [--snapshot]')
+    if (.not. allocated(path)) call fail('usage: ' // PROG // ' OUTDIR [--snapshot]')
   end subroutine parse_args
 
   subroutine check(code, what)
@@ -143,7 +168,7 @@ contains
   subroutine fail(msg)
     character(len=*), intent(in) :: msg
     integer :: e
-    write(error_unit, '(a,i0,a,a)') 'f_mpif08: rank ', rank, ': ', msg
+    write(error_unit, '(a,a,i0,a,a)') PROG, ': rank ', rank, ': ', msg
     flush(error_unit)
     call MPI_Abort(MPI_COMM_WORLD, 1, e)
     stop 1
@@ -151,4 +176,4 @@ contains
 
   include 'snapcopy.inc'
 
-end program f_mpif08
+end program
