@@ -14,14 +14,13 @@ server left, exactly once. Each on objstore:// and a plain directory.
 
 Usage: python3 -m tests.objects.logged [--only SUBSTRING] [--keep]
 Ends with "objects-logged: N passed, N failed"."""
-import argparse
 import json
 import os
 import random
 import sys
 import time
 
-from tests.lib.check import Suite, check
+from tests.lib.check import Suite, check, suite_options
 from tests.lib.paths import BIN
 from tests.lib.proc import run
 from tests.lib.server import Server
@@ -97,10 +96,7 @@ def case_recover(kind):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only")
-    ap.add_argument("--keep", action="store_true")
-    a = ap.parse_args()
+    a = suite_options().parse_args()
     suite = Suite("objects-logged", keep=a.keep)
     cases = []
     for kind in KINDS:

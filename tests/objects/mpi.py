@@ -17,11 +17,10 @@ ranks), published by `paralog obj publish`, once.
 
 Usage: python3 -m tests.objects.mpi [--only SUBSTRING] [--keep]
 Ends with "objects-mpi: N passed, N failed"."""
-import argparse
 import random
 import sys
 
-from tests.lib.check import Suite, check, fail
+from tests.lib.check import Suite, check, fail, suite_options
 from tests.lib.mpi import compile_program, launcher, mpi_env
 from tests.lib.paths import RELEASE, ROOT, TARGET
 from tests.lib.proc import run
@@ -223,10 +222,7 @@ def case_python(work):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only")
-    ap.add_argument("--keep", action="store_true")
-    a = ap.parse_args()
+    a = suite_options().parse_args()
     suite = Suite("objects-mpi", keep=a.keep)
     if not VENV_PY.exists():
         fail(f"{VENV_PY} is missing: run scripts/setup.sh --test")

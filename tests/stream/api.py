@@ -30,7 +30,6 @@ stream drain --follow` in between. Cases:
 Usage: python3 -m tests.stream.api [--only SUBSTRING] [--keep]
 Ends with "stream-api: N passed, N failed".
 """
-import argparse
 import json
 import os
 import re
@@ -39,7 +38,7 @@ import sys
 import time
 from collections import defaultdict
 
-from tests.lib.check import Suite, check
+from tests.lib.check import Suite, check, suite_options
 from tests.lib.mpi import compile_program, launcher, mpi_env
 from tests.lib.paralog import paralog_run
 from tests.lib.paths import BIN, PY, RELEASE, ROOT, TARGET
@@ -201,10 +200,7 @@ def case_bad(work):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only")
-    ap.add_argument("--keep", action="store_true")
-    a = ap.parse_args()
+    a = suite_options().parse_args()
     suite = Suite("stream-api", keep=a.keep)
     cases = [("C ranks, mpich", case_c("mpich", 4)), ("C ranks, openmpi", case_c("openmpi", 3)),
              ("C ranks under paralog run", case_paralog_run), ("python", case_python), ("bad input", case_bad)]

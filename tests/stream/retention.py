@@ -40,7 +40,6 @@ quota of undrained bytes, `paralog stream drain`, `paralog stream trim`,
 Usage: python3 -m tests.stream.retention [--only SUBSTRING] [--keep]
 Ends with "stream-retention: N passed, N failed".
 """
-import argparse
 import json
 import os
 import subprocess
@@ -48,7 +47,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.lib.check import Suite, check
+from tests.lib.check import Suite, check, suite_options
 from tests.lib.paths import BIN, PY, ROOT
 from tests.lib.proc import kill_tree, run
 from tests.lib.server import Server
@@ -246,10 +245,7 @@ def case_status(work):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only")
-    ap.add_argument("--keep", action="store_true")
-    a = ap.parse_args()
+    a = suite_options().parse_args()
     suite = Suite("stream-retention", keep=a.keep)
     cases = [("quota, at once", case_quota_at_once), ("quota, waits", case_quota_waits),
              ("quota, C API", case_quota_c), ("trim", case_trim), ("tail", case_tail), ("from TIME", case_from_time),

@@ -22,14 +22,13 @@ static unsigned char pattern(int row, int rank, int i) { return (unsigned char)(
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
-    int rank, size;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (argc < 3) {
-        if (rank == 0) fprintf(stderr, "usage: second_handle FILE ROUNDS\n");
+        fprintf(stderr, "usage: second_handle FILE ROUNDS\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    int rounds = atoi(argv[2]), bad = 0;
+    int rank, size, rounds = atoi(argv[2]), bad = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
     unsigned char mine[BLOCK], back[BLOCK];
     MPI_File fh, self;
     if (MPI_File_open(MPI_COMM_WORLD, argv[1], MPI_MODE_CREATE | MPI_MODE_RDWR, MPI_INFO_NULL, &fh) != MPI_SUCCESS)
