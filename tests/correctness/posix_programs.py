@@ -44,6 +44,11 @@ nothing may be left in the prefix that the drain did not put there.
   h5py         serial h5py (HDF5's sec2 driver)
   locks        HDF5's file locking, flock and lockf between two processes
   shell        bash with >, >>, 2>, a pipeline into a file, cat of a captured file
+  concurrent   4 background loops of /bin/echo, python's sys.stdout.write,
+               builtin echo and os.write into one redirected stdout at
+               once (make -j style): every line once, in any order, as in
+               the direct run (tests/correctness/shared_stress.py; many
+               runs: make test-shared-stress)
   shared       a shell's builtins and commands writing through one
                redirection in turn ({ ...; } >, exec >, a loop's >>), and a
                reopened stdout shared with posix_spawn and fork+exec
@@ -72,6 +77,7 @@ import sys
 import tarfile
 import time
 
+from tests.correctness import shared_stress
 from tests.lib.check import Suite, check, fail
 from tests.lib.compare import tree, tree_difference
 from tests.lib.mpi import compile_program, mpi_env
@@ -210,6 +216,8 @@ def cases():
         ("shell: >, >>, 2>, pipeline, cat", lambda w: compare(w, lambda d: ["/bin/bash", "-c", SHELL.format(d=d)])),
         ("shared redirection: builtins and commands in turn (block, exec >, loop >>)",
          lambda w: compare(w, lambda d: ["/bin/bash", "-c", SHARED.format(d=d)])),
+        ("concurrent: 4 loops x 3 writers through one redirected stdout at once",
+         lambda w: shared_stress.one_run(w, loops=4, lines=40, separate=SEPARATE, direct=True)),
         ("spawn share: reopened stdout, posix_spawn/fork+exec children, waitpid/wait/waitid",
          lambda w: compare(w, lambda d: [exe("spawn_share"), d])),
         ("tools: tar -x (with links), cp, dd, sort -o, sed -i, ln -s, realpath", lambda w: compare(w, tools_cmd(w))),
