@@ -12,6 +12,7 @@ pub mod aio;
 pub mod copy;
 pub mod data;
 pub mod dirlist;
+pub mod dprintf;
 pub mod globbing;
 pub mod guard;
 pub mod inherit;

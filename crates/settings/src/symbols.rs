@@ -144,6 +144,10 @@ macro_rules! wrapped_symbols {
             fclose: fn(*mut FILE) -> c_int;
             fileno: fn(*mut FILE) -> c_int;
             fileno_unlocked: fn(*mut FILE) -> c_int;
+            vdprintf: fn(c_int, *const c_char, *mut c_void) -> c_int;
+            __vdprintf_chk: fn(c_int, c_int, *const c_char, *mut c_void) -> c_int;
+            dprintf: fn(c_int, *const c_char) -> c_int;
+            __dprintf_chk: fn(c_int, c_int, *const c_char) -> c_int;
             posix_spawn: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int;
             posix_spawnp: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int;
             system: fn(*const c_char) -> c_int;

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include <aio.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,47 @@
 #include <unistd.h>
 
 static int fail(const char *what) { perror(what); exit(1); }
+
+/* glibc's fortified dprintf (what -D_FORTIFY_SOURCE=2 makes of dprintf). */
+extern int __dprintf_chk(int fd, int flag, const char *fmt, ...);
+
+static int vd(int fd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vdprintf(fd, fmt, ap);
+    va_end(ap);
+    return n;
+}
+
+/* dprintf, vdprintf and __dprintf_chk into a captured file: integer,
+   floating and string arguments, more of each than the registers hold (the
+   rest are on the stack), a text longer than any stdio buffer; read back. */
+static void dprintf_case(const char *dir) {
+    char q[4096];
+    snprintf(q, sizeof q, "%s/dprintf.txt", dir);
+    int df = open(q, O_CREAT | O_RDWR | O_TRUNC, 0644);
+    if (df < 0) fail("open for dprintf");
+    static char big[200000];
+    memset(big, 'z', sizeof big - 1);
+    int n = 0, k;
+    if ((k = dprintf(df, "int %d, long %ld, str %s, char %c\n", 42, 1234567890123L, "hello", 'x')) <= 0) fail("dprintf");
+    n += k;
+    k = dprintf(df, "%.2f %.2f %.2f %.2f %.2f %.2f %.2f %.2f %.2f %.2f | %d %d %d %d %d %d %d %d %s\n",
+                1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 10.5, 1, 2, 3, 4, 5, 6, 7, 8, "end");
+    if (k <= 0) fail("dprintf with stack arguments");
+    n += k;
+    if ((k = vd(df, "vdprintf %s %d %.1f\n", "args", 7, 0.25)) <= 0) fail("vdprintf");
+    n += k;
+    if ((k = __dprintf_chk(df, 1, "chk %d %s %.3f\n", 99, "fortified", 3.0)) <= 0) fail("__dprintf_chk");
+    n += k;
+    if ((k = dprintf(df, "%s\n", big)) != (int)sizeof big) fail("dprintf of a long text");
+    n += k;
+    if (lseek(df, 0, SEEK_END) != n) fail("size after dprintf");
+    char head[64];
+    if (pread(df, head, 17, 0) != 17 || memcmp(head, "int 42, long 1234", 17)) fail("read back after dprintf");
+    if (close(df) != 0) fail("close after dprintf");
+    if (dprintf(1, "dprintf to stdout %d\n", 5) != 20) fail("dprintf to stdout");
+}
 
 int main(int argc, char **argv) {
     if (argc != 3) return 2;
@@ -70,6 +112,7 @@ int main(int argc, char **argv) {
     snprintf(t, sizeof t, "%s/oXXXXXX", argv[1]);
     tf = mkostemp(t, O_CLOEXEC | O_APPEND);
     if (tf < 0 || write(tf, "gone\n", 5) != 5 || close(tf) != 0 || unlink(t) != 0) fail("mkostemp");
+    dprintf_case(argv[1]);
     printf("entry points ok\n");
     return 0;
 }
