@@ -16,7 +16,10 @@ nothing may be left in the prefix that the drain did not put there.
                direct run's (progs/modes.py)
   entry points pwritev2/preadv2, sendfile, copy_file_range, splice, lio_listio,
                syncfs, sync_file_range, faccessat, mkstemps, mkostemp,
-               euidaccess (progs/entry_points.c)
+               euidaccess, dprintf/vdprintf/__dprintf_chk (ints, doubles,
+               stack arguments, a long text), scandir/scandirat of files
+               in capture's view only, tmpfile with TMPDIR in the prefix
+               (progs/entry_points.c)
   freopen      freopen onto stdout, stdin, stderr and an fopen'ed stream, "w",
                "a", "r", "r+", "w+", mode changes (path NULL), a child of
                system() sharing the reopened stdout, no fclose before exit,

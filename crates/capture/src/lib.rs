@@ -26,6 +26,7 @@ pub mod posix;
 pub mod real;
 pub mod realpath;
 pub mod report;
+pub mod scandir;
 pub mod sets;
 pub mod shared;
 pub mod stat;

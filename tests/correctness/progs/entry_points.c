@@ -8,6 +8,7 @@
  * back; exit 1 with a line on a mismatch. */
 #define _GNU_SOURCE
 #include <aio.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,6 +22,54 @@ static int fail(const char *what) { perror(what); exit(1); }
 
 /* glibc's fortified dprintf (what -D_FORTIFY_SOURCE=2 makes of dprintf). */
 extern int __dprintf_chk(int fd, int flag, const char *fmt, ...);
+
+static int no_dots(const struct dirent *e) { return e->d_name[0] != '.'; }
+
+/* scandir and scandirat (by path, and "." of a directory descriptor) of a
+   directory whose files exist in capture's view only (a separate remote):
+   the names, filtered and sorted, printed for the comparison with the
+   direct run; tmpfile with TMPDIR in that directory: written, read back,
+   and gone at fclose (it leaves nothing in the tree). */
+static void listing_case(const char *dir) {
+    struct dirent **names;
+    int n = scandir(dir, &names, no_dots, alphasort);
+    if (n < 0) fail("scandir");
+    printf("scandir:");
+    for (int i = 0; i < n; i++) {
+        printf(" %s", names[i]->d_name);
+        free(names[i]);
+    }
+    printf("\n");
+    free(names);
+    n = scandirat(AT_FDCWD, dir, &names, NULL, alphasort);
+    if (n < 0) fail("scandirat");
+    int dots = 0;
+    for (int i = 0; i < n; i++) {
+        dots += names[i]->d_name[0] == '.';
+        free(names[i]);
+    }
+    free(names);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dfd < 0) fail("open of the directory");
+    int m = scandirat(dfd, ".", &names, no_dots, alphasort);
+    if (m < 0) fail("scandirat of a directory descriptor");
+    printf("scandirat: %d entries with . and .. (%d dots), %d without:", n, dots, m);
+    for (int i = 0; i < m; i++) {
+        printf(" %s", names[i]->d_name);
+        free(names[i]);
+    }
+    printf("\n");
+    free(names);
+    close(dfd);
+    setenv("TMPDIR", dir, 1);
+    FILE *t = tmpfile();
+    if (!t) fail("tmpfile");
+    char got[32] = {0};
+    if (fputs("temporary bytes", t) < 0 || fflush(t) || fseek(t, 0, SEEK_SET) || !fgets(got, sizeof got, t) ||
+        strcmp(got, "temporary bytes"))
+        fail("tmpfile round trip");
+    fclose(t);
+}
 
 static int vd(int fd, const char *fmt, ...) {
     va_list ap;
@@ -113,6 +162,7 @@ int main(int argc, char **argv) {
     tf = mkostemp(t, O_CLOEXEC | O_APPEND);
     if (tf < 0 || write(tf, "gone\n", 5) != 5 || close(tf) != 0 || unlink(t) != 0) fail("mkostemp");
     dprintf_case(argv[1]);
+    listing_case(argv[1]);
     printf("entry points ok\n");
     return 0;
 }
