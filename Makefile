@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench
+.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench
 
 all: build
 
@@ -138,6 +138,12 @@ test-stream: build
 # The long crash run (500 randomized trials, about 10 minutes).
 test-crash-long: build
 	/usr/bin/python3 -m tests.server.crash --trials 500
+
+# Concurrent writers of one redirected stdout (make -j style), RUNS runs
+# under `paralog run`, every line counted (about 30 s a run; by hand).
+RUNS ?= 30
+test-shared-stress: build
+	/usr/bin/python3 -m tests.correctness.shared_stress --runs $(RUNS)
 
 # Object remotes: S3 against a real MinIO started on loopback, and the
 # versioned object layout.

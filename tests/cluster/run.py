@@ -9,6 +9,11 @@ drained, and the remote file must equal the direct one byte for byte (HDF5:
 h5diff). Remotes: a POSIX directory, the object layout (read back with
 `paralog get`) and S3 (a real MinIO on loopback).
 
+Renames: the atomic-save pattern (tmp + fsync + os.replace, replacing a
+checkpoint, rotation that unlinks the oldest) by one process on each of 2
+nodes, drained by the server job with the one-node drain's rename step:
+the remote's names and bytes equal a direct run, no temporary is left.
+
 Failures: a server killed mid-drain (a failpoint) makes the whole server
 job stop within a bounded time; `paralog recover` run as an MPI job
 finishes the drain. Ranks of one node killed in the middle of a
@@ -27,14 +32,15 @@ import time
 from pathlib import Path
 
 from tests.lib.check import Failed, Suite, check, suite_options
-from tests.lib.compare import files, same_bytes, same_files
+from tests.lib.compare import files, same_bytes, same_files, tree, tree_difference
 from tests.lib.minio import MinIO
 from tests.lib.mpi import DEFAULT_IO, launcher, mpi_env, program, reference
-from tests.lib.paths import BIN, ROOT
+from tests.lib.paths import BIN, PY, ROOT
 from tests.lib.proc import run
 from tests.lib.server import Server, SimCluster
 
 AS_NODE = ROOT / "tests/cluster/as_node.sh"
+PYPROGS = ROOT / "tests/correctness/progs/pyprogs.py"
 RANKS_PER_NODE = 2
 
 # (label, program, args, output files, hdf5)
@@ -377,6 +383,40 @@ def lost_log_case(remotes, kind, flavour):
     return case
 
 
+def rename_case(flavour, nodes=2):
+    """The atomic-save pattern by one POSIX process on each node, into a
+    directory of its own (pyprogs.py atomic: four saves of ckpt through
+    ckpt.tmp + fsync + os.replace, then five rotated saves of which the
+    oldest are unlinked). The server job drains the renames (it parked
+    them before, until `paralog recover`): `paralog wait` succeeds, and the
+    remote holds the direct run's tree, with no temporary."""
+    def case(work):
+        ref = work / "direct"
+        for n in range(nodes):
+            (ref / f"n{n}").mkdir(parents=True)
+            run([PY, PYPROGS, "atomic", ref / f"n{n}"])
+        remote = work / "remote"
+        remote.mkdir()
+        c = Cluster(work, flavour, nodes, str(remote))
+        for n in range(nodes):
+            (c.prefix / f"n{n}").mkdir()
+            (remote / f"n{n}").mkdir()
+        try:
+            c.start_servers()
+            cmd = ["/bin/sh", "-c", f'exec {PY} {PYPROGS} atomic {c.prefix}/"$PARALOG_NODE"']
+            run(c.node_cmd(cmd), env=c.capture_env(c.env()), timeout=300)
+            said = c.wait()
+        finally:
+            c.stop()
+        got = tree(remote)
+        why = tree_difference(tree(ref), got)
+        check(not why, f"remote differs from the direct run: {why}")
+        left = [k for k in got if k.endswith(".tmp") or ".paralog-" in k]
+        check(not left, f"temporaries left on the remote: {left}")
+        return f"{len(got)} names equal the direct run; {said.removeprefix('paralog wait: ')}"
+    return case
+
+
 def single_server_wait_case(flavour):
     """`paralog wait` with an ordinary one-node server (no MPI launcher):
     it returns once everything is drained, and the server exits 0."""
@@ -434,6 +474,7 @@ def all_cases(remotes, quick):
                       server_killed_case(remotes, "s3", flavour, parts=True)))
         cases.append((f"{flavour} application killed on one node", app_killed_case(remotes, "posix", flavour)))
         cases.append((f"{flavour} node-local log lost on one node", lost_log_case(remotes, "posix", flavour)))
+        cases.append((f"{flavour} 2 nodes atomic save renames posix", rename_case(flavour)))
     if quick:
         cases = [(label, fn) for label, fn in cases if not (" 3 nodes" in label or "objstore" in label)]
     return cases

@@ -16,7 +16,10 @@ nothing may be left in the prefix that the drain did not put there.
                direct run's (progs/modes.py)
   entry points pwritev2/preadv2, sendfile, copy_file_range, splice, lio_listio,
                syncfs, sync_file_range, faccessat, mkstemps, mkostemp,
-               euidaccess (progs/entry_points.c)
+               euidaccess, dprintf/vdprintf/__dprintf_chk (ints, doubles,
+               stack arguments, a long text), scandir/scandirat of files
+               in capture's view only, tmpfile with TMPDIR in the prefix
+               (progs/entry_points.c)
   freopen      freopen onto stdout, stdin, stderr and an fopen'ed stream, "w",
                "a", "r", "r+", "w+", mode changes (path NULL), a child of
                system() sharing the reopened stdout, no fclose before exit,
@@ -44,6 +47,11 @@ nothing may be left in the prefix that the drain did not put there.
   h5py         serial h5py (HDF5's sec2 driver)
   locks        HDF5's file locking, flock and lockf between two processes
   shell        bash with >, >>, 2>, a pipeline into a file, cat of a captured file
+  concurrent   4 background loops of /bin/echo, python's sys.stdout.write,
+               builtin echo and os.write into one redirected stdout at
+               once (make -j style): every line once, in any order, as in
+               the direct run (tests/correctness/shared_stress.py; many
+               runs: make test-shared-stress)
   shared       a shell's builtins and commands writing through one
                redirection in turn ({ ...; } >, exec >, a loop's >>), and a
                reopened stdout shared with posix_spawn and fork+exec
@@ -79,6 +87,7 @@ from tests.lib.compare import tree, tree_difference
 from tests.lib.mpi import compile_program, mpi_env
 from tests.lib.paralog import capture_env, paralog_run, status
 from tests.lib.paths import BIN, PY, ROOT, TARGET
+from tests.lib import shared_writers
 from tests.lib.proc import kill_tree, run
 from tests.lib.server import Server
 
@@ -212,6 +221,8 @@ def cases():
         ("shell: >, >>, 2>, pipeline, cat", lambda w: compare(w, lambda d: ["/bin/bash", "-c", SHELL.format(d=d)])),
         ("shared redirection: builtins and commands in turn (block, exec >, loop >>)",
          lambda w: compare(w, lambda d: ["/bin/bash", "-c", SHARED.format(d=d)])),
+        ("concurrent: 4 loops x 3 writers through one redirected stdout at once",
+         lambda w: shared_writers.one_run(w, loops=4, lines=40, separate=SEPARATE, direct=True)),
         ("spawn share: reopened stdout, posix_spawn/fork+exec children, waitpid/wait/waitid",
          lambda w: compare(w, lambda d: [exe("spawn_share"), d])),
         ("tools: tar -x (with links), cp, dd, sort -o, sed -i, ln -s, realpath", lambda w: compare(w, tools_cmd(w))),

@@ -115,7 +115,7 @@ unsafe fn read_all(d: *mut DIR, into: &mut BTreeMap<Vec<u8>, (u8, u64)>) {
 
 /// The directory a path names, if it is under the prefix (or is it) and
 /// capture is on.
-fn listed_dir(abs: PathBuf) -> Option<PathBuf> {
+pub(crate) fn listed_dir(abs: PathBuf) -> Option<PathBuf> {
     match crate::state::settings() {
         crate::settings::Settings::On(c)
             if abs.starts_with(&c.prefix) && !crate::posix::is_mpi_helper_file(&abs) =>

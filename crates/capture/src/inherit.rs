@@ -56,6 +56,48 @@ pub fn placeholder_name(path: &Path, flags: c_int) -> CString {
     CString::new(name).unwrap_or_default()
 }
 
+/// A new placeholder descriptor named `name` (the lowest free number, as
+/// an open's). Not the memfd's own open file description: the kernel
+/// serializes the file position of a description shared by several
+/// descriptors or processes (`f_pos_lock`) only for descriptions that were
+/// opened as regular files, and memfd_create's is not one. Two processes
+/// writing through a memfd's description at once (`make -j` children on a
+/// redirected stdout) could both write at the same position, one line over
+/// the other, and an `lseek(SEEK_CUR)` that reserves a captured write's
+/// place could be undone by a write in flight. So the memfd is opened anew
+/// through `/proc/self/fd`, which makes a regular file's description of the
+/// same inode (and the same name), and that takes the memfd's number.
+pub fn new_placeholder(name: &CString, cloexec: bool) -> state::CResult<c_int> {
+    let cl = if cloexec { libc::O_CLOEXEC } else { 0 };
+    // SAFETY: raw syscalls (never our wrappers) on descriptors made here.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_memfd_create, name.as_ptr(), libc::MFD_CLOEXEC) as c_int;
+        if fd < 0 {
+            return Err(state::errno());
+        }
+        let proc = CString::new(format!("/proc/self/fd/{fd}")).unwrap_or_default();
+        let flags = libc::O_RDWR | libc::O_LARGEFILE | libc::O_CLOEXEC;
+        let again =
+            libc::syscall(libc::SYS_openat, libc::AT_FDCWD, proc.as_ptr(), flags, 0) as c_int;
+        if again >= 0 {
+            let r = libc::syscall(libc::SYS_dup3, again, fd, cl);
+            libc::syscall(libc::SYS_close, again);
+            if r >= 0 {
+                return Ok(fd);
+            }
+        }
+        // No /proc: the memfd's own description (placeholders cannot be
+        // taken over by another process without /proc either).
+        libc::syscall(
+            libc::SYS_fcntl,
+            fd,
+            libc::F_SETFD,
+            if cloexec { libc::FD_CLOEXEC } else { 0 },
+        );
+        Ok(fd)
+    }
+}
+
 /// (path, open flags) from the target of `/proc/self/fd/N` of a placeholder.
 fn parse_link(link: &[u8]) -> Option<(PathBuf, c_int)> {
     let rest = link.strip_prefix(b"/memfd:")?.strip_prefix(TAG)?;
@@ -351,6 +393,7 @@ extern "C" fn at_child() {
             for o in old.ofds.values() {
                 o.keep.close();
                 o.lock.close();
+                o.ledger.close();
             }
             std::mem::forget(old);
             if let Some(st) = State::get(&mut slot) {

@@ -10,13 +10,24 @@
 //! named by the memfd's inode in `<local>/.paralog-shared-<job>`, read and
 //! moved under a POSIX record lock (per process, unlike `flock` and OFD
 //! locks, which the sharing processes would hold in common).
+//!
+//! A process opens the ledger once per shared description and keeps it
+//! (a private descriptor, `Keep`, checked before each use like the
+//! placeholder's), so a captured write costs a lock and an unlock, not an
+//! open and a close. POSIX record locks do not nest, and closing any
+//! descriptor of the file drops them: a lock is held only inside one call
+//! of capture's (under the state's mutex), and a ledger descriptor is
+//! closed only with its description, never while one of its locks is held.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 
+use libc::c_int;
 use paralog_settings::Config;
+
+use crate::inherit::Keep;
 
 /// The directory of a job's ledgers under the node-local root (removed by
 /// `paralog run` at the end of the job).
@@ -24,49 +35,86 @@ pub fn dir(cfg: &Config) -> PathBuf {
     paralog_log::layout::shared_ledgers(&cfg.local, &cfg.job)
 }
 
-/// A ledger, locked for as long as it is held.
+/// Open (creating it) the ledger of the placeholder whose memfd has inode
+/// `ino`, as a private descriptor; `None` if it cannot be made (the caller
+/// then goes by what it knew).
+pub fn open(cfg: &Config, ino: u64) -> Option<Keep> {
+    let dir = dir(cfg);
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    let path = CString::new(dir.join(ino.to_string()).as_os_str().as_bytes()).ok()?;
+    // SAFETY: raw syscalls (never our wrappers) on a descriptor made here.
+    unsafe {
+        let fd = libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
+            0o600,
+        ) as c_int;
+        if fd < 0 {
+            return None;
+        }
+        let keep = Keep::of(fd);
+        libc::syscall(libc::SYS_close, fd);
+        keep.fd().map(|_| keep)
+    }
+}
+
+/// A ledger, locked for as long as it is held (dropping it unlocks).
 pub struct Ledger {
-    file: File,
+    keep: Keep,
 }
 
 impl Ledger {
-    /// The ledger of the placeholder whose memfd has inode `ino`, locked;
-    /// `None` if it cannot be made (the caller then goes by what it knew).
-    pub fn lock(cfg: &Config, ino: u64) -> Option<Ledger> {
-        let dir = dir(cfg);
-        let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(dir.join(ino.to_string()))
-            .ok()?;
-        // SAFETY: a zeroed flock filled in below; F_SETLKW on our own file.
-        let ok = unsafe {
-            let mut l: libc::flock = std::mem::zeroed();
-            l.l_type = libc::F_WRLCK as i16;
-            l.l_whence = libc::SEEK_SET as i16;
-            loop {
-                let r = libc::fcntl(file.as_raw_fd(), libc::F_SETLKW, &l);
-                if r == 0 || crate::state::errno() != libc::EINTR {
-                    break r == 0;
-                }
-            }
-        };
-        ok.then_some(Ledger { file })
+    /// Lock the ledger kept in `keep`; `None` if it is not open (or no
+    /// longer the ledger) or cannot be locked.
+    pub fn lock(keep: Keep) -> Option<Ledger> {
+        let fd = keep.fd()?;
+        lock_op(fd, libc::F_WRLCK).then_some(Ledger { keep })
     }
 
     /// The accounted end; `None` for a new ledger.
     pub fn get(&self) -> Option<u64> {
+        let fd = self.keep.fd()?;
         let mut b = [0u8; 8];
-        self.file.read_exact_at(&mut b, 0).ok()?;
-        Some(u64::from_le_bytes(b))
+        // SAFETY: an 8-byte buffer; raw syscall on our own descriptor.
+        let r = unsafe { libc::syscall(libc::SYS_pread64, fd, b.as_mut_ptr(), 8usize, 0i64) };
+        (r == 8).then(|| u64::from_le_bytes(b))
     }
 
     pub fn set(&self, end: u64) {
-        let _ = self.file.write_all_at(&end.to_le_bytes(), 0);
+        if let Some(fd) = self.keep.fd() {
+            let b = end.to_le_bytes();
+            // SAFETY: as above.
+            unsafe {
+                libc::syscall(libc::SYS_pwrite64, fd, b.as_ptr(), 8usize, 0i64);
+            }
+        }
     }
 }
-// Closing the file releases the lock.
+
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        // Only if the number is still the ledger: an unlock of another file
+        // would drop a lock of the program's.
+        if let Some(fd) = self.keep.fd() {
+            lock_op(fd, libc::F_UNLCK);
+        }
+    }
+}
+
+/// A whole-file POSIX record lock operation, waiting for the lock.
+fn lock_op(fd: c_int, kind: c_int) -> bool {
+    // SAFETY: a zeroed flock filled in below; F_SETLKW on our own file.
+    unsafe {
+        let mut l: libc::flock = std::mem::zeroed();
+        l.l_type = kind as i16;
+        l.l_whence = libc::SEEK_SET as i16;
+        loop {
+            let r = libc::syscall(libc::SYS_fcntl, fd, libc::F_SETLKW, &l);
+            if r == 0 || crate::state::errno() != libc::EINTR {
+                return r == 0;
+            }
+        }
+    }
+}

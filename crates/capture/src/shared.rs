@@ -5,6 +5,7 @@
 
 use libc::c_int;
 
+use crate::inherit::Keep;
 use crate::ledger::Ledger;
 use crate::state::{lock, set_captured, CResult, FdEntry, Mode, Ofd, State};
 
@@ -73,11 +74,24 @@ impl State {
     }
 
     pub fn harvest_ofd(&mut self, id: u64, ofd: u64) -> CResult<()> {
-        let Some(o) = self.ofds.get(&ofd).filter(|o| o.shared) else {
+        if !self.ofds.get(&ofd).is_some_and(|o| o.shared) {
             return Ok(());
-        };
-        let ledger = Ledger::lock(&self.cfg, o.keep.ino());
+        }
+        let ledger = self.ledger(ofd);
         self.harvest_held(id, ofd, ledger.as_ref())
+    }
+
+    /// The ledger of a shared description, locked (crate::ledger): opened
+    /// at its first use and kept with the description.
+    pub(crate) fn ledger(&mut self, ofd: u64) -> Option<Ledger> {
+        let o = self.ofds.get_mut(&ofd)?;
+        if let Some(l) = Ledger::lock(o.ledger) {
+            return Some(l);
+        }
+        // Not open yet, closed past us, or not lockable: (re)opened once.
+        o.ledger.close();
+        o.ledger = crate::ledger::open(&self.cfg, o.keep.ino()).unwrap_or(Keep::NONE);
+        Ledger::lock(o.ledger)
     }
 
     /// The harvest, with the ledger held by the caller.
@@ -174,7 +188,7 @@ impl State {
     pub(crate) fn reserve_shared(&mut self, id: u64, ofd: u64, n: u64) -> CResult<u64> {
         let o = self.ofds.get(&ofd).ok_or(libc::EBADF)?;
         let (keep, append) = (o.keep, o.append);
-        let ledger = Ledger::lock(&self.cfg, keep.ino());
+        let ledger = self.ledger(ofd);
         let Some(fd) = keep.fd() else {
             return Err(libc::EBADF);
         };
@@ -215,8 +229,7 @@ impl State {
         {
             crate::inherit::truncate_placeholder(fd, to);
         }
-        let ino = o.keep.ino();
-        if let Some(l) = Ledger::lock(&self.cfg, ino) {
+        if let Some(l) = self.ledger(ofd) {
             l.set(to);
         }
     }
@@ -254,7 +267,7 @@ impl State {
             return;
         };
         let keep = o.keep;
-        let ledger = Ledger::lock(&self.cfg, keep.ino());
+        let ledger = self.ledger(ofd);
         let now = keep.offset().unwrap_or(0);
         if now < to {
             keep.set_offset(to);
@@ -267,14 +280,12 @@ impl State {
     /// Bytes in a placeholder that capture did not log: anything in a
     /// private one (it must stay empty), anything past the accounted end of
     /// a shared one. None: nothing can be told (its duplicate is gone).
-    pub(crate) fn unharvested(&self, fd: c_int) -> Option<u64> {
-        let o = self.fds.get(&fd).and_then(|e| self.ofds.get(&e.ofd));
-        match o {
+    pub(crate) fn unharvested(&mut self, fd: c_int) -> Option<u64> {
+        let ofd = self.fds.get(&fd)?.ofd;
+        match self.ofds.get(&ofd) {
             Some(o) if o.shared => {
-                let len = o.keep.file_len()?;
-                let end = Ledger::lock(&self.cfg, o.keep.ino())
-                    .and_then(|l| l.get())
-                    .unwrap_or(o.kpos);
+                let (len, kpos) = (o.keep.file_len()?, o.kpos);
+                let end = self.ledger(ofd).and_then(|l| l.get()).unwrap_or(kpos);
                 Some(len.saturating_sub(end))
             }
             _ => crate::state::sentinel_len(fd),

@@ -169,6 +169,9 @@ pub struct Ofd {
     /// The lock file standing for the file in locks (crate::locks), once
     /// the description locked.
     pub lock: crate::inherit::Keep,
+    /// The ledger of the accounted end while shared (crate::ledger), once
+    /// used.
+    pub ledger: crate::inherit::Keep,
 }
 
 impl Ofd {
@@ -187,6 +190,7 @@ impl Ofd {
             kpos: 0,
             keep: crate::inherit::Keep::NONE,
             lock: crate::inherit::Keep::NONE,
+            ledger: crate::inherit::Keep::NONE,
         }
     }
 }
@@ -444,17 +448,7 @@ impl State {
             .map(|h| h.path.clone())
             .unwrap_or_default();
         let name = crate::inherit::placeholder_name(&path, flags);
-        let mfd_flags = if flags & libc::O_CLOEXEC != 0 {
-            libc::MFD_CLOEXEC
-        } else {
-            0
-        };
-        // SAFETY: valid NUL-terminated name; raw syscall avoids our wrappers.
-        let fd =
-            unsafe { libc::syscall(libc::SYS_memfd_create, name.as_ptr(), mfd_flags) } as c_int;
-        if fd < 0 {
-            return Err(errno());
-        }
+        let fd = crate::inherit::new_placeholder(&name, flags & libc::O_CLOEXEC != 0)?;
         // A number the table still lists was closed past the wrappers.
         if self.fds.contains_key(&fd) {
             self.forget_stale(fd);
@@ -565,6 +559,7 @@ impl State {
             if o.refs == 0 {
                 o.keep.close();
                 o.lock.close();
+                o.ledger.close();
                 self.ofds.remove(&e.ofd);
             }
         }

@@ -138,6 +138,10 @@ macro_rules! wrapped_symbols {
             closedir: fn(*mut DIR) -> c_int;
             dirfd: fn(*mut DIR) -> c_int;
             rewinddir: fn(*mut DIR) -> ();
+            scandir: fn(*const c_char, *mut *mut *mut libc::dirent64, *mut c_void, *mut c_void) -> c_int;
+            scandir64: fn(*const c_char, *mut *mut *mut libc::dirent64, *mut c_void, *mut c_void) -> c_int;
+            scandirat: fn(c_int, *const c_char, *mut *mut *mut libc::dirent64, *mut c_void, *mut c_void) -> c_int;
+            scandirat64: fn(c_int, *const c_char, *mut *mut *mut libc::dirent64, *mut c_void, *mut c_void) -> c_int;
             glob: fn(*const c_char, c_int, *mut c_void, *mut c_void) -> c_int;
             glob64: fn(*const c_char, c_int, *mut c_void, *mut c_void) -> c_int;
             linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int;
@@ -151,6 +155,10 @@ macro_rules! wrapped_symbols {
             fclose: fn(*mut FILE) -> c_int;
             fileno: fn(*mut FILE) -> c_int;
             fileno_unlocked: fn(*mut FILE) -> c_int;
+            vdprintf: fn(c_int, *const c_char, *mut c_void) -> c_int;
+            __vdprintf_chk: fn(c_int, c_int, *const c_char, *mut c_void) -> c_int;
+            dprintf: fn(c_int, *const c_char) -> c_int;
+            __dprintf_chk: fn(c_int, c_int, *const c_char) -> c_int;
             posix_spawn: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int;
             posix_spawnp: fn(*mut pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int;
             system: fn(*const c_char) -> c_int;

@@ -8,7 +8,9 @@
  * back; exit 1 with a line on a mismatch. */
 #define _GNU_SOURCE
 #include <aio.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,95 @@
 #include <unistd.h>
 
 static int fail(const char *what) { perror(what); exit(1); }
+
+/* glibc's fortified dprintf (what -D_FORTIFY_SOURCE=2 makes of dprintf). */
+extern int __dprintf_chk(int fd, int flag, const char *fmt, ...);
+
+static int no_dots(const struct dirent *e) { return e->d_name[0] != '.'; }
+
+/* scandir and scandirat (by path, and "." of a directory descriptor) of a
+   directory whose files exist in capture's view only (a separate remote):
+   the names, filtered and sorted, printed for the comparison with the
+   direct run; tmpfile with TMPDIR in that directory: written, read back,
+   and gone at fclose (it leaves nothing in the tree). */
+static void listing_case(const char *dir) {
+    struct dirent **names;
+    int n = scandir(dir, &names, no_dots, alphasort);
+    if (n < 0) fail("scandir");
+    printf("scandir:");
+    for (int i = 0; i < n; i++) {
+        printf(" %s", names[i]->d_name);
+        free(names[i]);
+    }
+    printf("\n");
+    free(names);
+    n = scandirat(AT_FDCWD, dir, &names, NULL, alphasort);
+    if (n < 0) fail("scandirat");
+    int dots = 0;
+    for (int i = 0; i < n; i++) {
+        dots += names[i]->d_name[0] == '.';
+        free(names[i]);
+    }
+    free(names);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dfd < 0) fail("open of the directory");
+    int m = scandirat(dfd, ".", &names, no_dots, alphasort);
+    if (m < 0) fail("scandirat of a directory descriptor");
+    printf("scandirat: %d entries with . and .. (%d dots), %d without:", n, dots, m);
+    for (int i = 0; i < m; i++) {
+        printf(" %s", names[i]->d_name);
+        free(names[i]);
+    }
+    printf("\n");
+    free(names);
+    close(dfd);
+    setenv("TMPDIR", dir, 1);
+    FILE *t = tmpfile();
+    if (!t) fail("tmpfile");
+    char got[32] = {0};
+    if (fputs("temporary bytes", t) < 0 || fflush(t) || fseek(t, 0, SEEK_SET) || !fgets(got, sizeof got, t) ||
+        strcmp(got, "temporary bytes"))
+        fail("tmpfile round trip");
+    fclose(t);
+}
+
+static int vd(int fd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vdprintf(fd, fmt, ap);
+    va_end(ap);
+    return n;
+}
+
+/* dprintf, vdprintf and __dprintf_chk into a captured file: integer,
+   floating and string arguments, more of each than the registers hold (the
+   rest are on the stack), a text longer than any stdio buffer; read back. */
+static void dprintf_case(const char *dir) {
+    char q[4096];
+    snprintf(q, sizeof q, "%s/dprintf.txt", dir);
+    int df = open(q, O_CREAT | O_RDWR | O_TRUNC, 0644);
+    if (df < 0) fail("open for dprintf");
+    static char big[200000];
+    memset(big, 'z', sizeof big - 1);
+    int n = 0, k;
+    if ((k = dprintf(df, "int %d, long %ld, str %s, char %c\n", 42, 1234567890123L, "hello", 'x')) <= 0) fail("dprintf");
+    n += k;
+    k = dprintf(df, "%.2f %.2f %.2f %.2f %.2f %.2f %.2f %.2f %.2f %.2f | %d %d %d %d %d %d %d %d %s\n",
+                1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 10.5, 1, 2, 3, 4, 5, 6, 7, 8, "end");
+    if (k <= 0) fail("dprintf with stack arguments");
+    n += k;
+    if ((k = vd(df, "vdprintf %s %d %.1f\n", "args", 7, 0.25)) <= 0) fail("vdprintf");
+    n += k;
+    if ((k = __dprintf_chk(df, 1, "chk %d %s %.3f\n", 99, "fortified", 3.0)) <= 0) fail("__dprintf_chk");
+    n += k;
+    if ((k = dprintf(df, "%s\n", big)) != (int)sizeof big) fail("dprintf of a long text");
+    n += k;
+    if (lseek(df, 0, SEEK_END) != n) fail("size after dprintf");
+    char head[64];
+    if (pread(df, head, 17, 0) != 17 || memcmp(head, "int 42, long 1234", 17)) fail("read back after dprintf");
+    if (close(df) != 0) fail("close after dprintf");
+    if (dprintf(1, "dprintf to stdout %d\n", 5) != 20) fail("dprintf to stdout");
+}
 
 int main(int argc, char **argv) {
     if (argc != 3) return 2;
@@ -70,6 +161,8 @@ int main(int argc, char **argv) {
     snprintf(t, sizeof t, "%s/oXXXXXX", argv[1]);
     tf = mkostemp(t, O_CLOEXEC | O_APPEND);
     if (tf < 0 || write(tf, "gone\n", 5) != 5 || close(tf) != 0 || unlink(t) != 0) fail("mkostemp");
+    dprintf_case(argv[1]);
+    listing_case(argv[1]);
     printf("entry points ok\n");
     return 0;
 }

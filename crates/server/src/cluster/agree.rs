@@ -8,7 +8,7 @@ use crate::retry::Failure;
 
 impl Coordinator {
     /// Every server's message (empty where it had none), joined.
-    fn messages(&self, mine: Option<&str>) -> Result<String, MpiError> {
+    pub(super) fn messages(&self, mine: Option<&str>) -> Result<String, MpiError> {
         let (all, counts) = self
             .dog
             .watch(|| self.comm.gather_bytes(mine.unwrap_or("").as_bytes(), None))?;

@@ -34,13 +34,8 @@ impl Coordinator {
             }
             let lf = g.logical_file().map_err(Failure::damaged)?;
             if lf.from.is_some() || lf.moved_to.is_some() {
-                // The order between a rename's two files (`rename.rs`) is
-                // the one-node drain's so far: kept here, whole, for
-                // `paralog recover` on this node (docs/cluster.md).
-                return Err(Failure::Park {
-                    why: "a rename (format manifest version 3) is not drained by the server job yet; run `paralog recover` on the node once the job ends".into(),
-                    refused: false,
-                });
+                // Files holding renames go through renamed.rs, never here.
+                return Err(Failure::damaged("a rename reached the group drain"));
             }
             for (_, _, piece) in lf.pieces() {
                 let src = &lf.sources[piece.source];

@@ -33,6 +33,7 @@ pub mod mpi;
 pub mod parts;
 pub mod plan;
 mod posix;
+mod renamed;
 pub mod summary;
 mod watchdog;
 
@@ -110,6 +111,8 @@ struct Round {
     pending: u64,
     /// Files waiting for a retry.
     retrying: usize,
+    /// The job is ending: drain everything committed now.
+    finishing: bool,
 }
 
 /// The coordinator: rounds until finished. Every error path keeps the
@@ -126,6 +129,9 @@ pub struct Coordinator {
     /// Epochs seen committed with manifests missing, and the round that
     /// first saw them (see plan::plan).
     incomplete: BTreeMap<FileKey, (paralog_log::EpochId, u64)>,
+    /// Rounds in a row each file has waited for the other file of a
+    /// rename (renamed.rs).
+    waits: BTreeMap<FileKey, u64>,
     totals: Totals,
     /// What each file drained so far, for `status`.
     drained: BTreeMap<FileKey, FileDrained>,
@@ -167,6 +173,7 @@ impl Coordinator {
             dog,
             retries: BTreeMap::new(),
             incomplete: BTreeMap::new(),
+            waits: BTreeMap::new(),
             totals,
             drained: BTreeMap::new(),
             active: Duration::ZERO,
@@ -199,6 +206,7 @@ impl Coordinator {
             }
             let mut round = Round {
                 number,
+                finishing,
                 ..Round::default()
             };
             self.show_all(&files);
@@ -294,6 +302,10 @@ impl Coordinator {
             // Only the leader starts and ends uploads.
             self.abort_stale(f);
         }
+        if renamed::holds_rename(f) {
+            // The one drain step of renames, on the node that holds them.
+            return self.drain_file_renamed(f, &key, round);
+        }
         // Only the first group of a file that had nothing drained starts
         // from no object; the next ones from what it made.
         let mut fresh = f.progress.is_none();
@@ -320,22 +332,36 @@ impl Coordinator {
                 }
                 Err(failure) => failure,
             };
-            let leader = self.leader();
-            let msg = failure.message().to_owned();
-            let state = self.retries.entry(key.clone()).or_default();
-            // Rounds, not seconds: the same on every server.
-            if state.failed(failure, |n| round.number + backoff_rounds(n)) {
-                if leader {
-                    tracing::warn!(file = %f.name(), epochs = %fmt_ids(&group.ids), attempt = state.attempts, error = %msg, "drain failed; local data kept, retrying");
-                }
-                round.retrying += 1;
-            } else if leader {
-                tracing::error!(file = %f.name(), epochs = %fmt_ids(&group.ids), error = %msg, "refusing to drain; every local log is kept");
-            }
-            self.show(f, &key, done, false);
+            self.group_failed(f, &key, &group.ids, failure, round, done);
             break;
         }
         Ok(())
+    }
+
+    /// A group of `f` (epochs `ids`, after `done` groups) failed on every
+    /// server: retried after some rounds, or parked.
+    fn group_failed(
+        &mut self,
+        f: &GlobalFile,
+        key: &FileKey,
+        ids: &[paralog_log::EpochId],
+        failure: crate::retry::Failure,
+        round: &mut Round,
+        done: usize,
+    ) {
+        let leader = self.leader();
+        let msg = failure.message().to_owned();
+        let state = self.retries.entry(key.clone()).or_default();
+        // Rounds, not seconds: the same on every server.
+        if state.failed(failure, |n| round.number + backoff_rounds(n)) {
+            if leader {
+                tracing::warn!(file = %f.name(), epochs = %fmt_ids(ids), attempt = state.attempts, error = %msg, "drain failed; local data kept, retrying");
+            }
+            round.retrying += 1;
+        } else if leader {
+            tracing::error!(file = %f.name(), epochs = %fmt_ids(ids), error = %msg, "refusing to drain; every local log is kept");
+        }
+        self.show(f, key, done, false);
     }
 
     /// Where `f` stands for `status`, once `done` of its planned groups
