@@ -58,6 +58,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             node.as_deref(),
             8 << 20,
             true,
+            sets.map(std::sync::Arc::new),
         )?;
         let (totals, rank) = crate::cluster::run(mpi, cfg, None)?;
         return Ok(crate::cluster::report(&totals, rank, &root, "recover"));
