@@ -113,7 +113,6 @@ impl ServerJobArgs {
         node: Option<&str>,
         buf_bytes: usize,
         finish_now: bool,
-        sets: Option<std::sync::Arc<paralog_server::aggregate::Sets>>,
     ) -> anyhow::Result<paralog_server::cluster::ClusterConfig> {
         Ok(paralog_server::cluster::ClusterConfig {
             root: root.to_path_buf(),
@@ -125,7 +124,7 @@ impl ServerJobArgs {
             finish_now,
             peer_timeout: std::time::Duration::from_secs_f64(self.peer_timeout),
             posix_writes: self.posix_writes.into(),
-            sets,
+            sets: None,
         })
     }
 }
@@ -209,15 +208,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     if let Some(mpi) = mpi {
-        let cfg = args.job_of_servers.config(
+        let mut cfg = args.job_of_servers.config(
             &root,
             args.at.job.clone(),
             remote,
             node.as_deref(),
             t.buffer as usize,
             false,
-            sets.clone(),
         )?;
+        cfg.sets = sets.clone();
         let (totals, rank) = crate::cluster::run(mpi, cfg, Some(socket))?;
         return Ok(crate::cluster::report(&totals, rank, &root, "server"));
     }

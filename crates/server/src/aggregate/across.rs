@@ -210,26 +210,26 @@ pub(crate) fn publish(
             }
             let name = format::container_name(g.container, version, attempt);
             let path = dir.join(OsStr::from_bytes(&name));
-            let file = std::fs::OpenOptions::new()
+            let created = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o644)
-                .open(&path)
-                .map(|f| {
+                .open(&path);
+            let file = match created {
+                Ok(f) => {
                     container_path = Some(path.clone());
                     f
-                })
-                .or_else(|e| {
-                    fail.get_or_insert(format!("creating {}: {e}", path.display()));
-                    // Still receive what the senders send (and drop it).
-                    std::fs::OpenOptions::new().write(true).open("/dev/null")
-                });
-            let file = match file {
-                Ok(f) => f,
+                }
                 Err(e) => {
-                    // Not even /dev/null: this server cannot take part.
-                    tracing::error!(error = %e, "cannot open /dev/null; ending the server job");
-                    comm.abort(70)
+                    fail.get_or_insert(format!("creating {}: {e}", path.display()));
+                    // Still receive what the senders send, and drop it.
+                    match std::fs::OpenOptions::new().write(true).open("/dev/null") {
+                        Ok(f) => f,
+                        Err(e) => {
+                            tracing::error!(error = %e, "cannot open /dev/null; ending the server job");
+                            comm.abort(70)
+                        }
+                    }
                 }
             };
             let w = lead(Leader {
@@ -258,10 +258,7 @@ pub(crate) fn publish(
                     align: ctx.sets.align,
                     origin: [0; 16],
                     job: job.as_bytes().to_vec(),
-                    containers: vec![Container {
-                        name,
-                        size: w.end,
-                    }],
+                    containers: vec![Container { name, size: w.end }],
                     members,
                 };
                 mini = rec.encode();
@@ -404,7 +401,11 @@ fn merge(
     counts: &[usize],
     origin: [u8; 16],
 ) -> Result<SetRecord, String> {
-    let leaders: BTreeMap<usize, u32> = plan.groups.iter().map(|g| (g.leader, g.container)).collect();
+    let leaders: BTreeMap<usize, u32> = plan
+        .groups
+        .iter()
+        .map(|g| (g.leader, g.container))
+        .collect();
     let mut containers: Vec<Option<Container>> = vec![None; plan.groups.len()];
     let mut members = Vec::new();
     let mut base: Option<SetRecord> = None;

@@ -318,9 +318,7 @@ pub fn plan(nodes: &[Vec<NodeSet>], k: usize, finishing: bool, incomplete: bool)
         let mut groups = Vec::new();
         for g in 0..k {
             let first = (0..m).find(|&n| group_index(n, k, m) == g).unwrap_or(m);
-            let end = (first..m)
-                .find(|&n| group_index(n, k, m) != g)
-                .unwrap_or(m);
+            let end = (first..m).find(|&n| group_index(n, k, m) != g).unwrap_or(m);
             // The first group also copies the previous version's members
             // no new epoch touched, so it always writes a container.
             if g > 0 && !(first..end).any(|n| holds.contains(&n)) {
@@ -399,13 +397,19 @@ mod tests {
             vec![set("s", true, &[("a", 10)])],
             vec![set("s", false, &[("b", 30)])],
         ];
-        assert!(matches!(plan(&nodes, 2, false, false)[0].verdict, Verdict::Wait(_)));
+        assert!(matches!(
+            plan(&nodes, 2, false, false)[0].verdict,
+            Verdict::Wait(_)
+        ));
         assert_eq!(plan(&nodes, 2, true, false)[0].verdict, Verdict::Publish);
         let nodes = vec![
             vec![set("s", true, &[("a", 10)])],
             vec![set("s", true, &[("a", 30)])],
         ];
-        assert!(matches!(plan(&nodes, 2, true, false)[0].verdict, Verdict::Refuse(_)));
+        assert!(matches!(
+            plan(&nodes, 2, true, false)[0].verdict,
+            Verdict::Refuse(_)
+        ));
     }
 
     #[test]

@@ -108,12 +108,8 @@ pub(super) fn publish_set(
     }
     items.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.member.cmp(&b.member)));
     for mut src in items {
-        let (member, size, mode, ranges) = (
-            src.member.clone(),
-            src.size,
-            src.mode,
-            src.ranges.clone(),
-        );
+        let (member, size, mode, ranges) =
+            (src.member.clone(), src.size, src.mode, src.ranges.clone());
         w.add_member_sparse(&member, size, mode, &ranges, &mut src)
             .map_err(|e| match src.read.local_error.take() {
                 Some(l) => corrupt(l),

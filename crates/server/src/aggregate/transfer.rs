@@ -399,10 +399,7 @@ pub fn lead(mut l: Leader<'_>) -> Result<Written, MpiError> {
         ..Written::default()
     };
     if w.error.is_none() {
-        let synced = l
-            .file
-            .set_len(placed.end)
-            .and_then(|()| l.file.sync_all());
+        let synced = l.file.set_len(placed.end).and_then(|()| l.file.sync_all());
         if let Err(e) = synced {
             w.error = Some(format!("making the container durable: {e}"));
         }
@@ -422,4 +419,3 @@ pub fn lead(mut l: Leader<'_>) -> Result<Written, MpiError> {
     }
     Ok(w)
 }
-

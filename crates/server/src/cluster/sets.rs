@@ -83,9 +83,7 @@ impl Coordinator {
                 (vec![0u8], BTreeMap::new())
             }
         };
-        let (all, counts) = self
-            .dog
-            .watch(|| self.comm.gather_bytes(&mine, None))?;
+        let (all, counts) = self.dog.watch(|| self.comm.gather_bytes(&mine, None))?;
         let mut views = Vec::with_capacity(counts.len());
         let mut at = 0;
         let mut complete_view = true;
@@ -159,7 +157,9 @@ impl Coordinator {
                 remote: &self.cfg.remote,
                 block: transfer_block(self.cfg.buf_bytes),
             };
-            let out = self.dog.watch(|| across::publish(&ctx, &p, &p.key.0, mine))?;
+            let out = self
+                .dog
+                .watch(|| across::publish(&ctx, &p, &p.key.0, mine))?;
             self.totals.bytes_between_nodes += out.between;
             self.sets.leader_peak = self.sets.leader_peak.max(out.leader_peak);
             match out.version {
@@ -185,7 +185,8 @@ impl Coordinator {
         }
         self.totals.sets_published = self.sets.published;
         self.totals.set_leader_peak = self.sets.leader_peak;
-        self.totals.set_leader_pool = (sets.buffers * (transfer_block(self.cfg.buf_bytes) + 16)) as u64;
+        self.totals.set_leader_pool =
+            (sets.buffers * (transfer_block(self.cfg.buf_bytes) + 16)) as u64;
         Ok(())
     }
 }
