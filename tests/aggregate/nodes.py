@@ -109,8 +109,9 @@ def case_leader_killed(flavour):
         args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--containers", str(k)]
         c = Cluster(work, flavour, nodes, str(remote), server_args=args)
         # Only a leader's writers reach this point: whichever node leads dies
-        # after writing its second received block.
-        point = {"PARALOG_FAILPOINT": "aggregate.mid_transfer:2"}
+        # after writing its sixth received block (a set takes 3 or 4: the
+        # second set's transfer, after the first set was published).
+        point = {"PARALOG_FAILPOINT": "aggregate.mid_transfer:6"}
         try:
             c.start_servers({n: point for n in range(nodes)})
             write_job(c, flavour, np)
@@ -140,6 +141,7 @@ def case_leader_killed(flavour):
             else:
                 absent += 1
         check(absent >= 1, f"every set has a record although the leader died mid-transfer: {c.tail()}")
+        check(whole >= 1, f"no set was published before the leader died: {c.tail()}")
         r = run(c.node_cmd([BIN, "recover", "--local", c.local, "--remote", remote, "--job", "t",
                             "--aggregate", agg.RULE, "--agg-align", "64K", "--containers", str(k)]),
                 env=c.env(), check=False, timeout=300)

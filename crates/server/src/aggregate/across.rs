@@ -49,6 +49,19 @@ pub struct Ctx<'a> {
     pub remote: &'a Remote,
     /// Bytes of one transfer block.
     pub block: usize,
+    /// Marks each wait for the other servers (`true`: begins), for the
+    /// server job's watchdog.
+    pub peers: &'a dyn Fn(bool),
+}
+
+impl Ctx<'_> {
+    /// One MPI call under the watchdog.
+    fn w<T>(&self, f: impl FnOnce(&Comm) -> T) -> T {
+        (self.peers)(true);
+        let r = f(self.comm);
+        (self.peers)(false);
+        r
+    }
 }
 
 /// What one publish did, the same on every server.
@@ -143,9 +156,9 @@ pub(crate) fn publish(
         }
     }
     let mut len = (head.len() as u32).to_le_bytes();
-    comm.bcast(&mut len, writer)?;
+    ctx.w(|c| c.bcast(&mut len, writer))?;
     head.resize(u32::from_le_bytes(len) as usize, 0);
-    comm.bcast(&mut head, writer)?;
+    ctx.w(|c| c.bcast(&mut head, writer))?;
     let started = head.first() == Some(&1) && head.len() >= 17;
     if !started {
         let why = String::from_utf8_lossy(head.get(1..).unwrap_or_default()).into_owned();
@@ -172,7 +185,7 @@ pub(crate) fn publish(
     } else {
         None
     };
-    if agree_failed(comm, fail.is_some())? {
+    if ctx.w(|c| agree_failed(c, fail.is_some()))? {
         return Ok(failed(fail, "another node could not start the set"));
     }
 
@@ -234,6 +247,7 @@ pub(crate) fn publish(
             };
             let w = lead(Leader {
                 comm,
+                peers: ctx.peers,
                 senders: g.end - g.first - 1,
                 file: &file,
                 container: 0,
@@ -264,7 +278,7 @@ pub(crate) fn publish(
                 mini = rec.encode();
             }
         } else {
-            let s = send_members(comm, g.leader, outgoing, ctx.block)?;
+            let s = send_members(comm, ctx.peers, g.leader, outgoing, ctx.block)?;
             sent = s.bytes;
             if let Some(e) = s.error {
                 fail.get_or_insert(e);
@@ -273,11 +287,11 @@ pub(crate) fn publish(
     }
 
     // 3. The placements to the record writer; every container durable.
-    let (all, counts) = comm.gather_bytes(&mini, Some(writer))?;
+    let (all, counts) = ctx.w(|c| c.gather_bytes(&mini, Some(writer)))?;
     let mut sums = [fail.is_some() as i64, sent as i64];
-    comm.allreduce(&mut sums, Reduce::Sum)?;
+    ctx.w(|c| c.allreduce(&mut sums, Reduce::Sum))?;
     let mut max = [peak as i64];
-    comm.allreduce(&mut max, Reduce::Max)?;
+    ctx.w(|c| c.allreduce(&mut max, Reduce::Max))?;
     let mut out = Outcome {
         between: sums[1] as u64,
         leader_peak: max[0] as u64,
@@ -304,7 +318,7 @@ pub(crate) fn publish(
     }
     // 4. Whether the record is in place (the writer says).
     let mut c = [committed as u8];
-    comm.bcast(&mut c, writer)?;
+    ctx.w(|m| m.bcast(&mut c, writer))?;
     if c[0] == 0 {
         if let Some(p) = container_path {
             let _ = std::fs::remove_file(p);
@@ -337,7 +351,7 @@ pub(crate) fn publish(
     }
     drop(locks);
     let mut t = [mine_epochs as i64, mine_bytes as i64];
-    comm.allreduce(&mut t, Reduce::Sum)?;
+    ctx.w(|c| c.allreduce(&mut t, Reduce::Sum))?;
     out.version = Some(version);
     out.epochs = t[0] as u64;
     out.bytes = t[1] as u64;

@@ -43,6 +43,14 @@ pub struct Outgoing {
     pub src: Box<dyn Read + Send>,
 }
 
+/// One message under the server job's watchdog.
+fn watched<T>(peers: &dyn Fn(bool), f: impl FnOnce() -> T) -> T {
+    peers(true);
+    let r = f();
+    peers(false);
+    r
+}
+
 /// What a sender did.
 #[derive(Debug, Default)]
 pub struct Sent {
@@ -57,6 +65,7 @@ pub struct Sent {
 /// and is told to the leader; only an MPI failure returns `Err`.
 pub fn send_members(
     comm: &Comm,
+    peers: &dyn Fn(bool),
     leader: usize,
     members: Vec<Outgoing>,
     block: usize,
@@ -70,7 +79,7 @@ pub fn send_members(
         head.extend_from_slice(&m.size.to_le_bytes());
         head.extend_from_slice(&(m.member.len() as u32).to_le_bytes());
         head.extend_from_slice(&m.member);
-        comm.send(&head, leader, TAG_HEAD)?;
+        watched(peers, || comm.send(&head, leader, TAG_HEAD))?;
         for &(off, len) in &m.ranges {
             let mut done = 0u64;
             while done < len {
@@ -86,7 +95,9 @@ pub fn send_members(
                 buf[..4].copy_from_slice(&m.index.to_le_bytes());
                 buf[4..8].fill(0);
                 buf[8..16].copy_from_slice(&(off + done).to_le_bytes());
-                comm.send(&buf[..DATA_HEADER + n], leader, TAG_DATA)?;
+                watched(peers, || {
+                    comm.send(&buf[..DATA_HEADER + n], leader, TAG_DATA)
+                })?;
                 sent.bytes += n as u64;
                 done += n as u64;
             }
@@ -94,13 +105,15 @@ pub fn send_members(
     }
     let mut end = vec![sent.error.is_none() as u8];
     end.extend_from_slice(sent.error.as_deref().unwrap_or("").as_bytes());
-    comm.send(&end, leader, TAG_DONE)?;
+    watched(peers, || comm.send(&end, leader, TAG_DONE))?;
     Ok(sent)
 }
 
 /// A leader's part of one set.
 pub struct Leader<'a> {
     pub comm: &'a Comm,
+    /// Marks each wait for a sender (the server job's watchdog).
+    pub peers: &'a dyn Fn(bool),
     /// Non-leader nodes of the group (each sends `DONE` once).
     pub senders: usize,
     /// The container, created new and empty.
@@ -243,7 +256,9 @@ impl Shared<'_> {
                 self.give_back(b);
                 continue;
             }
-            if cur.is_none() && !self.has_failed() {
+            if self.has_failed() {
+                cur = None;
+            } else if cur.is_none() {
                 cur = lock(&self.locals).pop_front().map(|m| (m, 0, 0));
             }
             if let Some((m, r, pos)) = &mut cur {
@@ -289,6 +304,7 @@ impl Shared<'_> {
     fn receive(
         &self,
         comm: &Comm,
+        peers: &dyn Fn(bool),
         metas: &mut BTreeMap<u32, (Vec<u8>, u64, u32)>,
     ) -> Result<u64, MpiError> {
         let mut left = self.l.senders;
@@ -303,7 +319,7 @@ impl Shared<'_> {
                 st.peak = st.peak.max(st.in_use);
                 st.free.pop().expect("a free buffer")
             };
-            let (src, tag, n) = match comm.recv(&mut buf, None) {
+            let (src, tag, n) = match watched(peers, || comm.recv(&mut buf, None)) {
                 Ok(r) => r,
                 Err(e) => {
                     self.give_back(buf);
@@ -379,12 +395,12 @@ pub fn lead(mut l: Leader<'_>) -> Result<Written, MpiError> {
         error: Mutex::new(None),
         locals: Mutex::new(locals.into()),
     };
-    let comm = l.comm;
+    let (comm, peers) = (l.comm, l.peers);
     let received = std::thread::scope(|s| {
         for _ in 0..WRITERS {
             s.spawn(|| shared.writer());
         }
-        let r = shared.receive(comm, &mut metas);
+        let r = shared.receive(comm, peers, &mut metas);
         lock(&shared.st).done = true;
         shared.cv.notify_all();
         r

@@ -156,10 +156,11 @@ impl Coordinator {
                 sets: &sets,
                 remote: &self.cfg.remote,
                 block: transfer_block(self.cfg.buf_bytes),
+                peers: &|on| self.dog.waiting(on),
             };
-            let out = self
-                .dog
-                .watch(|| across::publish(&ctx, &p, &p.key.0, mine))?;
+            // Each message is watched, not the whole publish (a large set
+            // takes long; a dead peer does not answer one message).
+            let out = across::publish(&ctx, &p, &p.key.0, mine)?;
             self.totals.bytes_between_nodes += out.between;
             self.sets.leader_peak = self.sets.leader_peak.max(out.leader_peak);
             match out.version {
