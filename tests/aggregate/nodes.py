@@ -130,7 +130,7 @@ def case_leader_killed(flavour):
         direct = work / "direct"
         direct.mkdir()
         run([agg.ckpt(), direct, np, agg.STEPS, MEAN], env=agg.clean_env())
-        whole, absent = 0, 0
+        whole, absent, orphans = 0, 0, 0
         for d in agg.set_dirs(remote):
             if (d / "set.plr").exists():
                 out = work / "before" / d.name
@@ -140,14 +140,17 @@ def case_leader_killed(flavour):
                 whole += 1
             else:
                 absent += 1
+                orphans += sum(1 for p in d.iterdir() if p.name.endswith(".plc"))
         check(absent >= 1, f"every set has a record although the leader died mid-transfer: {c.tail()}")
         check(whole >= 1, f"no set was published before the leader died: {c.tail()}")
+        check(orphans >= 1, "the interrupted set left no container: the leader did not die mid-transfer")
         r = run(c.node_cmd([BIN, "recover", "--local", c.local, "--remote", remote, "--job", "t",
                             "--aggregate", agg.RULE, "--agg-align", "64K", "--containers", str(k)]),
                 env=c.env(), check=False, timeout=300)
         check(r.returncode == 0, f"recover exited {r.returncode}: {r.stdout}{r.stderr}")
         check_sets(c, work, remote, k, np)
-        return (f"the leader died mid-transfer: {whole} set(s) whole and {absent} absent; recover on every "
+        return (f"the leader died mid-transfer: {whole} set(s) whole, {absent} absent ({orphans} orphaned "
+                f"container(s)); recover on every "
                 f"node published every set whole (equal to direct), no orphan left")
     return case
 
