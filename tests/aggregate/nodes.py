@@ -11,9 +11,12 @@ MPI servers exchanging the members over MPI.
                   servers' counters: each member byte crossed between nodes
                   at most once (none when K = nodes), and a leader never held
                   more receive buffers than its pool
-  leader killed   the leader's server killed (SIGKILL) in the middle of the
-                  transfer; `paralog recover` on every node (an MPI job)
-                  publishes every set complete, no orphan left
+  leader killed,  the leader's server (a sender's) killed (SIGKILL) in the
+  sender killed   middle of the second set's transfer: the first set reads
+                  whole and equal to the direct run, the interrupted one
+                  has no record (an orphaned container); `paralog recover`
+                  on every node (an MPI job) publishes every set complete,
+                  no orphan left
 """
 import re
 import subprocess
@@ -100,7 +103,9 @@ def case_nodes(flavour, nodes, k):
     return case
 
 
-def case_leader_killed(flavour):
+def case_killed(flavour, who):
+    """who: "leader" (its writers, after the sixth block received) or
+    "sender" (after its sixth block sent): the second set's transfer."""
     def case(work):
         nodes, k = 2, 1
         remote = work / "remote"
@@ -108,10 +113,11 @@ def case_leader_killed(flavour):
         np = nodes * RANKS_PER_NODE
         args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--containers", str(k)]
         c = Cluster(work, flavour, nodes, str(remote), server_args=args)
-        # Only a leader's writers reach this point: whichever node leads dies
-        # after writing its sixth received block (a set takes 3 or 4: the
+        # Only a leader's writers (a sender) reach this point: whichever node
+        # leads (sends) dies at its sixth block (a set takes 3 or 4: the
         # second set's transfer, after the first set was published).
-        point = {"PARALOG_FAILPOINT": "aggregate.mid_transfer:6"}
+        where = "aggregate.mid_transfer" if who == "leader" else "aggregate.mid_send"
+        point = {"PARALOG_FAILPOINT": f"{where}:6"}
         try:
             c.start_servers({n: point for n in range(nodes)})
             write_job(c, flavour, np)
@@ -120,9 +126,9 @@ def case_leader_killed(flavour):
             try:
                 rc = c.servers.wait(timeout=120)
             except subprocess.TimeoutExpired:
-                raise Failed(f"the server job went on after its leader died: {c.tail()}")
-            check(rc != 0, f"the server job exited 0 although the leader was killed: {c.tail()}")
-            check("failpoint reached" in c.tail(100000), f"the leader's failpoint was not reached: {c.tail()}")
+                raise Failed(f"the server job went on after its {who} died: {c.tail()}")
+            check(rc != 0, f"the server job exited 0 although the {who} was killed: {c.tail()}")
+            check("failpoint reached" in c.tail(100000), f"the {who}'s failpoint was not reached: {c.tail()}")
         finally:
             c.stop()
         # Complete or absent, never half: a set with a record reads whole and
@@ -141,15 +147,15 @@ def case_leader_killed(flavour):
             else:
                 absent += 1
                 orphans += sum(1 for p in d.iterdir() if p.name.endswith(".plc"))
-        check(absent >= 1, f"every set has a record although the leader died mid-transfer: {c.tail()}")
-        check(whole >= 1, f"no set was published before the leader died: {c.tail()}")
-        check(orphans >= 1, "the interrupted set left no container: the leader did not die mid-transfer")
+        check(absent >= 1, f"every set has a record although the {who} died mid-transfer: {c.tail()}")
+        check(whole >= 1, f"no set was published before the {who} died: {c.tail()}")
+        check(orphans >= 1, f"the interrupted set left no container: the {who} did not die mid-transfer")
         r = run(c.node_cmd([BIN, "recover", "--local", c.local, "--remote", remote, "--job", "t",
                             "--aggregate", agg.RULE, "--agg-align", "64K", "--containers", str(k)]),
                 env=c.env(), check=False, timeout=300)
         check(r.returncode == 0, f"recover exited {r.returncode}: {r.stdout}{r.stderr}")
         check_sets(c, work, remote, k, np)
-        return (f"the leader died mid-transfer: {whole} set(s) whole, {absent} absent ({orphans} orphaned "
+        return (f"the {who} died mid-transfer: {whole} set(s) whole, {absent} absent ({orphans} orphaned "
                 f"container(s)); recover on every "
                 f"node published every set whole (equal to direct), no orphan left")
     return case
@@ -163,5 +169,6 @@ def cases():
                 if flavour == "openmpi" and nodes == 4 and k == 2:
                     continue  # the suite's time: MPICH covers it
                 out.append((f"{flavour} {nodes} nodes K={k}", case_nodes(flavour, nodes, k)))
-        out.append((f"{flavour} leader killed", case_leader_killed(flavour)))
+        out.append((f"{flavour} leader killed", case_killed(flavour, "leader")))
+        out.append((f"{flavour} sender killed", case_killed(flavour, "sender")))
     return out

@@ -98,6 +98,7 @@ pub fn send_members(
                 watched(peers, || {
                     comm.send(&buf[..DATA_HEADER + n], leader, TAG_DATA)
                 })?;
+                crate::failpoint::hit("aggregate.mid_send");
                 sent.bytes += n as u64;
                 done += n as u64;
             }
