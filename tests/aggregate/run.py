@@ -43,6 +43,10 @@ directly. Cases:
                   collects the orphans (K + 1 files per set), leaves no local
                   record, and a second recover changes nothing
 
+  nodes, leader killed
+                  the server job on 2 and 4 simulated nodes: see
+                  tests/aggregate/nodes.py
+
 Usage: python3 -m tests.aggregate.run [--only SUBSTRING] [--keep]
 Ends with "aggregate: N passed, N failed".
 """
@@ -130,12 +134,12 @@ print(n, "files")
 '''
 
 
-def restart(work, prefix, remote, direct, n_ranks):
+def restart(work, prefix, remote, direct, n_ranks, mean=MEAN):
     """A new job, the first job's node-local log gone: the program's own
     reads, then every file of the tree copied out through os.walk."""
     local = work / "local2"
     shutil.rmtree(work / "local", ignore_errors=True)
-    r = paralog_run(local, prefix, [ckpt(), prefix, n_ranks, STEPS, MEAN, "verify"], job="restart",
+    r = paralog_run(local, prefix, [ckpt(), prefix, n_ranks, STEPS, mean, "verify"], job="restart",
                     remote=None if remote == prefix else remote)
     check("verified" in r.stdout, f"restart read: {r.stdout[-800:]} {r.stderr[-800:]}")
     copy = work / "copied"
@@ -376,6 +380,9 @@ def main():
         ("killed rank", case_killed_rank),
     ]
     cases += [(f"crash at {p}", case_crash(p)) for p in CRASH_POINTS]
+    # Many nodes (the server job): tests/aggregate/nodes.py.
+    from tests.aggregate import nodes
+    cases += nodes.cases()
     sys.exit(suite.run(cases, only=a.only))
 
 

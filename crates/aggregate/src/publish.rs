@@ -283,44 +283,80 @@ impl SetWriter {
                 .collect(),
             members,
         };
-        // 2. The commit: the record under its name, atomically and durably.
-        let tmp = self.dir.join(format!(
-            ".{}.{}.{:016x}.tmp",
-            format::RECORD_NAME,
-            std::process::id(),
-            self.attempt
-        ));
-        let path = self.dir.join(format::RECORD_NAME);
-        write_file(&tmp, &record.encode())?;
-        std::fs::rename(&tmp, &path)
-            .map_err(AggError::io(&path, "rename set record into place"))?;
-        // From here the containers are the record's: never removed on error.
-        self.published = true;
-        // The rename is durable only with its directory.
-        sync_dir(&self.dir)?;
-        self.hit("aggregate.after_record");
-        // 3. What only the replaced version used.
-        if let Some(prev) = &self.previous {
-            let keep: BTreeSet<&[u8]> = record.containers.iter().map(|c| &c.name[..]).collect();
-            let mut removed = false;
-            for c in prev
-                .containers
-                .iter()
-                .filter(|c| !keep.contains(&c.name[..]))
-            {
-                let p = self.dir.join(OsStr::from_bytes(&c.name));
-                match std::fs::remove_file(&p) {
-                    Ok(()) => removed = true,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(AggError::io(&p, "remove a replaced container")(e)),
+        // 2. The commit; from the rename on, the containers are the
+        // record's: never removed on error.
+        let hook = self.hook.take();
+        let published = &mut self.published;
+        commit_record(
+            &self.dir,
+            &record,
+            self.previous.as_ref(),
+            self.attempt,
+            &|p| {
+                if let Some(h) = &hook {
+                    h(p)
                 }
-            }
-            if removed {
-                sync_dir(&self.dir)?;
-            }
-        }
+            },
+            &mut || *published = true,
+        )?;
         Ok(record)
     }
+}
+
+/// Make `record` the set's published version in `dir` (its containers
+/// already durable, their names too): written to a temporary name, fsynced,
+/// renamed to `set.plr` (the commit), the directory fsynced; then the
+/// containers only `previous` used are removed. `committed` is called right
+/// after the rename; `hook` at `aggregate.after_record`. The one-node
+/// writer and the server job's record writer (many nodes) both commit here.
+pub fn commit_record(
+    dir: &Path,
+    record: &SetRecord,
+    previous: Option<&SetRecord>,
+    attempt: u64,
+    hook: &dyn Fn(&str),
+    committed: &mut dyn FnMut(),
+) -> Result<()> {
+    let tmp = dir.join(format!(
+        ".{}.{}.{:016x}.tmp",
+        format::RECORD_NAME,
+        std::process::id(),
+        attempt
+    ));
+    let path = dir.join(format::RECORD_NAME);
+    write_file(&tmp, &record.encode())?;
+    std::fs::rename(&tmp, &path).map_err(AggError::io(&path, "rename set record into place"))?;
+    committed();
+    // The rename is durable only with its directory.
+    sync_dir(dir)?;
+    hook("aggregate.after_record");
+    // 3. What only the replaced version used.
+    if let Some(prev) = previous {
+        let keep: BTreeSet<&[u8]> = record.containers.iter().map(|c| &c.name[..]).collect();
+        let mut removed = false;
+        for c in prev
+            .containers
+            .iter()
+            .filter(|c| !keep.contains(&c.name[..]))
+        {
+            let p = dir.join(OsStr::from_bytes(&c.name));
+            match std::fs::remove_file(&p) {
+                Ok(()) => removed = true,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(AggError::io(&p, "remove a replaced container")(e)),
+            }
+        }
+        if removed {
+            sync_dir(dir)?;
+        }
+    }
+    Ok(())
+}
+
+/// The per-attempt number that names a publish's containers and temporary
+/// record (random: two attempts never share a name).
+pub fn new_attempt() -> u64 {
+    random_u64()
 }
 
 impl Drop for SetWriter {
@@ -386,7 +422,7 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
     f.sync_all().map_err(AggError::io(path, "fsync"))
 }
 
-fn sync_dir(dir: &Path) -> Result<()> {
+pub fn sync_dir(dir: &Path) -> Result<()> {
     std::fs::File::open(dir)
         .and_then(|f| f.sync_all())
         .map_err(AggError::io(dir, "fsync directory"))
@@ -395,7 +431,7 @@ fn sync_dir(dir: &Path) -> Result<()> {
 /// Create `dir` and its missing parents below `base` (which must exist),
 /// fsyncing each parent that gained an entry: the set directory must
 /// survive a crash before the record in it can.
-fn create_dirs(base: &Path, dir: &Path) -> Result<()> {
+pub fn create_dirs(base: &Path, dir: &Path) -> Result<()> {
     if !base.is_dir() {
         return Err(AggError::Invalid {
             path: base.to_path_buf(),

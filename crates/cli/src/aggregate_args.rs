@@ -21,6 +21,10 @@ pub struct AggregateArgs {
     /// Members start at multiples of this in their container (K, M, G)
     #[arg(long, default_value = "1M", value_parser = crate::server::parse_bytes, value_name = "BYTES")]
     pub agg_align: u64,
+    /// A server job: receive buffers of a set's leader, each one --buffer,
+    /// taken from --memory
+    #[arg(long, default_value_t = paralog_server::aggregate::DEFAULT_BUFFERS, value_name = "N")]
+    pub agg_buffers: usize,
 }
 
 /// What the options say, checked.
@@ -28,7 +32,10 @@ pub struct AggregateArgs {
 pub struct Aggregate {
     pub rules: Rules,
     pub containers: u32,
+    /// `--containers` was given (else a server job makes one per node).
+    pub containers_given: bool,
     pub align: u64,
+    pub buffers: usize,
 }
 
 impl AggregateArgs {
@@ -77,7 +84,9 @@ impl AggregateArgs {
         Ok(Some(Aggregate {
             rules,
             containers: containers.unwrap_or(1),
+            containers_given: containers.is_some(),
             align: self.agg_align,
+            buffers: self.agg_buffers,
         }))
     }
 
@@ -92,19 +101,20 @@ impl AggregateArgs {
             // new version of the set, with or without rules.
             return Ok((!server_job).then(paralog_server::aggregate::Sets::rewrites_only));
         };
-        if server_job {
-            bail!("--aggregate is not supported by the server job (many nodes) yet: run one server per node without MPI, or drop --aggregate");
+        if agg.buffers == 0 {
+            bail!("--agg-buffers must be at least 1");
         }
         let url = match remote {
             crate::remote::Remote::Url(u, _) => Some(u),
             crate::remote::Remote::Prefix => None,
         };
         paralog_server::aggregate::Sets::check_remote(url).map_err(|e| anyhow!(e))?;
-        Ok(Some(paralog_server::aggregate::Sets::new(
-            agg.rules,
-            agg.containers,
-            agg.align,
-        )))
+        let sets = paralog_server::aggregate::Sets::new(agg.rules, agg.containers, agg.align);
+        Ok(Some(if server_job {
+            sets.for_server_job(!agg.containers_given, agg.buffers)
+        } else {
+            sets
+        }))
     }
 
     /// One line per rule that matched none of the files a run captured

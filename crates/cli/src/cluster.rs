@@ -61,6 +61,12 @@ pub fn report(t: &Totals, rank: usize, root: &Path, what: &str) -> ExitCode {
                 format!(", parts uploaded by node {}", parts.join("/"))
             }
         );
+        if t.sets_published > 0 {
+            println!(
+                "paralog {what}: {} checkpoint set(s) published; a leader held at most {} bytes of receive buffers (pool {})",
+                t.sets_published, t.set_leader_peak, t.set_leader_pool
+            );
+        }
         for f in &t.failed {
             println!("paralog {what}: NOT DRAINED: {f}");
         }

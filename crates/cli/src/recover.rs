@@ -51,7 +51,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(mpi) = mpi {
         // One process per node: the servers' drain, everything, then stop.
         crate::server::init_tracing();
-        let cfg = args.job_of_servers.config(
+        let mut cfg = args.job_of_servers.config(
             &root,
             args.at.job.clone(),
             remote,
@@ -59,6 +59,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             8 << 20,
             true,
         )?;
+        cfg.sets = sets.map(std::sync::Arc::new);
         let (totals, rank) = crate::cluster::run(mpi, cfg, None)?;
         return Ok(crate::cluster::report(&totals, rank, &root, "recover"));
     }

@@ -124,6 +124,7 @@ impl ServerJobArgs {
             finish_now,
             peer_timeout: std::time::Duration::from_secs_f64(self.peer_timeout),
             posix_writes: self.posix_writes.into(),
+            sets: None,
         })
     }
 }
@@ -195,8 +196,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let sets = crate::aggregate_args::AggregateArgs::sets(aggregate, &remote, mpi.is_some())?
         .map(std::sync::Arc::new);
+    if let Some(s) = sets.as_ref().filter(|_| mpi.is_some()) {
+        // A set's leader receives into these buffers (docs/aggregate.md).
+        if s.buffers as u64 * t.buffer > t.memory {
+            bail!(
+                "--agg-buffers {} of --buffer {} need more than --memory {}",
+                s.buffers,
+                t.buffer,
+                t.memory
+            );
+        }
+    }
     if let Some(mpi) = mpi {
-        let cfg = args.job_of_servers.config(
+        let mut cfg = args.job_of_servers.config(
             &root,
             args.at.job.clone(),
             remote,
@@ -204,6 +216,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             t.buffer as usize,
             false,
         )?;
+        cfg.sets = sets.clone();
         let (totals, rank) = crate::cluster::run(mpi, cfg, Some(socket))?;
         return Ok(crate::cluster::report(&totals, rank, &root, "server"));
     }

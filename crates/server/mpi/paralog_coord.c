@@ -214,3 +214,33 @@ int pl_file_close(void *h)
     free(fh);
     return rc;
 }
+
+/* Point-to-point, for the transfer of checkpoint-set members to their
+ * group's leader (docs/aggregate.md, "Many nodes"): one blocking send per
+ * fixed-size block (the leader's bounded pool would stall non-blocking
+ * sends anyway), and a receive from any sender (src == -1) or one. */
+int pl_send(const void *buf, int64_t n, int dest, int tag)
+{
+    if (n < 0 || n > INT_MAX)
+        return MPI_ERR_COUNT;
+    return MPI_Send(REAL(buf, n), (int)n, MPI_BYTE, dest, tag, comm);
+}
+
+/* Receive at most cap bytes; the sender, the tag and the length received
+ * come back. A message longer than cap is an error (MPI_ERR_TRUNCATE). */
+int pl_recv(void *buf, int64_t cap, int src, int tag, int *got_src, int *got_tag, int64_t *got_len)
+{
+    MPI_Status st;
+    int n = 0;
+    if (cap < 0 || cap > INT_MAX)
+        return MPI_ERR_COUNT;
+    int rc = MPI_Recv(REAL(buf, cap), (int)cap, MPI_BYTE, src < 0 ? MPI_ANY_SOURCE : src,
+                      tag < 0 ? MPI_ANY_TAG : tag, comm, &st);
+    if (rc != MPI_SUCCESS)
+        return rc;
+    MPI_Get_count(&st, MPI_BYTE, &n);
+    *got_src = st.MPI_SOURCE;
+    *got_tag = st.MPI_TAG;
+    *got_len = n;
+    return 0;
+}

@@ -28,8 +28,14 @@ use crate::drain::{DrainError, Drained};
 use crate::remote::Remote;
 use crate::step;
 
+pub mod across;
+pub mod nodes;
 mod publish;
 mod scan;
+pub mod transfer;
+
+/// A set's leader receives into this many buffers by default.
+pub const DEFAULT_BUFFERS: usize = 4;
 
 use publish::{publish_set, Publish};
 use scan::{remote_root_of, scan_job};
@@ -47,6 +53,10 @@ pub struct Sets {
     /// `recover --incomplete`: at the end, a set with members still being
     /// written is published too, flagged incomplete.
     incomplete: bool,
+    /// The server job: K was not given, so one container per node.
+    pub per_node: bool,
+    /// The server job: receive buffers of a set's leader (`--agg-buffers`).
+    pub buffers: usize,
 }
 
 /// The "rule" of a member no rule matches, found in a published set (a
@@ -79,7 +89,18 @@ impl Sets {
             busy: Mutex::new(()),
             published: paralog_aggregate::reader::SetCache::new(),
             incomplete: false,
+            per_node: false,
+            buffers: DEFAULT_BUFFERS,
         }
+    }
+
+    /// The server job's settings: `per_node` when `--containers` was not
+    /// given (K is then the number of nodes), and the leader's receive
+    /// buffers.
+    pub fn for_server_job(mut self, per_node: bool, buffers: usize) -> Sets {
+        self.per_node = per_node;
+        self.buffers = buffers.max(1);
+        self
     }
 
     /// `recover --incomplete`: a set that can never be completed (a
@@ -88,6 +109,11 @@ impl Sets {
     pub fn publishing_incomplete(mut self) -> Sets {
         self.incomplete = true;
         self
+    }
+
+    /// `recover --incomplete` was asked for.
+    pub fn incomplete(&self) -> bool {
+        self.incomplete
     }
 
     /// No rule: only members of sets already published are drained as

@@ -102,34 +102,16 @@ pub(super) fn publish_set(
     let mut handled = BTreeSet::new();
     for f in files.iter().filter(|f| !f.pending.is_empty()) {
         handled.insert(f.member.clone());
-        let lf = f.inv.logical_file(None).map_err(corrupt)?;
-        // Every extent verified before anything reaches the remote.
-        let mut reader = SourceReader::default();
-        let used: BTreeSet<usize> = lf.pieces().map(|(_, _, p)| p.source).collect();
-        for &s in &used {
-            reader.verify(&lf.sources[s]).map_err(corrupt)?;
+        if let Some(src) = member_source(old.as_ref(), &root, f)? {
+            items.push(src);
         }
-        if lf.deleted {
-            continue;
-        }
-        let base = Base::open(old.as_ref(), &root, f)?;
-        let size = lf.size.final_size(base.len());
-        let mode = base.mode();
-        let ranges = data_ranges(&lf, &base);
-        let bytes: u64 = ranges.iter().map(|r| r.1).sum();
-        items.push((f, lf, reader, base, size, mode, ranges, bytes));
     }
-    items.sort_by(|a, b| b.7.cmp(&a.7).then_with(|| a.0.member.cmp(&b.0.member)));
-    for (f, lf, reader, base, size, mode, ranges, _) in items {
-        let mut src = LogicalRead {
-            lf: &lf,
-            reader,
-            base,
-            ranges: ranges.iter().copied().collect(),
-            local_error: None,
-        };
-        w.add_member_sparse(&f.member, size, mode, &ranges, &mut src)
-            .map_err(|e| match src.local_error.take() {
+    items.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.member.cmp(&b.member)));
+    for mut src in items {
+        let (member, size, mode, ranges) =
+            (src.member.clone(), src.size, src.mode, src.ranges.clone());
+        w.add_member_sparse(&member, size, mode, &ranges, &mut src)
+            .map_err(|e| match src.read.local_error.take() {
                 Some(l) => corrupt(l),
                 None => set_error(e),
             })?;
@@ -176,6 +158,63 @@ pub(super) fn publish_set(
     }
     drop(locks);
     Ok((record.version, members))
+}
+
+/// A member file's content as the set will hold it: its new epochs over
+/// its base, every source extent verified; `Read` yields the bytes of
+/// `ranges` one after the other.
+pub(super) struct MemberSource {
+    pub(super) member: Vec<u8>,
+    pub(super) size: u64,
+    pub(super) mode: u32,
+    /// Where it has bytes (offset, length); the rest are holes.
+    pub(super) ranges: Vec<(u64, u64)>,
+    pub(super) bytes: u64,
+    pub(super) read: LogicalRead,
+}
+
+impl Read for MemberSource {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.read.read(buf)
+    }
+}
+
+/// The member file `f` as the set will hold it (`None`: the program
+/// deleted it; it leaves the set). Every extent of its new epochs is
+/// verified first: a damaged one fails here, before a byte moves.
+pub(super) fn member_source(
+    old: Option<&Arc<SetReader>>,
+    root: &Path,
+    f: &MemberFile,
+) -> Result<Option<MemberSource>, DrainError> {
+    let lf = f.inv.logical_file(None).map_err(corrupt)?;
+    let mut reader = SourceReader::default();
+    let used: BTreeSet<usize> = lf.pieces().map(|(_, _, p)| p.source).collect();
+    for &s in &used {
+        reader.verify(&lf.sources[s]).map_err(corrupt)?;
+    }
+    if lf.deleted {
+        return Ok(None);
+    }
+    let base = Base::open(old, root, f)?;
+    let size = lf.size.final_size(base.len());
+    let mode = base.mode();
+    let ranges = data_ranges(&lf, &base);
+    let bytes: u64 = ranges.iter().map(|r| r.1).sum();
+    Ok(Some(MemberSource {
+        member: f.member.clone(),
+        size,
+        mode,
+        ranges: ranges.clone(),
+        bytes,
+        read: LogicalRead {
+            lf,
+            reader,
+            base,
+            ranges: ranges.into_iter().collect(),
+            local_error: None,
+        },
+    }))
 }
 
 /// A member's content before its new epochs: its member in the set's
@@ -282,8 +321,8 @@ fn data_ranges(lf: &LogicalFile, base: &Base) -> Vec<(u64, u64)> {
 
 /// The member's bytes in `ranges`, one after the other: the logical file's
 /// own read (pieces over the base, every source verified).
-struct LogicalRead<'a> {
-    lf: &'a LogicalFile,
+pub(super) struct LogicalRead {
+    lf: LogicalFile,
     reader: SourceReader,
     base: Base,
     ranges: std::collections::VecDeque<(u64, u64)>,
@@ -291,7 +330,7 @@ struct LogicalRead<'a> {
     local_error: Option<LogError>,
 }
 
-impl Read for LogicalRead<'_> {
+impl Read for LogicalRead {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         while let Some(&(off, len)) = self.ranges.front() {
             if len == 0 {

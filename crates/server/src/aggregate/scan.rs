@@ -17,17 +17,17 @@ use crate::remote::Remote;
 use super::Sets;
 
 /// A member file of a set, as scanned.
-pub(super) struct MemberFile {
-    pub(super) inv: FileInventory,
-    pub(super) rel: Vec<u8>,
-    pub(super) app_path: Vec<u8>,
-    pub(super) member: Vec<u8>,
-    pub(super) pending: Vec<EpochId>,
-    pub(super) finished: bool,
-    pub(super) created: SystemTime,
+pub(crate) struct MemberFile {
+    pub(crate) inv: FileInventory,
+    pub(crate) rel: Vec<u8>,
+    pub(crate) app_path: Vec<u8>,
+    pub(crate) member: Vec<u8>,
+    pub(crate) pending: Vec<EpochId>,
+    pub(crate) finished: bool,
+    pub(crate) created: SystemTime,
 }
 
-pub(super) fn corrupt(e: LogError) -> DrainError {
+pub(crate) fn corrupt(e: LogError) -> DrainError {
     match e {
         LogError::Io { ref error, .. } if error.kind() != std::io::ErrorKind::NotFound => {
             DrainError::Local(e)
@@ -37,10 +37,10 @@ pub(super) fn corrupt(e: LogError) -> DrainError {
 }
 
 /// A set of a job: (rule index, set directory).
-pub(super) type SetKey = (usize, Vec<u8>);
+pub(crate) type SetKey = (usize, Vec<u8>);
 
 /// Scan the member files of the sets in `job_dir`, by set.
-pub(super) fn scan_job(
+pub(crate) fn scan_job(
     sets: &Sets,
     remote: &Remote,
     job_dir: &Path,
@@ -72,7 +72,7 @@ pub(super) fn scan_job(
     Ok(out)
 }
 
-pub(super) fn scan_member(
+pub(crate) fn scan_member(
     sets: &Sets,
     remote: &Remote,
     dir: &Path,
@@ -125,11 +125,11 @@ pub(super) fn scan_member(
 
 /// The POSIX directory sets of `f` go to: the remote's root, or the
 /// prefix the program wrote under (its path minus the relative path).
-pub(super) fn remote_root(remote: &Remote, f: &MemberFile) -> Result<PathBuf, DrainError> {
+pub(crate) fn remote_root(remote: &Remote, f: &MemberFile) -> Result<PathBuf, DrainError> {
     remote_root_of(remote, &f.app_path, &f.rel)
 }
 
-pub(super) fn remote_root_of(
+pub(crate) fn remote_root_of(
     remote: &Remote,
     app_path: &[u8],
     rel: &[u8],

@@ -34,6 +34,7 @@ pub mod parts;
 pub mod plan;
 mod posix;
 mod renamed;
+mod sets;
 pub mod summary;
 mod watchdog;
 
@@ -71,6 +72,8 @@ pub struct ClusterConfig {
     pub peer_timeout: Duration,
     /// How the servers write a POSIX remote's bytes.
     pub posix_writes: PosixWrites,
+    /// `--aggregate`: member files drain into checkpoint sets (sets.rs).
+    pub sets: Option<Arc<crate::aggregate::Sets>>,
 }
 
 /// How the servers write the bytes of an epoch into a POSIX remote file.
@@ -99,6 +102,12 @@ pub struct Totals {
     pub parts_by_node: Vec<u64>,
     /// Files that could not be drained, with the reason.
     pub failed: Vec<String>,
+    /// Checkpoint sets published (`--aggregate`).
+    pub sets_published: u64,
+    /// The most receive-buffer bytes a set's leader held at once, and its
+    /// pool (`--agg-buffers` buffers).
+    pub set_leader_peak: u64,
+    pub set_leader_pool: u64,
 }
 
 /// What one round found and did, the same on every server.
@@ -137,6 +146,8 @@ pub struct Coordinator {
     drained: BTreeMap<FileKey, FileDrained>,
     /// Time spent draining groups, all files.
     active: Duration,
+    /// The checkpoint sets' rounds (sets.rs).
+    sets: sets::SetRounds,
 }
 
 /// One file's drain so far (the time is this server's own: for the rate
@@ -177,6 +188,7 @@ impl Coordinator {
             totals,
             drained: BTreeMap::new(),
             active: Duration::ZERO,
+            sets: sets::SetRounds::default(),
         }
     }
 
@@ -196,7 +208,8 @@ impl Coordinator {
                 continue;
             };
             let finishing = nodes.iter().any(|n| n.finishing);
-            let files = plan::plan(&nodes, self.whole_opens(), finishing);
+            let mut files = plan::plan(&nodes, self.whole_opens(), finishing);
+            files.retain(|f| !self.is_set_member(f));
             if number == 1 && self.cfg.finish_now && self.leader() {
                 // Recovery: what an interrupted drain left half-done on the
                 // remote (S3 multipart uploads) goes before anything else.
@@ -213,6 +226,7 @@ impl Coordinator {
             for f in &files {
                 self.drain_file(f, &mut round)?;
             }
+            self.drain_sets(finishing, &mut round)?;
             self.publish(&round);
             // Finished when nothing drainable is left: every file drained or
             // parked. Every server sees the same plan, so all stop together.
@@ -454,6 +468,7 @@ impl Coordinator {
                     r.error.as_deref().unwrap_or("")
                 )
             })
+            .chain(self.sets.failed())
             .collect();
         let mut s = self.ctl.lock();
         s.totals = self.totals.clone();

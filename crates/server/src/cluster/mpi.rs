@@ -27,6 +27,9 @@ type FileOpenFn = unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> c_int
 type FileWriteAllFn =
     unsafe extern "C" fn(*mut c_void, *const i64, *const i64, c_int, *const c_void) -> c_int;
 type FileFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+type SendFn = unsafe extern "C" fn(*const c_void, i64, c_int, c_int) -> c_int;
+type RecvFn =
+    unsafe extern "C" fn(*mut c_void, i64, c_int, c_int, *mut c_int, *mut c_int, *mut i64) -> c_int;
 
 /// Reduction operations of [`Comm::allreduce`].
 #[derive(Debug, Clone, Copy)]
@@ -53,6 +56,8 @@ pub struct Comm {
     file_write_all: FileWriteAllFn,
     file_sync: FileFn,
     file_close: FileFn,
+    send: SendFn,
+    recv: RecvFn,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
@@ -121,6 +126,8 @@ impl Comm {
                 )?),
                 file_sync: std::mem::transmute::<*mut c_void, FileFn>(sym("pl_file_sync")?),
                 file_close: std::mem::transmute::<*mut c_void, FileFn>(sym("pl_file_close")?),
+                send: std::mem::transmute::<*mut c_void, SendFn>(sym("pl_send")?),
+                recv: std::mem::transmute::<*mut c_void, RecvFn>(sym("pl_recv")?),
                 _not_send: std::marker::PhantomData,
             };
             let (mut r, mut s) = (0, 0);
@@ -241,6 +248,37 @@ impl Comm {
             rc,
         )?;
         Ok(all)
+    }
+
+    /// One blocking point-to-point send of `buf` to `dest` with `tag`.
+    pub fn send(&self, buf: &[u8], dest: usize, tag: i32) -> Result<(), MpiError> {
+        // SAFETY: a valid buffer of buf.len() bytes.
+        let rc = unsafe { (self.send)(buf.as_ptr().cast(), buf.len() as i64, dest as c_int, tag) };
+        self.check("send", rc)
+    }
+
+    /// One blocking receive into `buf` from `src` (`None`: any sender) with
+    /// any tag: the sender, the tag and the length received.
+    pub fn recv(
+        &self,
+        buf: &mut [u8],
+        src: Option<usize>,
+    ) -> Result<(usize, i32, usize), MpiError> {
+        let (mut s, mut t, mut n) = (0 as c_int, 0 as c_int, 0i64);
+        // SAFETY: a valid buffer of buf.len() bytes and three out places.
+        let rc = unsafe {
+            (self.recv)(
+                buf.as_mut_ptr().cast(),
+                buf.len() as i64,
+                src.map_or(-1, |s| s as c_int),
+                -1,
+                &mut s,
+                &mut t,
+                &mut n,
+            )
+        };
+        self.check("recv", rc)?;
+        Ok((s as usize, t, n as usize))
     }
 
     /// Open `path` for collective writes by every server (collective).

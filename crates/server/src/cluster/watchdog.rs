@@ -38,6 +38,14 @@ impl Watchdog {
         Watchdog { since, start }
     }
 
+    /// Mark the start (`true`) or the end of one wait for the peers, for
+    /// code that waits in many steps outside this module (the checkpoint
+    /// sets' transfer: each message, not the whole transfer, is watched).
+    pub(crate) fn waiting(&self, on: bool) {
+        let now = self.start.elapsed().as_millis().max(1) as u64;
+        self.since.store(if on { now } else { 0 }, Ordering::SeqCst);
+    }
+
     /// Run one collective under watch.
     pub(super) fn watch<T>(&self, f: impl FnOnce() -> T) -> T {
         let now = self.start.elapsed().as_millis().max(1) as u64;

@@ -1,0 +1,464 @@
+//! One publish of a checkpoint set by the servers of a job together
+//! (docs/aggregate.md, "Many nodes"), every step agreed by all:
+//!
+//! 1. each server locks its member files and looks at them again; the
+//!    record writer (the lowest node holding a member) collects what a
+//!    crashed attempt left (`collect_orphans`) and shares the version and
+//!    the attempt number; agreement;
+//! 2. in each group, the non-leaders send their members to the leader,
+//!    which writes them with its own into its container (transfer.rs) and
+//!    makes it durable; the first group's leader also copies the previous
+//!    version's members that no new epoch touched;
+//! 3. the leaders' placements go to the record writer; agreement (every
+//!    container durable, nothing failed);
+//! 4. the record writer commits the set record (temporary, fsync, rename:
+//!    the commit point); agreement;
+//! 5. only then every server writes its members' progress records and
+//!    deletes their local records.
+//!
+//! A crash before the rename leaves the previous version and every local
+//! epoch (the next attempt collects the orphaned containers first); one
+//! after it leaves the new version, and at most makes the same set again.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use paralog_aggregate::format::{self, Container, SetRecord};
+use paralog_aggregate::publish::{collect_orphans, commit_record, create_dirs, new_attempt};
+use paralog_aggregate::reader::{ExtentsReader, SetReader};
+
+use crate::cluster::mpi::{Comm, MpiError, Reduce};
+use crate::drain::{lock_file_dir, DrainLock};
+use crate::remote::Remote;
+use crate::step;
+
+use super::nodes::SetPlan;
+use super::publish::member_source;
+use super::scan::{remote_root, scan_member, MemberFile};
+use super::transfer::{lead, send_members, Leader, Outgoing};
+use super::Sets;
+
+/// What the servers need for a publish.
+pub struct Ctx<'a> {
+    pub comm: &'a Comm,
+    pub sets: &'a Sets,
+    pub remote: &'a Remote,
+    /// Bytes of one transfer block.
+    pub block: usize,
+    /// Marks each wait for the other servers (`true`: begins), for the
+    /// server job's watchdog.
+    pub peers: &'a dyn Fn(bool),
+}
+
+impl Ctx<'_> {
+    /// One MPI call under the watchdog.
+    fn w<T>(&self, f: impl FnOnce(&Comm) -> T) -> T {
+        (self.peers)(true);
+        let r = f(self.comm);
+        (self.peers)(false);
+        r
+    }
+}
+
+/// What one publish did, the same on every server.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// The version published, if one was.
+    pub version: Option<u64>,
+    /// Why not (the first failure this server saw, or that another did).
+    pub error: Option<String>,
+    /// Member epochs drained and their local bytes, all nodes.
+    pub epochs: u64,
+    pub bytes: u64,
+    /// Member bytes sent between nodes, all senders.
+    pub between: u64,
+    /// The most receive-buffer bytes a leader held at once.
+    pub leader_peak: u64,
+}
+
+fn rel(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Publish `plan` (its verdict is `Publish`) with this node's member files
+/// `mine`. Only an MPI failure returns `Err` (the server job then ends).
+pub(crate) fn publish(
+    ctx: &Ctx<'_>,
+    plan: &SetPlan,
+    job: &str,
+    mine: &[MemberFile],
+) -> Result<Outcome, MpiError> {
+    let comm = ctx.comm;
+    let me = comm.rank();
+    let set = &plan.key.2;
+    let mut fail: Option<String> = None;
+
+    // 1. Locks, and a fresh look under them.
+    let mut locks: Vec<DrainLock> = Vec::new();
+    let mut fresh: Vec<MemberFile> = Vec::new();
+    for f in mine {
+        if !plan
+            .members
+            .iter()
+            .any(|(n, m)| *n == me && m.member == f.member)
+        {
+            continue;
+        }
+        let got = lock_file_dir(&f.inv.dir).and_then(|l| {
+            locks.push(l);
+            scan_member(ctx.sets, ctx.remote, &f.inv.dir)
+        });
+        match got {
+            Ok(Some((_, m))) if m.finished || !plan.complete => fresh.push(m),
+            Ok(Some((_, m))) => {
+                fail.get_or_insert(format!("{} is being written again", m.inv.display_name()));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                fail.get_or_insert(rel(e));
+            }
+        }
+    }
+    let writer = plan.members[0].0;
+    let mut head = Vec::new();
+    let mut previous = None;
+    let attempt = new_attempt();
+    if me == writer {
+        let r = (|| -> Result<(PathBuf, Option<SetRecord>), String> {
+            let f = fresh.first().ok_or("no member file of the set here")?;
+            let root = remote_root(ctx.remote, f).map_err(rel)?;
+            let dir = root.join(OsStr::from_bytes(set));
+            create_dirs(&root, &dir).map_err(rel)?;
+            let removed = collect_orphans(&dir).map_err(rel)?;
+            if !removed.is_empty() {
+                tracing::info!(set = %dir.display(), removed = removed.len(), "removed orphaned containers");
+            }
+            let prev = paralog_aggregate::reader::read_record(&dir).map_err(rel)?;
+            Ok((root, prev))
+        })();
+        match r {
+            Ok((root, prev)) => {
+                let version = prev.as_ref().map_or(1, |p| p.version + 1);
+                head.push(1u8);
+                head.extend_from_slice(&version.to_le_bytes());
+                head.extend_from_slice(&attempt.to_le_bytes());
+                head.extend_from_slice(root.as_os_str().as_bytes());
+                previous = prev;
+            }
+            Err(e) => {
+                head.push(0);
+                head.extend_from_slice(e.as_bytes());
+            }
+        }
+    }
+    let mut len = (head.len() as u32).to_le_bytes();
+    ctx.w(|c| c.bcast(&mut len, writer))?;
+    head.resize(u32::from_le_bytes(len) as usize, 0);
+    ctx.w(|c| c.bcast(&mut head, writer))?;
+    let started = head.first() == Some(&1) && head.len() >= 17;
+    if !started {
+        let why = String::from_utf8_lossy(head.get(1..).unwrap_or_default()).into_owned();
+        fail.get_or_insert(format!("the set's record writer (node {writer}): {why}"));
+    }
+    let (version, attempt) = if started {
+        (
+            u64::from_le_bytes(head[1..9].try_into().expect("8")),
+            u64::from_le_bytes(head[9..17].try_into().expect("8")),
+        )
+    } else {
+        (0, 0)
+    };
+    let root = PathBuf::from(OsStr::from_bytes(if started { &head[17..] } else { b"" }));
+    let dir = root.join(OsStr::from_bytes(set));
+    let old = if fail.is_none() {
+        match SetReader::open(&dir) {
+            Ok(o) => o.map(Arc::new),
+            Err(e) => {
+                fail.get_or_insert(rel(e));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    if ctx.w(|c| agree_failed(c, fail.is_some()))? {
+        return Ok(failed(fail, "another node could not start the set"));
+    }
+
+    // 2. The transfer.
+    let mut outgoing = Vec::new();
+    for f in fresh.iter().filter(|f| !f.pending.is_empty()) {
+        let index = plan
+            .members
+            .iter()
+            .position(|(n, m)| *n == me && m.member == f.member)
+            .expect("in the plan") as u32;
+        match member_source(old.as_ref(), &root, f) {
+            Ok(Some(src)) => outgoing.push(Outgoing {
+                index,
+                member: src.member.clone(),
+                size: src.size,
+                mode: src.mode,
+                ranges: src.ranges.clone(),
+                src: Box::new(src),
+            }),
+            Ok(None) => {}
+            Err(e) => {
+                fail.get_or_insert(rel(e));
+            }
+        }
+    }
+    let mut sent = 0u64;
+    let mut peak = 0u64;
+    let mut mini = Vec::new();
+    let mut container_path = None;
+    if let Some(g) = plan.group_of(me) {
+        if g.leader == me {
+            if g.container == 0 {
+                outgoing.extend(keep_old(plan, old.as_ref()));
+            }
+            let name = format::container_name(g.container, version, attempt);
+            let path = dir.join(OsStr::from_bytes(&name));
+            let created = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(&path);
+            let file = match created {
+                Ok(f) => {
+                    container_path = Some(path.clone());
+                    f
+                }
+                Err(e) => {
+                    fail.get_or_insert(format!("creating {}: {e}", path.display()));
+                    // Still receive what the senders send, and drop it.
+                    match std::fs::OpenOptions::new().write(true).open("/dev/null") {
+                        Ok(f) => f,
+                        Err(e) => {
+                            tracing::error!(error = %e, "cannot open /dev/null; ending the server job");
+                            comm.abort(70)
+                        }
+                    }
+                }
+            };
+            let w = lead(Leader {
+                comm,
+                peers: ctx.peers,
+                senders: g.end - g.first - 1,
+                file: &file,
+                container: 0,
+                align: ctx.sets.align,
+                crc_block: format::DEFAULT_BLOCK,
+                block: ctx.block,
+                buffers: ctx.sets.buffers,
+                locals: outgoing,
+            })?;
+            peak = (w.peak_buffers * (ctx.block + 16)) as u64;
+            if let Some(e) = w.error {
+                fail.get_or_insert(e);
+            }
+            if fail.is_none() {
+                let mut members: Vec<_> = w.members.into_values().collect();
+                members.sort_by(|a, b| a.path.cmp(&b.path));
+                let rec = SetRecord {
+                    set: set.clone(),
+                    version,
+                    complete: plan.complete,
+                    block_size: format::DEFAULT_BLOCK,
+                    align: ctx.sets.align,
+                    origin: [0; 16],
+                    job: job.as_bytes().to_vec(),
+                    containers: vec![Container { name, size: w.end }],
+                    members,
+                };
+                mini = rec.encode();
+            }
+        } else {
+            let s = send_members(comm, ctx.peers, g.leader, outgoing, ctx.block)?;
+            sent = s.bytes;
+            if let Some(e) = s.error {
+                fail.get_or_insert(e);
+            }
+        }
+    }
+
+    // 3. The placements to the record writer; every container durable.
+    let (all, counts) = ctx.w(|c| c.gather_bytes(&mini, Some(writer)))?;
+    let mut sums = [fail.is_some() as i64, sent as i64];
+    ctx.w(|c| c.allreduce(&mut sums, Reduce::Sum))?;
+    let mut max = [peak as i64];
+    ctx.w(|c| c.allreduce(&mut max, Reduce::Max))?;
+    let mut out = Outcome {
+        between: sums[1] as u64,
+        leader_peak: max[0] as u64,
+        ..Outcome::default()
+    };
+    let mut committed = false;
+    if sums[0] == 0 && me == writer {
+        let origin = fresh.first().map(|f| f.inv.origin()).unwrap_or([0; 16]);
+        let r = merge(plan, &dir, &all, &counts, origin).and_then(|rec| {
+            crate::failpoint::hit("aggregate.before_record");
+            commit_record(
+                &dir,
+                &rec,
+                previous.as_ref(),
+                attempt,
+                &crate::failpoint::hit,
+                &mut || committed = true,
+            )
+            .map_err(rel)
+        });
+        if let Err(e) = r {
+            fail.get_or_insert(e);
+        }
+    }
+    // 4. Whether the record is in place (the writer says).
+    let mut c = [committed as u8];
+    ctx.w(|m| m.bcast(&mut c, writer))?;
+    if c[0] == 0 {
+        if let Some(p) = container_path {
+            let _ = std::fs::remove_file(p);
+        }
+        let why = if sums[0] > 0 {
+            "a node failed during the transfer"
+        } else {
+            "the set record was not written"
+        };
+        return Ok(failed(fail, why));
+    }
+
+    // 5. The set is durable: progress records, then the local records.
+    let mut mine_epochs = 0u64;
+    let mut mine_bytes = 0u64;
+    for f in fresh.iter().filter(|f| !f.pending.is_empty()) {
+        let last = *f.pending.last().expect("pending");
+        let bytes: u64 = f.pending.iter().map(|&id| f.inv.local_bytes(id)).sum();
+        let r = step::write_progress(&f.inv.dir, last).and_then(|()| {
+            crate::failpoint::hit("aggregate.after_progress");
+            f.pending
+                .iter()
+                .try_for_each(|&id| step::delete_epoch(&f.inv, id))
+        });
+        if let Err(e) = r {
+            tracing::warn!(file = %f.inv.display_name(), error = %e, "recording a published set's member failed; the next round finishes it");
+        }
+        mine_epochs += f.pending.len() as u64;
+        mine_bytes += bytes;
+    }
+    drop(locks);
+    let mut t = [mine_epochs as i64, mine_bytes as i64];
+    ctx.w(|c| c.allreduce(&mut t, Reduce::Sum))?;
+    out.version = Some(version);
+    out.epochs = t[0] as u64;
+    out.bytes = t[1] as u64;
+    if me == writer {
+        tracing::info!(set = %dir.display(), version, containers = plan.groups.len(), bytes_between_nodes = out.between, "checkpoint set published by the server job");
+    }
+    Ok(out)
+}
+
+fn failed(fail: Option<String>, other: &str) -> Outcome {
+    Outcome {
+        error: Some(fail.unwrap_or_else(|| other.to_owned())),
+        ..Outcome::default()
+    }
+}
+
+/// Whether any server failed (an allreduce of the flags).
+fn agree_failed(comm: &Comm, mine: bool) -> Result<bool, MpiError> {
+    let mut v = [mine as i64];
+    comm.allreduce(&mut v, Reduce::Max)?;
+    Ok(v[0] != 0)
+}
+
+/// The previous version's members that no new epoch touched (nor the
+/// program deleted): copied into the first container, every block verified.
+fn keep_old(plan: &SetPlan, old: Option<&Arc<SetReader>>) -> Vec<Outgoing> {
+    let Some(old) = old else {
+        return Vec::new();
+    };
+    let touched: std::collections::BTreeSet<&[u8]> = plan
+        .members
+        .iter()
+        .filter(|(_, m)| m.pending)
+        .map(|(_, m)| &m.member[..])
+        .collect();
+    old.record()
+        .members
+        .iter()
+        .filter(|m| !touched.contains(&m.path[..]))
+        .enumerate()
+        .map(|(j, m)| {
+            let ranges: Vec<(u64, u64)> = m.extents.iter().map(|e| (e.offset, e.len)).collect();
+            Outgoing {
+                index: (plan.members.len() + j) as u32,
+                member: m.path.clone(),
+                size: m.size,
+                mode: m.mode,
+                src: Box::new(ExtentsReader::new(old.clone(), &m.path, ranges.clone())),
+                ranges,
+            }
+        })
+        .collect()
+}
+
+/// The set record from every leader's placements (each a record of its one
+/// container), the containers in group order.
+fn merge(
+    plan: &SetPlan,
+    dir: &Path,
+    all: &[u8],
+    counts: &[usize],
+    origin: [u8; 16],
+) -> Result<SetRecord, String> {
+    let leaders: BTreeMap<usize, u32> = plan
+        .groups
+        .iter()
+        .map(|g| (g.leader, g.container))
+        .collect();
+    let mut containers: Vec<Option<Container>> = vec![None; plan.groups.len()];
+    let mut members = Vec::new();
+    let mut base: Option<SetRecord> = None;
+    let mut at = 0;
+    for (n, &c) in counts.iter().enumerate() {
+        let bytes = &all[at..at + c];
+        at += c;
+        let Some(&k) = leaders.get(&n) else {
+            continue;
+        };
+        let rec = SetRecord::decode(bytes, &dir.join(format!("(placements of node {n})")))
+            .map_err(rel)?;
+        containers[k as usize] = rec.containers.first().cloned();
+        for mut m in rec.members.iter().cloned() {
+            for e in &mut m.extents {
+                e.container = k;
+            }
+            members.push(m);
+        }
+        base.get_or_insert(rec);
+    }
+    let mut rec = base.ok_or("no placements")?;
+    rec.containers = containers
+        .into_iter()
+        .enumerate()
+        .map(|(k, c)| c.ok_or(format!("container {k} has no placements")))
+        .collect::<Result<_, _>>()?;
+    members.sort_by(|a, b| a.path.cmp(&b.path));
+    for w in members.windows(2) {
+        if w[0].path == w[1].path
+            || w[1].path.starts_with(&w[0].path) && w[1].path.get(w[0].path.len()) == Some(&b'/')
+        {
+            return Err(format!(
+                "member {} is twice in the set, or a member and a directory",
+                String::from_utf8_lossy(&w[0].path)
+            ));
+        }
+    }
+    rec.members = members;
+    rec.origin = origin;
+    Ok(rec)
+}
