@@ -21,11 +21,11 @@ MPI servers exchanging the members over MPI.
 import re
 import subprocess
 
-from tests.cluster.run import AS_NODE, RANKS_PER_NODE, Cluster
 from tests.lib.check import Failed, check
 from tests.lib.mpi import launcher
 from tests.lib.paths import BIN
 from tests.lib.proc import run
+from tests.lib.server import AS_NODE, RANKS_PER_NODE, Cluster
 
 from tests.aggregate import run as agg
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from .check import Failed, check
 from .paralog import capture_env
-from .paths import BIN
-from .proc import kill_tree, record
+from .mpi import DEFAULT_IO, launcher, mpi_env, program
+from .paths import BIN, ROOT
+from .proc import kill_tree, record, run
 
 
 def ask(sock, req, timeout=300):
@@ -157,3 +158,82 @@ class SimCluster:
         if self.log:
             self.log.close()
             self.log = None
+
+
+# Simulated nodes' ranks: each runs as_node.sh, which tells capture its
+# node (RANKS_PER_NODE consecutive ranks a node).
+AS_NODE = ROOT / "tests/cluster/as_node.sh"
+RANKS_PER_NODE = 2
+
+
+class Cluster(SimCluster):
+    """One simulated job: its nodes' local directories, its server job (one
+    MPMD job: a server per node, each told its node's name)."""
+
+    def __init__(self, work, flavour, nodes, remote, aws_env=None, server_args=()):
+        super().__init__(work, flavour, remote, aws_env)
+        self.nodes = nodes
+        self.server_args = list(server_args)
+
+    def env(self, extra=None):
+        e = mpi_env(self.remote_env)
+        e.update(extra or {})
+        return e
+
+    def node_cmd(self, cmd, per_node_env=None):
+        """An MPMD command line: one process per node, each told its name."""
+        out = launcher(self.flavour, 1)
+        for n in range(self.nodes):
+            if n:
+                out += [":", "-n", "1"]
+            env = {"PARALOG_NODE": f"n{n}", **(per_node_env or {}).get(n, {})}
+            out += ["env", *(f"{k}={v}" for k, v in env.items()), *map(str, cmd)]
+        return out
+
+    def start_servers(self, per_node_env=None):
+        cmd = [BIN, "server", "--local", self.local, "--remote", self.remote, "--job", "t",
+               "--peer-timeout", "60", *self.server_args]
+        self.log = open(self.server_log, "ab")
+        self.servers = subprocess.Popen(self.node_cmd(cmd, per_node_env), stdout=self.log,
+                                        stderr=subprocess.STDOUT, env=self.env(),
+                                        start_new_session=True)
+        # Each server's socket appears when it is ready.
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            socks = [self.work / "local" / f"n{n}" / ".paralog-server-t.sock" for n in range(self.nodes)]
+            if all(s.exists() for s in socks):
+                return
+            if self.servers.poll() is not None:
+                raise Failed(f"server job exited {self.servers.returncode}: {self.tail()}")
+            time.sleep(0.1)
+        raise Failed(f"server job not ready in 60 s: {self.tail()}")
+
+    def run_app(self, prog, args, outdir, timeout=300, check_rc=True):
+        env = self.capture_env(self.env({"RANKS_PER_NODE": str(RANKS_PER_NODE)}))
+        np = self.nodes * RANKS_PER_NODE
+        cmd = launcher(self.flavour, np, DEFAULT_IO[self.flavour]) + [AS_NODE, program(self.flavour, prog), outdir, *args]
+        return run(cmd, env=env, check=check_rc, timeout=timeout)
+
+    def status(self):
+        """`paralog status --json` of node n0's server of the job: the one
+        answer both drain engines give (docs/server.md), with the server
+        job's own block."""
+        r = run([BIN, "status", "--local", self.local, "--job", "t", "--json", "--once"],
+                env=self.env({"PARALOG_NODE": "n0"}), check=False, timeout=60)
+        check(r.returncode == 0, f"paralog status exited {r.returncode}: {r.stderr.strip()[-300:]}")
+        st = json.loads(r.stdout)
+        cl = st.get("cluster")
+        check(cl and cl.get("nodes") == self.nodes and cl.get("node") == "n0",
+              f"status of a server job of {self.nodes} node(s) has cluster block {cl}")
+        states = {"idle", "queued", "draining", "retrying", "damaged", "refused"}
+        for f in st["files"]:
+            check(f["state"] in states and f["path"], f"status file entry {f}")
+        check(st["bytes_drained"] == sum(f["bytes_drained"] for f in st["files"]),
+              f"status total bytes_drained {st['bytes_drained']} is not the sum over its files")
+        return st
+
+    def wait(self, timeout=180):
+        """`paralog wait` on one node; then the server job must end, cleanly."""
+        r = run([BIN, "wait", "--local", self.local, "--job", "t", "--timeout", str(timeout)],
+                env=self.env({"PARALOG_NODE": "n0"}), check=False, timeout=timeout + 30)
+        return self.waited(r)
