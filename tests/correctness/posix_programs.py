@@ -66,6 +66,9 @@ nothing may be left in the prefix that the drain did not put there.
   times        touch -d/-m/-r, cp -p, rsync -a, tar -x, unzip, os.utime(ns=):
                every file's modification time on the remote is the direct
                run's, to the nanosecond, and stat answers it under capture
+  moved in     mv of a file and of a directory from outside the prefix into it,
+               shutil.move (pip --target does this): EXDEV, so they copy in
+               through capture instead of past it
   coreutils    shuf -o, uniq IN OUT, ptx, tsort (freopen), sort -o in place,
                sed -i, cp of a file the run wrote, awk's > and >>
 
@@ -234,6 +237,8 @@ def cases():
         ("mmap: writable shared mapping refused, no SIGBUS", case_mmap),
         ("modes: creation modes (0600, 0755, umask 077, a 0600 temporary renamed) kept on the remote", case_modes),
         ("times: touch, cp -p, rsync -a, tar -x, unzip, os.utime keep their times on the remote", case_times),
+        ("moved in: mv and shutil.move from outside the prefix copy in through capture",
+         lambda w: compare(w, lambda d: ["/bin/bash", "-c", MOVED_IN.format(d=d)])),
         ("entry points: pwritev2, preadv2, sendfile, copy_file_range, splice, lio_listio, syncfs, mkstemps, ...",
          lambda w: compare(w, lambda d: [exe("entry_points"), d, os.path.realpath(PY)])),
         *[(f"freopen {how}: {what}", lambda w, h=how: compare(w, lambda d: [exe("freopen_io"), h, d]))
@@ -267,6 +272,13 @@ TIMES = ("set -e; src=$(mktemp -d); trap 'rm -rf $src $src.tar $src.zip' EXIT; m
          "unzip -q $src.zip -d {d}/uz; "
          "/usr/bin/python3 -c \"import os; p='{d}/py'; open(p,'w').write('z'); os.utime(p, ns=(1000000123, 2000000456))\"; "
          "cd {d}; stat -c '%n %Y' t1 t2 t3 cp_a rs/a rs/sub/b tx/sub/b uz/a py")
+
+
+# Renames from outside the prefix into it (pip --target moves its files in).
+MOVED_IN = ("set -e; src=$(mktemp -d); trap 'rm -rf $src' EXIT; mkdir -p $src/d/e; echo a > $src/f; "
+            "echo b > $src/d/e/g; mv $src/f {d}/f; mv $src/d {d}/d; "
+            "/usr/bin/python3 -c \"import shutil, tempfile; t = tempfile.mkdtemp(); open(t + '/h', 'w').write('hh'); "
+            "shutil.move(t + '/h', '{d}/h')\"; cat {d}/f {d}/d/e/g {d}/h")
 
 
 def case_times(work):

@@ -12,7 +12,8 @@
 //!   removes `src` only once `dst` is remote, so the final name only ever
 //!   holds a whole committed file and no temporary is left. A rename across the prefix's
 //!   edge, or of a directory holding captured files, fails with EXDEV, as
-//!   between two file systems (`mv` then copies).
+//!   between two file systems (`mv` then copies); so does any rename from
+//!   outside the prefix into it.
 //! - `link` onto or from a captured file fails with EXDEV: a copy would
 //!   part ways with its source at the next write.
 //! - `mkdir` and `rmdir` act on the prefix, and on a POSIX remote other
@@ -259,12 +260,18 @@ unsafe fn rename_common(
     let r = if t.old_in && t.new_in {
         contain("rename", Some(-1), || rename_captured(ra, rb, flags))
     } else {
-        // One side outside the prefix: EXDEV if the inside one is captured's.
+        // One side outside the prefix. Into the prefix: always EXDEV, as
+        // between two file systems, so that the program (mv, shutil.move,
+        // pip) copies the file in through capture instead of the kernel
+        // moving it there past the log. Out of it: EXDEV if the inside one
+        // is captured's (its bytes are in the log).
         contain("rename", Some(-1), || {
+            if t.new_in {
+                return Err(libc::EXDEV);
+            }
             let mut slot = lock();
             let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
-            let inside = if t.old_in { ra } else { rb };
-            if st.committed(inside)?.exists || real_is_dir(inside) {
+            if st.committed(ra)?.exists || real_is_dir(ra) {
                 return Err(exdev("rename", ra, rb, "one side is outside the prefix"));
             }
             Ok(None)
