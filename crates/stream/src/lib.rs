@@ -15,7 +15,7 @@ pub mod failpoint;
 pub mod format;
 pub mod layout;
 mod local;
-pub mod object_rounds;
+mod object_rounds;
 pub mod objects;
 pub mod producer;
 mod publish;

@@ -8,6 +8,7 @@
 use std::path::Path;
 
 use crate::error::{corrupt, Result, StreamError};
+use crate::format::PartMark;
 use crate::objects::{Object, ObjectIndex, PartIndex, Retired};
 
 impl ObjectIndex {
@@ -145,6 +146,28 @@ impl ObjectIndex {
         gone.into_iter().map(|r| (r.partition, r.object)).collect()
     }
 
+    /// The POSIX watermark's view of the index, for the drain's cut log
+    /// checks: an object is what the POSIX drain writes with a segment
+    /// rolled every round (`roll_bytes` 0), so each partition's last
+    /// object is its last segment, ending at the object's length.
+    pub fn marks(&self) -> Vec<PartMark> {
+        self.parts
+            .iter()
+            .map(|p| match p.objects.last() {
+                Some(o) => PartMark {
+                    next: p.next,
+                    seg_first: o.first,
+                    seg_end: o.bytes,
+                },
+                None => PartMark {
+                    next: p.next,
+                    seg_first: p.next,
+                    seg_end: 0,
+                },
+            })
+            .collect()
+    }
+
     /// The object that holds `offset` of `partition`, `None` at or past
     /// the high watermark; an offset below the first object was trimmed.
     pub fn locate(&self, stream: &str, partition: u32, offset: u64) -> Result<Option<Object>> {
@@ -245,6 +268,8 @@ mod tests {
     #[test]
     fn locate_finds_the_object_or_says_trimmed() {
         let mut ix = ObjectIndex::empty(1);
+        // Nothing published: the POSIX drain's initial state.
+        assert_eq!(ix.marks(), vec![PartMark::default()]);
         ix.parts[0] = PartIndex {
             next: 9,
             objects: vec![o(3, 5, 1), o(5, 9, 1)],
