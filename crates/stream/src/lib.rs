@@ -22,6 +22,7 @@ mod publish;
 pub mod quota;
 pub mod reader;
 mod records;
+pub mod remote;
 pub mod retention;
 pub mod segment;
 
@@ -31,3 +32,4 @@ pub use format::Event;
 pub use producer::{Partitioner, Producer};
 pub use quota::Quota;
 pub use reader::{Delivered, From, Order, Reader, RemoteStream};
+pub use remote::{PosixRemote, StreamRemote};
