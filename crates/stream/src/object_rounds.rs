@@ -2,8 +2,10 @@
 //! remotes"), apart from any I/O: the round's new objects appended, small
 //! objects chosen for compaction, compacted ones swapped in (the small
 //! ones retired), retired ones expired after the grace period, and where
-//! a reader finds an offset. The drain on an object remote does the PUTs
-//! and DELETEs these decide, in the order each function states.
+//! a reader finds an offset. The drain on an object remote
+//! (`object_remote.rs`) adds each round's objects; compaction and expiry
+//! are not run by it yet: each function states the order of the PUTs and
+//! DELETEs it needs.
 
 use std::path::Path;
 
