@@ -45,7 +45,7 @@ impl Fail {
     /// library's messages name the file; a C caller also wants the stream).
     pub(crate) fn of(stream: &str, e: StreamError) -> Fail {
         let code = match &e {
-            StreamError::Io { .. } => EIO,
+            StreamError::Io { .. } | StreamError::Store { .. } => EIO,
             StreamError::Corrupt { .. } => ECORRUPT,
             StreamError::InvalidName { .. } | StreamError::Invalid { .. } => EINVAL,
             StreamError::PartitionMismatch { .. } => EPARTITIONS,

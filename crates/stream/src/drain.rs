@@ -1,5 +1,6 @@
-//! The drain of a stream from the node-local root to a POSIX remote
-//! directory, in rounds. Each round takes every committed batch that the
+//! The drain of a stream from the node-local root to a remote (a POSIX
+//! directory; the remote's steps are behind `remote::StreamRemote`), in
+//! rounds. Each round takes every committed batch that the
 //! producers' segments hold past the last cut, makes those bytes durable
 //! on the node (one fdatasync per segment), fixes where each partition's
 //! events go (offsets and byte positions), appends that *cut* to the
@@ -19,7 +20,8 @@ use crate::format::{self, BatchHeader, Cut, PartCut, PartMark, Range};
 use crate::format::{BATCH_HEADER_LEN, COMMIT_LEN, KIND_LOCAL_BATCH, KIND_REMOTE_BATCH};
 use crate::layout;
 use crate::local::{self, LocalSeg};
-use crate::publish::{apply, ensure_remote, header_len, read_watermark};
+use crate::publish::header_len;
+use crate::remote::{PosixRemote, StreamRemote};
 use crate::segment::{self, Batch, Next};
 
 #[derive(Debug, Clone, Copy)]
@@ -93,7 +95,8 @@ pub fn drain_stream(
 /// again), so another drain of the stream in between is no harm.
 #[derive(Debug, Clone)]
 struct Known {
-    remote: PathBuf,
+    /// The stream's place on the remote it was drained to.
+    rdir: PathBuf,
     cuts_len: u64,
     rounds: u64,
     n: u32,
@@ -116,6 +119,18 @@ impl Drainer {
         &mut self,
         local: &Path,
         remote: &Path,
+        stream: &str,
+        opts: &DrainOptions,
+    ) -> Result<DrainReport> {
+        self.drain_to(local, &PosixRemote(remote), stream, opts)
+    }
+
+    /// [`Drainer::drain`] to any remote (a POSIX directory or an object
+    /// remote).
+    pub fn drain_to(
+        &mut self,
+        local: &Path,
+        remote: &dyn StreamRemote,
         stream: &str,
         opts: &DrainOptions,
     ) -> Result<DrainReport> {
@@ -152,7 +167,7 @@ impl Drainer {
     fn round(
         &mut self,
         local: &Path,
-        remote: &Path,
+        remote: &dyn StreamRemote,
         stream: &str,
         opts: &DrainOptions,
     ) -> Result<DrainReport> {
@@ -172,25 +187,17 @@ impl Drainer {
         let (segs, seg_parts) = local::segments(&dir, stream)?;
         let cuts_path = dir.join(layout::CUTS);
         let cuts_len = local::log_len(&cuts_path)?;
-        let rdir = layout::stream_dir(remote, stream);
+        let rdir = remote.stream_dir(stream);
         let cached = match self.known.remove(stream) {
-            Some(k) if k.remote == remote && k.cuts_len == cuts_len => {
-                let wm = read_watermark(&rdir, k.n)?;
+            Some(k) if k.rdir == rdir && k.cuts_len == cuts_len => {
+                let wm = remote.watermark(stream, k.n)?;
                 (wm.round == k.rounds && wm.parts == k.state).then_some(k)
             }
             _ => None,
         };
         let known = match cached {
             Some(k) => Some(k),
-            None => replay(
-                remote,
-                &rdir,
-                stream,
-                &segs,
-                seg_parts,
-                &cuts_path,
-                &mut report,
-            )?,
+            None => replay(remote, stream, &segs, seg_parts, &cuts_path, &mut report)?,
         };
         let Some(mut k) = known else {
             return Ok(report);
@@ -209,7 +216,12 @@ impl Drainer {
         }
         let frames = part_frames(&new, k.n);
         let round = k.rounds + 1;
-        let parts = plan(&k.state, &frames, opts.roll_bytes, stream);
+        let parts = plan(
+            &k.state,
+            &frames,
+            remote.roll_bytes(opts.roll_bytes),
+            stream,
+        );
         let ranges = new
             .iter()
             .map(|(id, b)| Range {
@@ -227,7 +239,7 @@ impl Drainer {
         crate::failpoint::hit("stream.after_cut");
         let bytes = encode_parts(&cut, &frames, &rdir)?;
         let after = after(&cut);
-        apply(&rdir, stream, k.n, &cut, &bytes, &after)?;
+        remote.apply(stream, k.n, &cut, &bytes, &after)?;
         for r in &cut.ranges {
             k.taken.insert(r.producer, r.to);
         }
@@ -245,8 +257,7 @@ impl Drainer {
 /// cuts the remote does not have yet. `None`: the stream has no cut and no
 /// segment yet.
 fn replay(
-    remote: &Path,
-    rdir: &Path,
+    remote: &dyn StreamRemote,
     stream: &str,
     segs: &BTreeMap<u64, LocalSeg>,
     seg_parts: Option<u32>,
@@ -265,8 +276,9 @@ fn replay(
         (Some(a), _) | (None, Some(a)) => a,
         (None, None) => return Ok(None),
     };
-    ensure_remote(remote, rdir, stream, n)?;
-    let wm = read_watermark(rdir, n)?;
+    remote.ensure(stream, n)?;
+    let wm = remote.watermark(stream, n)?;
+    let rdir = &remote.stream_dir(stream);
     if wm.parts.len() != n as usize || wm.round > cuts.len() as u64 {
         return Err(StreamError::Invalid {
             what: format!(
@@ -297,7 +309,7 @@ fn replay(
             let batches = read_ranges(cut, segs, n)?;
             let frames = part_frames(&batches, n);
             let bytes = encode_parts(cut, &frames, rdir)?;
-            apply(rdir, stream, n, cut, &bytes, &after)?;
+            remote.apply(stream, n, cut, &bytes, &after)?;
             report.replayed += 1;
         } else if cut.round == wm.round && wm.parts != after {
             return Err(corrupt(
@@ -315,7 +327,7 @@ fn replay(
         state = after;
     }
     Ok(Some(Known {
-        remote: remote.to_path_buf(),
+        rdir: rdir.clone(),
         cuts_len,
         rounds: cuts.len() as u64,
         n,

@@ -51,6 +51,14 @@ pub enum StreamError {
         offset: u64,
         first: u64,
     },
+    /// An object store refused or failed a request (the key named, never
+    /// a credential).
+    #[error("{object}: {op}: {error}")]
+    Store {
+        object: String,
+        op: &'static str,
+        error: String,
+    },
     #[error("{what}")]
     Invalid { what: String },
 }

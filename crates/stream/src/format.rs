@@ -18,6 +18,7 @@ pub const MAGIC_COMMIT: &[u8; 8] = b"PLSTCMIT";
 pub const MAGIC_CUT: &[u8; 8] = b"PLSTCUT\0";
 pub const MAGIC_WATERMARK: &[u8; 8] = b"PLSTWMRK";
 pub const MAGIC_GROUP: &[u8; 8] = b"PLSTGRUP";
+pub const MAGIC_OBJECT_INDEX: &[u8; 8] = b"PLSTOIDX";
 
 pub const KIND_SEGMENT: u16 = 1;
 pub const KIND_PART_SEGMENT: u16 = 2;
@@ -28,6 +29,7 @@ pub const KIND_COMMIT: u16 = 6;
 pub const KIND_CUT: u16 = 7;
 pub const KIND_WATERMARK: u16 = 8;
 pub const KIND_GROUP: u16 = 9;
+pub const KIND_OBJECT_INDEX: u16 = 10;
 
 pub const BATCH_HEADER_LEN: usize = 56;
 pub const COMMIT_LEN: usize = 32;

@@ -10,6 +10,7 @@ use std::io::Write;
 use std::path::Path;
 
 use paralog_stream::format::*;
+use paralog_stream::objects::ObjectIndex;
 use paralog_stream::segment::{read_batch, Next};
 use proptest::prelude::*;
 
@@ -141,6 +142,7 @@ proptest! {
         let _ = Cut::decode(&bytes, p, 0);
         let _ = Watermark::decode(&bytes, p);
         let _ = GroupOffsets::decode(&bytes, p);
+        let _ = ObjectIndex::decode(&bytes, p);
         let _ = Header::decode(&bytes, KIND_SEGMENT, p);
     }
 

@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use paralog_stream::format::*;
+use paralog_stream::objects::{Object, ObjectIndex, PartIndex, Retired};
 use paralog_stream::segment::{read_batch, Next};
 
 fn dir() -> PathBuf {
@@ -221,6 +222,43 @@ fn cut_watermark_group_v1() {
     golden("group_v1.bin", &g.encode());
     let b = std::fs::read(dir().join("group_v1.bin")).unwrap();
     assert_eq!(GroupOffsets::decode(&b, Path::new("v")).unwrap(), g);
+
+    let ix = object_index();
+    golden("object_index_v1.bin", &ix.encode());
+    let b = std::fs::read(dir().join("object_index_v1.bin")).unwrap();
+    assert_eq!(ObjectIndex::decode(&b, Path::new("v")).unwrap(), ix);
+}
+
+/// The object index of a 2-partition stream after round 5 (kind 10):
+/// partition 0 compacted into one object, its two small ones retired at
+/// round 5; partition 1 trimmed below offset 3.
+fn object_index() -> ObjectIndex {
+    let obj = |first, end, bytes| Object { first, end, bytes };
+    ObjectIndex {
+        round: 5,
+        parts: vec![
+            PartIndex {
+                next: 14,
+                objects: vec![obj(0, 14, 1100)],
+            },
+            PartIndex {
+                next: 7,
+                objects: vec![obj(3, 5, 200), obj(5, 7, 240)],
+            },
+        ],
+        retired: vec![
+            Retired {
+                partition: 0,
+                object: obj(0, 9, 700),
+                round: 5,
+            },
+            Retired {
+                partition: 0,
+                object: obj(9, 14, 460),
+                round: 5,
+            },
+        ],
+    }
 }
 
 /// Every single-bit flip of every record is refused (never decoded to
@@ -235,6 +273,10 @@ fn every_bit_flip_is_refused() {
         ),
         ("group", std::fs::read(dir().join("group_v1.bin")).unwrap()),
         (
+            "index",
+            std::fs::read(dir().join("object_index_v1.bin")).unwrap(),
+        ),
+        (
             "header",
             std::fs::read(dir().join("segment_header_v1.bin")).unwrap(),
         ),
@@ -248,6 +290,7 @@ fn every_bit_flip_is_refused() {
                 "cut" => Cut::decode(&b, p, 0).err().map(|e| e.to_string()),
                 "watermark" => Watermark::decode(&b, p).err().map(|e| e.to_string()),
                 "group" => GroupOffsets::decode(&b, p).err().map(|e| e.to_string()),
+                "index" => ObjectIndex::decode(&b, p).err().map(|e| e.to_string()),
                 _ => Header::decode(&b, KIND_SEGMENT, p)
                     .err()
                     .map(|e| e.to_string()),

@@ -1,0 +1,152 @@
+//! A stream on an object store (docs/streams.md "Object remotes"): the
+//! drain's remote steps as PUTs of immutable objects, then the object
+//! index, PUT last. The store is behind [`ObjectStore`] (S3 and the object
+//! layout implement it outside this crate, which the producers' library
+//! links and which stays free of their clients).
+
+use std::path::PathBuf;
+
+use crate::error::{corrupt, Result, StreamError};
+use crate::format::{Cut, Header, PartMark, Watermark, KIND_PART_SEGMENT, KIND_STREAM};
+use crate::layout::{STREAMS_DIR, STREAM_RECORD};
+use crate::objects::{object_key, Object, ObjectIndex, INDEX};
+use crate::publish::header_len;
+use crate::remote::StreamRemote;
+
+/// Whole-object operations on a store of immutable objects, by key.
+pub trait ObjectStore {
+    /// How `key` is shown in messages (e.g. `s3://bucket/prefix/key`).
+    fn describe(&self, key: &str) -> String;
+    /// The object's bytes, `None` if there is none.
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>>;
+    /// Create or replace the object whole: a reader sees the old bytes
+    /// or the new, never a part.
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<()>;
+    /// Remove the object; a missing one is no error.
+    fn delete(&self, key: &str) -> Result<()>;
+}
+
+/// The drain's remote on an object store.
+pub struct ObjectRemote<S>(pub S);
+
+/// The key of `rel` in the stream's place.
+pub fn stream_key(stream: &str, rel: &str) -> String {
+    format!("{STREAMS_DIR}/{stream}/{rel}")
+}
+
+impl<S: ObjectStore> ObjectRemote<S> {
+    /// The published index (round 0, nothing, if none yet).
+    pub fn index(&self, stream: &str, partitions: u32) -> Result<ObjectIndex> {
+        let key = stream_key(stream, INDEX);
+        match self.0.get(&key)? {
+            Some(b) => ObjectIndex::decode(&b, &PathBuf::from(self.0.describe(&key))),
+            None => Ok(ObjectIndex::empty(partitions)),
+        }
+    }
+}
+
+impl<S: ObjectStore> StreamRemote for ObjectRemote<S> {
+    fn stream_dir(&self, stream: &str) -> PathBuf {
+        PathBuf::from(self.0.describe(&format!("{STREAMS_DIR}/{stream}")))
+    }
+
+    /// Each round's batch of a partition is its own object.
+    fn roll_bytes(&self, _asked: u64) -> u64 {
+        0
+    }
+
+    fn ensure(&self, stream: &str, partitions: u32) -> Result<()> {
+        let key = stream_key(stream, STREAM_RECORD);
+        if let Some(b) = self.0.get(&key)? {
+            let h = Header::decode(&b, KIND_STREAM, &PathBuf::from(self.0.describe(&key)))?;
+            if h.name != stream || h.partitions != partitions {
+                return Err(StreamError::PartitionMismatch {
+                    stream: stream.into(),
+                    existing: h.partitions,
+                    asked: partitions,
+                });
+            }
+            return Ok(());
+        }
+        let h = Header {
+            kind: KIND_STREAM,
+            id: 0,
+            first: 0,
+            partition: 0,
+            partitions,
+            name: stream.into(),
+        };
+        self.0.put(&key, &h.encode())
+    }
+
+    fn watermark(&self, stream: &str, partitions: u32) -> Result<Watermark> {
+        let ix = self.index(stream, partitions)?;
+        Ok(Watermark {
+            round: ix.round,
+            parts: ix.marks(),
+        })
+    }
+
+    /// PUT each partition's object (a part segment header, then the
+    /// round's batch: what the POSIX drain writes rolling every round),
+    /// then the index naming them. A cut planned for a POSIX remote (its
+    /// batch appended to an earlier segment) is refused: its objects
+    /// could not stand alone.
+    fn apply(
+        &self,
+        stream: &str,
+        n: u32,
+        cut: &Cut,
+        bytes: &[Vec<u8>],
+        after: &[PartMark],
+    ) -> Result<()> {
+        let index_path = PathBuf::from(self.0.describe(&stream_key(stream, INDEX)));
+        let mut ix = self.index(stream, n)?;
+        let mut new = vec![None; n as usize];
+        for (p, (part, b)) in cut.parts.iter().zip(bytes).enumerate() {
+            if part.count == 0 {
+                continue;
+            }
+            if part.pos != header_len(stream) || part.seg_first != part.first {
+                return Err(StreamError::Invalid {
+                    what: format!(
+                        "stream {stream}: round {} appends partition {p} to the segment at offset {} (byte {}): this node's cut log was planned for a POSIX remote; drain it to that remote",
+                        cut.round, part.seg_first, part.pos
+                    ),
+                });
+            }
+            let mut obj = Header {
+                kind: KIND_PART_SEGMENT,
+                id: 0,
+                first: part.first,
+                partition: p as u32,
+                partitions: n,
+                name: stream.into(),
+            }
+            .encode();
+            obj.extend_from_slice(b);
+            let end = part.first + part.count;
+            let key = stream_key(stream, &object_key(p as u32, part.first, end));
+            self.0.put(&key, &obj)?;
+            crate::failpoint::hit("stream.mid_apply");
+            new[p] = Some(Object {
+                first: part.first,
+                end,
+                bytes: obj.len() as u64,
+            });
+        }
+        ix.add_round(cut.round, &new, &index_path)?;
+        if ix.marks() != after {
+            return Err(corrupt(
+                &index_path,
+                0,
+                format!(
+                    "round {} would publish an index that disagrees with the cut",
+                    cut.round
+                ),
+            ));
+        }
+        crate::failpoint::hit("stream.before_watermark");
+        self.0.put(&stream_key(stream, INDEX), &ix.encode())
+    }
+}

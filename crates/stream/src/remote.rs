@@ -1,0 +1,77 @@
+//! Where the drain puts a stream: the three remote steps of a round,
+//! behind one trait so that an object remote (S3, the object layout;
+//! docs/streams.md "Object remotes") can take the place of a POSIX
+//! directory while the cut log, the plan and their checks stay the same.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::Result;
+use crate::format::{Cut, PartMark, Watermark};
+use crate::layout;
+use crate::publish;
+
+pub trait StreamRemote {
+    /// The stream's place on the remote: named in messages, and what the
+    /// drainer's remembered state is tied to.
+    fn stream_dir(&self, stream: &str) -> PathBuf;
+
+    /// The segment size at which the drain starts a new one, given the
+    /// one asked for: an object remote writes each round's batch of a
+    /// partition as its own object, so it rolls every round (0).
+    fn roll_bytes(&self, asked: u64) -> u64 {
+        asked
+    }
+
+    /// Check the stream's description, writing it the first time.
+    fn ensure(&self, stream: &str, partitions: u32) -> Result<()>;
+
+    /// The published high watermark (round 0, nothing readable, if none).
+    fn watermark(&self, stream: &str, partitions: u32) -> Result<Watermark>;
+
+    /// Write a cut's partition batches, then publish the watermark
+    /// `after`. Applying a cut twice writes the same bytes.
+    fn apply(
+        &self,
+        stream: &str,
+        partitions: u32,
+        cut: &Cut,
+        bytes: &[Vec<u8>],
+        after: &[PartMark],
+    ) -> Result<()>;
+}
+
+/// A POSIX directory (a parallel file system, NFS, a local disk).
+#[derive(Debug, Clone, Copy)]
+pub struct PosixRemote<'a>(pub &'a Path);
+
+impl StreamRemote for PosixRemote<'_> {
+    fn stream_dir(&self, stream: &str) -> PathBuf {
+        layout::stream_dir(self.0, stream)
+    }
+
+    fn ensure(&self, stream: &str, partitions: u32) -> Result<()> {
+        publish::ensure_remote(self.0, &self.stream_dir(stream), stream, partitions)
+    }
+
+    fn watermark(&self, stream: &str, partitions: u32) -> Result<Watermark> {
+        publish::read_watermark(&self.stream_dir(stream), partitions)
+    }
+
+    fn apply(
+        &self,
+        stream: &str,
+        partitions: u32,
+        cut: &Cut,
+        bytes: &[Vec<u8>],
+        after: &[PartMark],
+    ) -> Result<()> {
+        publish::apply(
+            &self.stream_dir(stream),
+            stream,
+            partitions,
+            cut,
+            bytes,
+            after,
+        )
+    }
+}
