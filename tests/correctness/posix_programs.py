@@ -271,6 +271,8 @@ TIMES = ("set -e; src=$(mktemp -d); trap 'rm -rf $src $src.tar $src.zip' EXIT; m
          "cp -p $src/a {d}/cp_a; rsync -a $src/ {d}/rs/; mkdir {d}/tx {d}/uz; tar -C {d}/tx -xf $src.tar; "
          "unzip -q $src.zip -d {d}/uz; "
          "/usr/bin/python3 -c \"import os; p='{d}/py'; open(p,'w').write('z'); os.utime(p, ns=(1000000123, 2000000456))\"; "
+         "echo v > {d}/t5; a=$(stat -c %y {d}/t5); sleep 1.2; b=$(stat -c %y {d}/t5); "
+         "[ \"$a\" = \"$b\" ] && echo t5 kept its time across the drain; "
          "cd {d}; stat -c '%n %Y' t1 t2 t3 cp_a rs/a rs/sub/b tx/sub/b uz/a py")
 
 
@@ -295,6 +297,9 @@ def case_times(work):
     check(want["py"] == 2000000456 and want["t1"] != want["t2"], f"the direct run's times are not the ones set: {want}")
     t4 = (remote / "t4").stat().st_mtime
     check(t4 > 1500000000, f"t4 was written after its touch, yet keeps the time touch gave it ({t4})")
+    # The drained file has the time stat answered before the drain.
+    t5 = (remote / "t5").stat().st_mtime
+    check(abs(t5 - (remote / "t4").stat().st_mtime) < 60, f"t5's time on the remote is {t5}")
 
 
 def case_modes(work):

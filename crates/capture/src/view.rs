@@ -341,16 +341,11 @@ impl View {
     /// base's (the drained file's, or a rename source's), or, once its
     /// epochs changed it, the time its newest bytes reached the log.
     pub fn times(&self) -> Option<Times> {
-        let base = if self.lf.times_replaced {
-            last_change(&self.lf)
-        } else {
-            match &self.base {
-                Opened::File(p, _) => file_times(p.as_path()),
-                Opened::Renamed(v, _) => v.lock().ok().and_then(|v| v.times()),
-                _ => None,
-            }
-        };
-        Times::layered(base, self.lf.times)
+        self.lf.times_on(|| match &self.base {
+            Opened::File(p, _) => file_times(p.as_path()),
+            Opened::Renamed(v, _) => v.lock().ok().and_then(|v| v.times()),
+            _ => None,
+        })
     }
 
     /// Bytes of the committed file at `off` (zeros past its end). ENOENT,
@@ -422,28 +417,5 @@ pub(crate) fn file_times(p: &Path) -> Option<Times> {
     Some(Times {
         atime: Some(m.atime() * 1_000_000_000 + m.atime_nsec()),
         mtime: Some(m.mtime() * 1_000_000_000 + m.mtime_nsec()),
-    })
-}
-
-/// When the newest bytes of `lf` were written: the data logs of its last
-/// epoch that holds any (their modification time), none if it holds none.
-fn last_change(lf: &LogicalFile) -> Option<Times> {
-    let last = lf.sources.iter().map(|s| s.epoch).max()?;
-    let mut paths: Vec<&Path> = lf
-        .sources
-        .iter()
-        .filter(|s| s.epoch == last)
-        .map(|s| s.data_path.as_path())
-        .collect();
-    paths.sort_unstable();
-    paths.dedup();
-    let newest = paths
-        .into_iter()
-        .filter_map(file_times)
-        .filter_map(|t| t.mtime)
-        .max()?;
-    Some(Times {
-        atime: Some(newest),
-        mtime: Some(newest),
     })
 }

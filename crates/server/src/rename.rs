@@ -198,7 +198,7 @@ impl<'b> Source<'b> {
             Base::Remote(r) => r.times(),
             Base::None => None,
         };
-        let times = on_base(&lf, base_times);
+        let times = lf.times_on(|| base_times);
         Ok(Source {
             mode,
             times,
@@ -257,18 +257,6 @@ fn drained_file<'b>(backend: &'b dyn Backend, rel: &[u8]) -> Result<(Base<'b>, u
     }
 }
 
-/// The times a file has after `lf`'s epochs on a base that has `base`'s.
-fn on_base(
-    lf: &LogicalFile,
-    base: Option<paralog_backend::Times>,
-) -> Option<paralog_backend::Times> {
-    if lf.times_replaced {
-        lf.times
-    } else {
-        paralog_backend::Times::layered(base, lf.times)
-    }
-}
-
 /// Publish the version of a file whose epochs `lf` hold a rename onto it:
 /// the source's content with the later epochs on top, written from offset
 /// 0 into a version that replaces the file whole (`EpochShape::replace`)
@@ -287,7 +275,7 @@ pub fn publish(
     let size = lf.size.final_size(src.size);
     // A rename keeps the source's mode; a file created anew since, its own.
     // And its times, unless the file changed since.
-    let times = on_base(lf, src.times);
+    let times = lf.times_on(|| src.times);
     let shape = crate::step::replace_shape(last, origin, size, fresh, lf.mode.or(src.mode), times);
     let mut sink = ctx.backend.begin(rel, &shape).map_err(DrainError::Remote)?;
     let mut buf = ctx.pool.get();

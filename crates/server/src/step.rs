@@ -56,7 +56,9 @@ pub fn shape(last: EpochId, origin: [u8; 16], lf: &LogicalFile, fresh: bool) -> 
         fresh,
         replace: false,
         mode: lf.mode,
-        times: lf.times,
+        // Unless the program set them, the drained file takes the time its
+        // bytes were committed, which stat answered before the drain.
+        times: lf.times_on(|| None),
     }
 }
 

@@ -10,7 +10,7 @@ use super::{fmt_ids, EpochId, FileInventory, SourceExtent, SourceReader};
 use crate::durable;
 use crate::error::{IoContext, LogError, Result};
 use crate::extent_map::{position_piece, ExtentMap};
-use crate::format::{Extent, Manifest, Op, RenameRef};
+use crate::format::{Extent, Manifest, Op, RenameRef, Times};
 use crate::layout::{self, EpochFileKind};
 
 impl FileInventory {
@@ -339,9 +339,48 @@ impl LogicalFile {
             self.times_replaced = !(renamed && changes == 1);
             self.times = None;
         }
-        self.times = crate::format::Times::layered(self.times, times);
+        self.times = Times::layered(self.times, times);
         self.epochs.push(id);
         Ok(())
+    }
+
+    /// The times the file has after these epochs on a base whose times
+    /// `base` gives (asked only when the base still shows): those the
+    /// program set, on top of the base's, or, once the epochs changed the
+    /// file, of when its newest bytes were committed (so that the drained
+    /// file, and `stat` before and after the drain, agree with each other).
+    pub fn times_on(&self, base: impl FnOnce() -> Option<Times>) -> Option<Times> {
+        let under = if self.times_replaced {
+            self.last_change()
+        } else {
+            base()
+        };
+        Times::layered(under, self.times)
+    }
+
+    /// When the newest bytes were committed: the modification time of the
+    /// data logs of the last epoch that holds any (format 2 writes its
+    /// commit record at their end); none if no epoch holds data.
+    pub fn last_change(&self) -> Option<Times> {
+        use std::os::unix::fs::MetadataExt;
+        let last = self.sources.iter().map(|s| s.epoch).max()?;
+        let mut paths: Vec<&Path> = self
+            .sources
+            .iter()
+            .filter(|s| s.epoch == last)
+            .map(|s| s.data_path.as_path())
+            .collect();
+        paths.sort_unstable();
+        paths.dedup();
+        let newest = paths
+            .into_iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.mtime() * 1_000_000_000 + m.mtime_nsec())
+            .max()?;
+        Some(Times {
+            atime: Some(newest),
+            mtime: Some(newest),
+        })
     }
 
     /// Ranges of data in offset order: (file offset, length, piece).
