@@ -80,7 +80,8 @@ impl Backend for PosixBackend {
             no_copy: false,
             temp,
             mode: shape.mode.unwrap_or(0o644) & 0o7777,
-            times: shape.times,
+            // Never for a deleted file: opening it to set them would make it.
+            times: shape.times.filter(|_| !shape.deleted),
         }))
     }
 

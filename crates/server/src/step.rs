@@ -57,8 +57,9 @@ pub fn shape(last: EpochId, origin: [u8; 16], lf: &LogicalFile, fresh: bool) -> 
         replace: false,
         mode: lf.mode,
         // Unless the program set them, the drained file takes the time its
-        // bytes were committed, which stat answered before the drain.
-        times: lf.times_on(|| None),
+        // bytes were committed, which stat answered before the drain. A
+        // deleted file has none.
+        times: lf.times_on(|| None).filter(|_| !lf.deleted),
     }
 }
 
