@@ -13,7 +13,8 @@ nothing may be left in the prefix that the drain did not put there.
   mmap         a shared writable mapping is refused at mmap, no SIGBUS (progs/mmap_write.c)
   modes        files created 0600, 0755, 0640, under umask 077, a 0600
                temporary renamed into place: the remote's modes are the
-               direct run's (progs/modes.py)
+               direct run's, and so are those other processes' stat gives
+               before the drain and after a chmod (progs/modes.py)
   entry points pwritev2/preadv2, sendfile, copy_file_range, splice, lio_listio,
                syncfs, sync_file_range, faccessat, mkstemps, mkostemp,
                euidaccess, dprintf/vdprintf/__dprintf_chk (ints, doubles,
@@ -160,10 +161,8 @@ COREUTILS = ("set -e; cd {d}; seq 1 3000 | awk '{{print int($1/3) \" line \" $1 
 # only when the open fails with ENOENT), gc (loose objects packed, their
 # directories removed) and a copy with cp -a. Fixed dates make the objects
 # equal; the index (it records inode numbers) is removed at the end. No hook
-# templates, and no tar of the repository inside the run: git creates hooks
-# 0755 and packs 0444, which reach the remote, but another process's `stat`
-# of a file still in the log answers 0644 (docs/capture.md, "What is not
-# captured").
+# templates. (git creates packs 0444: they reach the remote so, and another
+# process's `stat` answers it, see modes.)
 GIT = ("set -e; export GIT_AUTHOR_DATE='2026-01-01T00:00:00Z' GIT_COMMITTER_DATE='2026-01-01T00:00:00Z' "
        "GIT_CONFIG_NOSYSTEM=1 HOME={d}; cd {d}; git init -q -b main --template= repo; cd repo; "
        "git config user.email a@b; git config user.name a; echo hi > f; mkdir -p sub; seq 1 500 > sub/g; "

@@ -18,8 +18,15 @@ use crate::state::{is_captured, lock, resolve, set_errno};
 use crate::{entry_points, pass};
 
 /// (size, an open placeholder to take the rest of the answer from, path,
-/// its times if this process changed it in the current epoch: now).
-type Known = (u64, Option<c_int>, std::path::PathBuf, Option<Times>);
+/// its times if this process changed it in the current epoch: now, its
+/// permission bits in the committed view).
+type Known = (
+    u64,
+    Option<c_int>,
+    std::path::PathBuf,
+    Option<Times>,
+    Option<u32>,
+);
 
 fn known(fd: Option<c_int>, id: Option<u64>) -> Option<Known> {
     let slot = lock();
@@ -38,15 +45,18 @@ fn known(fd: Option<c_int>, id: Option<u64>) -> Option<Known> {
             mtime: Some(now),
         }
     });
-    Some((h.size, any_fd, h.path.clone(), now))
+    let mode = h.view.as_ref().and_then(|v| v.mode());
+    Some((h.size, any_fd, h.path.clone(), now, mode))
 }
 
-/// Permission bits of a captured file: what `chmod` set in this process,
-/// else 0644.
-fn mode_of(path: &Path) -> u32 {
+/// Permission bits of a captured file: what this process created it with
+/// or `chmod` set, else the committed view's (`logged`: the creation mode
+/// another process recorded, or the drained file's), else 0644.
+fn mode_of(path: &Path, logged: Option<u32>) -> u32 {
     lock()
         .as_ref()
         .and_then(|st| st.modes.get(path).copied())
+        .or(logged)
         .unwrap_or(0o644)
 }
 
@@ -84,7 +94,7 @@ fn times_of(path: &Path, known: Option<Times>) -> Option<Times> {
 }
 
 macro_rules! patch {
-    ($buf:expr, $size:expr, $path:expr, $times:expr) => {{
+    ($buf:expr, $size:expr, $path:expr, $times:expr, $mode:expr) => {{
         let b = &mut *$buf;
         if let Some(t) = times_of($path, $times) {
             if let Some(a) = t.atime {
@@ -103,7 +113,7 @@ macro_rules! patch {
         b.st_ino = ino as _;
         b.st_size = $size as _;
         b.st_blocks = ($size as u64).div_ceil(512) as _;
-        b.st_mode = libc::S_IFREG | mode_of($path);
+        b.st_mode = libc::S_IFREG | mode_of($path, $mode);
         b.st_nlink = 1;
     }};
 }
@@ -111,7 +121,7 @@ macro_rules! patch {
 /// Fill `buf` for a captured file: kernel answer for the placeholder (or the
 /// prefix directory when no placeholder is open), then our size and type.
 unsafe fn fill_stat(
-    (size, fd, path, times): (u64, Option<c_int>, &Path, Option<Times>),
+    (size, fd, path, times, mode): (u64, Option<c_int>, &Path, Option<Times>, Option<u32>),
     buf: *mut libc::stat,
 ) -> c_int {
     let rc = match fd {
@@ -128,7 +138,7 @@ unsafe fn fill_stat(
         set_errno(libc::EIO);
         return -1;
     }
-    patch!(buf, size, path, times);
+    patch!(buf, size, path, times, mode);
     0
 }
 
@@ -137,21 +147,23 @@ unsafe fn by_fd(fd: c_int, buf: *mut libc::stat) -> Option<c_int> {
         return None;
     }
     let _g = Guard::enter()?;
-    let (size, fd, path, times) = known(Some(fd), None)?;
-    Some(fill_stat((size, fd, &path, times), buf))
+    let (size, fd, path, times, mode) = known(Some(fd), None)?;
+    Some(fill_stat((size, fd, &path, times, mode), buf))
 }
 
 unsafe fn by_path(path: *const c_char, buf: *mut libc::stat) -> Option<c_int> {
     let (_g, abs, id) = prefix_path(path)?;
     if let Some(id) = id {
-        let (size, fd, path, times) = known(None, Some(id))?;
-        return Some(fill_stat((size, fd, &path, times), buf));
+        let (size, fd, path, times, mode) = known(None, Some(id))?;
+        return Some(fill_stat((size, fd, &path, times, mode), buf));
     }
     // Closed, but committed epochs not yet drained: the log answers.
     match logged_stat(&abs) {
         Ok(None) => None,
-        Ok(Some((true, size, times))) => Some(fill_stat((size, None, &abs, times), buf)),
-        Ok(Some((false, _, _))) => {
+        Ok(Some((true, size, times, mode))) => {
+            Some(fill_stat((size, None, &abs, times, mode), buf))
+        }
+        Ok(Some((false, ..))) => {
             set_errno(libc::ENOENT);
             Some(-1)
         }
