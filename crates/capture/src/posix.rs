@@ -530,13 +530,16 @@ pub(crate) fn logged_state(abs: &Path) -> CResult<Option<(bool, u64)>> {
     Ok(logged(abs, false)?.map(|(exists, size, _, _)| (exists, size)))
 }
 
+/// What the log says of a path: (exists, size, times, permission bits).
+pub(crate) type Logged = (bool, u64, Option<Times>, Option<u32>);
+
 /// `logged_state`, and the file's times and permission bits in the log's
 /// view (stat; another process created the file, or it is closed here).
-pub(crate) fn logged_stat(abs: &Path) -> CResult<Option<(bool, u64, Option<Times>, Option<u32>)>> {
+pub(crate) fn logged_stat(abs: &Path) -> CResult<Option<Logged>> {
     logged(abs, true)
 }
 
-fn logged(abs: &Path, meta: bool) -> CResult<Option<(bool, u64, Option<Times>, Option<u32>)>> {
+fn logged(abs: &Path, meta: bool) -> CResult<Option<Logged>> {
     let mut slot = lock();
     let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
     let c = st.committed(abs)?;
