@@ -21,6 +21,9 @@ nothing may be left in the prefix that the drain did not put there.
                stack arguments, a long text), scandir/scandirat of files
                in capture's view only, tmpfile with TMPDIR in the prefix
                (progs/entry_points.c)
+  walk         ftw, nftw, nftw64 with FTW_PHYS, FTW_DEPTH, FTW_CHDIR,
+               FTW_ACTIONRETVAL, links and a dangling link, over files in
+               capture's view only (progs/walk.c)
   freopen      freopen onto stdout, stdin, stderr and an fopen'ed stream, "w",
                "a", "r", "r+", "w+", mode changes (path NULL), a child of
                system() sharing the reopened stdout, no fclose before exit,
@@ -101,7 +104,8 @@ def build():
     for src, cc, extra in (("stdio_ckpt.c", "cc", []), ("exit_open.c", "cc", []), ("identity.c", "cc", []),
                            ("mmap_write.c", "cc", []), ("fstream_ckpt.cpp", "c++", []),
                            ("static_write.c", "cc", ["-static"]), ("entry_points.c", "cc", []),
-                           ("tempfiles.c", "cc", []), ("freopen_io.c", "cc", []), ("spawn_share.c", "cc", [])):
+                           ("tempfiles.c", "cc", []), ("freopen_io.c", "cc", []), ("spawn_share.c", "cc", []),
+                           ("walk.c", "cc", [])):
         compile_program(cc, PROGS / src, BUILD / src.rsplit(".", 1)[0], "-O2", "-Wall", "-Werror", *extra, always=True)
 
 
@@ -230,6 +234,8 @@ def cases():
          lambda w: compare(w, lambda d: ["/bin/bash", "-c", COREUTILS.format(d=d)])),
         ("git: init, commit, gc, cp -a; a create in a missing directory fails; ln -s then rm",
          lambda w: compare(w, lambda d: ["/bin/bash", "-c", GIT.format(d=d)])),
+        ("walk: ftw, nftw, nftw64 (PHYS, DEPTH, CHDIR, ACTIONRETVAL) see capture's view",
+         lambda w: compare(w, lambda d: [exe("walk"), d])),
         ("mmap: writable shared mapping refused, no SIGBUS", case_mmap),
         ("modes: creation modes (0600, 0755, umask 077, a 0600 temporary renamed) kept on the remote", case_modes),
         ("times: touch, cp -p, rsync -a, tar -x, unzip, os.utime keep their times on the remote", case_times),

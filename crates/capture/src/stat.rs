@@ -151,8 +151,33 @@ unsafe fn by_fd(fd: c_int, buf: *mut libc::stat) -> Option<c_int> {
     Some(fill_stat((size, fd, &path, times, mode), buf))
 }
 
-unsafe fn by_path(path: *const c_char, buf: *mut libc::stat) -> Option<c_int> {
+/// Where a symbolic link in the prefix leads (links of links followed, as
+/// the kernel would, up to its limit of 40).
+fn link_target(abs: &Path) -> Option<std::path::PathBuf> {
+    let mut at = abs.to_path_buf();
+    for _ in 0..40 {
+        if !crate::posix::real_link(&at) {
+            return Some(at);
+        }
+        let to = std::fs::read_link(&at).ok()?;
+        at = resolve(libc::AT_FDCWD, &at.parent()?.join(to))?;
+    }
+    None
+}
+
+/// stat (`follow`) or lstat of a path.
+unsafe fn by_path(path: *const c_char, buf: *mut libc::stat, follow: bool) -> Option<c_int> {
     let (_g, abs, id) = prefix_path(path)?;
+    // A symbolic link in the prefix: lstat answers the link itself (the
+    // real one), stat the file it leads to, which may be capture's.
+    if id.is_none() && crate::posix::real_link(&abs) {
+        if !follow {
+            return None;
+        }
+        let to = std::ffi::CString::new(link_target(&abs)?.as_os_str().as_bytes()).ok()?;
+        drop(_g);
+        return by_path(to.as_ptr(), buf, true);
+    }
     if let Some(id) = id {
         let (size, fd, path, times, mode) = known(None, Some(id))?;
         return Some(fill_stat((size, fd, &path, times, mode), buf));
@@ -187,23 +212,26 @@ unsafe fn by_at(
     if p.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
         return by_fd(dirfd, buf);
     }
+    let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
     if dirfd == libc::AT_FDCWD || p.first() == Some(&b'/') {
-        return by_path(path, buf);
+        return by_path(path, buf, follow);
     }
     let _g = Guard::enter()?;
     let abs = resolve(dirfd, Path::new(std::ffi::OsStr::from_bytes(p)))?;
     let c = std::ffi::CString::new(abs.as_os_str().as_bytes()).ok()?;
     drop(_g);
-    by_path(c.as_ptr(), buf)
+    by_path(c.as_ptr(), buf, follow)
 }
 
 // The stat family: `*64` twins fill the same layout on the 64-bit ABIs.
 entry_points! {
     fn stat(path: *const c_char, buf: *mut libc::stat)
-    | fn stat64(path: *const c_char, buf: *mut libc::stat64)
-    | fn lstat(path: *const c_char, buf: *mut libc::stat)
+    | fn stat64(path: *const c_char, buf: *mut libc::stat64) -> c_int {
+        by_path(path, buf.cast(), true)
+    } else -1;
+    fn lstat(path: *const c_char, buf: *mut libc::stat)
     | fn lstat64(path: *const c_char, buf: *mut libc::stat64) -> c_int {
-        by_path(path, buf.cast())
+        by_path(path, buf.cast(), false)
     } else -1;
     fn fstat(fd: c_int, buf: *mut libc::stat)
     | fn fstat64(fd: c_int, buf: *mut libc::stat64) -> c_int {
@@ -214,10 +242,12 @@ entry_points! {
         by_at(dirfd, path, flags, buf.cast())
     } else -1;
     fn __xstat(ver: c_int, path: *const c_char, buf: *mut libc::stat)
-    | fn __xstat64(ver: c_int, path: *const c_char, buf: *mut libc::stat64)
-    | fn __lxstat(ver: c_int, path: *const c_char, buf: *mut libc::stat)
+    | fn __xstat64(ver: c_int, path: *const c_char, buf: *mut libc::stat64) -> c_int {
+        by_path(path, buf.cast(), true)
+    } else -1;
+    fn __lxstat(ver: c_int, path: *const c_char, buf: *mut libc::stat)
     | fn __lxstat64(ver: c_int, path: *const c_char, buf: *mut libc::stat64) -> c_int {
-        by_path(path, buf.cast())
+        by_path(path, buf.cast(), false)
     } else -1;
     fn __fxstat(ver: c_int, fd: c_int, buf: *mut libc::stat)
     | fn __fxstat64(ver: c_int, fd: c_int, buf: *mut libc::stat64) -> c_int {

@@ -142,6 +142,10 @@ macro_rules! wrapped_symbols {
             scandir64: fn(*const c_char, *mut *mut *mut libc::dirent64, *mut c_void, *mut c_void) -> c_int;
             scandirat: fn(c_int, *const c_char, *mut *mut *mut libc::dirent64, *mut c_void, *mut c_void) -> c_int;
             scandirat64: fn(c_int, *const c_char, *mut *mut *mut libc::dirent64, *mut c_void, *mut c_void) -> c_int;
+            ftw: fn(*const c_char, *mut c_void, c_int) -> c_int;
+            ftw64: fn(*const c_char, *mut c_void, c_int) -> c_int;
+            nftw: fn(*const c_char, *mut c_void, c_int, c_int) -> c_int;
+            nftw64: fn(*const c_char, *mut c_void, c_int, c_int) -> c_int;
             glob: fn(*const c_char, c_int, *mut c_void, *mut c_void) -> c_int;
             glob64: fn(*const c_char, c_int, *mut c_void, *mut c_void) -> c_int;
             linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int;
