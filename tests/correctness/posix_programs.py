@@ -24,6 +24,10 @@ nothing may be left in the prefix that the drain did not put there.
   walk         ftw, nftw, nftw64 with FTW_PHYS, FTW_DEPTH, FTW_CHDIR,
                FTW_ACTIONRETVAL, links and a dangling link, over files in
                capture's view only (progs/walk.c)
+  exec         a program built by gcc into the prefix and a script written
+               there, run by bash (path, PATH), subprocess, posix_spawn,
+               posix_spawnp, execv, fexecve (progs/run_prefix.py); a file
+               without an execute bit refused as directly
   freopen      freopen onto stdout, stdin, stderr and an fopen'ed stream, "w",
                "a", "r", "r+", "w+", mode changes (path NULL), a child of
                system() sharing the reopened stdout, no fclose before exit,
@@ -177,6 +181,16 @@ GIT = ("set -e; export GIT_AUTHOR_DATE='2026-01-01T00:00:00Z' GIT_COMMITTER_DATE
        "ln -s f link; rm link; ls link 2>/dev/null || echo link removed")
 
 
+# Programs run from the prefix: one built there by gcc, a script written
+# there then made executable, run by bash (by path, and found on PATH) and
+# by Python (progs/run_prefix.py: subprocess, posix_spawn[p], execv,
+# fexecve); a file without an execute bit refused.
+EXEC = ("set -e; cd {d}; gcc -O2 -o hello {src}; ./hello a; {d}/hello b; "
+        "printf '#!/bin/sh -e\\necho script $0 \"$@\"\\n' > s.sh; chmod +x s.sh; ./s.sh x y; "
+        "PATH={d}:$PATH; hello on path; s.sh on path; {py} {runner} {d}")
+EXEC_TAIL = "echo data > plain; ./plain 2>/dev/null || echo refused $?"
+
+
 def make_archive(work):
     src = work / "src"
     (src / "sub/deeper").mkdir(parents=True)
@@ -236,6 +250,9 @@ def cases():
          lambda w: compare(w, lambda d: ["/bin/bash", "-c", GIT.format(d=d)])),
         ("walk: ftw, nftw, nftw64 (PHYS, DEPTH, CHDIR, ACTIONRETVAL) see capture's view",
          lambda w: compare(w, lambda d: [exe("walk"), d])),
+        ("exec: a program built by gcc and a script written into the prefix, run from there", case_exec),
+        ("exec refused: a file without an execute bit", lambda w: compare(w, lambda d: ["/bin/bash", "-c",
+                                                                                       f"cd {d}; {EXEC_TAIL}"])),
         ("mmap: writable shared mapping refused, no SIGBUS", case_mmap),
         ("modes: creation modes (0600, 0755, umask 077, a 0600 temporary renamed) kept on the remote", case_modes),
         ("times: touch, cp -p, rsync -a, tar -x, unzip, os.utime keep their times on the remote", case_times),
@@ -300,6 +317,15 @@ def case_modes(work):
     got = {n: oct((remote / n).stat().st_mode & 0o7777) for n in names}
     want = {n: oct((work / "direct" / n).stat().st_mode & 0o7777) for n in names}
     check(got == want, f"modes on the remote {got}, in the direct run {want}")
+
+
+def case_exec(work):
+    """Programs and scripts of capture's view run as directly; the private
+    copies a separate remote needs are gone once they ran."""
+    compare(work, lambda d: ["/bin/bash", "-c", EXEC.format(d=d, src=PROGS / "hello.c", py=PY,
+                                                           runner=PROGS / "run_prefix.py")])
+    left = [str(p) for p in (work / "local").glob(".paralog-exec-*/*")]
+    check(not left, f"private copies left behind: {left}")
 
 
 def case_mmap(work):

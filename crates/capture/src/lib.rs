@@ -13,6 +13,7 @@ pub mod copy;
 pub mod data;
 pub mod dirlist;
 pub mod dprintf;
+pub mod execpath;
 pub mod ftw;
 pub mod globbing;
 pub mod guard;

@@ -170,6 +170,7 @@ macro_rules! wrapped_symbols {
             execv: fn(*const c_char, *const *const c_char) -> c_int;
             execvp: fn(*const c_char, *const *const c_char) -> c_int;
             execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+            fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
             vfork: fn() -> pid_t;
             wait: fn(*mut c_int) -> pid_t;
             waitpid: fn(pid_t, *mut c_int, c_int) -> pid_t;
