@@ -14,7 +14,8 @@ nothing may be left in the prefix that the drain did not put there.
   modes        files created 0600, 0755, 0640, under umask 077, a 0600
                temporary renamed into place: the remote's modes are the
                direct run's, and so are those other processes' stat gives
-               before the drain and after a chmod (progs/modes.py)
+               before the drain and after a chmod; no extended
+               attributes, `ls -l` quiet (progs/modes.py)
   entry points pwritev2/preadv2, sendfile, copy_file_range, splice, lio_listio,
                syncfs, sync_file_range, faccessat, mkstemps, mkostemp,
                euidaccess, dprintf/vdprintf/__dprintf_chk (ints, doubles,

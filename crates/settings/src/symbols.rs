@@ -171,6 +171,10 @@ macro_rules! wrapped_symbols {
             execvp: fn(*const c_char, *const *const c_char) -> c_int;
             execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
             fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
+            getxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t;
+            lgetxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t;
+            listxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t;
+            llistxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t;
             vfork: fn() -> pid_t;
             wait: fn(*mut c_int) -> pid_t;
             waitpid: fn(pid_t, *mut c_int, c_int) -> pid_t;
