@@ -13,13 +13,22 @@ nothing may be left in the prefix that the drain did not put there.
   mmap         a shared writable mapping is refused at mmap, no SIGBUS (progs/mmap_write.c)
   modes        files created 0600, 0755, 0640, under umask 077, a 0600
                temporary renamed into place: the remote's modes are the
-               direct run's (progs/modes.py)
+               direct run's, and so are those other processes' stat gives
+               before the drain and after a chmod; no extended
+               attributes, `ls -l` quiet (progs/modes.py)
   entry points pwritev2/preadv2, sendfile, copy_file_range, splice, lio_listio,
                syncfs, sync_file_range, faccessat, mkstemps, mkostemp,
                euidaccess, dprintf/vdprintf/__dprintf_chk (ints, doubles,
                stack arguments, a long text), scandir/scandirat of files
                in capture's view only, tmpfile with TMPDIR in the prefix
                (progs/entry_points.c)
+  walk         ftw, nftw, nftw64 with FTW_PHYS, FTW_DEPTH, FTW_CHDIR,
+               FTW_ACTIONRETVAL, links and a dangling link, over files in
+               capture's view only (progs/walk.c)
+  exec         a program built by gcc into the prefix and a script written
+               there, run by bash (path, PATH), subprocess, posix_spawn,
+               posix_spawnp, execv, fexecve (progs/run_prefix.py); a file
+               without an execute bit refused as directly
   freopen      freopen onto stdout, stdin, stderr and an fopen'ed stream, "w",
                "a", "r", "r+", "w+", mode changes (path NULL), a child of
                system() sharing the reopened stdout, no fclose before exit,
@@ -103,7 +112,8 @@ def build():
     for src, cc, extra in (("stdio_ckpt.c", "cc", []), ("exit_open.c", "cc", []), ("identity.c", "cc", []),
                            ("mmap_write.c", "cc", []), ("fstream_ckpt.cpp", "c++", []),
                            ("static_write.c", "cc", ["-static"]), ("entry_points.c", "cc", []),
-                           ("tempfiles.c", "cc", []), ("freopen_io.c", "cc", []), ("spawn_share.c", "cc", [])):
+                           ("tempfiles.c", "cc", []), ("freopen_io.c", "cc", []), ("spawn_share.c", "cc", []),
+                           ("walk.c", "cc", [])):
         compile_program(cc, PROGS / src, BUILD / src.rsplit(".", 1)[0], "-O2", "-Wall", "-Werror", *extra, always=True)
 
 
@@ -163,10 +173,8 @@ COREUTILS = ("set -e; cd {d}; seq 1 3000 | awk '{{print int($1/3) \" line \" $1 
 # only when the open fails with ENOENT), gc (loose objects packed, their
 # directories removed) and a copy with cp -a. Fixed dates make the objects
 # equal; the index (it records inode numbers) is removed at the end. No hook
-# templates, and no tar of the repository inside the run: git creates hooks
-# 0755 and packs 0444, which reach the remote, but another process's `stat`
-# of a file still in the log answers 0644 (docs/capture.md, "What is not
-# captured").
+# templates. (git creates packs 0444: they reach the remote so, and another
+# process's `stat` answers it, see modes.)
 GIT = ("set -e; export GIT_AUTHOR_DATE='2026-01-01T00:00:00Z' GIT_COMMITTER_DATE='2026-01-01T00:00:00Z' "
        "GIT_CONFIG_NOSYSTEM=1 HOME={d}; cd {d}; git init -q -b main --template= repo; cd repo; "
        "git config user.email a@b; git config user.name a; echo hi > f; mkdir -p sub; seq 1 500 > sub/g; "
@@ -175,6 +183,16 @@ GIT = ("set -e; export GIT_AUTHOR_DATE='2026-01-01T00:00:00Z' GIT_COMMITTER_DATE
        "git -C copy log --oneline; rm -f repo/.git/index copy/.git/index; "
        "ls nodir/x 2>/dev/null || echo no nodir; (echo x > nodir/x) 2>/dev/null || echo create refused; "
        "ln -s f link; rm link; ls link 2>/dev/null || echo link removed")
+
+
+# Programs run from the prefix: one built there by gcc, a script written
+# there then made executable, run by bash (by path, and found on PATH) and
+# by Python (progs/run_prefix.py: subprocess, posix_spawn[p], execv,
+# fexecve); a file without an execute bit refused.
+EXEC = ("set -e; cd {d}; gcc -O2 -o hello {src}; ./hello a; {d}/hello b; "
+        "printf '#!/bin/sh -e\\necho script $0 \"$@\"\\n' > s.sh; chmod +x s.sh; ./s.sh x y; "
+        "PATH={d}:$PATH; hello on path; s.sh on path; {py} {runner} {d}")
+EXEC_TAIL = "echo data > plain; ./plain 2>/dev/null || echo refused $?"
 
 
 def make_archive(work):
@@ -234,6 +252,11 @@ def cases():
          lambda w: compare(w, lambda d: ["/bin/bash", "-c", COREUTILS.format(d=d)])),
         ("git: init, commit, gc, cp -a; a create in a missing directory fails; ln -s then rm",
          lambda w: compare(w, lambda d: ["/bin/bash", "-c", GIT.format(d=d)])),
+        ("walk: ftw, nftw, nftw64 (PHYS, DEPTH, CHDIR, ACTIONRETVAL) see capture's view",
+         lambda w: compare(w, lambda d: [exe("walk"), d])),
+        ("exec: a program built by gcc and a script written into the prefix, run from there", case_exec),
+        ("exec refused: a file without an execute bit", lambda w: compare(w, lambda d: ["/bin/bash", "-c",
+                                                                                       f"cd {d}; {EXEC_TAIL}"])),
         ("mmap: writable shared mapping refused, no SIGBUS", case_mmap),
         ("modes: creation modes (0600, 0755, umask 077, a 0600 temporary renamed) kept on the remote", case_modes),
         ("times: touch, cp -p, rsync -a, tar -x, unzip, os.utime keep their times on the remote", case_times),
@@ -312,6 +335,15 @@ def case_modes(work):
     got = {n: oct((remote / n).stat().st_mode & 0o7777) for n in names}
     want = {n: oct((work / "direct" / n).stat().st_mode & 0o7777) for n in names}
     check(got == want, f"modes on the remote {got}, in the direct run {want}")
+
+
+def case_exec(work):
+    """Programs and scripts of capture's view run as directly; the private
+    copies a separate remote needs are gone once they ran."""
+    compare(work, lambda d: ["/bin/bash", "-c", EXEC.format(d=d, src=PROGS / "hello.c", py=PY,
+                                                           runner=PROGS / "run_prefix.py")])
+    left = [str(p) for p in (work / "local").glob(".paralog-exec-*/*")]
+    check(not left, f"private copies left behind: {left}")
 
 
 def case_mmap(work):

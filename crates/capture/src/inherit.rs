@@ -339,7 +339,7 @@ pub fn before_child(st: &mut State) {
     }
 }
 
-fn prepare_spawn() {
+pub(crate) fn prepare_spawn() {
     let Some(_g) = Guard::enter() else { return };
     let mut slot = lock();
     if let Some(st) = slot.as_mut() {
@@ -418,6 +418,7 @@ extern "C" fn at_load() {
             return;
         }
         let Some(_g) = Guard::enter() else { return };
+        crate::execpath::forget_copy();
         let mut slot = lock();
         if slot.is_some() {
             return;
@@ -466,8 +467,9 @@ pub unsafe extern "C" fn vfork() -> pid_t {
     libc::fork()
 }
 
+// Only posix_spawnp searches PATH.
 twins! {
-    posix_spawn, posix_spawnp => fn(
+    posix_spawn => fn(
         pid: *mut pid_t,
         path: *const c_char,
         acts: *const libc::posix_spawn_file_actions_t,
@@ -475,8 +477,23 @@ twins! {
         argv: *const *mut c_char,
         envp: *const *mut c_char,
     ) -> c_int, libc::ENOSYS, |real| {
-        prepare_spawn();
-        real(pid, path, acts, attr, argv, envp)
+        let run = |p: *const c_char, a: *const *const c_char| real(pid, p, acts, attr, a.cast(), envp);
+        crate::execpath::exec_planned(path, argv.cast(), run).unwrap_or_else(|e| e)
+    }
+}
+
+twins! {
+    posix_spawnp => fn(
+        pid: *mut pid_t,
+        path: *const c_char,
+        acts: *const libc::posix_spawn_file_actions_t,
+        attr: *const libc::posix_spawnattr_t,
+        argv: *const *mut c_char,
+        envp: *const *mut c_char,
+    ) -> c_int, libc::ENOSYS, |real| {
+        let (_keep, path) = crate::execpath::searched(path);
+        let run = |p: *const c_char, a: *const *const c_char| real(pid, p, acts, attr, a.cast(), envp);
+        crate::execpath::exec_planned(path, argv.cast(), run).unwrap_or_else(|e| e)
     }
 }
 
@@ -530,24 +547,6 @@ fn take_over_end(st: &mut State, fd: c_int) {
     h.size = c.size;
     h.view = None;
     st.advance_shared(ofd, c.size);
-}
-
-twins! {
-    execve, execvpe => fn(
-        path: *const c_char,
-        argv: *const *const c_char,
-        envp: *const *const c_char,
-    ) -> c_int, -1, |real| {
-        prepare_spawn();
-        real(path, argv, envp)
-    }
-}
-
-twins! {
-    execv, execvp => fn(path: *const c_char, argv: *const *const c_char) -> c_int, -1, |real| {
-        prepare_spawn();
-        real(path, argv)
-    }
 }
 
 #[cfg(test)]

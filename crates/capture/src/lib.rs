@@ -13,6 +13,8 @@ pub mod copy;
 pub mod data;
 pub mod dirlist;
 pub mod dprintf;
+pub mod execpath;
+pub mod ftw;
 pub mod globbing;
 pub mod guard;
 pub mod inherit;
@@ -39,6 +41,7 @@ pub mod timeline;
 pub mod times;
 pub mod view;
 pub mod wait;
+pub mod xattr;
 
 // The settings and the symbol table live in `paralog-settings` (shared with
 // the `paralog` command, which must not link this library).

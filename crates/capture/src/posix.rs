@@ -527,20 +527,26 @@ pub(crate) unsafe fn prefix_path(
 /// file there (GNU tar checks them before it replaces a placeholder with a
 /// link).
 pub(crate) fn logged_state(abs: &Path) -> CResult<Option<(bool, u64)>> {
-    Ok(logged(abs, false)?.map(|(exists, size, _)| (exists, size)))
+    Ok(logged(abs, false)?.map(|(exists, size, _, _)| (exists, size)))
 }
 
-/// `logged_state`, and the file's times in the log's view (stat).
-pub(crate) fn logged_stat(abs: &Path) -> CResult<Option<(bool, u64, Option<Times>)>> {
+/// What the log says of a path: (exists, size, times, permission bits).
+pub(crate) type Logged = (bool, u64, Option<Times>, Option<u32>);
+
+/// `logged_state`, and the file's times and permission bits in the log's
+/// view (stat; another process created the file, or it is closed here).
+pub(crate) fn logged_stat(abs: &Path) -> CResult<Option<Logged>> {
     logged(abs, true)
 }
 
-fn logged(abs: &Path, times: bool) -> CResult<Option<(bool, u64, Option<Times>)>> {
+fn logged(abs: &Path, meta: bool) -> CResult<Option<Logged>> {
     let mut slot = lock();
     let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
     let c = st.committed(abs)?;
-    Ok(answers_for(st, abs, &c)
-        .then(|| (c.exists, c.size, if times { c.view.times() } else { None })))
+    Ok(answers_for(st, abs, &c).then(|| match meta {
+        true => (c.exists, c.size, c.view.times(), c.view.mode()),
+        false => (c.exists, c.size, None, None),
+    }))
 }
 
 /// Whether capture, not the real file system, answers for `abs`, whose

@@ -18,8 +18,15 @@ use crate::state::{is_captured, lock, resolve, set_errno};
 use crate::{entry_points, pass};
 
 /// (size, an open placeholder to take the rest of the answer from, path,
-/// its times if this process changed it in the current epoch: now).
-type Known = (u64, Option<c_int>, std::path::PathBuf, Option<Times>);
+/// its times if this process changed it in the current epoch: now, its
+/// permission bits in the committed view).
+type Known = (
+    u64,
+    Option<c_int>,
+    std::path::PathBuf,
+    Option<Times>,
+    Option<u32>,
+);
 
 fn known(fd: Option<c_int>, id: Option<u64>) -> Option<Known> {
     let slot = lock();
@@ -38,15 +45,18 @@ fn known(fd: Option<c_int>, id: Option<u64>) -> Option<Known> {
             mtime: Some(now),
         }
     });
-    Some((h.size, any_fd, h.path.clone(), now))
+    let mode = h.view.as_ref().and_then(|v| v.mode());
+    Some((h.size, any_fd, h.path.clone(), now, mode))
 }
 
-/// Permission bits of a captured file: what `chmod` set in this process,
-/// else 0644.
-fn mode_of(path: &Path) -> u32 {
+/// Permission bits of a captured file: what this process created it with
+/// or `chmod` set, else the committed view's (`logged`: the creation mode
+/// another process recorded, or the drained file's), else 0644.
+fn mode_of(path: &Path, logged: Option<u32>) -> u32 {
     lock()
         .as_ref()
         .and_then(|st| st.modes.get(path).copied())
+        .or(logged)
         .unwrap_or(0o644)
 }
 
@@ -84,7 +94,7 @@ fn times_of(path: &Path, known: Option<Times>) -> Option<Times> {
 }
 
 macro_rules! patch {
-    ($buf:expr, $size:expr, $path:expr, $times:expr) => {{
+    ($buf:expr, $size:expr, $path:expr, $times:expr, $mode:expr) => {{
         let b = &mut *$buf;
         if let Some(t) = times_of($path, $times) {
             if let Some(a) = t.atime {
@@ -103,7 +113,7 @@ macro_rules! patch {
         b.st_ino = ino as _;
         b.st_size = $size as _;
         b.st_blocks = ($size as u64).div_ceil(512) as _;
-        b.st_mode = libc::S_IFREG | mode_of($path);
+        b.st_mode = libc::S_IFREG | mode_of($path, $mode);
         b.st_nlink = 1;
     }};
 }
@@ -111,7 +121,7 @@ macro_rules! patch {
 /// Fill `buf` for a captured file: kernel answer for the placeholder (or the
 /// prefix directory when no placeholder is open), then our size and type.
 unsafe fn fill_stat(
-    (size, fd, path, times): (u64, Option<c_int>, &Path, Option<Times>),
+    (size, fd, path, times, mode): (u64, Option<c_int>, &Path, Option<Times>, Option<u32>),
     buf: *mut libc::stat,
 ) -> c_int {
     let rc = match fd {
@@ -128,7 +138,7 @@ unsafe fn fill_stat(
         set_errno(libc::EIO);
         return -1;
     }
-    patch!(buf, size, path, times);
+    patch!(buf, size, path, times, mode);
     0
 }
 
@@ -137,21 +147,48 @@ unsafe fn by_fd(fd: c_int, buf: *mut libc::stat) -> Option<c_int> {
         return None;
     }
     let _g = Guard::enter()?;
-    let (size, fd, path, times) = known(Some(fd), None)?;
-    Some(fill_stat((size, fd, &path, times), buf))
+    let (size, fd, path, times, mode) = known(Some(fd), None)?;
+    Some(fill_stat((size, fd, &path, times, mode), buf))
 }
 
-unsafe fn by_path(path: *const c_char, buf: *mut libc::stat) -> Option<c_int> {
+/// Where a symbolic link in the prefix leads (links of links followed, as
+/// the kernel would, up to its limit of 40).
+fn link_target(abs: &Path) -> Option<std::path::PathBuf> {
+    let mut at = abs.to_path_buf();
+    for _ in 0..40 {
+        if !crate::posix::real_link(&at) {
+            return Some(at);
+        }
+        let to = std::fs::read_link(&at).ok()?;
+        at = resolve(libc::AT_FDCWD, &at.parent()?.join(to))?;
+    }
+    None
+}
+
+/// stat (`follow`) or lstat of a path.
+unsafe fn by_path(path: *const c_char, buf: *mut libc::stat, follow: bool) -> Option<c_int> {
     let (_g, abs, id) = prefix_path(path)?;
+    // A symbolic link in the prefix: lstat answers the link itself (the
+    // real one), stat the file it leads to, which may be capture's.
+    if id.is_none() && crate::posix::real_link(&abs) {
+        if !follow {
+            return None;
+        }
+        let to = std::ffi::CString::new(link_target(&abs)?.as_os_str().as_bytes()).ok()?;
+        drop(_g);
+        return by_path(to.as_ptr(), buf, true);
+    }
     if let Some(id) = id {
-        let (size, fd, path, times) = known(None, Some(id))?;
-        return Some(fill_stat((size, fd, &path, times), buf));
+        let (size, fd, path, times, mode) = known(None, Some(id))?;
+        return Some(fill_stat((size, fd, &path, times, mode), buf));
     }
     // Closed, but committed epochs not yet drained: the log answers.
     match logged_stat(&abs) {
         Ok(None) => None,
-        Ok(Some((true, size, times))) => Some(fill_stat((size, None, &abs, times), buf)),
-        Ok(Some((false, _, _))) => {
+        Ok(Some((true, size, times, mode))) => {
+            Some(fill_stat((size, None, &abs, times, mode), buf))
+        }
+        Ok(Some((false, ..))) => {
             set_errno(libc::ENOENT);
             Some(-1)
         }
@@ -175,23 +212,26 @@ unsafe fn by_at(
     if p.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
         return by_fd(dirfd, buf);
     }
+    let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
     if dirfd == libc::AT_FDCWD || p.first() == Some(&b'/') {
-        return by_path(path, buf);
+        return by_path(path, buf, follow);
     }
     let _g = Guard::enter()?;
     let abs = resolve(dirfd, Path::new(std::ffi::OsStr::from_bytes(p)))?;
     let c = std::ffi::CString::new(abs.as_os_str().as_bytes()).ok()?;
     drop(_g);
-    by_path(c.as_ptr(), buf)
+    by_path(c.as_ptr(), buf, follow)
 }
 
 // The stat family: `*64` twins fill the same layout on the 64-bit ABIs.
 entry_points! {
     fn stat(path: *const c_char, buf: *mut libc::stat)
-    | fn stat64(path: *const c_char, buf: *mut libc::stat64)
-    | fn lstat(path: *const c_char, buf: *mut libc::stat)
+    | fn stat64(path: *const c_char, buf: *mut libc::stat64) -> c_int {
+        by_path(path, buf.cast(), true)
+    } else -1;
+    fn lstat(path: *const c_char, buf: *mut libc::stat)
     | fn lstat64(path: *const c_char, buf: *mut libc::stat64) -> c_int {
-        by_path(path, buf.cast())
+        by_path(path, buf.cast(), false)
     } else -1;
     fn fstat(fd: c_int, buf: *mut libc::stat)
     | fn fstat64(fd: c_int, buf: *mut libc::stat64) -> c_int {
@@ -202,10 +242,12 @@ entry_points! {
         by_at(dirfd, path, flags, buf.cast())
     } else -1;
     fn __xstat(ver: c_int, path: *const c_char, buf: *mut libc::stat)
-    | fn __xstat64(ver: c_int, path: *const c_char, buf: *mut libc::stat64)
-    | fn __lxstat(ver: c_int, path: *const c_char, buf: *mut libc::stat)
+    | fn __xstat64(ver: c_int, path: *const c_char, buf: *mut libc::stat64) -> c_int {
+        by_path(path, buf.cast(), true)
+    } else -1;
+    fn __lxstat(ver: c_int, path: *const c_char, buf: *mut libc::stat)
     | fn __lxstat64(ver: c_int, path: *const c_char, buf: *mut libc::stat64) -> c_int {
-        by_path(path, buf.cast())
+        by_path(path, buf.cast(), false)
     } else -1;
     fn __fxstat(ver: c_int, fd: c_int, buf: *mut libc::stat)
     | fn __fxstat64(ver: c_int, fd: c_int, buf: *mut libc::stat64) -> c_int {

@@ -337,6 +337,25 @@ fn renamed_base(
 }
 
 impl View {
+    /// The file's permission bits in this view: the creation mode its
+    /// epochs recorded, else the drained file's (a `chmod` reaches that
+    /// once the epochs are drained), else a rename source's; `None` when
+    /// nothing says (an object remote keeps no modes).
+    pub fn mode(&self) -> Option<u32> {
+        use std::os::unix::fs::PermissionsExt;
+        if self.lf.mode.is_some() || self.lf.deleted {
+            return self.lf.mode;
+        }
+        match &self.base {
+            Opened::File(p, _) => std::fs::metadata(p)
+                .ok()
+                .filter(|m| m.is_file())
+                .map(|m| m.permissions().mode() & 0o7777),
+            Opened::Renamed(v, _) => v.lock().ok().and_then(|v| v.mode()),
+            _ => None,
+        }
+    }
+
     /// The file's times in this view: those the program set on top of its
     /// base's (the drained file's, or a rename source's), or, once its
     /// epochs changed it, the time its newest bytes reached the log.

@@ -142,6 +142,10 @@ macro_rules! wrapped_symbols {
             scandir64: fn(*const c_char, *mut *mut *mut libc::dirent64, *mut c_void, *mut c_void) -> c_int;
             scandirat: fn(c_int, *const c_char, *mut *mut *mut libc::dirent64, *mut c_void, *mut c_void) -> c_int;
             scandirat64: fn(c_int, *const c_char, *mut *mut *mut libc::dirent64, *mut c_void, *mut c_void) -> c_int;
+            ftw: fn(*const c_char, *mut c_void, c_int) -> c_int;
+            ftw64: fn(*const c_char, *mut c_void, c_int) -> c_int;
+            nftw: fn(*const c_char, *mut c_void, c_int, c_int) -> c_int;
+            nftw64: fn(*const c_char, *mut c_void, c_int, c_int) -> c_int;
             glob: fn(*const c_char, c_int, *mut c_void, *mut c_void) -> c_int;
             glob64: fn(*const c_char, c_int, *mut c_void, *mut c_void) -> c_int;
             linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int;
@@ -166,6 +170,11 @@ macro_rules! wrapped_symbols {
             execv: fn(*const c_char, *const *const c_char) -> c_int;
             execvp: fn(*const c_char, *const *const c_char) -> c_int;
             execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+            fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
+            getxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t;
+            lgetxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t;
+            listxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t;
+            llistxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t;
             vfork: fn() -> pid_t;
             wait: fn(*mut c_int) -> pid_t;
             waitpid: fn(pid_t, *mut c_int, c_int) -> pid_t;

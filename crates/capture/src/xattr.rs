@@ -1,0 +1,52 @@
+//! Extended attributes of a captured file by path (`ls -l` asks for its
+//! security label and ACL of every entry): the log keeps none, so a file
+//! that exists in capture's view and not (yet) in the prefix has none,
+//! instead of the prefix's ENOENT. A file the prefix holds answers as the
+//! kernel does; descriptors (the placeholder memfd has none) too.
+
+#![allow(clippy::missing_safety_doc)]
+
+use libc::{c_char, c_void, size_t, ssize_t};
+
+use crate::posix::{logged_state, prefix_path};
+use crate::state::set_errno;
+
+/// Whether `path` names a file of capture's view the prefix does not hold:
+/// `Some(true)`; `Some(false)`: capture says it does not exist; `None`:
+/// the real call answers.
+unsafe fn view_only(path: *const c_char) -> Option<bool> {
+    let (_g, abs, id) = prefix_path(path)?;
+    if std::fs::symlink_metadata(&abs).is_ok() {
+        return None;
+    }
+    if id.is_some() {
+        return Some(true);
+    }
+    match logged_state(&abs) {
+        Ok(Some((exists, _))) => Some(exists),
+        _ => None,
+    }
+}
+
+unsafe fn answer(path: *const c_char, none: ssize_t, errno: libc::c_int) -> Option<ssize_t> {
+    let exists = view_only(path)?;
+    set_errno(if exists { errno } else { libc::ENOENT });
+    Some(if exists && none >= 0 { none } else { -1 })
+}
+
+crate::twins! {
+    getxattr, lgetxattr => fn(
+        path: *const c_char,
+        name: *const c_char,
+        value: *mut c_void,
+        size: size_t,
+    ) -> ssize_t, -1, |real| {
+        answer(path, -1, libc::ENODATA).unwrap_or_else(|| real(path, name, value, size))
+    }
+}
+
+crate::twins! {
+    listxattr, llistxattr => fn(path: *const c_char, list: *mut c_char, size: size_t) -> ssize_t, -1, |real| {
+        answer(path, 0, 0).unwrap_or_else(|| real(path, list, size))
+    }
+}
