@@ -17,6 +17,7 @@ mod inspect;
 mod materialize;
 mod missed;
 mod obj;
+mod obj_s3;
 mod obj_publish;
 mod recover;
 mod remote;
