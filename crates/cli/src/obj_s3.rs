@@ -156,7 +156,8 @@ pub fn run(cmd: &ObjCmd) -> anyhow::Result<Option<ExitCode>> {
         }
         ObjCmd::Put { file, array, .. } => {
             let (store, name) = object(&url)?;
-            let data = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+            let data =
+                std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
             let c = store.put(&name, &array.meta()?, &data)?;
             print(&mut stdout, &committed_line(&name, &c))?;
         }
@@ -170,7 +171,8 @@ pub fn run(cmd: &ObjCmd) -> anyhow::Result<Option<ExitCode>> {
         } => {
             let (store, name) = object(&url)?;
             let mut put = store.join(&name, &put_id(id)?)?;
-            let data = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+            let data =
+                std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
             let cb = put.meta().chunk_len() as usize;
             if data.len() != cb * chunks.len() {
                 bail!(
@@ -194,7 +196,10 @@ pub fn run(cmd: &ObjCmd) -> anyhow::Result<Option<ExitCode>> {
             let (store, name) = object(&url)?;
             let id = put_id(id)?;
             store.abort(&name, &id)?;
-            print(&mut stdout, &format!("{name}: put {} aborted\n", id_hex(&id)))?;
+            print(
+                &mut stdout,
+                &format!("{name}: put {} aborted\n", id_hex(&id)),
+            )?;
         }
         ObjCmd::Rm { .. } => {
             let (store, name) = object(&url)?;

@@ -80,7 +80,9 @@ pub(crate) fn checked_array(
             what,
         };
         let Some(last) = v.pieces.last() else {
-            return Err(damaged("a version with no pieces has no array record".into()));
+            return Err(damaged(
+                "a version with no pieces has no array record".into(),
+            ));
         };
         if id != v.origin {
             return Err(damaged("the array record's id is not the version's".into()));

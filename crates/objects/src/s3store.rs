@@ -86,8 +86,7 @@ impl S3Store {
     /// Make a store at `url` (idempotent).
     pub fn init(url: &S3Url) -> Result<S3Store> {
         let s = S3Store::connect(url)?;
-        s.be
-            .put_object(STORE_MARK, b"paralog array objects 1\n".to_vec(), false)
+        s.be.put_object(STORE_MARK, b"paralog array objects 1\n".to_vec(), false)
             .map_err(|e| s.err(e))?;
         Ok(s)
     }
@@ -130,7 +129,11 @@ impl S3Store {
 
     /// Where a key is, for messages (`s3://bucket/prefix/key`).
     fn shown(&self, key: &str) -> PathBuf {
-        PathBuf::from(format!("s3://{}/{}", self.url.bucket, self.be.key(key.as_bytes())))
+        PathBuf::from(format!(
+            "s3://{}/{}",
+            self.url.bucket,
+            self.be.key(key.as_bytes())
+        ))
     }
 
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
@@ -203,7 +206,9 @@ impl S3Store {
         }
         let at = self.shown(&version_key(name, n));
         let Some(last) = v.pieces.last().copied() else {
-            return Err(not_found(format!("version {n} is not an array (no pieces)")));
+            return Err(not_found(format!(
+                "version {n} is not an array (no pieces)"
+            )));
         };
         let head = self.block(&last).map_err(|why| Error::Damaged {
             path: at.clone(),
@@ -295,13 +300,12 @@ impl S3Store {
     /// `meta/<name>/v<n>`, the next number when `n` is taken.
     fn publish(&self, name: &str, mut v: Version) -> Result<u64> {
         v.name = name.as_bytes().to_vec();
-        let mut n = self.numbers(name)?.last().copied().unwrap_or(0) + 1;
-        for _ in 0..10_000 {
+        let first = self.numbers(name)?.last().copied().unwrap_or(0) + 1;
+        for n in first..first + 10_000 {
             v.number = n;
             if self.put_obj(&version_key(name, n), v.encode(), true)? {
                 return Ok(n);
             }
-            n += 1;
         }
         Err(Error::Invalid {
             name: name.to_owned(),

@@ -37,8 +37,7 @@ impl S3Backend {
                 Ok(_) => Ok(true),
                 Err(e)
                     if create_only
-                        && e.raw_response()
-                            .is_some_and(|r| r.status().as_u16() == 412) =>
+                        && e.raw_response().is_some_and(|r| r.status().as_u16() == 412) =>
                 {
                     Ok(false)
                 }
@@ -120,5 +119,4 @@ impl S3Backend {
                 .map_err(|e| self.err(&key, "delete object", e))
         })
     }
-
 }
