@@ -217,6 +217,6 @@ fn bad_arguments_are_codes_and_messages() {
         unsafe { paralog_obj_open(url.as_ptr(), &mut store) },
         errors::EURL
     );
-    assert!(msg().contains("not supported yet"), "{}", msg());
+    assert!(msg().contains("not yet from C"), "{}", msg());
     unsafe { paralog_obj_close(s) };
 }

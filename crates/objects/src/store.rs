@@ -87,7 +87,7 @@ impl Store {
             RemoteUrl::S3(_) => {
                 return Err(Error::Url {
                     url: url.to_string(),
-                    why: "array objects on s3:// are not supported yet (objstore:// and plain directories are)".into(),
+                    why: "this API opens objstore:// and plain directories; s3:// stores are opened with S3Store (`paralog obj`, Rust), not yet from C, Fortran or Python".into(),
                 })
             }
         };
