@@ -15,6 +15,8 @@ slices of what was put.
   concurrent  4 processes x 6 puts of one name at once: 24 versions
               (create-only PUTs of the version records: none replaced),
               each equal to one put, every put present once
+  python      `paralog.objects` (ctypes over the C API) on s3://: puts of
+              three dtypes, slabs, a chunked put by two writers
   damage      a flipped byte, then a truncated chunk object: `obj get` and
               `obj verify` refuse naming object, version, chunk and the
               chunk's S3 object
@@ -30,7 +32,7 @@ import numpy as np
 
 from tests.lib.check import Suite, check, suite_options
 from tests.lib.minio import MinIO
-from tests.lib.paths import BIN
+from tests.lib.paths import BIN, ROOT
 from tests.lib.proc import run
 
 BUCKET = "plobjects"
@@ -219,11 +221,45 @@ def case_damage(work, s3):
     s3.obj("verify", s3.at("dmg"))
 
 
+PY_PUT = """
+import sys
+import numpy as np
+import paralog.objects as po
+rng = np.random.default_rng(3)
+with po.Store(sys.argv[1]) as s:
+    for dt in ("int8", "uint32", "float64"):
+        a = rng.integers(0, 100, size=(21, 13)).astype(dt)
+        assert s.put("py/" + dt, a, chunks=(4, 5)) == 1
+        assert (s.get("py/" + dt) == a).all(), dt
+        assert (s.get("py/" + dt, start=(3, 2), count=(9, 7)) == a[3:12, 2:9]).all(), dt
+    # A chunked put by two writers of one put, then its commit.
+    a = rng.integers(0, 1 << 30, size=(8, 6)).astype("int32")
+    pid = s.begin("py/chunked", "int32", (8, 6), (4, 6))
+    ws = [s.join("py/chunked", pid, "int32", (8, 6), (4, 6)) for _ in range(2)]
+    for i, w in enumerate(ws):
+        w.write_chunk((i, 0), a[4 * i:4 * i + 4])
+        w.finish()
+    assert s.commit("py/chunked", pid) == 1
+    assert (s.get("py/chunked") == a).all()
+    print("python ok")
+"""
+
+
+@with_s3
+def case_python(work, s3):
+    """`paralog.objects` (over the C API) on s3://: puts, slabs, a chunked put."""
+    env = dict(s3.env, PYTHONPATH=str(ROOT / "python"))
+    r = run([sys.executable, "-c", PY_PUT, s3.store], env=env, check=False, timeout=300)
+    check(r.returncode == 0 and "python ok" in r.stdout, f"python: {(r.stdout + r.stderr)[-1500:]}")
+    i = s3.info("py/chunked")
+    check((i["dtype"], i["shape"], i["version"]) == ("int32", [8, 6], 1), f"the CLI reads Python's put: {i}")
+
+
 def main():
     a = suite_options().parse_args()
     suite = Suite("objects-s3", keep=a.keep)
     cases = [("dtypes", case_dtypes), ("chunked", case_chunked), ("concurrent", case_concurrent),
-             ("damage", case_damage)]
+             ("damage", case_damage), ("python", case_python)]
     return suite.run(cases, only=a.only)
 
 

@@ -1,7 +1,8 @@
 //! `paralog obj` on an S3 store (`s3://bucket/STORE[/NAME]`,
 //! crates/objects `s3store`, docs/objects.md "S3"): the same commands and
 //! output as on a directory, but no views (no Zarr or HDF5 view on S3
-//! yet), no logged puts and no `gc`.
+//! yet), no logged puts and no `gc`. (The C and Python APIs open S3
+//! stores through crates/objects-c/src/direct.rs.)
 
 use std::io::Write;
 use std::process::ExitCode;

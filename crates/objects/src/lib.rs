@@ -24,7 +24,7 @@ mod staging;
 pub mod store;
 pub mod zarr;
 
-pub use error::Error;
+pub use error::{Error, Result};
 pub use grid::{DType, Element};
 pub use logged::{publish_committed, LoggedStore, Published};
 pub use put::{Committed, Put};

@@ -358,6 +358,24 @@ impl S3Store {
         })
     }
 
+    /// [`S3Store::join`], refusing a writer whose idea of the array (type,
+    /// shape, grid) differs from the put's.
+    pub fn join_as(&self, name: &str, id: &VersionId, meta: &ArrayMeta) -> Result<S3Put<'_>> {
+        let put = self.join(name, id)?;
+        let (a, b) = (&put.meta, meta);
+        if (a.dtype, &a.shape, &a.chunks) != (b.dtype, &b.shape, &b.chunks) {
+            return Err(Error::Put {
+                name: name.to_owned(),
+                id: id_hex(id),
+                why: format!(
+                    "this writer's array ({} {:?} in chunks of {:?}) is not the put's ({} {:?} in chunks of {:?})",
+                    b.dtype.name(), b.shape, b.chunks, a.dtype.name(), a.shape, a.chunks
+                ),
+            });
+        }
+        Ok(put)
+    }
+
     fn staged(&self, name: &str, id: &VersionId) -> Result<ArrayMeta> {
         check_name(name)?;
         let dir = format!("staging/{}", id_hex(id));
