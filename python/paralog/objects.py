@@ -114,8 +114,8 @@ class Writer:
 
 
 class Store:
-    """A store of array objects: objstore:///ROOT?dirs=N&keep=K, or a
-    directory. With `local` (the node server's --local directory), puts are
+    """A store of array objects: objstore:///ROOT?dirs=N&keep=K, a
+    directory, or s3://BUCKET/STORE (made by `paralog obj init`; not logged). With `local` (the node server's --local directory), puts are
     logged there and published by the node server: put and commit return
     0, the version is numbered when published."""
 

@@ -36,7 +36,7 @@ byte equal to what was put. Each case runs on an
              (h5py), never zeros
   refusals   bad names, overlapping chunk writes, a missing chunk at commit
              (nothing published), a buffer of the wrong size, a chunk
-             outside the grid, s3:// (not yet); `obj gc` removes a put
+             outside the grid; `obj gc` removes a put
              whose writer died and keeps a live one
 
 Usage: python3 -m tests.objects.run [--only SUBSTRING] [--keep]
@@ -449,9 +449,6 @@ def case_refusals(kind):
         check("removed 1 abandoned puts" in said, said)
         r = obj("commit", at(url, "dead"), dead, check=False)
         check(r.returncode == 1 and "no such put in progress" in r.stderr, r.stderr)
-        if kind == "plain":
-            r = obj("ls", "s3://bucket/prefix", check=False)
-            check(r.returncode == 1 and "not supported yet" in r.stderr, r.stderr)
     return go
 
 

@@ -18,6 +18,7 @@ mod materialize;
 mod missed;
 mod obj;
 mod obj_publish;
+mod obj_s3;
 mod recover;
 mod remote;
 mod report;

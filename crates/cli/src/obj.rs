@@ -18,7 +18,7 @@ pub struct Args {
 }
 
 #[derive(clap::Subcommand)]
-enum ObjCmd {
+pub(crate) enum ObjCmd {
     /// Lay out a new store in an existing directory (objstore:///ROOT or
     /// /ROOT), so that ROOT/NAME URLs find it.
     Init { url: String },
@@ -115,7 +115,7 @@ enum ObjCmd {
 }
 
 #[derive(clap::Args)]
-struct ArrayArgs {
+pub(crate) struct ArrayArgs {
     /// int8..int64, uint8..uint64, float32, float64
     #[arg(long)]
     dtype: String,
@@ -130,7 +130,7 @@ struct ArrayArgs {
     attrs: Option<String>,
 }
 
-fn dims(s: &str) -> anyhow::Result<Vec<u64>> {
+pub(crate) fn dims(s: &str) -> anyhow::Result<Vec<u64>> {
     s.split(',')
         .map(|d| {
             d.trim()
@@ -141,7 +141,7 @@ fn dims(s: &str) -> anyhow::Result<Vec<u64>> {
 }
 
 impl ArrayArgs {
-    fn meta(&self) -> anyhow::Result<ArrayMeta> {
+    pub(crate) fn meta(&self) -> anyhow::Result<ArrayMeta> {
         let dtype = DType::from_name(&self.dtype).ok_or_else(|| {
             anyhow!("--dtype {}: one of int8 int16 int32 int64 uint8 uint16 uint32 uint64 float32 float64", self.dtype)
         })?;
@@ -260,7 +260,7 @@ fn read_slab(
     bail!("{name}: newer versions kept replacing the latest while it was read")
 }
 
-fn print(out: &mut dyn Write, text: &str) -> anyhow::Result<()> {
+pub(crate) fn print(out: &mut dyn Write, text: &str) -> anyhow::Result<()> {
     match out.write_all(text.as_bytes()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         r => r.context("writing to standard output"),
@@ -268,7 +268,7 @@ fn print(out: &mut dyn Write, text: &str) -> anyhow::Result<()> {
 }
 
 /// What `put` and `commit` print: the name, version number and id.
-fn committed_line(name: &str, c: &paralog_objects::Committed) -> String {
+pub(crate) fn committed_line(name: &str, c: &paralog_objects::Committed) -> String {
     format!("{name} version {} id {}\n", c.number, id_hex(&c.id))
 }
 
@@ -289,6 +289,9 @@ fn info_json(store: &Store, av: &ArrayVersion) -> anyhow::Result<serde_json::Val
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(done) = crate::obj_s3::run(&args.cmd)? {
+        return Ok(done);
+    }
     let mut stdout = std::io::stdout().lock();
     match args.cmd {
         ObjCmd::Init { url } => {

@@ -8,16 +8,16 @@
 //! (include/paralog/objects.h), which is where C callers read it.
 #![allow(clippy::missing_safety_doc)]
 
+mod direct;
 mod errors;
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::Path;
 
+use direct::{Direct, Writer};
 use errors::{guard, invalid, Failure};
 use paralog_backend::RemoteUrl;
-use paralog_objects::{
-    id_hex, parse_id, ArrayMeta, Attrs, DType, LoggedStore, Put, Store, VersionId,
-};
+use paralog_objects::{id_hex, parse_id, ArrayMeta, Attrs, DType, LoggedStore, VersionId};
 
 const MAX_NDIM: usize = 32;
 const ID_LEN: usize = 33;
@@ -26,7 +26,7 @@ const ID_LEN: usize = 33;
 /// are logged on this node and published by the node server (reads go to
 /// the store itself).
 pub struct ObjStore {
-    direct: Store,
+    direct: Direct,
     logged: Option<LoggedStore>,
 }
 
@@ -34,7 +34,7 @@ pub struct ObjStore {
 /// which the C caller keeps open until the writer is finished or discarded
 /// (the header says so).
 pub struct ObjWriter {
-    put: Put<'static>,
+    put: Writer,
 }
 
 /// The `paralog_obj_array` struct of the header (what `paralog_obj_info` fills).
@@ -83,7 +83,7 @@ fn handle<'a>(s: *mut ObjStore) -> Result<&'a ObjStore, Failure> {
     Ok(unsafe { &*s })
 }
 
-fn store<'a>(s: *mut ObjStore) -> Result<&'a Store, Failure> {
+fn store<'a>(s: *mut ObjStore) -> Result<&'a Direct, Failure> {
     Ok(&handle(s)?.direct)
 }
 
@@ -172,7 +172,7 @@ pub unsafe extern "C" fn paralog_obj_open(
         let parsed: RemoteUrl = url
             .parse()
             .map_err(|e| Failure(errors::EURL, format!("{url}: {e}")))?;
-        let direct = Store::open(&parsed)?;
+        let direct = Direct::open(&parsed)?;
         out(
             out_store,
             Box::into_raw(Box::new(ObjStore {
@@ -197,7 +197,7 @@ pub unsafe extern "C" fn paralog_obj_open_logged(
         locate_helper();
         let (url, local) = (text(url, "url")?, text(local, "local")?);
         let logged = LoggedStore::open(url, Path::new(local))?;
-        let direct = logged.remote().clone();
+        let direct = Direct::Layout(logged.remote().clone());
         out(
             out_store,
             Box::into_raw(Box::new(ObjStore {
@@ -266,13 +266,13 @@ pub unsafe extern "C" fn paralog_obj_begin(
         if id.is_null() {
             return Err(invalid(format!("{name}: id is NULL")));
         }
-        let put = match &h.logged {
-            Some(l) => l.begin(name, &m)?,
+        let put_id = match &h.logged {
+            Some(l) => l.begin(name, &m)?.id(),
             None => h.direct.begin(name, &m)?,
         };
         // SAFETY: the caller's buffer of PARALOG_OBJ_ID_LEN bytes. The
         // beginner is not a writer: it joins like the others.
-        unsafe { copy_id(id, &put.id()) };
+        unsafe { copy_id(id, &put_id) };
         Ok(())
     })
 }
@@ -299,7 +299,7 @@ pub unsafe extern "C" fn paralog_obj_join(
         // SAFETY: the store outlives its writers (the header's contract).
         let h: &'static ObjStore = unsafe { &*(h as *const ObjStore) };
         let put = match &h.logged {
-            Some(l) => l.join_as(name, &id, &m)?,
+            Some(l) => Writer::Layout(l.join_as(name, &id, &m)?),
             None => h.direct.join_as(name, &id, &m)?,
         };
         out(writer, Box::into_raw(Box::new(ObjWriter { put })));
@@ -453,7 +453,7 @@ pub unsafe extern "C" fn paralog_obj_get(
         if buf.is_null() {
             return Err(invalid(format!("{name}: buf is NULL")));
         }
-        let bytes = av.read(s, &start, &count)?;
+        let bytes = s.read(&av, &start, &count)?;
         // SAFETY: the caller's buffer of nbytes, equal to bytes.len().
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf as *mut u8, bytes.len()) };
         out(got, av.number);

@@ -19,16 +19,18 @@ pub mod logged;
 pub mod put;
 pub mod read;
 pub mod record;
+pub mod s3store;
 mod staging;
 pub mod store;
 pub mod zarr;
 
-pub use error::Error;
+pub use error::{Error, Result};
 pub use grid::{DType, Element};
 pub use logged::{publish_committed, LoggedStore, Published};
 pub use put::{Committed, Put};
 pub use read::ArrayVersion;
 pub use record::{ArrayMeta, Attrs};
+pub use s3store::{S3Put, S3Store};
 pub use store::{ObjectInfo, Store, VersionInfo};
 
 /// A version id: the UUID `begin` makes, shared with the other writers.

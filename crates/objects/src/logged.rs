@@ -69,6 +69,12 @@ impl LoggedStore {
             url: remote_url.to_owned(),
             why: format!("{e}"),
         })?;
+        if matches!(url, RemoteUrl::S3(_)) {
+            return Err(Error::Url {
+                url: remote_url.to_owned(),
+                why: "logged puts to s3:// are not supported yet (open the store directly)".into(),
+            });
+        }
         Ok(LoggedStore {
             local: local_store(local)?,
             remote: Store::open(&url)?,

@@ -58,11 +58,31 @@ impl Store {
                 v.number
             )));
         }
-        let (id, meta) = record::decode(&head, &at)?;
+        checked_array(name, v, &head, at)
+    }
+}
+
+/// A version record and its array record (`head`, the last piece's bytes,
+/// read from `at`) checked against each other: the pieces are exactly the
+/// chunk grid, one whole chunk each, every chunk present. Shared by the
+/// object layout and S3 (crate::s3store).
+pub(crate) fn checked_array(
+    name: &str,
+    v: Version,
+    head: &[u8],
+    at: std::path::PathBuf,
+) -> Result<ArrayVersion> {
+    {
+        let (id, meta) = record::decode(head, &at)?;
         let damaged = |what: String| Error::Damaged {
             path: at.clone(),
             offset: 0,
             what,
+        };
+        let Some(last) = v.pieces.last() else {
+            return Err(damaged(
+                "a version with no pieces has no array record".into(),
+            ));
         };
         if id != v.origin {
             return Err(damaged("the array record's id is not the version's".into()));
@@ -121,6 +141,17 @@ impl ArrayVersion {
     /// The hyperslab of `count` elements at `start`, row-major
     /// little-endian bytes; every chunk it touches is read whole and verified.
     pub fn read(&self, store: &Store, start: &[u64], count: &[u64]) -> Result<Vec<u8>> {
+        self.read_with(start, count, |i| self.read_chunk(store, i))
+    }
+
+    /// [`ArrayVersion::read`] with whole verified chunks (by linear index)
+    /// from `chunk`: the object layout's or S3's.
+    pub(crate) fn read_with(
+        &self,
+        start: &[u64],
+        count: &[u64],
+        mut chunk_at: impl FnMut(u64) -> Result<Vec<u8>>,
+    ) -> Result<Vec<u8>> {
         let m = &self.meta;
         let d = m.ndim();
         let outside = start.len() != d
@@ -150,7 +181,7 @@ impl ArrayVersion {
             if err.is_some() {
                 return;
             }
-            let chunk = match self.read_chunk(store, m.linear(c).expect("in the grid")) {
+            let chunk = match chunk_at(m.linear(c).expect("in the grid")) {
                 Ok(b) => b,
                 Err(e) => return err = Some(e),
             };

@@ -77,20 +77,21 @@ impl Store {
     /// Open the store a parsed URL names; its root must exist (a missing
     /// mount is an error, not a new empty store).
     pub fn open(url: &RemoteUrl) -> Result<Store> {
-        let o = match url {
-            RemoteUrl::Posix(root) => ObjStoreUrl {
-                root: root.clone(),
-                dirs: 1,
-                keep: u64::MAX,
-            },
-            RemoteUrl::ObjStore(o) => o.clone(),
-            RemoteUrl::S3(_) => {
-                return Err(Error::Url {
+        let o =
+            match url {
+                RemoteUrl::Posix(root) => ObjStoreUrl {
+                    root: root.clone(),
+                    dirs: 1,
+                    keep: u64::MAX,
+                },
+                RemoteUrl::ObjStore(o) => o.clone(),
+                RemoteUrl::S3(_) => return Err(Error::Url {
                     url: url.to_string(),
-                    why: "array objects on s3:// are not supported yet (objstore:// and plain directories are)".into(),
-                })
-            }
-        };
+                    why:
+                        "Store opens objstore:// and plain directories; s3:// stores are S3Store's"
+                            .into(),
+                }),
+            };
         if !o.root.is_dir() {
             return Err(Error::Url {
                 url: url.to_string(),

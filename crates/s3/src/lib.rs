@@ -45,6 +45,8 @@ use paralog_backend::{
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
+mod objects;
+
 const MIB: u64 = 1 << 20;
 /// S3's limits: parts of at least 5 MiB (but the last), at most 10,000.
 pub use paralog_backend::url::{

@@ -68,7 +68,8 @@ const char *paralog_obj_errmsg(void);
 /* Set this thread's error (the MPI glue passes on another rank's). */
 void paralog_obj_set_error(const char *msg);
 
-/* A store: objstore:///ROOT?dirs=N&keep=K, /ROOT or file:///ROOT. */
+/* A store: objstore:///ROOT?dirs=N&keep=K, /ROOT, file:///ROOT, or
+   s3://BUCKET/STORE (made by `paralog obj init`; not for logged opens). */
 int paralog_obj_open(const char *url, paralog_obj_store **store);
 /* A store whose puts are logged: chunks written to the node-local
  * directory `local` (the node server's --local), the commit made there;

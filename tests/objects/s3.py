@@ -1,0 +1,267 @@
+#!/usr/bin/python3
+"""Array objects on S3 (docs/objects.md "S3", issue 18) against a real
+MinIO on loopback (tests/lib/minio.py): `paralog obj` on
+`s3://bucket/STORE/NAME`, every read compared byte for byte with numpy
+slices of what was put.
+
+  dtypes      every element type, 37x19 in chunks of 8x5 (edge chunks),
+              and 1-D, 3-D and one-chunk-larger-than-the-array grids:
+              whole gets and random `--slice` slabs; `obj ls`, `obj info`,
+              `obj verify --all`, `obj rm`
+  chunked     the seed's int32 chunks of 16x4096 per writer on 1, 2 and 4
+              writer processes of one chunked put (`obj begin`, concurrent
+              `obj write`, `obj commit`); an overlapping write and a commit
+              with a chunk missing are refused, nothing published
+  concurrent  4 processes x 6 puts of one name at once: 24 versions
+              (create-only PUTs of the version records: none replaced),
+              each equal to one put, every put present once
+  python      `paralog.objects` (ctypes over the C API) on s3://: puts of
+              three dtypes, slabs, a chunked put by two writers
+  damage      a flipped byte, then a truncated chunk object: `obj get` and
+              `obj verify` refuse naming object, version, chunk and the
+              chunk's S3 object
+
+Usage: python3 -m tests.objects.s3 [--only SUBSTRING] [--keep]
+Ends with "objects-s3: N passed, N failed"."""
+import json
+import random
+import subprocess
+import sys
+
+import numpy as np
+
+from tests.lib.check import Suite, check, suite_options
+from tests.lib.minio import MinIO
+from tests.lib.paths import BIN, ROOT
+from tests.lib.proc import run
+
+BUCKET = "plobjects"
+DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64")
+
+
+class S3:
+    """A MinIO with a bucket and an object store in it."""
+
+    def __init__(self, work):
+        self.minio = MinIO(work)
+        self.minio.start()
+        self.minio.mb(BUCKET)
+        self.env = self.minio.env()
+        self.store = f"s3://{BUCKET}/store"
+        self.obj("init", self.store)
+
+    def obj(self, *args, check=True):
+        return run([BIN, "obj", *args], env=self.env, check=check, timeout=300)
+
+    def at(self, name):
+        return f"{self.store}/{name}"
+
+    def info(self, name):
+        return json.loads(self.obj("info", self.at(name), "--json").stdout)
+
+    def stop(self):
+        self.minio.stop()
+
+
+def with_s3(fn):
+    def go(work):
+        s3 = S3(work)
+        try:
+            fn(work, s3)
+        finally:
+            s3.stop()
+    return go
+
+
+def rand_array(rng, dtype, shape):
+    raw = rng.randbytes(int(np.prod(shape)) * np.dtype(dtype).itemsize)
+    return np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).reshape(shape)
+
+
+def rand_slab(rng, shape):
+    start = [rng.randrange(n) for n in shape]
+    stop = [rng.randrange(a + 1, n + 1) for a, n in zip(start, shape)]
+    return start, stop
+
+
+def put_and_check(work, s3, rng, name, a, chunks):
+    data = work / f"{name.replace('/', '-')}.bin"
+    data.write_bytes(a.tobytes())
+    out = s3.obj("put", s3.at(name), data, "--dtype", a.dtype.name, "--shape", ",".join(map(str, a.shape)),
+                 "--chunks", ",".join(map(str, chunks))).stdout
+    check(f"{name} version 1 " in out, f"put {name}: {out!r}")
+    got = work / "got.bin"
+    s3.obj("get", s3.at(name), got)
+    check(got.read_bytes() == data.read_bytes(), f"{name}: the whole get is not what was put")
+    for _ in range(4):
+        start, stop = rand_slab(rng, a.shape)
+        s3.obj("get", s3.at(name), got, "--slice", ",".join(f"{x}:{y}" for x, y in zip(start, stop)))
+        want = a[tuple(slice(x, y) for x, y in zip(start, stop))]
+        check(got.read_bytes() == np.ascontiguousarray(want).tobytes(),
+              f"{name}: slab {start}..{stop} is not the put's")
+
+
+@with_s3
+def case_dtypes(work, s3):
+    rng = random.Random(18)
+    for dtype in DTYPES:
+        put_and_check(work, s3, rng, f"dtypes/{dtype}", rand_array(rng, dtype, (37, 19)), (8, 5))
+    for name, dtype, shape, chunks in (("g/1d", "uint16", (1000,), (64,)),
+                                       ("g/3d", "float32", (5, 7, 9), (2, 3, 4)),
+                                       ("g/big", "int64", (10, 10), (16, 16))):
+        put_and_check(work, s3, rng, name, rand_array(rng, dtype, shape), chunks)
+    ls = s3.obj("ls", s3.store).stdout.splitlines()
+    check(len(ls) == len(DTYPES) + 3, f"obj ls: {ls}")
+    i = s3.info("dtypes/int32")
+    check((i["dtype"], i["shape"], i["chunks"], i["grid"]) == ("int32", [37, 19], [8, 5], [5, 4]), f"info: {i}")
+    said = s3.obj("verify", s3.at("g/3d"), "--all").stdout
+    check("g/3d version 1: 27 chunks verified" in said, said)
+    check("deleted as version 2" in s3.obj("rm", s3.at("g/1d")).stdout, "obj rm")
+    check(len(s3.obj("ls", s3.store).stdout.splitlines()) == len(DTYPES) + 2, "obj ls after rm")
+    r = s3.obj("get", s3.at("g/1d"), work / "x", check=False)
+    check(r.returncode == 1 and "deleted (version 2)" in r.stderr, r.stderr)
+    s3.obj("get", s3.at("g/1d"), work / "x", "--version", "1")
+
+
+@with_s3
+def case_chunked(work, s3):
+    rng = random.Random(4096)
+    for writers in (1, 2, 4):
+        name = f"seed/{writers}"
+        a = rand_array(rng, "int32", (16 * writers, 4096))
+        pid = s3.obj("begin", s3.at(name), "--dtype", "int32", "--shape", f"{16 * writers},4096",
+                     "--chunks", "16,4096").stdout.strip()
+        parts = []
+        for w in range(writers):
+            p = work / f"part-{writers}-{w}.bin"
+            p.write_bytes(a[16 * w:16 * (w + 1)].tobytes())
+            parts.append(p)
+        procs = [subprocess.Popen([str(BIN), "obj", "write", s3.at(name), pid, str(p), "--chunk", f"{w},0"],
+                                  env=s3.env, stderr=subprocess.PIPE, text=True) for w, p in enumerate(parts)]
+        for p in procs:
+            _, err = p.communicate(timeout=300)
+            check(p.returncode == 0, f"obj write: {err}")
+        s3.obj("commit", s3.at(name), pid)
+        got = work / "got.bin"
+        s3.obj("get", s3.at(name), got)
+        check(got.read_bytes() == a.tobytes(), f"{writers} writers: not the array put")
+    # Refusals: an overlapping write, a missing chunk at the commit.
+    pid = s3.obj("begin", s3.at("p"), "--dtype", "uint8", "--shape", "16", "--chunks", "8").stdout.strip()
+    eight = work / "8.bin"
+    eight.write_bytes(bytes(range(8)))
+    s3.obj("write", s3.at("p"), pid, eight, "--chunk", "0")
+    r = s3.obj("write", s3.at("p"), pid, eight, "--chunk", "0", check=False)
+    check(r.returncode == 1 and "already written by another writer" in r.stderr, r.stderr)
+    r = s3.obj("commit", s3.at("p"), pid, check=False)
+    check(r.returncode == 1 and "1 of 2 chunks were not written" in r.stderr, r.stderr)
+    r = s3.obj("get", s3.at("p"), work / "x", check=False)
+    check(r.returncode == 1 and "no version published" in r.stderr, f"a refused commit published: {r.stderr}")
+    s3.obj("write", s3.at("p"), pid, eight, "--chunk", "1")
+    s3.obj("commit", s3.at("p"), pid)
+    s3.obj("get", s3.at("p"), work / "x")
+    check((work / "x").read_bytes() == bytes(range(8)) * 2, "the committed put")
+
+
+@with_s3
+def case_concurrent(work, s3):
+    rng = random.Random(7)
+    procs, puts = [], {}
+    for w in range(4):
+        files = []
+        for k in range(6):
+            f = work / f"w{w}-{k}.bin"
+            f.write_bytes(rng.randbytes(6 * 10 * 2))
+            puts[f.read_bytes()] = f.name
+            files.append(str(f))
+        script = "; ".join(f"{BIN} obj put {s3.at('w')} {f} --dtype uint16 --shape 6,10 --chunks 4,4"
+                           for f in files)
+        procs.append(subprocess.Popen(["sh", "-ec", script], env=s3.env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        check(p.returncode == 0, f"a writer: {err}")
+    versions = s3.info("w")["versions"]
+    check([v["number"] for v in versions] == list(range(1, 25)), f"versions: {versions}")
+    seen = []
+    for n in range(1, 25):
+        got = work / "got.bin"
+        s3.obj("get", s3.at("w"), got, "--version", str(n))
+        check(got.read_bytes() in puts, f"version {n} is no put (mixed?)")
+        seen.append(puts[got.read_bytes()])
+    check(sorted(seen) == sorted(puts.values()), f"a put lost or published twice: {sorted(seen)}")
+
+
+@with_s3
+def case_damage(work, s3):
+    a = rand_array(random.Random(5), "int32", (64, 4096))
+    data = work / "d.bin"
+    data.write_bytes(a.tobytes())
+    s3.obj("put", s3.at("dmg"), data, "--dtype", "int32", "--shape", "64,4096", "--chunks", "16,4096")
+    # The chunk object holding rows 16..32: its bytes then their CRC-32C.
+    dest = work / "data"
+    keys = s3.minio.download_all(BUCKET, "store/data", dest)
+    want = a[16:32].tobytes()
+    key = [k for k in keys if (dest / k).read_bytes()[:len(want)] == want]
+    check(len(key) == 1, f"chunk [1, 0] in {keys}")
+    good = (dest / key[0]).read_bytes()
+    for how, bad in (("flipped", good[:777] + bytes([good[777] ^ 4]) + good[778:]),
+                     ("truncated", good[:-9])):
+        f = work / "bad"
+        f.write_bytes(bad)
+        s3.minio.aws("s3api", "put-object", "--bucket", BUCKET, "--key", f"store/data/{key[0]}", "--body", f)
+        for cmd in (["get", s3.at("dmg"), work / "out.bin"], ["verify", s3.at("dmg")]):
+            r = s3.obj(*cmd, check=False)
+            check(r.returncode == 1, f"{how}: obj {cmd[0]} exited {r.returncode}")
+            check("dmg version 1: chunk [1, 0]" in r.stderr and f"store/data/{key[0]}" in r.stderr,
+                  f"{how}: obj {cmd[0]} said {r.stderr!r}")
+            check(("truncated" if how == "truncated" else "checksum mismatch") in r.stderr, f"{how}: {r.stderr!r}")
+        print(f"  {how}: {r.stderr.strip()}")
+    f.write_bytes(good)
+    s3.minio.aws("s3api", "put-object", "--bucket", BUCKET, "--key", f"store/data/{key[0]}", "--body", f)
+    s3.obj("verify", s3.at("dmg"))
+
+
+PY_PUT = """
+import sys
+import numpy as np
+import paralog.objects as po
+rng = np.random.default_rng(3)
+with po.Store(sys.argv[1]) as s:
+    for dt in ("int8", "uint32", "float64"):
+        a = rng.integers(0, 100, size=(21, 13)).astype(dt)
+        assert s.put("py/" + dt, a, chunks=(4, 5)) == 1
+        assert (s.get("py/" + dt) == a).all(), dt
+        assert (s.get("py/" + dt, start=(3, 2), count=(9, 7)) == a[3:12, 2:9]).all(), dt
+    # A chunked put by two writers of one put, then its commit.
+    a = rng.integers(0, 1 << 30, size=(8, 6)).astype("int32")
+    pid = s.begin("py/chunked", "int32", (8, 6), (4, 6))
+    ws = [s.join("py/chunked", pid, "int32", (8, 6), (4, 6)) for _ in range(2)]
+    for i, w in enumerate(ws):
+        w.write_chunk((i, 0), a[4 * i:4 * i + 4])
+        w.finish()
+    assert s.commit("py/chunked", pid) == 1
+    assert (s.get("py/chunked") == a).all()
+    print("python ok")
+"""
+
+
+@with_s3
+def case_python(work, s3):
+    """`paralog.objects` (over the C API) on s3://: puts, slabs, a chunked put."""
+    env = dict(s3.env, PYTHONPATH=str(ROOT / "python"))
+    r = run([sys.executable, "-c", PY_PUT, s3.store], env=env, check=False, timeout=300)
+    check(r.returncode == 0 and "python ok" in r.stdout, f"python: {(r.stdout + r.stderr)[-1500:]}")
+    i = s3.info("py/chunked")
+    check((i["dtype"], i["shape"], i["version"]) == ("int32", [8, 6], 1), f"the CLI reads Python's put: {i}")
+
+
+def main():
+    a = suite_options().parse_args()
+    suite = Suite("objects-s3", keep=a.keep)
+    cases = [("dtypes", case_dtypes), ("chunked", case_chunked), ("concurrent", case_concurrent),
+             ("damage", case_damage), ("python", case_python)]
+    return suite.run(cases, only=a.only)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
