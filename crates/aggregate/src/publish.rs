@@ -21,7 +21,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::container::ContainerFile;
+use paralog_backend::objstore::{ObjStore, Version};
+
+use crate::container::{remove_object, ContainerFile};
+use crate::objset;
 use crate::error::{AggError, Result};
 use crate::format::{self, Container, Extent, Member, SetRecord};
 
@@ -55,6 +58,8 @@ pub struct SetWriter {
     buf: Vec<u8>,
     hook: Option<Hook>,
     published: bool,
+    /// On the object layout (`new_obj`): the store.
+    obj: Option<ObjStore>,
 }
 
 impl SetWriter {
@@ -98,6 +103,54 @@ impl SetWriter {
             buf: Vec::new(),
             hook: None,
             published: false,
+            obj: None,
+        })
+    }
+
+    /// The same on an object layout: containers are chunks published as
+    /// objects `SET/NAME`, the record the object `SET/set.plr`, published
+    /// through the layout's own publish (docs/aggregate.md).
+    pub fn new_obj(store: &ObjStore, set: &[u8], k: u32, align: u64) -> Result<SetWriter> {
+        let dir = objset::display_path(store, set);
+        let invalid = |what: String| AggError::Invalid {
+            path: dir.clone(),
+            what,
+        };
+        format::check_rel(set).map_err(|w| invalid(format!("set directory: {w}")))?;
+        if k == 0 {
+            return Err(invalid("K (containers per set) must be at least 1".into()));
+        }
+        if !align.is_power_of_two() || align > 1 << 30 {
+            return Err(invalid(format!(
+                "alignment {align} is not a power of two up to 1 GiB"
+            )));
+        }
+        if !store.root().is_dir() {
+            return Err(invalid(format!(
+                "the object store directory {} does not exist",
+                store.root().display()
+            )));
+        }
+        let previous = objset::read_record(store, set)?.map(|(r, _)| r);
+        let version = previous.as_ref().map_or(1, |p| p.version + 1);
+        Ok(SetWriter {
+            dir,
+            set: set.to_vec(),
+            k,
+            align,
+            block: format::DEFAULT_BLOCK,
+            version,
+            attempt: random_u64(),
+            job: Vec::new(),
+            origin: [0; 16],
+            previous,
+            containers: Vec::new(),
+            members: Vec::new(),
+            names: BTreeSet::new(),
+            buf: Vec::new(),
+            hook: None,
+            published: false,
+            obj: Some(store.clone()),
         })
     }
 
@@ -229,8 +282,11 @@ impl SetWriter {
         if self.containers.len() < self.k as usize {
             let k = self.containers.len() as u32;
             let name = format::container_name(k, self.version, self.attempt);
-            self.containers
-                .push(ContainerFile::create(&self.dir, name)?);
+            let c = match &self.obj {
+                Some(store) => ContainerFile::create_obj(store, &self.set, name)?,
+                None => ContainerFile::create(&self.dir, name)?,
+            };
+            self.containers.push(c);
             return Ok(k as usize);
         }
         Ok(self
@@ -247,10 +303,12 @@ impl SetWriter {
     /// `complete: false` marks a set published with members missing.
     pub fn publish(mut self, complete: bool) -> Result<SetRecord> {
         // 1. The bytes before the record that points at them.
-        for c in &self.containers {
+        for c in &mut self.containers {
             c.sync()?;
         }
-        sync_dir(&self.dir)?;
+        if self.obj.is_none() {
+            sync_dir(&self.dir)?;
+        }
         self.hit("aggregate.before_record");
         let mut members = std::mem::take(&mut self.members);
         members.sort_by(|a, b| a.path.cmp(&b.path));
@@ -287,6 +345,20 @@ impl SetWriter {
         // record's: never removed on error.
         let hook = self.hook.take();
         let published = &mut self.published;
+        if let Some(store) = &self.obj {
+            commit_record_obj(
+                store,
+                &record,
+                self.previous.as_ref(),
+                &|p| {
+                    if let Some(h) = &hook {
+                        h(p)
+                    }
+                },
+                &mut || *published = true,
+            )?;
+            return Ok(record);
+        }
         commit_record(
             &self.dir,
             &record,
@@ -353,6 +425,81 @@ pub fn commit_record(
     Ok(())
 }
 
+/// `commit_record` on the object layout: the encoded record is one chunk,
+/// published as the next version of the object `SET/set.plr` (a hard
+/// link of a new number: the commit; a concurrent publisher's record
+/// becomes another version, never replaced); then the container objects
+/// only `previous` used are removed.
+pub fn commit_record_obj(
+    store: &ObjStore,
+    record: &SetRecord,
+    previous: Option<&SetRecord>,
+    hook: &dyn Fn(&str),
+    committed: &mut dyn FnMut(),
+) -> Result<()> {
+    let name = objset::object_name(&record.set, format::RECORD_NAME.as_bytes());
+    let path = objset::display_path(store, &name);
+    let bytes = record.encode();
+    let mut w = store.writer().map_err(objset::obj_err(&path))?;
+    let chunk = w.path().to_path_buf();
+    let piece = w.add(0, &bytes).map_err(objset::obj_err(&path))?;
+    let v = Version {
+        number: 0,
+        size: bytes.len() as u64,
+        deleted: false,
+        epoch: Default::default(),
+        origin: record.origin,
+        name: Vec::new(),
+        pieces: vec![piece],
+    };
+    if let Err(e) = w
+        .finish()
+        .and_then(|()| store.publish(&name, v))
+    {
+        let _ = std::fs::remove_file(&chunk);
+        return Err(objset::obj_err(&path)(e));
+    }
+    committed();
+    hook("aggregate.after_record");
+    if let Some(prev) = previous {
+        let keep: BTreeSet<&[u8]> = record.containers.iter().map(|c| &c.name[..]).collect();
+        for c in prev.containers.iter().filter(|c| !keep.contains(&c.name[..])) {
+            remove_object(store, &objset::object_name(&record.set, &c.name))?;
+        }
+    }
+    Ok(())
+}
+
+/// `collect_orphans` on the object layout: the container objects of the
+/// set that no kept version of its record lists (a crashed publish's).
+/// Only where no writer of this set is running; a record version that
+/// does not decode stops it before anything is removed. Returns the
+/// objects removed (as `objstore://ROOT/NAME`).
+pub fn collect_orphans_obj(store: &ObjStore, set: &[u8]) -> Result<Vec<PathBuf>> {
+    let live: BTreeSet<Vec<u8>> = objset::kept_records(store, set)?
+        .iter()
+        .flat_map(|r| r.containers.iter().map(|c| c.name.clone()))
+        .collect();
+    let meta = store.root().join("meta").join(OsStr::from_bytes(set));
+    let mut removed = Vec::new();
+    let entries = match std::fs::read_dir(&meta) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(removed),
+        Err(e) => return Err(AggError::io(&meta, "list set objects")(e)),
+    };
+    for e in entries {
+        let e = e.map_err(AggError::io(&meta, "list set objects"))?;
+        let n = e.file_name();
+        let n = n.as_bytes();
+        if format::is_container_name(n) && !live.contains(n) {
+            let name = objset::object_name(set, n);
+            remove_object(store, &name)?;
+            removed.push(objset::display_path(store, &name));
+        }
+    }
+    Ok(removed)
+}
+
 /// The per-attempt number that names a publish's containers and temporary
 /// record (random: two attempts never share a name).
 pub fn new_attempt() -> u64 {
@@ -365,7 +512,7 @@ impl Drop for SetWriter {
     fn drop(&mut self) {
         if !self.published {
             for c in &self.containers {
-                let _ = std::fs::remove_file(&c.path);
+                c.remove();
             }
         }
     }
