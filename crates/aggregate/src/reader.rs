@@ -433,4 +433,33 @@ impl SetCache {
         sets.insert(set_dir.to_path_buf(), (stamp, reader.clone()));
         Ok(Some(reader))
     }
+
+    /// The set `set` of an object layout as its record is now (its latest
+    /// version number in the layout tells a new one); `None`: no record.
+    pub fn get_obj(&self, store: &ObjStore, set: &[u8]) -> Result<Option<Arc<SetReader>>> {
+        let name = objset::object_name(set, RECORD_NAME.as_bytes());
+        let key = objset::display_path(store, set);
+        let latest = store
+            .versions(&name)
+            .map_err(objset::obj_err(&key))?
+            .last()
+            .copied();
+        let Some(n) = latest else {
+            return Ok(None);
+        };
+        let stamp = (u64::MAX, 0, n, 0, 0);
+        let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((s, r)) = sets.get(&key) {
+            if *s == stamp {
+                return Ok(Some(r.clone()));
+            }
+        }
+        let Some((record, number)) = objset::read_record(store, set)? else {
+            sets.remove(&key);
+            return Ok(None);
+        };
+        let reader = Arc::new(SetReader::from_obj(store, record));
+        sets.insert(key, ((u64::MAX, 0, number, 0, 0), reader.clone()));
+        Ok(Some(reader))
+    }
 }
