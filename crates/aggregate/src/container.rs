@@ -211,7 +211,10 @@ impl ContainerFile {
 pub fn remove_object(store: &ObjStore, name: &[u8]) -> Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let path = objset::display_path(store, name);
-    let meta = store.root().join("meta").join(std::ffi::OsStr::from_bytes(name));
+    let meta = store
+        .root()
+        .join("meta")
+        .join(std::ffi::OsStr::from_bytes(name));
     for n in store.versions(name).map_err(objset::obj_err(&path))? {
         if let Ok(Some(v)) = store.version(name, Some(n)) {
             for p in &v.pieces {

@@ -24,9 +24,9 @@ use std::path::{Path, PathBuf};
 use paralog_backend::objstore::{ObjStore, Version};
 
 use crate::container::{remove_object, ContainerFile};
-use crate::objset;
 use crate::error::{AggError, Result};
 use crate::format::{self, Container, Extent, Member, SetRecord};
+use crate::objset;
 
 /// Where a crash can happen while a set is published, in order: the
 /// server's crash tests stop the process at each (`PARALOG_FAILPOINT`).
@@ -452,10 +452,7 @@ pub fn commit_record_obj(
         name: Vec::new(),
         pieces: vec![piece],
     };
-    if let Err(e) = w
-        .finish()
-        .and_then(|()| store.publish(&name, v))
-    {
+    if let Err(e) = w.finish().and_then(|()| store.publish(&name, v)) {
         let _ = std::fs::remove_file(&chunk);
         return Err(objset::obj_err(&path)(e));
     }
@@ -463,7 +460,11 @@ pub fn commit_record_obj(
     hook("aggregate.after_record");
     if let Some(prev) = previous {
         let keep: BTreeSet<&[u8]> = record.containers.iter().map(|c| &c.name[..]).collect();
-        for c in prev.containers.iter().filter(|c| !keep.contains(&c.name[..])) {
+        for c in prev
+            .containers
+            .iter()
+            .filter(|c| !keep.contains(&c.name[..]))
+        {
             remove_object(store, &objset::object_name(&record.set, &c.name))?;
         }
     }

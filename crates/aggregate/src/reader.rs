@@ -92,7 +92,12 @@ impl SetReader {
     }
 
     /// The latest version of container `k` of a set on the object layout.
-    fn obj_container<'s>(&self, store: &ObjStore, slots: &'s [OnceLock<Version>], k: u32) -> Result<&'s Version> {
+    fn obj_container<'s>(
+        &self,
+        store: &ObjStore,
+        slots: &'s [OnceLock<Version>],
+        k: u32,
+    ) -> Result<&'s Version> {
         let slot = &slots[k as usize];
         if let Some(v) = slot.get() {
             return Ok(v);
@@ -108,14 +113,24 @@ impl SetReader {
 
     /// Bytes `at..` of container `k`, exactly `buf.len()` of them (a
     /// container shorter than that is damage naming its real end).
-    fn read_container(&self, k: u32, at: u64, buf: &mut [u8], what: &dyn Fn() -> String) -> Result<()> {
+    fn read_container(
+        &self,
+        k: u32,
+        at: u64,
+        buf: &mut [u8],
+        what: &dyn Fn() -> String,
+    ) -> Result<()> {
         let path = self.container_path(k);
         let len = buf.len() as u64;
         let short = |real: u64| {
             AggError::corrupt(
                 &path,
                 real,
-                format!("container ends at {real}, but {} needs bytes {at}..{}", what(), at + len),
+                format!(
+                    "container ends at {real}, but {} needs bytes {at}..{}",
+                    what(),
+                    at + len
+                ),
             )
         };
         if let Some((store, slots)) = &self.obj {
@@ -216,10 +231,7 @@ impl SetReader {
             cache.data.resize(len as usize, 0);
             let path = self.container_path(e.container);
             self.read_container(e.container, at, &mut cache.data, &|| {
-                format!(
-                    "block {b} of member {}",
-                    String::from_utf8_lossy(&m.path)
-                )
+                format!("block {b} of member {}", String::from_utf8_lossy(&m.path))
             })?;
             let crc = paralog_checksum::crc32c(&cache.data);
             let want = e.crcs[b as usize];

@@ -104,7 +104,10 @@ fn a_crashed_attempt_leaves_orphans_that_are_collected() {
     let removed = collect_orphans_obj(&s, b"ckpt/step-1").unwrap();
     assert_eq!(
         removed,
-        vec![objset::display_path(&s, &objset::object_name(b"ckpt/step-1", &name))]
+        vec![objset::display_path(
+            &s,
+            &objset::object_name(b"ckpt/step-1", &name)
+        )]
     );
     assert_eq!(objects(d.path(), "ckpt/step-1").len(), 2);
     let r = SetReader::open_obj(&s, b"ckpt/step-1").unwrap().unwrap();

@@ -242,11 +242,18 @@ enum Base {
     Member(MemberReader),
     File(std::fs::File, u64, u32),
     /// A plain object of the layout (no mode of its own).
-    Object(paralog_backend::objstore::ObjStore, paralog_backend::objstore::Version),
+    Object(
+        paralog_backend::objstore::ObjStore,
+        paralog_backend::objstore::Version,
+    ),
 }
 
 impl Base {
-    fn open(old: Option<&Arc<SetReader>>, root: &SetsRoot, f: &MemberFile) -> Result<Base, DrainError> {
+    fn open(
+        old: Option<&Arc<SetReader>>,
+        root: &SetsRoot,
+        f: &MemberFile,
+    ) -> Result<Base, DrainError> {
         if let Some(m) = old.and_then(|o| MemberReader::new(o.clone(), &f.member)) {
             return Ok(Base::Member(m));
         }
