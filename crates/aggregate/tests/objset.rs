@@ -135,3 +135,28 @@ fn a_flipped_chunk_byte_is_refused_naming_the_chunk_and_offset() {
         "{e}"
     );
 }
+
+#[test]
+fn two_publishers_at_once_lose_neither_set() {
+    let d = tempfile::tempdir().unwrap();
+    let s = store(d.path());
+    let (a, b) = (bytes(5, 40000), bytes(6, 50000));
+    let mut w1 = SetWriter::new_obj(&s, b"ckpt/step-1", 1, 4096).unwrap();
+    let mut w2 = SetWriter::new_obj(&s, b"ckpt/step-1", 1, 4096).unwrap();
+    w1.add_member(b"rank-0.dat", a.len() as u64, 0o644, &mut &a[..])
+        .unwrap();
+    w2.add_member(b"rank-0.dat", b.len() as u64, 0o644, &mut &b[..])
+        .unwrap();
+    w1.publish(true).unwrap();
+    w2.publish(true).unwrap();
+    // Both records are versions of the record object, each whole; the
+    // later publish is the latest.
+    let kept = objset::kept_records(&s, b"ckpt/step-1").unwrap();
+    assert_eq!(kept.len(), 2);
+    for (r, want) in kept.into_iter().zip([&a, &b]) {
+        let r = SetReader::from_obj(&s, r);
+        assert_eq!(&read_member(&r, b"rank-0.dat").unwrap(), want);
+    }
+    let latest = SetReader::open_obj(&s, b"ckpt/step-1").unwrap().unwrap();
+    assert_eq!(read_member(&latest, b"rank-0.dat").unwrap(), b);
+}
