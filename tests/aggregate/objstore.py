@@ -11,6 +11,12 @@ run by tests/aggregate/run.py:
   objstore damage a flipped byte in a container's chunk: the restart read
                   fails with EIO naming the chunk and the offset, and
                   `paralog extract` refuses it the same way
+  objstore crash  a second job's server killed between its containers and
+                  its record (aggregate.before_record): every set reads
+                  whole as the first version, the killed publish's container
+                  objects are orphans; `paralog recover --aggregate` collects
+                  them and publishes the second (K + 1 objects per set, equal
+                  to the second direct run)
   s3 refused      `--aggregate` with an S3 remote is refused at start, and
                   `paralog sets`/`extract` of an S3 URL name what works
 """
@@ -101,6 +107,47 @@ def case_objstore_damage(agg):
     return case
 
 
+def extract_equal(url, work, label, want, sets):
+    """Every set extracted: True when it equals the direct run `want`."""
+    same = []
+    for s in sets:
+        out = work / label / s
+        run([BIN, "extract", url, f"ckpt/{s}", out])
+        same.append(all((out / p.name).read_bytes() == p.read_bytes() for p in (want / "ckpt" / s).iterdir()))
+    return same
+
+
+def case_objstore_crash(agg):
+    def case(work):
+        k = 2
+        prefix, store, url = run_into_store(agg, work, k)
+        first = agg.direct_run(work, RANKS)
+        sets = sorted(p.name for p in (first / "ckpt").iterdir())
+        local = work / "local"
+        shutil.rmtree(local, ignore_errors=True)
+        second = work / "second"
+        second.mkdir()
+        run([agg.ckpt(), second, RANKS, STEPS, MEAN], env=clean_env({"CKPT_SALT": "5"}))
+        env = clean_env({"PARALOG_FAILPOINT": "aggregate.before_record", "CKPT_SALT": "5"})
+        r = paralog_run(local, prefix, [agg.ckpt(), prefix, RANKS, STEPS, MEAN], remote=url, env=env,
+                        extra=("--aggregate", RULE, "--containers", str(k)), check=False, job="second")
+        check(r.returncode != 0, "the server did not die at the failpoint")
+        check(all(extract_equal(url, work, "after-crash", first, sets)),
+              "a set after the crash is not its first version whole")
+        containers = sum(1 for s in sets for n in objects(store, s) if n.endswith(".plc"))
+        check(containers > k * len(sets), f"no orphaned container object after the crash ({containers})")
+        r = run([BIN, "recover", "--local", local, "--remote", url, "--aggregate", RULE, "--containers", str(k)],
+                env=clean_env(), check=False)
+        check(r.returncode == 0, f"recover failed: {r.stdout[-800:]} {r.stderr[-800:]}")
+        for s in sets:
+            names = objects(store, s)
+            check(len(names) == k + 1 and "set.plr" in names, f"{s} after recover: {names}")
+        check(all(extract_equal(url, work, "after-recover", second, sets)),
+              "a set after recover is not the second run's")
+        return f"{containers - k * len(sets)} orphaned container object(s) collected, every set the second version"
+    return case
+
+
 def case_s3_refused(work):
     prefix = work / "prefix"
     prefix.mkdir()
@@ -120,5 +167,6 @@ def cases(agg):
     return [
         ("objstore K=2", case_objstore(agg, 2)),
         ("objstore damage", case_objstore_damage(agg)),
+        ("objstore crash", case_objstore_crash(agg)),
         ("s3 refused", case_s3_refused),
     ]
