@@ -6,8 +6,9 @@
 use std::path::Path;
 
 use paralog_aggregate::container::ContainerFile;
+use paralog_aggregate::objpublish::collect_orphans_obj;
 use paralog_aggregate::objset;
-use paralog_aggregate::publish::{collect_orphans_obj, SetWriter};
+use paralog_aggregate::publish::SetWriter;
 use paralog_aggregate::reader::{BlockCache, SetReader};
 use paralog_backend::objstore::ObjStore;
 use paralog_backend::url::ObjStoreUrl;

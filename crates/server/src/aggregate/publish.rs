@@ -11,7 +11,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use paralog_aggregate::publish::{collect_orphans, collect_orphans_obj, copy_member, SetWriter};
+use paralog_aggregate::objpublish::collect_orphans_obj;
+use paralog_aggregate::publish::{collect_orphans, copy_member, SetWriter};
 use paralog_aggregate::reader::{MemberReader, SetReader};
 use paralog_aggregate::AggError;
 use paralog_backend::{BackendError, ErrorKind};
