@@ -43,6 +43,10 @@ directly. Cases:
                   collects the orphans (K + 1 files per set), leaves no local
                   record, and a second recover changes nothing
 
+  objstore K=2, objstore damage, s3 refused
+                  sets on the object layout and the S3 refusal: see
+                  tests/aggregate/objstore.py
+
   nodes, leader killed
                   the server job on 2 and 4 simulated nodes: see
                   tests/aggregate/nodes.py
@@ -380,6 +384,9 @@ def main():
         ("killed rank", case_killed_rank),
     ]
     cases += [(f"crash at {p}", case_crash(p)) for p in CRASH_POINTS]
+    # The object layout and S3: tests/aggregate/objstore.py.
+    from tests.aggregate import objstore
+    cases += objstore.cases(sys.modules[__name__])
     # Many nodes (the server job): tests/aggregate/nodes.py.
     from tests.aggregate import nodes
     cases += nodes.cases()

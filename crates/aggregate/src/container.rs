@@ -10,14 +10,33 @@ use std::io::Read;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use paralog_backend::objstore::{ChunkWriter, ObjStore, Piece, Version};
+
 use crate::error::{AggError, Result};
+use crate::objset;
 
 pub struct ContainerFile {
+    /// The file, or on the object layout `objstore://ROOT/SET/NAME`.
     pub path: PathBuf,
     pub name: Vec<u8>,
-    file: File,
+    sink: Sink,
     /// Where the next byte goes (the file's length so far).
     pub end: u64,
+}
+
+/// Where a container's bytes go: a file of the set directory, or one chunk
+/// of the object layout (a layout block per set block) published as the
+/// object `SET/NAME` when it is made durable.
+enum Sink {
+    File(File),
+    Chunk {
+        store: ObjStore,
+        object: Vec<u8>,
+        chunk: Option<ChunkWriter>,
+        chunk_path: PathBuf,
+        pieces: Vec<Piece>,
+        published: bool,
+    },
 }
 
 impl ContainerFile {
@@ -34,7 +53,28 @@ impl ContainerFile {
         Ok(ContainerFile {
             path,
             name,
-            file,
+            sink: Sink::File(file),
+            end: 0,
+        })
+    }
+
+    /// Create the container `name` of the set `set` on an object layout:
+    /// a new chunk (random UUID: never an existing one).
+    pub fn create_obj(store: &ObjStore, set: &[u8], name: Vec<u8>) -> Result<ContainerFile> {
+        let object = objset::object_name(set, &name);
+        let path = objset::display_path(store, &object);
+        let chunk = store.writer().map_err(objset::obj_err(&path))?;
+        Ok(ContainerFile {
+            path,
+            name,
+            sink: Sink::Chunk {
+                store: store.clone(),
+                object,
+                chunk_path: chunk.path().to_path_buf(),
+                chunk: Some(chunk),
+                pieces: Vec::new(),
+                published: false,
+            },
             end: 0,
         })
     }
@@ -68,9 +108,28 @@ impl ContainerFile {
             for b in chunk.chunks(block as usize) {
                 crcs.push(paralog_checksum::crc32c(b));
             }
-            self.file
-                .write_all_at(chunk, at + done)
-                .map_err(AggError::io(&self.path, "write container"))?;
+            match &mut self.sink {
+                Sink::File(f) => f
+                    .write_all_at(chunk, at + done)
+                    .map_err(AggError::io(&self.path, "write container"))?,
+                Sink::Chunk {
+                    chunk: Some(w),
+                    pieces,
+                    ..
+                } => {
+                    let mut o = at + done;
+                    for b in chunk.chunks(block as usize) {
+                        pieces.push(w.add(o, b).map_err(objset::obj_err(&self.path))?);
+                        o += b.len() as u64;
+                    }
+                }
+                Sink::Chunk { chunk: None, .. } => {
+                    return Err(AggError::Invalid {
+                        path: self.path.clone(),
+                        what: "written after it was made durable".into(),
+                    })
+                }
+            }
             done += n as u64;
         }
         self.end = at + len;
@@ -79,13 +138,104 @@ impl ContainerFile {
 
     /// Make its bytes and length durable. Its name becomes durable with
     /// the directory's fsync that precedes the record.
-    pub fn sync(&self) -> Result<()> {
-        // A hole at the end is not written: give the file its full length.
-        self.file
-            .set_len(self.end)
-            .map_err(AggError::io(&self.path, "set container length"))?;
-        self.file
-            .sync_all()
-            .map_err(AggError::io(&self.path, "fsync container"))
+    /// On the object layout: the chunk made durable, then published as
+    /// the container's object (one version; the set record that names it
+    /// is the commit).
+    pub fn sync(&mut self) -> Result<()> {
+        let end = self.end;
+        match &mut self.sink {
+            Sink::File(f) => {
+                // A hole at the end is not written: give the file its full length.
+                f.set_len(end)
+                    .map_err(AggError::io(&self.path, "set container length"))?;
+                f.sync_all()
+                    .map_err(AggError::io(&self.path, "fsync container"))
+            }
+            Sink::Chunk {
+                store,
+                object,
+                chunk,
+                pieces,
+                published,
+                ..
+            } => {
+                if let Some(w) = chunk.take() {
+                    w.finish().map_err(objset::obj_err(&self.path))?;
+                }
+                if !*published {
+                    let v = Version {
+                        number: 0,
+                        size: end,
+                        deleted: false,
+                        epoch: Default::default(),
+                        origin: [0; 16],
+                        name: Vec::new(),
+                        pieces: std::mem::take(pieces),
+                    };
+                    store
+                        .publish(object, v)
+                        .map_err(objset::obj_err(&self.path))?;
+                    *published = true;
+                }
+                Ok(())
+            }
+        }
     }
+
+    /// Remove what this container wrote (a writer that gave up before its
+    /// record): the file, or the chunk and the object if published.
+    pub fn remove(&self) {
+        match &self.sink {
+            Sink::File(_) => {
+                let _ = std::fs::remove_file(&self.path);
+            }
+            Sink::Chunk {
+                store,
+                object,
+                chunk_path,
+                published,
+                ..
+            } => {
+                if *published {
+                    let _ = remove_object(store, object);
+                }
+                let _ = std::fs::remove_file(chunk_path);
+            }
+        }
+    }
+}
+
+/// Remove an object of the layout whole: every version's chunks, the
+/// version records, its metadata directory. For a set's containers only
+/// (an object of one version whose chunk no other object uses).
+pub fn remove_object(store: &ObjStore, name: &[u8]) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = objset::display_path(store, name);
+    let meta = store
+        .root()
+        .join("meta")
+        .join(std::ffi::OsStr::from_bytes(name));
+    for n in store.versions(name).map_err(objset::obj_err(&path))? {
+        if let Ok(Some(v)) = store.version(name, Some(n)) {
+            for p in &v.pieces {
+                match std::fs::remove_file(store.chunk_path(p.dir, &p.chunk)) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(AggError::io(&path, "remove a container's chunk")(e)),
+                }
+            }
+        }
+        let rec = meta.join(format!("v{n:010}"));
+        match std::fs::remove_file(&rec) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(AggError::io(&rec, "remove a container's version")(e)),
+        }
+    }
+    match std::fs::remove_dir(&meta) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(AggError::io(&meta, "remove a container object")(e)),
+    }
+    crate::publish::sync_dir(meta.parent().expect("an object has a parent"))
 }

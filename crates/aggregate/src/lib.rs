@@ -9,15 +9,22 @@
 //! - `container`: a container being written (feature `writer`);
 //! - `publish`: `SetWriter` (members over K containers, the atomic
 //!   record), `collect_orphans` (feature `writer`);
+//! - `objset`: sets on the object layout (`objstore://`): the record and
+//!   the containers as objects, published through the layout's own publish;
+//! - `objpublish`: the record's publish and orphan collection on the object
+//!   layout (feature `writer`);
 //! - `reader`: open a set, list members, verified reads; plain file I/O,
 //!   all the capture library links.
 
 pub mod error;
 pub mod format;
+pub mod objset;
 pub mod reader;
 
 #[cfg(feature = "writer")]
 pub mod container;
+#[cfg(feature = "writer")]
+pub mod objpublish;
 #[cfg(feature = "writer")]
 pub mod publish;
 #[cfg(feature = "rule")]

@@ -21,9 +21,13 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use paralog_backend::objstore::ObjStore;
+
 use crate::container::ContainerFile;
 use crate::error::{AggError, Result};
 use crate::format::{self, Container, Extent, Member, SetRecord};
+use crate::objpublish::commit_record_obj;
+use crate::objset;
 
 /// Where a crash can happen while a set is published, in order: the
 /// server's crash tests stop the process at each (`PARALOG_FAILPOINT`).
@@ -55,6 +59,8 @@ pub struct SetWriter {
     buf: Vec<u8>,
     hook: Option<Hook>,
     published: bool,
+    /// On the object layout (`new_obj`): the store.
+    obj: Option<ObjStore>,
 }
 
 impl SetWriter {
@@ -98,6 +104,54 @@ impl SetWriter {
             buf: Vec::new(),
             hook: None,
             published: false,
+            obj: None,
+        })
+    }
+
+    /// The same on an object layout: containers are chunks published as
+    /// objects `SET/NAME`, the record the object `SET/set.plr`, published
+    /// through the layout's own publish (docs/aggregate.md).
+    pub fn new_obj(store: &ObjStore, set: &[u8], k: u32, align: u64) -> Result<SetWriter> {
+        let dir = objset::display_path(store, set);
+        let invalid = |what: String| AggError::Invalid {
+            path: dir.clone(),
+            what,
+        };
+        format::check_rel(set).map_err(|w| invalid(format!("set directory: {w}")))?;
+        if k == 0 {
+            return Err(invalid("K (containers per set) must be at least 1".into()));
+        }
+        if !align.is_power_of_two() || align > 1 << 30 {
+            return Err(invalid(format!(
+                "alignment {align} is not a power of two up to 1 GiB"
+            )));
+        }
+        if !store.root().is_dir() {
+            return Err(invalid(format!(
+                "the object store directory {} does not exist",
+                store.root().display()
+            )));
+        }
+        let previous = objset::read_record(store, set)?.map(|(r, _)| r);
+        let version = previous.as_ref().map_or(1, |p| p.version + 1);
+        Ok(SetWriter {
+            dir,
+            set: set.to_vec(),
+            k,
+            align,
+            block: format::DEFAULT_BLOCK,
+            version,
+            attempt: random_u64(),
+            job: Vec::new(),
+            origin: [0; 16],
+            previous,
+            containers: Vec::new(),
+            members: Vec::new(),
+            names: BTreeSet::new(),
+            buf: Vec::new(),
+            hook: None,
+            published: false,
+            obj: Some(store.clone()),
         })
     }
 
@@ -229,8 +283,11 @@ impl SetWriter {
         if self.containers.len() < self.k as usize {
             let k = self.containers.len() as u32;
             let name = format::container_name(k, self.version, self.attempt);
-            self.containers
-                .push(ContainerFile::create(&self.dir, name)?);
+            let c = match &self.obj {
+                Some(store) => ContainerFile::create_obj(store, &self.set, name)?,
+                None => ContainerFile::create(&self.dir, name)?,
+            };
+            self.containers.push(c);
             return Ok(k as usize);
         }
         Ok(self
@@ -247,10 +304,12 @@ impl SetWriter {
     /// `complete: false` marks a set published with members missing.
     pub fn publish(mut self, complete: bool) -> Result<SetRecord> {
         // 1. The bytes before the record that points at them.
-        for c in &self.containers {
+        for c in &mut self.containers {
             c.sync()?;
         }
-        sync_dir(&self.dir)?;
+        if self.obj.is_none() {
+            sync_dir(&self.dir)?;
+        }
         self.hit("aggregate.before_record");
         let mut members = std::mem::take(&mut self.members);
         members.sort_by(|a, b| a.path.cmp(&b.path));
@@ -287,6 +346,20 @@ impl SetWriter {
         // record's: never removed on error.
         let hook = self.hook.take();
         let published = &mut self.published;
+        if let Some(store) = &self.obj {
+            commit_record_obj(
+                store,
+                &record,
+                self.previous.as_ref(),
+                &|p| {
+                    if let Some(h) = &hook {
+                        h(p)
+                    }
+                },
+                &mut || *published = true,
+            )?;
+            return Ok(record);
+        }
         commit_record(
             &self.dir,
             &record,
@@ -365,7 +438,7 @@ impl Drop for SetWriter {
     fn drop(&mut self) {
         if !self.published {
             for c in &self.containers {
-                let _ = std::fs::remove_file(&c.path);
+                c.remove();
             }
         }
     }

@@ -16,8 +16,11 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use paralog_backend::objstore::{ObjStore, Version};
+
 use crate::error::{AggError, Result};
 use crate::format::{Member, SetRecord, RECORD_NAME};
+use crate::objset;
 
 /// The record of the set in `set_dir`; `None` when there is none.
 pub fn read_record(set_dir: &Path) -> Result<Option<SetRecord>> {
@@ -34,6 +37,8 @@ pub struct SetReader {
     dir: PathBuf,
     record: SetRecord,
     files: Vec<OnceLock<File>>,
+    /// On the object layout: the store and each container's version.
+    obj: Option<(ObjStore, Vec<OnceLock<Version>>)>,
 }
 
 impl std::fmt::Debug for SetReader {
@@ -65,7 +70,84 @@ impl SetReader {
             dir: set_dir.to_path_buf(),
             record,
             files,
+            obj: None,
         }
+    }
+
+    /// Open the set `set` of an object layout; `None` when it has no
+    /// record. `dir()` is then `objstore://ROOT/SET` (for messages).
+    pub fn open_obj(store: &ObjStore, set: &[u8]) -> Result<Option<SetReader>> {
+        Ok(objset::read_record(store, set)?.map(|(r, _)| SetReader::from_obj(store, r)))
+    }
+
+    pub fn from_obj(store: &ObjStore, record: SetRecord) -> SetReader {
+        let dir = objset::display_path(store, &record.set);
+        let versions = record.containers.iter().map(|_| OnceLock::new()).collect();
+        SetReader {
+            dir,
+            files: Vec::new(),
+            obj: Some((store.clone(), versions)),
+            record,
+        }
+    }
+
+    /// The latest version of container `k` of a set on the object layout.
+    fn obj_container<'s>(
+        &self,
+        store: &ObjStore,
+        slots: &'s [OnceLock<Version>],
+        k: u32,
+    ) -> Result<&'s Version> {
+        let slot = &slots[k as usize];
+        if let Some(v) = slot.get() {
+            return Ok(v);
+        }
+        let name = objset::object_name(&self.record.set, &self.record.containers[k as usize].name);
+        let v = objset::latest(store, &name)?.ok_or_else(|| AggError::Io {
+            path: self.container_path(k),
+            op: "open container",
+            error: std::io::Error::new(std::io::ErrorKind::NotFound, "no such object"),
+        })?;
+        Ok(slot.get_or_init(|| v))
+    }
+
+    /// Bytes `at..` of container `k`, exactly `buf.len()` of them (a
+    /// container shorter than that is damage naming its real end).
+    fn read_container(
+        &self,
+        k: u32,
+        at: u64,
+        buf: &mut [u8],
+        what: &dyn Fn() -> String,
+    ) -> Result<()> {
+        let path = self.container_path(k);
+        let len = buf.len() as u64;
+        let short = |real: u64| {
+            AggError::corrupt(
+                &path,
+                real,
+                format!(
+                    "container ends at {real}, but {} needs bytes {at}..{}",
+                    what(),
+                    at + len
+                ),
+            )
+        };
+        if let Some((store, slots)) = &self.obj {
+            let v = self.obj_container(store, slots, k)?;
+            if at + len > v.size {
+                return Err(short(v.size));
+            }
+            return store.read_range(v, at, buf).map_err(objset::obj_err(&path));
+        }
+        let f = self.file(k)?;
+        f.read_exact_at(buf, at).map_err(|err| {
+            if err.kind() == std::io::ErrorKind::UnexpectedEof {
+                short(f.metadata().map(|md| md.len()).unwrap_or(0))
+            } else {
+                AggError::io(&path, "read container")(err)
+            }
+        })
     }
 
     pub fn record(&self) -> &SetRecord {
@@ -147,23 +229,9 @@ impl SetReader {
         if cache.key != Some(key) || cache.data.len() != len as usize {
             cache.key = None;
             cache.data.resize(len as usize, 0);
-            let f = self.file(e.container)?;
             let path = self.container_path(e.container);
-            f.read_exact_at(&mut cache.data, at).map_err(|err| {
-                if err.kind() == std::io::ErrorKind::UnexpectedEof {
-                    let real = f.metadata().map(|md| md.len()).unwrap_or(0);
-                    AggError::corrupt(
-                        &path,
-                        real,
-                        format!(
-                            "container ends at {real}, but block {b} of member {} needs bytes {at}..{}",
-                            String::from_utf8_lossy(&m.path),
-                            at + len
-                        ),
-                    )
-                } else {
-                    AggError::io(&path, "read container")(err)
-                }
+            self.read_container(e.container, at, &mut cache.data, &|| {
+                format!("block {b} of member {}", String::from_utf8_lossy(&m.path))
             })?;
             let crc = paralog_checksum::crc32c(&cache.data);
             let want = e.crcs[b as usize];
@@ -375,6 +443,35 @@ impl SetCache {
         };
         let reader = Arc::new(reader);
         sets.insert(set_dir.to_path_buf(), (stamp, reader.clone()));
+        Ok(Some(reader))
+    }
+
+    /// The set `set` of an object layout as its record is now (its latest
+    /// version number in the layout tells a new one); `None`: no record.
+    pub fn get_obj(&self, store: &ObjStore, set: &[u8]) -> Result<Option<Arc<SetReader>>> {
+        let name = objset::object_name(set, RECORD_NAME.as_bytes());
+        let key = objset::display_path(store, set);
+        let latest = store
+            .versions(&name)
+            .map_err(objset::obj_err(&key))?
+            .last()
+            .copied();
+        let Some(n) = latest else {
+            return Ok(None);
+        };
+        let stamp = (u64::MAX, 0, n, 0, 0);
+        let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((s, r)) = sets.get(&key) {
+            if *s == stamp {
+                return Ok(Some(r.clone()));
+            }
+        }
+        let Some((record, number)) = objset::read_record(store, set)? else {
+            sets.remove(&key);
+            return Ok(None);
+        };
+        let reader = Arc::new(SetReader::from_obj(store, record));
+        sets.insert(key, ((u64::MAX, 0, number, 0, 0), reader.clone()));
         Ok(Some(reader))
     }
 }

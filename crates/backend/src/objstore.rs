@@ -687,6 +687,11 @@ impl ChunkWriter {
         self.id
     }
 
+    /// The chunk's file (a writer that gives up removes it).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Append one block holding the bytes of `file_off..`; returns its piece.
     pub fn add(&mut self, file_off: u64, data: &[u8]) -> Result<Piece, ObjError> {
         self.file

@@ -126,6 +126,15 @@ pub(crate) fn listed_dir(abs: PathBuf) -> Option<PathBuf> {
     }
 }
 
+/// A set directory's members in place of the set's own files.
+fn add_members(names: &mut BTreeMap<Vec<u8>, (u8, u64)>, members: Vec<(Vec<u8>, u8)>) {
+    names.retain(|n, _| !crate::sets::is_set_file(n));
+    for (name, t) in members {
+        let ino = 1u64 << 62 | names.len() as u64;
+        names.entry(name).or_insert((t, ino));
+    }
+}
+
 /// A listing over `real` (an open real directory stream of `abs`).
 unsafe fn make_listing(real: *mut DIR, abs: &Path) -> CResult<*mut DIR> {
     let mut names = BTreeMap::new();
@@ -156,11 +165,13 @@ unsafe fn make_listing(real: *mut DIR, abs: &Path) -> CResult<*mut DIR> {
             None => root.clone(),
         };
         if let Some(members) = crate::sets::listing(&remote) {
-            names.retain(|n, _| !crate::sets::is_set_file(n));
-            for (name, t) in members {
-                let ino = 1u64 << 62 | names.len() as u64;
-                names.entry(name).or_insert((t, ino));
-            }
+            add_members(&mut names, members);
+        }
+    }
+    if let (Some(url), Some(rel)) = (st.cfg.remote_objstore.as_ref(), st.rel_of(abs)) {
+        let store = paralog_backend::objstore::ObjStore::new(url);
+        if let Some(members) = crate::sets::listing_obj(&store, &rel) {
+            add_members(&mut names, members);
         }
     }
     for f in logged(st, abs, false)? {

@@ -1,6 +1,7 @@
 //! Restart reads of checkpoint sets (docs/aggregate.md): a path under the
-//! prefix whose drained bytes are a member of a set on a POSIX remote (a
-//! `set.plr` in one of its parent directories lists it) is read from the
+//! prefix whose drained bytes are a member of a set on a POSIX remote or
+//! an object layout (a `set.plr` in one of its parent directories lists
+//! it) is read from the
 //! set's containers, every block verified; a listing of a set directory
 //! shows its members instead of the set's own files. Plain file I/O in
 //! the application's process, as for any drained file; the capture
@@ -13,6 +14,7 @@ use std::sync::Mutex;
 
 use paralog_aggregate::reader::{find_set, SetCache};
 use paralog_aggregate::MemberReader;
+use paralog_backend::objstore::ObjStore;
 
 use crate::report;
 use crate::state::CResult;
@@ -32,6 +34,26 @@ pub fn member_of(root: &Path, rel: &[u8]) -> Option<(PathBuf, Vec<u8>)> {
 pub fn open_member(set_dir: &Path, member: &[u8], abs: &Path) -> CResult<Option<MemberReader>> {
     match SETS.get(set_dir) {
         Ok(Some(set)) => Ok(MemberReader::new(set, member)),
+        Ok(None) => Ok(None),
+        Err(e) => {
+            report::line(&format!(
+                "reading the checkpoint set of {}: {e}",
+                abs.display()
+            ));
+            Err(e.errno())
+        }
+    }
+}
+
+/// The member `rel` of a set on an object layout (its set record object
+/// in a parent of `rel`), if the set lists it; a record that cannot be
+/// read is EIO with one line naming it.
+pub fn open_obj_member(store: &ObjStore, rel: &[u8], abs: &Path) -> CResult<Option<MemberReader>> {
+    let Some((set, member)) = paralog_aggregate::objset::find_set(store, rel) else {
+        return Ok(None);
+    };
+    match SETS.get_obj(store, &set) {
+        Ok(Some(set)) => Ok(MemberReader::new(set, &member)),
         Ok(None) => Ok(None),
         Err(e) => {
             report::line(&format!(
@@ -80,6 +102,26 @@ pub fn listing(dir: &Path) -> Option<Vec<(Vec<u8>, u8)>> {
             return None;
         }
     };
+    Some(entries(&set))
+}
+
+/// The same for a directory `rel` of an object layout holding a set.
+pub fn listing_obj(store: &ObjStore, rel: &[u8]) -> Option<Vec<(Vec<u8>, u8)>> {
+    match SETS.get_obj(store, rel) {
+        Ok(Some(s)) => Some(entries(&s)),
+        Ok(None) => None,
+        Err(e) => {
+            report::line(&format!(
+                "listing {}: {e}",
+                paralog_aggregate::objset::display_path(store, rel).display()
+            ));
+            None
+        }
+    }
+}
+
+/// The first component of each member: a file, or a directory of members.
+fn entries(set: &paralog_aggregate::SetReader) -> Vec<(Vec<u8>, u8)> {
     let mut out: Vec<(Vec<u8>, u8)> = Vec::new();
     for m in &set.record().members {
         let (name, t) = match m.path.iter().position(|&b| b == b'/') {
@@ -90,7 +132,7 @@ pub fn listing(dir: &Path) -> Option<Vec<(Vec<u8>, u8)>> {
             out.push((name, t));
         }
     }
-    Some(out)
+    out
 }
 
 /// Whether a name in a set directory is one of the set's own files.

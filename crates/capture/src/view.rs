@@ -115,7 +115,15 @@ fn open_base(base: Base, abs: &Path) -> CResult<(Opened, Option<u64>)> {
                 let len = v.size;
                 (Opened::Object(store, v), Some(len))
             }
-            Ok(_) => (Opened::Unreadable, None),
+            Ok(Some(_)) => (Opened::Unreadable, None),
+            // No object of this name: a member of a checkpoint set?
+            Ok(None) => match crate::sets::open_obj_member(&store, &name, abs)? {
+                Some(m) => {
+                    let len = m.size();
+                    (Opened::Member(std::sync::Mutex::new(m)), Some(len))
+                }
+                None => (Opened::Unreadable, None),
+            },
             Err(e) => {
                 report::line(&format!(
                     "reading the drained versions of {}: {e}",

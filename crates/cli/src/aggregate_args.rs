@@ -108,7 +108,7 @@ impl AggregateArgs {
             crate::remote::Remote::Url(u, _) => Some(u),
             crate::remote::Remote::Prefix => None,
         };
-        paralog_server::aggregate::Sets::check_remote(url).map_err(|e| anyhow!(e))?;
+        paralog_server::aggregate::Sets::check_remote(url, server_job).map_err(|e| anyhow!(e))?;
         let sets = paralog_server::aggregate::Sets::new(agg.rules, agg.containers, agg.align);
         Ok(Some(if server_job {
             sets.for_server_job(!agg.containers_given, agg.buffers)

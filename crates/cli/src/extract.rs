@@ -13,11 +13,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context};
-use paralog_aggregate::reader::{MemberReader, SetReader};
+use paralog_aggregate::reader::MemberReader;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The remote: /path or file:///path
+    /// The remote: /path, file:///path or objstore:///root
     url: String,
     /// The set directory, relative to the remote (as `paralog sets` lists it)
     set: String,
@@ -29,19 +29,17 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let root = crate::sets::posix_root(&args.url)?;
+    let remote = crate::sets::SetsRemote::parse(&args.url)?;
     paralog_aggregate::format::check_rel(args.set.as_bytes())
         .map_err(|e| anyhow!("set {}: {e}", args.set))?;
-    let dir = root.join(&args.set);
-    let set = SetReader::open(&dir)
-        .map_err(|e| anyhow!("{e}"))?
-        .ok_or_else(|| {
-            anyhow!(
-                "{}: no checkpoint set here (no {})",
-                dir.display(),
-                paralog_aggregate::format::RECORD_NAME
-            )
-        })?;
+    let dir = PathBuf::from(format!("{}/{}", remote.display(), args.set));
+    let set = remote.open(&args.set)?.ok_or_else(|| {
+        anyhow!(
+            "{}: no checkpoint set here (no {})",
+            dir.display(),
+            paralog_aggregate::format::RECORD_NAME
+        )
+    })?;
     let set = Arc::new(set);
     let members: Vec<Vec<u8>> = match &args.member {
         Some(m) => {

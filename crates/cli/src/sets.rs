@@ -8,24 +8,62 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context};
+use paralog_aggregate::{SetReader, SetRecord};
+use paralog_backend::objstore::ObjStore;
 use paralog_backend::RemoteUrl;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The remote: /path or file:///path (object layouts and S3: later)
+    /// The remote: /path, file:///path or objstore:///root (S3: later)
     url: String,
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
 }
 
-/// The directory of a POSIX remote URL.
-pub fn posix_root(url: &str) -> anyhow::Result<PathBuf> {
-    match url.parse::<RemoteUrl>().map_err(|e| anyhow!("{e}"))? {
-        RemoteUrl::Posix(p) => Ok(p),
-        other => bail!(
-            "{other}: checkpoint sets are read from a POSIX remote (a directory) so far; object layouts and S3 come later"
-        ),
+/// Where sets are read from: a POSIX remote's directory or an object
+/// layout.
+pub enum SetsRemote {
+    Posix(PathBuf),
+    Obj(ObjStore),
+}
+
+impl SetsRemote {
+    /// The remote a URL names; S3 is refused naming what works instead.
+    pub fn parse(url: &str) -> anyhow::Result<SetsRemote> {
+        match url.parse::<RemoteUrl>().map_err(|e| anyhow!("{e}"))? {
+            RemoteUrl::Posix(p) => Ok(SetsRemote::Posix(p)),
+            RemoteUrl::ObjStore(u) => Ok(SetsRemote::Obj(ObjStore::new(&u))),
+            other => bail!(
+                "{other}: checkpoint sets are read from a POSIX remote or an object layout (objstore://); S3 comes later (docs/aggregate.md)"
+            ),
+        }
+    }
+
+    /// Every set with its record or why it cannot be read.
+    pub fn list(&self) -> anyhow::Result<Vec<(PathBuf, paralog_aggregate::Result<SetRecord>)>> {
+        match self {
+            SetsRemote::Posix(root) => paralog_aggregate::reader::list_sets(root),
+            SetsRemote::Obj(store) => paralog_aggregate::objset::list_sets(store),
+        }
+        .map_err(|e| anyhow!("{e}"))
+    }
+
+    /// The set `set` (relative), `None` when it has no record.
+    pub fn open(&self, set: &str) -> anyhow::Result<Option<SetReader>> {
+        match self {
+            SetsRemote::Posix(root) => SetReader::open(&root.join(set)),
+            SetsRemote::Obj(store) => SetReader::open_obj(store, set.as_bytes()),
+        }
+        .map_err(|e| anyhow!("{e}"))
+    }
+
+    /// How messages name the remote.
+    pub fn display(&self) -> String {
+        match self {
+            SetsRemote::Posix(root) => root.display().to_string(),
+            SetsRemote::Obj(store) => format!("objstore://{}", store.root().display()),
+        }
     }
 }
 
@@ -42,8 +80,8 @@ struct Row {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let root = posix_root(&args.url)?;
-    let sets = paralog_aggregate::reader::list_sets(&root).map_err(|e| anyhow!("{e}"))?;
+    let remote = SetsRemote::parse(&args.url)?;
+    let sets = remote.list()?;
     let rows: Vec<Row> = sets
         .into_iter()
         .map(|(dir, rec)| {
@@ -77,7 +115,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&rows)?).context("writing")?;
     } else if rows.is_empty() {
-        writeln!(out, "no checkpoint sets under {}", root.display()).context("writing")?;
+        writeln!(out, "no checkpoint sets under {}", remote.display()).context("writing")?;
     } else {
         writeln!(
             out,

@@ -38,7 +38,7 @@ use crate::step;
 
 use super::nodes::SetPlan;
 use super::publish::member_source;
-use super::scan::{remote_root, scan_member, MemberFile};
+use super::scan::{remote_root, scan_member, MemberFile, SetsRoot};
 use super::transfer::{lead, send_members, Leader, Outgoing};
 use super::Sets;
 
@@ -197,7 +197,7 @@ pub(crate) fn publish(
             .iter()
             .position(|(n, m)| *n == me && m.member == f.member)
             .expect("in the plan") as u32;
-        match member_source(old.as_ref(), &root, f) {
+        match member_source(old.as_ref(), &SetsRoot::Dir(root.clone()), f) {
             Ok(Some(src)) => outgoing.push(Outgoing {
                 index,
                 member: src.member.clone(),

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use paralog_aggregate::rule::{Match, Rules};
+use paralog_aggregate::SetReader;
 use paralog_backend::RemoteUrl;
 use paralog_log::format::PathRecord;
 use paralog_log::{layout, EpochId};
@@ -38,7 +39,7 @@ pub mod transfer;
 pub const DEFAULT_BUFFERS: usize = 4;
 
 use publish::{publish_set, Publish};
-use scan::{remote_root_of, scan_job};
+use scan::{scan_job, sets_root_of, SetsRoot};
 
 /// What `--aggregate`, `--containers` and `--agg-align` ask for.
 #[derive(Debug)]
@@ -144,12 +145,21 @@ impl Sets {
         if let Some(m) = self.rules.matches(rel) {
             return Some(m);
         }
-        let root = remote_root_of(remote, app_path, rel).ok()?;
-        let (set, member) = paralog_aggregate::reader::find_set(&root, rel)?;
-        let reader = self
-            .published
-            .get(&root.join(OsStr::from_bytes(&set)))
-            .ok()??;
+        let (set, member, reader) = match sets_root_of(remote, app_path, rel).ok()? {
+            SetsRoot::Dir(root) => {
+                let (set, member) = paralog_aggregate::reader::find_set(&root, rel)?;
+                let r = self
+                    .published
+                    .get(&root.join(OsStr::from_bytes(&set)))
+                    .ok()??;
+                (set, member, r)
+            }
+            SetsRoot::Obj(store) => {
+                let (set, member) = paralog_aggregate::objset::find_set(&store, rel)?;
+                let r = SetReader::open_obj(&store, &set).ok()??;
+                (set, member, std::sync::Arc::new(r))
+            }
+        };
         reader.member(&member)?;
         Some(Match {
             rule: REWRITE,
@@ -159,11 +169,15 @@ impl Sets {
     }
 
     /// Refuse, before anything runs, a remote sets cannot be written to yet.
-    pub fn check_remote(url: Option<&RemoteUrl>) -> Result<(), String> {
+    pub fn check_remote(url: Option<&RemoteUrl>, server_job: bool) -> Result<(), String> {
         match url {
             None | Some(RemoteUrl::Posix(_)) => Ok(()),
+            Some(RemoteUrl::ObjStore(_)) if !server_job => Ok(()),
+            Some(other @ RemoteUrl::ObjStore(_)) => Err(format!(
+                "--aggregate in a server job writes checkpoint sets to a POSIX remote (a directory) so far, not to {other} (one node: paralog run or a single paralog server)"
+            )),
             Some(other) => Err(format!(
-                "--aggregate writes checkpoint sets to a POSIX remote (a directory, or the prefix) so far, not to {other}"
+                "--aggregate writes checkpoint sets to a POSIX remote (a directory, or the prefix) or an object layout (objstore://) so far, not to {other}: see docs/aggregate.md (S3)"
             )),
         }
     }

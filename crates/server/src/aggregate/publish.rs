@@ -11,6 +11,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use paralog_aggregate::objpublish::collect_orphans_obj;
 use paralog_aggregate::publish::{collect_orphans, copy_member, SetWriter};
 use paralog_aggregate::reader::{MemberReader, SetReader};
 use paralog_aggregate::AggError;
@@ -22,7 +23,7 @@ use crate::drain::{lock_file_dir, DrainError, DrainLock, Drained};
 use crate::remote::Remote;
 use crate::step;
 
-use super::scan::{corrupt, remote_root, scan_member, MemberFile};
+use super::scan::{corrupt, scan_member, sets_root, MemberFile, SetsRoot};
 use super::Sets;
 
 /// An error of the set's remote side, for the retry bookkeeping: damage of
@@ -79,20 +80,37 @@ pub(super) fn publish_set(
     let Some(first) = files.first() else {
         return Ok((0, Vec::new()));
     };
-    let root = remote_root(remote, first)?;
-    let set_dir = root.join(OsStr::from_bytes(set));
+    let root = sets_root(remote, first)?;
+    let set_dir = match &root {
+        SetsRoot::Dir(r) => r.join(OsStr::from_bytes(set)),
+        SetsRoot::Obj(store) => paralog_aggregate::objset::display_path(store, set),
+    };
     // What a crashed publish of this set left (this server is its only
     // writer: one set at a time, under the members' drain locks).
-    match collect_orphans(&set_dir) {
+    let collected = match &root {
+        SetsRoot::Dir(_) => collect_orphans(&set_dir),
+        SetsRoot::Obj(store) => collect_orphans_obj(store, set),
+    };
+    match collected {
         Ok(removed) if !removed.is_empty() => {
             tracing::info!(set = %set_dir.display(), removed = removed.len(), "removed orphaned containers")
         }
         Ok(_) => {}
         Err(e) => return Err(set_error(e)),
     }
-    let old = SetReader::open(&set_dir).map_err(set_error)?.map(Arc::new);
+    let (old, w) = match &root {
+        SetsRoot::Dir(r) => (
+            SetReader::open(&set_dir),
+            SetWriter::new(r, set, sets.containers, sets.align),
+        ),
+        SetsRoot::Obj(store) => (
+            SetReader::open_obj(store, set),
+            SetWriter::new_obj(store, set, sets.containers, sets.align),
+        ),
+    };
+    let old = old.map_err(set_error)?.map(Arc::new);
     let hook = |p: &str| crate::failpoint::hit(p);
-    let mut w = SetWriter::new(&root, set, sets.containers, sets.align)
+    let mut w = w
         .map_err(set_error)?
         .with_origin(job, first.inv.origin())
         .with_hook(hook);
@@ -184,7 +202,7 @@ impl Read for MemberSource {
 /// verified first: a damaged one fails here, before a byte moves.
 pub(super) fn member_source(
     old: Option<&Arc<SetReader>>,
-    root: &Path,
+    root: &SetsRoot,
     f: &MemberFile,
 ) -> Result<Option<MemberSource>, DrainError> {
     let lf = f.inv.logical_file(None).map_err(corrupt)?;
@@ -224,13 +242,33 @@ enum Base {
     None,
     Member(MemberReader),
     File(std::fs::File, u64, u32),
+    /// A plain object of the layout (no mode of its own).
+    Object(
+        paralog_backend::objstore::ObjStore,
+        paralog_backend::objstore::Version,
+    ),
 }
 
 impl Base {
-    fn open(old: Option<&Arc<SetReader>>, root: &Path, f: &MemberFile) -> Result<Base, DrainError> {
+    fn open(
+        old: Option<&Arc<SetReader>>,
+        root: &SetsRoot,
+        f: &MemberFile,
+    ) -> Result<Base, DrainError> {
         if let Some(m) = old.and_then(|o| MemberReader::new(o.clone(), &f.member)) {
             return Ok(Base::Member(m));
         }
+        let root = match root {
+            SetsRoot::Dir(r) => r,
+            SetsRoot::Obj(store) => {
+                return Ok(
+                    match paralog_aggregate::objset::latest(store, &f.rel).map_err(set_error)? {
+                        Some(v) => Base::Object(store.clone(), v),
+                        None => Base::None,
+                    },
+                );
+            }
+        };
         let p = root.join(OsStr::from_bytes(&f.rel));
         match std::fs::File::open(&p) {
             Ok(file) => {
@@ -251,6 +289,7 @@ impl Base {
             Base::None => 0,
             Base::Member(m) => m.size(),
             Base::File(_, n, _) => *n,
+            Base::Object(_, v) => v.size,
         }
     }
 
@@ -259,6 +298,7 @@ impl Base {
             Base::None => 0o644,
             Base::Member(m) => m.member().mode,
             Base::File(_, _, mode) => *mode,
+            Base::Object(..) => 0o644,
         }
     }
 
@@ -282,6 +322,11 @@ impl Base {
                 op: "read",
                 error,
             }),
+            Base::Object(store, v) => store.read_range(v, at, dst).map_err(|e| LogError::Corrupt {
+                path: store.root().to_path_buf(),
+                offset: at,
+                what: format!("the object {}: {e}", String::from_utf8_lossy(&v.name)),
+            }),
         }
     }
 }
@@ -301,7 +346,7 @@ fn data_ranges(lf: &LogicalFile, base: &Base) -> Vec<(u64, u64)> {
                 }
             }
         }
-        Base::File(..) => {
+        Base::File(..) | Base::Object(..) => {
             if visible > 0 {
                 r.push((0, visible));
             }

@@ -140,7 +140,7 @@ pub(crate) fn remote_root_of(
             kind: ErrorKind::Permanent,
             target: url.to_string(),
             op: "write checkpoint set",
-            message: Sets::check_remote(Some(url)).unwrap_err(),
+            message: Sets::check_remote(Some(url), true).unwrap_err(),
         })),
         Remote::Prefix => {
             let path = Path::new(OsStr::from_bytes(app_path));
@@ -150,5 +150,37 @@ pub(crate) fn remote_root_of(
             }
             Ok(root)
         }
+    }
+}
+
+/// Where the sets of one node's server go: a POSIX directory, or an
+/// object layout (`objstore://`; one node only, docs/aggregate.md).
+pub(crate) enum SetsRoot {
+    Dir(PathBuf),
+    Obj(paralog_backend::objstore::ObjStore),
+}
+
+pub(crate) fn sets_root(remote: &Remote, f: &MemberFile) -> Result<SetsRoot, DrainError> {
+    sets_root_of(remote, &f.app_path, &f.rel)
+}
+
+pub(crate) fn sets_root_of(
+    remote: &Remote,
+    app_path: &[u8],
+    rel: &[u8],
+) -> Result<SetsRoot, DrainError> {
+    match remote {
+        Remote::Url(RemoteUrl::ObjStore(u), _) => {
+            Ok(SetsRoot::Obj(paralog_backend::objstore::ObjStore::new(u)))
+        }
+        Remote::Url(url, _) if !matches!(url, RemoteUrl::Posix(_)) => {
+            Err(DrainError::Remote(BackendError {
+                kind: ErrorKind::Permanent,
+                target: url.to_string(),
+                op: "write checkpoint set",
+                message: Sets::check_remote(Some(url), false).unwrap_err(),
+            }))
+        }
+        _ => remote_root_of(remote, app_path, rel).map(SetsRoot::Dir),
     }
 }

@@ -1,0 +1,93 @@
+//! Publishing a checkpoint set on the object layout (docs/aggregate.md):
+//! the record as the next version of the object `SET/set.plr` (the
+//! layout's own publish: a hard link, the commit), the replaced version's
+//! container objects removed after, and a crashed attempt's container
+//! objects collected. The one-node `SetWriter::new_obj` commits here.
+
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+use paralog_backend::objstore::{ObjStore, Version};
+
+use crate::container::remove_object;
+use crate::error::{AggError, Result};
+use crate::format::{self, SetRecord};
+use crate::objset;
+
+/// `commit_record` on the object layout: the encoded record is one chunk,
+/// published as the next version of the object `SET/set.plr` (a hard
+/// link of a new number: the commit; a concurrent publisher's record
+/// becomes another version, never replaced); then the container objects
+/// only `previous` used are removed.
+pub fn commit_record_obj(
+    store: &ObjStore,
+    record: &SetRecord,
+    previous: Option<&SetRecord>,
+    hook: &dyn Fn(&str),
+    committed: &mut dyn FnMut(),
+) -> Result<()> {
+    let name = objset::object_name(&record.set, format::RECORD_NAME.as_bytes());
+    let path = objset::display_path(store, &name);
+    let bytes = record.encode();
+    let mut w = store.writer().map_err(objset::obj_err(&path))?;
+    let chunk = w.path().to_path_buf();
+    let piece = w.add(0, &bytes).map_err(objset::obj_err(&path))?;
+    let v = Version {
+        number: 0,
+        size: bytes.len() as u64,
+        deleted: false,
+        epoch: Default::default(),
+        origin: record.origin,
+        name: Vec::new(),
+        pieces: vec![piece],
+    };
+    if let Err(e) = w.finish().and_then(|()| store.publish(&name, v)) {
+        let _ = std::fs::remove_file(&chunk);
+        return Err(objset::obj_err(&path)(e));
+    }
+    committed();
+    hook("aggregate.after_record");
+    if let Some(prev) = previous {
+        let keep: BTreeSet<&[u8]> = record.containers.iter().map(|c| &c.name[..]).collect();
+        for c in prev
+            .containers
+            .iter()
+            .filter(|c| !keep.contains(&c.name[..]))
+        {
+            remove_object(store, &objset::object_name(&record.set, &c.name))?;
+        }
+    }
+    Ok(())
+}
+
+/// `collect_orphans` on the object layout: the container objects of the
+/// set that no kept version of its record lists (a crashed publish's).
+/// Only where no writer of this set is running; a record version that
+/// does not decode stops it before anything is removed. Returns the
+/// objects removed (as `objstore://ROOT/NAME`).
+pub fn collect_orphans_obj(store: &ObjStore, set: &[u8]) -> Result<Vec<PathBuf>> {
+    let live: BTreeSet<Vec<u8>> = objset::kept_records(store, set)?
+        .iter()
+        .flat_map(|r| r.containers.iter().map(|c| c.name.clone()))
+        .collect();
+    let meta = store.root().join("meta").join(OsStr::from_bytes(set));
+    let mut removed = Vec::new();
+    let entries = match std::fs::read_dir(&meta) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(removed),
+        Err(e) => return Err(AggError::io(&meta, "list set objects")(e)),
+    };
+    for e in entries {
+        let e = e.map_err(AggError::io(&meta, "list set objects"))?;
+        let n = e.file_name();
+        let n = n.as_bytes();
+        if format::is_container_name(n) && !live.contains(n) {
+            let name = objset::object_name(set, n);
+            remove_object(store, &name)?;
+            removed.push(objset::display_path(store, &name));
+        }
+    }
+    Ok(removed)
+}
