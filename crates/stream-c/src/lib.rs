@@ -91,6 +91,24 @@ pub(crate) fn guard(f: impl FnOnce() -> Res<i32>) -> i32 {
     }
 }
 
+/// Take back a handle this library boxed and gave to C, and run its last
+/// step on it: the one shape of every `close`/`leave` (NULL does nothing;
+/// the handle is freed whether the step fails or not).
+///
+/// # Safety
+/// `p` is NULL or a handle from this library's `Box::into_raw`, given
+/// back once and not used again.
+pub(crate) unsafe fn release<H, T>(p: *mut H, last: impl FnOnce(Box<H>) -> Res<T>) -> i32 {
+    guard(|| {
+        if p.is_null() {
+            return Ok(OK);
+        }
+        // SAFETY: the caller's contract above.
+        last(unsafe { Box::from_raw(p) })?;
+        Ok(OK)
+    })
+}
+
 /// A C string argument as UTF-8 (`None` for NULL).
 pub(crate) fn opt_str<'a>(p: *const c_char, what: &str) -> Res<Option<&'a str>> {
     if p.is_null() {

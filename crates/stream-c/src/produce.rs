@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use paralog_stream::{Partitioner, Producer, Quota};
 
-use crate::{bytes, guard, opt_str, req_str, Fail, Res, OK};
+use crate::{bytes, guard, opt_str, release, req_str, Fail, Res, OK};
 
 /// `paralog_stream`: a producer and its stream's name (for messages).
 pub struct Handle {
@@ -161,15 +161,12 @@ pub unsafe extern "C" fn paralog_stream_flush(s: *mut Handle, durable_out: *mut 
 /// `s` is an open handle (or NULL), not used again.
 #[no_mangle]
 pub unsafe extern "C" fn paralog_stream_close(s: *mut Handle) -> i32 {
-    guard(|| {
-        if s.is_null() {
-            return Ok(OK);
-        }
-        // SAFETY: a handle from paralog_stream_open, given back once.
-        let h = unsafe { Box::from_raw(s) };
-        h.producer.close().map_err(|e| Fail::of(&h.stream, e))?;
-        Ok(OK)
-    })
+    // SAFETY: a handle from paralog_stream_open (or NULL), given back once.
+    unsafe {
+        release(s, |h| {
+            h.producer.close().map_err(|e| Fail::of(&h.stream, e))
+        })
+    }
 }
 
 /// # Safety

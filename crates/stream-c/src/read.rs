@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use paralog_stream::{Delivered, From, Order, Reader, RemoteStream};
 
-use crate::{guard, opt_str, req_str, Fail, Res, OK, TIMEDOUT};
+use crate::{guard, opt_str, release, req_str, Fail, Res, OK, TIMEDOUT};
 
 /// `paralog_stream_event` (stream.h): the same fields in the same order.
 #[repr(C)]
@@ -250,19 +250,17 @@ pub unsafe extern "C" fn paralog_stream_commit(r: *mut Handle) -> i32 {
 /// `r` is a joined reader (or NULL), not used again.
 #[no_mangle]
 pub unsafe extern "C" fn paralog_stream_leave(r: *mut Handle) -> i32 {
-    guard(|| {
-        if r.is_null() {
-            return Ok(OK);
-        }
-        // SAFETY: a handle from paralog_stream_join, given back once.
-        let h = unsafe { Box::from_raw(r) };
-        if h.reader.has_group() {
-            h.reader
-                .commit_at(&h.acked)
-                .map_err(|e| Fail::of(&h.stream, e))?;
-        }
-        Ok(OK)
-    })
+    // SAFETY: a handle from paralog_stream_join (or NULL), given back once.
+    unsafe {
+        release(r, |h| {
+            if h.reader.has_group() {
+                h.reader
+                    .commit_at(&h.acked)
+                    .map_err(|e| Fail::of(&h.stream, e))?;
+            }
+            Ok(())
+        })
+    }
 }
 
 /// # Safety

@@ -120,6 +120,17 @@ pub struct Watermark {
 }
 
 impl Watermark {
+    /// A reader group's lag in events: per partition, the events below
+    /// this watermark past its committed offset, summed (an offset past
+    /// the watermark counts 0).
+    pub fn lag(&self, offsets: &[u64]) -> u64 {
+        offsets
+            .iter()
+            .zip(&self.parts)
+            .map(|(o, m)| m.next.saturating_sub(*o))
+            .sum()
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let len = 32 + 24 * self.parts.len() + 4;
         let mut b = Vec::with_capacity(len);
