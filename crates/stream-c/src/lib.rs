@@ -91,6 +91,13 @@ pub(crate) fn guard(f: impl FnOnce() -> Res<i32>) -> i32 {
     }
 }
 
+/// A handle argument; `what` names its kind in the NULL message.
+pub(crate) fn handle_arg<'a, H>(p: *mut H, what: &str) -> Res<&'a mut H> {
+    // SAFETY: a handle this library gave out (or NULL), used by one thread
+    // at a time (stream.h).
+    unsafe { p.as_mut() }.ok_or_else(|| Fail::inval(format!("the {what} handle is NULL")))
+}
+
 /// Take back a handle this library boxed and gave to C, and run its last
 /// step on it: the one shape of every `close`/`leave` (NULL does nothing;
 /// the handle is freed whether the step fails or not).

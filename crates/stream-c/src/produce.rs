@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use paralog_stream::{Partitioner, Producer, Quota};
 
-use crate::{bytes, guard, opt_str, release, req_str, Fail, Res, OK};
+use crate::{bytes, guard, handle_arg, opt_str, release, req_str, Fail, Res, OK};
 
 /// `paralog_stream`: a producer and its stream's name (for messages).
 pub struct Handle {
@@ -33,8 +33,7 @@ fn local_root(arg: Option<&str>) -> Res<PathBuf> {
 }
 
 fn handle<'a>(s: *mut Handle) -> Res<&'a mut Handle> {
-    // SAFETY: a handle from paralog_stream_open, used by one thread at a time.
-    unsafe { s.as_mut() }.ok_or_else(|| Fail::inval("the stream handle is NULL"))
+    handle_arg(s, "stream")
 }
 
 /// # Safety

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use paralog_stream::{Delivered, From, Order, Reader, RemoteStream};
 
-use crate::{guard, opt_str, release, req_str, Fail, Res, OK, TIMEDOUT};
+use crate::{guard, handle_arg, opt_str, release, req_str, Fail, Res, OK, TIMEDOUT};
 
 /// `paralog_stream_event` (stream.h): the same fields in the same order.
 #[repr(C)]
@@ -56,8 +56,7 @@ fn remote_dir(url: &str) -> Res<PathBuf> {
 }
 
 fn handle<'a>(r: *mut Handle) -> Res<&'a mut Handle> {
-    // SAFETY: a handle from paralog_stream_join, used by one thread at a time.
-    unsafe { r.as_mut() }.ok_or_else(|| Fail::inval("the reader handle is NULL"))
+    handle_arg(r, "reader")
 }
 
 /// # Safety
