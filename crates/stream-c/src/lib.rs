@@ -98,6 +98,23 @@ pub(crate) fn handle_arg<'a, H>(p: *mut H, what: &str) -> Res<&'a mut H> {
     unsafe { p.as_mut() }.ok_or_else(|| Fail::inval(format!("the {what} handle is NULL")))
 }
 
+/// Make a handle and give it to C through `out`: the one shape of every
+/// `open`/`join` (a NULL `out` is refused before any work).
+///
+/// # Safety
+/// `out` is NULL or writable.
+pub(crate) unsafe fn give_out<H>(out: *mut *mut H, make: impl FnOnce() -> Res<H>) -> i32 {
+    guard(|| {
+        if out.is_null() {
+            return Err(Fail::inval("out is NULL"));
+        }
+        let h = Box::new(make()?);
+        // SAFETY: checked non-NULL above.
+        unsafe { *out = Box::into_raw(h) };
+        Ok(OK)
+    })
+}
+
 /// Take back a handle this library boxed and gave to C, and run its last
 /// step on it: the one shape of every `close`/`leave` (NULL does nothing;
 /// the handle is freed whether the step fails or not).

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use paralog_stream::{Partitioner, Producer, Quota};
 
-use crate::{bytes, guard, handle_arg, opt_str, release, req_str, Fail, Res, OK};
+use crate::{bytes, give_out, guard, handle_arg, opt_str, release, req_str, Fail, Res, OK};
 
 /// `paralog_stream`: a producer and its stream's name (for messages).
 pub struct Handle {
@@ -45,23 +45,21 @@ pub unsafe extern "C" fn paralog_stream_open(
     partitions: u32,
     out: *mut *mut Handle,
 ) -> i32 {
-    guard(|| {
-        if out.is_null() {
-            return Err(Fail::inval("out is NULL"));
-        }
-        let name = req_str(stream, "stream name")?;
-        let root = local_root(opt_str(local, "node-local directory")?)?;
-        let producer = Producer::open(&root, name, partitions, Partitioner::RoundRobin)
-            .map_err(|e| Fail::of(name, e))?;
-        let h = Box::new(Handle {
-            stream: name.to_owned(),
-            cname: std::ffi::CString::new(name).map_err(|_| Fail::inval("a NUL in the name"))?,
-            producer,
-        });
-        // SAFETY: checked non-NULL above.
-        unsafe { *out = Box::into_raw(h) };
-        Ok(OK)
-    })
+    // SAFETY: `out` is NULL or writable (stream.h).
+    unsafe {
+        give_out(out, || {
+            let name = req_str(stream, "stream name")?;
+            let root = local_root(opt_str(local, "node-local directory")?)?;
+            let producer = Producer::open(&root, name, partitions, Partitioner::RoundRobin)
+                .map_err(|e| Fail::of(name, e))?;
+            Ok(Handle {
+                stream: name.to_owned(),
+                cname: std::ffi::CString::new(name)
+                    .map_err(|_| Fail::inval("a NUL in the name"))?,
+                producer,
+            })
+        })
+    }
 }
 
 /// # Safety
