@@ -78,83 +78,70 @@ unsafe extern "C" fn dprintf_chk_va(
     __vdprintf_chk(fd, flag, fmt, ap)
 }
 
-/// `dprintf(fd, fmt, ...)`. The frame: a register save area of 176 bytes
-/// at rsp (rdi, rsi, rdx, rcx, r8, r9, then xmm0-7, saved only when al,
-/// the caller's count of vector registers, is not zero), the `va_list` at
-/// rsp+176 (gp_offset 16: two named integer arguments; fp_offset 48;
-/// overflow_arg_area: the caller's stack arguments, above the return
-/// address; reg_save_area), 216 bytes in all, so that rsp is 16-aligned
-/// for `movaps` and for the call.
-#[cfg(target_arch = "x86_64")]
-#[unsafe(naked)]
-#[no_mangle]
-pub unsafe extern "C" fn dprintf() {
-    std::arch::naked_asm!(
-        "sub rsp, 216",
-        "mov [rsp], rdi",
-        "mov [rsp + 8], rsi",
-        "mov [rsp + 16], rdx",
-        "mov [rsp + 24], rcx",
-        "mov [rsp + 32], r8",
-        "mov [rsp + 40], r9",
-        "test al, al",
-        "je 2f",
-        "movaps [rsp + 48], xmm0",
-        "movaps [rsp + 64], xmm1",
-        "movaps [rsp + 80], xmm2",
-        "movaps [rsp + 96], xmm3",
-        "movaps [rsp + 112], xmm4",
-        "movaps [rsp + 128], xmm5",
-        "movaps [rsp + 144], xmm6",
-        "movaps [rsp + 160], xmm7",
-        "2:",
-        "mov dword ptr [rsp + 176], 16",
-        "mov dword ptr [rsp + 180], 48",
-        "lea rax, [rsp + 224]",
-        "mov [rsp + 184], rax",
-        "mov [rsp + 192], rsp",
-        "lea rdx, [rsp + 176]",
-        "call {f}",
-        "add rsp, 216",
-        "ret",
-        f = sym dprintf_va,
-    )
+/// A variadic entry point on x86_64 (the `va_list` prologue a C compiler
+/// writes, once for both): `gp` is the gp_offset past its named integer
+/// arguments, `ap` the register that passes the built `va_list` (the one
+/// after the named arguments) to `$va`, its `va_list` form.
+macro_rules! variadic_entry {
+    ($(#[$doc:meta])* $name:ident, gp = $gp:literal, ap = $ap:literal, $va:ident) => {
+        $(#[$doc])*
+        #[cfg(target_arch = "x86_64")]
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name() {
+            std::arch::naked_asm!(
+                "sub rsp, 216",
+                "mov [rsp], rdi",
+                "mov [rsp + 8], rsi",
+                "mov [rsp + 16], rdx",
+                "mov [rsp + 24], rcx",
+                "mov [rsp + 32], r8",
+                "mov [rsp + 40], r9",
+                "test al, al",
+                "je 2f",
+                "movaps [rsp + 48], xmm0",
+                "movaps [rsp + 64], xmm1",
+                "movaps [rsp + 80], xmm2",
+                "movaps [rsp + 96], xmm3",
+                "movaps [rsp + 112], xmm4",
+                "movaps [rsp + 128], xmm5",
+                "movaps [rsp + 144], xmm6",
+                "movaps [rsp + 160], xmm7",
+                "2:",
+                concat!("mov dword ptr [rsp + 176], ", $gp),
+                "mov dword ptr [rsp + 180], 48",
+                "lea rax, [rsp + 224]",
+                "mov [rsp + 184], rax",
+                "mov [rsp + 192], rsp",
+                concat!("lea ", $ap, ", [rsp + 176]"),
+                "call {f}",
+                "add rsp, 216",
+                "ret",
+                f = sym $va,
+            )
+        }
+    };
 }
 
-/// `__dprintf_chk(fd, flag, fmt, ...)`: as `dprintf`, with three named
-/// integer arguments (gp_offset 24) and the `va_list` in rcx.
-#[cfg(target_arch = "x86_64")]
-#[unsafe(naked)]
-#[no_mangle]
-pub unsafe extern "C" fn __dprintf_chk() {
-    std::arch::naked_asm!(
-        "sub rsp, 216",
-        "mov [rsp], rdi",
-        "mov [rsp + 8], rsi",
-        "mov [rsp + 16], rdx",
-        "mov [rsp + 24], rcx",
-        "mov [rsp + 32], r8",
-        "mov [rsp + 40], r9",
-        "test al, al",
-        "je 2f",
-        "movaps [rsp + 48], xmm0",
-        "movaps [rsp + 64], xmm1",
-        "movaps [rsp + 80], xmm2",
-        "movaps [rsp + 96], xmm3",
-        "movaps [rsp + 112], xmm4",
-        "movaps [rsp + 128], xmm5",
-        "movaps [rsp + 144], xmm6",
-        "movaps [rsp + 160], xmm7",
-        "2:",
-        "mov dword ptr [rsp + 176], 24",
-        "mov dword ptr [rsp + 180], 48",
-        "lea rax, [rsp + 224]",
-        "mov [rsp + 184], rax",
-        "mov [rsp + 192], rsp",
-        "lea rcx, [rsp + 176]",
-        "call {f}",
-        "add rsp, 216",
-        "ret",
-        f = sym dprintf_chk_va,
-    )
-}
+variadic_entry!(
+    /// `dprintf(fd, fmt, ...)`. The frame: a register save area of 176 bytes
+    /// at rsp (rdi, rsi, rdx, rcx, r8, r9, then xmm0-7, saved only when al,
+    /// the caller's count of vector registers, is not zero), the `va_list` at
+    /// rsp+176 (gp_offset 16: two named integer arguments; fp_offset 48;
+    /// overflow_arg_area: the caller's stack arguments, above the return
+    /// address; reg_save_area), 216 bytes in all, so that rsp is 16-aligned
+    /// for `movaps` and for the call.
+    dprintf,
+    gp = "16",
+    ap = "rdx",
+    dprintf_va
+);
+
+variadic_entry!(
+    /// `__dprintf_chk(fd, flag, fmt, ...)`: as `dprintf`, with three named
+    /// integer arguments (gp_offset 24) and the `va_list` in rcx.
+    __dprintf_chk,
+    gp = "24",
+    ap = "rcx",
+    dprintf_chk_va
+);

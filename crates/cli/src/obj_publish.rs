@@ -6,14 +6,14 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use paralog_objects::logged::{publish_committed, Published, LOCAL_DIR};
+use paralog_server::stop::Stop;
 
 pub struct Publisher {
-    stop: Arc<(Mutex<bool>, Condvar)>,
+    stop: Stop,
     thread: Option<JoinHandle<bool>>,
 }
 
@@ -47,7 +47,7 @@ fn logged_round(root: &Path, said: &mut HashSet<String>) -> bool {
 
 /// Start publishing the logged puts under `root`, a round every `every`.
 pub fn start(root: PathBuf, every: Duration) -> std::io::Result<Publisher> {
-    let stop = Arc::new((Mutex::new(false), Condvar::new()));
+    let stop = Stop::default();
     let s = stop.clone();
     let thread = std::thread::Builder::new()
         .name("objects".into())
@@ -55,12 +55,7 @@ pub fn start(root: PathBuf, every: Duration) -> std::io::Result<Publisher> {
             let mut said = HashSet::new();
             loop {
                 logged_round(&root, &mut said);
-                let (m, cv) = &*s;
-                let stopped = m.lock().unwrap_or_else(|p| p.into_inner());
-                let (stopped, _) = cv
-                    .wait_timeout_while(stopped, every, |st| !*st)
-                    .unwrap_or_else(|p| p.into_inner());
-                if *stopped {
+                if s.wait(every) {
                     // The last round: every put committed before the stop.
                     return logged_round(&root, &mut said);
                 }
@@ -75,9 +70,7 @@ pub fn start(root: PathBuf, every: Duration) -> std::io::Result<Publisher> {
 impl Publisher {
     /// Stop after a last round; whether that round published everything.
     pub fn finish(mut self) -> bool {
-        let (m, cv) = &*self.stop;
-        *m.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        cv.notify_all();
+        self.stop.stop();
         self.thread
             .take()
             .map(|t| t.join().unwrap_or(false))

@@ -127,6 +127,18 @@ fn out<T>(p: *mut T, v: T) {
     }
 }
 
+/// Free a handle this library boxed for C (a store or a writer; NULL:
+/// nothing to do).
+///
+/// # Safety
+/// `p` is NULL or a pointer this library returned, freed once.
+unsafe fn free_handle<T>(p: *mut T) {
+    if !p.is_null() {
+        // SAFETY: the caller's contract above.
+        drop(unsafe { Box::from_raw(p) });
+    }
+}
+
 /// The directory of this library, where `paralog-h5view` is installed
 /// beside it (target/release): the HDF5 views of puts made from C.
 fn locate_helper() {
@@ -211,10 +223,8 @@ pub unsafe extern "C" fn paralog_obj_open_logged(
 
 #[no_mangle]
 pub unsafe extern "C" fn paralog_obj_close(s: *mut ObjStore) {
-    if !s.is_null() {
-        // SAFETY: a pointer paralog_obj_open returned, closed once.
-        drop(unsafe { Box::from_raw(s) });
-    }
+    // SAFETY: NULL or a pointer paralog_obj_open returned, closed once.
+    unsafe { free_handle(s) }
 }
 
 #[no_mangle]
@@ -366,10 +376,8 @@ pub unsafe extern "C" fn paralog_obj_finish(w: *mut ObjWriter) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn paralog_obj_discard(w: *mut ObjWriter) {
-    if !w.is_null() {
-        // SAFETY: a writer paralog_obj_join returned, freed here once.
-        drop(unsafe { Box::from_raw(w) });
-    }
+    // SAFETY: NULL or a writer paralog_obj_join returned, freed once.
+    unsafe { free_handle(w) }
 }
 
 #[no_mangle]

@@ -129,13 +129,7 @@ pub fn make_view(store: &Store, av: &ArrayVersion) -> Result<Option<PathBuf>> {
     if file.is_file() {
         return Ok(Some(file));
     }
-    let parent = file.parent().expect("views live in a directory");
-    std::fs::create_dir_all(parent).map_err(io_err(parent, "create view directory"))?;
-    let tmp = parent.join(format!(
-        ".v{:010}.tmp.{}",
-        av.number,
-        crate::id_hex(uuid::Uuid::new_v4().as_bytes())
-    ));
+    let tmp = crate::zarr::temp_beside(&file, av.number)?;
     std::fs::create_dir(&tmp).map_err(io_err(&tmp, "create view"))?;
     let made = (|| {
         let m = &av.meta;
@@ -244,31 +238,5 @@ pub fn check_view(store: &Store, av: &ArrayVersion) -> Result<Option<PathBuf>> {
 /// versions listed after the views, as for the Zarr views: a view listed
 /// was made after its version was published).
 pub fn prune_views(store: &Store, name: &str) -> Result<()> {
-    let base = store.root().join("hdf5").join(name);
-    let entries = match std::fs::read_dir(&base) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io_err(&base, "list views")(e)),
-    };
-    let entries: Vec<_> = entries
-        .collect::<std::io::Result<_>>()
-        .map_err(io_err(&base, "list views"))?;
-    let kept: Vec<u64> = store.versions(name)?.iter().map(|v| v.number).collect();
-    for e in entries {
-        let f = e.file_name().to_string_lossy().into_owned();
-        let n = f
-            .strip_prefix('v')
-            .and_then(|d| d.strip_suffix(".h5"))
-            .filter(|d| d.len() == 10)
-            .and_then(|d| d.parse::<u64>().ok());
-        if n.is_some_and(|n| !kept.contains(&n)) {
-            let p = e.path();
-            match std::fs::remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io_err(&p, "remove view")(e)),
-            }
-        }
-    }
-    Ok(())
+    crate::zarr::prune(store, name, "hdf5", ".h5", |p| std::fs::remove_file(p))
 }

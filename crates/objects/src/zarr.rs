@@ -55,19 +55,25 @@ fn chunk_key(view: &Path, coords: &[u64]) -> PathBuf {
     p
 }
 
+/// A unique temporary name beside the view `at` of version `number` (its
+/// directory made), where the view is built before it is renamed into
+/// place: both kinds of view.
+pub(crate) fn temp_beside(at: &Path, number: u64) -> Result<PathBuf> {
+    let parent = at.parent().expect("views live in a directory");
+    std::fs::create_dir_all(parent).map_err(io_err(parent, "create view directory"))?;
+    Ok(parent.join(format!(
+        ".v{number:010}.tmp.{}",
+        crate::id_hex(uuid::Uuid::new_v4().as_bytes())
+    )))
+}
+
 /// Make the view of a version if it does not exist; returns its directory.
 pub fn make_view(store: &Store, av: &ArrayVersion) -> Result<PathBuf> {
     let dir = store.view_dir(&av.name, av.number);
     if dir.join("zarr.json").is_file() {
         return Ok(dir);
     }
-    let parent = dir.parent().expect("views live in a directory");
-    std::fs::create_dir_all(parent).map_err(io_err(parent, "create view directory"))?;
-    let tmp = parent.join(format!(
-        ".v{:010}.tmp.{}",
-        av.number,
-        crate::id_hex(uuid::Uuid::new_v4().as_bytes())
-    ));
+    let tmp = temp_beside(&dir, av.number)?;
     let made = (|| {
         std::fs::create_dir(&tmp).map_err(io_err(&tmp, "create view"))?;
         let meta = serde_json::to_vec_pretty(&metadata(av)).expect("JSON");
@@ -95,7 +101,20 @@ pub fn make_view(store: &Store, av: &ArrayVersion) -> Result<PathBuf> {
 /// Remove the views of versions of `name` that are no longer kept (their
 /// hard links would keep the chunks' bytes alive after retention).
 pub fn prune_views(store: &Store, name: &str) -> Result<()> {
-    let base = store.root().join("zarr").join(name);
+    prune(store, name, "zarr", "", |p| std::fs::remove_dir_all(p))
+}
+
+/// Remove the views `KIND/NAME/vNNNNNNNNNN{suffix}` (10 digits) of the
+/// versions of `name` no longer kept, with `remove` (a Zarr view is a
+/// directory, an HDF5 view a file): both kinds of view, one rule.
+pub(crate) fn prune(
+    store: &Store,
+    name: &str,
+    kind: &str,
+    suffix: &str,
+    remove: fn(&Path) -> std::io::Result<()>,
+) -> Result<()> {
+    let base = store.root().join(kind).join(name);
     let entries = match std::fs::read_dir(&base) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -113,11 +132,12 @@ pub fn prune_views(store: &Store, name: &str) -> Result<()> {
         let f = e.file_name().to_string_lossy().into_owned();
         let n = f
             .strip_prefix('v')
+            .and_then(|d| d.strip_suffix(suffix))
             .filter(|d| d.len() == 10)
             .and_then(|d| d.parse::<u64>().ok());
         if n.is_some_and(|n| !kept.contains(&n)) {
             let p = e.path();
-            match std::fs::remove_dir_all(&p) {
+            match remove(&p) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(io_err(&p, "remove view")(e)),

@@ -18,6 +18,7 @@ pub mod retry;
 pub mod service;
 pub mod status;
 pub mod step;
+pub mod stop;
 pub mod streams;
 pub mod timeline;
 pub mod watch;

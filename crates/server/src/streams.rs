@@ -11,14 +11,15 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use paralog_stream::{DrainOptions, DrainReport, Drainer, StreamError};
 
+use crate::stop::Stop;
+
 pub struct StreamDrain {
-    stop: Arc<(Mutex<bool>, Condvar)>,
+    stop: Stop,
     thread: Option<JoinHandle<Drainer>>,
     local: PathBuf,
     remote: PathBuf,
@@ -27,7 +28,7 @@ pub struct StreamDrain {
 /// Start draining the streams under `local` to the directory `remote`,
 /// a round every `interval`.
 pub fn start(local: PathBuf, remote: PathBuf, interval: Duration) -> std::io::Result<StreamDrain> {
-    let stop = Arc::new((Mutex::new(false), Condvar::new()));
+    let stop = Stop::default();
     let (l, r, s) = (local.clone(), remote.clone(), stop.clone());
     let thread = std::thread::Builder::new()
         .name("streams".into())
@@ -36,12 +37,7 @@ pub fn start(local: PathBuf, remote: PathBuf, interval: Duration) -> std::io::Re
             let mut drainer = Drainer::default();
             loop {
                 round(false, &mut drainer, &l, &r, &mut said);
-                let (m, cv) = &*s;
-                let stopped = m.lock().unwrap_or_else(|p| p.into_inner());
-                let (stopped, _) = cv
-                    .wait_timeout_while(stopped, interval, |st| !*st)
-                    .unwrap_or_else(|p| p.into_inner());
-                if *stopped {
+                if s.wait(interval) {
                     return drainer;
                 }
             }
@@ -105,11 +101,7 @@ impl StreamDrain {
     /// Stop the rounds, then run a last one of every stream (taking
     /// everything flushed by now); the streams that failed, with why.
     pub fn finish(mut self) -> Vec<(String, StreamError)> {
-        {
-            let (m, cv) = &*self.stop;
-            *m.lock().unwrap_or_else(|p| p.into_inner()) = true;
-            cv.notify_all();
-        }
+        self.stop.stop();
         // The thread's drainer knows where each stream is (a panic in it
         // leaves a fresh one, which reads the cut logs again).
         let mut drainer = self

@@ -91,6 +91,48 @@ pub(crate) fn guard(f: impl FnOnce() -> Res<i32>) -> i32 {
     }
 }
 
+/// A handle argument; `what` names its kind in the NULL message.
+pub(crate) fn handle_arg<'a, H>(p: *mut H, what: &str) -> Res<&'a mut H> {
+    // SAFETY: a handle this library gave out (or NULL), used by one thread
+    // at a time (stream.h).
+    unsafe { p.as_mut() }.ok_or_else(|| Fail::inval(format!("the {what} handle is NULL")))
+}
+
+/// Make a handle and give it to C through `out`: the one shape of every
+/// `open`/`join` (a NULL `out` is refused before any work).
+///
+/// # Safety
+/// `out` is NULL or writable.
+pub(crate) unsafe fn give_out<H>(out: *mut *mut H, make: impl FnOnce() -> Res<H>) -> i32 {
+    guard(|| {
+        if out.is_null() {
+            return Err(Fail::inval("out is NULL"));
+        }
+        let h = Box::new(make()?);
+        // SAFETY: checked non-NULL above.
+        unsafe { *out = Box::into_raw(h) };
+        Ok(OK)
+    })
+}
+
+/// Take back a handle this library boxed and gave to C, and run its last
+/// step on it: the one shape of every `close`/`leave` (NULL does nothing;
+/// the handle is freed whether the step fails or not).
+///
+/// # Safety
+/// `p` is NULL or a handle from this library's `Box::into_raw`, given
+/// back once and not used again.
+pub(crate) unsafe fn release<H, T>(p: *mut H, last: impl FnOnce(Box<H>) -> Res<T>) -> i32 {
+    guard(|| {
+        if p.is_null() {
+            return Ok(OK);
+        }
+        // SAFETY: the caller's contract above.
+        last(unsafe { Box::from_raw(p) })?;
+        Ok(OK)
+    })
+}
+
 /// A C string argument as UTF-8 (`None` for NULL).
 pub(crate) fn opt_str<'a>(p: *const c_char, what: &str) -> Res<Option<&'a str>> {
     if p.is_null() {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use paralog_stream::{Partitioner, Producer, Quota};
 
-use crate::{bytes, guard, opt_str, req_str, Fail, Res, OK};
+use crate::{bytes, give_out, guard, handle_arg, opt_str, release, req_str, Fail, Res, OK};
 
 /// `paralog_stream`: a producer and its stream's name (for messages).
 pub struct Handle {
@@ -33,8 +33,7 @@ fn local_root(arg: Option<&str>) -> Res<PathBuf> {
 }
 
 fn handle<'a>(s: *mut Handle) -> Res<&'a mut Handle> {
-    // SAFETY: a handle from paralog_stream_open, used by one thread at a time.
-    unsafe { s.as_mut() }.ok_or_else(|| Fail::inval("the stream handle is NULL"))
+    handle_arg(s, "stream")
 }
 
 /// # Safety
@@ -46,23 +45,21 @@ pub unsafe extern "C" fn paralog_stream_open(
     partitions: u32,
     out: *mut *mut Handle,
 ) -> i32 {
-    guard(|| {
-        if out.is_null() {
-            return Err(Fail::inval("out is NULL"));
-        }
-        let name = req_str(stream, "stream name")?;
-        let root = local_root(opt_str(local, "node-local directory")?)?;
-        let producer = Producer::open(&root, name, partitions, Partitioner::RoundRobin)
-            .map_err(|e| Fail::of(name, e))?;
-        let h = Box::new(Handle {
-            stream: name.to_owned(),
-            cname: std::ffi::CString::new(name).map_err(|_| Fail::inval("a NUL in the name"))?,
-            producer,
-        });
-        // SAFETY: checked non-NULL above.
-        unsafe { *out = Box::into_raw(h) };
-        Ok(OK)
-    })
+    // SAFETY: `out` is NULL or writable (stream.h).
+    unsafe {
+        give_out(out, || {
+            let name = req_str(stream, "stream name")?;
+            let root = local_root(opt_str(local, "node-local directory")?)?;
+            let producer = Producer::open(&root, name, partitions, Partitioner::RoundRobin)
+                .map_err(|e| Fail::of(name, e))?;
+            Ok(Handle {
+                stream: name.to_owned(),
+                cname: std::ffi::CString::new(name)
+                    .map_err(|_| Fail::inval("a NUL in the name"))?,
+                producer,
+            })
+        })
+    }
 }
 
 /// # Safety
@@ -161,15 +158,12 @@ pub unsafe extern "C" fn paralog_stream_flush(s: *mut Handle, durable_out: *mut 
 /// `s` is an open handle (or NULL), not used again.
 #[no_mangle]
 pub unsafe extern "C" fn paralog_stream_close(s: *mut Handle) -> i32 {
-    guard(|| {
-        if s.is_null() {
-            return Ok(OK);
-        }
-        // SAFETY: a handle from paralog_stream_open, given back once.
-        let h = unsafe { Box::from_raw(s) };
-        h.producer.close().map_err(|e| Fail::of(&h.stream, e))?;
-        Ok(OK)
-    })
+    // SAFETY: a handle from paralog_stream_open (or NULL), given back once.
+    unsafe {
+        release(s, |h| {
+            h.producer.close().map_err(|e| Fail::of(&h.stream, e))
+        })
+    }
 }
 
 /// # Safety

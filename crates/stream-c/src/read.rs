@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use paralog_stream::{Delivered, From, Order, Reader, RemoteStream};
 
-use crate::{guard, opt_str, req_str, Fail, Res, OK, TIMEDOUT};
+use crate::{give_out, guard, handle_arg, opt_str, release, req_str, Fail, Res, OK, TIMEDOUT};
 
 /// `paralog_stream_event` (stream.h): the same fields in the same order.
 #[repr(C)]
@@ -56,8 +56,7 @@ fn remote_dir(url: &str) -> Res<PathBuf> {
 }
 
 fn handle<'a>(r: *mut Handle) -> Res<&'a mut Handle> {
-    // SAFETY: a handle from paralog_stream_join, used by one thread at a time.
-    unsafe { r.as_mut() }.ok_or_else(|| Fail::inval("the reader handle is NULL"))
+    handle_arg(r, "reader")
 }
 
 /// # Safety
@@ -108,44 +107,41 @@ unsafe fn join(
     order: i32,
     out: *mut *mut Handle,
 ) -> i32 {
-    guard(|| {
-        if out.is_null() {
-            return Err(Fail::inval("out is NULL"));
-        }
-        let name = req_str(stream, "stream name")?;
-        let dir = remote_dir(req_str(remote, "remote")?)?;
-        let group = opt_str(group, "group")?;
-        let from = match from {
-            0 => From::Earliest,
-            1 => From::Committed,
-            f if f > 1 => From::Time(time_ns),
-            f => {
-                return Err(Fail::inval(format!(
-                    "stream {name}: from {f}: 0 (earliest) or 1 (committed)"
-                )))
-            }
-        };
-        let order = match order {
-            0 => Order::Cut,
-            1 => Order::Time,
-            o => {
-                return Err(Fail::inval(format!(
-                    "stream {name}: order {o}: 0 (cut) or 1 (time)"
-                )))
-            }
-        };
-        let rs = RemoteStream::open(&dir, name).map_err(|e| Fail::of(name, e))?;
-        let reader = Reader::open(rs, group, from, order).map_err(|e| Fail::of(name, e))?;
-        let h = Box::new(Handle {
-            stream: name.to_owned(),
-            acked: reader.positions().to_vec(),
-            reader,
-            last: None,
-        });
-        // SAFETY: checked non-NULL above.
-        unsafe { *out = Box::into_raw(h) };
-        Ok(OK)
-    })
+    // SAFETY: `out` is NULL or writable (stream.h).
+    unsafe {
+        give_out(out, || {
+            let name = req_str(stream, "stream name")?;
+            let dir = remote_dir(req_str(remote, "remote")?)?;
+            let group = opt_str(group, "group")?;
+            let from = match from {
+                0 => From::Earliest,
+                1 => From::Committed,
+                f if f > 1 => From::Time(time_ns),
+                f => {
+                    return Err(Fail::inval(format!(
+                        "stream {name}: from {f}: 0 (earliest) or 1 (committed)"
+                    )))
+                }
+            };
+            let order = match order {
+                0 => Order::Cut,
+                1 => Order::Time,
+                o => {
+                    return Err(Fail::inval(format!(
+                        "stream {name}: order {o}: 0 (cut) or 1 (time)"
+                    )))
+                }
+            };
+            let rs = RemoteStream::open(&dir, name).map_err(|e| Fail::of(name, e))?;
+            let reader = Reader::open(rs, group, from, order).map_err(|e| Fail::of(name, e))?;
+            Ok(Handle {
+                stream: name.to_owned(),
+                acked: reader.positions().to_vec(),
+                reader,
+                last: None,
+            })
+        })
+    }
 }
 
 /// # Safety
@@ -250,19 +246,17 @@ pub unsafe extern "C" fn paralog_stream_commit(r: *mut Handle) -> i32 {
 /// `r` is a joined reader (or NULL), not used again.
 #[no_mangle]
 pub unsafe extern "C" fn paralog_stream_leave(r: *mut Handle) -> i32 {
-    guard(|| {
-        if r.is_null() {
-            return Ok(OK);
-        }
-        // SAFETY: a handle from paralog_stream_join, given back once.
-        let h = unsafe { Box::from_raw(r) };
-        if h.reader.has_group() {
-            h.reader
-                .commit_at(&h.acked)
-                .map_err(|e| Fail::of(&h.stream, e))?;
-        }
-        Ok(OK)
-    })
+    // SAFETY: a handle from paralog_stream_join (or NULL), given back once.
+    unsafe {
+        release(r, |h| {
+            if h.reader.has_group() {
+                h.reader
+                    .commit_at(&h.acked)
+                    .map_err(|e| Fail::of(&h.stream, e))?;
+            }
+            Ok(())
+        })
+    }
 }
 
 /// # Safety

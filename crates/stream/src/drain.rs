@@ -21,7 +21,7 @@ use crate::format::{BATCH_HEADER_LEN, COMMIT_LEN, KIND_LOCAL_BATCH, KIND_REMOTE_
 use crate::layout;
 use crate::local::{self, LocalSeg};
 use crate::publish::header_len;
-use crate::remote::{PosixRemote, StreamRemote};
+use crate::remote::{PosixRemote, RoundWrite, StreamRemote};
 use crate::segment::{self, Batch, Next};
 
 #[derive(Debug, Clone, Copy)]
@@ -239,7 +239,15 @@ impl Drainer {
         crate::failpoint::hit("stream.after_cut");
         let bytes = encode_parts(&cut, &frames, &rdir)?;
         let after = after(&cut);
-        remote.apply(stream, k.n, &cut, &bytes, &after)?;
+        remote.apply(
+            stream,
+            k.n,
+            RoundWrite {
+                cut: &cut,
+                bytes: &bytes,
+                after: &after,
+            },
+        )?;
         for r in &cut.ranges {
             k.taken.insert(r.producer, r.to);
         }
@@ -309,7 +317,12 @@ fn replay(
             let batches = read_ranges(cut, segs, n)?;
             let frames = part_frames(&batches, n);
             let bytes = encode_parts(cut, &frames, rdir)?;
-            remote.apply(stream, n, cut, &bytes, &after)?;
+            let round = RoundWrite {
+                cut,
+                bytes: &bytes,
+                after: &after,
+            };
+            remote.apply(stream, n, round)?;
             report.replayed += 1;
         } else if cut.round == wm.round && wm.parts != after {
             return Err(corrupt(

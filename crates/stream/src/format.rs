@@ -56,6 +56,16 @@ pub(crate) fn u32_at(b: &[u8], o: usize) -> u32 {
 pub(crate) fn u64_at(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
 }
+/// `N` consecutive u64 fields from byte `o` (a record's fixed rows).
+pub(crate) fn u64s<const N: usize>(b: &[u8], o: usize) -> [u64; N] {
+    std::array::from_fn(|i| u64_at(b, o + 8 * i))
+}
+/// Append u64 fields, little-endian (the inverse of [`u64s`]).
+pub(crate) fn put_u64s(b: &mut Vec<u8>, vs: &[u64]) {
+    for v in vs {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+}
 
 /// The first 16 bytes of every record.
 pub(crate) fn common(out: &mut Vec<u8>, magic: &[u8; 8], kind: u16, len: usize) {

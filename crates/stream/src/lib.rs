@@ -34,4 +34,4 @@ pub use object_remote::{ObjectRemote, ObjectStore};
 pub use producer::{Partitioner, Producer};
 pub use quota::Quota;
 pub use reader::{Delivered, From, Order, Reader, RemoteStream};
-pub use remote::{PosixRemote, StreamRemote};
+pub use remote::{PosixRemote, RoundWrite, StreamRemote};

@@ -7,11 +7,11 @@
 use std::path::PathBuf;
 
 use crate::error::{corrupt, Result, StreamError};
-use crate::format::{Cut, Header, PartMark, Watermark, KIND_PART_SEGMENT, KIND_STREAM};
+use crate::format::{Header, Watermark, KIND_PART_SEGMENT, KIND_STREAM};
 use crate::layout::{STREAMS_DIR, STREAM_RECORD};
 use crate::objects::{object_key, Object, ObjectIndex, INDEX};
 use crate::publish::header_len;
-use crate::remote::StreamRemote;
+use crate::remote::{RoundWrite, StreamRemote};
 
 /// Whole-object operations on a store of immutable objects, by key.
 pub trait ObjectStore {
@@ -92,14 +92,8 @@ impl<S: ObjectStore> StreamRemote for ObjectRemote<S> {
     /// then the index naming them. A cut planned for a POSIX remote (its
     /// batch appended to an earlier segment) is refused: its objects
     /// could not stand alone.
-    fn apply(
-        &self,
-        stream: &str,
-        n: u32,
-        cut: &Cut,
-        bytes: &[Vec<u8>],
-        after: &[PartMark],
-    ) -> Result<()> {
+    fn apply(&self, stream: &str, n: u32, round: RoundWrite<'_>) -> Result<()> {
+        let RoundWrite { cut, bytes, after } = round;
         let index_path = PathBuf::from(self.0.describe(&stream_key(stream, INDEX)));
         let mut ix = self.index(stream, n)?;
         let mut new = vec![None; n as usize];

@@ -26,8 +26,8 @@ use std::path::Path;
 
 use crate::error::{corrupt, Result};
 use crate::format::{
-    check_record, common, seal, u32_at, u64_at, KIND_OBJECT_INDEX, MAGIC_OBJECT_INDEX,
-    MAX_PARTITIONS,
+    check_record, common, put_u64s, seal, u32_at, u64_at, u64s, KIND_OBJECT_INDEX,
+    MAGIC_OBJECT_INDEX, MAX_PARTITIONS,
 };
 
 pub const INDEX: &str = "index";
@@ -106,16 +106,15 @@ impl ObjectIndex {
             b.extend_from_slice(&0u32.to_le_bytes());
         }
         for o in self.parts.iter().flat_map(|p| &p.objects) {
-            for v in [o.first, o.end, o.bytes] {
-                b.extend_from_slice(&v.to_le_bytes());
-            }
+            put_u64s(&mut b, &[o.first, o.end, o.bytes]);
         }
         for r in &self.retired {
             b.extend_from_slice(&r.partition.to_le_bytes());
             b.extend_from_slice(&0u32.to_le_bytes());
-            for v in [r.object.first, r.object.end, r.object.bytes, r.round] {
-                b.extend_from_slice(&v.to_le_bytes());
-            }
+            put_u64s(
+                &mut b,
+                &[r.object.first, r.object.end, r.object.bytes, r.round],
+            );
         }
         seal(&mut b, 0);
         b
@@ -152,11 +151,8 @@ impl ObjectIndex {
             }
             let mut objs = Vec::with_capacity(count);
             for _ in 0..count {
-                let obj = Object {
-                    first: u64_at(b, o),
-                    end: u64_at(b, o + 8),
-                    bytes: u64_at(b, o + 16),
-                };
+                let [first, end, bytes] = u64s(b, o);
+                let obj = Object { first, end, bytes };
                 let gap = objs.last().is_some_and(|l: &Object| l.end != obj.first);
                 if obj.first >= obj.end || gap {
                     return bad(
@@ -187,11 +183,8 @@ impl ObjectIndex {
         let mut out = Vec::with_capacity(retired);
         for _ in 0..retired {
             let partition = u32_at(b, o);
-            let object = Object {
-                first: u64_at(b, o + 8),
-                end: u64_at(b, o + 16),
-                bytes: u64_at(b, o + 24),
-            };
+            let [first, end, bytes, round] = u64s(b, o + 8);
+            let object = Object { first, end, bytes };
             if partition as usize >= n || u32_at(b, o + 4) != 0 || object.first >= object.end {
                 return bad(
                     o as u64,
@@ -201,7 +194,7 @@ impl ObjectIndex {
             out.push(Retired {
                 partition,
                 object,
-                round: u64_at(b, o + 32),
+                round,
             });
             o += RETIRED;
         }

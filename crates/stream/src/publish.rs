@@ -7,8 +7,9 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
 use crate::error::{IoContext, Result, StreamError};
-use crate::format::{Cut, Header, PartMark, Watermark, KIND_PART_SEGMENT, KIND_STREAM};
+use crate::format::{Header, PartMark, Watermark, KIND_PART_SEGMENT, KIND_STREAM};
 use crate::layout;
+use crate::remote::RoundWrite;
 
 /// A remote partition segment's header length (the name is in it).
 pub fn header_len(stream: &str) -> u64 {
@@ -29,14 +30,8 @@ pub fn read_watermark(rdir: &Path, n: u32) -> Result<Watermark> {
 /// Write each partition's batch at its recorded position (cutting
 /// whatever an interrupted earlier attempt left past it), fsync, then
 /// publish the watermark. Applying a cut twice writes the same bytes.
-pub fn apply(
-    rdir: &Path,
-    stream: &str,
-    n: u32,
-    cut: &Cut,
-    bytes: &[Vec<u8>],
-    after: &[PartMark],
-) -> Result<()> {
+pub fn apply(rdir: &Path, stream: &str, n: u32, round: RoundWrite<'_>) -> Result<()> {
+    let RoundWrite { cut, bytes, after } = round;
     for (p, (part, b)) in cut.parts.iter().zip(bytes).enumerate() {
         if part.count == 0 {
             continue;

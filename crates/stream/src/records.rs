@@ -6,8 +6,8 @@ use std::path::Path;
 
 use crate::error::{corrupt, Result};
 use crate::format::{
-    check_record, common, seal, u32_at, u64_at, KIND_CUT, KIND_GROUP, KIND_WATERMARK, MAGIC_CUT,
-    MAGIC_GROUP, MAGIC_WATERMARK, MAX_PARTITIONS,
+    check_record, common, put_u64s, seal, u32_at, u64_at, u64s, KIND_CUT, KIND_GROUP,
+    KIND_WATERMARK, MAGIC_CUT, MAGIC_GROUP, MAGIC_WATERMARK, MAX_PARTITIONS,
 };
 
 /// One partition's share of a cut: events `first..first+count` go to the
@@ -48,14 +48,10 @@ impl Cut {
         b.extend_from_slice(&(self.ranges.len() as u32).to_le_bytes());
         b.extend_from_slice(&(self.parts.len() as u32).to_le_bytes());
         for r in &self.ranges {
-            for v in [r.producer, r.from, r.to] {
-                b.extend_from_slice(&v.to_le_bytes());
-            }
+            put_u64s(&mut b, &[r.producer, r.from, r.to]);
         }
         for p in &self.parts {
-            for v in [p.first, p.count, p.seg_first, p.pos, p.len] {
-                b.extend_from_slice(&v.to_le_bytes());
-            }
+            put_u64s(&mut b, &[p.first, p.count, p.seg_first, p.pos, p.len]);
         }
         seal(&mut b, 0);
         b
@@ -74,23 +70,19 @@ impl Cut {
         }
         let ranges = (0..n)
             .map(|i| {
-                let o = 32 + 24 * i;
-                Range {
-                    producer: u64_at(b, o),
-                    from: u64_at(b, o + 8),
-                    to: u64_at(b, o + 16),
-                }
+                let [producer, from, to] = u64s(b, 32 + 24 * i);
+                Range { producer, from, to }
             })
             .collect();
         let parts = (0..np)
             .map(|i| {
-                let o = 32 + 24 * n + 40 * i;
+                let [first, count, seg_first, pos, len] = u64s(b, 32 + 24 * n + 40 * i);
                 PartCut {
-                    first: u64_at(b, o),
-                    count: u64_at(b, o + 8),
-                    seg_first: u64_at(b, o + 16),
-                    pos: u64_at(b, o + 24),
-                    len: u64_at(b, o + 32),
+                    first,
+                    count,
+                    seg_first,
+                    pos,
+                    len,
                 }
             })
             .collect();
@@ -120,6 +112,17 @@ pub struct Watermark {
 }
 
 impl Watermark {
+    /// A reader group's lag in events: per partition, the events below
+    /// this watermark past its committed offset, summed (an offset past
+    /// the watermark counts 0).
+    pub fn lag(&self, offsets: &[u64]) -> u64 {
+        offsets
+            .iter()
+            .zip(&self.parts)
+            .map(|(o, m)| m.next.saturating_sub(*o))
+            .sum()
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let len = 32 + 24 * self.parts.len() + 4;
         let mut b = Vec::with_capacity(len);
@@ -128,9 +131,7 @@ impl Watermark {
         b.extend_from_slice(&(self.parts.len() as u32).to_le_bytes());
         b.extend_from_slice(&0u32.to_le_bytes());
         for p in &self.parts {
-            for v in [p.next, p.seg_first, p.seg_end] {
-                b.extend_from_slice(&v.to_le_bytes());
-            }
+            put_u64s(&mut b, &[p.next, p.seg_first, p.seg_end]);
         }
         seal(&mut b, 0);
         b
@@ -141,11 +142,11 @@ impl Watermark {
         let n = partition_count(b, path, 24, 24, "watermark")?;
         let parts = (0..n)
             .map(|i| {
-                let o = 32 + 24 * i;
+                let [next, seg_first, seg_end] = u64s(b, 32 + 24 * i);
                 PartMark {
-                    next: u64_at(b, o),
-                    seg_first: u64_at(b, o + 8),
-                    seg_end: u64_at(b, o + 16),
+                    next,
+                    seg_first,
+                    seg_end,
                 }
             })
             .collect();

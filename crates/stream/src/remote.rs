@@ -30,14 +30,17 @@ pub trait StreamRemote {
 
     /// Write a cut's partition batches, then publish the watermark
     /// `after`. Applying a cut twice writes the same bytes.
-    fn apply(
-        &self,
-        stream: &str,
-        partitions: u32,
-        cut: &Cut,
-        bytes: &[Vec<u8>],
-        after: &[PartMark],
-    ) -> Result<()>;
+    fn apply(&self, stream: &str, partitions: u32, round: RoundWrite<'_>) -> Result<()>;
+}
+
+/// What one round puts on a remote: its cut, each partition's encoded
+/// batch (in partition order), and the watermark published after them.
+/// One value, so that every remote's `apply` takes the same three.
+#[derive(Debug, Clone, Copy)]
+pub struct RoundWrite<'a> {
+    pub cut: &'a Cut,
+    pub bytes: &'a [Vec<u8>],
+    pub after: &'a [PartMark],
 }
 
 /// A POSIX directory (a parallel file system, NFS, a local disk).
@@ -57,21 +60,7 @@ impl StreamRemote for PosixRemote<'_> {
         publish::read_watermark(&self.stream_dir(stream), partitions)
     }
 
-    fn apply(
-        &self,
-        stream: &str,
-        partitions: u32,
-        cut: &Cut,
-        bytes: &[Vec<u8>],
-        after: &[PartMark],
-    ) -> Result<()> {
-        publish::apply(
-            &self.stream_dir(stream),
-            stream,
-            partitions,
-            cut,
-            bytes,
-            after,
-        )
+    fn apply(&self, stream: &str, partitions: u32, round: RoundWrite<'_>) -> Result<()> {
+        publish::apply(&self.stream_dir(stream), stream, partitions, round)
     }
 }

@@ -13,7 +13,7 @@ use paralog_stream::{
 
 mod common;
 
-use common::{dirs, round_robin, S};
+use common::{dirs, round_robin, walk, S};
 
 fn read_count(remote: &Path) -> paralog_stream::Result<usize> {
     let mut r = Reader::open(
@@ -38,19 +38,6 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
         ));
     }
     out.sort();
-    out
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
     out
 }
 

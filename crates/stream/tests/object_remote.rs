@@ -17,7 +17,9 @@ use paralog_stream::{
     StreamError,
 };
 
-const S: &str = "tele";
+mod common;
+use common::{walk, S};
+
 const N: u32 = 3;
 
 struct DirStore(PathBuf);
@@ -153,20 +155,6 @@ fn objects_are_the_posix_segments_and_a_redrain_writes_them_again() {
             p.display()
         );
     }
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out.sort();
-    out
 }
 
 #[test]

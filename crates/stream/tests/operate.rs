@@ -13,6 +13,14 @@ use paralog_stream::{
 
 const S: &str = "ops";
 
+/// A fresh node-local root and remote, and a round-robin producer of `S`
+/// with `partitions` partitions.
+fn fresh(partitions: u32) -> (tempfile::TempDir, tempfile::TempDir, Producer) {
+    let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let p = Producer::open(local.path(), S, partitions, Partitioner::RoundRobin).unwrap();
+    (local, remote, p)
+}
+
 fn opts() -> DrainOptions {
     DrainOptions {
         roll_bytes: 4 << 10,
@@ -40,8 +48,7 @@ fn drain_all(r: &mut Reader) -> Vec<(u32, u64)> {
 
 #[test]
 fn follow_across_rounds_and_rolls() {
-    let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut p = Producer::open(local.path(), S, 2, Partitioner::RoundRobin).unwrap();
+    let (local, remote, mut p) = fresh(2);
     append(&mut p, 100, 0);
     drain_stream(local.path(), remote.path(), S, &opts()).unwrap();
     let mut r = reader(remote.path(), None, From::Earliest).unwrap();
@@ -66,8 +73,7 @@ fn follow_across_rounds_and_rolls() {
 
 #[test]
 fn from_time_starts_each_partition_at_its_first_later_event() {
-    let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut p = Producer::open(local.path(), S, 3, Partitioner::RoundRobin).unwrap();
+    let (local, remote, mut p) = fresh(3);
     append(&mut p, 300, 1_000);
     drain_stream(local.path(), remote.path(), S, &opts()).unwrap();
     let mut r = reader(remote.path(), None, From::Time(1_150)).unwrap();
@@ -81,8 +87,7 @@ fn from_time_starts_each_partition_at_its_first_later_event() {
 
 #[test]
 fn trim_keeps_a_suffix_and_readers_refuse_below_it() {
-    let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut p = Producer::open(local.path(), S, 1, Partitioner::RoundRobin).unwrap();
+    let (local, remote, mut p) = fresh(1);
     for k in 0..5 {
         append(&mut p, 50, k * 50);
         drain_stream(local.path(), remote.path(), S, &opts()).unwrap();
@@ -122,8 +127,7 @@ fn trim_keeps_a_suffix_and_readers_refuse_below_it() {
 
 #[test]
 fn quota_fails_at_once_or_waits_for_the_drain() {
-    let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut p = Producer::open(local.path(), S, 1, Partitioner::RoundRobin).unwrap();
+    let (local, remote, mut p) = fresh(1);
     p.set_quota(Some(Quota {
         bytes: 5_000,
         wait: Duration::ZERO,

@@ -25,15 +25,7 @@ fn group_lags(remote: &Path, stream: &str) -> Option<serde_json::Value> {
     Some(
         groups
             .into_iter()
-            .map(|(g, o)| {
-                let lag: u64 = o
-                    .offsets
-                    .iter()
-                    .zip(&wm.parts)
-                    .map(|(o, m)| m.next.saturating_sub(*o))
-                    .sum();
-                serde_json::json!({"group": g, "lag": lag})
-            })
+            .map(|(g, o)| serde_json::json!({"group": g, "lag": wm.lag(&o.offsets)}))
             .collect(),
     )
 }

@@ -57,6 +57,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Print a command's rows: one JSON array with `--json`, else a line
+/// per row.
+fn print_rows<T>(
+    json: bool,
+    rows: &[T],
+    to_json: impl Fn(&T) -> serde_json::Value,
+    line: impl Fn(&T) -> String,
+) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if json {
+        let v = rows.iter().map(to_json).collect();
+        writeln!(out, "{}", serde_json::Value::Array(v))?;
+    } else {
+        for r in rows {
+            writeln!(out, "{}", line(r))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// The directory of a POSIX remote URL (the only remote of streams so far).
 fn posix_root(url: &str) -> anyhow::Result<PathBuf> {
     match url.parse::<RemoteUrl>().map_err(|e| anyhow!("{e}"))? {

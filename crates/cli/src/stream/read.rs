@@ -96,12 +96,7 @@ pub fn describe(a: DescribeArgs) -> anyhow::Result<ExitCode> {
         .groups()?
         .into_iter()
         .map(|(g, o)| {
-            let lag: u64 = o
-                .offsets
-                .iter()
-                .zip(&wm.parts)
-                .map(|(o, m)| m.next.saturating_sub(*o))
-                .sum();
+            let lag = wm.lag(&o.offsets);
             serde_json::json!({"group": g, "offsets": o.offsets, "lag": lag})
         })
         .collect();

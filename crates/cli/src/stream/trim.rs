@@ -1,7 +1,6 @@
 //! `paralog stream trim URL/STREAM --older-than T | --keep-bytes N`:
 //! retention on the remote (`paralog_stream::retention`).
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -63,24 +62,18 @@ pub fn trim(a: TrimArgs) -> anyhow::Result<ExitCode> {
         _ => bail!("give --older-than T or --keep-bytes N"),
     };
     let done = trim_stream(&root, &name, keep)?;
-    let mut out = std::io::stdout().lock();
-    if a.json {
-        let rows: Vec<_> = done
-            .iter()
-            .map(|t| serde_json::json!({"partition": t.partition, "deleted": t.segments, "bytes": t.bytes, "first_offset": t.first}))
-            .collect();
-        writeln!(out, "{}", serde_json::Value::Array(rows))?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    for t in &done {
-        writeln!(
-            out,
-            "stream {name}: partition {}: {} segment(s) deleted ({} bytes), first offset now {}",
-            t.partition,
-            t.segments.len(),
-            t.bytes,
-            t.first
-        )?;
-    }
-    Ok(ExitCode::SUCCESS)
+    super::print_rows(
+        a.json,
+        &done,
+        |t| serde_json::json!({"partition": t.partition, "deleted": t.segments, "bytes": t.bytes, "first_offset": t.first}),
+        |t| {
+            format!(
+                "stream {name}: partition {}: {} segment(s) deleted ({} bytes), first offset now {}",
+                t.partition,
+                t.segments.len(),
+                t.bytes,
+                t.first
+            )
+        },
+    )
 }

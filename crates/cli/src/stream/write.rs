@@ -45,23 +45,16 @@ pub fn lag(a: LagArgs) -> anyhow::Result<ExitCode> {
             "bytes": l.bytes, "drained": l.drained, "lag_bytes": l.bytes - l.drained, "rounds": l.rounds,
         }));
     }
-    let mut out = std::io::stdout().lock();
-    if a.json {
-        writeln!(out, "{}", serde_json::Value::Array(rows))?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    for r in &rows {
-        writeln!(
-            out,
+    super::print_rows(a.json, &rows, Clone::clone, |r| {
+        format!(
             "{}: {} producer(s), {} bytes, {} not drained yet, {} drain round(s)",
             r["stream"].as_str().unwrap_or(""),
             r["producers"],
             r["bytes"],
             r["lag_bytes"],
             r["rounds"]
-        )?;
-    }
-    Ok(ExitCode::SUCCESS)
+        )
+    })
 }
 
 #[derive(clap::Args)]

@@ -116,8 +116,28 @@ def _enc(s):
     return None if s is None else os.fsencode(s)
 
 
-class Producer:
+class _Handle:
+    """A handle of the C library, given back once (`_release`); a use
+    after that is refused with `_gone`, naming the stream."""
+
+    _h = None
+    _gone = ""  # each kind says what a released handle is
+
+    def _release(self, give_back):
+        if self._h is not None:
+            h, self._h = self._h, None
+            _check(give_back(h))
+
+    def _handle(self):
+        if self._h is None:
+            raise StreamError(EINVAL, f"stream {self.stream}: {self._gone}")
+        return self._h
+
+
+class Producer(_Handle):
     """This process's segment of a stream under the node-local root."""
+
+    _gone = "the producer is closed"
 
     def __init__(self, stream, partitions, local=None, comm=None, quota=None, quota_wait=0.0):
         """quota: the stream's undrained bytes on this node past which
@@ -164,14 +184,7 @@ class Producer:
 
     def close(self):
         """Flush (this rank's), then let the handle go."""
-        if self._h is not None:
-            h, self._h = self._h, None
-            _check(_lib.paralog_stream_close(h))
-
-    def _handle(self):
-        if self._h is None:
-            raise StreamError(EINVAL, f"stream {self.stream}: the producer is closed")
-        return self._h
+        self._release(_lib.paralog_stream_close)
 
     def __enter__(self):
         return self
@@ -180,8 +193,10 @@ class Producer:
         self.close()
 
 
-class Reader:
+class Reader(_Handle):
     """A stream on a remote (a directory), alone or as a reader group."""
+
+    _gone = "the reader has left"
 
     def __init__(self, remote, stream, group=None, start="committed", order="cut"):
         lib = _load()
@@ -221,14 +236,7 @@ class Reader:
 
     def leave(self):
         """Commit (with a group), then let the handle go."""
-        if self._h is not None:
-            h, self._h = self._h, None
-            _check(_lib.paralog_stream_leave(h))
-
-    def _handle(self):
-        if self._h is None:
-            raise StreamError(EINVAL, f"stream {self.stream}: the reader has left")
-        return self._h
+        self._release(_lib.paralog_stream_leave)
 
     def __iter__(self):
         """Events until none comes for a second."""

@@ -23,3 +23,18 @@ pub fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
 pub fn round_robin(local: &Path, partitions: u32) -> Producer {
     Producer::open(local, S, partitions, Partitioner::RoundRobin).unwrap()
 }
+
+/// Every file below `dir` (not the directories), sorted.
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
