@@ -63,6 +63,24 @@ pub struct SetWriter {
     obj: Option<ObjStore>,
 }
 
+/// The set directory, K and the alignment a writer is asked for.
+fn check_args(dir: &Path, set: &[u8], k: u32, align: u64) -> Result<()> {
+    let invalid = |what: String| AggError::Invalid {
+        path: dir.to_path_buf(),
+        what,
+    };
+    format::check_rel(set).map_err(|w| invalid(format!("set directory: {w}")))?;
+    if k == 0 {
+        return Err(invalid("K (containers per set) must be at least 1".into()));
+    }
+    if !align.is_power_of_two() || align > 1 << 30 {
+        return Err(invalid(format!(
+            "alignment {align} is not a power of two up to 1 GiB"
+        )));
+    }
+    Ok(())
+}
+
 impl SetWriter {
     /// A new version of the set `set` (a directory relative to
     /// `remote_dir`) in at most `k` containers, members at multiples of
@@ -71,41 +89,10 @@ impl SetWriter {
     /// orphans).
     pub fn new(remote_dir: &Path, set: &[u8], k: u32, align: u64) -> Result<SetWriter> {
         let dir = remote_dir.join(OsStr::from_bytes(set));
-        let invalid = |what: String| AggError::Invalid {
-            path: dir.clone(),
-            what,
-        };
-        format::check_rel(set).map_err(|w| invalid(format!("set directory: {w}")))?;
-        if k == 0 {
-            return Err(invalid("K (containers per set) must be at least 1".into()));
-        }
-        if !align.is_power_of_two() || align > 1 << 30 {
-            return Err(invalid(format!(
-                "alignment {align} is not a power of two up to 1 GiB"
-            )));
-        }
+        check_args(&dir, set, k, align)?;
         create_dirs(remote_dir, &dir)?;
         let previous = crate::reader::read_record(&dir)?;
-        let version = previous.as_ref().map_or(1, |p| p.version + 1);
-        Ok(SetWriter {
-            dir,
-            set: set.to_vec(),
-            k,
-            align,
-            block: format::DEFAULT_BLOCK,
-            version,
-            attempt: random_u64(),
-            job: Vec::new(),
-            origin: [0; 16],
-            previous,
-            containers: Vec::new(),
-            members: Vec::new(),
-            names: BTreeSet::new(),
-            buf: Vec::new(),
-            hook: None,
-            published: false,
-            obj: None,
-        })
+        Ok(SetWriter::with(dir, set, k, align, previous, None))
     }
 
     /// The same on an object layout: containers are chunks published as
@@ -113,28 +100,37 @@ impl SetWriter {
     /// through the layout's own publish (docs/aggregate.md).
     pub fn new_obj(store: &ObjStore, set: &[u8], k: u32, align: u64) -> Result<SetWriter> {
         let dir = objset::display_path(store, set);
-        let invalid = |what: String| AggError::Invalid {
-            path: dir.clone(),
-            what,
-        };
-        format::check_rel(set).map_err(|w| invalid(format!("set directory: {w}")))?;
-        if k == 0 {
-            return Err(invalid("K (containers per set) must be at least 1".into()));
-        }
-        if !align.is_power_of_two() || align > 1 << 30 {
-            return Err(invalid(format!(
-                "alignment {align} is not a power of two up to 1 GiB"
-            )));
-        }
+        check_args(&dir, set, k, align)?;
         if !store.root().is_dir() {
-            return Err(invalid(format!(
-                "the object store directory {} does not exist",
-                store.root().display()
-            )));
+            return Err(AggError::Invalid {
+                what: format!(
+                    "the object store directory {} does not exist",
+                    store.root().display()
+                ),
+                path: dir,
+            });
         }
         let previous = objset::read_record(store, set)?.map(|(r, _)| r);
+        Ok(SetWriter::with(
+            dir,
+            set,
+            k,
+            align,
+            previous,
+            Some(store.clone()),
+        ))
+    }
+
+    fn with(
+        dir: PathBuf,
+        set: &[u8],
+        k: u32,
+        align: u64,
+        previous: Option<SetRecord>,
+        obj: Option<ObjStore>,
+    ) -> SetWriter {
         let version = previous.as_ref().map_or(1, |p| p.version + 1);
-        Ok(SetWriter {
+        SetWriter {
             dir,
             set: set.to_vec(),
             k,
@@ -151,8 +147,8 @@ impl SetWriter {
             buf: Vec::new(),
             hook: None,
             published: false,
-            obj: Some(store.clone()),
-        })
+            obj,
+        }
     }
 
     /// Who wrote it: the job's name and its log's origin.

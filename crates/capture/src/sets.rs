@@ -32,7 +32,16 @@ pub fn member_of(root: &Path, rel: &[u8]) -> Option<(PathBuf, Vec<u8>)> {
 /// The member, if the set lists it; a record that cannot be read is EIO
 /// with one line naming it.
 pub fn open_member(set_dir: &Path, member: &[u8], abs: &Path) -> CResult<Option<MemberReader>> {
-    match SETS.get(set_dir) {
+    member_from(SETS.get(set_dir), member, abs)
+}
+
+/// The member from a set as the cache read it (`None`: no set there).
+fn member_from(
+    set: paralog_aggregate::Result<Option<std::sync::Arc<paralog_aggregate::reader::SetReader>>>,
+    member: &[u8],
+    abs: &Path,
+) -> CResult<Option<MemberReader>> {
+    match set {
         Ok(Some(set)) => Ok(MemberReader::new(set, member)),
         Ok(None) => Ok(None),
         Err(e) => {
@@ -52,17 +61,7 @@ pub fn open_obj_member(store: &ObjStore, rel: &[u8], abs: &Path) -> CResult<Opti
     let Some((set, member)) = paralog_aggregate::objset::find_set(store, rel) else {
         return Ok(None);
     };
-    match SETS.get_obj(store, &set) {
-        Ok(Some(set)) => Ok(MemberReader::new(set, &member)),
-        Ok(None) => Ok(None),
-        Err(e) => {
-            report::line(&format!(
-                "reading the checkpoint set of {}: {e}",
-                abs.display()
-            ));
-            Err(e.errno())
-        }
-    }
+    member_from(SETS.get_obj(store, &set), &member, abs)
 }
 
 /// Bytes of a member at `at`: a container gone (a newer version of the
