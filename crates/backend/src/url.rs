@@ -110,6 +110,12 @@ fn root_path(url: &str, path: &str) -> Result<PathBuf, UrlError> {
     Ok(p)
 }
 
+/// Whether `url` names an S3 remote (parse it for the rest), for a command
+/// that treats its other arguments as paths.
+pub fn is_s3(url: &str) -> bool {
+    url.starts_with("s3://")
+}
+
 impl FromStr for RemoteUrl {
     type Err = UrlError;
 

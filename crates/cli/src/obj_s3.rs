@@ -31,7 +31,7 @@ fn s3_url(cmd: &ObjCmd) -> anyhow::Result<Option<S3Url>> {
         | ObjCmd::View { url, .. } => url,
         ObjCmd::Publish { .. } => return Ok(None),
     };
-    if !url.starts_with("s3://") {
+    if !paralog_backend::url::is_s3(url) {
         return Ok(None);
     }
     match url.parse::<RemoteUrl>().map_err(|e| anyhow!("{e}"))? {
