@@ -121,6 +121,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
         .expect("a record path has a name")
         .to_string_lossy();
     let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+    remove_dead_temporaries(path);
     let mut f = OpenOptions::new()
         .write(true)
         .create(true)
@@ -134,6 +135,34 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     std::fs::rename(&tmp, path).ctx("rename into place", path)?;
     // The rename is the commit; it is durable once the directory is.
     sync_dir(path.parent().expect("a record path has a parent"))
+}
+
+/// Temporaries of `path` left by writers that died before their rename (a
+/// drain killed while it published its watermark): named after their
+/// process, removed once that process is gone, so that a later drain
+/// leaves the remote as an uninterrupted one would. A live writer's is
+/// left alone.
+pub fn remove_dead_temporaries(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let prefix = format!(".{}.tmp-", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let file = e.file_name();
+        let Some(pid) = file
+            .to_str()
+            .and_then(|f| f.strip_prefix(&prefix))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// A small record file read whole, `None` if absent.
@@ -172,4 +201,31 @@ pub fn open_private(path: &Path) -> Result<File> {
         .mode(0o600)
         .open(path)
         .ctx("open", path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dead_writers_temporary_goes_a_live_ones_stays() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join(WATERMARK);
+        // No process has pid 4194304 (above Linux's pid_max); pid 1 lives.
+        for pid in ["4194304", "1"] {
+            std::fs::write(d.path().join(format!(".{WATERMARK}.tmp-{pid}")), b"torn").unwrap();
+        }
+        std::fs::write(d.path().join(".other.tmp-4194304"), b"not ours").unwrap();
+        write_atomic(&path, b"new", 0o644).unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [".other.tmp-4194304", &format!(".{WATERMARK}.tmp-1"), WATERMARK]
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+    }
 }

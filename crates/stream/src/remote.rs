@@ -53,7 +53,10 @@ impl StreamRemote for PosixRemote<'_> {
     }
 
     fn ensure(&self, stream: &str, partitions: u32) -> Result<()> {
-        publish::ensure_remote(self.0, &self.stream_dir(stream), stream, partitions)
+        let dir = self.stream_dir(stream);
+        // A drain killed while publishing its watermark left a temporary.
+        layout::remove_dead_temporaries(&dir.join(layout::WATERMARK));
+        publish::ensure_remote(self.0, &dir, stream, partitions)
     }
 
     fn watermark(&self, stream: &str, partitions: u32) -> Result<Watermark> {
