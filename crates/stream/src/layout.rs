@@ -224,7 +224,11 @@ mod tests {
         left.sort();
         assert_eq!(
             left,
-            [".other.tmp-4194304", &format!(".{WATERMARK}.tmp-1"), WATERMARK]
+            [
+                ".other.tmp-4194304",
+                &format!(".{WATERMARK}.tmp-1"),
+                WATERMARK
+            ]
         );
         assert_eq!(std::fs::read(&path).unwrap(), b"new");
     }
