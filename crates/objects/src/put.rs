@@ -343,6 +343,37 @@ impl Store {
     }
 }
 
+/// The linear index of the chunk at `coords` of `meta`'s grid, refusing a
+/// chunk outside it or a buffer that is not one whole chunk (every store's
+/// chunk write checks this first).
+pub(crate) fn chunk_index(
+    meta: &ArrayMeta,
+    name: &str,
+    coords: &[u64],
+    data: &[u8],
+) -> Result<u64> {
+    let invalid = |why: String| Error::Invalid {
+        name: name.to_owned(),
+        why,
+    };
+    let Some(i) = meta.linear(coords) else {
+        return Err(invalid(format!(
+            "chunk {coords:?} is outside the chunk grid {:?}",
+            meta.grid()
+        )));
+    };
+    let cb = meta.chunk_len();
+    if data.len() as u64 != cb {
+        return Err(invalid(format!(
+            "chunk {coords:?}: {} bytes given, a chunk of {:?} {} has {cb}",
+            data.len(),
+            meta.chunks,
+            meta.dtype.name()
+        )));
+    }
+    Ok(i)
+}
+
 impl Put<'_> {
     pub fn id(&self) -> VersionId {
         self.id
@@ -357,25 +388,7 @@ impl Put<'_> {
     /// on return. Refused: a chunk outside the grid, a buffer of another
     /// size, a chunk another writer of this put already wrote.
     pub fn write_chunk(&mut self, coords: &[u64], data: &[u8]) -> Result<()> {
-        let invalid = |why: String| Error::Invalid {
-            name: self.name.clone(),
-            why,
-        };
-        let Some(i) = self.meta.linear(coords) else {
-            return Err(invalid(format!(
-                "chunk {coords:?} is outside the chunk grid {:?}",
-                self.meta.grid()
-            )));
-        };
-        let cb = self.meta.chunk_len();
-        if data.len() as u64 != cb {
-            return Err(invalid(format!(
-                "chunk {coords:?}: {} bytes given, a chunk of {:?} {} has {cb}",
-                data.len(),
-                self.meta.chunks,
-                self.meta.dtype.name()
-            )));
-        }
+        let i = chunk_index(&self.meta, &self.name, coords, data)?;
         let mut block = Vec::with_capacity(data.len() + 4);
         block.extend_from_slice(data);
         block.extend_from_slice(&paralog_checksum::crc32c(data).to_le_bytes());
@@ -399,7 +412,7 @@ impl Put<'_> {
                 io_err(&intent, "write")(e)
             });
         }
-        let p = w.add(i * cb, &block)?;
+        let p = w.add(i * self.meta.chunk_len(), &block)?;
         w.finish()?;
         let claim = Claim {
             chunk: p.chunk,

@@ -23,7 +23,7 @@ use paralog_s3::S3Backend;
 
 use crate::error::{Error, Result};
 use crate::grid::{copy_box, for_each_index};
-use crate::put::Committed;
+use crate::put::{chunk_index, Committed};
 use crate::read::{checked_array, ArrayVersion};
 use crate::record::{self, ArrayMeta, MAGIC};
 use crate::staging::{decode_claim, encode_claim, new_id, Claim};
@@ -579,25 +579,7 @@ impl S3Put<'_> {
     /// Write one whole chunk at grid coordinates `coords`: its object,
     /// then its claim (create-only: another writer's claim refuses it).
     pub fn write_chunk(&mut self, coords: &[u64], data: &[u8]) -> Result<()> {
-        let invalid = |why: String| Error::Invalid {
-            name: self.name.clone(),
-            why,
-        };
-        let Some(i) = self.meta.linear(coords) else {
-            return Err(invalid(format!(
-                "chunk {coords:?} is outside the chunk grid {:?}",
-                self.meta.grid()
-            )));
-        };
-        let cb = self.meta.chunk_len();
-        if data.len() as u64 != cb {
-            return Err(invalid(format!(
-                "chunk {coords:?}: {} bytes given, a chunk of {:?} {} has {cb}",
-                data.len(),
-                self.meta.chunks,
-                self.meta.dtype.name()
-            )));
-        }
+        let i = chunk_index(&self.meta, &self.name, coords, data)?;
         let dir = format!("staging/{}", id_hex(&self.id));
         let mut block = Vec::with_capacity(data.len() + 4);
         block.extend_from_slice(data);
