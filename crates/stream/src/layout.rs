@@ -121,7 +121,6 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
         .expect("a record path has a name")
         .to_string_lossy();
     let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
-    remove_dead_temporaries(path);
     let mut f = OpenOptions::new()
         .write(true)
         .create(true)
@@ -216,6 +215,7 @@ mod tests {
             std::fs::write(d.path().join(format!(".{WATERMARK}.tmp-{pid}")), b"torn").unwrap();
         }
         std::fs::write(d.path().join(".other.tmp-4194304"), b"not ours").unwrap();
+        remove_dead_temporaries(&path);
         write_atomic(&path, b"new", 0o644).unwrap();
         let mut left: Vec<String> = std::fs::read_dir(d.path())
             .unwrap()

@@ -54,7 +54,8 @@ impl StreamRemote for PosixRemote<'_> {
 
     fn ensure(&self, stream: &str, partitions: u32) -> Result<()> {
         let dir = self.stream_dir(stream);
-        // A drain killed while publishing its watermark left a temporary.
+        // A drain killed while publishing its watermark left a temporary
+        // (checked once a round, here, before this round publishes).
         layout::remove_dead_temporaries(&dir.join(layout::WATERMARK));
         publish::ensure_remote(self.0, &dir, stream, partitions)
     }
