@@ -18,6 +18,7 @@ ranks), published by `paralog obj publish`, once.
 Usage: python3 -m tests.objects.mpi [--only SUBSTRING] [--keep]
 Ends with "objects-mpi: N passed, N failed"."""
 import random
+import re
 import sys
 
 from tests.lib.check import Suite, check, fail, suite_options
@@ -72,6 +73,18 @@ def case_seed(flavour, kind):
     return go
 
 
+def rank_errors(out):
+    """Each rank's "rank R: error CODE: MESSAGE" report as {R: "CODE: MESSAGE"},
+    found wherever it starts: mpirun forwards the ranks' output and may join
+    two ranks' lines into one."""
+    marks = list(re.finditer(r"rank (\d+): error (?=\d+: )", out))
+    found = {}
+    for m, after in zip(marks, marks[1:] + [None]):
+        text = out[m.end():after.start() if after else len(out)]
+        found[int(m[1])] = text.split("\n", 1)[0].strip()
+    return found
+
+
 def case_refusals(flavour, kind):
     def go(work):
         url = store(work, kind)
@@ -83,8 +96,8 @@ def case_refusals(flavour, kind):
             r = mpi_put(flavour, ranks, url, "bad", 16, 0, mode, check_rc=False)
             check(r.returncode != 0, f"{mode}: the program succeeded: {r.stdout}")
             check(said in r.stdout and also in r.stdout, f"{mode}: {r.stdout}")
-            errors = [line for line in r.stdout.splitlines() if ": error " in line]
-            check(len(errors) == ranks and len({e.split(": ", 1)[1] for e in errors}) == 1,
+            errors = rank_errors(r.stdout)
+            check(sorted(errors) == list(range(ranks)) and len(set(errors.values())) == 1,
                   f"{mode}: not the same error on every rank: {errors}")
         check(obj("ls", url).stdout == "", "a refused put published something")
         staging = work / "store" / "staging"
@@ -149,8 +162,10 @@ def case_fortran(flavour):
         zarr_read(work, checks)
         hdf5_read(work, checks)
         r = run([*launcher(flavour, 2), exe, url, "../x", "16", "0"], env=mpi_env(), check=False, timeout=300)
-        errors = [line for line in r.stdout.splitlines() if ': error 2: rank 0: object name "../x"' in line]
-        check(r.returncode != 0 and len(errors) == 2, f"a bad name: {r.stdout}")
+        errors = rank_errors(r.stdout)
+        check(r.returncode != 0 and sorted(errors) == [0, 1]
+              and all(e.startswith('2: rank 0: object name "../x"') for e in errors.values()),
+              f"a bad name: {r.stdout}")
     return go
 
 
@@ -216,8 +231,10 @@ def case_python(work):
     hdf5_read(work, checks)
     r = run([*launcher("openmpi", 2), sys.executable, PY_WRITER, url, "mpi4py/bad", "16", "7", "mismatch"],
             env=mpi_env(PY_ENV), check=False, timeout=300)
-    errors = [line for line in r.stdout.splitlines() if ": error 6: rank 1: mpi4py/bad: put " in line]
-    check(r.returncode != 0 and len(errors) == 2, f"mpi4py mismatch: {r.stdout}")
+    errors = rank_errors(r.stdout)
+    check(r.returncode != 0 and sorted(errors) == [0, 1]
+          and all(e.startswith("6: rank 1: mpi4py/bad: put ") for e in errors.values()),
+          f"mpi4py mismatch: {r.stdout}")
     s.close()
 
 
