@@ -28,7 +28,9 @@ nothing may be left in the prefix that the drain did not put there.
   exec         a program built by gcc into the prefix and a script written
                there, run by bash (path, PATH), subprocess, posix_spawn,
                posix_spawnp, execv, fexecve (progs/run_prefix.py); a file
-               without an execute bit refused as directly
+               without an execute bit refused as directly; execl, execlp,
+               execle with ten arguments and an environment, a script run by
+               execl (progs/execl_forms.c)
   freopen      freopen onto stdout, stdin, stderr and an fopen'ed stream, "w",
                "a", "r", "r+", "w+", mode changes (path NULL), a child of
                system() sharing the reopened stdout, no fclose before exit,
@@ -56,11 +58,15 @@ nothing may be left in the prefix that the drain did not put there.
   h5py         serial h5py (HDF5's sec2 driver)
   locks        HDF5's file locking, flock and lockf between two processes
   shell        bash with >, >>, 2>, a pipeline into a file, cat of a captured file
+  appenders    3 shell loops of `echo >> log`, a python appender holding
+               its own 'a' open, a loop of /bin/echo >> log, all at once:
+               every line once (sorted, then compared), as O_APPEND gives
   concurrent   4 background loops of /bin/echo, python's sys.stdout.write,
                builtin echo and os.write into one redirected stdout at
                once (make -j style): every line once, in any order, as in
-               the direct run (tests/correctness/shared_stress.py; many
-               runs: make test-shared-stress)
+               the direct run, with > and with >> onto a file that holds
+               lines (tests/correctness/shared_stress.py; many runs:
+               make test-shared-stress)
   shared       a shell's builtins and commands writing through one
                redirection in turn ({ ...; } >, exec >, a loop's >>), and a
                reopened stdout shared with posix_spawn and fork+exec
@@ -113,7 +119,7 @@ def build():
                            ("mmap_write.c", "cc", []), ("fstream_ckpt.cpp", "c++", []),
                            ("static_write.c", "cc", ["-static"]), ("entry_points.c", "cc", []),
                            ("tempfiles.c", "cc", []), ("freopen_io.c", "cc", []), ("spawn_share.c", "cc", []),
-                           ("walk.c", "cc", [])):
+                           ("walk.c", "cc", []), ("execl_forms.c", "cc", [])):
         compile_program(cc, PROGS / src, BUILD / src.rsplit(".", 1)[0], "-O2", "-Wall", "-Werror", *extra, always=True)
 
 
@@ -158,6 +164,19 @@ SHARED = ("{{ echo a; /bin/echo child; echo c; basename {d}/block.txt; echo d; }
 # -G IN OUT, tsort), sort -o in place (its inputs checked with euidaccess),
 # sed -i, cp of a file the run wrote (stat and fstat must agree once it is
 # drained), awk's redirections.
+# Processes appending to one file through descriptions of their own at once
+# (`echo >> log` in parallel loops, a long-lived line-buffered appender, an
+# external command's `>>`): every line once, as the kernel's O_APPEND gives.
+# The log's order differs from run to run, so it is sorted, and read while
+# the appenders are gone.
+APPENDERS = ("set -e; echo first > {d}/log; "
+             "for k in 1 2 3; do ( for i in $(seq 1 60); do echo \"sh $k $i\" >> {d}/log; done ) & done; "
+             "{py} -c \"import sys; f = open(sys.argv[1], 'a', buffering=1); "
+             "[f.write('py %d\\n' % i) for i in range(300)]\" {d}/log & "
+             "( for i in $(seq 1 40); do /bin/echo \"bin $i\" >> {d}/log; done ) & wait; "
+             "sort {d}/log > {d}/sorted; wc -l < {d}/log; rm {d}/log")
+
+
 COREUTILS = ("set -e; cd {d}; seq 1 3000 | awk '{{print int($1/3) \" line \" $1 % 7}}' > in.txt; "
              "head -c 100000 /bin/sh > seed.bin; shuf --random-source=seed.bin -o shuf.txt in.txt; "
              "uniq in.txt uniq.txt; uniq -c shuf.txt uniqc.txt; ptx -G uniq.txt ptx.txt; "
@@ -242,6 +261,10 @@ def cases():
         ("shell: >, >>, 2>, pipeline, cat", lambda w: compare(w, lambda d: ["/bin/bash", "-c", SHELL.format(d=d)])),
         ("shared redirection: builtins and commands in turn (block, exec >, loop >>)",
          lambda w: compare(w, lambda d: ["/bin/bash", "-c", SHARED.format(d=d)])),
+        ("appenders: processes appending to one file through their own opens at once (>>, 'a')",
+         lambda w: compare(w, lambda d: ["/bin/bash", "-c", APPENDERS.format(d=d, py=PY)])),
+        ("concurrent >>: 4 loops x 3 writers appending through one redirection at once",
+         lambda w: shared_writers.one_run(w, loops=4, lines=40, separate=SEPARATE, direct=True, append=True)),
         ("concurrent: 4 loops x 3 writers through one redirected stdout at once",
          lambda w: shared_writers.one_run(w, loops=4, lines=40, separate=SEPARATE, direct=True)),
         ("spawn share: reopened stdout, posix_spawn/fork+exec children, waitpid/wait/waitid",
@@ -255,6 +278,8 @@ def cases():
         ("walk: ftw, nftw, nftw64 (PHYS, DEPTH, CHDIR, ACTIONRETVAL) see capture's view",
          lambda w: compare(w, lambda d: [exe("walk"), d])),
         ("exec: a program built by gcc and a script written into the prefix, run from there", case_exec),
+        ("execl forms: execl, execlp, execle (stack arguments, environment), a script run by execl",
+         lambda w: compare(w, lambda d: [exe("execl_forms"), d])),
         ("exec refused: a file without an execute bit", lambda w: compare(w, lambda d: ["/bin/bash", "-c",
                                                                                        f"cd {d}; {EXEC_TAIL}"])),
         ("mmap: writable shared mapping refused, no SIGBUS", case_mmap),

@@ -34,14 +34,15 @@ def main():
     ap.add_argument("--loops", type=int, default=4)
     ap.add_argument("--lines", type=int, default=100)
     ap.add_argument("--remote", choices=["separate", "prefix"], default="separate")
+    ap.add_argument("--append", action="store_true", help="`>>` onto a file that already holds lines")
     ap.add_argument("--bin", help="another paralog binary (its capture library beside it), e.g. an older build")
     ap.add_argument("--keep", action="store_true")
     o = ap.parse_args()
     if o.bin:
         paralog.BIN = o.bin
-    suite = Suite(f"shared stress ({o.remote} remote)", keep=o.keep)
+    suite = Suite(f"shared stress ({o.remote} remote{', >>' if o.append else ''})", keep=o.keep)
     cases = [(f"run {n + 1}/{o.runs}: {o.loops} loops x {o.lines} x (builtin echo, /bin/echo, python)",
-              lambda w: one_run(w, o.loops, o.lines, o.remote == "separate")) for n in range(o.runs)]
+              lambda w: one_run(w, o.loops, o.lines, o.remote == "separate", append=o.append)) for n in range(o.runs)]
     rc = suite.run(cases)
     print(f"shared stress totals: {TOTALS['runs']} runs, {TOTALS['lines']} lines, {TOTALS['lost']} lost, "
           f"{TOTALS['duplicated']} duplicated, {TOTALS['foreign']} foreign", flush=True)

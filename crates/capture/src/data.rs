@@ -26,7 +26,7 @@ impl State {
         let (id, append, offset) = (e.handle, e.append, e.offset);
         let pos = match at {
             Some(p) => p,
-            None if append => self.handles.get(&id).ok_or(libc::EBADF)?.size,
+            None if append => self.append_place(id, data.len() as u64)?,
             None => offset,
         };
         self.write_handle(id, pos, data)?;
@@ -174,6 +174,7 @@ impl State {
         h.size = size;
         h.cut = Some(h.cut.map_or(size, |c| c.min(size)));
         h.dirty = true;
+        self.append_end_cut(id, size);
         Ok(())
     }
 
@@ -187,6 +188,7 @@ impl State {
         h.size = 0;
         h.cut = Some(0);
         h.dirty = true;
+        self.append_end_cut(id, 0);
         Ok(())
     }
 

@@ -123,6 +123,8 @@ macro_rules! variadic_entry {
     };
 }
 
+pub(crate) use variadic_entry;
+
 variadic_entry!(
     /// `dprintf(fd, fmt, ...)`. The frame: a register save area of 176 bytes
     /// at rsp (rdi, rsi, rdx, rcx, r8, r9, then xmm0-7, saved only when al,

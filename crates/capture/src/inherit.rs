@@ -331,10 +331,6 @@ pub fn before_child(st: &mut State) {
             o.keep = Keep::of(fd);
             let to = if o.append { size } else { o.offset };
             st.move_shared(ofd, to);
-        } else if o.append {
-            // Already shared: the harvest above read the shared offset;
-            // only an appending one may have to move on to the end.
-            st.advance_shared(ofd, size);
         }
     }
 }
@@ -546,7 +542,6 @@ fn take_over_end(st: &mut State, fd: c_int) {
     }
     h.size = c.size;
     h.view = None;
-    st.advance_shared(ofd, c.size);
 }
 
 #[cfg(test)]

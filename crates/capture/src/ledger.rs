@@ -39,16 +39,26 @@ pub fn dir(cfg: &Config) -> PathBuf {
 /// `ino`, as a private descriptor; `None` if it cannot be made (the caller
 /// then goes by what it knew).
 pub fn open(cfg: &Config, ino: u64) -> Option<Keep> {
+    open_named(cfg, &ino.to_string(), true)
+}
+
+/// Open the ledger `name` of the job's ledger directory (creating it if
+/// `create`) as a private descriptor; `None` if it does not exist or
+/// cannot be made.
+pub fn open_named(cfg: &Config, name: &str, create: bool) -> Option<Keep> {
     let dir = dir(cfg);
-    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
-    let path = CString::new(dir.join(ino.to_string()).as_os_str().as_bytes()).ok()?;
+    if create {
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    }
+    let path = CString::new(dir.join(name).as_os_str().as_bytes()).ok()?;
+    let flags = libc::O_RDWR | libc::O_CLOEXEC | if create { libc::O_CREAT } else { 0 };
     // SAFETY: raw syscalls (never our wrappers) on a descriptor made here.
     unsafe {
         let fd = libc::syscall(
             libc::SYS_openat,
             libc::AT_FDCWD,
             path.as_ptr(),
-            libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
+            flags,
             0o600,
         ) as c_int;
         if fd < 0 {

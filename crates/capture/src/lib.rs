@@ -9,10 +9,12 @@
 //! network I/O. See docs/capture.md.
 
 pub mod aio;
+pub mod append_end;
 pub mod copy;
 pub mod data;
 pub mod dirlist;
 pub mod dprintf;
+pub mod execl;
 pub mod execpath;
 pub mod ftw;
 pub mod globbing;

@@ -159,7 +159,15 @@ impl State {
             return Ok(()); // left for the sentinel check
         }
         let data = crate::inherit::read_placeholder(fd, kpos, (now - kpos) as usize)?;
-        self.write_handle(id, kpos, &data)?;
+        // Through an appending description the placeholder only stages the
+        // bytes: they are appended at the file's end now, as the kernel
+        // would have placed them (crate::append_end).
+        let at = if o.append {
+            self.append_place(id, now - kpos)?
+        } else {
+            kpos
+        };
+        self.write_handle(id, at, &data)?;
         crate::stats::captured(data.len());
         crate::inherit::punch_placeholder(fd, kpos, now);
         self.accounted(ofd, now, ledger);
@@ -183,8 +191,7 @@ impl State {
     /// through the description, past capture or not), what others wrote
     /// past capture below it is harvested, and the accounted end moves past
     /// it, all under one hold of the ledger. An appending description
-    /// writes at the shared end, or at this process's view of the file's
-    /// end if that is further. Returns the place.
+    /// writes at the file's end (crate::append_end). Returns the place.
     pub(crate) fn reserve_shared(&mut self, id: u64, ofd: u64, n: u64) -> CResult<u64> {
         let o = self.ofds.get(&ofd).ok_or(libc::EBADF)?;
         let (keep, append) = (o.keep, o.append);
@@ -193,11 +200,13 @@ impl State {
             return Err(libc::EBADF);
         };
         if append {
-            let size = self.handles.get(&id).map_or(0, |h| h.size);
-            if keep.offset().is_some_and(|k| k < size) {
-                self.harvest_held(id, ofd, ledger.as_ref())?;
-                keep.set_offset(size);
-            }
+            // What other sharers wrote past capture goes first; then the
+            // place is the file's end for every appender of it, not the
+            // shared offset, which only stages bytes written past capture
+            // (crate::append_end) and is never moved back under them.
+            self.harvest_held(id, ofd, ledger.as_ref())?;
+            drop(ledger);
+            return self.append_place(id, n);
         }
         // SAFETY: raw syscall on our own duplicate.
         let end = unsafe { libc::syscall(libc::SYS_lseek, fd, n as i64, libc::SEEK_CUR) };
@@ -257,23 +266,6 @@ impl State {
             }
             tries += 1;
             std::thread::sleep(std::time::Duration::from_millis(2));
-        }
-    }
-
-    /// Move a shared description's offset on to `to`, never back (other
-    /// sharers may have written past it since this process looked).
-    pub(crate) fn advance_shared(&mut self, ofd: u64, to: u64) {
-        let Some(o) = self.ofds.get(&ofd) else {
-            return;
-        };
-        let keep = o.keep;
-        let ledger = self.ledger(ofd);
-        let now = keep.offset().unwrap_or(0);
-        if now < to {
-            keep.set_offset(to);
-            self.accounted(ofd, to, ledger.as_ref());
-        } else {
-            self.accounted(ofd, now, None);
         }
     }
 

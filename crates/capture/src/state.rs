@@ -110,6 +110,9 @@ pub struct Handle {
     pub cp_started: Option<std::time::Instant>,
     /// A writer whose log is made at its first write (inherited).
     pub lazy: bool,
+    /// The ledger of the file's end for appenders (crate::append_end),
+    /// once used.
+    pub append_end: crate::inherit::Keep,
 }
 
 impl Handle {
@@ -134,6 +137,7 @@ impl Handle {
             cp_started: None,
             lazy: false,
             create_mode: None,
+            append_end: crate::inherit::Keep::NONE,
         }
     }
 }
@@ -467,6 +471,7 @@ impl State {
                 h.size = 0;
                 h.cut = Some(0);
                 h.dirty = true;
+                self.append_end_cut(id, 0);
             }
         }
         set_captured(fd, true);
@@ -682,6 +687,7 @@ impl State {
             .is_some_and(|h| h.fds == 0 && !h.pinned)
         {
             let h = self.handles.remove(&id).expect("checked");
+            h.append_end.close();
             if h.committed_any {
                 if let Some(log) = &h.log {
                     if let Err(e) = log.mark_closed() {

@@ -171,6 +171,9 @@ macro_rules! wrapped_symbols {
             execvp: fn(*const c_char, *const *const c_char) -> c_int;
             execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
             fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
+            execl: fn(*const c_char, *const c_char) -> c_int;
+            execlp: fn(*const c_char, *const c_char) -> c_int;
+            execle: fn(*const c_char, *const c_char) -> c_int;
             getxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t;
             lgetxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t;
             listxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t;
