@@ -11,6 +11,9 @@ nothing may be left in the prefix that the drain did not put there.
   exit-open    write() and exit without close (progs/exit_open.c)
   identity     one path opened twice has one st_dev/st_ino (progs/identity.c)
   mmap         a shared writable mapping is refused at mmap, no SIGBUS (progs/mmap_write.c)
+  xattr        setxattr/removexattr of a file only capture's view holds:
+               ENOTSUP (a missing one ENOENT); cp -a of a file with a user
+               attribute into the prefix succeeds
   modes        files created 0600, 0755, 0640, under umask 077, a 0600
                temporary renamed into place: the remote's modes are the
                direct run's, and so are those other processes' stat gives
@@ -283,6 +286,7 @@ def cases():
         ("exec refused: a file without an execute bit", lambda w: compare(w, lambda d: ["/bin/bash", "-c",
                                                                                        f"cd {d}; {EXEC_TAIL}"])),
         ("mmap: writable shared mapping refused, no SIGBUS", case_mmap),
+        ("xattr: set/remove on a file of capture's view only: ENOTSUP; cp -a keeps going", case_xattr),
         ("modes: creation modes (0600, 0755, umask 077, a 0600 temporary renamed) kept on the remote", case_modes),
         ("times: touch, cp -p, rsync -a, tar -x, unzip, os.utime keep their times on the remote", case_times),
         ("moved in: mv and shutil.move from outside the prefix copy in through capture",
@@ -380,6 +384,44 @@ def case_mmap(work):
     out = p.stdout + p.stderr
     check("mmap refused" in out, f"the mapping was not refused at mmap (exit {p.returncode}): {out[-500:]}")
     check("m.bin" in out, f"no line naming the file: {out[-500:]}")
+
+
+# Extended attributes of a file only capture's view holds (a separate
+# remote: the prefix has no such file): set and remove fail as on a file
+# system without them, a missing file is ENOENT, and `cp -a` of a file
+# that has one copies it in without them.
+XATTR = """import errno, os, shutil, sys, tempfile
+d = sys.argv[1]
+open(d + '/v', 'w').write('view only')
+for name, call in (('setxattr', lambda p: os.setxattr(p, 'user.k', b'1')),
+                   ('removexattr', lambda p: os.removexattr(p, 'user.k'))):
+    for f in ('v', 'missing'):
+        try:
+            call(d + '/' + f)
+            print(name, f, 'succeeded')
+        except OSError as e:
+            print(name, f, errno.errorcode[e.errno])
+src = tempfile.mkdtemp() + '/x'
+open(src, 'w').write('with an attribute')
+os.setxattr(src, 'user.k', b'1')
+print('cp -a exit', os.system('cp -a %s %s/x' % (src, d)) >> 8)
+print('listxattr', os.listxattr(d + '/x'))
+shutil.rmtree(os.path.dirname(src))
+"""
+
+
+def case_xattr(work):
+    prefix = work / "prefix"
+    prefix.mkdir()
+    (work / "remote").mkdir()
+    p = paralog_run(work / "local", prefix, [PY, "-c", XATTR, prefix], remote=work / "remote", env=ENV,
+                    check=False, timeout=120)
+    check(p.returncode == 0, f"exit {p.returncode}: {(p.stdout + p.stderr)[-600:]}")
+    want = ["setxattr v ENOTSUP", "setxattr missing ENOENT", "removexattr v ENOTSUP",
+            "removexattr missing ENOENT", "cp -a exit 0", "listxattr []"]
+    got = [l for l in p.stdout.splitlines() if l.split(" ")[0] in ("setxattr", "removexattr", "cp", "listxattr")]
+    check(got == want, f"got {got}, want {want}")
+    check((work / "remote" / "x").read_text() == "with an attribute", "cp -a's file did not reach the remote")
 
 
 def dirs(work):

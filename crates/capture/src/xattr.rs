@@ -2,11 +2,14 @@
 //! security label and ACL of every entry): the log keeps none, so a file
 //! that exists in capture's view and not (yet) in the prefix has none,
 //! instead of the prefix's ENOENT. A file the prefix holds answers as the
-//! kernel does; descriptors (the placeholder memfd has none) too.
+//! kernel does; descriptors (the placeholder memfd has none) too. Setting
+//! or removing one on such a file fails with ENOTSUP, as on a file system
+//! without extended attributes (`cp -a`, `rsync -X` and `setfattr` report
+//! or ignore that; ENOENT would contradict `stat`).
 
 #![allow(clippy::missing_safety_doc)]
 
-use libc::{c_char, c_void, size_t, ssize_t};
+use libc::{c_char, c_int, c_void, size_t, ssize_t};
 
 use crate::posix::{logged_state, prefix_path};
 use crate::state::set_errno;
@@ -48,5 +51,23 @@ crate::twins! {
 crate::twins! {
     listxattr, llistxattr => fn(path: *const c_char, list: *mut c_char, size: size_t) -> ssize_t, -1, |real| {
         answer(path, 0, 0).unwrap_or_else(|| real(path, list, size))
+    }
+}
+
+crate::twins! {
+    setxattr, lsetxattr => fn(
+        path: *const c_char,
+        name: *const c_char,
+        value: *const c_void,
+        size: size_t,
+        flags: c_int,
+    ) -> c_int, -1, |real| {
+        answer(path, -1, libc::ENOTSUP).map_or_else(|| real(path, name, value, size, flags), |r| r as c_int)
+    }
+}
+
+crate::twins! {
+    removexattr, lremovexattr => fn(path: *const c_char, name: *const c_char) -> c_int, -1, |real| {
+        answer(path, -1, libc::ENOTSUP).map_or_else(|| real(path, name), |r| r as c_int)
     }
 }

@@ -178,6 +178,10 @@ macro_rules! wrapped_symbols {
             lgetxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t;
             listxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t;
             llistxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t;
+            setxattr: fn(*const c_char, *const c_char, *const c_void, size_t, c_int) -> c_int;
+            lsetxattr: fn(*const c_char, *const c_char, *const c_void, size_t, c_int) -> c_int;
+            removexattr: fn(*const c_char, *const c_char) -> c_int;
+            lremovexattr: fn(*const c_char, *const c_char) -> c_int;
             vfork: fn() -> pid_t;
             wait: fn(*mut c_int) -> pid_t;
             waitpid: fn(pid_t, *mut c_int, c_int) -> pid_t;
