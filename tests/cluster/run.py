@@ -103,6 +103,7 @@ def drain_case(remotes, kind, flavour, nodes, label, prog, args, hdf5, server_ar
         try:
             c.start_servers()
             c.run_app(prog, args, c.prefix)
+            ended = time.time_ns()
             c.status()
             said = c.wait()
         finally:
@@ -110,6 +111,11 @@ def drain_case(remotes, kind, flavour, nodes, label, prog, args, hdf5, server_ar
         got = work / "got"
         remotes.fetch(kind, url, files(ref), got)
         n = same_files(ref, got, hdf5)
+        if kind == "posix":
+            # A drained file has the time its bytes were committed (what
+            # stat answered before the drain), not the drain's.
+            late = [f for f in files(ref) if (Path(url) / f).stat().st_mtime_ns > ended]
+            check(not late, f"drained files carry the drain's time, not their commit's: {late}")
         reported = node_reports_add_up(c, said)
         return f"{n} file(s) equal direct MPI-IO ({said.removeprefix('paralog wait: ')}); {reported}"
     return case

@@ -328,6 +328,18 @@ impl EpochSink for PosixSink<'_> {
     }
 }
 
+/// Give the file at `path` its times after others wrote it (the server
+/// job's collective MPI-IO writes, which no sink of ours commits), made
+/// durable.
+pub fn set_path_times(path: &Path, t: crate::Times) -> Result<(), BackendError> {
+    let f = File::options()
+        .write(true)
+        .open(path)
+        .map_err(|e| err(path, "open to set times", e))?;
+    set_times(&f, t).map_err(|e| err(path, "set times", e))?;
+    f.sync_all().map_err(|e| err(path, "fsync", e))
+}
+
 /// `futimens` with the program's times; what it left alone stays.
 fn set_times(f: &File, t: crate::Times) -> io::Result<()> {
     use std::os::fd::AsRawFd;

@@ -84,6 +84,20 @@ impl Coordinator {
         if let Some(e) = self.agree(writes.err())? {
             return Ok(Err(e));
         }
+        // Collective writes are no sink of ours, which would set the
+        // file's times at its commit: the leader sets them once every
+        // server's writes are in (the agreement above), so the drained
+        // file has the times `stat` answered before the drain.
+        if let (Some(path), Some(times)) = (&collective, t.shape.times) {
+            let set = if self.leader() {
+                paralog_backend::posix::set_path_times(path, times).map_err(Failure::from)
+            } else {
+                Ok(())
+            };
+            if let Some(e) = self.agree(set.err())? {
+                return Ok(Err(e));
+            }
+        }
         Ok(Ok(self.sum(mine)?))
     }
 }
