@@ -28,6 +28,17 @@ impl Guard {
     }
 }
 
+impl Guard {
+    /// Enter whatever this thread was doing: for the copy of a process
+    /// stopped at a signal (crate::terminate), where the interrupted code
+    /// may have held the guard around a pass-through call (a blocked
+    /// `read` of a pipe) and never returns to drop it.
+    pub fn take_over() -> Guard {
+        let _ = DEPTH.try_with(|d| d.set(1));
+        Guard(())
+    }
+}
+
 impl Drop for Guard {
     fn drop(&mut self) {
         let _ = DEPTH.try_with(|d| d.set(0));

@@ -346,7 +346,7 @@ pub(crate) fn prepare_spawn() {
 // ---- fork -------------------------------------------------------------------
 
 thread_local! {
-    static HELD: std::cell::RefCell<Option<std::sync::MutexGuard<'static, Option<State>>>> =
+    static HELD: std::cell::RefCell<Option<crate::state::Slot>> =
         const { std::cell::RefCell::new(None) };
 }
 
@@ -370,6 +370,7 @@ extern "C" fn at_parent() {
 }
 
 extern "C" fn at_child() {
+    crate::terminate::forget_pending();
     let _ = std::panic::catch_unwind(|| {
         let Some(mut slot) = HELD.with(|h| h.borrow_mut().take()) else {
             return;

@@ -39,6 +39,7 @@ pub mod stats;
 pub mod stdio;
 pub mod symlink;
 pub mod tempname;
+pub mod terminate;
 pub mod timeline;
 pub mod times;
 pub mod view;

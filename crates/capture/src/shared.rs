@@ -317,7 +317,7 @@ pub extern "C" fn close_at_exit() {
 
 impl State {
     /// The last close of every plain POSIX open (exit).
-    fn close_all_posix(&mut self) {
+    pub(crate) fn close_all_posix(&mut self) {
         let ids: Vec<u64> = self
             .handles
             .iter()

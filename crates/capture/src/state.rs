@@ -60,10 +60,48 @@ pub fn forget_captured(fd: c_int) {
     set_captured(fd, false);
 }
 
-pub fn lock() -> MutexGuard<'static, Option<State>> {
-    STATE
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+/// The state if no thread holds it (a process copied at a signal:
+/// crate::terminate), else `None`.
+pub fn try_lock() -> Option<MutexGuard<'static, Option<State>>> {
+    match STATE.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
+/// Capture's state, locked: the lock is released when the slot is
+/// dropped, and then a terminating signal that came while it was held is
+/// acted on (crate::terminate).
+pub struct Slot(std::mem::ManuallyDrop<MutexGuard<'static, Option<State>>>);
+
+impl std::ops::Deref for Slot {
+    type Target = Option<State>;
+    fn deref(&self) -> &Option<State> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Slot {
+    fn deref_mut(&mut self) -> &mut Option<State> {
+        &mut self.0
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // SAFETY: dropped once, here; the field is never used again.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.0) };
+        crate::terminate::after_unlock();
+    }
+}
+
+pub fn lock() -> Slot {
+    Slot(std::mem::ManuallyDrop::new(
+        STATE
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()),
+    ))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -235,6 +273,7 @@ impl State {
         unsafe {
             libc::atexit(crate::shared::exit_hook);
         }
+        crate::terminate::install();
         State {
             cfg,
             handles: HashMap::new(),

@@ -18,6 +18,12 @@ Usage: pyprogs.py KIND DIR   (KIND below; exit 1 with a line on a failed check)
   locks      another process opens an HDF5 file this one has open for
              writing (HDF5's file lock), and tries flock and lockf locks held
              here, then released; the outcomes are printed
+  terminated writers that never close their files, ended by a signal: the
+             workers of a multiprocessing.Pool (its `with` block terminates
+             them with SIGTERM) each keeping a file open and appending to a
+             shared log through logging.FileHandler; processes blocked in a
+             read, killed by SIGTERM and SIGHUP after writing; the log is
+             read back sorted (the order of its lines is the scheduler's)
 """
 import os
 import pickle
@@ -182,9 +188,53 @@ def locks_case(d):
             print(child(kind, f"{d}/{kind}.dat").replace("busy", "busy after unlock"))
 
 
+KEPT = []  # a worker's open files: never closed, as by a long-lived logger
+
+
+def pool_task(d, k):
+    import logging
+    f = open(f"{d}/w{k}.txt", "w")
+    f.write(f"worker task {k}\n" * (k + 1))
+    f.flush()
+    KEPT.append(f)
+    log = logging.getLogger(f"task{k}")
+    log.addHandler(logging.FileHandler(f"{d}/pool.log", mode="a"))
+    log.setLevel(logging.INFO)
+    for i in range(100):
+        log.info("task %d record %d", k, i)
+    return k
+
+
+WAITER = """import sys
+f = open(sys.argv[1], 'w'); f.write(sys.argv[2] * 1000); f.flush()
+open(sys.argv[1] + '.ready', 'w').close()
+sys.stdin.read()
+"""
+
+
+def terminated_case(d):
+    import multiprocessing
+    import signal
+    import time
+    with multiprocessing.Pool(4) as pool:
+        print("pool", sorted(pool.starmap(pool_task, [(d, k) for k in range(8)], chunksize=1)))
+    lines = open(f"{d}/pool.log").read().splitlines()
+    open(f"{d}/pool.sorted", "w").write("".join(sorted(l + "\n" for l in lines)))
+    os.remove(f"{d}/pool.log")
+    for name, sig in (("term", signal.SIGTERM), ("hup", signal.SIGHUP)):
+        p = subprocess.Popen([sys.executable, "-c", WAITER, f"{d}/{name}.txt", name[0]], stdin=subprocess.PIPE)
+        for _ in range(3000):
+            if os.path.exists(f"{d}/{name}.txt.ready"):
+                break
+            time.sleep(0.01)
+        p.send_signal(sig)
+        print(name, "exit", p.wait())
+        p.stdin.close()
+
+
 CASES = {"numpy": numpy_case, "atomic": atomic_case, "dup2": dup2_case,
          "subprocess": subprocess_case, "dirs": dirs_case, "h5py": h5py_case,
-         "locks": locks_case}
+         "locks": locks_case, "terminated": terminated_case}
 
 if __name__ == "__main__":
     check(len(sys.argv) == 3 and sys.argv[1] in CASES, f"usage: pyprogs.py {{{','.join(CASES)}}} DIR")
