@@ -14,7 +14,7 @@ use crate::publish::header_len;
 use crate::remote::{RoundWrite, StreamRemote};
 
 /// Whole-object operations on a store of immutable objects, by key.
-pub trait ObjectStore {
+pub trait ObjectStore: Send + Sync {
     /// How `key` is shown in messages (e.g. `s3://bucket/prefix/key`).
     fn describe(&self, key: &str) -> String;
     /// The object's bytes, `None` if there is none.
@@ -24,6 +24,45 @@ pub trait ObjectStore {
     fn put(&self, key: &str, bytes: &[u8]) -> Result<()>;
     /// Remove the object; a missing one is no error.
     fn delete(&self, key: &str) -> Result<()>;
+    /// The names one level below `prefix` (a key without a trailing
+    /// '/'): of `a/b/c` and `a/d` under `a`, `b` and `d`; sorted, each
+    /// once. Only `ls` and `describe` list (the streams, a stream's
+    /// groups): the drain and the readers read the index.
+    fn children(&self, prefix: &str) -> Result<Vec<String>>;
+}
+
+impl<T: ObjectStore + ?Sized> ObjectStore for std::sync::Arc<T> {
+    fn describe(&self, key: &str) -> String {
+        (**self).describe(key)
+    }
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        (**self).get(key)
+    }
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        (**self).put(key, bytes)
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        (**self).delete(key)
+    }
+    fn children(&self, prefix: &str) -> Result<Vec<String>> {
+        (**self).children(prefix)
+    }
+}
+
+/// [`ObjectStore::children`] from a store's listing of whole keys under
+/// `prefix/`.
+pub fn children_of<'a>(prefix: &str, keys: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let base = format!("{prefix}/");
+    let mut out: Vec<String> = keys
+        .into_iter()
+        .filter_map(|k| k.strip_prefix(&base))
+        .filter_map(|rest| rest.split('/').next())
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// The drain's remote on an object store.

@@ -7,14 +7,16 @@
 //! and a cut log planned for a POSIX remote is refused.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use paralog_stream::format::Watermark;
 use paralog_stream::layout;
 use paralog_stream::object_remote::stream_key;
 use paralog_stream::objects::{object_key, INDEX};
+use paralog_stream::reader::list_streams_at;
 use paralog_stream::{
-    DrainOptions, Drainer, ObjectRemote, ObjectStore, Partitioner, PosixRemote, Producer,
-    StreamError,
+    Delivered, DrainOptions, Drainer, From, ObjectRemote, ObjectStore, Order, Partitioner,
+    PosixRemote, Producer, Reader, RemoteStream, StreamError, StreamPlace,
 };
 
 mod common;
@@ -45,6 +47,16 @@ impl ObjectStore for DirStore {
             }),
             _ => Ok(()),
         }
+    }
+    fn children(&self, prefix: &str) -> paralog_stream::Result<Vec<String>> {
+        let mut out: Vec<String> = match std::fs::read_dir(self.0.join(prefix)) {
+            Ok(rd) => rd
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        out.sort();
+        Ok(out)
     }
 }
 
@@ -181,6 +193,82 @@ fn a_cut_log_planned_for_a_posix_remote_is_refused() {
         .to_string();
     assert!(
         err.contains("round 2") && err.contains("planned for a POSIX remote"),
+        "{err}"
+    );
+}
+
+fn read_all(place: &StreamPlace, group: Option<&str>) -> paralog_stream::Result<Vec<Delivered>> {
+    let rs = RemoteStream::open_at(place, S)?;
+    let mut r = Reader::open(rs, group, From::Committed, Order::Cut)?;
+    let mut out = Vec::new();
+    while let Some(d) = r.next_event()? {
+        out.push(d);
+    }
+    if group.is_some() {
+        r.commit()?;
+    }
+    Ok(out)
+}
+
+#[test]
+fn a_reader_on_the_store_reads_what_the_posix_reader_does_and_refuses_damage() {
+    let t = tempfile::tempdir().unwrap();
+    let (a, b) = (t.path().join("a"), t.path().join("b"));
+    let (posix, store) = (t.path().join("posix"), t.path().join("store"));
+    std::fs::create_dir(&posix).unwrap();
+    std::fs::create_dir(&store).unwrap();
+    produce(&a);
+    copy(&a, &b);
+    drain_all(&a, &PosixRemote(&posix));
+    let place = StreamPlace::Store(Arc::new(DirStore(store.clone())));
+    drain_all(&b, &*place.remote());
+
+    let dir = StreamPlace::Dir(posix.clone());
+    let want = read_all(&dir, None).unwrap();
+    assert!(want.len() > 100, "{} events", want.len());
+    assert_eq!(read_all(&place, None).unwrap(), want);
+    assert_eq!(list_streams_at(&place).unwrap(), vec![S.to_string()]);
+    let rs = RemoteStream::open_at(&place, S).unwrap();
+    assert_eq!(
+        rs.watermark().unwrap(),
+        RemoteStream::open_at(&dir, S).unwrap().watermark().unwrap()
+    );
+
+    // A group: its offsets are an object; a second read from them is empty.
+    assert_eq!(read_all(&place, Some("g")).unwrap(), want);
+    assert!(read_all(&place, Some("g")).unwrap().is_empty());
+    let groups = rs.groups().unwrap();
+    assert_eq!(groups.len(), 1);
+    assert_eq!(
+        groups[0].1.offsets,
+        rs.watermark()
+            .unwrap()
+            .parts
+            .iter()
+            .map(|m| m.next)
+            .collect::<Vec<_>>()
+    );
+
+    // One flipped byte in a batch of an object: refused, naming the
+    // object and the batch's offset in it.
+    let ix = ObjectRemote(DirStore(store.clone())).index(S, N).unwrap();
+    let o = ix.parts[1].objects[1];
+    let key = stream_key(S, &object_key(1, o.first, o.end));
+    let path = store.join(&key);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes.len() - 10;
+    bytes[at] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    let err = read_all(&place, None).unwrap_err().to_string();
+    assert!(
+        err.contains(&key) && err.contains("corrupt at offset"),
+        "{err}"
+    );
+    // An object the index names and the store lacks: named.
+    std::fs::remove_file(&path).unwrap();
+    let err = read_all(&place, None).unwrap_err().to_string();
+    assert!(
+        err.contains(&key) && err.contains("the store has none"),
         "{err}"
     );
 }
