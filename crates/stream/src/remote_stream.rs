@@ -117,6 +117,17 @@ impl RemoteStream {
             .collect()
     }
 
+    /// Each partition's segment count: its segment files, or on an
+    /// object store the objects its index names.
+    pub fn segment_counts(&self) -> Result<Vec<usize>> {
+        if let Some(ix) = self.index()? {
+            return Ok(ix.parts.iter().map(|p| p.objects.len()).collect());
+        }
+        (0..self.partitions)
+            .map(|p| Ok(layout::part_segments(&self.dir, p)?.len()))
+            .collect()
+    }
+
     pub(crate) fn trimmed(&self, partition: u32, offset: u64, first: u64) -> StreamError {
         StreamError::Trimmed {
             stream: self.name.clone(),
