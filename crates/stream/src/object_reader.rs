@@ -12,7 +12,7 @@ use crate::error::{corrupt, Result, StreamError};
 use crate::format::{self, GroupOffsets, Header, KIND_PART_SEGMENT, KIND_STREAM};
 use crate::layout::{GROUPS, STREAMS_DIR, STREAM_RECORD};
 use crate::object_remote::{stream_key, ObjectRemote, ObjectStore};
-use crate::objects::{object_key, ObjectIndex, INDEX};
+use crate::objects::{object_key, Object, ObjectIndex, INDEX};
 use crate::reader::{Open, RemoteStream, Seg};
 use crate::remote::StreamPlace;
 
@@ -59,7 +59,7 @@ pub(crate) fn open_stream(store: &Store, name: &str) -> Result<RemoteStream> {
 
 /// The published index, with as many partitions as the stream.
 pub(crate) fn index(store: &Store, rs: &RemoteStream) -> Result<ObjectIndex> {
-    let ix = ObjectRemote(store.clone()).index(&rs.name, rs.partitions)?;
+    let ix = ObjectRemote::new(store.clone()).index(&rs.name, rs.partitions)?;
     if ix.parts.len() != rs.partitions as usize {
         return Err(corrupt(
             &path(store, &stream_key(&rs.name, INDEX)),
@@ -124,26 +124,44 @@ pub(crate) fn open_object(
     partition: u32,
     offset: u64,
 ) -> Result<Open> {
-    let o = ix
-        .locate(&rs.name, partition, offset)?
-        .ok_or_else(|| StreamError::Invalid {
-            what: format!(
-                "stream {}: partition {partition} has no offset {offset} below its high watermark",
-                rs.name
-            ),
-        })?;
-    let key = stream_key(&rs.name, &object_key(partition, o.first, o.end));
-    let path = path(store, &key);
-    let bytes = store.get(&key)?.ok_or_else(|| {
-        corrupt(
-            &path,
-            0,
-            format!(
-                "the index of round {} names this object, and the store has none",
-                ix.round
-            ),
-        )
-    })?;
+    let locate = |ix: &ObjectIndex| {
+        ix.locate(&rs.name, partition, offset)?
+            .ok_or_else(|| StreamError::Invalid {
+                what: format!(
+                    "stream {}: partition {partition} has no offset {offset} below its high watermark",
+                    rs.name
+                ),
+            })
+    };
+    let key = |o: &Object| stream_key(&rs.name, &object_key(partition, o.first, o.end));
+    let o = locate(ix)?;
+    let (o, bytes) = match store.get(&key(&o))? {
+        Some(b) => (o, b),
+        None => {
+            // Compacted and deleted since `ix` was read (a reader slower
+            // than the grace period): a newer index names the object that
+            // holds the offset now, and holds every offset `ix` did.
+            let newer = locate(&index(store, rs)?)?;
+            match (newer != o)
+                .then(|| store.get(&key(&newer)))
+                .transpose()?
+                .flatten()
+            {
+                Some(b) => (newer, b),
+                None => {
+                    return Err(corrupt(
+                        &path(store, &key(&o)),
+                        0,
+                        format!(
+                            "the index of round {} names this object, and the store has none",
+                            ix.round
+                        ),
+                    ))
+                }
+            }
+        }
+    };
+    let path = path(store, &key(&o));
     if bytes.len() as u64 != o.bytes {
         return Err(corrupt(
             &path,

@@ -88,7 +88,7 @@ impl StreamPlace {
     pub fn remote(&self) -> Box<dyn StreamRemote + '_> {
         match self {
             StreamPlace::Dir(d) => Box::new(PosixRemote(d)),
-            StreamPlace::Store(s) => Box::new(ObjectRemote(s.clone())),
+            StreamPlace::Store(s) => Box::new(ObjectRemote::new(s.clone())),
         }
     }
 

@@ -15,8 +15,8 @@ use paralog_stream::object_remote::stream_key;
 use paralog_stream::objects::{object_key, INDEX};
 use paralog_stream::reader::list_streams_at;
 use paralog_stream::{
-    Delivered, DrainOptions, Drainer, From, ObjectRemote, ObjectStore, Order, Partitioner,
-    PosixRemote, Producer, Reader, RemoteStream, StreamError, StreamPlace,
+    Compaction, Delivered, DrainOptions, Drainer, From, ObjectRemote, ObjectStore, Order,
+    Partitioner, PosixRemote, Producer, Reader, RemoteStream, StreamError, StreamPlace,
 };
 
 mod common;
@@ -110,7 +110,10 @@ fn objects_are_the_posix_segments_and_a_redrain_writes_them_again() {
     copy(&a, &b);
     let rounds = drain_all(&a, &PosixRemote(&posix));
     assert!(rounds > 3, "{rounds} rounds");
-    let objects = ObjectRemote(DirStore(store.clone()));
+    let objects = ObjectRemote {
+        store: DirStore(store.clone()),
+        compaction: Compaction::OFF,
+    };
     let index = store.join(stream_key(S, INDEX));
     // Round by round, keeping the index from before the last round.
     let (mut d, mut prev, mut got) = (Drainer::default(), None, 0);
@@ -188,7 +191,7 @@ fn a_cut_log_planned_for_a_posix_remote_is_refused() {
     let mut d = Drainer::default();
     while d.drain(&a, &posix, S, &opts).unwrap().round.is_some() {}
     let err = Drainer::default()
-        .drain_to(&a, &ObjectRemote(DirStore(store)), S, &opts)
+        .drain_to(&a, &ObjectRemote::new(DirStore(store)), S, &opts)
         .unwrap_err()
         .to_string();
     assert!(
@@ -251,7 +254,9 @@ fn a_reader_on_the_store_reads_what_the_posix_reader_does_and_refuses_damage() {
 
     // One flipped byte in a batch of an object: refused, naming the
     // object and the batch's offset in it.
-    let ix = ObjectRemote(DirStore(store.clone())).index(S, N).unwrap();
+    let ix = ObjectRemote::new(DirStore(store.clone()))
+        .index(S, N)
+        .unwrap();
     let o = ix.parts[1].objects[1];
     let key = stream_key(S, &object_key(1, o.first, o.end));
     let path = store.join(&key);
@@ -271,4 +276,85 @@ fn a_reader_on_the_store_reads_what_the_posix_reader_does_and_refuses_damage() {
         err.contains(&key) && err.contains("the store has none"),
         "{err}"
     );
+}
+
+#[test]
+fn the_drain_compacts_small_objects_expires_them_and_a_redrain_does_the_same() {
+    let t = tempfile::tempdir().unwrap();
+    let (a, b, c) = (t.path().join("a"), t.path().join("b"), t.path().join("c"));
+    let (posix, s1, s2) = (
+        t.path().join("posix"),
+        t.path().join("s1"),
+        t.path().join("s2"),
+    );
+    for d in [&posix, &s1, &s2] {
+        std::fs::create_dir(d).unwrap();
+    }
+    produce(&a);
+    copy(&a, &b);
+    copy(&a, &c);
+    drain_all(&a, &PosixRemote(&posix));
+    let compaction = Compaction {
+        small: 1500,
+        min_run: 2,
+        max: 5000,
+        grace: 2,
+    };
+    let remote = |dir: &Path| ObjectRemote {
+        store: DirStore(dir.to_path_buf()),
+        compaction,
+    };
+    let rounds = drain_all(&b, &remote(&s1));
+    assert!(rounds > 3, "{rounds} rounds");
+    let ix = remote(&s1).index(S, N).unwrap();
+    let objects: usize = ix.parts.iter().map(|p| p.objects.len()).sum();
+    let written: usize = walk(&layout::stream_dir(&posix, S))
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .count();
+    assert!(
+        objects < written,
+        "{objects} objects for {written} rounds' segments: nothing compacted"
+    );
+    // On the store: exactly the objects the index names or still retires.
+    let mut named: Vec<String> = ix
+        .parts
+        .iter()
+        .enumerate()
+        .flat_map(|(p, part)| part.objects.iter().map(move |o| (p as u32, *o)))
+        .chain(ix.retired.iter().map(|r| (r.partition, r.object)))
+        .map(|(p, o)| stream_key(S, &object_key(p, o.first, o.end)))
+        .collect();
+    named.sort();
+    let mut stored: Vec<String> = walk(&s1)
+        .iter()
+        .map(|p| p.strip_prefix(&s1).unwrap().to_str().unwrap().to_owned())
+        .filter(|k| k.contains("/p0"))
+        .collect();
+    stored.sort();
+    assert_eq!(
+        stored, named,
+        "objects neither named nor retired were left, or named ones are gone"
+    );
+    assert!(ix.retired.iter().all(|r| r.round + 2 > ix.round));
+
+    // The same events as the directory's, in the same cut order.
+    let place = StreamPlace::Store(Arc::new(DirStore(s1.clone())));
+    let want = read_all(&StreamPlace::Dir(posix.clone()), None).unwrap();
+    assert_eq!(read_all(&place, None).unwrap(), want);
+
+    // A re-drain of a copy into a fresh store: the same objects, the same bytes.
+    drain_all(&c, &remote(&s2));
+    let tree = |d: &Path| -> Vec<(PathBuf, Vec<u8>)> {
+        walk(d)
+            .into_iter()
+            .map(|p| {
+                (
+                    p.strip_prefix(d).unwrap().to_path_buf(),
+                    std::fs::read(&p).unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert!(tree(&s1) == tree(&s2), "a re-drain compacted differently");
 }
