@@ -98,6 +98,10 @@ impl ObjectStore for LayoutObjects {
     /// one. The layout's retention (`keep=K`) removes older versions.
     fn put(&self, key: &str, bytes: &[u8]) -> paralog_stream::Result<()> {
         let err = |e: paralog_backend::objstore::ObjError| store_err(self.describe(key), "put", e);
+        if bytes.is_empty() {
+            // No chunk: the layout refuses a piece of no bytes.
+            return self.publish(key, 0, Vec::new(), false).map_err(err);
+        }
         let mut w = self.0.writer().map_err(err)?;
         let piece = w.add(0, bytes).map_err(err)?;
         w.finish().map_err(err)?;
@@ -155,5 +159,61 @@ impl LayoutObjects {
             pieces,
         };
         self.0.publish(key.as_bytes(), v).map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The object layout as a store of whole objects: a PUT replaces, a
+    /// GET sees the latest whole, a DELETE hides it (twice is no error),
+    /// `children` lists one level of names.
+    #[test]
+    fn the_object_layout_keeps_whole_objects_by_key() {
+        let t = tempfile::tempdir().unwrap();
+        let url: RemoteUrl = format!("objstore://{}?keep=2", t.path().display())
+            .parse()
+            .unwrap();
+        let StreamPlace::Store(s) = stream_place(&url).unwrap() else {
+            panic!("objstore:// is a store");
+        };
+        assert_eq!(s.get("a/x").unwrap(), None);
+        s.put("a/x", b"one").unwrap();
+        s.put("a/b/y", b"").unwrap();
+        s.put("a/x", b"two, longer").unwrap();
+        assert_eq!(s.get("a/x").unwrap().as_deref(), Some(&b"two, longer"[..]));
+        assert_eq!(s.get("a/b/y").unwrap().as_deref(), Some(&b""[..]));
+        assert_eq!(s.children("a").unwrap(), vec!["b", "x"]);
+        assert_eq!(s.children("nothing").unwrap(), Vec::<String>::new());
+        s.delete("a/x").unwrap();
+        s.delete("a/x").unwrap();
+        s.delete("never").unwrap();
+        assert_eq!(s.get("a/x").unwrap(), None);
+        assert!(
+            s.describe("a/x").starts_with("objstore://") && s.describe("a/x").ends_with("/a/x")
+        );
+        // A damaged chunk is refused, naming it.
+        s.put("c", b"some bytes").unwrap();
+        let chunk = walk(&t.path().join("data"))
+            .into_iter()
+            .find(|p| std::fs::read(p).unwrap() == b"some bytes")
+            .unwrap();
+        std::fs::write(&chunk, b"some bytez").unwrap();
+        let err = s.get("c").unwrap_err().to_string();
+        assert!(err.contains(&chunk.display().to_string()), "{err}");
+    }
+
+    fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+        out
     }
 }
