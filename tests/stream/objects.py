@@ -22,9 +22,10 @@ back by `paralog stream cat`. Cases:
                   drain run again stores every flushed
                   event exactly once (a cut recorded and not applied is
                   applied again)
-  paralog run     `paralog run --remote s3://...` with two producers as
-                  the program: the server drains the streams to S3 as it
-                  runs and a last round when it stops; every event is there
+  paralog run     `paralog run --remote s3://...` (and `objstore://`) with
+                  two producers as the program: the server drains the
+                  streams there as it runs and a last round when it stops;
+                  every event is there
   corrupt object  a byte flipped in a segment object on MinIO (rewritten
                   with awscli): `cat` exits 1 naming the s3:// object and a
                   byte offset, and prints no event of the damaged partition
@@ -179,10 +180,11 @@ def case_restart(work, s):
         (replayed[0] if replayed else "no cut left unapplied")
 
 
-def case_paralog_run(work, s):
+def case_paralog_run(work, s, layout=False):
     local, prefix = work / "local", work / "prefix"
     prefix.mkdir()
-    url = s.url("run")
+    url = f"objstore://{work / 'objstore'}" if layout else s.url("run")
+    (work / "objstore").mkdir()
     prod = f"{BIN} stream produce --stream {STREAM} --partitions 3 --events 8000 --flush-every 100"
     r = run([BIN, "run", "--local", local, "--prefix", prefix, "--remote", url, "--mpi", "none", "--", "sh", "-c",
              f"{prod} & {prod} --partition-by key; wait"], env=s.env, cwd=work)
@@ -221,6 +223,7 @@ def main():
     s = S3(suite.base / "minio")
     suite.cleanup.append(s.minio.stop)
     cases = [("4x3 to S3", case_4x3), ("MinIO restart", case_restart), ("paralog run", case_paralog_run),
+             ("paralog run, objstore://", lambda w, s: case_paralog_run(w, s, layout=True)),
              ("corrupt object", case_corrupt)]
     sys.exit(suite.run([(label, lambda w, f=f: f(w, s)) for label, f in cases], only=a.only))
 
