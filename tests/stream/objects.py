@@ -35,6 +35,7 @@ Ends with "stream-objects: N passed, N failed"."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -43,7 +44,7 @@ from pathlib import Path
 from tests.lib.check import Suite, check, suite_options
 from tests.lib.minio import MinIO
 from tests.lib.paths import BIN
-from tests.lib.proc import run
+from tests.lib.proc import kill_tree, run
 from tests.lib.streams import STREAM, check_events, produce, producer_report, stop
 
 BUCKET = "plstreams"
@@ -163,11 +164,11 @@ def case_restart(work, s):
     # The follower either failed a round on the dead MinIO (naming the
     # stream) or rode the outage out on the S3 client's retries; it is
     # killed now (a crash as well) and the drain run again.
-    if d.poll() is None:
-        stop(d)
+    kill_tree(d, signal.SIGKILL)
+    _, err = d.communicate()
+    if d.returncode == -9:
         how = "retried through the outage"
     else:
-        _, err = d.communicate()
         check(d.returncode == 1 and f"s3://{BUCKET}/restart" in err, f"follower: {d.returncode} {err[-400:]}")
         how = "failed"
     again = drain(local, url, s.env).stdout
