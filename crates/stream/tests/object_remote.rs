@@ -358,3 +358,57 @@ fn the_drain_compacts_small_objects_expires_them_and_a_redrain_does_the_same() {
     };
     assert!(tree(&s1) == tree(&s2), "a re-drain compacted differently");
 }
+
+#[test]
+fn a_reader_whose_objects_were_compacted_and_deleted_reads_the_index_again() {
+    let t = tempfile::tempdir().unwrap();
+    let (a, b) = (t.path().join("a"), t.path().join("b"));
+    let (posix, store) = (t.path().join("posix"), t.path().join("store"));
+    std::fs::create_dir(&posix).unwrap();
+    std::fs::create_dir(&store).unwrap();
+    produce(&a);
+    copy(&a, &b);
+    drain_all(&a, &PosixRemote(&posix));
+    let remote = ObjectRemote {
+        store: DirStore(store.clone()),
+        compaction: Compaction {
+            small: 1500,
+            min_run: 2,
+            max: 5000,
+            grace: 1,
+        },
+    };
+    // Two rounds (nothing to compact yet: the last object never is),
+    // then a reader holding that index, then the rest.
+    let mut d = Drainer::default();
+    for _ in 0..2 {
+        assert!(d.drain_to(&b, &remote, S, &OPTS).unwrap().round.is_some());
+    }
+    let place = StreamPlace::Store(Arc::new(DirStore(store.clone())));
+    let mut r = Reader::open(
+        RemoteStream::open_at(&place, S).unwrap(),
+        None,
+        From::Earliest,
+        Order::Cut,
+    )
+    .unwrap();
+    let first = remote.index(S, N).unwrap().parts[0].objects[0];
+    while d.drain_to(&b, &remote, S, &OPTS).unwrap().round.is_some() {}
+    let gone = store.join(stream_key(S, &object_key(0, first.first, first.end)));
+    assert!(
+        !gone.exists(),
+        "{} was not compacted and deleted",
+        gone.display()
+    );
+    let mut got = Vec::new();
+    while let Some(e) = r.next_event().unwrap() {
+        got.push(e);
+    }
+    let want: Vec<Delivered> = read_all(&StreamPlace::Dir(posix), None)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.round <= 2)
+        .collect();
+    assert!(!want.is_empty());
+    assert_eq!(got, want);
+}
