@@ -131,11 +131,14 @@ test-objects: build setup-test
 # API and Python module: MPICH and Open MPI ranks producing through
 # paralog/stream.h, Python producers (mpi4py) and a following reader, bad
 # input (about 15 s); backpressure (a quota of undrained bytes) and
-# retention (`stream trim`) (about 5 s).
-test-stream: build
+# retention (`stream trim`) (about 5 s); streams drained to S3 (a real
+# MinIO on loopback) and objstore://, read back equal to a directory's,
+# MinIO restarted during a drain, a damaged object named (about 20 s).
+test-stream: build setup-test
 	/usr/bin/python3 -m tests.stream.run
 	/usr/bin/python3 -m tests.stream.api
 	/usr/bin/python3 -m tests.stream.retention
+	/usr/bin/python3 -m tests.stream.objects
 
 # The long crash run (500 randomized trials, about 10 minutes).
 test-crash-long: build

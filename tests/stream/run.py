@@ -52,7 +52,8 @@ under a node-local root, `paralog stream drain` to a POSIX remote, and
                   the first drain) a byte flipped in a drained partition segment: cat exits
                   1 naming the segment and an offset, and prints no event
                   of the damaged batch
-  bad commands    unknown stream, an S3 URL, a partition count that
+  bad commands    unknown stream (on a directory and on objstore://),
+                  `trim` on an object remote, a partition count that
                   differs from the node's: one line, exit 1
 
 Usage: python3 -m tests.stream.run [--only SUBSTRING] [--keep] [--trials N]
@@ -351,7 +352,8 @@ def case_bad(work):
     remote.mkdir()
     for cmd, want in [
         (["stream", "cat", f"{remote}/nope"], "no stream nope"),
-        (["stream", "describe", "s3://bucket/x/tele"], "POSIX remotes"),
+        (["stream", "describe", f"objstore://{remote}/tele"], "no stream tele"),
+        (["stream", "trim", f"objstore://{remote}/tele", "--keep-bytes", "1M"], "directory remote"),
         (["stream", "cat", "tele"], "URL/STREAM"),
         (["stream", "drain", "--local", local, "--remote", remote, "--stream", "nope"], "no stream nope"),
     ]:

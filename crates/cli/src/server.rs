@@ -46,9 +46,9 @@ pub struct Args {
     #[command(flatten)]
     pub job_of_servers: ServerJobArgs,
     /// Where the shared event streams under the node-local root drain: a
-    /// directory (docs/streams.md) [default: --remote, when it is one;
-    /// `paralog run` gives the prefix]
-    #[arg(long, value_name = "DIR")]
+    /// directory, s3://bucket/prefix or objstore:///path (docs/streams.md)
+    /// [default: --remote; `paralog run` without one gives the prefix]
+    #[arg(long, value_name = "URL")]
     stream_remote: Option<String>,
 }
 

@@ -19,6 +19,7 @@ pub mod service;
 pub mod status;
 pub mod step;
 pub mod stop;
+pub mod stream_store;
 pub mod streams;
 pub mod timeline;
 pub mod watch;

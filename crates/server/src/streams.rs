@@ -3,7 +3,8 @@
 //! each interval (`paralog_stream::drain_stream`: cut recorded, then
 //! applied, then the watermark), and a last round of every stream when the
 //! server stops, so that `paralog run` leaves every flushed event on the
-//! remote. Streams go to a POSIX directory only in this version.
+//! remote: a POSIX directory or an object store (S3, the object layout;
+//! `stream_store.rs` makes the place from the URL).
 //!
 //! A stream whose round fails (a damaged segment, a remote that refuses)
 //! is logged once per distinct error and tried again next round; the other
@@ -14,7 +15,7 @@ use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use paralog_stream::{DrainOptions, DrainReport, Drainer, StreamError};
+use paralog_stream::{DrainOptions, DrainReport, Drainer, StreamError, StreamPlace};
 
 use crate::stop::Stop;
 
@@ -22,12 +23,16 @@ pub struct StreamDrain {
     stop: Stop,
     thread: Option<JoinHandle<Drainer>>,
     local: PathBuf,
-    remote: PathBuf,
+    remote: StreamPlace,
 }
 
-/// Start draining the streams under `local` to the directory `remote`,
-/// a round every `interval`.
-pub fn start(local: PathBuf, remote: PathBuf, interval: Duration) -> std::io::Result<StreamDrain> {
+/// Start draining the streams under `local` to `remote`, a round every
+/// `interval`.
+pub fn start(
+    local: PathBuf,
+    remote: StreamPlace,
+    interval: Duration,
+) -> std::io::Result<StreamDrain> {
     let stop = Stop::default();
     let (l, r, s) = (local.clone(), remote.clone(), stop.clone());
     let thread = std::thread::Builder::new()
@@ -55,9 +60,10 @@ fn round(
     last: bool,
     drainer: &mut Drainer,
     local: &std::path::Path,
-    remote: &std::path::Path,
+    remote: &StreamPlace,
     said: &mut HashMap<String, String>,
 ) -> Vec<Result<DrainReport, (String, StreamError)>> {
+    let remote = remote.remote();
     let streams = match paralog_stream::drain::local_streams(local) {
         Ok(s) => s,
         Err(e) => {
@@ -71,10 +77,10 @@ fn round(
         let r = if last {
             // Everything committed, however many rounds it takes.
             drainer
-                .drain_pending(local, remote, &s, &opts)
+                .drain_pending_to(local, &*remote, &s, &opts)
                 .map(|mut v| v.pop().unwrap_or_default())
         } else {
-            drainer.drain(local, remote, &s, &opts)
+            drainer.drain_to(local, &*remote, &s, &opts)
         };
         match r {
             Ok(r) => {

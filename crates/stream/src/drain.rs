@@ -24,6 +24,8 @@ use crate::publish::header_len;
 use crate::remote::{PosixRemote, RoundWrite, StreamRemote};
 use crate::segment::{self, Batch, Next};
 
+pub use crate::lag::{local_lag, LocalLag};
+
 #[derive(Debug, Clone, Copy)]
 pub struct DrainOptions {
     /// A partition's remote segment is rolled (the next batch starts a new
@@ -151,9 +153,20 @@ impl Drainer {
         stream: &str,
         opts: &DrainOptions,
     ) -> Result<Vec<DrainReport>> {
+        self.drain_pending_to(local, &PosixRemote(remote), stream, opts)
+    }
+
+    /// [`Drainer::drain_pending`] to any remote.
+    pub fn drain_pending_to(
+        &mut self,
+        local: &Path,
+        remote: &dyn StreamRemote,
+        stream: &str,
+        opts: &DrainOptions,
+    ) -> Result<Vec<DrainReport>> {
         let mut out = Vec::new();
         loop {
-            let r = self.drain(local, remote, stream, opts)?;
+            let r = self.drain_to(local, remote, stream, opts)?;
             let done = r.round.is_none();
             if !done || out.is_empty() {
                 out.push(r);
@@ -551,50 +564,4 @@ fn read_ranges(
         out.push((r.producer, batches));
     }
     Ok(out)
-}
-
-/// What a stream holds on this node and how much of it the drain took.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LocalLag {
-    pub stream: String,
-    pub partitions: Option<u32>,
-    /// Producer segments (one per process that opened the stream).
-    pub segments: usize,
-    /// Their bytes past their headers.
-    pub bytes: u64,
-    /// Of those, the bytes that cuts took (drained, or recorded and about to be).
-    pub drained: u64,
-    /// Drain rounds recorded in the cut log.
-    pub rounds: u64,
-}
-
-/// The lag of a stream under the node-local root: what is not drained yet
-/// (`bytes - drained`). Reads the cut log; takes no lock (a snapshot).
-pub fn local_lag(local: &Path, stream: &str) -> Result<LocalLag> {
-    format::valid_name("stream name", stream)?;
-    let dir = layout::stream_dir(local, stream);
-    if !dir.is_dir() {
-        return Err(StreamError::UnknownStream {
-            stream: stream.into(),
-            root: local.to_path_buf(),
-        });
-    }
-    let (segs, parts) = local::segments(&dir, stream)?;
-    let (cuts, _) = local::read_cuts(&dir.join(layout::CUTS))?;
-    let mut taken: HashMap<u64, u64> = HashMap::new();
-    for r in cuts.iter().flat_map(|c| &c.ranges) {
-        taken.insert(r.producer, r.to);
-    }
-    let mut lag = LocalLag {
-        stream: stream.into(),
-        partitions: parts.or_else(|| cuts.last().map(|c| c.parts.len() as u32)),
-        segments: segs.len(),
-        rounds: cuts.len() as u64,
-        ..Default::default()
-    };
-    for (id, s) in &segs {
-        lag.bytes += s.len - s.header_len;
-        lag.drained += taken.get(id).map_or(0, |t| t - s.header_len);
-    }
-    Ok(lag)
 }

@@ -9,12 +9,13 @@ use std::path::PathBuf;
 use crate::error::{corrupt, Result, StreamError};
 use crate::format::{Header, Watermark, KIND_PART_SEGMENT, KIND_STREAM};
 use crate::layout::{STREAMS_DIR, STREAM_RECORD};
+use crate::object_compact::{self, Compaction};
 use crate::objects::{object_key, Object, ObjectIndex, INDEX};
 use crate::publish::header_len;
 use crate::remote::{RoundWrite, StreamRemote};
 
 /// Whole-object operations on a store of immutable objects, by key.
-pub trait ObjectStore {
+pub trait ObjectStore: Send + Sync {
     /// How `key` is shown in messages (e.g. `s3://bucket/prefix/key`).
     fn describe(&self, key: &str) -> String;
     /// The object's bytes, `None` if there is none.
@@ -24,10 +25,62 @@ pub trait ObjectStore {
     fn put(&self, key: &str, bytes: &[u8]) -> Result<()>;
     /// Remove the object; a missing one is no error.
     fn delete(&self, key: &str) -> Result<()>;
+    /// The names one level below `prefix` (a key without a trailing
+    /// '/'): of `a/b/c` and `a/d` under `a`, `b` and `d`; sorted, each
+    /// once. Only `ls` and `describe` list (the streams, a stream's
+    /// groups): the drain and the readers read the index.
+    fn children(&self, prefix: &str) -> Result<Vec<String>>;
+}
+
+impl<T: ObjectStore + ?Sized> ObjectStore for std::sync::Arc<T> {
+    fn describe(&self, key: &str) -> String {
+        (**self).describe(key)
+    }
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        (**self).get(key)
+    }
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        (**self).put(key, bytes)
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        (**self).delete(key)
+    }
+    fn children(&self, prefix: &str) -> Result<Vec<String>> {
+        (**self).children(prefix)
+    }
+}
+
+/// [`ObjectStore::children`] from a store's listing of whole keys under
+/// `prefix/`.
+pub fn children_of<'a>(prefix: &str, keys: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let base = format!("{prefix}/");
+    let mut out: Vec<String> = keys
+        .into_iter()
+        .filter_map(|k| k.strip_prefix(&base))
+        .filter_map(|rest| rest.split('/').next())
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// The drain's remote on an object store.
-pub struct ObjectRemote<S>(pub S);
+pub struct ObjectRemote<S> {
+    pub store: S,
+    pub compaction: Compaction,
+}
+
+impl<S> ObjectRemote<S> {
+    /// With the default compaction.
+    pub fn new(store: S) -> ObjectRemote<S> {
+        ObjectRemote {
+            store,
+            compaction: Compaction::default(),
+        }
+    }
+}
 
 /// The key of `rel` in the stream's place.
 pub fn stream_key(stream: &str, rel: &str) -> String {
@@ -38,8 +91,8 @@ impl<S: ObjectStore> ObjectRemote<S> {
     /// The published index (round 0, nothing, if none yet).
     pub fn index(&self, stream: &str, partitions: u32) -> Result<ObjectIndex> {
         let key = stream_key(stream, INDEX);
-        match self.0.get(&key)? {
-            Some(b) => ObjectIndex::decode(&b, &PathBuf::from(self.0.describe(&key))),
+        match self.store.get(&key)? {
+            Some(b) => ObjectIndex::decode(&b, &PathBuf::from(self.store.describe(&key))),
             None => Ok(ObjectIndex::empty(partitions)),
         }
     }
@@ -47,7 +100,7 @@ impl<S: ObjectStore> ObjectRemote<S> {
 
 impl<S: ObjectStore> StreamRemote for ObjectRemote<S> {
     fn stream_dir(&self, stream: &str) -> PathBuf {
-        PathBuf::from(self.0.describe(&format!("{STREAMS_DIR}/{stream}")))
+        PathBuf::from(self.store.describe(&format!("{STREAMS_DIR}/{stream}")))
     }
 
     /// Each round's batch of a partition is its own object.
@@ -57,8 +110,8 @@ impl<S: ObjectStore> StreamRemote for ObjectRemote<S> {
 
     fn ensure(&self, stream: &str, partitions: u32) -> Result<()> {
         let key = stream_key(stream, STREAM_RECORD);
-        if let Some(b) = self.0.get(&key)? {
-            let h = Header::decode(&b, KIND_STREAM, &PathBuf::from(self.0.describe(&key)))?;
+        if let Some(b) = self.store.get(&key)? {
+            let h = Header::decode(&b, KIND_STREAM, &PathBuf::from(self.store.describe(&key)))?;
             if h.name != stream || h.partitions != partitions {
                 return Err(StreamError::PartitionMismatch {
                     stream: stream.into(),
@@ -76,7 +129,7 @@ impl<S: ObjectStore> StreamRemote for ObjectRemote<S> {
             partitions,
             name: stream.into(),
         };
-        self.0.put(&key, &h.encode())
+        self.store.put(&key, &h.encode())
     }
 
     fn watermark(&self, stream: &str, partitions: u32) -> Result<Watermark> {
@@ -89,12 +142,13 @@ impl<S: ObjectStore> StreamRemote for ObjectRemote<S> {
 
     /// PUT each partition's object (a part segment header, then the
     /// round's batch: what the POSIX drain writes rolling every round),
-    /// then the index naming them. A cut planned for a POSIX remote (its
+    /// compact and expire (`object_compact.rs`), then PUT the index
+    /// naming them. A cut planned for a POSIX remote (its
     /// batch appended to an earlier segment) is refused: its objects
     /// could not stand alone.
     fn apply(&self, stream: &str, n: u32, round: RoundWrite<'_>) -> Result<()> {
         let RoundWrite { cut, bytes, after } = round;
-        let index_path = PathBuf::from(self.0.describe(&stream_key(stream, INDEX)));
+        let index_path = PathBuf::from(self.store.describe(&stream_key(stream, INDEX)));
         let mut ix = self.index(stream, n)?;
         let mut new = vec![None; n as usize];
         for (p, (part, b)) in cut.parts.iter().zip(bytes).enumerate() {
@@ -121,7 +175,7 @@ impl<S: ObjectStore> StreamRemote for ObjectRemote<S> {
             obj.extend_from_slice(b);
             let end = part.first + part.count;
             let key = stream_key(stream, &object_key(p as u32, part.first, end));
-            self.0.put(&key, &obj)?;
+            self.store.put(&key, &obj)?;
             crate::failpoint::hit("stream.mid_apply");
             new[p] = Some(Object {
                 first: part.first,
@@ -140,7 +194,8 @@ impl<S: ObjectStore> StreamRemote for ObjectRemote<S> {
                 ),
             ));
         }
+        object_compact::run(&self.store, stream, cut.round, &self.compaction, &mut ix)?;
         crate::failpoint::hit("stream.before_watermark");
-        self.0.put(&stream_key(stream, INDEX), &ix.encode())
+        self.store.put(&stream_key(stream, INDEX), &ix.encode())
     }
 }

@@ -3,9 +3,9 @@
 //! objects chosen for compaction, compacted ones swapped in (the small
 //! ones retired), retired ones expired after the grace period, and where
 //! a reader finds an offset. The drain on an object remote
-//! (`object_remote.rs`) adds each round's objects; compaction and expiry
-//! are not run by it yet: each function states the order of the PUTs and
-//! DELETEs it needs.
+//! (`object_remote.rs`) adds each round's objects, then compacts and
+//! expires (`object_compact.rs`); each function states the order of the
+//! PUTs and DELETEs it needs.
 
 use std::path::Path;
 
@@ -65,7 +65,9 @@ impl ObjectIndex {
     /// maximal run of at least `min_run` objects smaller than `small`
     /// bytes, cut so that no compacted object passes `max` bytes. The
     /// drain GETs a run's objects, writes their batches under one header
-    /// as a new object, then calls [`ObjectIndex::compact`].
+    /// as a new object, then calls [`ObjectIndex::compact`]. A
+    /// partition's last object is never in a run: it is the one the
+    /// drain's cut log checks the index against ([`ObjectIndex::marks`]).
     pub fn compaction_runs(&self, small: u64, min_run: usize, max: u64) -> Vec<(u32, Vec<Object>)> {
         let mut out = Vec::new();
         for (p, part) in self.parts.iter().enumerate() {
@@ -76,7 +78,8 @@ impl ObjectIndex {
                 }
                 run.clear();
             };
-            for o in &part.objects {
+            let keep = part.objects.len().saturating_sub(1);
+            for o in &part.objects[..keep] {
                 let size: u64 = run.iter().map(|r| r.bytes).sum();
                 if o.bytes >= small || size + o.bytes > max {
                     flush(&mut run);

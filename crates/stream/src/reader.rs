@@ -1,5 +1,6 @@
-//! Reading a drained stream from a POSIX remote: the streams there, their
-//! description, and a reader (alone, or as a reader group with committed
+//! Reading a drained stream from a remote (a POSIX directory, or an
+//! object store through `object_reader.rs`; the stream's records in
+//! `remote_stream.rs`): a reader (alone, or as a reader group with committed
 //! offsets) that merges the partitions in cut order or event-time order.
 //! It never reads past the high watermark and checks every batch's CRC.
 
@@ -8,140 +9,14 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use crate::error::{corrupt, IoContext, Result, StreamError};
-use crate::format::{
-    self, Event, GroupOffsets, Header, Watermark, KIND_PART_SEGMENT, KIND_REMOTE_BATCH, KIND_STREAM,
-};
+use crate::format::{Event, Header, Watermark, KIND_PART_SEGMENT, KIND_REMOTE_BATCH};
 use crate::layout;
-use crate::segment::{self, Next};
+use crate::object_reader as objects;
+use crate::objects::ObjectIndex;
+use crate::remote::StreamPlace;
+use crate::segment::{self, Next, Source};
 
-/// A stream on a remote.
-#[derive(Debug, Clone)]
-pub struct RemoteStream {
-    pub dir: PathBuf,
-    pub name: String,
-    pub partitions: u32,
-}
-
-/// The streams under a POSIX remote.
-pub fn list_streams(remote: &Path) -> Result<Vec<String>> {
-    Ok(layout::entries(&layout::streams_dir(remote))?
-        .into_iter()
-        .filter(|(_, path)| path.join(layout::STREAM_RECORD).exists())
-        .map(|(name, _)| name)
-        .collect())
-}
-
-impl RemoteStream {
-    pub fn open(remote: &Path, name: &str) -> Result<RemoteStream> {
-        format::valid_name("stream name", name)?;
-        let dir = layout::stream_dir(remote, name);
-        let path = dir.join(layout::STREAM_RECORD);
-        let b = layout::read_small(&path)?.ok_or_else(|| StreamError::UnknownStream {
-            stream: name.into(),
-            root: remote.to_path_buf(),
-        })?;
-        let h = Header::decode(&b, KIND_STREAM, &path)?;
-        if h.name != name {
-            return Err(corrupt(&path, 48, format!("names stream {}", h.name)));
-        }
-        Ok(RemoteStream {
-            dir,
-            name: h.name,
-            partitions: h.partitions,
-        })
-    }
-
-    /// The high watermark (round 0, nothing readable, before the first).
-    pub fn watermark(&self) -> Result<Watermark> {
-        let path = self.dir.join(layout::WATERMARK);
-        let wm = match layout::read_small(&path)? {
-            Some(b) => Watermark::decode(&b, &path)?,
-            None => Watermark {
-                round: 0,
-                parts: vec![Default::default(); self.partitions as usize],
-            },
-        };
-        self.check_partitions(wm.parts.len(), &path, 24)?;
-        Ok(wm)
-    }
-
-    /// Each partition's first offset still on the remote: its first
-    /// segment's (retention deletes whole segments from the start), 0
-    /// before it has one.
-    pub fn first_offsets(&self) -> Result<Vec<u64>> {
-        (0..self.partitions)
-            .map(|p| {
-                Ok(layout::part_segments(&self.dir, p)?
-                    .first()
-                    .copied()
-                    .unwrap_or(0))
-            })
-            .collect()
-    }
-
-    fn trimmed(&self, partition: u32, offset: u64, first: u64) -> StreamError {
-        StreamError::Trimmed {
-            stream: self.name.clone(),
-            partition,
-            offset,
-            first,
-        }
-    }
-
-    /// The reader groups and their committed offsets.
-    pub fn groups(&self) -> Result<Vec<(String, GroupOffsets)>> {
-        let mut out = Vec::new();
-        for (name, _) in layout::entries(&self.dir.join(layout::GROUPS))? {
-            if format::valid_name("group", &name).is_ok() {
-                // A group made between the listing and this read has no
-                // offsets yet: nothing committed to show.
-                if let Some(g) = self.group_offsets(&name)? {
-                    out.push((name, g));
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    pub fn group_offsets(&self, group: &str) -> Result<Option<GroupOffsets>> {
-        format::valid_name("group", group)?;
-        let path = self.dir.join(layout::GROUPS).join(group);
-        let Some(b) = layout::read_small(&path)? else {
-            return Ok(None);
-        };
-        let g = GroupOffsets::decode(&b, &path)?;
-        self.check_partitions(g.offsets.len(), &path, 16)?;
-        Ok(Some(g))
-    }
-
-    /// A record of `path` (its partition count at `offset`) must have as
-    /// many partitions as the stream.
-    fn check_partitions(&self, n: usize, path: &Path, offset: u64) -> Result<()> {
-        if n != self.partitions as usize {
-            return Err(corrupt(
-                path,
-                offset,
-                format!("{n} partitions in a stream of {}", self.partitions),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Store a group's offsets atomically (temporary, fsync, rename).
-    pub fn commit_group(&self, group: &str, offsets: &[u64]) -> Result<()> {
-        format::valid_name("group", group)?;
-        let dir = self.dir.join(layout::GROUPS);
-        layout::create_dirs(&self.dir, &dir, 0o755)?;
-        layout::write_atomic(
-            &dir.join(group),
-            &GroupOffsets {
-                offsets: offsets.to_vec(),
-            }
-            .encode(),
-            0o644,
-        )
-    }
-}
+pub use crate::remote_stream::{list_streams, list_streams_at, RemoteStream};
 
 /// Where a reader starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,6 +52,34 @@ pub struct Delivered {
     pub event: Event,
 }
 
+/// A segment's bytes: a remote file, or an object fetched whole.
+pub(crate) enum Seg {
+    File(File),
+    Bytes(Vec<u8>),
+}
+
+impl Source for Seg {
+    fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<()> {
+        match self {
+            Seg::File(f) => Source::read_exact_at(f, buf, pos),
+            Seg::Bytes(b) => b[..].read_exact_at(buf, pos),
+        }
+    }
+}
+
+/// The segment a cursor reads.
+pub(crate) struct Open {
+    pub path: PathBuf,
+    pub src: Seg,
+    /// The next batch's byte position, and where to stop.
+    pub pos: u64,
+    pub end: u64,
+    /// The segment's first offset.
+    pub first: u64,
+    /// An object's end offset (its name's): it must hold exactly up to it.
+    pub last: Option<u64>,
+}
+
 /// One partition's cursor: verified batches read ahead, one at a time.
 struct Cursor {
     partition: u32,
@@ -186,8 +89,7 @@ struct Cursor {
     limit: u64,
     seg_first: u64,
     seg_end: u64,
-    /// The open segment: path, file, byte position, where to stop, first offset.
-    open: Option<(PathBuf, File, u64, u64, u64)>,
+    open: Option<Open>,
     buf: VecDeque<Delivered>,
     /// A segment was read to its end: the next must start exactly at `next`.
     crossed: bool,
@@ -202,6 +104,8 @@ pub struct Reader {
     cursors: Vec<Cursor>,
     /// Per partition, the offset after the last event handed out.
     delivered: Vec<u64>,
+    /// On an object store: the index the cursors' limits come from.
+    index: Option<ObjectIndex>,
 }
 
 impl Reader {
@@ -211,8 +115,17 @@ impl Reader {
         from: From,
         order: Order,
     ) -> Result<Reader> {
-        let wm = stream.watermark()?;
-        let firsts = stream.first_offsets()?;
+        let index = stream.index()?;
+        let (wm, firsts) = match &index {
+            Some(ix) => (
+                Watermark {
+                    round: ix.round,
+                    parts: ix.marks(),
+                },
+                objects::first_offsets(ix),
+            ),
+            None => (stream.watermark()?, stream.first_offsets()?),
+        };
         let committed = match (group, from) {
             (Some(g), From::Committed) => stream.group_offsets(g)?.map(|g| g.offsets),
             _ => None,
@@ -254,6 +167,7 @@ impl Reader {
             cursors,
             delivered: start,
             stream,
+            index,
         })
     }
 
@@ -266,7 +180,7 @@ impl Reader {
         let dir = self.stream.dir.clone();
         for c in &mut self.cursors {
             if c.buf.is_empty() {
-                c.fill(&self.stream, &dir)?;
+                c.fill(&self.stream, &dir, self.index.as_ref())?;
             }
         }
         let pick = self
@@ -292,7 +206,14 @@ impl Reader {
     /// last refresh) becomes readable; `next_event` then goes on past the
     /// old watermark (a follower's poll: `tail`, the C API's `next`).
     pub fn refresh(&mut self) -> Result<()> {
-        let wm = self.stream.watermark()?;
+        self.index = self.stream.index()?;
+        let wm = match &self.index {
+            Some(ix) => Watermark {
+                round: ix.round,
+                parts: ix.marks(),
+            },
+            None => self.stream.watermark()?,
+        };
         for (c, m) in self.cursors.iter_mut().zip(&wm.parts) {
             if m.next < c.limit {
                 return Err(corrupt(
@@ -313,7 +234,15 @@ impl Reader {
             // The open segment was read up to the old watermark's end: it
             // now ends at the new one's, or at its whole length if a round
             // has rolled past it.
-            if let Some((path, file, _, end, first)) = c.open.as_mut() {
+            // (An object is whole: it keeps its end.)
+            if let Some(Open {
+                path,
+                src: Seg::File(file),
+                end,
+                first,
+                ..
+            }) = c.open.as_mut()
+            {
                 *end = if *first == m.seg_first {
                     m.seg_end
                 } else {
@@ -364,17 +293,23 @@ impl Reader {
 impl Cursor {
     /// Read the next batch that holds offsets at or past `next`, below the
     /// watermark; every byte checked.
-    fn fill(&mut self, rs: &RemoteStream, dir: &Path) -> Result<()> {
+    fn fill(&mut self, rs: &RemoteStream, dir: &Path, ix: Option<&ObjectIndex>) -> Result<()> {
         let n = rs.partitions;
         while self.buf.is_empty() && self.next < self.limit {
             if self.open.is_none() {
-                self.open_segment(rs, dir)?;
+                self.open = Some(match (ix, &rs.place) {
+                    (Some(ix), StreamPlace::Store(s)) => {
+                        objects::open_object(s, rs, ix, self.partition, self.next)?
+                    }
+                    _ => self.open_segment(rs, dir)?,
+                });
             }
-            let (path, file, pos, end, open_first) = self.open.as_mut().expect("opened");
-            let (path, open_first) = (path.clone(), *open_first);
-            match segment::read_batch(file, &path, *pos, *end, KIND_REMOTE_BATCH, n)? {
+            let open = self.open.as_mut().expect("opened");
+            let (path, open_first, last, end) =
+                (open.path.clone(), open.first, open.last, open.end);
+            match segment::read_batch(&open.src, &path, open.pos, end, KIND_REMOTE_BATCH, n)? {
                 Next::Batch(b) => {
-                    *pos = b.end;
+                    open.pos = b.end;
                     let h = b.header;
                     if h.partition != self.partition {
                         return Err(corrupt(
@@ -414,10 +349,20 @@ impl Cursor {
                 }
                 // Below the watermark everything is committed.
                 Next::End => {
-                    if open_first == self.seg_first {
+                    if let Some(last) = last.filter(|&l| l != self.next) {
                         return Err(corrupt(
                             &path,
-                            *end,
+                            end,
+                            format!(
+                                "object of partition {} ends at offset {}, its name says {last}",
+                                self.partition, self.next
+                            ),
+                        ));
+                    }
+                    if last.is_none() && open_first == self.seg_first {
+                        return Err(corrupt(
+                            &path,
+                            end,
                             format!(
                                 "partition {} ends at offset {}, its watermark says {}",
                                 self.partition, self.next, self.limit
@@ -428,7 +373,11 @@ impl Cursor {
                     self.crossed = true;
                 }
                 Next::Torn(why) => {
-                    return Err(corrupt(&path, *pos, format!("below the watermark: {why}")))
+                    return Err(corrupt(
+                        &path,
+                        open.pos,
+                        format!("below the watermark: {why}"),
+                    ))
                 }
             }
         }
@@ -436,7 +385,7 @@ impl Cursor {
     }
 
     /// Open the segment that holds offset `next`.
-    fn open_segment(&mut self, rs: &RemoteStream, dir: &Path) -> Result<()> {
+    fn open_segment(&mut self, rs: &RemoteStream, dir: &Path) -> Result<Open> {
         let (stream, n) = (rs.name.as_str(), rs.partitions);
         let firsts = layout::part_segments(dir, self.partition)?;
         if let Some(&f) = firsts.first().filter(|&&f| self.next < f) {
@@ -487,7 +436,13 @@ impl Cursor {
         } else {
             file.metadata().ctx("stat", &path)?.len()
         };
-        self.open = Some((path, file, h.len(), end, first));
-        Ok(())
+        Ok(Open {
+            path,
+            pos: h.len(),
+            end,
+            first,
+            last: None,
+            src: Seg::File(file),
+        })
     }
 }

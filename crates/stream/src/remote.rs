@@ -4,10 +4,12 @@
 //! directory while the cut log, the plan and their checks stay the same.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::Result;
 use crate::format::{Cut, PartMark, Watermark};
 use crate::layout;
+use crate::object_remote::{ObjectRemote, ObjectStore};
 use crate::publish;
 
 pub trait StreamRemote {
@@ -66,5 +68,41 @@ impl StreamRemote for PosixRemote<'_> {
 
     fn apply(&self, stream: &str, partitions: u32, round: RoundWrite<'_>) -> Result<()> {
         publish::apply(&self.stream_dir(stream), stream, partitions, round)
+    }
+}
+
+/// A remote of streams, owned and cheap to clone: what the CLI and the
+/// server hand to the drain ([`StreamPlace::remote`]) and to the readers
+/// (`RemoteStream::open_at`). Made from a URL outside this crate (the
+/// object stores' clients are not linked here).
+#[derive(Clone)]
+pub enum StreamPlace {
+    /// A POSIX directory (`file:///path`, `/path`).
+    Dir(PathBuf),
+    /// An object store (S3, the object layout).
+    Store(Arc<dyn ObjectStore>),
+}
+
+impl StreamPlace {
+    /// The drain's remote steps on this place.
+    pub fn remote(&self) -> Box<dyn StreamRemote + '_> {
+        match self {
+            StreamPlace::Dir(d) => Box::new(PosixRemote(d)),
+            StreamPlace::Store(s) => Box::new(ObjectRemote::new(s.clone())),
+        }
+    }
+
+    /// How the place is named in messages.
+    pub fn describe(&self) -> String {
+        match self {
+            StreamPlace::Dir(d) => d.display().to_string(),
+            StreamPlace::Store(s) => s.describe(""),
+        }
+    }
+}
+
+impl std::fmt::Debug for StreamPlace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
     }
 }

@@ -44,15 +44,40 @@ pub enum Next {
     Torn(String),
 }
 
-fn read_at(f: &File, buf: &mut [u8], pos: u64, path: &Path) -> Result<()> {
+/// Where a segment's bytes are: a file (a producer's segment, a POSIX
+/// remote's), or an object read whole from an object store.
+pub trait Source {
+    fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<()>;
+}
+
+impl Source for File {
+    fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<()> {
+        FileExt::read_exact_at(self, buf, pos)
+    }
+}
+
+impl Source for [u8] {
+    fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> std::io::Result<()> {
+        let at = usize::try_from(pos).ok().filter(|&a| a <= self.len());
+        match at.and_then(|a| self.get(a..a + buf.len())) {
+            Some(b) => {
+                buf.copy_from_slice(b);
+                Ok(())
+            }
+            None => Err(std::io::ErrorKind::UnexpectedEof.into()),
+        }
+    }
+}
+
+fn read_at<S: Source + ?Sized>(f: &S, buf: &mut [u8], pos: u64, path: &Path) -> Result<()> {
     f.read_exact_at(buf, pos).ctx("read", path)
 }
 
 /// The batch at `pos` of `f` (`len` bytes long, as seen now). A tail that
 /// cannot be a committed batch is `Torn`; bytes that are not a batch with
 /// more bytes after them are corruption, named with the file and offset.
-pub fn read_batch(
-    f: &File,
+pub fn read_batch<S: Source + ?Sized>(
+    f: &S,
     path: &Path,
     pos: u64,
     len: u64,
@@ -126,8 +151,8 @@ pub fn read_batch(
 
 /// Every committed batch of `from..to`, which a record says holds whole
 /// batches: anything else there (torn included) is corruption.
-pub fn read_committed(
-    f: &File,
+pub fn read_committed<S: Source + ?Sized>(
+    f: &S,
     path: &Path,
     from: u64,
     to: u64,
@@ -155,7 +180,7 @@ pub fn read_committed(
     Ok(out)
 }
 
-fn all_zero(f: &File, path: &Path, mut pos: u64, len: u64) -> Result<bool> {
+fn all_zero<S: Source + ?Sized>(f: &S, path: &Path, mut pos: u64, len: u64) -> Result<bool> {
     let mut buf = vec![0u8; 64 << 10];
     while pos < len {
         let n = ((len - pos) as usize).min(buf.len());

@@ -3,11 +3,11 @@
 //! and the load generator (`drain`, `produce`) in `write.rs`. The logic is
 //! in `paralog-stream`; this parses, calls and prints.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{anyhow, bail};
+use anyhow::anyhow;
 use paralog_backend::RemoteUrl;
+use paralog_stream::StreamPlace;
 
 pub mod lag;
 mod read;
@@ -78,16 +78,17 @@ fn print_rows<T>(
     Ok(ExitCode::SUCCESS)
 }
 
-/// The directory of a POSIX remote URL (the only remote of streams so far).
-fn posix_root(url: &str) -> anyhow::Result<PathBuf> {
-    match url.parse::<RemoteUrl>().map_err(|e| anyhow!("{e}"))? {
-        RemoteUrl::Posix(p) => Ok(p),
-        other => bail!("{other}: streams are drained to and read from POSIX remotes (a directory) so far; S3 and the object layout come later (docs/streams.md)"),
-    }
+/// Where a remote URL's streams are: a directory, S3 or the object
+/// layout (parsed by the one URL parser, opened by the server's
+/// `stream_store`).
+fn place(url: &str) -> anyhow::Result<StreamPlace> {
+    let u = url.parse::<RemoteUrl>().map_err(|e| anyhow!("{e}"))?;
+    paralog_server::stream_store::stream_place(&u).map_err(|e| anyhow!("{e}"))
 }
 
 /// The server's stream drain (one node): to `--stream-remote`, else to
-/// `--remote` when it is a directory; none otherwise (said in the log).
+/// `--remote`; none with the prefix as the remote (said in the log;
+/// `paralog run` gives `--stream-remote` then).
 pub fn server_drain(
     stream_remote: Option<&str>,
     remote: &paralog_server::remote::Remote,
@@ -95,10 +96,11 @@ pub fn server_drain(
 ) -> anyhow::Result<Option<paralog_server::streams::StreamDrain>> {
     use paralog_server::remote::Remote;
     let dir = match (stream_remote, remote) {
-        (Some(u), _) => posix_root(u).map_err(|e| anyhow!("--stream-remote: {e}"))?,
-        (None, Remote::Url(RemoteUrl::Posix(p), _)) => p.clone(),
-        (None, _) => {
-            tracing::info!("streams are not drained: give --stream-remote DIR (docs/streams.md)");
+        (Some(u), _) => place(u).map_err(|e| anyhow!("--stream-remote: {e}"))?,
+        (None, Remote::Url(u, _)) => paralog_server::stream_store::stream_place(u)
+            .map_err(|e| anyhow!("streams on {u}: {e}"))?,
+        (None, Remote::Prefix) => {
+            tracing::info!("streams are not drained: give --stream-remote URL (docs/streams.md)");
             return Ok(None);
         }
     };
@@ -111,7 +113,7 @@ pub fn server_drain(
 }
 
 /// `URL/STREAM`: the remote and the stream's name (its last component).
-fn split_target(target: &str) -> anyhow::Result<(PathBuf, String)> {
+fn split_target(target: &str) -> anyhow::Result<(StreamPlace, String)> {
     let t = target.trim_end_matches('/');
     let (url, name) = t
         .rsplit_once('/')
@@ -123,5 +125,5 @@ fn split_target(target: &str) -> anyhow::Result<(PathBuf, String)> {
     } else {
         url.to_owned()
     };
-    Ok((posix_root(&url)?, name.to_owned()))
+    Ok((place(&url)?, name.to_owned()))
 }

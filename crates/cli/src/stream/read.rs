@@ -9,7 +9,7 @@ use paralog_stream::{Delivered, From, Order, Reader, RemoteStream};
 
 #[derive(clap::Args)]
 pub struct LsArgs {
-    /// The remote: /path or file:///path
+    /// The remote: /path, file:///path, s3://bucket/prefix or objstore:///path
     url: String,
     #[arg(long)]
     json: bool,
@@ -68,8 +68,7 @@ pub struct TailArgs {
 }
 
 pub fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
-    let root = super::posix_root(&a.url)?;
-    let names = paralog_stream::reader::list_streams(&root)?;
+    let names = paralog_stream::reader::list_streams_at(&super::place(&a.url)?)?;
     let mut out = std::io::stdout().lock();
     if a.json {
         writeln!(out, "{}", serde_json::to_string(&names)?)?;
@@ -83,13 +82,13 @@ pub fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
 
 pub fn describe(a: DescribeArgs) -> anyhow::Result<ExitCode> {
     let (root, name) = super::split_target(&a.target)?;
-    let s = RemoteStream::open(&root, &name)?;
+    let s = RemoteStream::open_at(&root, &name)?;
     let wm = s.watermark()?;
     let firsts = s.first_offsets()?;
+    let segs = s.segment_counts()?;
     let mut parts = Vec::new();
     for (p, m) in wm.parts.iter().enumerate() {
-        let segs = paralog_stream::layout::part_segments(&s.dir, p as u32)?;
-        parts.push(serde_json::json!({"partition": p, "first_offset": firsts[p], "high_watermark": m.next, "segments": segs.len(), "last_segment_bytes": m.seg_end}));
+        parts.push(serde_json::json!({"partition": p, "first_offset": firsts[p], "high_watermark": m.next, "segments": segs[p], "last_segment_bytes": m.seg_end}));
     }
     let total: u64 = wm.parts.iter().map(|m| m.next).sum();
     let groups: Vec<_> = s
@@ -213,7 +212,7 @@ pub fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
 
 fn print_events(a: CatArgs, follow: Option<Duration>) -> anyhow::Result<ExitCode> {
     let (root, name) = super::split_target(&a.target)?;
-    let s = RemoteStream::open(&root, &name)?;
+    let s = RemoteStream::open_at(&root, &name)?;
     let from = parse_from(&a.from)?;
     let order = match a.order {
         OrderArg::Cut => Order::Cut,

@@ -52,7 +52,10 @@ pub fn parse_age(s: &str) -> anyhow::Result<Duration> {
 }
 
 pub fn trim(a: TrimArgs) -> anyhow::Result<ExitCode> {
-    let (root, name) = super::split_target(&a.target)?;
+    let (place, name) = super::split_target(&a.target)?;
+    let paralog_stream::StreamPlace::Dir(root) = place else {
+        bail!("{}: trim works on a directory remote so far (on an object store, retention is still to do: docs/streams.md)", a.target);
+    };
     let keep = match (&a.older_than, &a.keep_bytes) {
         (Some(t), None) => Keep::Newer(parse_age(t)?),
         (None, Some(b)) => {

@@ -11,7 +11,7 @@ use paralog_stream::{DrainOptions, Partitioner, Producer};
 pub struct DrainArgs {
     #[command(flatten)]
     local: crate::LocalArg,
-    /// The remote: /path or file:///path
+    /// The remote: /path, file:///path, s3://bucket/prefix or objstore:///path
     #[arg(long)]
     remote: String,
     /// Only this stream (default: every stream under the node-local root).
@@ -90,7 +90,8 @@ pub struct ProduceArgs {
 
 pub fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {
     let local = a.local.resolve()?;
-    let remote = super::posix_root(&a.remote)?;
+    let place = super::place(&a.remote)?;
+    let remote = place.remote();
     let opts = DrainOptions {
         roll_bytes: a.roll_bytes.max(1),
         ..Default::default()
@@ -104,9 +105,9 @@ pub fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {
         for s in &streams {
             // One round per interval when following; else until nothing is left.
             let reports = if a.follow {
-                vec![drainer.drain(&local, &remote, s, &opts)?]
+                vec![drainer.drain_to(&local, &*remote, s, &opts)?]
             } else {
-                drainer.drain_pending(&local, &remote, s, &opts)?
+                drainer.drain_pending_to(&local, &*remote, s, &opts)?
             };
             for r in &reports {
                 if r.replayed > 0 {

@@ -1,0 +1,57 @@
+//! How much of a stream the node holds and how much of it the drain has
+//! taken (`paralog stream lag`, `paralog status`): a snapshot read from
+//! the producers' segments and the cut log, with no lock.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use crate::error::{Result, StreamError};
+use crate::format;
+use crate::layout;
+use crate::local;
+
+/// What a stream holds on this node and how much of it the drain took.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LocalLag {
+    pub stream: String,
+    pub partitions: Option<u32>,
+    /// Producer segments (one per process that opened the stream).
+    pub segments: usize,
+    /// Their bytes past their headers.
+    pub bytes: u64,
+    /// Of those, the bytes that cuts took (drained, or recorded and about to be).
+    pub drained: u64,
+    /// Drain rounds recorded in the cut log.
+    pub rounds: u64,
+}
+
+/// The lag of a stream under the node-local root: what is not drained yet
+/// (`bytes - drained`). Reads the cut log; takes no lock (a snapshot).
+pub fn local_lag(local: &Path, stream: &str) -> Result<LocalLag> {
+    format::valid_name("stream name", stream)?;
+    let dir = layout::stream_dir(local, stream);
+    if !dir.is_dir() {
+        return Err(StreamError::UnknownStream {
+            stream: stream.into(),
+            root: local.to_path_buf(),
+        });
+    }
+    let (segs, parts) = local::segments(&dir, stream)?;
+    let (cuts, _) = local::read_cuts(&dir.join(layout::CUTS))?;
+    let mut taken: HashMap<u64, u64> = HashMap::new();
+    for r in cuts.iter().flat_map(|c| &c.ranges) {
+        taken.insert(r.producer, r.to);
+    }
+    let mut lag = LocalLag {
+        stream: stream.into(),
+        partitions: parts.or_else(|| cuts.last().map(|c| c.parts.len() as u32)),
+        segments: segs.len(),
+        rounds: cuts.len() as u64,
+        ..Default::default()
+    };
+    for (id, s) in &segs {
+        lag.bytes += s.len - s.header_len;
+        lag.drained += taken.get(id).map_or(0, |t| t - s.header_len);
+    }
+    Ok(lag)
+}
