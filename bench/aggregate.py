@@ -295,6 +295,9 @@ def summarize(a, results, rev, when):
             if row["minimum"]:
                 say(f"K={k} imb {spread}: bytes between nodes / minimum", row["between"] / row["minimum"],
                     "<= 1.05", row["between"] <= 1.05 * row["minimum"])
+            else:
+                say(f"K={k} imb {spread}: bytes between nodes (MB; the minimum is 0)", row["between"] / 1e6,
+                    "= 0", row["between"] == 0)
             if row["pool"]:
                 say(f"K={k} imb {spread}: leader rx buffers / pool", row["rxbuf_peak"] / row["pool"], "<= 1",
                     row["rxbuf_peak"] <= row["pool"])
