@@ -26,7 +26,10 @@ MPI servers exchanging the members over MPI.
                   also after `paralog recover` on every node, which says
                   why; `recover --incomplete` then publishes the members
                   that were finished, flagged incomplete, each equal to the
-                  direct run's, the killed rank's not among them
+                  direct run's, the killed rank's not among them (before
+                  the fix `paralog wait` said everything committed was
+                  drained and exited 0: a set the server job parked had no
+                  row in its status)
 """
 import json
 import re

@@ -3,7 +3,8 @@
  * calls (open O_CREAT|O_TRUNC, write, fsync, close), sizes uneven by up
  * to +-20 %, bytes a function of (rank, step, CKPT_SALT).
  *   ckpt PREFIX NRANKS STEPS MEAN             write (NRANKS processes forked;
- *       CKPT_DIE=STEP:RANK kills that rank halfway through its file)
+ *       CKPT_DIE=STEP:RANK kills that rank halfway through its file; with
+ *       MPI, once the other ranks finished theirs)
  *   ckpt PREFIX NRANKS STEPS MEAN verify      read every member back: stat,
  *       open, read, pread, lseek; list each set directory (readdir, glob); prints
  *       "verified" or the problems and "VERIFY FAILED" (exit 1)
@@ -74,7 +75,14 @@ static int write_rank(const char *prefix, unsigned rank, unsigned step, size_t m
     int dying = die && sscanf(die, "%u:%u", &die_step, &die_rank) == 2 && die_step == step && die_rank == rank;
     unsigned char buf[65536];
     for (size_t off = 0; off < n;) {
-        if (dying && off >= n / 2) raise(SIGKILL);
+        if (dying && off >= n / 2) {
+#ifdef USE_MPI
+            /* The other ranks finish (write, fsync, close) their members of
+             * this step first: this barrier is theirs after the step. */
+            MPI_Barrier(MPI_COMM_WORLD);
+#endif
+            raise(SIGKILL);
+        }
         size_t k = n - off < sizeof buf ? n - off : sizeof buf;
         for (size_t i = 0; i < k; i++) buf[i] = byte_at(rank, step, off + i);
         ssize_t w = write(fd, buf, k);
