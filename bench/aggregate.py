@@ -49,7 +49,8 @@ read back equal to what the ranks wrote (N-1: the file sizes only).
 
 Usage: bench/aggregate.py [--repeat 1] [--mib 4] [--steps 2] [--rate-mbit 200]
          [--compute-ms 1000] [--dir /tmp] [--json OUT] [--keep]
-Space: about 2 x 12 x 8 x MIB x STEPS MiB per round on --dir.
+Space: about 12 x 8 x MIB x STEPS MiB on --dir (every remote of a round is kept
+until the round ends).
 """
 
 import argparse
