@@ -47,7 +47,7 @@ with no node-local log over the sets (every block's checksum verified).
 The verification is also the benchmark's check: every variant's members
 read back equal to what the ranks wrote (N-1: the file sizes only).
 
-Usage: bench/aggregate.py [--repeat 1] [--mib 4] [--steps 2] [--rate-mbit 200]
+Usage: bench/aggregate.py [--repeat 1] [--mib 4] [--steps 3] [--rate-mbit 200]
          [--compute-ms 1000] [--dir /tmp] [--json OUT] [--keep]
 Space: about 12 x 8 x MIB x STEPS MiB on --dir (every remote of a round is kept
 until the round ends).
@@ -318,7 +318,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--mib", type=int, default=4, help="MiB per rank per checkpoint (mean)")
-    ap.add_argument("--steps", type=int, default=2, help="checkpoints")
+    ap.add_argument("--steps", type=int, default=3, help="checkpoints")
     ap.add_argument("--rate-mbit", type=int, default=200)
     ap.add_argument("--compute-ms", type=int, default=1000)
     ap.add_argument("--dir", default="/tmp")
