@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench
+.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench bench-aggregate
 
 all: build
 
@@ -198,6 +198,12 @@ bench-micro: build setup-bench
 # Drain with many nodes (network namespaces; needs root): docs/benchmarks.md section 8.
 bench-cluster: build setup-test
 	/usr/bin/python3 bench/cluster_drain.py $(CLUSTER_FLAGS)
+
+# N-to-K checkpoint aggregation against file-per-process and N-1 on 4
+# simulated nodes behind a tc-capped sshfs link (root): docs/benchmarks.md
+# section 9. AGG_FLAGS="--repeat 3 --mib 16 --steps 3" for the full run.
+bench-aggregate: build setup-test setup-bench
+	/usr/bin/python3 bench/aggregate.py $(AGG_FLAGS)
 
 clean:
 	$(CARGO) clean

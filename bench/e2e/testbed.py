@@ -145,14 +145,16 @@ class Testbed:
 
     # --- set-up -----------------------------------------------------------
 
-    def start(self):
+    def start(self, s3=True):
+        """The link, sshd and the sshfs mount; MinIO too unless s3=False."""
         clean_stale()
         for d in (self.storage, self.mnt, self.minio_data, self.base / "ssh"):
             d.mkdir(parents=True, exist_ok=True)
         self._network()
         self._sshd()
         self._sshfs()
-        self._minio()
+        if s3:
+            self._minio()
 
     def _network(self):
         for ns in (self.ns_c, self.ns_s):

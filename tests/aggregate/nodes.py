@@ -17,7 +17,21 @@ MPI servers exchanging the members over MPI.
                   has no record (an orphaned container); `paralog recover`
                   on every node (an MPI job) publishes every set complete,
                   no orphan left
+  rank killed     an application rank of node n1 killed (SIGKILL) halfway
+                  through its member of the last set (mpirun then ends the
+                  others wherever they are): `paralog wait` names the set
+                  not published, the server job still publishes the earlier
+                  sets whole and equal to the direct run, the interrupted
+                  one has nothing on the remote (no record, no container),
+                  also after `paralog recover` on every node, which says
+                  why; `recover --incomplete` then publishes the members
+                  that were finished, flagged incomplete, each equal to the
+                  direct run's, the killed rank's not among them (before
+                  the fix `paralog wait` said everything committed was
+                  drained and exited 0: a set the server job parked had no
+                  row in its status)
 """
+import json
 import re
 import subprocess
 
@@ -44,10 +58,10 @@ def totals(c):
     return between, sets
 
 
-def write_job(c, flavour, np):
-    env = c.capture_env(c.env({"RANKS_PER_NODE": str(RANKS_PER_NODE)}))
+def write_job(c, flavour, np, extra=None, check_rc=True):
+    env = c.capture_env(c.env({"RANKS_PER_NODE": str(RANKS_PER_NODE), **(extra or {})}))
     cmd = launcher(flavour, np) + [AS_NODE, agg.ckpt_mpi(flavour), c.prefix, np, agg.STEPS, MEAN]
-    run(cmd, env=env, timeout=300)
+    return run(cmd, env=env, timeout=300, check=check_rc)
 
 
 def check_sets(c, work, remote, k, np):
@@ -161,6 +175,80 @@ def case_killed(flavour, who):
     return case
 
 
+def case_rank_killed(flavour):
+    def case(work):
+        nodes, k = 2, 1
+        remote = work / "remote"
+        remote.mkdir()
+        np = nodes * RANKS_PER_NODE
+        last = f"step-{agg.STEPS * 100:06d}"
+        victim = RANKS_PER_NODE + 1  # node n1's second rank
+        args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--containers", str(k)]
+        c = Cluster(work, flavour, nodes, str(remote), server_args=args)
+        try:
+            c.start_servers()
+            r = write_job(c, flavour, np, {"CKPT_DIE": f"{agg.STEPS * 100}:{victim}"}, check_rc=False)
+            check(r.returncode != 0, "the program did not fail although a rank was killed")
+            r = run([BIN, "wait", "--local", c.local, "--job", "t", "--timeout", "120"],
+                    env=c.env({"PARALOG_NODE": "n0"}), check=False, timeout=200)
+            said = r.stdout + r.stderr
+            check(r.returncode == 3, f"paralog wait exited {r.returncode}, not 3: {said[-600:]} {c.tail()}")
+            check(f"ckpt/{last}" in said and "not published" in said,
+                  f"paralog wait does not name the set not published: {said[-600:]}")
+            try:
+                c.servers.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                raise Failed(f"the server job did not end after paralog wait: {c.tail()}")
+        finally:
+            c.stop()
+        direct = work / "direct"
+        direct.mkdir()
+        run([agg.ckpt(), direct, np, agg.STEPS, MEAN], env=agg.clean_env())
+
+        def earlier_sets_whole(when):
+            sets = agg.set_dirs(remote)
+            for d in sets:
+                if d.name == last:
+                    check(not any(d.iterdir()), f"{when}: the interrupted set left "
+                                                f"{sorted(p.name for p in d.iterdir())}")
+                    continue
+                names = sorted(p.name for p in d.iterdir())
+                check(len(names) == k + 1 and "set.plr" in names, f"{when}: {d.name} holds {names}")
+                out = work / when / d.name
+                run([BIN, "extract", remote, f"ckpt/{d.name}", out])
+                for i in range(np):
+                    agg.same_bytes(direct / "ckpt" / d.name / f"rank-{i:05d}.dat", out / f"rank-{i:05d}.dat",
+                                   f"{when}: {d.name}")
+            check(len(sets) == agg.STEPS - 1 or sets[-1].name == last,
+                  f"{when}: set directories {[d.name for d in sets]}")
+
+        earlier_sets_whole("before recover")
+        recover = [BIN, "recover", "--local", c.local, "--remote", remote, "--job", "t", "--aggregate", agg.RULE,
+                   "--agg-align", "64K", "--containers", str(k)]
+        r = run(c.node_cmd(recover), env=c.env(), check=False, timeout=300)
+        said = r.stdout + r.stderr
+        check(r.returncode != 0, f"recover exited 0 with a set it could not publish: {said[-600:]}")
+        check(f"checkpoint set ckpt/{last} not published" in said, f"recover does not say why: {said[-800:]}")
+        earlier_sets_whole("after recover")
+        r = run(c.node_cmd(recover + ["--incomplete"]), env=c.env(), check=False, timeout=300)
+        check(r.returncode == 0, f"recover --incomplete exited {r.returncode}: {(r.stdout + r.stderr)[-800:]}")
+        rows = {row["set"]: row for row in json.loads(run([BIN, "sets", remote, "--json"]).stdout)}
+        row = rows.get(f"ckpt/{last}")
+        check(row is not None and row["complete"] is False and 0 < row["members"] < np,
+              f"after recover --incomplete: {row}")
+        out = work / "incomplete"
+        run([BIN, "extract", remote, f"ckpt/{last}", out])
+        got = sorted(p.name for p in out.iterdir())
+        check(f"rank-{victim:05d}.dat" not in got, f"the killed rank's member was published: {got}")
+        for name in got:
+            agg.same_bytes(direct / "ckpt" / last / name, out / name, f"a finished member of the incomplete set")
+        names = sorted(p.name for p in (remote / "ckpt" / last).iterdir())
+        check(len(names) == k + 1, f"after recover --incomplete the set holds {names}: an orphan")
+        return (f"{agg.STEPS - 1} set(s) whole, the interrupted one absent, also after recover on every node; "
+                f"recover --incomplete published its {len(got)} finished member(s) of {np}, flagged incomplete")
+    return case
+
+
 def cases():
     out = []
     for flavour in ("mpich", "openmpi"):
@@ -171,4 +259,5 @@ def cases():
                 out.append((f"{flavour} {nodes} nodes K={k}", case_nodes(flavour, nodes, k)))
         out.append((f"{flavour} leader killed", case_killed(flavour, "leader")))
         out.append((f"{flavour} sender killed", case_killed(flavour, "sender")))
+        out.append((f"{flavour} rank killed", case_rank_killed(flavour)))
     return out

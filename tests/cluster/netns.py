@@ -314,10 +314,11 @@ exec ip netns exec "$ns" env PARALOG_NODE="$node" /bin/sh -c "$*"
 class NetCluster(SimCluster):
     """A server job and an application on the nodes of a Net."""
 
-    def __init__(self, net, work, flavour, remote, ranks_per_node, remote_env=None):
+    def __init__(self, net, work, flavour, remote, ranks_per_node, remote_env=None, server_args=()):
         super().__init__(work, flavour, remote, remote_env)
         self.net = net
         self.rpn = ranks_per_node
+        self.server_args = [str(a) for a in server_args]
 
     def node_dir(self, k):
         return self.work / "local" / self.net.names[k]
@@ -349,7 +350,7 @@ class NetCluster(SimCluster):
     def launch_servers(self):
         cmd = self.net.launcher(self.flavour, 1, self.net.nodes) + [
             str(BIN), "server", "--local", self.local, "--remote", self.remote, "--job", "t",
-            "--peer-timeout", "120"]
+            "--peer-timeout", "120", *self.server_args]
         self.log = open(self.server_log, "ab")
         self.servers = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                         env={**self.net.env(), **self.remote_env}, start_new_session=True)
@@ -362,11 +363,17 @@ class NetCluster(SimCluster):
             time.sleep(0.1)
         return f"server job not ready in 90 s: {self.tail()}"
 
-    def run_app(self, prog, args, timeout=300):
-        env = self.capture_env(self.net.env())
+    def run_app(self, prog, args, timeout=300, env=None, capture=True, prefix=None):
+        """`prog` (a tests/mpi program's name, or a Path) on every node, its
+        output directory `prefix` (default: the job's prefix) and `args`;
+        `env` added to the launchers'; capture=False: a direct run."""
+        env = self.net.env(env)
+        if capture:
+            env = self.capture_env(env)
         np = self.net.nodes * self.rpn
+        exe = prog if isinstance(prog, Path) else program(self.flavour, prog)
         cmd = self.net.launcher(self.flavour, self.rpn, np, app=True) + [
-            str(program(self.flavour, prog)), str(self.prefix), *args]
+            str(exe), str(prefix or self.prefix), *map(str, args)]
         for attempt in (1, 2, 3):
             r = run(cmd, env=env, timeout=timeout, check=False)
             if r.returncode == 0:

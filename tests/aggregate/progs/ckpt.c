@@ -3,13 +3,20 @@
  * calls (open O_CREAT|O_TRUNC, write, fsync, close), sizes uneven by up
  * to +-20 %, bytes a function of (rank, step, CKPT_SALT).
  *   ckpt PREFIX NRANKS STEPS MEAN             write (NRANKS processes forked;
- *       CKPT_DIE=STEP:RANK kills that rank halfway through its file)
+ *       CKPT_DIE=STEP:RANK kills that rank halfway through its file; with
+ *       MPI, once the other ranks finished theirs)
  *   ckpt PREFIX NRANKS STEPS MEAN verify      read every member back: stat,
  *       open, read, pread, lseek; list each set directory (readdir, glob); prints
  *       "verified" or the problems and "VERIFY FAILED" (exit 1)
  * Built with -DUSE_MPI (mpicc), the ranks are MPI's (NRANKS is ignored
  * when writing), with a barrier between steps; CKPT_MPIIO=1 writes each
- * member with MPI-IO on MPI_COMM_SELF instead of POSIX calls. */
+ * member with MPI-IO on MPI_COMM_SELF instead of POSIX calls, and
+ * CKPT_SHARED=1 writes no members: each step is one shared file
+ * ckpt/step-NNNNNN.dat, the ranks' bytes one after the other
+ * (MPI_File_write_at_all at MPI_Exscan offsets: the N-1 baseline of
+ * bench/aggregate.py). CKPT_SPREAD=P makes sizes uneven by up to +-P %
+ * (default 20; 0: all equal); CKPT_COMPUTE_MS=T sleeps T ms after each
+ * step's barrier (the computation between checkpoints). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +27,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef USE_MPI
 #include <mpi.h>
@@ -37,7 +45,9 @@ static unsigned char byte_at(unsigned rank, unsigned step, unsigned long i) {
 }
 
 static size_t size_of(unsigned rank, unsigned step, size_t mean) {
-    long spread = (long)mean / 5;
+    const char *p = getenv("CKPT_SPREAD");
+    long spread = (long)mean * (p ? atol(p) : 20) / 100;
+    if (spread <= 0) return mean;
     long d = (long)((rank * 7919u + step * 104729u) % 1001u) * 2 * spread / 1000 - spread;
     return (size_t)((long)mean + d);
 }
@@ -65,7 +75,14 @@ static int write_rank(const char *prefix, unsigned rank, unsigned step, size_t m
     int dying = die && sscanf(die, "%u:%u", &die_step, &die_rank) == 2 && die_step == step && die_rank == rank;
     unsigned char buf[65536];
     for (size_t off = 0; off < n;) {
-        if (dying && off >= n / 2) raise(SIGKILL);
+        if (dying && off >= n / 2) {
+#ifdef USE_MPI
+            /* The other ranks finish (write, fsync, close) their members of
+             * this step first: this barrier is theirs after the step. */
+            MPI_Barrier(MPI_COMM_WORLD);
+#endif
+            raise(SIGKILL);
+        }
         size_t k = n - off < sizeof buf ? n - off : sizeof buf;
         for (size_t i = 0; i < k; i++) buf[i] = byte_at(rank, step, off + i);
         ssize_t w = write(fd, buf, k);
@@ -155,7 +172,39 @@ static int write_rank_mpiio(const char *prefix, unsigned rank, unsigned step, si
     }
     return MPI_File_close(&fh) != MPI_SUCCESS;
 }
+
+/* Step STEP as one shared file: rank r's bytes (its member's) at the sum
+ * of the sizes of the ranks before it, in one collective write. */
+static int write_shared(const char *prefix, unsigned rank, unsigned step, size_t mean) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/ckpt", prefix);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/ckpt/step-%06u.dat", prefix, step);
+    size_t n = size_of(rank, step, mean);
+    unsigned long long mine = n, before = 0;
+    MPI_Exscan(&mine, &before, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) before = 0; /* MPI_Exscan leaves rank 0's result undefined */
+    unsigned char *buf = malloc(n ? n : 1);
+    if (!buf) { perror("malloc"); return 1; }
+    for (size_t i = 0; i < n; i++) buf[i] = byte_at(rank, step, i);
+    MPI_File fh;
+    int rc = MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_WRONLY, MPI_INFO_NULL, &fh);
+    if (rc != MPI_SUCCESS) { fprintf(stderr, "MPI_File_open %s failed\n", path); free(buf); return 1; }
+    rc = MPI_File_write_at_all(fh, (MPI_Offset)before, buf, (int)n, MPI_BYTE, MPI_STATUS_IGNORE);
+    rc |= MPI_File_sync(fh);
+    rc |= MPI_File_close(&fh);
+    free(buf);
+    return rc != MPI_SUCCESS;
+}
 #endif
+
+static void compute_pause(void) {
+    const char *c = getenv("CKPT_COMPUTE_MS");
+    long ms = c ? atol(c) : 0;
+    if (ms <= 0) return;
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&t, &t) != 0 && errno == EINTR) {}
+}
 
 int main(int argc, char **argv) {
     if (argc >= 6 && strcmp(argv[5], "verify") == 0) {
@@ -174,13 +223,16 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &r);
     MPI_Comm_size(MPI_COMM_WORLD, &s);
     int rc = 0;
-    const char *mpiio = getenv("CKPT_MPIIO");
+    const char *mpiio = getenv("CKPT_MPIIO"), *shared = getenv("CKPT_SHARED");
     for (unsigned step = 1; step <= steps; step++) {
-        if (mpiio && strcmp(mpiio, "1") == 0)
+        if (shared && strcmp(shared, "1") == 0)
+            rc |= write_shared(prefix, (unsigned)r, step * 100, mean);
+        else if (mpiio && strcmp(mpiio, "1") == 0)
             rc |= write_rank_mpiio(prefix, (unsigned)r, step * 100, mean);
         else
             rc |= write_rank(prefix, (unsigned)r, step * 100, mean);
         MPI_Barrier(MPI_COMM_WORLD);
+        compute_pause();
     }
     MPI_Finalize();
     return rc;
@@ -193,6 +245,7 @@ int main(int argc, char **argv) {
         int st, rc = 0;
         while (wait(&st) > 0) rc |= !WIFEXITED(st) || WEXITSTATUS(st);
         if (rc) return 1;
+        compute_pause();
     }
     return 0;
 #endif

@@ -471,6 +471,7 @@ impl Coordinator {
             .chain(self.sets.failed())
             .collect();
         let mut s = self.ctl.lock();
+        s.files.extend(self.sets.parked_rows());
         s.totals = self.totals.clone();
         s.active = self.active;
     }

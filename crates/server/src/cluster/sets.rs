@@ -10,8 +10,9 @@ use std::collections::BTreeMap;
 use crate::aggregate::across::{self, Ctx};
 use crate::aggregate::nodes::{self, JobSet, Verdict};
 use crate::retry::backoff_rounds;
+use crate::status::{FileState, FileStatus};
 
-use super::plan::GlobalFile;
+use super::plan::{FileKey, GlobalFile};
 use super::{ClusterError, Coordinator, Round};
 
 /// Attempts before a set is parked (its local data kept for `recover`).
@@ -42,6 +43,35 @@ impl SetRounds {
                 k.0,
                 String::from_utf8_lossy(&k.2)
             )
+        })
+    }
+
+    /// A status row per set not published, keyed by its directory (never
+    /// a file's path): member files are not in the per-file status, so
+    /// without it `wait` would find nothing refused and say everything
+    /// committed was drained (it exits 3 and names the set instead).
+    pub(super) fn parked_rows(&self) -> impl Iterator<Item = (FileKey, FileStatus)> + '_ {
+        self.parked.iter().map(|(k, why)| {
+            let key = FileKey {
+                job: k.0.clone(),
+                rel: k.2.clone(),
+            };
+            let row = FileStatus {
+                job: k.0.clone(),
+                path: String::from_utf8_lossy(&k.2).into_owned(),
+                state: FileState::Refused,
+                epochs_drained: 0,
+                epochs_pending: 0,
+                bytes_drained: 0,
+                bytes_pending: 0,
+                rate_bps: 0.0,
+                eta_s: None,
+                attempts: 0,
+                message: Some(format!(
+                    "checkpoint set not published ({why}); local data kept"
+                )),
+            };
+            (key, row)
         })
     }
 }
