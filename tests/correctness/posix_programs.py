@@ -55,6 +55,9 @@ nothing may be left in the prefix that the drain did not put there.
                (progs/rotate_crash.py)
   numpy        save/load, tofile/fromfile, savez, pickle (progs/pyprogs.py)
   atomic       tmp + fsync + os.replace, replacing, rotation with unlink
+  sqlite       Python's sqlite3: DELETE and TRUNCATE journal modes,
+               transactions, VACUUM, reopened (WAL mode maps its -shm file
+               shared and writable: refused, docs/capture.md)
   terminated   writers that never close, ended by SIGTERM (multiprocessing.Pool's
                exit, a kill) or SIGHUP: their writes reach the remote, as the
                kernel keeps them without paralog
@@ -259,6 +262,8 @@ def cases():
         ("identity: one st_dev/st_ino per path", lambda w: compare(w, lambda d: [exe("identity"), d])),
         ("numpy: save/load, tofile/fromfile, savez, pickle", lambda w: compare(w, py("numpy"))),
         ("atomic: tmp + fsync + replace, rotation", lambda w: compare(w, py("atomic"))),
+        ("sqlite: Python's sqlite3, DELETE and TRUNCATE journals, transactions, VACUUM",
+         lambda w: compare(w, py("sqlite"))),
         ("terminated: Pool workers and blocked writers ended by SIGTERM/SIGHUP keep their writes",
          lambda w: compare(w, py("terminated"))),
         ("dup2: a file dup2'ed onto stdout and stderr", lambda w: compare(w, py("dup2"))),

@@ -18,6 +18,10 @@ Usage: pyprogs.py KIND DIR   (KIND below; exit 1 with a line on a failed check)
   locks      another process opens an HDF5 file this one has open for
              writing (HDF5's file lock), and tries flock and lockf locks held
              here, then released; the outcomes are printed
+  sqlite     Python's sqlite3 (the SQLite library): a database in each
+             rollback-journal mode (DELETE, TRUNCATE; PERSIST keeps a
+             journal with a random nonce, unlike any direct run), 40
+             transactions, a delete, VACUUM, reopened and checked
   terminated writers that never close their files, ended by a signal: the
              workers of a multiprocessing.Pool (its `with` block terminates
              them with SIGTERM) each keeping a file open and appending to a
@@ -188,6 +192,25 @@ def locks_case(d):
             print(child(kind, f"{d}/{kind}.dat").replace("busy", "busy after unlock"))
 
 
+def sqlite_case(d):
+    import sqlite3
+    for mode in ("delete", "truncate"):
+        con = sqlite3.connect(f"{d}/{mode}.db")
+        con.execute(f"pragma journal_mode={mode}")
+        con.execute("create table t (k integer primary key, v text)")
+        for i in range(40):
+            with con:
+                con.executemany("insert into t (v) values (?)", [(f"row {i} {j} " * 4,) for j in range(25)])
+        with con:
+            con.execute("delete from t where k % 3 = 0")
+        con.execute("vacuum")
+        con.close()
+        con = sqlite3.connect(f"{d}/{mode}.db")
+        print(mode, con.execute("select count(*), sum(length(v)) from t").fetchone(),
+              con.execute("pragma integrity_check").fetchone())
+        con.close()
+
+
 KEPT = []  # a worker's open files: never closed, as by a long-lived logger
 
 
@@ -234,7 +257,7 @@ def terminated_case(d):
 
 CASES = {"numpy": numpy_case, "atomic": atomic_case, "dup2": dup2_case,
          "subprocess": subprocess_case, "dirs": dirs_case, "h5py": h5py_case,
-         "locks": locks_case, "terminated": terminated_case}
+         "locks": locks_case, "terminated": terminated_case, "sqlite": sqlite_case}
 
 if __name__ == "__main__":
     check(len(sys.argv) == 3 and sys.argv[1] in CASES, f"usage: pyprogs.py {{{','.join(CASES)}}} DIR")
