@@ -115,6 +115,15 @@ class MinIO:
     def mb(self, bucket):
         self.aws("s3api", "create-bucket", "--bucket", bucket)
 
+    @classmethod
+    def with_bucket(cls, base, bucket):
+        """A MinIO started under `base` with `bucket` made, and the
+        environment that reaches it."""
+        m = cls(base)
+        m.start()
+        m.mb(bucket)
+        return m, m.env()
+
     def download_all(self, bucket, prefix, dest):
         """Every object under `prefix/` into `dest` (one awscli call); returns
         the sorted relative keys."""

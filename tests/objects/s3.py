@@ -43,10 +43,7 @@ class S3:
     """A MinIO with a bucket and an object store in it."""
 
     def __init__(self, work):
-        self.minio = MinIO(work)
-        self.minio.start()
-        self.minio.mb(BUCKET)
-        self.env = self.minio.env()
+        self.minio, self.env = MinIO.with_bucket(work, BUCKET)
         self.store = f"s3://{BUCKET}/store"
         self.obj("init", self.store)
 

@@ -54,10 +54,7 @@ class S3:
     """A MinIO with one bucket; `url(name)` a fresh prefix in it."""
 
     def __init__(self, work):
-        self.minio = MinIO(work)
-        self.minio.start()
-        self.minio.mb(BUCKET)
-        self.env = self.minio.env()
+        self.minio, self.env = MinIO.with_bucket(work, BUCKET)
 
     def url(self, name):
         return f"s3://{BUCKET}/{name}"

@@ -184,14 +184,7 @@ impl Drainer {
         stream: &str,
         opts: &DrainOptions,
     ) -> Result<DrainReport> {
-        format::valid_name("stream name", stream)?;
-        let dir = layout::stream_dir(local, stream);
-        if !dir.is_dir() {
-            return Err(StreamError::UnknownStream {
-                stream: stream.into(),
-                root: local.to_path_buf(),
-            });
-        }
+        let dir = layout::existing_local_stream(local, stream)?;
         let _lock = local::lock(&dir.join(layout::DRAIN_LOCK))?;
         let mut report = DrainReport {
             stream: stream.into(),

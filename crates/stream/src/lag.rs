@@ -5,8 +5,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use crate::error::{Result, StreamError};
-use crate::format;
+use crate::error::Result;
 use crate::layout;
 use crate::local;
 
@@ -28,14 +27,7 @@ pub struct LocalLag {
 /// The lag of a stream under the node-local root: what is not drained yet
 /// (`bytes - drained`). Reads the cut log; takes no lock (a snapshot).
 pub fn local_lag(local: &Path, stream: &str) -> Result<LocalLag> {
-    format::valid_name("stream name", stream)?;
-    let dir = layout::stream_dir(local, stream);
-    if !dir.is_dir() {
-        return Err(StreamError::UnknownStream {
-            stream: stream.into(),
-            root: local.to_path_buf(),
-        });
-    }
+    let dir = layout::existing_local_stream(local, stream)?;
     let (segs, parts) = local::segments(&dir, stream)?;
     let (cuts, _) = local::read_cuts(&dir.join(layout::CUTS))?;
     let mut taken: HashMap<u64, u64> = HashMap::new();

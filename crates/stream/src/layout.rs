@@ -37,6 +37,20 @@ pub fn stream_dir(root: &Path, stream: &str) -> PathBuf {
     streams_dir(root).join(stream)
 }
 
+/// The local directory of an existing stream under the node-local `root`
+/// (its name checked first); an unknown stream is an error naming both.
+pub fn existing_local_stream(root: &Path, stream: &str) -> Result<PathBuf> {
+    crate::format::valid_name("stream name", stream)?;
+    let dir = stream_dir(root, stream);
+    if !dir.is_dir() {
+        return Err(crate::error::StreamError::UnknownStream {
+            stream: stream.into(),
+            root: root.to_path_buf(),
+        });
+    }
+    Ok(dir)
+}
+
 pub fn segment_name(producer: u64) -> String {
     format!("{producer:016x}.seg")
 }
