@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench
+.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench bench-rounds
 
 all: build
 
@@ -195,6 +195,13 @@ bench-micro: build setup-bench
 # Drain with many nodes (network namespaces; needs root): docs/benchmarks.md section 8.
 bench-cluster: build setup-test
 	/usr/bin/python3 bench/cluster_drain.py $(CLUSTER_FLAGS)
+
+# What a round of the server job costs against nodes and pending epochs
+# (simulated nodes: servers of one mpirun on this machine; a few minutes):
+# docs/benchmarks.md section 9, the cost model in docs/cluster.md.
+bench-rounds: build
+	$(CARGO) build --release --locked -p paralog-log --example pending_logs
+	/usr/bin/python3 bench/rounds.py $(ROUNDS_FLAGS)
 
 clean:
 	$(CARGO) clean

@@ -26,6 +26,7 @@ mod agree;
 mod chunks;
 mod collective;
 pub mod control;
+mod exchange;
 mod gather;
 mod group;
 pub mod job;
@@ -54,7 +55,6 @@ use crate::step;
 pub use control::{answer, Control};
 use mpi::{Comm, MpiError};
 use plan::{FileKey, GlobalFile};
-use summary::NodeSummary;
 use watchdog::Watchdog;
 
 pub struct ClusterConfig {
@@ -148,6 +148,8 @@ pub struct Coordinator {
     active: Duration,
     /// The checkpoint sets' rounds (sets.rs).
     sets: sets::SetRounds,
+    /// What the rounds' exchanges cost (exchange.rs), for `status`.
+    round_cost: crate::status::RoundCost,
 }
 
 /// One file's drain so far (the time is this server's own: for the rate
@@ -189,6 +191,7 @@ impl Coordinator {
             drained: BTreeMap::new(),
             active: Duration::ZERO,
             sets: sets::SetRounds::default(),
+            round_cost: crate::status::RoundCost::default(),
         }
     }
 
@@ -201,14 +204,16 @@ impl Coordinator {
         let mut number = 0u64;
         loop {
             number += 1;
-            let Some(nodes) = self.exchange_summaries()? else {
+            let Some(exchange::Planned {
+                mut files,
+                finishing,
+            }) = self.exchange_and_plan()?
+            else {
                 // A node's files are missing from this round's view: no
                 // plan from it (their absence would read as lost logs).
                 std::thread::sleep(self.cfg.poll);
                 continue;
             };
-            let finishing = nodes.iter().any(|n| n.finishing);
-            let mut files = plan::plan(&nodes, self.whole_opens(), finishing);
             files.retain(|f| !self.is_set_member(f));
             if number == 1 && self.cfg.finish_now && self.leader() {
                 // Recovery: what an interrupted drain left half-done on the
@@ -238,43 +243,6 @@ impl Coordinator {
             }
         }
         self.end()
-    }
-
-    /// Every server's summary of its node-local root, in node order;
-    /// `None` when a node could not scan its root.
-    fn exchange_summaries(&self) -> Result<Option<Vec<NodeSummary>>, ClusterError> {
-        let finish_local = self
-            .ctl
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .finish;
-        let mine = summary::collect(
-            &self.cfg.root,
-            self.cfg.job.as_deref(),
-            &self.cfg.node,
-            finish_local,
-        )
-        .unwrap_or_else(|e| {
-            // This round without this node's files; said once per round.
-            tracing::error!(error = %e, "scanning the node-local root failed");
-            NodeSummary {
-                node: self.cfg.node.clone(),
-                finishing: finish_local,
-                scan_failed: true,
-                files: Vec::new(),
-            }
-        });
-        let (all, counts) = self
-            .dog
-            .watch(|| self.comm.gather_bytes(&mine.encode(), None))?;
-        let mut nodes = Vec::with_capacity(counts.len());
-        let mut at = 0;
-        for (i, c) in counts.iter().enumerate() {
-            nodes.push(NodeSummary::decode(&all[at..at + c], i)?);
-            at += c;
-        }
-        Ok((!nodes.iter().any(|n| n.scan_failed)).then_some(nodes))
     }
 
     /// One file in one round: park it if its logs cannot be drained, wait
