@@ -16,7 +16,11 @@ rounds cost (the round_cost counters: bytes sent into and received from
 the rounds' allgathers, microseconds scanning, exchanging and planning).
 The table shows per round, averaged over the measured rounds and over the
 nodes: the bytes one server sends and receives, and the time of each part
-(the exchange includes waiting for the slowest server). Then
+(the exchange includes waiting for the slowest server). Then NEW (10) more
+epochs appear on every node (new files) and the last column is what one
+server received in the next 3 rounds beyond 3 steady rounds' bytes: what
+new epochs cost on top of the pending ones (N x NEW manifests, once each,
+when only changes are sent). Then
 `paralog wait` stops the servers.
 
 Usage: bench/rounds.py [--nodes 1,2,4,8] [--epochs 10,100,1000,10000]
@@ -39,8 +43,20 @@ sys.path.insert(0, str(ROOT / "bench"))
 from benchlib import request  # noqa: E402
 
 JOB = "b"
-GEN = ROOT / "target/release/examples/pending_logs"
-PARALOG = ROOT / "target/release/paralog"
+# New epochs per node added during a run (the "new" column).
+NEW = 10
+BUILT = ROOT / "target/release"
+# Copied to a directory of the run first (with the servers' MPI libraries,
+# found beside the executable), so that a rebuild during a run changes nothing.
+GEN = BUILT / "examples/pending_logs"
+PARALOG = BUILT / "paralog"
+
+
+def copy_tools(d):
+    global GEN, PARALOG
+    for f in [GEN, PARALOG, *BUILT.glob("libparalog_coord_*.so")]:
+        shutil.copy2(f, d / f.name)
+    GEN, PARALOG = d / GEN.name, d / PARALOG.name
 
 
 def env():
@@ -99,6 +115,15 @@ def measure(work, nodes, epochs, opens, rounds, mpi):
         while min(a["rounds"] - b["rounds"] for a, b in zip(costs(work, nodes), before)) < rounds:
             time.sleep(0.1)
         after = costs(work, nodes)
+        # NEW more epochs on every node (new files, one open each): what
+        # the rounds that see them receive, on top of the steady rounds.
+        first = max(1, epochs // opens) + 1
+        for n in range(nodes):
+            subprocess.run([GEN, work / "local" / f"n{n}", JOB, str(n), str(nodes), str(NEW), "1", str(first)],
+                           check=True)
+        while min(c["rounds"] - b["rounds"] for c, b in zip(costs(work, nodes), after)) < 3:
+            time.sleep(0.1)
+        grown = costs(work, nodes)
         r = subprocess.run([str(PARALOG), "wait", "--local", f"{work}/local/{{node}}", "--job", JOB,
                             "--timeout", "600"], env={**env(), "PARALOG_NODE": "n0"},
                            capture_output=True, text=True)
@@ -122,6 +147,11 @@ def measure(work, nodes, epochs, opens, rounds, mpi):
             raise SystemExit(f"N={nodes} E={epochs}: a server received {x['bytes_received']:.0f} B a round, "
                              f"the servers sent {sent:.0f}")
     mean = {f: sum(x[f] for x in per) / nodes for f in per[0]}
+    # Received in the rounds that saw the new epochs, beyond the steady
+    # rounds' bytes.
+    extra = [(g["bytes_received"] - a["bytes_received"]) - (g["rounds"] - a["rounds"]) * x["bytes_received"]
+             for g, a, x in zip(grown, after, per)]
+    mean["new_received"] = sum(extra) / nodes
     mean["total_ms"] = (mean["scan_us"] + mean["exchange_us"] + mean["plan_us"]) / 1000
     mean["max_total_ms"] = max(x["scan_us"] + x["exchange_us"] + x["plan_us"] for x in per) / 1000
     return {"nodes": nodes, "epochs_per_node": e, "rounds": rounds, **mean}
@@ -156,11 +186,14 @@ def main():
     for tool in (GEN, PARALOG):
         if not tool.exists():
             raise SystemExit(f"{tool} is missing: make bench-rounds builds it")
+    tools = Path(tempfile.mkdtemp(prefix="rounds-bin-", dir=a.dir))
+    copy_tools(tools)
     rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"# bench/rounds.py, commit {rev}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"load {os.getloadavg()[0]:.1f}, MPI {a.mpi}, logs on {a.dir}")
-    print("| N | E/node | sent B/round | received B/round | scan ms | exchange ms | plan ms | total ms (max node) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"| N | E/node | sent B/round | received B/round | scan ms | exchange ms | plan ms | total ms (max node) "
+          f"| received for {NEW} new epochs/node, B |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     rows = []
     for n in map(int, a.nodes.split(",")):
         for e in map(int, a.epochs.split(",")):
@@ -172,7 +205,7 @@ def main():
             rows.append(r)
             print(f"| {n} | {r['epochs_per_node']} | {r['bytes_sent']:.0f} | {r['bytes_received']:.0f} | "
                   f"{r['scan_us'] / 1000:.2f} | {r['exchange_us'] / 1000:.2f} | {r['plan_us'] / 1000:.2f} | "
-                  f"{r['total_ms']:.2f} ({r['max_total_ms']:.2f}) |", flush=True)
+                  f"{r['total_ms']:.2f} ({r['max_total_ms']:.2f}) | {r['new_received']:.0f} |", flush=True)
     if len(rows) >= 3:
         f = fit(rows)
         print(f"\nfit: received B/round = {f['bytes_a']:.0f} + {f['bytes_per_NE']:.1f} x N x E; "
@@ -181,6 +214,7 @@ def main():
         f = None
     if a.json:
         Path(a.json).write_text(json.dumps({"rev": rev, "rows": rows, "fit": f}, indent=1))
+    shutil.rmtree(tools, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
 //! every one stays pending: the servers ship every manifest in every round,
 //! which is what the benchmark measures, and drain nothing.
 //!
-//! Usage: pending_logs ROOT JOB NODE NODES FILES OPENS
+//! Usage: pending_logs ROOT JOB NODE NODES FILES OPENS [FIRST]
+//! (FIRST: the number of the first file, 0 by default: more files later)
 
 use std::path::PathBuf;
 
@@ -15,15 +16,16 @@ use paralog_log::writer::{RankLog, WriterConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a: Vec<String> = std::env::args().skip(1).collect();
-    if a.len() != 6 {
-        return Err("usage: pending_logs ROOT JOB NODE NODES FILES OPENS".into());
+    if a.len() != 6 && a.len() != 7 {
+        return Err("usage: pending_logs ROOT JOB NODE NODES FILES OPENS [FIRST]".into());
     }
+    let first: u64 = a.get(6).map_or(Ok(0), |s| s.parse())?;
     let root = PathBuf::from(&a[0]);
     let job = a[1].clone();
     let [node, nodes, files, opens] = [&a[2], &a[3], &a[4], &a[5]].map(|s| s.parse::<u64>());
     let (node, nodes, files, opens) = (node?, nodes?, files?, opens?);
     let data = [node as u8; 64];
-    for f in 0..files {
+    for f in first..first + files {
         for gen in 1..=opens {
             let ident = FileIdent {
                 job: job.clone(),

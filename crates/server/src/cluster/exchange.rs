@@ -1,6 +1,7 @@
 //! The first half of a round: every server scans its node-local root and
-//! sends its summary to all (one allgather), and every server merges them
-//! into the same plan. Measured (bytes and time of each part) for
+//! sends all what changed in its summary since the last round (one
+//! allgather, delta.rs), and every server merges the summaries into the
+//! same plan. Measured (bytes and time of each part) for
 //! `status`, and in the log at debug level: docs/cluster.md, "What a round
 //! costs".
 
@@ -23,24 +24,37 @@ fn us(a: Instant, b: Instant) -> u64 {
 }
 
 impl Coordinator {
-    /// Exchange the summaries and plan; `None` when a node could not scan
-    /// its root (its absent files would read as lost logs: no plan).
-    pub(super) fn exchange_and_plan(&mut self) -> Result<Option<Planned>, ClusterError> {
+    /// Exchange the summaries' changes and plan; `None` when a node could
+    /// not scan its root (its absent files would read as lost logs) or a
+    /// copy of a node's summary is not whole: no plan.
+    pub(super) fn exchange_and_plan(
+        &mut self,
+        round: u64,
+    ) -> Result<Option<Planned>, ClusterError> {
         let t0 = Instant::now();
-        let mine = self.my_summary().encode();
+        let summary = self.my_summary();
+        let mine = self.outbox.message(&summary, round);
         let t1 = Instant::now();
         let (all, counts) = self.dog.watch(|| self.comm.gather_bytes(&mine, None))?;
         let t2 = Instant::now();
-        let mut nodes = Vec::with_capacity(counts.len());
         let mut at = 0;
         for (i, c) in counts.iter().enumerate() {
-            nodes.push(NodeSummary::decode(&all[at..at + c], i)?);
+            // Every server applies the same bytes to the same copies: a
+            // change that does not fit fails on all of them alike.
+            if let Err(why) = self.copies.apply(i, &all[at..at + c])? {
+                if self.leader() {
+                    tracing::warn!(node = i, reason = %why.0, "a round's change did not fit; that server sends its whole summary next round");
+                }
+            }
             at += c;
         }
-        let planned = (!nodes.iter().any(|n| n.scan_failed)).then(|| {
+        let held = self.copies.round(self.comm.rank());
+        self.outbox.sent(summary, held);
+        let planned = self.copies.usable().then(|| {
+            let nodes = &self.copies.summaries;
             let finishing = nodes.iter().any(|n| n.finishing);
             Planned {
-                files: plan::plan(&nodes, self.whole_opens(), finishing),
+                files: plan::plan(nodes, self.whole_opens(), finishing),
                 finishing,
             }
         });

@@ -26,6 +26,7 @@ mod agree;
 mod chunks;
 mod collective;
 pub mod control;
+mod delta;
 mod exchange;
 mod gather;
 mod group;
@@ -38,6 +39,7 @@ mod renamed;
 mod sets;
 pub mod summary;
 mod watchdog;
+mod wire;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -150,6 +152,10 @@ pub struct Coordinator {
     sets: sets::SetRounds,
     /// What the rounds' exchanges cost (exchange.rs), for `status`.
     round_cost: crate::status::RoundCost,
+    /// What this server last sent, and every server's summary as received
+    /// (delta.rs).
+    outbox: delta::Outbox,
+    copies: delta::Copies,
 }
 
 /// One file's drain so far (the time is this server's own: for the rate
@@ -166,7 +172,7 @@ pub enum ClusterError {
     #[error(transparent)]
     Mpi(#[from] MpiError),
     #[error(transparent)]
-    Decode(#[from] summary::DecodeError),
+    Decode(#[from] wire::DecodeError),
 }
 
 impl Coordinator {
@@ -175,6 +181,7 @@ impl Coordinator {
         if cfg.finish_now {
             ctl.request_finish();
         }
+        let copies = delta::Copies::new(comm.size());
         let totals = Totals {
             nodes: comm.size(),
             ..Totals::default()
@@ -192,6 +199,8 @@ impl Coordinator {
             active: Duration::ZERO,
             sets: sets::SetRounds::default(),
             round_cost: crate::status::RoundCost::default(),
+            outbox: delta::Outbox::default(),
+            copies,
         }
     }
 
@@ -207,7 +216,7 @@ impl Coordinator {
             let Some(exchange::Planned {
                 mut files,
                 finishing,
-            }) = self.exchange_and_plan()?
+            }) = self.exchange_and_plan(number)?
             else {
                 // A node's files are missing from this round's view: no
                 // plan from it (their absence would read as lost logs).
