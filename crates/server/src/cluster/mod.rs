@@ -1,8 +1,9 @@
 //! Many nodes: the servers of a job run as one MPI job, one per node, and
 //! drain in rounds. Each round every server scans its node-local root,
-//! all servers exchange what they hold (summaries with the manifests of
-//! every undrained epoch), every server computes the same plan, and the
-//! servers drain each planned group of epochs together:
+//! all servers exchange what changed in what they hold (summaries with the
+//! manifests of every undrained epoch, sent as changes: delta.rs), every
+//! server computes the same plan, and the servers drain each planned group
+//! of epochs together:
 //!
 //! - a POSIX remote (several writers may write one file): the leader cuts
 //!   the file if the epochs say so and gives it the epoch's size, then
