@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench bench-aggregate
+.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench bench-aggregate bench-rounds
 
 all: build
 
@@ -204,6 +204,13 @@ bench-cluster: build setup-test
 # section 9. AGG_FLAGS="--repeat 3 --mib 16 --steps 3" for the full run.
 bench-aggregate: build setup-test setup-bench
 	/usr/bin/python3 bench/aggregate.py $(AGG_FLAGS)
+
+# What a round of the server job costs against nodes and pending epochs
+# (simulated nodes: servers of one mpirun on this machine; a few minutes):
+# docs/benchmarks.md section 10, the cost model in docs/cluster.md.
+bench-rounds: build
+	$(CARGO) build --release --locked -p paralog-log --example pending_logs
+	/usr/bin/python3 bench/rounds.py $(ROUNDS_FLAGS)
 
 clean:
 	$(CARGO) clean

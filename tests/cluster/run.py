@@ -260,6 +260,32 @@ def server_killed_case(remotes, kind, flavour, parts=False):
     return case
 
 
+def quiet_rounds_case(remotes, flavour, nodes=4):
+    """Idle rounds send nothing: once a run is drained and nothing changes,
+    the servers' rounds exchange no summary bytes (only changes travel,
+    docs/cluster.md "What a round costs"), the counters agree across
+    nodes, and the drained file still equals direct MPI-IO."""
+    def case(work):
+        args = ["--epochs=4", "--kib=64"]
+        ref = work / "direct"
+        reference(flavour, "epochs", args, ref, nodes * RANKS_PER_NODE)
+        url, aws = remotes.make("posix", work)
+        c = Cluster(work, flavour, nodes, url, aws)
+        try:
+            c.start_servers()
+            c.run_app("epochs", args, c.prefix)
+            cost = c.quiet_rounds()
+            said = c.wait()
+        finally:
+            c.stop()
+        got = work / "got"
+        remotes.fetch("posix", url, files(ref), got)
+        same_files(ref, got)
+        return (f"{cost[0]['rounds']} rounds, idle ones sent nothing; each server received "
+                f"{cost[0]['bytes_received']} bytes of summaries in all; {said.removeprefix('paralog wait: ')}")
+    return case
+
+
 def app_killed_case(remotes, kind, flavour):
     """Rank 2 (node n1) dies inside the consistency point of epoch 3: epochs
     1-2 are committed everywhere; epoch 3 must never reach the remote."""
@@ -404,6 +430,7 @@ def all_cases(remotes, quick):
         cases.append((f"{flavour} server killed mid-drain s3 parts",
                       server_killed_case(remotes, "s3", flavour, parts=True)))
         cases.append((f"{flavour} application killed on one node", app_killed_case(remotes, "posix", flavour)))
+        cases.append((f"{flavour} 4 nodes idle rounds send nothing", quiet_rounds_case(remotes, flavour)))
         cases.append((f"{flavour} node-local log lost on one node", lost_log_case(remotes, "posix", flavour)))
         cases.append((f"{flavour} 2 nodes atomic save renames posix", rename_case(flavour)))
     if quick:

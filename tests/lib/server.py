@@ -232,6 +232,39 @@ class Cluster(SimCluster):
               f"status total bytes_drained {st['bytes_drained']} is not the sum over its files")
         return st
 
+    def round_costs(self):
+        """Every server's `round_cost` (status), in node order."""
+        out = []
+        for n in range(self.nodes):
+            st = ask(self.work / "local" / f"n{n}" / ".paralog-server-t.sock", {"cmd": "status"}, timeout=60)
+            check(st and st.get("cluster"), f"node n{n}'s status has no cluster block: {st}")
+            out.append(st["cluster"]["round_cost"])
+        return out
+
+    def quiet_rounds(self, rounds=3, timeout=60):
+        """Once nothing changes on any node, a round sends no summary bytes
+        (docs/cluster.md, "What a round costs"): wait for `rounds` rounds in
+        a row in which no server received any, then check that every
+        server received what all of them sent. The counters so seen."""
+        deadline = time.time() + timeout
+        before = self.round_costs()
+        while time.time() < deadline:
+            time.sleep(0.25)
+            now = self.round_costs()
+            if any(a["bytes_received"] != b["bytes_received"] for a, b in zip(now, before)):
+                before = now
+                continue
+            if min(a["rounds"] - b["rounds"] for a, b in zip(now, before)) >= rounds:
+                sent = sum(c["bytes_sent"] for c in now)
+                for n, c in enumerate(now):
+                    check(c["bytes_received"] == sent,
+                          f"node n{n} received {c['bytes_received']} bytes in its rounds, the servers sent {sent}")
+                    check(c["last_sent"] == 0 and c["last_received"] == 0,
+                          f"node n{n}'s last idle round sent {c['last_sent']} and received {c['last_received']} bytes")
+                return now
+        raise Failed(f"the servers' rounds still exchanged summary bytes after {timeout} s with nothing "
+                     f"changing: {self.round_costs()}")
+
     def wait(self, timeout=180):
         """`paralog wait` on one node; then the server job must end, cleanly."""
         r = run([BIN, "wait", "--local", self.local, "--job", "t", "--timeout", str(timeout)],

@@ -131,6 +131,15 @@ pub fn print_table(st: &Status) {
             parts_by_node(&c.parts_by_node),
             if st.finishing { "; finishing" } else { "" }
         );
+        let r = &c.round_cost;
+        println!(
+            "rounds' summaries: last round sent {}, received {}, took {:.1} ms; in all sent {}, received {}",
+            human_bytes(r.last_sent),
+            human_bytes(r.last_received),
+            r.last_us as f64 / 1000.0,
+            human_bytes(r.bytes_sent),
+            human_bytes(r.bytes_received)
+        );
     }
     println!(
         "drained {} in {} epoch(s) at {}/s; pending {} in {} epoch(s), ETA {}",

@@ -107,6 +107,34 @@ pub struct ClusterStatus {
     pub bytes_between_nodes: u64,
     /// Parts of shared S3 uploads each server uploaded, in node order.
     pub parts_by_node: Vec<u64>,
+    /// What the rounds cost this server so far (docs/cluster.md, "What a
+    /// round costs").
+    #[serde(default)]
+    pub round_cost: RoundCost,
+}
+
+/// What this server's rounds cost, summed over the rounds (and the last
+/// round's alone): the bytes of the summaries' exchange and the time of its
+/// parts. Measured, never used for a decision.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundCost {
+    /// Rounds measured (every exchange, planned or not).
+    pub rounds: u64,
+    /// Bytes this server sent into the rounds' allgathers (its summaries).
+    pub bytes_sent: u64,
+    /// Bytes it received from them (every server's, its own included).
+    pub bytes_received: u64,
+    /// Microseconds scanning the node-local root and encoding the summary.
+    pub scan_us: u64,
+    /// Microseconds in the allgathers (waiting for the slowest server
+    /// included).
+    pub exchange_us: u64,
+    /// Microseconds decoding the summaries and computing the plan.
+    pub plan_us: u64,
+    /// The last round's bytes sent and received, and its time (all parts).
+    pub last_sent: u64,
+    pub last_received: u64,
+    pub last_us: u64,
 }
 
 /// The answer to `wait`: whether everything committed was drained (then
@@ -462,6 +490,11 @@ mod tests {
                 rounds: 7,
                 bytes_between_nodes: 5,
                 parts_by_node: vec![1, 2, 0],
+                round_cost: RoundCost {
+                    rounds: 7,
+                    bytes_sent: 700,
+                    ..RoundCost::default()
+                },
             }),
         );
         let v = serde_json::to_value(&job).unwrap();

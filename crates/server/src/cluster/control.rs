@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use super::plan::FileKey;
 use super::{ClusterConfig, Totals};
 use crate::status::{
-    error_answer, Client, ClusterStatus, FileState, FileStatus, Request, Status, WaitAnswer,
+    error_answer, Client, ClusterStatus, FileState, FileStatus, Request, RoundCost, Status,
+    WaitAnswer,
 };
 
 /// State shared with the status socket's threads.
@@ -35,6 +36,8 @@ pub(super) struct ControlState {
     pub(super) active: Duration,
     /// Every file of the plan, as the round loop last saw it.
     pub(super) files: BTreeMap<FileKey, FileStatus>,
+    /// What the rounds' exchanges cost this server.
+    pub(super) round_cost: RoundCost,
 }
 
 impl Control {
@@ -139,6 +142,7 @@ impl Control {
                 rounds: s.totals.rounds,
                 bytes_between_nodes: s.totals.bytes_between_nodes,
                 parts_by_node: s.totals.parts_by_node.clone(),
+                round_cost: s.round_cost.clone(),
             }),
             // The totals are derived (`summed`).
             ..Status::default()

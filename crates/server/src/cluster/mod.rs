@@ -1,8 +1,9 @@
 //! Many nodes: the servers of a job run as one MPI job, one per node, and
 //! drain in rounds. Each round every server scans its node-local root,
-//! all servers exchange what they hold (summaries with the manifests of
-//! every undrained epoch), every server computes the same plan, and the
-//! servers drain each planned group of epochs together:
+//! all servers exchange what changed in what they hold (summaries with the
+//! manifests of every undrained epoch, sent as changes: delta.rs), every
+//! server computes the same plan, and the servers drain each planned group
+//! of epochs together:
 //!
 //! - a POSIX remote (several writers may write one file): the leader cuts
 //!   the file if the epochs say so and gives it the epoch's size, then
@@ -26,6 +27,8 @@ mod agree;
 mod chunks;
 mod collective;
 pub mod control;
+mod delta;
+mod exchange;
 mod gather;
 mod group;
 pub mod job;
@@ -37,6 +40,7 @@ mod renamed;
 mod sets;
 pub mod summary;
 mod watchdog;
+mod wire;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -54,7 +58,6 @@ use crate::step;
 pub use control::{answer, Control};
 use mpi::{Comm, MpiError};
 use plan::{FileKey, GlobalFile};
-use summary::NodeSummary;
 use watchdog::Watchdog;
 
 pub struct ClusterConfig {
@@ -148,6 +151,12 @@ pub struct Coordinator {
     active: Duration,
     /// The checkpoint sets' rounds (sets.rs).
     sets: sets::SetRounds,
+    /// What the rounds' exchanges cost (exchange.rs), for `status`.
+    round_cost: crate::status::RoundCost,
+    /// What this server last sent, and every server's summary as received
+    /// (delta.rs).
+    outbox: delta::Outbox,
+    copies: delta::Copies,
 }
 
 /// One file's drain so far (the time is this server's own: for the rate
@@ -164,7 +173,7 @@ pub enum ClusterError {
     #[error(transparent)]
     Mpi(#[from] MpiError),
     #[error(transparent)]
-    Decode(#[from] summary::DecodeError),
+    Decode(#[from] wire::DecodeError),
 }
 
 impl Coordinator {
@@ -173,6 +182,7 @@ impl Coordinator {
         if cfg.finish_now {
             ctl.request_finish();
         }
+        let copies = delta::Copies::new(comm.size());
         let totals = Totals {
             nodes: comm.size(),
             ..Totals::default()
@@ -189,6 +199,9 @@ impl Coordinator {
             drained: BTreeMap::new(),
             active: Duration::ZERO,
             sets: sets::SetRounds::default(),
+            round_cost: crate::status::RoundCost::default(),
+            outbox: delta::Outbox::default(),
+            copies,
         }
     }
 
@@ -201,14 +214,16 @@ impl Coordinator {
         let mut number = 0u64;
         loop {
             number += 1;
-            let Some(nodes) = self.exchange_summaries()? else {
+            let Some(exchange::Planned {
+                mut files,
+                finishing,
+            }) = self.exchange_and_plan(number)?
+            else {
                 // A node's files are missing from this round's view: no
                 // plan from it (their absence would read as lost logs).
                 std::thread::sleep(self.cfg.poll);
                 continue;
             };
-            let finishing = nodes.iter().any(|n| n.finishing);
-            let mut files = plan::plan(&nodes, self.whole_opens(), finishing);
             files.retain(|f| !self.is_set_member(f));
             if number == 1 && self.cfg.finish_now && self.leader() {
                 // Recovery: what an interrupted drain left half-done on the
@@ -238,43 +253,6 @@ impl Coordinator {
             }
         }
         self.end()
-    }
-
-    /// Every server's summary of its node-local root, in node order;
-    /// `None` when a node could not scan its root.
-    fn exchange_summaries(&self) -> Result<Option<Vec<NodeSummary>>, ClusterError> {
-        let finish_local = self
-            .ctl
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .finish;
-        let mine = summary::collect(
-            &self.cfg.root,
-            self.cfg.job.as_deref(),
-            &self.cfg.node,
-            finish_local,
-        )
-        .unwrap_or_else(|e| {
-            // This round without this node's files; said once per round.
-            tracing::error!(error = %e, "scanning the node-local root failed");
-            NodeSummary {
-                node: self.cfg.node.clone(),
-                finishing: finish_local,
-                scan_failed: true,
-                files: Vec::new(),
-            }
-        });
-        let (all, counts) = self
-            .dog
-            .watch(|| self.comm.gather_bytes(&mine.encode(), None))?;
-        let mut nodes = Vec::with_capacity(counts.len());
-        let mut at = 0;
-        for (i, c) in counts.iter().enumerate() {
-            nodes.push(NodeSummary::decode(&all[at..at + c], i)?);
-            at += c;
-        }
-        Ok((!nodes.iter().any(|n| n.scan_failed)).then_some(nodes))
     }
 
     /// One file in one round: park it if its logs cannot be drained, wait
