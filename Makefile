@@ -116,12 +116,15 @@ test-aggregate: build
 # tensorstore (the virtual environment scripts/setup.sh --test makes), its
 # HDF5 view by h5py, h5dump and a C program; the C API's chunked PUT by
 # MPICH and Open MPI programs on 1, 2 and 4 ranks; the Python module;
-# logged puts published by the node server and by recover; puts and gets on
-# s3:// against MinIO (tests/objects/s3.py).
+# logged puts published by the node server and by recover; kill -9 of a
+# writing rank, the committing rank and the server, then recover
+# (tests/objects/crash.py, about 30 s); puts and gets on s3:// against
+# MinIO (tests/objects/s3.py).
 test-objects: build setup-test
 	/usr/bin/python3 -m tests.objects.run
 	/usr/bin/python3 -m tests.objects.mpi
 	/usr/bin/python3 -m tests.objects.logged
+	/usr/bin/python3 -m tests.objects.crash
 	/usr/bin/python3 -m tests.objects.s3
 
 # Shared event streams on one node (docs/streams.md): 4 producer processes
