@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench
+.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro bench-objects setup-bench
 
 all: build
 
@@ -194,6 +194,12 @@ bench-e2e: build setup-test setup-bench
 
 bench-micro: build setup-bench
 	/usr/bin/python3 bench/micro.py $(MICRO_FLAGS)
+
+# Array objects against parallel HDF5 and zarr-python, on the local disk and
+# the bandwidth-limited remote of bench-e2e (root): docs/benchmarks.md
+# section 9; about 10 minutes (OBJ_FLAGS=--quick: a few).
+bench-objects: build setup-test setup-bench
+	/usr/bin/python3 bench/objects/run.py $(OBJ_FLAGS)
 
 # Drain with many nodes (network namespaces; needs root): docs/benchmarks.md section 8.
 bench-cluster: build setup-test
