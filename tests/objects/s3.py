@@ -20,6 +20,8 @@ slices of what was put.
   damage      a flipped byte, then a truncated chunk object: `obj get` and
               `obj verify` refuse naming object, version, chunk and the
               chunk's S3 object
+  killed commit  `obj commit` killed before and after its publish, then
+              committed again twice: one version, equal to the put
 
 Usage: python3 -m tests.objects.s3 [--only SUBSTRING] [--keep]
 Ends with "objects-s3: N passed, N failed"."""
@@ -163,6 +165,40 @@ def case_chunked(work, s3):
 
 
 @with_s3
+def case_killed_commit(work, s3):
+    """`obj commit` killed (SIGKILL at the library's crash points) before
+    and after its publish, then committed again: one version, the put's.
+    After the publish, the retry used to publish the put a second time
+    (the staging `begin` was still there, and only its absence made the
+    commit look for the version by its id)."""
+    rng = random.Random(11)
+    for k, point in enumerate(("objects.before_commit", "objects.after_commit")):
+        name = f"killed/{k}"
+        a = rand_array(rng, "int32", (32, 4096))
+        pid = s3.obj("begin", s3.at(name), "--dtype", "int32", "--shape", "32,4096", "--chunks", "16,4096").stdout.strip()
+        for w in range(2):
+            p = work / f"killed-{k}-{w}.bin"
+            p.write_bytes(a[16 * w:16 * (w + 1)].tobytes())
+            s3.obj("write", s3.at(name), pid, p, "--chunk", f"{w},0")
+        r = run([BIN, "obj", "commit", s3.at(name), pid], env={**s3.env, "PARALOG_FAILPOINT": point},
+                check=False, timeout=300)
+        check(r.returncode == -9 and f"failpoint {point} reached" in r.stderr, f"{point}: {r.returncode} {r.stderr}")
+        before = s3.obj("info", s3.at(name), "--json", check=False)
+        published = [v["number"] for v in json.loads(before.stdout)["versions"]] if before.returncode == 0 else []
+        check(published == ([] if k == 0 else [1]), f"{point}: published before the retry: {published}")
+        for _ in range(2):
+            said = s3.obj("commit", s3.at(name), pid).stdout
+            check("version 1" in said, f"{point}: the retried commit: {said}")
+        check([v["number"] for v in s3.info(name)["versions"]] == [1], f"{point}: versions {s3.info(name)['versions']}")
+        got = work / "got.bin"
+        s3.obj("get", s3.at(name), got)
+        check(got.read_bytes() == a.tobytes(), f"{point}: not the array put")
+        s3.obj("verify", s3.at(name))
+        left = s3.minio.keys(BUCKET, f"store/staging/{pid}")
+        check(left == [], f"{point}: staging objects left: {left}")
+
+
+@with_s3
 def case_concurrent(work, s3):
     rng = random.Random(7)
     procs, puts = [], {}
@@ -259,7 +295,7 @@ def main():
     a = suite_options().parse_args()
     suite = Suite("objects-s3", keep=a.keep)
     cases = [("dtypes", case_dtypes), ("chunked", case_chunked), ("concurrent", case_concurrent),
-             ("damage", case_damage), ("python", case_python)]
+             ("damage", case_damage), ("python", case_python), ("killed commit", case_killed_commit)]
     return suite.run(cases, only=a.only)
 
 

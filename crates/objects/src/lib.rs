@@ -19,6 +19,7 @@ pub mod logged;
 pub mod put;
 pub mod read;
 pub mod record;
+pub mod s3put;
 pub mod s3store;
 mod staging;
 pub mod store;
@@ -30,7 +31,8 @@ pub use logged::{publish_committed, LoggedStore, Published};
 pub use put::{Committed, Put};
 pub use read::ArrayVersion;
 pub use record::{ArrayMeta, Attrs};
-pub use s3store::{S3Put, S3Store};
+pub use s3put::S3Put;
+pub use s3store::S3Store;
 pub use store::{ObjectInfo, Store, VersionInfo};
 
 /// Where a put can be killed by the crash tests (`PARALOG_FAILPOINT`,
