@@ -22,6 +22,10 @@ slices of what was put.
               chunk's S3 object
   killed commit  `obj commit` killed before and after its publish, then
               committed again twice: one version, equal to the put
+  lost answers  4 puts through tests/remote/faultproxy.py losing half the
+              answers after MinIO carried the requests out: 4 versions
+              (the client's retries of create-only PUTs get 412 for
+              their own records and claims)
 
 Usage: python3 -m tests.objects.s3 [--only SUBSTRING] [--keep]
 Ends with "objects-s3: N passed, N failed"."""
@@ -69,7 +73,7 @@ def with_s3(fn):
     def go(work):
         s3 = S3(work)
         try:
-            fn(work, s3)
+            return fn(work, s3)
         finally:
             s3.stop()
     return go
@@ -199,6 +203,38 @@ def case_killed_commit(work, s3):
 
 
 @with_s3
+def case_lost_answers(work, s3):
+    """Through tests/remote/faultproxy.py, half the requests' answers lost
+    after MinIO carried them out (`reset_after`): the client retries a
+    create-only PUT that already happened and gets 412. Whole puts and a
+    chunked put by two writers: each put is one version, equal to it."""
+    from tests.remote.s3 import FaultProxy
+    proxy = FaultProxy(work, s3.minio.port, seed=5, rate=0.5, min_rate=0.4, kinds="reset_after")
+    try:
+        env = s3.minio.env(endpoint=f"http://127.0.0.1:{proxy.port}")
+        rng = random.Random(12)
+        puts = []
+        for k in range(4):
+            a = rand_array(rng, "int16", (24, 10))
+            f = work / f"lost-{k}.bin"
+            f.write_bytes(a.tobytes())
+            r = run([BIN, "obj", "put", s3.at("lost"), f, "--dtype", "int16", "--shape", "24,10", "--chunks", "8,10"],
+                    env=env, check=False, timeout=300)
+            check(r.returncode == 0, f"put {k} through lost answers: {r.stderr[-600:]}")
+            puts.append(a.tobytes())
+    finally:
+        stats = proxy.stop()
+    check(stats["kinds"].get("reset_after", 0) > 0, f"no answer was lost: {stats}")
+    versions = [v["number"] for v in s3.info("lost")["versions"]]
+    check(versions == list(range(1, len(puts) + 1)), f"{len(puts)} puts made versions {versions}")
+    for n, want in enumerate(puts, 1):
+        got = work / "got.bin"
+        s3.obj("get", s3.at("lost"), got, "--version", str(n))
+        check(got.read_bytes() == want, f"version {n} is not put {n}")
+    return f"{stats['kinds']['reset_after']} answers lost of {stats['requests']} requests: {stats['fault_ops']}"
+
+
+@with_s3
 def case_concurrent(work, s3):
     rng = random.Random(7)
     procs, puts = [], {}
@@ -295,7 +331,8 @@ def main():
     a = suite_options().parse_args()
     suite = Suite("objects-s3", keep=a.keep)
     cases = [("dtypes", case_dtypes), ("chunked", case_chunked), ("concurrent", case_concurrent),
-             ("damage", case_damage), ("python", case_python), ("killed commit", case_killed_commit)]
+             ("damage", case_damage), ("python", case_python), ("killed commit", case_killed_commit),
+             ("lost answers", case_lost_answers)]
     return suite.run(cases, only=a.only)
 
 

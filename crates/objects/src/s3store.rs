@@ -292,6 +292,13 @@ impl S3Store {
             if self.put_obj(&version_key(name, n), v.encode(), true)? {
                 return Ok(n);
             }
+            // A 412 can answer our own record: the client retried a PUT
+            // whose answer was lost after the server made it. Taking the
+            // next number would publish this version twice; its origin (the
+            // put's id, or a deletion's own UUID) says whether it is ours.
+            if self.record(name, n)?.is_some_and(|r| r.origin == v.origin) {
+                return Ok(n);
+            }
         }
         Err(Error::Invalid {
             name: name.to_owned(),
