@@ -26,6 +26,7 @@ pub mod store;
 pub mod zarr;
 
 pub use error::{Error, Result};
+pub use gc::PutInProgress;
 pub use grid::{DType, Element};
 pub use logged::{publish_committed, LoggedStore, Published};
 pub use put::{Committed, Put};
@@ -40,13 +41,15 @@ pub use store::{ObjectInfo, Store, VersionInfo};
 /// chunk file and its claim; the commit before and after it publishes
 /// (a logged put: before and after its local `logged` mark); the
 /// publisher of logged puts after its first chunk copied to the remote,
-/// and after the remote publish, before the node-local put is removed.
+/// after the remote publish, before the node-local put is removed, and
+/// while it is removed.
 pub const CRASH_POINTS: &[&str] = &[
     "objects.mid_chunk",
     "objects.before_commit",
     "objects.after_commit",
     "objects.publish_mid_copy",
     "objects.publish_after_remote",
+    "objects.publish_mid_cleanup",
 ];
 
 /// A crash point of [`CRASH_POINTS`]; the line goes to standard error

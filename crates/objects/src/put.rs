@@ -109,7 +109,7 @@ impl Store {
     }
 
     /// The staged put's array and directory, checked against `name`.
-    fn staged(&self, name: &str, id: &VersionId) -> Result<(ArrayMeta, PathBuf)> {
+    pub(crate) fn staged(&self, name: &str, id: &VersionId) -> Result<(ArrayMeta, PathBuf)> {
         check_name(name)?;
         let dir = self.staging_dir(id);
         let not_open = || Error::Put {
