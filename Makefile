@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench bench-aggregate bench-rounds
+.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench bench-aggregate bench-rounds bench-objects
 
 all: build
 
@@ -116,12 +116,15 @@ test-aggregate: build
 # tensorstore (the virtual environment scripts/setup.sh --test makes), its
 # HDF5 view by h5py, h5dump and a C program; the C API's chunked PUT by
 # MPICH and Open MPI programs on 1, 2 and 4 ranks; the Python module;
-# logged puts published by the node server and by recover; puts and gets on
-# s3:// against MinIO (tests/objects/s3.py).
+# logged puts published by the node server and by recover; kill -9 of a
+# writing rank, the committing rank and the server, then recover
+# (tests/objects/crash.py, about 30 s); puts and gets on s3:// against
+# MinIO (tests/objects/s3.py).
 test-objects: build setup-test
 	/usr/bin/python3 -m tests.objects.run
 	/usr/bin/python3 -m tests.objects.mpi
 	/usr/bin/python3 -m tests.objects.logged
+	/usr/bin/python3 -m tests.objects.crash
 	/usr/bin/python3 -m tests.objects.s3
 
 # Shared event streams on one node (docs/streams.md): 4 producer processes
@@ -194,6 +197,12 @@ bench-e2e: build setup-test setup-bench
 
 bench-micro: build setup-bench
 	/usr/bin/python3 bench/micro.py $(MICRO_FLAGS)
+
+# Array objects against parallel HDF5 and zarr-python, on the local disk and
+# the bandwidth-limited remote of bench-e2e (root): docs/benchmarks.md
+# section 11; about 10 minutes (OBJ_FLAGS=--quick: a few).
+bench-objects: build setup-test setup-bench
+	/usr/bin/python3 bench/objects/run.py $(OBJ_FLAGS)
 
 # Drain with many nodes (network namespaces; needs root): docs/benchmarks.md section 8.
 bench-cluster: build setup-test

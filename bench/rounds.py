@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """What a round of the server job costs, against the number of nodes N and
 the epochs E pending on each node (make bench-rounds; docs/benchmarks.md
-section 9, the cost model in docs/cluster.md "What a round costs").
+section 10, the cost model in docs/cluster.md "What a round costs").
 
 For every N and E: node-local logs are made for N simulated nodes with
 crates/log/examples/pending_logs.rs (node n holds rank n of E/OPENS shared

@@ -39,10 +39,10 @@ def program(flavour):
                                  f"-Wl,-rpath,{RELEASE}"])
 
 
-def mpi_put(flavour, np, url, name, rows, salt, mode="ok", check_rc=True, local=None):
+def mpi_put(flavour, np, url, name, rows, salt, mode="ok", check_rc=True, local=None, env=None):
     r = run([*launcher(flavour, np), program(flavour), url, name, str(rows), str(salt), mode,
              *([local] if local else [])],
-            env=mpi_env(), check=False, timeout=300)
+            env=mpi_env(env), check=False, timeout=300)
     if check_rc:
         check(r.returncode == 0, f"{flavour} x{np} {name}: exit {r.returncode}: {r.stdout}{r.stderr}")
     return r

@@ -5,7 +5,10 @@
  *
  *   mpi_put STORE_URL NAME ROWS SALT [ok|mismatch|dtype|outside [LOCAL]]
  *   mismatch: rank 1 joins with another shape; dtype: with float32;
- *   outside: the last rank writes a chunk past the grid. LOCAL: a logged
+ *   outside: the last rank writes a chunk past the grid; killwriter: the
+ *   last rank is killed (SIGKILL, the library's objects.mid_chunk crash
+ *   point) after its chunk file is durable, before its claim, while the
+ *   others go on to the commit (tests/objects/crash.py). LOCAL: a logged
  *   store (paralog_obj_open_logged): rank 0 prints "logged" instead.
  * Prints "version N" and "read back equal" (rank 0), or on an error
  * "rank R: error CODE: MESSAGE" and exits 3. */
@@ -55,6 +58,8 @@ int main(int argc, char **argv)
     for (uint64_t r = 0; r < rows; r++)
         for (uint64_t c = 0; c < cols; c++)
             mine[r * cols + c] = (int32_t)((rank * rows + r) * cols + c) + salt;
+    if (rank == size - 1 && !strcmp(mode, "killwriter"))
+        setenv("PARALOG_FAILPOINT", "objects.mid_chunk", 1); /* read at the first crash point */
     uint64_t at[2] = {rank, 0};
     if (rank == size - 1 && !strcmp(mode, "outside"))
         at[0] = size;

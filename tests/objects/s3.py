@@ -20,6 +20,12 @@ slices of what was put.
   damage      a flipped byte, then a truncated chunk object: `obj get` and
               `obj verify` refuse naming object, version, chunk and the
               chunk's S3 object
+  killed commit  `obj commit` killed before and after its publish, then
+              committed again twice: one version, equal to the put
+  lost answers  4 puts through tests/remote/faultproxy.py losing half the
+              answers after MinIO carried the requests out: 4 versions
+              (the client's retries of create-only PUTs get 412 for
+              their own records and claims)
 
 Usage: python3 -m tests.objects.s3 [--only SUBSTRING] [--keep]
 Ends with "objects-s3: N passed, N failed"."""
@@ -64,7 +70,7 @@ def with_s3(fn):
     def go(work):
         s3 = S3(work)
         try:
-            fn(work, s3)
+            return fn(work, s3)
         finally:
             s3.stop()
     return go
@@ -157,6 +163,72 @@ def case_chunked(work, s3):
     s3.obj("commit", s3.at("p"), pid)
     s3.obj("get", s3.at("p"), work / "x")
     check((work / "x").read_bytes() == bytes(range(8)) * 2, "the committed put")
+
+
+@with_s3
+def case_killed_commit(work, s3):
+    """`obj commit` killed (SIGKILL at the library's crash points) before
+    and after its publish, then committed again: one version, the put's.
+    After the publish, the retry used to publish the put a second time
+    (the staging `begin` was still there, and only its absence made the
+    commit look for the version by its id)."""
+    rng = random.Random(11)
+    for k, point in enumerate(("objects.before_commit", "objects.after_commit")):
+        name = f"killed/{k}"
+        a = rand_array(rng, "int32", (32, 4096))
+        pid = s3.obj("begin", s3.at(name), "--dtype", "int32", "--shape", "32,4096", "--chunks", "16,4096").stdout.strip()
+        for w in range(2):
+            p = work / f"killed-{k}-{w}.bin"
+            p.write_bytes(a[16 * w:16 * (w + 1)].tobytes())
+            s3.obj("write", s3.at(name), pid, p, "--chunk", f"{w},0")
+        r = run([BIN, "obj", "commit", s3.at(name), pid], env={**s3.env, "PARALOG_FAILPOINT": point},
+                check=False, timeout=300)
+        check(r.returncode == -9 and f"failpoint {point} reached" in r.stderr, f"{point}: {r.returncode} {r.stderr}")
+        before = s3.obj("info", s3.at(name), "--json", check=False)
+        published = [v["number"] for v in json.loads(before.stdout)["versions"]] if before.returncode == 0 else []
+        check(published == ([] if k == 0 else [1]), f"{point}: published before the retry: {published}")
+        for _ in range(2):
+            said = s3.obj("commit", s3.at(name), pid).stdout
+            check("version 1" in said, f"{point}: the retried commit: {said}")
+        check([v["number"] for v in s3.info(name)["versions"]] == [1], f"{point}: versions {s3.info(name)['versions']}")
+        got = work / "got.bin"
+        s3.obj("get", s3.at(name), got)
+        check(got.read_bytes() == a.tobytes(), f"{point}: not the array put")
+        s3.obj("verify", s3.at(name))
+        left = s3.minio.keys(BUCKET, f"store/staging/{pid}")
+        check(left == [], f"{point}: staging objects left: {left}")
+
+
+@with_s3
+def case_lost_answers(work, s3):
+    """Through tests/remote/faultproxy.py, half the requests' answers lost
+    after MinIO carried them out (`reset_after`): the client retries a
+    create-only PUT that already happened and gets 412. Whole puts and a
+    chunked put by two writers: each put is one version, equal to it."""
+    from tests.remote.s3 import FaultProxy
+    proxy = FaultProxy(work, s3.minio.port, seed=5, rate=0.5, min_rate=0.4, kinds="reset_after")
+    try:
+        env = s3.minio.env(endpoint=f"http://127.0.0.1:{proxy.port}")
+        rng = random.Random(12)
+        puts = []
+        for k in range(4):
+            a = rand_array(rng, "int16", (24, 10))
+            f = work / f"lost-{k}.bin"
+            f.write_bytes(a.tobytes())
+            r = run([BIN, "obj", "put", s3.at("lost"), f, "--dtype", "int16", "--shape", "24,10", "--chunks", "8,10"],
+                    env=env, check=False, timeout=300)
+            check(r.returncode == 0, f"put {k} through lost answers: {r.stderr[-600:]}")
+            puts.append(a.tobytes())
+    finally:
+        stats = proxy.stop()
+    check(stats["kinds"].get("reset_after", 0) > 0, f"no answer was lost: {stats}")
+    versions = [v["number"] for v in s3.info("lost")["versions"]]
+    check(versions == list(range(1, len(puts) + 1)), f"{len(puts)} puts made versions {versions}")
+    for n, want in enumerate(puts, 1):
+        got = work / "got.bin"
+        s3.obj("get", s3.at("lost"), got, "--version", str(n))
+        check(got.read_bytes() == want, f"version {n} is not put {n}")
+    return f"{stats['kinds']['reset_after']} answers lost of {stats['requests']} requests: {stats['fault_ops']}"
 
 
 @with_s3
@@ -256,7 +328,8 @@ def main():
     a = suite_options().parse_args()
     suite = Suite("objects-s3", keep=a.keep)
     cases = [("dtypes", case_dtypes), ("chunked", case_chunked), ("concurrent", case_concurrent),
-             ("damage", case_damage), ("python", case_python)]
+             ("damage", case_damage), ("python", case_python), ("killed commit", case_killed_commit),
+             ("lost answers", case_lost_answers)]
     return suite.run(cases, only=a.only)
 
 

@@ -57,7 +57,7 @@ enum Cmd {
     Inspect(inspect::Args),
     /// Write the logical file at a committed epoch from the node-local log.
     Materialize(materialize::Args),
-    /// Array objects: init, ls, info, get [--slice], verify, put, begin/write/commit/abort, rm, gc, view.
+    /// Array objects: init, ls, info, get [--slice], verify, put, begin/write/commit/abort, rm, puts, gc, view.
     Obj(obj::Args),
     /// Drain every committed epoch not yet drained, in order (after a crash).
     Recover(recover::Args),

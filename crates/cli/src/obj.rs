@@ -1,4 +1,4 @@
-//! `paralog obj init|ls|info|get|verify|put|begin|write|commit|abort|rm|gc|view URL`, `publish L`:
+//! `paralog obj init|ls|info|get|verify|put|begin|write|commit|abort|rm|puts|gc|view URL`, `publish L`:
 //! array objects (crates/objects, docs/objects.md) from the command line.
 //! The URL is a store (`objstore:///ROOT`, `/ROOT`) for `ls`, and a store
 //! with an object's name below it (`objstore:///ROOT/NAME`) for the rest.
@@ -96,6 +96,9 @@ pub(crate) enum ObjCmd {
     Abort { url: String, id: String },
     /// Delete an object (a deletion becomes its latest version).
     Rm { url: String },
+    /// The chunked puts in progress (never committed nor aborted): id,
+    /// name, chunks claimed, writers finished, idle time.
+    Puts { url: String },
     /// Remove chunked puts untouched for longer than --older-than (never
     /// committed nor aborted: their writers or program died), with their
     /// chunk files.
@@ -503,6 +506,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let (store, name) = object(&url)?;
             let n = store.delete(&name)?;
             print(&mut stdout, &format!("{name}: deleted as version {n}\n"))?;
+        }
+        ObjCmd::Puts { url } => {
+            let (store, _) = Store::locate(&parse_url(&url)?)?;
+            for p in store.puts()? {
+                let state = match (p.logged, p.published, p.publishing) {
+                    _ if p.half_removed => ", half removed (`obj gc` removes it)".to_owned(),
+                    (true, ..) => ", logged (the node server publishes it)".to_owned(),
+                    (_, Some(n), _) => {
+                        format!(", published as version {n} (`obj commit` cleans up)")
+                    }
+                    (_, None, true) => ", publishing (`obj commit` publishes it)".to_owned(),
+                    _ => String::new(),
+                };
+                let line = format!(
+                    "{} {}: {}/{} chunks, {} writers finished{state}, idle {} s\n",
+                    id_hex(&p.id),
+                    p.name,
+                    p.claimed,
+                    p.chunks,
+                    p.finished,
+                    p.idle.as_secs()
+                );
+                print(&mut stdout, &line)?;
+            }
         }
         ObjCmd::Gc { url, older_than } => {
             let (store, _) = Store::locate(&parse_url(&url)?)?;

@@ -28,6 +28,7 @@ fn s3_url(cmd: &ObjCmd) -> anyhow::Result<Option<S3Url>> {
         | ObjCmd::Abort { url, .. }
         | ObjCmd::Rm { url }
         | ObjCmd::Gc { url, .. }
+        | ObjCmd::Puts { url }
         | ObjCmd::View { url, .. } => url,
         ObjCmd::Publish { .. } => return Ok(None),
     };
@@ -208,6 +209,7 @@ pub fn run(cmd: &ObjCmd) -> anyhow::Result<Option<ExitCode>> {
             print(&mut stdout, &format!("{name}: deleted as version {n}\n"))?;
         }
         ObjCmd::Gc { .. } => bail!("{url}: `obj gc` of s3:// stores is not supported yet"),
+        ObjCmd::Puts { .. } => bail!("{url}: `obj puts` of s3:// stores is not supported yet"),
         ObjCmd::View { .. } => {
             bail!("{url}: no Zarr or HDF5 views on s3:// yet (docs/objects.md \"S3\")")
         }

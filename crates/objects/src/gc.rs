@@ -7,6 +7,33 @@ use std::time::{Duration, SystemTime};
 
 use crate::error::{io_err, Result};
 use crate::store::Store;
+use crate::VersionId;
+
+/// A chunked put not published nor aborted (`paralog obj puts`): what a
+/// killed program left, or one still being written.
+#[derive(Debug, Clone)]
+pub struct PutInProgress {
+    pub id: VersionId,
+    pub name: String,
+    /// Chunks claimed so far, of `chunks`.
+    pub claimed: u64,
+    pub chunks: u64,
+    /// Writers that finished.
+    pub finished: u64,
+    /// A commit got as far as its publish (`publishing`): committing it
+    /// again publishes it, or finds it published.
+    pub publishing: bool,
+    /// The version it was published as, by a commit killed before its
+    /// cleanup (looked for only when `publishing`).
+    pub published: Option<u64>,
+    /// A logged put committed on this node (`logged`): the publisher's.
+    pub logged: bool,
+    /// Its `begin` or `name` is gone: what a commit killed while removing
+    /// a published put's directory left (`obj gc` removes it).
+    pub half_removed: bool,
+    /// Since the put last changed.
+    pub idle: Duration,
+}
 
 /// The newest modification time of a directory and the files in it: a put
 /// in progress touches its directory at every chunk claimed.
@@ -22,6 +49,62 @@ fn newest(dir: &Path) -> SystemTime {
 }
 
 impl Store {
+    /// The chunked puts in progress, by id. A put whose records do not read
+    /// (begun a moment ago, or damaged) is an error naming its file.
+    pub fn puts(&self) -> Result<Vec<PutInProgress>> {
+        let staging = self.root().join("staging");
+        let mut ids: Vec<VersionId> = match std::fs::read_dir(&staging) {
+            Ok(entries) => entries
+                .flatten()
+                .filter_map(|e| crate::parse_id(&e.file_name().to_string_lossy()))
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(io_err(&staging, "list puts")(e)),
+        };
+        ids.sort();
+        let now = SystemTime::now();
+        let mut out = Vec::new();
+        for id in ids {
+            let dir = self.staging_dir(&id);
+            let name = std::fs::read(dir.join("name")).ok();
+            let name = String::from_utf8_lossy(name.as_deref().unwrap_or_default()).into_owned();
+            let half_removed = name.is_empty() || !dir.join("begin").exists();
+            let chunks = match half_removed {
+                true => 0,
+                false => self.staged(&name, &id)?.0.n_chunks(),
+            };
+            let (mut claimed, mut finished) = (0, 0);
+            for e in std::fs::read_dir(&dir).map_err(io_err(&dir, "list the put"))? {
+                let f = e.map_err(io_err(&dir, "list the put"))?.file_name();
+                let f = f.to_string_lossy();
+                if f.starts_with('c') {
+                    claimed += 1;
+                } else if f.strip_prefix('w').and_then(crate::parse_id).is_some() {
+                    finished += 1;
+                }
+            }
+            let publishing = dir.join("publishing").exists();
+            let published = if publishing && !half_removed {
+                self.published(&name, &id)?
+            } else {
+                None
+            };
+            out.push(PutInProgress {
+                id,
+                name,
+                claimed,
+                chunks,
+                finished,
+                publishing,
+                published,
+                half_removed,
+                logged: dir.join("logged").exists(),
+                idle: now.duration_since(newest(&dir)).unwrap_or_default(),
+            });
+        }
+        Ok(out)
+    }
+
     /// Remove the chunked puts (and half-made ones) untouched for longer
     /// than `grace`, with the chunk files they claimed; a put that was
     /// published keeps its chunks (its version uses them). Returns how

@@ -19,19 +19,47 @@ pub mod logged;
 pub mod put;
 pub mod read;
 pub mod record;
+pub mod s3put;
 pub mod s3store;
 mod staging;
 pub mod store;
 pub mod zarr;
 
 pub use error::{Error, Result};
+pub use gc::PutInProgress;
 pub use grid::{DType, Element};
 pub use logged::{publish_committed, LoggedStore, Published};
 pub use put::{Committed, Put};
 pub use read::ArrayVersion;
 pub use record::{ArrayMeta, Attrs};
-pub use s3store::{S3Put, S3Store};
+pub use s3put::S3Put;
+pub use s3store::S3Store;
 pub use store::{ObjectInfo, Store, VersionInfo};
+
+/// Where a put can be killed by the crash tests (`PARALOG_FAILPOINT`,
+/// docs/objects.md "Crashes"), in order: a writer between its durable
+/// chunk file and its claim; the commit before and after it publishes
+/// (a logged put: before and after its local `logged` mark); the
+/// publisher of logged puts after its first chunk copied to the remote,
+/// after the remote publish, before the node-local put is removed, and
+/// while it is removed.
+pub const CRASH_POINTS: &[&str] = &[
+    "objects.mid_chunk",
+    "objects.before_commit",
+    "objects.after_commit",
+    "objects.publish_mid_copy",
+    "objects.publish_after_remote",
+    "objects.publish_mid_cleanup",
+];
+
+/// A crash point of [`CRASH_POINTS`]; the line goes to standard error
+/// (this library runs inside application ranks, which have no other log).
+pub(crate) fn failpoint(name: &str) {
+    debug_assert!(CRASH_POINTS.contains(&name));
+    paralog_settings::failpoint::hit_then(name, || {
+        eprintln!("paralog objects: failpoint {name} reached: killing the process")
+    });
+}
 
 /// A version id: the UUID `begin` makes, shared with the other writers.
 pub type VersionId = [u8; 16];

@@ -109,7 +109,7 @@ impl Store {
     }
 
     /// The staged put's array and directory, checked against `name`.
-    fn staged(&self, name: &str, id: &VersionId) -> Result<(ArrayMeta, PathBuf)> {
+    pub(crate) fn staged(&self, name: &str, id: &VersionId) -> Result<(ArrayMeta, PathBuf)> {
         check_name(name)?;
         let dir = self.staging_dir(id);
         let not_open = || Error::Put {
@@ -196,6 +196,7 @@ impl Store {
             name: Vec::new(),
             pieces,
         };
+        crate::failpoint("objects.before_commit");
         let number = match self.os.publish(name.as_bytes(), v) {
             Ok(n) => n,
             // The publish's retention step can fail after the link (another
@@ -203,6 +204,7 @@ impl Store {
             // version is published all the same, and found by its id.
             Err(e) => self.published(name, id)?.ok_or(e)?,
         };
+        crate::failpoint("objects.after_commit");
         // Published: the staging directory is only bookkeeping now (a crash
         // here leaves it, and a retried commit finds the version by its id).
         let _ = std::fs::remove_dir_all(&dir);
@@ -414,6 +416,7 @@ impl Put<'_> {
         }
         let p = w.add(i * self.meta.chunk_len(), &block)?;
         w.finish()?;
+        crate::failpoint("objects.mid_chunk");
         let claim = Claim {
             chunk: p.chunk,
             dir: p.dir,

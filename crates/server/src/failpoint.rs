@@ -1,12 +1,9 @@
 //! Crash injection for the crash tests: `PARALOG_FAILPOINT=NAME[:N]` makes
 //! the process kill itself with SIGKILL the Nth time (default: first) it
-//! reaches the point NAME. Unset, a check costs one load of a cached value.
+//! reaches the point NAME (crates/settings `failpoint`); the server's hits
+//! are logged through tracing.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
-
-static TARGET: OnceLock<Option<(String, u64)>> = OnceLock::new();
-static HITS: AtomicU64 = AtomicU64::new(0);
 
 /// The crash windows the drain exposes, in order.
 pub const POINTS: &[&str] = &[
@@ -34,21 +31,7 @@ pub fn delete_delay() {
 }
 
 pub fn hit(name: &str) {
-    let target = TARGET.get_or_init(|| {
-        let v = std::env::var("PARALOG_FAILPOINT").ok()?;
-        let (n, count) = match v.split_once(':') {
-            Some((n, c)) => (n.to_owned(), c.parse().unwrap_or(1)),
-            None => (v, 1),
-        };
-        Some((n, count))
+    paralog_settings::failpoint::hit_then(name, || {
+        tracing::warn!(point = name, "failpoint reached: killing the process")
     });
-    if let Some((n, count)) = target {
-        if n == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *count {
-            tracing::warn!(point = name, "failpoint reached: killing the process");
-            // SAFETY: sending a signal to ourselves.
-            unsafe {
-                libc::kill(libc::getpid(), libc::SIGKILL);
-            }
-        }
-    }
 }

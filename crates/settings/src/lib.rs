@@ -10,6 +10,7 @@
 //! is set in the shell. Nothing here is exported under a C name.
 
 pub mod counters;
+pub mod failpoint;
 pub mod symbols;
 
 pub use symbols::SYMBOLS;
@@ -36,7 +37,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting { name: "PARALOG_VERBOSE", help: "1: report every captured open and consistency point on stderr", default: Some("0") },
     Setting { name: "PARALOG_STATS", help: "directory where each process writes its capture counters at exit (set by `paralog run` for its summary)", default: None },
     Setting { name: "PARALOG_LOG", help: "log level of `paralog server` and `run` (error, warn, info, debug, trace)", default: Some("info") },
-    Setting { name: "PARALOG_FAILPOINT", help: "crash injection for the crash tests: the server kills itself at NAME[:N] (docs/server.md)", default: None },
+    Setting { name: "PARALOG_FAILPOINT", help: "crash injection for the crash tests: the server (or the array objects' library) kills itself at NAME[:N] (docs/server.md)", default: None },
     Setting { name: "PARALOG_FAILPOINT_DELETE_DELAY_MS", help: "test hook: the server sleeps this long after deleting each rank's records of a drained epoch, widening the window the read tests probe (docs/server.md)", default: None },
     Setting { name: "PARALOG_AGGREGATE", help: "rules that drain matching files into checkpoint sets (`ckpt/{set}/rank-*.dat`, several separated by commas; docs/aggregate.md); read by `paralog run`, `server` and `recover`", default: None },
     Setting { name: "PARALOG_CONTAINERS", help: "containers per checkpoint set with PARALOG_AGGREGATE (docs/aggregate.md)", default: Some("1") },
