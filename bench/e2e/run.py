@@ -55,7 +55,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 import report  # noqa: E402
-from testbed import BASE_PREFIX, CpuGroup, Testbed, run, stop_group  # noqa: E402
+from testbed import BASE_PREFIX, CpuGroup, Testbed, run, stop_group, teardown  # noqa: E402
 
 METHODS = ["local-aws", "direct-sshfs", "paralog-sshfs", "paralog-s3"]
 # Not run by default: paralog with its node-local log on tmpfs (/dev/shm)
@@ -369,15 +369,7 @@ def main():
         p = CURRENT.get("p")
         if p:
             stop_group(p)
-        errors = bed.close() + (cg.close() if cg else [])
-        for e in errors:
-            print(f"teardown: {e}", file=sys.stderr)
-        if b is not None:
-            shutil.rmtree(b.shm, ignore_errors=True)
-        if not a.keep and not bed.mounted:
-            shutil.rmtree(base, ignore_errors=True)
-        elif a.keep:
-            print(f"kept {base}")
+        errors = teardown(bed, cg, b.shm if b is not None else None, base, a.keep)
     if errors:
         sys.exit(1)
 

@@ -29,6 +29,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -353,6 +354,23 @@ class Testbed:
                 errors.append(f"ip netns del {ns}: {r.stderr.strip()}")
         self.created = []
         return errors
+
+
+def teardown(bed, cg, shm, base, keep):
+    """The end of a benchmark run: the testbed and the CPU group closed,
+    the run's /dev/shm directory removed, its base directory removed unless
+    kept (or the remote is still mounted there); the teardown errors,
+    printed."""
+    errors = bed.close() + (cg.close() if cg else [])
+    for e in errors:
+        print(f"teardown: {e}", file=sys.stderr)
+    if shm is not None:
+        shutil.rmtree(shm, ignore_errors=True)
+    if not keep and not bed.mounted:
+        shutil.rmtree(base, ignore_errors=True)
+    elif keep:
+        print(f"kept {base}")
+    return errors
 
 
 class CpuGroup:

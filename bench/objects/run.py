@@ -48,7 +48,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent / "e2e"))
-from testbed import BASE_PREFIX, CpuGroup, Testbed, run, stop_group  # noqa: E402
+from testbed import BASE_PREFIX, CpuGroup, Testbed, run, stop_group, teardown  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -319,15 +319,7 @@ def main():
         print(f"\nall last outputs verified; {results['minutes']:.1f} min; results in {a.json}")
         print(table(results))
     finally:
-        errors = bed.close() + (cg.close() if cg else [])
-        for e in errors:
-            print(f"teardown: {e}", file=sys.stderr)
-        if b is not None:
-            shutil.rmtree(b.shm, ignore_errors=True)
-        if not a.keep and not bed.mounted:
-            shutil.rmtree(base, ignore_errors=True)
-        elif a.keep:
-            print(f"kept {base}")
+        errors = teardown(bed, cg, b.shm if b is not None else None, base, a.keep)
     if errors:
         sys.exit(1)
 

@@ -246,27 +246,7 @@ impl Store {
             }
             claims[i as usize] = Some(c);
         }
-        for (i, c) in claims.iter().enumerate() {
-            if let Some(c) = c.as_ref().filter(|c| !finished.contains(&c.writer)) {
-                return Err(perr(format!(
-                    "chunk {:?} was written by writer {} that did not finish; nothing was published",
-                    meta.coords(i as u64),
-                    id_hex(&c.writer)
-                )));
-            }
-        }
-        let missing: Vec<u64> = (0..n).filter(|&i| claims[i as usize].is_none()).collect();
-        if !missing.is_empty() {
-            let first: Vec<Vec<u64>> = missing.iter().take(4).map(|&i| meta.coords(i)).collect();
-            return Err(perr(format!(
-                "{} of {n} chunks were not written (first: {first:?}); nothing was published",
-                missing.len()
-            )));
-        }
-        let claims = claims
-            .into_iter()
-            .map(|c| c.expect("none missing"))
-            .collect();
+        let claims = crate::staging::complete_claims(claims, &finished, &meta).map_err(perr)?;
         Ok((meta, claims))
     }
 

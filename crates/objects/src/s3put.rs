@@ -159,23 +159,7 @@ impl S3Store {
                 claims[i as usize] = Some(c);
             }
         }
-        for (i, c) in claims.iter().enumerate() {
-            if let Some(c) = c.as_ref().filter(|c| !finished.contains(&c.writer)) {
-                return Err(perr(format!(
-                    "chunk {:?} was written by writer {} that did not finish; nothing was published",
-                    meta.coords(i as u64),
-                    id_hex(&c.writer)
-                )));
-            }
-        }
-        let missing: Vec<u64> = (0..n).filter(|&i| claims[i as usize].is_none()).collect();
-        if !missing.is_empty() {
-            let first: Vec<Vec<u64>> = missing.iter().take(4).map(|&i| meta.coords(i)).collect();
-            return Err(perr(format!(
-                "{} of {n} chunks were not written (first: {first:?}); nothing was published",
-                missing.len()
-            )));
-        }
+        let claims = crate::staging::complete_claims(claims, &finished, &meta).map_err(perr)?;
         // Durable before the publish: a retry after it looks for the version.
         self.put_obj(&format!("{dir}/publishing"), Vec::new(), false)?;
         let head = record::encode(id, &meta);
@@ -184,18 +168,15 @@ impl S3Store {
         let mut pieces: Vec<Piece> = claims
             .into_iter()
             .enumerate()
-            .map(|(i, c)| {
-                let c = c.expect("none missing");
-                Piece {
-                    file_off: i as u64 * cb,
-                    len: cb,
-                    chunk: c.chunk,
-                    dir: 0,
-                    block_off: 0,
-                    block_len: cb + 4,
-                    block_crc: c.block_crc,
-                    skip: 0,
-                }
+            .map(|(i, c)| Piece {
+                file_off: i as u64 * cb,
+                len: cb,
+                chunk: c.chunk,
+                dir: 0,
+                block_off: 0,
+                block_len: cb + 4,
+                block_crc: c.block_crc,
+                skip: 0,
             })
             .collect();
         pieces.push(Piece {

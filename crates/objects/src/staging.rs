@@ -56,6 +56,34 @@ pub(crate) fn decode_claim(b: &[u8], path: &Path) -> Result<(u64, Claim)> {
     ))
 }
 
+/// Every chunk of the put claimed by a writer that finished, in chunk
+/// order; else why nothing can be published (for the put's own error).
+pub(crate) fn complete_claims(
+    claims: Vec<Option<Claim>>,
+    finished: &std::collections::BTreeSet<[u8; 16]>,
+    meta: &crate::record::ArrayMeta,
+) -> std::result::Result<Vec<Claim>, String> {
+    let n = claims.len() as u64;
+    for (i, c) in claims.iter().enumerate() {
+        if let Some(c) = c.as_ref().filter(|c| !finished.contains(&c.writer)) {
+            return Err(format!(
+                "chunk {:?} was written by writer {} that did not finish; nothing was published",
+                meta.coords(i as u64),
+                id_hex(&c.writer)
+            ));
+        }
+    }
+    let missing: Vec<u64> = (0..n).filter(|&i| claims[i as usize].is_none()).collect();
+    if !missing.is_empty() {
+        let first: Vec<Vec<u64>> = missing.iter().take(4).map(|&i| meta.coords(i)).collect();
+        return Err(format!(
+            "{} of {n} chunks were not written (first: {first:?}); nothing was published",
+            missing.len()
+        ));
+    }
+    Ok(claims.into_iter().flatten().collect())
+}
+
 /// Remove the chunk files of a put that is not published: those its
 /// claims name, and those its writers' intents name (a writer that died
 /// before its claim). Claims that do not decode name none.
