@@ -464,35 +464,29 @@ pub unsafe extern "C" fn vfork() -> pid_t {
     libc::fork()
 }
 
-// Only posix_spawnp searches PATH.
-twins! {
-    posix_spawn => fn(
-        pid: *mut pid_t,
-        path: *const c_char,
-        acts: *const libc::posix_spawn_file_actions_t,
-        attr: *const libc::posix_spawnattr_t,
-        argv: *const *mut c_char,
-        envp: *const *mut c_char,
-    ) -> c_int, libc::ENOSYS, |real| {
-        let run = |p: *const c_char, a: *const *const c_char| real(pid, p, acts, attr, a.cast(), envp);
-        crate::execpath::exec_planned(path, argv.cast(), run).unwrap_or_else(|e| e)
-    }
+/// `posix_spawn` and `posix_spawnp` (`$search`: only the `p` form searches
+/// PATH), planned as an exec of a captured file would be.
+macro_rules! spawn_entry {
+    ($name:ident, $search:expr) => {
+        twins! {
+            $name => fn(
+                pid: *mut pid_t,
+                path: *const c_char,
+                acts: *const libc::posix_spawn_file_actions_t,
+                attr: *const libc::posix_spawnattr_t,
+                argv: *const *mut c_char,
+                envp: *const *mut c_char,
+            ) -> c_int, libc::ENOSYS, |real| {
+                let (_keep, path) = if $search { crate::execpath::searched(path) } else { (None, path) };
+                let run = |p: *const c_char, a: *const *const c_char| real(pid, p, acts, attr, a.cast(), envp);
+                crate::execpath::exec_planned(path, argv.cast(), run).unwrap_or_else(|e| e)
+            }
+        }
+    };
 }
 
-twins! {
-    posix_spawnp => fn(
-        pid: *mut pid_t,
-        path: *const c_char,
-        acts: *const libc::posix_spawn_file_actions_t,
-        attr: *const libc::posix_spawnattr_t,
-        argv: *const *mut c_char,
-        envp: *const *mut c_char,
-    ) -> c_int, libc::ENOSYS, |real| {
-        let (_keep, path) = crate::execpath::searched(path);
-        let run = |p: *const c_char, a: *const *const c_char| real(pid, p, acts, attr, a.cast(), envp);
-        crate::execpath::exec_planned(path, argv.cast(), run).unwrap_or_else(|e| e)
-    }
-}
+spawn_entry!(posix_spawn, false);
+spawn_entry!(posix_spawnp, true);
 
 #[no_mangle]
 pub unsafe extern "C" fn system(cmd: *const c_char) -> c_int {

@@ -133,6 +133,30 @@ pub(crate) struct ArrayArgs {
     attrs: Option<String>,
 }
 
+/// `obj write`'s chunks: the coordinates given and, for each, its slice of
+/// `file`'s bytes (chunks of `cb` bytes, in that order); a file of another
+/// length is refused, naming it.
+pub(crate) fn chunk_slices(
+    file: &std::path::Path,
+    cb: usize,
+    chunks: &[String],
+) -> anyhow::Result<Vec<(Vec<u64>, Vec<u8>)>> {
+    let data = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    if data.len() != cb * chunks.len() {
+        bail!(
+            "{}: {} bytes for {} chunks of {cb} bytes",
+            file.display(),
+            data.len(),
+            chunks.len()
+        );
+    }
+    chunks
+        .iter()
+        .zip(data.chunks(cb.max(1)))
+        .map(|(c, bytes)| Ok((dims(c)?, bytes.to_vec())))
+        .collect()
+}
+
 pub(crate) fn dims(s: &str) -> anyhow::Result<Vec<u64>> {
     s.split(',')
         .map(|d| {
@@ -471,19 +495,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let (store, name) = object(&url)?;
             let id = parse_id(&id).ok_or_else(|| anyhow!("{id}: not a put id (32 hex digits)"))?;
             let mut put = store.join(&name, &id)?;
-            let data =
-                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
-            let cb = put.meta().chunk_len() as usize;
-            if data.len() != cb * chunks.len() {
-                bail!(
-                    "{}: {} bytes for {} chunks of {cb} bytes",
-                    file.display(),
-                    data.len(),
-                    chunks.len()
-                );
-            }
-            for (k, c) in chunks.iter().enumerate() {
-                put.write_chunk(&dims(c)?, &data[k * cb..(k + 1) * cb])?;
+            for (c, bytes) in chunk_slices(&file, put.meta().chunk_len() as usize, &chunks)? {
+                put.write_chunk(&c, &bytes)?;
             }
             put.finish()?;
         }

@@ -11,7 +11,7 @@ use anyhow::{anyhow, bail, Context};
 use paralog_backend::{RemoteUrl, S3Url};
 use paralog_objects::{id_hex, parse_id, ArrayVersion, S3Store};
 
-use crate::obj::{committed_line, dims, parse_slice, print, ObjCmd};
+use crate::obj::{chunk_slices, committed_line, parse_slice, print, ObjCmd};
 
 /// The S3 URL a command names, if it names one.
 fn s3_url(cmd: &ObjCmd) -> anyhow::Result<Option<S3Url>> {
@@ -173,19 +173,8 @@ pub fn run(cmd: &ObjCmd) -> anyhow::Result<Option<ExitCode>> {
         } => {
             let (store, name) = object(&url)?;
             let mut put = store.join(&name, &put_id(id)?)?;
-            let data =
-                std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-            let cb = put.meta().chunk_len() as usize;
-            if data.len() != cb * chunks.len() {
-                bail!(
-                    "{}: {} bytes for {} chunks of {cb} bytes",
-                    file.display(),
-                    data.len(),
-                    chunks.len()
-                );
-            }
-            for (k, c) in chunks.iter().enumerate() {
-                put.write_chunk(&dims(c)?, &data[k * cb..(k + 1) * cb])?;
+            for (c, bytes) in chunk_slices(file, put.meta().chunk_len() as usize, chunks)? {
+                put.write_chunk(&c, &bytes)?;
             }
             put.finish()?;
         }

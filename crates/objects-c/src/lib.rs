@@ -175,23 +175,31 @@ pub unsafe extern "C" fn paralog_obj_open(
     url: *const c_char,
     out_store: *mut *mut ObjStore,
 ) -> c_int {
+    open_with(out_store, || {
+        let url = text(url, "url")?;
+        let parsed: RemoteUrl = url
+            .parse()
+            .map_err(|e| Failure(errors::EURL, format!("{url}: {e}")))?;
+        Ok(ObjStore {
+            direct: Direct::open(&parsed)?,
+            logged: None,
+        })
+    })
+}
+
+/// The opens' common part: `make` builds the store, handed out in
+/// `out_store` (checked first).
+fn open_with(
+    out_store: *mut *mut ObjStore,
+    make: impl FnOnce() -> Result<ObjStore, Failure>,
+) -> c_int {
     guard(|| {
         if out_store.is_null() {
             return Err(invalid("store is NULL"));
         }
         locate_helper();
-        let url = text(url, "url")?;
-        let parsed: RemoteUrl = url
-            .parse()
-            .map_err(|e| Failure(errors::EURL, format!("{url}: {e}")))?;
-        let direct = Direct::open(&parsed)?;
-        out(
-            out_store,
-            Box::into_raw(Box::new(ObjStore {
-                direct,
-                logged: None,
-            })),
-        );
+        let s = make()?;
+        out(out_store, Box::into_raw(Box::new(s)));
         Ok(())
     })
 }
@@ -202,22 +210,13 @@ pub unsafe extern "C" fn paralog_obj_open_logged(
     local: *const c_char,
     out_store: *mut *mut ObjStore,
 ) -> c_int {
-    guard(|| {
-        if out_store.is_null() {
-            return Err(invalid("store is NULL"));
-        }
-        locate_helper();
+    open_with(out_store, || {
         let (url, local) = (text(url, "url")?, text(local, "local")?);
         let logged = LoggedStore::open(url, Path::new(local))?;
-        let direct = Direct::Layout(logged.remote().clone());
-        out(
-            out_store,
-            Box::into_raw(Box::new(ObjStore {
-                direct,
-                logged: Some(logged),
-            })),
-        );
-        Ok(())
+        Ok(ObjStore {
+            direct: Direct::Layout(logged.remote().clone()),
+            logged: Some(logged),
+        })
     })
 }
 

@@ -114,6 +114,45 @@ element!(u64, DType::U64);
 element!(f32, DType::F32);
 element!(f64, DType::F64);
 
+/// Cut the whole array `data` (row-major bytes of `meta`'s shape) into its
+/// chunks, edge chunks padded with zeros, and hand each to `put` with its
+/// coordinates, in grid order; the first error stops it.
+pub(crate) fn for_each_chunk<E>(
+    meta: &crate::record::ArrayMeta,
+    data: &[u8],
+    mut put: impl FnMut(&[u64], &[u8]) -> Result<(), E>,
+) -> Result<(), E> {
+    let d = meta.ndim();
+    let isz = meta.dtype.size();
+    let mut chunk = vec![0u8; meta.chunk_len() as usize];
+    let mut err = None;
+    for_each_index(&vec![0; d], &meta.grid(), |c| {
+        if err.is_some() {
+            return;
+        }
+        let origin: Vec<u64> = (0..d).map(|i| c[i] * meta.chunks[i]).collect();
+        let n: Vec<u64> = (0..d)
+            .map(|i| meta.chunks[i].min(meta.shape[i] - origin[i]))
+            .collect();
+        // Edge chunks: the part outside the array stays zero.
+        chunk.fill(0);
+        copy_box(
+            isz,
+            data,
+            &meta.shape,
+            &origin,
+            &mut chunk,
+            &meta.chunks,
+            &vec![0; d],
+            &n,
+        );
+        if let Err(e) = put(c, &chunk) {
+            err = Some(e);
+        }
+    });
+    err.map_or(Ok(()), Err)
+}
+
 /// Calls `f` with every index tuple of the box `[lo, hi)`, last dimension
 /// fastest. Nothing when the box is empty.
 pub(crate) fn for_each_index(lo: &[u64], hi: &[u64], mut f: impl FnMut(&[u64])) {

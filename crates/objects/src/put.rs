@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use paralog_backend::objstore::{Piece, Version};
 
 use crate::error::{io_err, Error, Result};
-use crate::grid::{copy_box, for_each_index, Element};
+use crate::grid::{for_each_chunk, Element};
 use crate::record::{self, ArrayMeta, Attrs};
 use crate::staging::{
     decode_claim, encode_claim, new_id, remove_chunk_by_id, remove_staged_chunks, sync_dir,
@@ -94,17 +94,7 @@ impl Store {
     /// shape, grid) differs from the put's.
     pub fn join_as(&self, name: &str, id: &VersionId, meta: &ArrayMeta) -> Result<Put<'_>> {
         let put = self.join(name, id)?;
-        let (a, b) = (&put.meta, meta);
-        if (a.dtype, &a.shape, &a.chunks) != (b.dtype, &b.shape, &b.chunks) {
-            return Err(Error::Put {
-                name: name.to_owned(),
-                id: id_hex(id),
-                why: format!(
-                    "this writer's array ({} {:?} in chunks of {:?}) is not the put's ({} {:?} in chunks of {:?})",
-                    b.dtype.name(), b.shape, b.chunks, a.dtype.name(), a.shape, a.chunks
-                ),
-            });
-        }
+        same_array(name, id, &put.meta, meta)?;
         Ok(put)
     }
 
@@ -440,35 +430,7 @@ impl Put<'_> {
     /// chunks padded with zeros), as one writer.
     pub(crate) fn write_whole(&mut self, data: &[u8]) -> Result<()> {
         let meta = self.meta.clone();
-        let d = meta.ndim();
-        let mut chunk = vec![0u8; meta.chunk_len() as usize];
-        let mut err = None;
-        for_each_index(&vec![0; d], &meta.grid(), |c| {
-            if err.is_some() {
-                return;
-            }
-            let origin: Vec<u64> = (0..d).map(|i| c[i] * meta.chunks[i]).collect();
-            let n: Vec<u64> = (0..d)
-                .map(|i| meta.chunks[i].min(meta.shape[i] - origin[i]))
-                .collect();
-            // Edge chunks: the part outside the array stays zero.
-            chunk.fill(0);
-            let isz = meta.dtype.size();
-            copy_box(
-                isz,
-                data,
-                &meta.shape,
-                &origin,
-                &mut chunk,
-                &meta.chunks,
-                &vec![0; d],
-                &n,
-            );
-            if let Err(e) = self.write_chunk(c, &chunk) {
-                err = Some(e);
-            }
-        });
-        err.map_or(Ok(()), Err)
+        for_each_chunk(&meta, data, |c, chunk| self.write_chunk(c, chunk))
     }
 
     /// [`Put::write_chunk`] from typed values.
@@ -515,6 +477,28 @@ pub(crate) fn check_whole(name: &str, meta: &ArrayMeta, data: &[u8]) -> Result<(
                 meta.dtype.name(),
                 meta.shape,
                 meta.array_len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// A writer joining put `id` of `name` with the array `mine` must have the
+/// put's type, shape and grid (`put`).
+pub(crate) fn same_array(
+    name: &str,
+    id: &VersionId,
+    put: &ArrayMeta,
+    mine: &ArrayMeta,
+) -> Result<()> {
+    let (a, b) = (put, mine);
+    if (a.dtype, &a.shape, &a.chunks) != (b.dtype, &b.shape, &b.chunks) {
+        return Err(Error::Put {
+            name: name.to_owned(),
+            id: id_hex(id),
+            why: format!(
+                "this writer's array ({} {:?} in chunks of {:?}) is not the put's ({} {:?} in chunks of {:?})",
+                b.dtype.name(), b.shape, b.chunks, a.dtype.name(), a.shape, a.chunks
             ),
         });
     }

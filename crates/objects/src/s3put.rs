@@ -8,7 +8,7 @@
 use paralog_backend::objstore::{Piece, Version};
 
 use crate::error::{Error, Result};
-use crate::grid::{copy_box, for_each_index};
+use crate::grid::for_each_chunk;
 use crate::put::{chunk_index, Committed};
 use crate::record::{self, ArrayMeta};
 use crate::s3store::S3Store;
@@ -55,17 +55,7 @@ impl S3Store {
     /// shape, grid) differs from the put's.
     pub fn join_as(&self, name: &str, id: &VersionId, meta: &ArrayMeta) -> Result<S3Put<'_>> {
         let put = self.join(name, id)?;
-        let (a, b) = (&put.meta, meta);
-        if (a.dtype, &a.shape, &a.chunks) != (b.dtype, &b.shape, &b.chunks) {
-            return Err(Error::Put {
-                name: name.to_owned(),
-                id: id_hex(id),
-                why: format!(
-                    "this writer's array ({} {:?} in chunks of {:?}) is not the put's ({} {:?} in chunks of {:?})",
-                    b.dtype.name(), b.shape, b.chunks, a.dtype.name(), a.shape, a.chunks
-                ),
-            });
-        }
+        crate::put::same_array(name, id, &put.meta, meta)?;
         Ok(put)
     }
 
@@ -326,33 +316,6 @@ impl S3Put<'_> {
     /// Every chunk of the whole array `data`, edge chunks zero-padded.
     fn write_whole(&mut self, data: &[u8]) -> Result<()> {
         let meta = self.meta.clone();
-        let d = meta.ndim();
-        let isz = meta.dtype.size();
-        let mut chunk = vec![0u8; meta.chunk_len() as usize];
-        let mut err = None;
-        for_each_index(&vec![0; d], &meta.grid(), |c| {
-            if err.is_some() {
-                return;
-            }
-            let origin: Vec<u64> = (0..d).map(|i| c[i] * meta.chunks[i]).collect();
-            let n: Vec<u64> = (0..d)
-                .map(|i| meta.chunks[i].min(meta.shape[i] - origin[i]))
-                .collect();
-            chunk.fill(0);
-            copy_box(
-                isz,
-                data,
-                &meta.shape,
-                &origin,
-                &mut chunk,
-                &meta.chunks,
-                &vec![0; d],
-                &n,
-            );
-            if let Err(e) = self.write_chunk(c, &chunk) {
-                err = Some(e);
-            }
-        });
-        err.map_or(Ok(()), Err)
+        for_each_chunk(&meta, data, |c, chunk| self.write_chunk(c, chunk))
     }
 }

@@ -23,7 +23,6 @@ use crate::error::{Error, Result};
 use crate::id_hex;
 use crate::read::{checked_array, ArrayVersion};
 use crate::record::MAGIC;
-use crate::staging::new_id;
 use crate::store::{check_name, VersionInfo};
 
 const STORE_MARK: &str = "meta/.store";
@@ -157,17 +156,7 @@ impl S3Store {
     /// Every version of `name`, ascending.
     pub fn versions(&self, name: &str) -> Result<Vec<VersionInfo>> {
         check_name(name)?;
-        let mut out = Vec::new();
-        for n in self.numbers(name)? {
-            if let Some(v) = self.record(name, n)? {
-                out.push(VersionInfo {
-                    number: n,
-                    id: v.origin,
-                    deleted: v.deleted,
-                });
-            }
-        }
-        Ok(out)
+        crate::store::version_infos(self.numbers(name)?, |n| self.record(name, n))
     }
 
     /// A version of `name` (default: the latest), its records checked.
@@ -309,21 +298,7 @@ impl S3Store {
     /// Delete `name`: a deletion published as its next version.
     pub fn delete(&self, name: &str) -> Result<u64> {
         check_name(name)?;
-        if self.numbers(name)?.is_empty() {
-            return Err(Error::NotFound {
-                name: name.to_owned(),
-                why: "no such object".into(),
-            });
-        }
-        let v = Version {
-            number: 0,
-            size: 0,
-            deleted: true,
-            epoch: Default::default(),
-            origin: new_id(),
-            name: Vec::new(),
-            pieces: Vec::new(),
-        };
+        let v = crate::store::deletion(name, self.numbers(name)?.is_empty())?;
         self.publish(name, v)
     }
 }

@@ -181,18 +181,7 @@ impl Store {
     /// The version numbers of `name` kept, ascending.
     pub fn versions(&self, name: &str) -> Result<Vec<VersionInfo>> {
         check_name(name)?;
-        let mut out = Vec::new();
-        for n in self.os.versions(name.as_bytes())? {
-            // Removed by retention since the listing: not kept any more.
-            if let Some(v) = self.record(name, n)? {
-                out.push(VersionInfo {
-                    number: n,
-                    id: v.origin,
-                    deleted: v.deleted,
-                });
-            }
-        }
-        Ok(out)
+        version_infos(self.os.versions(name.as_bytes())?, |n| self.record(name, n))
     }
 
     /// A version's object-layout record; `None` if retention removed it.
@@ -261,21 +250,7 @@ impl Store {
     /// retention drops them. Returns the deletion's number.
     pub fn delete(&self, name: &str) -> Result<u64> {
         check_name(name)?;
-        if self.os.versions(name.as_bytes())?.is_empty() {
-            return Err(Error::NotFound {
-                name: name.to_owned(),
-                why: "no such object".into(),
-            });
-        }
-        let v = Version {
-            number: 0,
-            size: 0,
-            deleted: true,
-            epoch: Default::default(),
-            origin: *uuid::Uuid::new_v4().as_bytes(),
-            name: Vec::new(),
-            pieces: Vec::new(),
-        };
+        let v = deletion(name, self.os.versions(name.as_bytes())?.is_empty())?;
         let n = self.os.publish(name.as_bytes(), v)?;
         crate::zarr::prune_views(self, name)?;
         crate::hdf5::prune_views(self, name)?;
@@ -301,4 +276,45 @@ impl Store {
     pub(crate) fn staging_dir(&self, id: &VersionId) -> PathBuf {
         self.root.join("staging").join(id_hex(id))
     }
+}
+
+/// The version that deletes `name` (a fresh origin, no bytes); refused
+/// when the name has no version (`none`). The name is checked by the
+/// caller before it looks the versions up.
+pub(crate) fn deletion(name: &str, none: bool) -> Result<Version> {
+    if none {
+        return Err(Error::NotFound {
+            name: name.to_owned(),
+            why: "no such object".into(),
+        });
+    }
+    Ok(Version {
+        number: 0,
+        size: 0,
+        deleted: true,
+        epoch: Default::default(),
+        origin: crate::staging::new_id(),
+        name: Vec::new(),
+        pieces: Vec::new(),
+    })
+}
+
+/// What the versions `numbers` of a name are, from their records (a
+/// number whose record is gone, removed by retention since the listing, is
+/// not kept any more).
+pub(crate) fn version_infos(
+    numbers: Vec<u64>,
+    mut record: impl FnMut(u64) -> Result<Option<Version>>,
+) -> Result<Vec<VersionInfo>> {
+    let mut out = Vec::new();
+    for n in numbers {
+        if let Some(v) = record(n)? {
+            out.push(VersionInfo {
+                number: n,
+                id: v.origin,
+                deleted: v.deleted,
+            });
+        }
+    }
+    Ok(out)
 }

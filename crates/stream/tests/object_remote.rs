@@ -99,8 +99,17 @@ fn drain_all(local: &Path, remote: &dyn paralog_stream::StreamRemote) -> u64 {
     rounds
 }
 
-#[test]
-fn objects_are_the_posix_segments_and_a_redrain_writes_them_again() {
+/// A produced local root `a`, its copy `b`, `a` drained to the directory
+/// `posix` (its rounds counted), and an empty directory `store`.
+struct Setup {
+    _t: tempfile::TempDir,
+    b: PathBuf,
+    posix: PathBuf,
+    store: PathBuf,
+    rounds: u64,
+}
+
+fn setup() -> Setup {
     let t = tempfile::tempdir().unwrap();
     let (a, b) = (t.path().join("a"), t.path().join("b"));
     let (posix, store) = (t.path().join("posix"), t.path().join("store"));
@@ -109,6 +118,24 @@ fn objects_are_the_posix_segments_and_a_redrain_writes_them_again() {
     produce(&a);
     copy(&a, &b);
     let rounds = drain_all(&a, &PosixRemote(&posix));
+    Setup {
+        _t: t,
+        b,
+        posix,
+        store,
+        rounds,
+    }
+}
+
+#[test]
+fn objects_are_the_posix_segments_and_a_redrain_writes_them_again() {
+    let Setup {
+        _t,
+        b,
+        posix,
+        store,
+        rounds,
+    } = setup();
     assert!(rounds > 3, "{rounds} rounds");
     let objects = ObjectRemote {
         store: DirStore(store.clone()),
@@ -215,14 +242,13 @@ fn read_all(place: &StreamPlace, group: Option<&str>) -> paralog_stream::Result<
 
 #[test]
 fn a_reader_on_the_store_reads_what_the_posix_reader_does_and_refuses_damage() {
-    let t = tempfile::tempdir().unwrap();
-    let (a, b) = (t.path().join("a"), t.path().join("b"));
-    let (posix, store) = (t.path().join("posix"), t.path().join("store"));
-    std::fs::create_dir(&posix).unwrap();
-    std::fs::create_dir(&store).unwrap();
-    produce(&a);
-    copy(&a, &b);
-    drain_all(&a, &PosixRemote(&posix));
+    let Setup {
+        _t,
+        b,
+        posix,
+        store,
+        ..
+    } = setup();
     let place = StreamPlace::Store(Arc::new(DirStore(store.clone())));
     drain_all(&b, &*place.remote());
 
@@ -361,14 +387,13 @@ fn the_drain_compacts_small_objects_expires_them_and_a_redrain_does_the_same() {
 
 #[test]
 fn a_reader_whose_objects_were_compacted_and_deleted_reads_the_index_again() {
-    let t = tempfile::tempdir().unwrap();
-    let (a, b) = (t.path().join("a"), t.path().join("b"));
-    let (posix, store) = (t.path().join("posix"), t.path().join("store"));
-    std::fs::create_dir(&posix).unwrap();
-    std::fs::create_dir(&store).unwrap();
-    produce(&a);
-    copy(&a, &b);
-    drain_all(&a, &PosixRemote(&posix));
+    let Setup {
+        _t,
+        b,
+        posix,
+        store,
+        ..
+    } = setup();
     let remote = ObjectRemote {
         store: DirStore(store.clone()),
         compaction: Compaction {

@@ -289,38 +289,24 @@ impl Message {
         let finishing = i.bool()?;
         let scan_failed = i.bool()?;
         let (round, base, files, epochs) = (i.u64()?, i.u64()?, i.u64()?, i.u64()?);
-        let n = i.len()?;
-        let mut removed_files = Vec::with_capacity(n);
-        for _ in 0..n {
-            removed_files.push((i.string()?, i.string()?));
-        }
-        let n = i.len()?;
-        let mut changes = Vec::with_capacity(n);
-        for _ in 0..n {
+        let removed_files = i.list(|i| Ok((i.string()?, i.string()?)))?;
+        let changes = i.list(|i| {
             let (job, dir) = (i.string()?, i.string()?);
             let header = if i.bool()? {
                 Some(i.file_header()?)
             } else {
                 None
             };
-            let nr = i.len()?;
-            let mut removed = Vec::with_capacity(nr);
-            for _ in 0..nr {
-                removed.push((i.u64()?, i.u64()?));
-            }
-            let nu = i.len()?;
-            let mut upserts = Vec::with_capacity(nu);
-            for _ in 0..nu {
-                upserts.push((i.u64()?, i.epoch()?));
-            }
-            changes.push(FileChange {
+            let removed = i.list(|i| Ok((i.u64()?, i.u64()?)))?;
+            let upserts = i.list(|i| Ok((i.u64()?, i.epoch()?)))?;
+            Ok(FileChange {
                 job,
                 dir,
                 header,
                 removed,
                 upserts,
-            });
-        }
+            })
+        })?;
         i.done()?;
         Ok(Message {
             node,

@@ -1,5 +1,5 @@
 use super::*;
-use crate::cluster::summary::{GenSummary, ShippedManifest};
+use crate::cluster::summary::GenSummary;
 use paralog_log::EpochId;
 
 /// A small deterministic generator (xorshift): the same cases every run.
@@ -15,20 +15,14 @@ impl Rng {
 }
 
 fn epoch(e: u64, marked: bool, ranks: &[u32]) -> EpochSummary {
-    EpochSummary {
-        epoch: e,
-        marked,
-        manifests: ranks
-            .iter()
-            .map(|&r| ShippedManifest {
-                rank: r,
-                path: format!("/l/f/r{r}/e{e}.data"),
-                offset: 4096 * e,
-                version: 2,
-                bytes: vec![r as u8; 40],
-            })
-            .collect(),
-    }
+    EpochSummary::of_ranks(e, marked, ranks, |r| {
+        (
+            format!("/l/f/r{r}/e{e}.data"),
+            4096 * e,
+            2,
+            vec![r as u8; 40],
+        )
+    })
 }
 
 fn file(i: u64) -> FileSummary {

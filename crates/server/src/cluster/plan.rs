@@ -400,19 +400,11 @@ mod tests {
                     ranks: vec![2 * n, 2 * n + 1],
                     epochs: epochs
                         .iter()
-                        .map(|&(e, marked, ranks)| EpochSummary {
-                            epoch: e,
-                            marked,
-                            manifests: ranks
-                                .iter()
-                                .map(|&r| ShippedManifest {
-                                    rank: r,
-                                    path: format!("/l/n{n}/j/f/g000001/r{r:07}/e{e:010}.manifest"),
-                                    offset: 0,
-                                    version: 1,
-                                    bytes: manifest(r, e, 100 * r as u64 + e, 10),
-                                })
-                                .collect(),
+                        .map(|&(e, marked, ranks)| {
+                            EpochSummary::of_ranks(e, marked, ranks, |r| {
+                                let path = format!("/l/n{n}/j/f/g000001/r{r:07}/e{e:010}.manifest");
+                                (path, 0, 1, manifest(r, e, 100 * r as u64 + e, 10))
+                            })
                         })
                         .collect(),
                 }],

@@ -71,6 +71,37 @@ pub struct ShippedManifest {
     pub bytes: Vec<u8>,
 }
 
+#[cfg(test)]
+impl EpochSummary {
+    /// A test's epoch `e` with one manifest per rank of `ranks`: (path,
+    /// offset, format version, bytes) of rank `r` from `manifest`.
+    pub(crate) fn of_ranks(
+        e: u64,
+        marked: bool,
+        ranks: &[u32],
+        manifest: impl Fn(u32) -> (String, u64, u16, Vec<u8>),
+    ) -> EpochSummary {
+        let manifests = ranks
+            .iter()
+            .map(|&rank| {
+                let (path, offset, version, bytes) = manifest(rank);
+                ShippedManifest {
+                    rank,
+                    path,
+                    offset,
+                    version,
+                    bytes,
+                }
+            })
+            .collect();
+        EpochSummary {
+            epoch: e,
+            marked,
+            manifests,
+        }
+    }
+}
+
 impl ShippedManifest {
     pub fn loc(&self) -> ManifestLoc {
         ManifestLoc {

@@ -117,6 +117,18 @@ impl<'a> In<'a> {
         }
         Ok(n as usize)
     }
+    /// A counted list, each item decoded by `item`.
+    pub fn list<T>(
+        &mut self,
+        mut item: impl FnMut(&mut Self) -> Result<T, DecodeError>,
+    ) -> Result<Vec<T>, DecodeError> {
+        let n = self.len()?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(item(self)?);
+        }
+        Ok(out)
+    }
     pub fn bytes(&mut self) -> Result<Vec<u8>, DecodeError> {
         let n = self.len()?;
         Ok(self.take(n)?.to_vec())
@@ -142,23 +154,14 @@ impl<'a> In<'a> {
         let progress = self.opt_id()?;
         let has_damage = self.bool()?;
         let damage = self.string()?;
-        let ngens = self.len()?;
-        let mut gens = Vec::with_capacity(ngens);
-        for _ in 0..ngens {
-            let gen = self.u64()?;
-            let closed = self.bool()?;
-            let nranks = self.len()?;
-            let mut ranks = Vec::with_capacity(nranks);
-            for _ in 0..nranks {
-                ranks.push(self.u64()? as u32);
-            }
-            gens.push(GenSummary {
-                gen,
-                closed,
-                ranks,
+        let gens = self.list(|i| {
+            Ok(GenSummary {
+                gen: i.u64()?,
+                closed: i.bool()?,
+                ranks: i.list(|i| Ok(i.u64()? as u32))?,
                 epochs: Vec::new(),
-            });
-        }
+            })
+        })?;
         Ok(FileSummary {
             job,
             dir,
@@ -173,17 +176,15 @@ impl<'a> In<'a> {
     pub fn epoch(&mut self) -> Result<EpochSummary, DecodeError> {
         let epoch = self.u64()?;
         let marked = self.bool()?;
-        let nm = self.len()?;
-        let mut manifests = Vec::with_capacity(nm);
-        for _ in 0..nm {
-            manifests.push(ShippedManifest {
-                rank: self.u64()? as u32,
-                path: self.string()?,
-                offset: self.u64()?,
-                version: self.u64()? as u16,
-                bytes: self.bytes()?,
-            });
-        }
+        let manifests = self.list(|i| {
+            Ok(ShippedManifest {
+                rank: i.u64()? as u32,
+                path: i.string()?,
+                offset: i.u64()?,
+                version: i.u64()? as u16,
+                bytes: i.bytes()?,
+            })
+        })?;
         Ok(EpochSummary {
             epoch,
             marked,
