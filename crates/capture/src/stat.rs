@@ -184,7 +184,7 @@ unsafe fn by_path(path: *const c_char, buf: *mut libc::stat, follow: bool) -> Op
     }
     // Closed, but committed epochs not yet drained: the log answers.
     match logged_stat(&abs) {
-        Ok(None) => None,
+        Ok(None) => stand_in_stat(&abs, buf),
         Ok(Some((true, size, times, mode))) => {
             Some(fill_stat((size, None, &abs, times, mode), buf))
         }
@@ -197,6 +197,23 @@ unsafe fn by_path(path: *const c_char, buf: *mut libc::stat, follow: bool) -> Op
             Some(-1)
         }
     }
+}
+
+/// A directory only the remote holds (a new job on a fresh prefix,
+/// `remotedir`): the remote's directory answers; `None` (the real file
+/// system answers) when the prefix has the name or the remote has no
+/// directory there.
+unsafe fn stand_in_stat(abs: &Path, buf: *mut libc::stat) -> Option<c_int> {
+    if !std::fs::symlink_metadata(abs).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        return None;
+    }
+    let dir = {
+        let mut slot = lock();
+        crate::remotedir::stand_in(crate::state::State::get(&mut slot)?, abs)?
+    };
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let rc = libc::syscall(libc::SYS_newfstatat, libc::AT_FDCWD, c.as_ptr(), buf, 0) as c_int;
+    (rc == 0).then_some(0)
 }
 
 unsafe fn by_at(
