@@ -6,7 +6,7 @@ the prefix was cleaned) and a new job, with a fresh empty prefix, a fresh
 --local and one process instead of the writer's six, restarts:
 
   fresh prefix posix|objstore
-                  RESTART below lists ckpt/ (os.listdir, glob, `ls`), stats
+                  RESTART below lists ckpt/ (os.listdir, glob, `ls`, `ls -l`), stats
                   the set directories, picks the newest set, lists it (the
                   same three ways), and copies every member out: the names
                   are the direct run's, the copies its bytes; then the
@@ -34,6 +34,10 @@ def listed(d):
     b = sorted(os.path.basename(p) for p in glob.glob(os.path.join(glob.escape(d), "*")))
     c = sorted(subprocess.run(["ls", "-1", d], capture_output=True, text=True, check=True).stdout.split())
     assert a == b == c, f"{d}: listdir {a}, glob {b}, ls {c}"
+    # ls -l stats and asks for the attributes of every entry.
+    r = subprocess.run(["ls", "-l", d], capture_output=True, text=True)
+    assert r.returncode == 0 and not r.stderr, f"ls -l {d}: {r.returncode} {r.stderr}"
+    assert len(r.stdout.splitlines()) == len(a) + 1, f"ls -l {d}: {r.stdout}"
     return a
 
 assert os.path.isdir(ck), f"{ck} is not a directory"

@@ -25,6 +25,17 @@ pub fn stand_in(st: &State, abs: &Path) -> Option<PathBuf> {
     crate::namespace::remote_dir(st, abs).filter(|p| p.is_dir())
 }
 
+/// The remote directory standing in for `abs` if the prefix has no such
+/// name at all (the check is the prefix's first: a name the prefix holds
+/// is the kernel's to answer).
+pub fn for_missing(abs: &Path) -> Option<PathBuf> {
+    if !std::fs::symlink_metadata(abs).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        return None;
+    }
+    let mut slot = crate::state::lock();
+    stand_in(State::get(&mut slot)?, abs)
+}
+
 /// The names an object layout holds directly below the directory of
 /// `abs` (the prefix itself included), as listing entries: an object is a
 /// file, a directory of names a directory.
