@@ -12,6 +12,12 @@ the prefix was cleaned) and a new job, with a fresh empty prefix, a fresh
                   are the direct run's, the copies its bytes; then the
                   checkpoint writer's own restart read (stat, open, read,
                   pread, lseek, readdir, glob of every set)
+  fresh prefix subdirs posix|objstore
+                  members in directories of their own (rule `out/{set}/**`,
+                  out/sN/nodeM/rK.dat): on a fresh prefix os.walk of out/
+                  lists and stats the directories of members inside each set
+                  (no remote holds them as directories) and copies the tree
+                  out equal to the direct run's
 """
 import shutil
 
@@ -19,6 +25,7 @@ from tests.lib.check import check
 from tests.lib.compare import tree, tree_difference
 from tests.lib.paralog import paralog_run
 from tests.lib.paths import PY
+from tests.lib.proc import run
 
 RULE = "ckpt/{set}/rank-*.dat"
 RANKS, STEPS, MEAN = 6, 3, 300_000
@@ -91,8 +98,45 @@ def case_fresh(agg, objstore):
     return case
 
 
+NESTED = r'''
+import os, sys
+root = sys.argv[1]
+for s in range(2):
+    for node in range(2):
+        d = os.path.join(root, "out", f"s{s}", f"node{node}")
+        os.makedirs(d, exist_ok=True)
+        for r in range(2):
+            with open(os.path.join(d, f"r{r}.dat"), "wb") as f:
+                f.write(bytes((s * 31 + node * 7 + r + i) % 251 for i in range(50_000 + 1000 * r)))
+'''
+
+
+def case_subdirs(agg, objstore):
+    def case(work):
+        prefix, local, direct = work / "prefix", work / "local", work / "direct"
+        remote = work / ("store" if objstore else "remote")
+        for d in (prefix, remote, direct):
+            d.mkdir()
+        url = f"objstore://{remote}" if objstore else remote
+        paralog_run(local, prefix, [PY, "-c", NESTED, prefix], remote=url, extra=("--aggregate", "out/{set}/**"))
+        run([PY, "-c", NESTED, direct])
+        shutil.rmtree(prefix)
+        shutil.rmtree(local)
+        prefix.mkdir()
+        copy = work / "copied"
+        paralog_run(work / "local2", prefix, [PY, "-c", agg.COPY_OUT, prefix / "out", copy], remote=url,
+                    job="restart")
+        diff = tree_difference(tree(direct / "out"), tree(copy), names=("in the direct run", "read back"))
+        check(not diff, f"the tree read back on a fresh prefix differs: {diff}")
+        n = sum(1 for v in tree(copy).values() if v is not None)
+        return f"{n} members in set subdirectories walked and read back equal to the direct run"
+    return case
+
+
 def cases(agg):
     return [
         ("fresh prefix posix", case_fresh(agg, False)),
         ("fresh prefix objstore", case_fresh(agg, True)),
+        ("fresh prefix subdirs posix", case_subdirs(agg, False)),
+        ("fresh prefix subdirs objstore", case_subdirs(agg, True)),
     ]

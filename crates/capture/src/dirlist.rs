@@ -177,11 +177,19 @@ unsafe fn make_listing(real: *mut DIR, abs: &Path, stand_in: bool) -> CResult<*m
         };
         if let Some(members) = crate::sets::listing(&remote) {
             add_members(&mut names, members);
+        } else if let Some((_, members)) = st
+            .rel_of(abs)
+            .and_then(|r| crate::sets::member_dir(root, &r))
+        {
+            // A directory of members inside a set (`set/node0`).
+            add_members(&mut names, members);
         }
     }
     if let (Some(url), Some(rel)) = (st.cfg.remote_objstore.as_ref(), st.rel_of(abs)) {
         let store = paralog_backend::objstore::ObjStore::new(url);
         if let Some(members) = crate::sets::listing_obj(&store, &rel) {
+            add_members(&mut names, members);
+        } else if let Some((_, members)) = crate::sets::obj_member_dir(&store, &rel) {
             add_members(&mut names, members);
         }
     }

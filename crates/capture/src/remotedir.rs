@@ -16,13 +16,23 @@ use crate::state::State;
 
 /// The remote directory standing in for `abs` (under the prefix, missing
 /// there), if the remote has a directory at its path.
+/// A directory of members inside a checkpoint set (`set/node0`), which
+/// no remote holds as a directory, has its set directory's.
 pub fn stand_in(st: &State, abs: &Path) -> Option<PathBuf> {
     let rel = st.rel_of(abs)?;
     if let Some(url) = &st.cfg.remote_objstore {
         let store = ObjStore::new(url);
-        return store.is_directory(&rel).then(|| store.meta_dir(&rel));
+        if store.is_directory(&rel) {
+            return Some(store.meta_dir(&rel));
+        }
+        let (set, _) = crate::sets::obj_member_dir(&store, &rel)?;
+        return Some(store.meta_dir(&set));
     }
-    crate::namespace::remote_dir(st, abs).filter(|p| p.is_dir())
+    if let Some(dir) = crate::namespace::remote_dir(st, abs).filter(|p| p.is_dir()) {
+        return Some(dir);
+    }
+    let root = st.cfg.remote_root.as_ref()?;
+    crate::sets::member_dir(root, &rel).map(|(set_dir, _)| set_dir)
 }
 
 /// The remote directory standing in for `abs` if the prefix has no such
