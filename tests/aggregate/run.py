@@ -47,6 +47,10 @@ directly. Cases:
                   sets on the object layout and the S3 refusal: see
                   tests/aggregate/objstore.py
 
+  fresh prefix posix|objstore
+                  a restart in a new job whose prefix and node-local log are
+                  gone: see tests/aggregate/fresh.py
+
   nodes, leader killed
                   the server job on 2 and 4 simulated nodes: see
                   tests/aggregate/nodes.py
@@ -387,6 +391,9 @@ def main():
     # The object layout and S3: tests/aggregate/objstore.py.
     from tests.aggregate import objstore
     cases += objstore.cases(sys.modules[__name__])
+    # A restart in a new job on a fresh prefix: tests/aggregate/fresh.py.
+    from tests.aggregate import fresh
+    cases += fresh.cases(sys.modules[__name__])
     # Many nodes (the server job): tests/aggregate/nodes.py.
     from tests.aggregate import nodes
     cases += nodes.cases()

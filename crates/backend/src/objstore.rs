@@ -342,8 +342,46 @@ impl ObjStore {
         }
     }
 
-    fn meta_dir(&self, name: &[u8]) -> PathBuf {
+    /// The metadata directory of `name`: an object's versions, or the
+    /// names below a directory of names.
+    pub fn meta_dir(&self, name: &[u8]) -> PathBuf {
         self.root.join("meta").join(OsStr::from_bytes(name))
+    }
+
+    /// Whether `dir` ("" for the root) is a directory of names: its
+    /// metadata directory exists and it is not itself an object (no
+    /// version). Names are paths, so a directory is what objects' names
+    /// pass through (a program's `ckpt/` and its set directories).
+    pub fn is_directory(&self, dir: &[u8]) -> bool {
+        self.meta_dir(dir).is_dir() && self.versions(dir).is_ok_and(|v| v.is_empty())
+    }
+
+    /// The names directly below the directory of names `dir` ("" for the
+    /// root), each with whether it is an object (else a directory of
+    /// further names). An object whose latest version deletes it is not
+    /// listed; one whose record cannot be read is (reading it reports why).
+    pub fn list_dir(&self, dir: &[u8]) -> Vec<(Vec<u8>, bool)> {
+        let Ok(entries) = std::fs::read_dir(self.meta_dir(dir)) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for e in entries.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let leaf = e.file_name();
+            let mut name = dir.to_vec();
+            if !name.is_empty() {
+                name.push(b'/');
+            }
+            name.extend_from_slice(leaf.as_bytes());
+            match self.version(&name, None) {
+                Ok(Some(v)) if v.deleted => continue,
+                Ok(Some(_)) | Err(_) => out.push((leaf.as_bytes().to_vec(), true)),
+                Ok(None) => out.push((leaf.as_bytes().to_vec(), false)),
+            }
+        }
+        out
     }
 
     /// Where a chunk lives. The directory index is recorded in every piece,
@@ -1044,6 +1082,36 @@ mod tests {
         let mut out = Vec::new();
         s.read_version(&v, &mut out).unwrap();
         out
+    }
+
+    #[test]
+    fn directories_of_names_list_objects_and_directories() {
+        let d = tempfile::tempdir().unwrap();
+        let s = store(&d.path().display().to_string());
+        put_version(&s, b"ckpt/step-1/set.plr", 0, b"r");
+        put_version(&s, b"ckpt/note.txt", 0, b"n");
+        put_version(&s, b"ckpt/gone", 0, b"g");
+        let mut sink = s.begin(b"ckpt/gone", &shape()).unwrap();
+        sink.apply(RemoteOp::Delete).unwrap();
+        sink.commit().unwrap();
+        assert!(s.is_directory(b""));
+        assert!(s.is_directory(b"ckpt"));
+        assert!(s.is_directory(b"ckpt/step-1"));
+        assert!(!s.is_directory(b"ckpt/note.txt"));
+        assert!(!s.is_directory(b"nothing"));
+        let mut names = s.list_dir(b"ckpt");
+        names.sort();
+        // The deleted object is not listed.
+        assert_eq!(
+            names,
+            vec![(b"note.txt".to_vec(), true), (b"step-1".to_vec(), false)]
+        );
+        assert_eq!(s.list_dir(b""), vec![(b"ckpt".to_vec(), false)]);
+        assert_eq!(
+            s.list_dir(b"ckpt/step-1"),
+            vec![(b"set.plr".to_vec(), true)]
+        );
+        assert!(s.list_dir(b"nothing").is_empty());
     }
 
     #[test]

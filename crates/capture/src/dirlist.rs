@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::{CStr, OsStr};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -135,15 +135,26 @@ fn add_members(names: &mut BTreeMap<Vec<u8>, (u8, u64)>, members: Vec<(Vec<u8>, 
     }
 }
 
-/// A listing over `real` (an open real directory stream of `abs`).
-unsafe fn make_listing(real: *mut DIR, abs: &Path) -> CResult<*mut DIR> {
+/// A listing over `real`: an open directory stream of `abs` itself, or
+/// (`stand_in`) of the remote directory standing in for it when the
+/// prefix lacks it (`remotedir`), whose entries are not the program's
+/// names as they are (an object layout's metadata) but are read below.
+unsafe fn make_listing(real: *mut DIR, abs: &Path, stand_in: bool) -> CResult<*mut DIR> {
     let mut names = BTreeMap::new();
-    read_all(real, &mut names);
-    if let Some(f) = crate::real::rewinddir() {
-        f(real);
+    if !stand_in {
+        read_all(real, &mut names);
+        if let Some(f) = crate::real::rewinddir() {
+            f(real);
+        }
     }
     let mut slot = lock();
     let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
+    // The names an object layout holds here (a POSIX remote's are read
+    // next, as its directory's entries).
+    for (name, t) in crate::remotedir::obj_entries(st, abs) {
+        let ino = 1u64 << 61 | names.len() as u64;
+        names.entry(name).or_insert((t, ino));
+    }
     if let Some(root) = st.cfg.remote_root.as_ref().filter(|r| **r != st.cfg.prefix) {
         let remote = match st.rel_of(abs) {
             Some(rel) => root.join(OsStr::from_bytes(&rel)),
@@ -166,11 +177,19 @@ unsafe fn make_listing(real: *mut DIR, abs: &Path) -> CResult<*mut DIR> {
         };
         if let Some(members) = crate::sets::listing(&remote) {
             add_members(&mut names, members);
+        } else if let Some((_, members)) = st
+            .rel_of(abs)
+            .and_then(|r| crate::sets::member_dir(root, &r))
+        {
+            // A directory of members inside a set (`set/node0`).
+            add_members(&mut names, members);
         }
     }
     if let (Some(url), Some(rel)) = (st.cfg.remote_objstore.as_ref(), st.rel_of(abs)) {
         let store = paralog_backend::objstore::ObjStore::new(url);
         if let Some(members) = crate::sets::listing_obj(&store, &rel) {
+            add_members(&mut names, members);
+        } else if let Some((_, members)) = crate::sets::obj_member_dir(&store, &rel) {
             add_members(&mut names, members);
         }
     }
@@ -203,10 +222,29 @@ unsafe fn open_listing(path: *const c_char) -> Option<*mut DIR> {
     let abs = listed_dir(crate::state::resolve(libc::AT_FDCWD, p)?)?;
     let r = contain("opendir", std::ptr::null_mut(), || {
         let real = pass!(opendir(path), std::ptr::null_mut());
-        if real.is_null() {
-            return Err(crate::state::errno());
+        if !real.is_null() {
+            return make_listing(real, &abs, false);
         }
-        make_listing(real, &abs)
+        let err = crate::state::errno();
+        // A directory only the remote holds (a new job on a fresh prefix):
+        // its stream is the remote's, so `dirfd` names that directory.
+        let stand_in = match err {
+            libc::ENOENT => {
+                let mut slot = lock();
+                State::get(&mut slot).and_then(|st| crate::remotedir::stand_in(st, &abs))
+            }
+            _ => None,
+        };
+        let Some(c) =
+            stand_in.and_then(|p| std::ffi::CString::new(p.into_os_string().into_vec()).ok())
+        else {
+            return Err(err);
+        };
+        let real = pass!(opendir(c.as_ptr()), std::ptr::null_mut());
+        if real.is_null() {
+            return Err(err);
+        }
+        make_listing(real, &abs, true)
     });
     drop(g);
     Some(r)
@@ -222,7 +260,7 @@ pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
     let real = pass!(fdopendir(fd), std::ptr::null_mut());
     match listed {
         Some((_g, abs)) if !real.is_null() => contain("fdopendir", std::ptr::null_mut(), || {
-            make_listing(real, &abs)
+            make_listing(real, &abs, false)
         }),
         _ => real,
     }

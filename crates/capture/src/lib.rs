@@ -29,6 +29,7 @@ pub mod namespace;
 pub mod posix;
 pub mod real;
 pub mod realpath;
+pub mod remotedir;
 pub mod report;
 pub mod scandir;
 pub mod sets;

@@ -19,6 +19,9 @@ use paralog_backend::objstore::ObjStore;
 use crate::report;
 use crate::state::CResult;
 
+/// Directory entries: name and `d_type`.
+type Entries = Vec<(Vec<u8>, u8)>;
+
 /// Sets decoded once per process, again when their record changes.
 static SETS: SetCache = SetCache::new();
 
@@ -119,13 +122,43 @@ pub fn listing_obj(store: &ObjStore, rel: &[u8]) -> Option<Vec<(Vec<u8>, u8)>> {
     }
 }
 
+/// A directory of members inside a set on a POSIX remote `root` (`node0`
+/// of the member `node0/rank-7.dat`; no directory holds it on the remote):
+/// the set directory and the directory's entries.
+pub fn member_dir(root: &Path, rel: &[u8]) -> Option<(PathBuf, Entries)> {
+    let (set_dir, sub) = member_of(root, rel)?;
+    let set = SETS.get(&set_dir).ok()??;
+    let e = entries_below(&set, &sub);
+    (!e.is_empty()).then_some((set_dir, e))
+}
+
+/// The same on an object layout: the set directory's name and the entries.
+pub fn obj_member_dir(store: &ObjStore, rel: &[u8]) -> Option<(Vec<u8>, Entries)> {
+    let (set_dir, sub) = paralog_aggregate::objset::find_set(store, rel)?;
+    let set = SETS.get_obj(store, &set_dir).ok()??;
+    let e = entries_below(&set, &sub);
+    (!e.is_empty()).then_some((set_dir, e))
+}
+
 /// The first component of each member: a file, or a directory of members.
 fn entries(set: &paralog_aggregate::SetReader) -> Vec<(Vec<u8>, u8)> {
+    entries_below(set, b"")
+}
+
+/// The next component of each member below `sub` (a directory of members,
+/// empty: the set directory itself). Members are sorted by path, so the
+/// members below one directory are next to each other.
+fn entries_below(set: &paralog_aggregate::SetReader, sub: &[u8]) -> Vec<(Vec<u8>, u8)> {
     let mut out: Vec<(Vec<u8>, u8)> = Vec::new();
     for m in &set.record().members {
-        let (name, t) = match m.path.iter().position(|&b| b == b'/') {
-            Some(i) => (m.path[..i].to_vec(), libc::DT_DIR),
-            None => (m.path.clone(), libc::DT_REG),
+        let rest = match m.path.strip_prefix(sub) {
+            _ if sub.is_empty() => &m.path[..],
+            Some([b'/', rest @ ..]) => rest,
+            _ => continue,
+        };
+        let (name, t) = match rest.iter().position(|&b| b == b'/') {
+            Some(i) => (rest[..i].to_vec(), libc::DT_DIR),
+            None => (rest.to_vec(), libc::DT_REG),
         };
         if out.last().is_none_or(|l| l.0 != name) {
             out.push((name, t));

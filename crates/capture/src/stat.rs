@@ -184,7 +184,7 @@ unsafe fn by_path(path: *const c_char, buf: *mut libc::stat, follow: bool) -> Op
     }
     // Closed, but committed epochs not yet drained: the log answers.
     match logged_stat(&abs) {
-        Ok(None) => None,
+        Ok(None) => stand_in_stat(&abs, buf),
         Ok(Some((true, size, times, mode))) => {
             Some(fill_stat((size, None, &abs, times, mode), buf))
         }
@@ -197,6 +197,17 @@ unsafe fn by_path(path: *const c_char, buf: *mut libc::stat, follow: bool) -> Op
             Some(-1)
         }
     }
+}
+
+/// A directory only the remote holds (a new job on a fresh prefix,
+/// `remotedir`): the remote's directory answers; `None` (the real file
+/// system answers) when the prefix has the name or the remote has no
+/// directory there.
+unsafe fn stand_in_stat(abs: &Path, buf: *mut libc::stat) -> Option<c_int> {
+    let dir = crate::remotedir::for_missing(abs)?;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let rc = libc::syscall(libc::SYS_newfstatat, libc::AT_FDCWD, c.as_ptr(), buf, 0) as c_int;
+    (rc == 0).then_some(0)
 }
 
 unsafe fn by_at(
@@ -293,7 +304,7 @@ pub unsafe extern "C" fn statx(
         b.stx_dev_minor = libc::minor(st.st_dev);
         b.stx_blocks = st.st_blocks as u64;
         b.stx_mode = st.st_mode as u16;
-        b.stx_nlink = 1;
+        b.stx_nlink = st.st_nlink as u32;
         let ts = |sec: i64, nsec: i64| {
             // SAFETY: a plain C struct, all zeros is valid.
             let mut t: libc::statx_timestamp = std::mem::zeroed();

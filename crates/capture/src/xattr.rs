@@ -5,7 +5,8 @@
 //! kernel does; descriptors (the placeholder memfd has none) too. Setting
 //! or removing one on such a file fails with ENOTSUP, as on a file system
 //! without extended attributes (`cp -a`, `rsync -X` and `setfattr` report
-//! or ignore that; ENOENT would contradict `stat`).
+//! or ignore that; ENOENT would contradict `stat`). The same for a
+//! directory only the remote has (`remotedir`).
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -27,7 +28,10 @@ unsafe fn view_only(path: *const c_char) -> Option<bool> {
     }
     match logged_state(&abs) {
         Ok(Some((exists, _))) => Some(exists),
-        _ => None,
+        // A directory only the remote has (a fresh prefix): it exists,
+        // and capture gives it no attributes either.
+        Ok(None) => crate::remotedir::for_missing(&abs).map(|_| true),
+        Err(_) => None,
     }
 }
 

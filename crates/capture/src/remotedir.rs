@@ -1,0 +1,62 @@
+//! Directories of the program's view that only the remote holds. With a
+//! remote other than the prefix, a new job on a fresh (or cleaned) prefix
+//! has none of the directories an earlier job wrote, yet the program reads
+//! its output back through them: a restart lists `ckpt/`, stats each
+//! `ckpt/step-*` and opens the members of the newest (docs/aggregate.md,
+//! "Restart reads"). The remote's own directory stands in for the missing
+//! one: a POSIX remote's directory, or the object layout's metadata
+//! directory of a directory of names. No network I/O: an S3 remote has no
+//! stand-in, so its directories stay missing (capture cannot read S3).
+
+use std::path::{Path, PathBuf};
+
+use paralog_backend::objstore::ObjStore;
+
+use crate::state::State;
+
+/// The remote directory standing in for `abs` (under the prefix, missing
+/// there), if the remote has a directory at its path.
+/// A directory of members inside a checkpoint set (`set/node0`), which
+/// no remote holds as a directory, has its set directory's.
+pub fn stand_in(st: &State, abs: &Path) -> Option<PathBuf> {
+    let rel = st.rel_of(abs)?;
+    if let Some(url) = &st.cfg.remote_objstore {
+        let store = ObjStore::new(url);
+        if store.is_directory(&rel) {
+            return Some(store.meta_dir(&rel));
+        }
+        let (set, _) = crate::sets::obj_member_dir(&store, &rel)?;
+        return Some(store.meta_dir(&set));
+    }
+    if let Some(dir) = crate::namespace::remote_dir(st, abs).filter(|p| p.is_dir()) {
+        return Some(dir);
+    }
+    let root = st.cfg.remote_root.as_ref()?;
+    crate::sets::member_dir(root, &rel).map(|(set_dir, _)| set_dir)
+}
+
+/// The remote directory standing in for `abs` if the prefix has no such
+/// name at all (the check is the prefix's first: a name the prefix holds
+/// is the kernel's to answer).
+pub fn for_missing(abs: &Path) -> Option<PathBuf> {
+    if !std::fs::symlink_metadata(abs).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        return None;
+    }
+    let mut slot = crate::state::lock();
+    stand_in(State::get(&mut slot)?, abs)
+}
+
+/// The names an object layout holds directly below the directory of
+/// `abs` (the prefix itself included), as listing entries: an object is a
+/// file, a directory of names a directory.
+pub fn obj_entries(st: &State, abs: &Path) -> Vec<(Vec<u8>, u8)> {
+    let Some(url) = &st.cfg.remote_objstore else {
+        return Vec::new();
+    };
+    let rel = st.rel_of(abs).unwrap_or_default();
+    ObjStore::new(url)
+        .list_dir(&rel)
+        .into_iter()
+        .map(|(name, object)| (name, if object { libc::DT_REG } else { libc::DT_DIR }))
+        .collect()
+}
