@@ -148,9 +148,9 @@ pub struct Handle {
     pub cp_started: Option<std::time::Instant>,
     /// A writer whose log is made at its first write (inherited).
     pub lazy: bool,
-    /// The ledger of the file's end for appenders (crate::append_end),
-    /// once used.
-    pub append_end: crate::inherit::Keep,
+    /// The file's end for appenders, mapped (crate::append_end), once
+    /// used.
+    pub append_end: Option<crate::append_end::EndMap>,
 }
 
 impl Handle {
@@ -175,7 +175,7 @@ impl Handle {
             cp_started: None,
             lazy: false,
             create_mode: None,
-            append_end: crate::inherit::Keep::NONE,
+            append_end: None,
         }
     }
 }
@@ -726,7 +726,6 @@ impl State {
             .is_some_and(|h| h.fds == 0 && !h.pinned)
         {
             let h = self.handles.remove(&id).expect("checked");
-            h.append_end.close();
             if h.committed_any {
                 if let Some(log) = &h.log {
                     if let Err(e) = log.mark_closed() {
