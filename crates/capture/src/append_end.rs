@@ -24,13 +24,9 @@
 //! committed (its process was killed) leaves its place as a hole of zeros
 //! when a later append is drained past it.
 
-use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::DirBuilderExt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use libc::c_int;
 
 use crate::state::{CResult, State};
 
@@ -61,24 +57,9 @@ impl EndMap {
         path: &std::path::Path,
         create: bool,
     ) -> Option<EndMap> {
-        let dir = crate::ledger::dir(cfg);
-        if create {
-            let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
-        }
-        let file = CString::new(dir.join(name(path)).as_os_str().as_bytes()).ok()?;
-        let flags = libc::O_RDWR | libc::O_CLOEXEC | if create { libc::O_CREAT } else { 0 };
-        // SAFETY: raw system calls on a descriptor made and closed here.
+        let fd = crate::ledger::open_file(cfg, &name(path), create)?;
+        // SAFETY: raw system calls on the descriptor opened here, closed here.
         unsafe {
-            let fd = libc::syscall(
-                libc::SYS_openat,
-                libc::AT_FDCWD,
-                file.as_ptr(),
-                flags,
-                0o600,
-            ) as c_int;
-            if fd < 0 {
-                return None;
-            }
             // A new file is grown to 8 bytes (zeros); growing an 8-byte one
             // to 8 changes nothing another process wrote.
             let mut sb: libc::stat = std::mem::zeroed();

@@ -46,28 +46,37 @@ pub fn open(cfg: &Config, ino: u64) -> Option<Keep> {
 /// `create`) as a private descriptor; `None` if it does not exist or
 /// cannot be made.
 pub fn open_named(cfg: &Config, name: &str, create: bool) -> Option<Keep> {
+    let fd = open_file(cfg, name, create)?;
+    let keep = Keep::of(fd);
+    // SAFETY: the raw system call (never our wrapper) on the descriptor
+    // opened above, now duplicated.
+    unsafe {
+        libc::syscall(libc::SYS_close, fd);
+    }
+    keep.fd().map(|_| keep)
+}
+
+/// The file `name` of the job's ledger directory (created 0600, and its
+/// directory 0700, if `create`), opened read-write with the raw system
+/// call (never our wrapper); the caller closes it.
+pub fn open_file(cfg: &Config, name: &str, create: bool) -> Option<c_int> {
     let dir = dir(cfg);
     if create {
         let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
     }
     let path = CString::new(dir.join(name).as_os_str().as_bytes()).ok()?;
     let flags = libc::O_RDWR | libc::O_CLOEXEC | if create { libc::O_CREAT } else { 0 };
-    // SAFETY: raw syscalls (never our wrappers) on a descriptor made here.
-    unsafe {
-        let fd = libc::syscall(
+    // SAFETY: a raw system call with a NUL-terminated path.
+    let fd = unsafe {
+        libc::syscall(
             libc::SYS_openat,
             libc::AT_FDCWD,
             path.as_ptr(),
             flags,
             0o600,
-        ) as c_int;
-        if fd < 0 {
-            return None;
-        }
-        let keep = Keep::of(fd);
-        libc::syscall(libc::SYS_close, fd);
-        keep.fd().map(|_| keep)
-    }
+        ) as c_int
+    };
+    (fd >= 0).then_some(fd)
 }
 
 /// A ledger, locked for as long as it is held (dropping it unlocks).
