@@ -4,6 +4,7 @@ environment Open MPI needs as root on 2 cores, the programs of tests/mpi
 suite's own programs."""
 
 import os
+import re
 from pathlib import Path
 
 from .check import Failed, suite_options
@@ -51,6 +52,19 @@ PROGRAMS = [
 # need oversubscription.
 OPEN_MPI_AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
                     "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+def rank_reports(out, after):
+    """Each rank's report "rank R<after>TEXT" in `out` as {R: TEXT}, found
+    wherever it starts: mpirun forwards the ranks' output and may join a
+    line of one rank to another's (Open MPI did, in CI). `after` is the
+    regular expression between the rank and the text."""
+    marks = list(re.finditer(rf"rank (\d+){after}", out))
+    found = {}
+    for m, nxt in zip(marks, marks[1:] + [None]):
+        text = out[m.end():nxt.start() if nxt else len(out)]
+        found[int(m[1])] = text.split("\n", 1)[0].strip()
+    return found
 
 
 def mpi_env(extra=None, drop=()):

@@ -18,11 +18,10 @@ ranks), published by `paralog obj publish`, once.
 Usage: python3 -m tests.objects.mpi [--only SUBSTRING] [--keep]
 Ends with "objects-mpi: N passed, N failed"."""
 import random
-import re
 import sys
 
 from tests.lib.check import Suite, check, fail, suite_options
-from tests.lib.mpi import compile_program, launcher, mpi_env
+from tests.lib.mpi import compile_program, launcher, mpi_env, rank_reports
 from tests.lib.paths import RELEASE, ROOT, TARGET
 from tests.lib.proc import run
 from tests.objects.run import VENV_PY, at, hdf5_read, info, obj, slab, store, zarr_read
@@ -74,15 +73,8 @@ def case_seed(flavour, kind):
 
 
 def rank_errors(out):
-    """Each rank's "rank R: error CODE: MESSAGE" report as {R: "CODE: MESSAGE"},
-    found wherever it starts: mpirun forwards the ranks' output and may join
-    two ranks' lines into one."""
-    marks = list(re.finditer(r"rank (\d+): error (?=\d+: )", out))
-    found = {}
-    for m, after in zip(marks, marks[1:] + [None]):
-        text = out[m.end():after.start() if after else len(out)]
-        found[int(m[1])] = text.split("\n", 1)[0].strip()
-    return found
+    """Each rank's "rank R: error CODE: MESSAGE" report as {R: "CODE: MESSAGE"}."""
+    return rank_reports(out, r": error (?=\d+: )")
 
 
 def case_refusals(flavour, kind):

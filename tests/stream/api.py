@@ -39,7 +39,7 @@ import time
 from collections import defaultdict
 
 from tests.lib.check import Suite, check, suite_options
-from tests.lib.mpi import compile_program, launcher, mpi_env
+from tests.lib.mpi import compile_program, launcher, mpi_env, rank_reports
 from tests.lib.paralog import paralog_run
 from tests.lib.paths import BIN, PY, RELEASE, ROOT, TARGET
 from tests.lib.proc import run
@@ -93,8 +93,9 @@ def case_c(flavour, np):
         events = 5000
         r = run(launcher(flavour, np) + [exe, "produce", local, STREAM, "0", "1", "1"], env=mpi_env(), check=False,
                 timeout=120)
-        bad = [x for x in r.stdout.splitlines() if x.startswith("rank ")]
-        check(r.returncode != 0 and len(bad) == np and all("code 2:" in x and "0 partitions" in x for x in bad),
+        bad = rank_reports(r.stdout, r" (?=code \d+: )")
+        check(r.returncode != 0 and sorted(bad) == list(range(np))
+              and all(x.startswith("code 2:") and "0 partitions" in x for x in bad.values()),
               f"0 partitions: {r.returncode} {r.stdout[-300:]}")
         check(not list(local.glob(".paralog-streams/*/*.seg")), "a refused open left a segment")
         d = follow_drain(local, remote)
