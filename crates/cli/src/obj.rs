@@ -300,19 +300,33 @@ pub(crate) fn committed_line(name: &str, c: &paralog_objects::Committed) -> Stri
 }
 
 fn info_json(store: &Store, av: &ArrayVersion) -> anyhow::Result<serde_json::Value> {
-    let versions: Vec<_> = store
-        .versions(&av.name)?
+    Ok(version_json(
+        av,
+        &store.versions(&av.name)?,
+        Some(store.view_dir(&av.name, av.number)),
+        Some(store.view_file(&av.name, av.number)).filter(|f| f.is_file()),
+    ))
+}
+
+/// `obj info --json` of one version, on any store: its views' paths, or
+/// null where the store makes none (S3).
+pub(crate) fn version_json(
+    av: &ArrayVersion,
+    versions: &[paralog_objects::VersionInfo],
+    zarr: Option<PathBuf>,
+    hdf5: Option<PathBuf>,
+) -> serde_json::Value {
+    let versions: Vec<_> = versions
         .iter()
         .map(|v| serde_json::json!({"number": v.number, "id": id_hex(&v.id), "deleted": v.deleted}))
         .collect();
     let m = &av.meta;
-    Ok(serde_json::json!({
+    serde_json::json!({
         "name": av.name, "version": av.number, "id": id_hex(&av.id),
         "dtype": m.dtype.name(), "shape": m.shape, "chunks": m.chunks, "grid": m.grid(),
         "chunk_bytes": m.chunk_len(), "attributes": m.attrs, "versions": versions,
-        "zarr": store.view_dir(&av.name, av.number),
-        "hdf5": Some(store.view_file(&av.name, av.number)).filter(|f| f.is_file()),
-    }))
+        "zarr": zarr, "hdf5": hdf5,
+    })
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {

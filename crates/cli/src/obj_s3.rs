@@ -11,7 +11,7 @@ use anyhow::{anyhow, bail, Context};
 use paralog_backend::{RemoteUrl, S3Url};
 use paralog_objects::{id_hex, parse_id, ArrayVersion, S3Store};
 
-use crate::obj::{chunk_slices, committed_line, parse_slice, print, ObjCmd};
+use crate::obj::{chunk_slices, committed_line, parse_slice, print, version_json, ObjCmd};
 
 /// The S3 URL a command names, if it names one.
 fn s3_url(cmd: &ObjCmd) -> anyhow::Result<Option<S3Url>> {
@@ -52,18 +52,7 @@ fn put_id(id: &str) -> anyhow::Result<[u8; 16]> {
 }
 
 fn info_json(store: &S3Store, av: &ArrayVersion) -> anyhow::Result<serde_json::Value> {
-    let versions: Vec<_> = store
-        .versions(&av.name)?
-        .iter()
-        .map(|v| serde_json::json!({"number": v.number, "id": id_hex(&v.id), "deleted": v.deleted}))
-        .collect();
-    let m = &av.meta;
-    Ok(serde_json::json!({
-        "name": av.name, "version": av.number, "id": id_hex(&av.id),
-        "dtype": m.dtype.name(), "shape": m.shape, "chunks": m.chunks, "grid": m.grid(),
-        "chunk_bytes": m.chunk_len(), "attributes": m.attrs, "versions": versions,
-        "zarr": null, "hdf5": null,
-    }))
+    Ok(version_json(av, &store.versions(&av.name)?, None, None))
 }
 
 /// Run `cmd` if its URL is `s3://`; `None` if it is not.

@@ -315,6 +315,15 @@ impl Store {
     }
 }
 
+/// A chunk's bytes as stored: followed by their CRC-32C (little-endian),
+/// which readers of the Zarr view's codec check.
+pub(crate) fn stored_block(data: &[u8]) -> Vec<u8> {
+    let mut block = Vec::with_capacity(data.len() + 4);
+    block.extend_from_slice(data);
+    block.extend_from_slice(&paralog_checksum::crc32c(data).to_le_bytes());
+    block
+}
+
 /// The linear index of the chunk at `coords` of `meta`'s grid, refusing a
 /// chunk outside it or a buffer that is not one whole chunk (every store's
 /// chunk write checks this first).
@@ -361,9 +370,7 @@ impl Put<'_> {
     /// size, a chunk another writer of this put already wrote.
     pub fn write_chunk(&mut self, coords: &[u64], data: &[u8]) -> Result<()> {
         let i = chunk_index(&self.meta, &self.name, coords, data)?;
-        let mut block = Vec::with_capacity(data.len() + 4);
-        block.extend_from_slice(data);
-        block.extend_from_slice(&paralog_checksum::crc32c(data).to_le_bytes());
+        let block = stored_block(data);
         let mut w = self.store.os.writer()?;
         // An intent names the chunk file before any byte goes into it, so
         // that abort and gc find it if this writer dies before its claim

@@ -272,9 +272,7 @@ impl S3Put<'_> {
     pub fn write_chunk(&mut self, coords: &[u64], data: &[u8]) -> Result<()> {
         let i = chunk_index(&self.meta, &self.name, coords, data)?;
         let dir = format!("staging/{}", id_hex(&self.id));
-        let mut block = Vec::with_capacity(data.len() + 4);
-        block.extend_from_slice(data);
-        block.extend_from_slice(&paralog_checksum::crc32c(data).to_le_bytes());
+        let block = crate::put::stored_block(data);
         let claim = Claim {
             chunk: new_id(),
             dir: 0,
