@@ -303,7 +303,7 @@ def cases():
         ("xattr: set/remove on a file of capture's view only: ENOTSUP; cp -a keeps going", case_xattr),
         ("io_uring: a write through it is refused at the close (EIO, REFUSED, exit 3), nothing drained", case_uring),
         ("modes: creation modes (0600, 0755, umask 077, a 0600 temporary renamed) kept on the remote", case_modes),
-        ("times: touch, cp -p, rsync -a, tar -x, unzip, os.utime keep their times on the remote", case_times),
+        ("times: touch, cp -p, rsync -a, tar -x, unzip, os.utime keep their times on the remote; gzip, tar -c store them", case_times),
         ("moved in: mv and shutil.move from outside the prefix copy in through capture",
          lambda w: compare(w, lambda d: ["/bin/bash", "-c", MOVED_IN.format(d=d)])),
         ("entry points: pwritev2, preadv2, sendfile, copy_file_range, splice, lio_listio, syncfs, mkstemps, ...",
@@ -329,14 +329,16 @@ def cases():
 
 
 # Programs that set file times (rsync's temporaries, tar, cp -p): the source
-# tree is made outside the prefix with fixed times, once per run.
+# tree is made outside the prefix with fixed times, once per run. gzip and
+# tar then store the times they read (gzip with fstat of its input) in the
+# bytes they write.
 TIMES = ("set -e; src=$(mktemp -d); trap 'rm -rf $src $src.tar $src.zip' EXIT; mkdir $src/sub; "
          "echo one > $src/a; echo two > $src/sub/b; touch -d '2001-02-03 04:05:06.789012345' $src/a $src/sub/b; "
          "tar -C $src -cf $src.tar a sub; (cd $src && zip -q -X -r $src.zip a sub); "
          "touch -d '2010-01-01 00:00:00' {d}/t1; echo x > {d}/t2; touch -m -d '2011-05-06 07:08:09.5' {d}/t2; "
          "echo y > {d}/t3; touch -r {d}/t2 {d}/t3; echo w > {d}/t4; touch -d '2012-01-01' {d}/t4; echo more >> {d}/t4; "
          "cp -p $src/a {d}/cp_a; rsync -a $src/ {d}/rs/; mkdir {d}/tx {d}/uz; tar -C {d}/tx -xf $src.tar; "
-         "unzip -q $src.zip -d {d}/uz; "
+         "unzip -q $src.zip -d {d}/uz; gzip -k {d}/uz/a {d}/t2; tar -C {d} -cf {d}/re.tar tx/a tx/sub/b uz/a; "
          "/usr/bin/python3 -c \"import os; p='{d}/py'; open(p,'w').write('z'); os.utime(p, ns=(1000000123, 2000000456))\"; "
          "echo v > {d}/t5; a=$(stat -c %y {d}/t5); sleep 1.2; b=$(stat -c %y {d}/t5); "
          "[ \"$a\" = \"$b\" ] && echo t5 kept its time across the drain; "
@@ -370,12 +372,14 @@ def case_times(work):
 
 
 def case_modes(work):
-    """The remote file gets the mode the program created it with, as the
-    direct run's (never the 0644 the drain used to give a 0600 file)."""
+    """The remote file gets the mode the program created it with, or set
+    before its first drain, as the direct run's (never the 0644 the drain
+    used to give a 0600 file, nor the 0600 of a file fchmod'ed or given an
+    ACL through its descriptor before its close)."""
     compare(work, lambda d: [PY, PROGS / "modes.py", d])
     remote = work / "remote" if SEPARATE else work / "prefix"
     names = sorted(p.name for p in (work / "direct").iterdir())
-    check(len(names) == 7, f"the program made {names}")
+    check(len(names) == 10, f"the program made {names}")
     got = {n: oct((remote / n).stat().st_mode & 0o7777) for n in names}
     want = {n: oct((work / "direct" / n).stat().st_mode & 0o7777) for n in names}
     check(got == want, f"modes on the remote {got}, in the direct run {want}")

@@ -394,10 +394,13 @@ fn until_drained(
     Ok(())
 }
 
-/// chmod of a captured file: the log keeps bytes, not metadata, so the
-/// mode is set on the drained file once its committed epochs are drained
-/// (on the prefix, or on a POSIX remote other than it; an object remote
-/// keeps no modes), and stat answers it in this process at once.
+/// chmod of a captured file: the log keeps bytes and the creation mode, not
+/// later metadata, so the mode is set on the drained file once its
+/// committed epochs are drained (on the prefix, or on a POSIX remote other
+/// than it; an object remote keeps no modes), and stat answers it in this
+/// process at once. A file this process holds open records the new mode
+/// in its log as the creation mode, for a drain that creates the file
+/// later.
 /// `Ok(None)`: not a captured file, the real chmod answers.
 fn chmod_captured(abs: &Path, mode: mode_t) -> CResult<Option<c_int>> {
     let (exists, open, target) = {
@@ -429,6 +432,7 @@ fn chmod_captured(abs: &Path, mode: mode_t) -> CResult<Option<c_int>> {
     let mut slot = lock();
     if let Some(st) = State::get(&mut slot) {
         st.modes.insert(abs.to_path_buf(), mode & 0o7777);
+        st.set_open_mode(abs, mode);
     }
     Ok(Some(0))
 }

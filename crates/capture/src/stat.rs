@@ -18,8 +18,8 @@ use crate::state::{is_captured, lock, resolve, set_errno};
 use crate::{entry_points, pass};
 
 /// (size, an open placeholder to take the rest of the answer from, path,
-/// its times if this process changed it in the current epoch: now, its
-/// permission bits in the committed view).
+/// its times (now if this process changed it in the current epoch, else the
+/// committed view's), its permission bits in the committed view).
 type Known = (
     u64,
     Option<c_int>,
@@ -38,15 +38,26 @@ fn known(fd: Option<c_int>, id: Option<u64>) -> Option<Known> {
     };
     let h = st.handles.get(&id)?;
     let any_fd = fd.or_else(|| st.fds.iter().find(|(_, e)| e.handle == id).map(|(&f, _)| f));
-    let now = h.dirty.then(|| {
-        let now = crate::times::now_ns();
-        Times {
-            atime: Some(now),
-            mtime: Some(now),
+    // Written here in this epoch: now. Otherwise the committed view's times
+    // (those another process set or its bytes reached the log at, or the
+    // drained file's), never the placeholder's own (its creation: now), which
+    // `gzip`, `tar` and `make` would copy or compare.
+    let times = match h.dirty {
+        true => {
+            let now = crate::times::now_ns();
+            Some(Times {
+                atime: Some(now),
+                mtime: Some(now),
+            })
         }
-    });
+        false => match &h.view {
+            Some(v) => v.times(),
+            // Dropped at the last commit: rebuilt from the log.
+            None => st.committed(&h.path).ok().and_then(|c| c.view.times()),
+        },
+    };
     let mode = h.view.as_ref().and_then(|v| v.mode());
-    Some((h.size, any_fd, h.path.clone(), now, mode))
+    Some((h.size, any_fd, h.path.clone(), times, mode))
 }
 
 /// Permission bits of a captured file: what this process created it with

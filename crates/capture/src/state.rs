@@ -470,6 +470,25 @@ impl State {
         }
     }
 
+    /// A chmod of `path` while this process holds it open: its log records
+    /// the new mode as the one the drain creates the remote file with (the
+    /// real chmod of the remote file cannot reach a file not drained yet:
+    /// `tar -x` and `cp -p` create with 0600 and fchmod before closing).
+    pub fn set_open_mode(&mut self, path: &Path, mode: u32) {
+        let mode = mode & 0o7777;
+        let Some(h) = self
+            .by_path
+            .get(path)
+            .and_then(|id| self.handles.get_mut(id))
+        else {
+            return;
+        };
+        h.create_mode = Some(mode);
+        if let Some(log) = h.log.as_mut() {
+            log.set_create_mode(mode);
+        }
+    }
+
     /// A read-only open of a captured file whose committed epochs are not
     /// all drained: reads come from the committed view, never from the
     /// stale real file. Not registered by path: a later write open of the

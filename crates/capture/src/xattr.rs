@@ -75,3 +75,32 @@ crate::twins! {
         answer(path, -1, libc::ENOTSUP).map_or_else(|| real(path, name), |r| r as c_int)
     }
 }
+
+/// Setting or removing an attribute through a descriptor of a captured
+/// file: the placeholder memfd would take it (a POSIX ACL there even sets
+/// the placeholder's mode, which nothing drains) and the log keeps none:
+/// ENOTSUP, as by path. `cp -p` and `tar -x` set a file's mode as an ACL
+/// and fall back to `fchmod`, which capture records, on ENOTSUP.
+#[no_mangle]
+pub unsafe extern "C" fn fsetxattr(
+    fd: c_int,
+    name: *const c_char,
+    value: *const c_void,
+    size: size_t,
+    flags: c_int,
+) -> c_int {
+    if crate::state::is_captured(fd) {
+        set_errno(libc::ENOTSUP);
+        return -1;
+    }
+    crate::pass!(fsetxattr(fd, name, value, size, flags), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fremovexattr(fd: c_int, name: *const c_char) -> c_int {
+    if crate::state::is_captured(fd) {
+        set_errno(libc::ENOTSUP);
+        return -1;
+    }
+    crate::pass!(fremovexattr(fd, name), -1)
+}

@@ -182,6 +182,8 @@ macro_rules! wrapped_symbols {
             lsetxattr: fn(*const c_char, *const c_char, *const c_void, size_t, c_int) -> c_int;
             removexattr: fn(*const c_char, *const c_char) -> c_int;
             lremovexattr: fn(*const c_char, *const c_char) -> c_int;
+            fsetxattr: fn(c_int, *const c_char, *const c_void, size_t, c_int) -> c_int;
+            fremovexattr: fn(c_int, *const c_char) -> c_int;
             vfork: fn() -> pid_t;
             wait: fn(*mut c_int) -> pid_t;
             waitpid: fn(pid_t, *mut c_int, c_int) -> pid_t;

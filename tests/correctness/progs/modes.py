@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Files created with modes other than 0644: os.open with 0600, 0755 and
 0640, Python's open (0666 less the umask), C fopen, 0666 under umask 077,
-and a 0600 temporary renamed into place (a rename keeps the mode). Then
+a 0600 file fchmod'ed to 0644 before its close, cp -p and tar -x of a 0751
+file under umask 077, and a 0600 temporary renamed into place (a rename
+keeps the mode). Then
 other processes (stat(1), a Python child) print the modes before and after
 a chmod, and the files' extended attributes (none) and what `ls -l` says:
 under paralog the files are still in the log, or drained.
@@ -21,11 +23,25 @@ fp = libc.fopen(f"{d}/stdio".encode(), b"w"); libc.fputs(b"s", ctypes.c_void_p(f
 old = os.umask(0o077)
 w("umasked", 0o666)
 os.umask(old)
+# fchmod before the close: the remote gets the later mode
+fd = os.open(f"{d}/fchmoded", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+os.write(fd, b"f"); os.fchmod(fd, 0o644); os.close(fd)
+# cp -p and tar -x of a 0751 file under umask 077: they set the mode
+# through the descriptor (cp as a POSIX ACL, falling back to fchmod)
+import shutil, subprocess, tempfile
+src = tempfile.mkdtemp()
+with open(f"{src}/tool", "w") as f: f.write("t")
+os.chmod(f"{src}/tool", 0o751)
+subprocess.run(["tar", "-C", src, "-cf", f"{src}/a.tar", "tool"], check=True)
+old = os.umask(0o077)
+subprocess.run(["cp", "-p", f"{src}/tool", f"{d}/cp_p"], check=True)
+subprocess.run(["tar", "-C", d, "-xf", f"{src}/a.tar"], check=True)
+os.umask(old)
+shutil.rmtree(src)
 # the atomic pattern: a temporary created 0600 renamed into place keeps 0600
 w("key.tmp", 0o600); os.replace(f"{d}/key.tmp", f"{d}/key")
 # another process's stat: the creation modes the log recorded, then a
 # chmod's once drained
-import subprocess
 names = sorted(os.listdir(d))
 subprocess.run(["stat", "-c", "%n %a"] + names, cwd=d, check=True)
 os.chmod(f"{d}/group", 0o604)
