@@ -7,7 +7,9 @@
 use aws_sdk_s3::primitives::ByteStream;
 use paralog_backend::BackendError;
 
-use crate::{chain, crc_b64, S3Backend};
+use crate::errors::chain;
+use crate::integrity::crc_b64;
+use crate::S3Backend;
 
 impl S3Backend {
     /// PUT `body` as `rel`, with its CRC32C checked by the server. With
