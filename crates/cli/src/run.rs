@@ -4,22 +4,26 @@
 //! Exit status: the program's; or 3 if the program succeeded but something
 //! it committed could not be drained (then the summary says how to recover).
 
-use std::io::Read;
 use std::os::unix::fs::DirBuilderExt;
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
 
 use anyhow::{bail, Context};
 use paralog_log::{timeline, Inventory};
-use paralog_server::status::{self, FileState, Request, Status};
-use paralog_settings::counters::ProcessCounters;
+use paralog_server::status::{self, FileState, Request};
 
-use crate::env::{capture_env, Mpi};
-use crate::missed::{Missed, RunSnapshot};
-use crate::status::human_bytes;
+use crate::env::capture_env;
+use crate::missed::RunSnapshot;
+
+mod launcher;
+mod report;
+mod server;
+
+pub use launcher::{detect_mpi, which, MpiChoice};
+use report::{print_missed, read_counters, record_run, summary};
+use server::{start_server, wait_drained, wait_for_orphans};
 
 #[derive(clap::Args)]
 #[command(trailing_var_arg = true)]
@@ -58,82 +62,6 @@ pub struct Args {
     command: Vec<String>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum MpiChoice {
-    Mpich,
-    Openmpi,
-    None,
-}
-
-impl MpiChoice {
-    /// The MPI shim to preload (`None` for a plain POSIX program).
-    pub fn shim(self) -> Option<Mpi> {
-        match self {
-            MpiChoice::Mpich => Some(Mpi::Mpich),
-            MpiChoice::Openmpi => Some(Mpi::Openmpi),
-            MpiChoice::None => None,
-        }
-    }
-}
-
-/// Which MPI a command uses: its launcher's name (through Debian's
-/// alternatives symlinks), else the libraries the program links.
-pub fn detect_mpi(command: &[String]) -> Option<Mpi> {
-    let by_name = |name: &str| -> Option<Mpi> {
-        if name.ends_with(".mpich") || name.contains("hydra") {
-            Some(Mpi::Mpich)
-        } else if name.ends_with(".openmpi") || name == "orterun" || name == "prterun" {
-            Some(Mpi::Openmpi)
-        } else {
-            None
-        }
-    };
-    let first = command.first()?;
-    let exe = which(first)?;
-    let real = std::fs::canonicalize(&exe).unwrap_or(exe.clone());
-    for p in [&exe, &real] {
-        if let Some(m) = p.file_name().and_then(|n| n.to_str()).and_then(by_name) {
-            return Some(m);
-        }
-    }
-    // A program started without a launcher (singleton MPI), or a launcher
-    // we do not know: look at what the programs on the line link.
-    for arg in command {
-        let Some(p) = which(arg) else { continue };
-        if let Some(m) = linked_mpi(&p) {
-            return Some(m);
-        }
-    }
-    None
-}
-
-pub fn which(name: &str) -> Option<PathBuf> {
-    if name.contains('/') {
-        let p = PathBuf::from(name);
-        return p.is_file().then_some(p);
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-fn linked_mpi(prog: &Path) -> Option<Mpi> {
-    let mut head = [0u8; 4];
-    std::fs::File::open(prog).ok()?.read_exact(&mut head).ok()?;
-    if &head != b"\x7fELF" {
-        return None;
-    }
-    let out = Command::new("ldd").arg(prog).output().ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if text.contains("libmpich") {
-        Some(Mpi::Mpich)
-    } else if text.contains("libmpi.so") {
-        Some(Mpi::Openmpi)
-    } else {
-        None
-    }
-}
-
 pub fn default_local() -> PathBuf {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
@@ -163,201 +91,6 @@ fn undrained_elsewhere(root: &Path, job: &str) -> anyhow::Result<Vec<String>> {
         }
     }
     Ok(out)
-}
-
-struct ServerProc {
-    child: Child,
-    socket: PathBuf,
-    log: PathBuf,
-}
-
-fn start_server(
-    args: &Args,
-    root: &Path,
-    job: &str,
-    remote: Option<&str>,
-) -> anyhow::Result<ServerProc> {
-    let socket = status::default_socket(root, Some(job));
-    let log = root.join(format!(
-        "{}server-{job}.log",
-        paralog_log::layout::RUNTIME_PREFIX
-    ));
-    // Private like every node-local file: the log names the user's paths.
-    let logf = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(&log)
-        .with_context(|| format!("creating {}", log.display()))?;
-    let t = &args.tuning;
-    let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.arg("server")
-        .arg("--local")
-        .arg(root)
-        .arg("--job")
-        .arg(job)
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--workers")
-        .arg(t.workers.to_string())
-        .arg("--memory")
-        .arg(t.memory.to_string())
-        .arg("--buffer")
-        .arg(t.buffer.to_string())
-        .arg("--nice")
-        .arg(t.nice.to_string());
-    if let Some(r) = t.max_rate {
-        cmd.arg("--max-rate").arg(r.to_string());
-    }
-    if let Some(r) = remote {
-        cmd.arg("--remote").arg(r);
-    } else if let Some(p) = env_path(&args.prefix, "PARALOG_PREFIX") {
-        // Files go back to the prefix; streams go to its .paralog-streams.
-        // Absolute and without `..`, as a remote URL must be.
-        let p = std::path::absolute(&p).unwrap_or(p);
-        cmd.arg("--stream-remote")
-            .arg(paralog_settings::normalize(&p));
-    }
-    if let Some(a) = args.aggregate.resolve()? {
-        cmd.args(crate::aggregate_args::AggregateArgs::to_args(&a));
-    }
-    // The server is not the program: no capture, no inherited settings that
-    // would say otherwise.
-    cmd.env_remove("LD_PRELOAD")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(logf);
-    let mut child = cmd.spawn().context("starting the paralog server")?;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if status::request_status(&socket, &Request::Status).is_ok_and(|s| s.pid == child.id()) {
-            return Ok(ServerProc { child, socket, log });
-        }
-        if let Some(st) = child.try_wait()? {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            bail!(
-                "the paralog server exited ({st}) before it was ready:\n{}",
-                text.trim_end()
-            );
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            bail!(
-                "the paralog server did not answer on {} within 20 s (log: {})",
-                socket.display(),
-                log.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Our children other than the server: processes of the program that
-/// outlived its launcher and were re-parented to us.
-fn orphans(server: u32) -> Vec<i32> {
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| pid as u32 != server)
-        .filter(|&pid| {
-            // Field 4 of /proc/PID/stat, after the parenthesised name.
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|s| {
-                    let rest = &s[s.rfind(')')? + 1..];
-                    rest.split_whitespace().nth(1)?.parse::<i32>().ok()
-                })
-                == Some(me)
-        })
-        .collect()
-}
-
-fn wait_for_orphans(server: u32) {
-    let mut told = false;
-    loop {
-        let left = orphans(server);
-        if left.is_empty() {
-            return;
-        }
-        if !told {
-            eprintln!(
-                "paralog: the launcher exited but {} process(es) of the program still run ({}); waiting for them",
-                left.len(),
-                left.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(" ")
-            );
-            told = true;
-        }
-        for pid in left {
-            let mut st = 0;
-            // SAFETY: reaping our own child without blocking.
-            unsafe {
-                libc::waitpid(pid, &mut st, libc::WNOHANG);
-            }
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-#[derive(Default)]
-struct Counters {
-    processes: u64,
-    bytes: u64,
-    max_epochs: u64,
-    max_sync: Duration,
-    sum_sync: Duration,
-    /// Epochs capture refused to commit (bytes bypassed it), one line each.
-    refused: Vec<String>,
-}
-
-fn read_counters(dir: &Path) -> Counters {
-    let mut c = Counters::default();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return c;
-    };
-    for e in entries.flatten() {
-        let Ok(text) = std::fs::read_to_string(e.path()) else {
-            continue;
-        };
-        if e.path().extension().is_some_and(|x| x == "refused") {
-            c.refused.extend(text.lines().map(str::to_owned));
-            continue;
-        }
-        let Some(p) = ProcessCounters::decode(&text) else {
-            continue;
-        };
-        let (epochs, bytes) = (p.epochs, p.bytes);
-        if epochs == 0 && bytes == 0 {
-            continue; // a launcher or helper process: it captured nothing
-        }
-        let sync = Duration::from_nanos(p.sync_ns);
-        c.processes += 1;
-        c.bytes += bytes;
-        c.max_epochs = c.max_epochs.max(epochs);
-        c.max_sync = c.max_sync.max(sync);
-        c.sum_sync += sync;
-    }
-    c
-}
-
-/// The program's run in the job's timeline (docs/report.md).
-fn record_run(root: &Path, job: &str, (t0, t1): (u64, u64), code: u8, command: &[String]) {
-    let pid = std::process::id();
-    let line = timeline::Event::Run {
-        pid,
-        t0,
-        t1,
-        status: i32::from(code),
-        command: command.join(" ").into_bytes(),
-    }
-    .encode();
-    let dir = timeline::dir(root, job);
-    if let Err(e) = timeline::append(&dir, &format!("run-{pid}"), &line) {
-        eprintln!("paralog: writing the timeline in {}: {e}", dir.display());
-    }
 }
 
 fn exit_code_of(st: std::process::ExitStatus) -> u8 {
@@ -645,71 +378,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(if code == 0 { 3 } else { code }))
 }
 
-/// The MISSED lines on stderr; whether a file was missed.
-fn print_missed(m: Missed) -> bool {
-    match m {
-        Missed::TooLarge => {
-            eprintln!(
-                "paralog: the prefix holds too many files to check for files written past capture"
-            );
-            false
-        }
-        Missed::Files { files, lines } => {
-            for line in lines {
-                eprintln!("paralog: {line}");
-            }
-            !files.is_empty()
-        }
-    }
-}
-
-/// Ask the server to drain everything, in slices of a few seconds so that
-/// a remote that keeps failing is reported on stderr while we wait (the
-/// server's own log is a file), until done or `timeout` seconds passed.
-fn wait_drained(
-    socket: &Path,
-    timeout: Option<f64>,
-) -> Result<Status, paralog_server::status::StatusError> {
-    const SLICE: f64 = 10.0;
-    let start = Instant::now();
-    let mut last_said = String::new();
-    loop {
-        let left = timeout.map(|t| (t - start.elapsed().as_secs_f64()).max(0.0));
-        let slice = left.map_or(SLICE, |l| l.min(SLICE));
-        let st = status::request_status(
-            socket,
-            &Request::Drain {
-                timeout_s: Some(slice),
-            },
-        )?;
-        let done = st.idle && (st.epochs_pending == 0 || st.damaged > 0);
-        if done || left.is_some_and(|l| l <= slice) {
-            return Ok(st);
-        }
-        let trouble: Vec<String> = st
-            .files
-            .iter()
-            .filter_map(|f| f.message.as_ref().map(|m| format!("{}: {m}", f.path)))
-            .collect();
-        let say = if trouble.is_empty() {
-            format!(
-                "paralog: draining: {} in {} epoch(s) left",
-                human_bytes(st.bytes_pending),
-                st.epochs_pending
-            )
-        } else {
-            format!(
-                "paralog: the drain is retrying (local data is kept; Ctrl-C leaves it for `paralog recover`):\n  {}",
-                trouble.join("\n  ")
-            )
-        };
-        if say != last_said {
-            eprintln!("{say}");
-            last_said = say;
-        }
-    }
-}
-
 fn recover_hint(root: &Path, job: &str, remote: Option<&str>, args: &Args) -> String {
     // The same checkpoint sets, or members would drain as plain files.
     let sets = match args.aggregate.resolve() {
@@ -725,54 +393,4 @@ fn recover_hint(root: &Path, job: &str, remote: Option<&str>, args: &Args) -> St
         root.display(),
         remote.map(|r| format!(" --remote {r}")).unwrap_or_default()
     )
-}
-
-fn summary(
-    args: &Args,
-    code: u8,
-    program_time: Duration,
-    total_time: Duration,
-    c: &Counters,
-    at_end: Option<&Status>,
-    fin: &Status,
-) {
-    let overlapped = at_end.map_or(0.0, |s| s.drain_active_s);
-    let after = (total_time - program_time).as_secs_f64();
-    let mean_sync = if c.processes > 0 {
-        c.sum_sync.as_secs_f64() / c.processes as f64
-    } else {
-        0.0
-    };
-    eprintln!(
-        "paralog: summary of job {} ({})",
-        fin.job.as_deref().unwrap_or("?"),
-        args.command.join(" ")
-    );
-    eprintln!(
-        "  program            exit status {code}, {:.2} s",
-        program_time.as_secs_f64()
-    );
-    eprintln!(
-        "  captured           {} by {} process(es), {} epoch(s) per rank at most",
-        human_bytes(c.bytes),
-        c.processes,
-        c.max_epochs
-    );
-    eprintln!(
-        "  consistency points {:.1} ms per rank on average, {:.1} ms at most (local commit + agreement)",
-        mean_sync * 1e3,
-        c.max_sync.as_secs_f64() * 1e3
-    );
-    eprintln!(
-        "  drained            {} in {} epoch(s) to {}",
-        human_bytes(fin.bytes_drained),
-        fin.epochs_drained,
-        fin.remote
-    );
-    eprintln!(
-        "  drain time         {:.2} s while the program ran, then {:.2} s of waiting after it ended ({:.2} s end to end)",
-        overlapped,
-        after,
-        total_time.as_secs_f64()
-    );
 }
