@@ -11,18 +11,26 @@
 //! changed and fsyncs them at the next commit ([`CommitSync`],
 //! docs/format.md "What one fdatasync covers").
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::durable::{self, FILE_MODE};
-use crate::error::{IoContext, LogError, Result};
-use crate::extent_map::{position_piece, ExtentMap, Piece};
-use crate::format::{DataHeader, FileIdent, Op, PathRecord, DATA_HEADER_LEN};
-use crate::layout::{self, EpochFileKind, RankPaths};
+use crate::durable;
+use crate::error::{LogError, Result};
+use crate::extent_map::{ExtentMap, Piece};
+use crate::format::{FileIdent, Op, DATA_HEADER_LEN};
+use crate::layout::{EpochFileKind, RankPaths};
 
 mod commit;
+mod data_log;
+mod generation;
+mod own_reads;
+
+pub use generation::next_generation;
+pub(crate) use generation::next_generation_in;
+use generation::{record_path, validate};
+use own_reads::OwnPiece;
+pub use own_reads::{ReadRange, ReadSource};
 
 /// Tuning of the writer. The defaults suit HPC output: small writes are
 /// gathered into 4 MiB log writes, larger ones go straight to the log.
@@ -129,38 +137,6 @@ impl Piece for LogPiece {
             joined_crc: None,
         })
     }
-}
-
-/// The rank's own bytes across all its epochs of this open (for reads).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct OwnPiece {
-    epoch: u64,
-    log_pos: u64,
-}
-
-position_piece!(OwnPiece { epoch, log_pos });
-
-/// How a range asked of [`RankLog::read_own`] was answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReadSource {
-    /// The rank's own newest bytes, written in `epoch`, copied into the
-    /// buffer. Bytes of an earlier epoch than the current one may since have
-    /// been overwritten by another rank: only a one-rank communicator, or
-    /// the current epoch (where MPI requires ranks to write disjoint bytes),
-    /// makes them authoritative. The caller decides.
-    Own { epoch: u64 },
-    /// This rank never wrote these bytes (they may be another rank's, a
-    /// hole, or the remote's): the log cannot answer.
-    NotOwn,
-    /// This rank wrote them in an epoch whose local data is gone (drained).
-    Evicted { epoch: u64 },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReadRange {
-    pub off: u64,
-    pub len: u64,
-    pub source: ReadSource,
 }
 
 /// The result of a local commit.
@@ -474,262 +450,5 @@ impl RankLog {
     /// are ordered after every rank's writes before it.
     pub fn sync_point(&mut self) {
         self.cur.phase = self.cur.phase.saturating_add(1);
-    }
-
-    /// Fill `buf` with this rank's own newest bytes at `off`, from any of its
-    /// epochs still held locally, and say which ranges could not be answered.
-    pub fn read_own(&mut self, off: u64, buf: &mut [u8]) -> Result<Vec<ReadRange>> {
-        // The data log is closed after a local commit; a read between it
-        // and the end of the epoch opens it again.
-        if self.cur.created {
-            self.ensure_data()?;
-        }
-        let mut out = Vec::new();
-        for c in self.own.lookup(off, buf.len() as u64) {
-            let dst = &mut buf[(c.off - off) as usize..(c.off - off + c.len) as usize];
-            let Some(piece) = c.value else {
-                out.push(ReadRange {
-                    off: c.off,
-                    len: c.len,
-                    source: ReadSource::NotOwn,
-                });
-                continue;
-            };
-            let source = if piece.epoch == self.epoch {
-                self.read_current(piece.log_pos, dst)?;
-                ReadSource::Own { epoch: piece.epoch }
-            } else {
-                let path = self.paths.epoch_file(piece.epoch, EpochFileKind::Data);
-                match File::open(&path) {
-                    Ok(f) => {
-                        durable::pread_exact(&f, dst, piece.log_pos, &path)?;
-                        ReadSource::Own { epoch: piece.epoch }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                        ReadSource::Evicted { epoch: piece.epoch }
-                    }
-                    Err(e) => return Err(e).ctx("open data log", &path),
-                }
-            };
-            out.push(ReadRange {
-                off: c.off,
-                len: c.len,
-                source,
-            });
-        }
-        Ok(out)
-    }
-
-    fn read_current(&self, log_pos: u64, dst: &mut [u8]) -> Result<()> {
-        let buf_pos = self.cur.buf_pos();
-        let end = log_pos + dst.len() as u64;
-        // The range may straddle the flushed part and the buffer.
-        if log_pos < buf_pos {
-            let n = (buf_pos.min(end) - log_pos) as usize;
-            let f = self.cur.data.as_ref().expect("own bytes imply a data log");
-            durable::pread_exact(f, &mut dst[..n], log_pos, &self.data_path())?;
-        }
-        if end > buf_pos {
-            let from = log_pos.max(buf_pos);
-            let d0 = (from - log_pos) as usize;
-            let b0 = (from - buf_pos) as usize;
-            let n = (end - from) as usize;
-            dst[d0..].copy_from_slice(&self.cur.buf[b0..b0 + n]);
-        }
-        Ok(())
-    }
-
-    fn data_path(&self) -> PathBuf {
-        self.paths.epoch_file(self.epoch, EpochFileKind::Data)
-    }
-
-    fn ensure_data(&mut self) -> Result<()> {
-        if self.cur.data.is_some() {
-            return Ok(());
-        }
-        if !self.dirs_ready {
-            let (file_dir, rank_dir) = (self.paths.file_dir.clone(), self.paths.rank_dir.clone());
-            self.create_dirs(&file_dir, &rank_dir)?;
-            self.dirs_ready = true;
-        }
-        let path = self.data_path();
-        if self.cur.created {
-            // Committed, then the agreement failed: the epoch goes on.
-            let f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&path)
-                .ctx("open data log", &path)?;
-            self.cur.data = Some(f);
-            return Ok(());
-        }
-        // create_new: a data log that exists belongs to someone else's epoch.
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(FILE_MODE)
-            .open(&path)
-            .ctx("create data log", &path)?;
-        let header = DataHeader {
-            rank: self.rank,
-            comm_size: self.comm_size,
-            gen: self.ident.gen,
-            epoch: self.epoch,
-        };
-        durable::pwrite_all(&f, &header.encode(), 0, &path)?;
-        self.cur.data = Some(f);
-        self.cur.created = true;
-        self.cur.log_end = DATA_HEADER_LEN;
-        if self.sync == CommitSync::Explicit {
-            // The data log's own name.
-            self.unsynced_dirs.push(self.paths.rank_dir.clone());
-        }
-        Ok(())
-    }
-
-    /// Write the coalescing buffer to the log. On failure the buffer is kept,
-    /// so a later commit can retry (ENOSPC that cleared up, say).
-    fn flush(&mut self) -> Result<()> {
-        if self.cur.buf.is_empty() {
-            return Ok(());
-        }
-        let at = self.cur.buf_pos();
-        let buf = std::mem::take(&mut self.cur.buf);
-        let written = self.write_log(&buf, at);
-        self.cur.buf = buf;
-        written?;
-        self.cur.buf.clear();
-        Ok(())
-    }
-
-    /// `pwrite` bytes at `at`, where the data log ends. A write that fails
-    /// (a full disk) may have written part of them: the log is cut back to
-    /// `at`, so that it still ends where the writer thinks (the commit
-    /// record must end the file: bytes left after it would tear it).
-    fn write_log(&mut self, bytes: &[u8], at: u64) -> Result<()> {
-        let path = self.data_path();
-        let f = self.cur.data.as_ref().expect("a data log to write");
-        let written = durable::pwrite_all(f, bytes, at, &path);
-        if written.is_err() && f.set_len(at).is_err() {
-            self.cur.tail_unknown = true;
-        }
-        written
-    }
-}
-
-/// What every new log checks first: names that stay inside the root, a
-/// rank inside its communicator, a root that is a directory.
-fn validate(root: &Path, ident: &FileIdent, rank: u32, comm_size: u32) -> Result<()> {
-    layout::validate_component("job name", &ident.job)?;
-    layout::validate_rel(&ident.rel)?;
-    if !ident.path.starts_with(b"/") || ident.path.len() > crate::format::MAX_PATH_LEN {
-        return Err(LogError::InvalidName {
-            what: "application path",
-            value: String::from_utf8_lossy(&ident.path).into_owned(),
-            why: "must be absolute and at most PATH_MAX bytes",
-        });
-    }
-    if comm_size == 0 || rank >= comm_size {
-        return Err(LogError::InvalidName {
-            what: "rank",
-            value: format!("{rank} of {comm_size}"),
-            why: "must be below the communicator size",
-        });
-    }
-    if ident.gen == 0 {
-        return Err(LogError::InvalidName {
-            what: "generation",
-            value: "0".into(),
-            why: "generations start at 1",
-        });
-    }
-    let meta = std::fs::metadata(root).ctx("stat node-local root", root)?;
-    if !meta.is_dir() {
-        return Err(LogError::Io {
-            path: root.to_path_buf(),
-            op: "use as node-local root",
-            error: io::Error::from_raw_os_error(libc::ENOTDIR),
-        });
-    }
-    Ok(())
-}
-
-/// The next open generation of `rel` in `job` on this node: one past the
-/// highest generation directory present. The server keeps generation
-/// directories until the job is finished, so numbers are never reused.
-/// Callers with several ranks agree on the maximum over all ranks.
-pub fn next_generation(root: &Path, job: &str, rel: &[u8]) -> Result<u64> {
-    layout::validate_component("job name", job)?;
-    let file_dir = root.join(job).join(layout::file_dir_name(rel));
-    next_generation_in(&file_dir)
-}
-
-/// One more than the highest generation in a file directory.
-pub(crate) fn next_generation_in(file_dir: &Path) -> Result<u64> {
-    let file_dir = file_dir.to_path_buf();
-    let mut max = 0;
-    match std::fs::read_dir(&file_dir) {
-        Ok(entries) => {
-            for entry in entries {
-                let entry = entry.ctx("list", &file_dir)?;
-                if let Some(g) = entry
-                    .file_name()
-                    .to_str()
-                    .and_then(layout::parse_gen_dir_name)
-                {
-                    max = max.max(g);
-                }
-            }
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).ctx("list", &file_dir),
-    }
-    Ok(max + 1)
-}
-
-/// Record which path a file directory stands for (once), and refuse a
-/// directory that already stands for another path (a hash collision).
-/// Without fsync: the record is a convenience (a directory whose epochs
-/// were all drained still says what it is); in format 2 every commit
-/// record's manifest carries the paths, and readers fall back to them when
-/// a crash left the record missing or empty. An unreadable record is
-/// written again.
-fn record_path(file_dir: &Path, ident: &FileIdent, rank: u32) -> Result<()> {
-    let path_file = file_dir.join(layout::PATH_FILE);
-    let record = PathRecord {
-        path: ident.path.clone(),
-        rel: ident.rel.clone(),
-    };
-    let existing = match std::fs::read(&path_file) {
-        Ok(bytes) => PathRecord::decode(&bytes, &path_file).ok(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e).ctx("read", &path_file),
-    };
-    match existing {
-        Some(existing) => {
-            if existing.rel != ident.rel {
-                return Err(LogError::Inconsistent {
-                    path: path_file,
-                    what: format!(
-                        "directory stands for {:?}, not {:?} (hash collision)",
-                        String::from_utf8_lossy(&existing.rel),
-                        String::from_utf8_lossy(&ident.rel)
-                    ),
-                });
-            }
-            Ok(())
-        }
-        None => {
-            // Ranks on one node may race here; each uses its own temporary
-            // name and renames the same content into place.
-            let tmp = file_dir.join(format!(
-                "{}.tmp.{}.{}",
-                layout::PATH_FILE,
-                rank,
-                std::process::id()
-            ));
-            durable::write_renamed(&path_file, &tmp, &record.encode())
-        }
     }
 }
