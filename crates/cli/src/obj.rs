@@ -9,7 +9,9 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context};
 use paralog_backend::RemoteUrl;
-use paralog_objects::{hdf5, id_hex, parse_id, zarr, ArrayMeta, ArrayVersion, Attrs, DType, Store};
+use paralog_objects::{
+    hdf5, id_hex, parse_id, views, zarr, ArrayMeta, ArrayVersion, Attrs, DType, Store, ViewState,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -305,6 +307,7 @@ fn info_json(store: &Store, av: &ArrayVersion) -> anyhow::Result<serde_json::Val
         &store.versions(&av.name)?,
         Some(store.view_dir(&av.name, av.number)),
         Some(store.view_file(&av.name, av.number)).filter(|f| f.is_file()),
+        Some(store.view_state(&av.name, av.number)),
     ))
 }
 
@@ -315,6 +318,7 @@ pub(crate) fn version_json(
     versions: &[paralog_objects::VersionInfo],
     zarr: Option<PathBuf>,
     hdf5: Option<PathBuf>,
+    views: Option<ViewState>,
 ) -> serde_json::Value {
     let versions: Vec<_> = versions
         .iter()
@@ -325,7 +329,11 @@ pub(crate) fn version_json(
         "name": av.name, "version": av.number, "id": id_hex(&av.id),
         "dtype": m.dtype.name(), "shape": m.shape, "chunks": m.chunks, "grid": m.grid(),
         "chunk_bytes": m.chunk_len(), "attributes": m.attrs, "versions": versions,
-        "zarr": zarr, "hdf5": hdf5,
+        "zarr": zarr, "hdf5": hdf5, "views": views.map(|v| match v {
+            ViewState::Made => "made".to_owned(),
+            ViewState::Pending => "pending (being made by the committing process)".to_owned(),
+            ViewState::Missing(why) => format!("missing: {why}"),
+        }),
     })
 }
 
@@ -392,9 +400,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     })
                     .collect();
                 format!(
-                    "name: {}\nversion: {} (id {})\nversions kept: {}\ndtype: {}\nshape: {}\nchunks: {} (grid {}, {} bytes each)\nattributes: {}\nzarr view: {}\nhdf5 view: {}\n",
+                    "name: {}\nversion: {} (id {})\nversions kept: {}\ndtype: {}\nshape: {}\nchunks: {} (grid {}, {} bytes each)\nattributes: {}\nviews: {}\nzarr view: {}\nhdf5 view: {}\n",
                     name, j["version"], j["id"].as_str().unwrap_or(""), kept.join(" "), j["dtype"].as_str().unwrap_or(""),
-                    j["shape"], j["chunks"], j["grid"], j["chunk_bytes"], j["attributes"], j["zarr"].as_str().unwrap_or(""),
+                    j["shape"], j["chunks"], j["grid"], j["chunk_bytes"], j["attributes"], j["views"].as_str().unwrap_or("none on this store"), j["zarr"].as_str().unwrap_or(""),
                     j["hdf5"].as_str().unwrap_or("none (paralog-h5view not found at the commit; `paralog obj view` makes it)")
                 )
             };
@@ -569,9 +577,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ObjCmd::View { url, version } => {
             let (store, name) = object(&url)?;
             let av = store.array(&name, version)?;
-            let dir = zarr::make_view(&store, &av)?;
+            let (dir, h5) = views::make_views(&store, &av)?;
             print(&mut stdout, &format!("{}\n", dir.display()))?;
-            match hdf5::make_view(&store, &av)? {
+            match h5 {
                 Some(f) => print(&mut stdout, &format!("{}\n", f.display()))?,
                 None => eprintln!(
                     "paralog: no HDF5 view: {} not found next to paralog (or set PARALOG_H5VIEW)",
