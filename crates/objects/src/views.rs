@@ -19,7 +19,7 @@
 
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Once, Weak};
 use std::thread::JoinHandle;
 
 use crate::error::{io_err, Result};
@@ -181,8 +181,32 @@ impl std::fmt::Debug for Worker {
     }
 }
 
+/// Every worker of this process, for [`flush_at_exit`].
+static WORKERS: Mutex<Vec<Weak<Worker>>> = Mutex::new(Vec::new());
+static AT_EXIT: Once = Once::new();
+
+/// At the process's exit (`exit`, the end of `main`, of a Python
+/// interpreter), the views still queued are made: a program that never
+/// closes its store (the thread would die with it) loses no view. Only a
+/// kill or `_exit` leaves a version pending (`paralog obj view`).
+extern "C" fn flush_at_exit() {
+    let workers: Vec<Arc<Worker>> = WORKERS
+        .lock()
+        .map(|w| w.iter().filter_map(Weak::upgrade).collect())
+        .unwrap_or_default();
+    for w in workers {
+        w.flush();
+    }
+}
+
 impl Worker {
     pub(crate) fn start() -> Result<Arc<Worker>> {
+        AT_EXIT.call_once(|| {
+            // SAFETY: registers a plain function taking and returning
+            // nothing, which catches no panic because it cannot raise one
+            // (flush only sends on a channel and waits for the answer).
+            unsafe { libc::atexit(flush_at_exit) };
+        });
         let (tx, rx) = channel::<Job>();
         let thread = std::thread::Builder::new()
             .name("paralog-views".into())
@@ -206,10 +230,15 @@ impl Worker {
                 std::path::Path::new("paralog-views"),
                 "start thread",
             ))?;
-        Ok(Arc::new(Worker {
+        let w = Arc::new(Worker {
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
-        }))
+        });
+        if let Ok(mut all) = WORKERS.lock() {
+            all.retain(|w| w.strong_count() > 0);
+            all.push(Arc::downgrade(&w));
+        }
+        Ok(w)
     }
 
     fn send(&self, job: Job) -> bool {
