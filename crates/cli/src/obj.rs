@@ -441,6 +441,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             for n in numbers {
                 let av = store.array(&name, n)?;
                 av.verify_chunks(&store)?;
+                // A version whose views are pending or failed: say so, not
+                // "no such file".
+                if let state @ (ViewState::Pending | ViewState::Missing(_)) =
+                    store.view_state(&name, av.number)
+                {
+                    anyhow::bail!(
+                        "{name} version {}: chunks verified, but the views are {}",
+                        av.number,
+                        match state {
+                            ViewState::Missing(why) => format!("missing: {why}"),
+                            _ => "pending: being made by the committing process".into(),
+                        }
+                    );
+                }
                 let view = zarr::check_view(&store, &av)?;
                 let h5 = match hdf5::check_view(&store, &av)? {
                     Some(f) => format!("HDF5 view {} complete", f.display()),
