@@ -173,6 +173,10 @@ enum Job {
 pub(crate) struct Worker {
     tx: Mutex<Option<Sender<Job>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The process the thread runs in: a child forked from it has the
+    /// worker's memory but not its thread, and must neither wait for it
+    /// nor join it.
+    pid: u32,
 }
 
 impl std::fmt::Debug for Worker {
@@ -233,6 +237,7 @@ impl Worker {
         let w = Arc::new(Worker {
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
+            pid: std::process::id(),
         });
         if let Ok(mut all) = WORKERS.lock() {
             all.retain(|w| w.strong_count() > 0);
@@ -242,6 +247,9 @@ impl Worker {
     }
 
     fn send(&self, job: Job) -> bool {
+        if self.pid != std::process::id() {
+            return false; // a forked child: the thread is its parent's
+        }
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
         tx.as_ref().is_some_and(|tx| tx.send(job).is_ok())
     }
@@ -271,7 +279,11 @@ impl Drop for Worker {
     fn drop(&mut self) {
         drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
         if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            let _ = t.join();
+            if self.pid == std::process::id() {
+                let _ = t.join();
+            } else {
+                std::mem::forget(t); // a forked child: not its thread
+            }
         }
     }
 }
