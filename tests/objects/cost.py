@@ -10,9 +10,10 @@
              back. A logged put: at most 2 per chunk + 8; its publish
              (`paralog obj publish`) as a direct put
   no-h5view  PARALOG_H5VIEW naming a program that does not exist: the put
-             succeeds and its version reads back, `obj info` says the
-             views are missing naming the setting and the program, `obj
-             view` (the program found) makes them, `obj info` says made
+             succeeds (a warning on stderr) and its version reads back,
+             `obj info` says the views are missing naming the setting and
+             the program, `obj verify` refuses saying so, `obj view
+             --missing` (the program found) makes them, `obj info` says made
   background a Python program (paralog.objects, the C API: views on a
              thread) with an HDF5 view program that takes 8 s: its put
              returns before, `obj info` says pending while it runs, and
@@ -94,6 +95,7 @@ def case_no_h5view(work):
     r = run([BIN, "obj", "put", at(url, "t"), data, "--dtype", "int32", "--shape", SHAPE, "--chunks", CHUNKS],
             env=dict(os.environ, PARALOG_H5VIEW=str(missing)), check=False)
     check(r.returncode == 0 and "t version 1" in r.stdout, f"the put failed: {r.stdout}{r.stderr}")
+    check("warning" in r.stderr and "PARALOG_H5VIEW" in r.stderr, f"no warning on stderr: {r.stderr!r}")
     got = work / "got.bin"
     obj("get", at(url, "t"), got)
     check(got.read_bytes() == data.read_bytes(), "version 1 is not the put")
@@ -102,11 +104,16 @@ def case_no_h5view(work):
           f"obj info does not say why the views are missing: {said!r}")
     text = obj("info", at(url, "t")).stdout
     check("views: missing" in text, text)
-    obj("view", at(url, "t"))
+    r = obj("verify", at(url, "t"), check=False)
+    check(r.returncode == 1 and "views are missing" in r.stderr, f"obj verify: {r.stdout}{r.stderr}")
+    said = obj("view", at(url, "t"), "--missing").stdout
+    check("v0000000001" in said, f"obj view --missing: {said}")
     check(views_state(at(url, "t")) == "made", views_state(at(url, "t")))
     said = obj("verify", at(url, "t")).stdout
     check("HDF5 view" in said and "complete" in said, said)
-    return "published, reported missing, made by obj view"
+    said = obj("view", at(url, "t"), "--missing").stdout
+    check("no version kept misses its views" in said, said)
+    return "published, reported missing, made by obj view --missing"
 
 
 PROGRAM = """

@@ -9,9 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context};
 use paralog_backend::RemoteUrl;
-use paralog_objects::{
-    hdf5, id_hex, parse_id, views, zarr, ArrayMeta, ArrayVersion, Attrs, DType, Store, ViewState,
-};
+use paralog_objects::{id_hex, parse_id, ArrayMeta, ArrayVersion, Attrs, DType, Store, ViewState};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -114,8 +112,12 @@ pub(crate) enum ObjCmd {
     /// (Re)make the Zarr and HDF5 views of a version; prints where they are.
     View {
         url: String,
-        #[arg(long)]
+        #[arg(long, conflicts_with = "missing")]
         version: Option<u64>,
+        /// Every version kept whose views are missing (a failed view
+        /// program, a process that ended before it made them).
+        #[arg(long)]
+        missing: bool,
     },
 }
 
@@ -441,25 +443,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             for n in numbers {
                 let av = store.array(&name, n)?;
                 av.verify_chunks(&store)?;
-                // A version whose views are pending or failed: say so, not
-                // "no such file".
-                if let state @ (ViewState::Pending | ViewState::Missing(_)) =
-                    store.view_state(&name, av.number)
-                {
-                    anyhow::bail!(
-                        "{name} version {}: chunks verified, but the views are {}",
-                        av.number,
-                        match state {
-                            ViewState::Missing(why) => format!("missing: {why}"),
-                            _ => "pending: being made by the committing process".into(),
-                        }
-                    );
-                }
-                let view = zarr::check_view(&store, &av)?;
-                let h5 = match hdf5::check_view(&store, &av)? {
-                    Some(f) => format!("HDF5 view {} complete", f.display()),
-                    None => "no HDF5 view".into(),
-                };
+                let (view, h5) = crate::obj_view::check_views(&store, &av)?;
                 print(
                     &mut stdout,
                     &format!(
@@ -516,6 +500,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
             let c = store.put(&name, &array.meta()?, &data)?;
             print(&mut stdout, &committed_line(&name, &c))?;
+            crate::obj_view::warn_views(&store, &name, c.number);
         }
         ObjCmd::Begin { url, array } => {
             let (store, name) = object(&url)?;
@@ -541,6 +526,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let id = parse_id(&id).ok_or_else(|| anyhow!("{id}: not a put id (32 hex digits)"))?;
             let c = store.commit(&name, &id)?;
             print(&mut stdout, &committed_line(&name, &c))?;
+            crate::obj_view::warn_views(&store, &name, c.number);
         }
         ObjCmd::Abort { url, id } => {
             let (store, name) = object(&url)?;
@@ -588,18 +574,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 &format!("{}: removed {n} abandoned puts\n", store.root().display()),
             )?;
         }
-        ObjCmd::View { url, version } => {
+        ObjCmd::View {
+            url,
+            version,
+            missing,
+        } => {
             let (store, name) = object(&url)?;
-            let av = store.array(&name, version)?;
-            let (dir, h5) = views::make_views(&store, &av)?;
-            print(&mut stdout, &format!("{}\n", dir.display()))?;
-            match h5 {
-                Some(f) => print(&mut stdout, &format!("{}\n", f.display()))?,
-                None => eprintln!(
-                    "paralog: no HDF5 view: {} not found next to paralog (or set PARALOG_H5VIEW)",
-                    hdf5::HELPER
-                ),
-            }
+            crate::obj_view::view(&store, &name, version, missing, &mut stdout)?;
         }
     }
     Ok(ExitCode::SUCCESS)
