@@ -119,9 +119,11 @@ test-aggregate: build
 # logged puts published by the node server and by recover; kill -9 of a
 # writing rank, the committing rank and the server, then recover
 # (tests/objects/crash.py, about 30 s); puts and gets on s3:// against
-# MinIO (tests/objects/s3.py).
+# MinIO (tests/objects/s3.py); what a version costs in fsyncs and views made
+# after the commit (tests/objects/cost.py, about 15 s).
 test-objects: build setup-test
 	/usr/bin/python3 -m tests.objects.run
+	/usr/bin/python3 -m tests.objects.cost
 	/usr/bin/python3 -m tests.objects.mpi
 	/usr/bin/python3 -m tests.objects.logged
 	/usr/bin/python3 -m tests.objects.crash

@@ -19,6 +19,9 @@ ROWS (16, 32, 64) and ranks (1, 2, 4, MPICH), side by side:
                 objstore://DIR?dirs=4
   obj-logged    the same on a logged store (node-local log on --tmp), the
                 versions published by a `paralog server` meanwhile
+  obj-*@before  with --before DIR: obj-direct and obj-logged again with the
+                binaries in DIR (paralog, its libraries, paralog-h5view: an
+                older build), in the same run, right after the current ones
 
 Measured: the time in output phases (rank 0, barrier to barrier), the
 program's wall time, the end-to-end time (paralog run until drained;
@@ -31,7 +34,7 @@ an object version) and h5py (the contiguous HDF5 file, the HDF5 view).
 Usage: bench/objects/run.py [--quick] [--rows 16,32,64] [--ranks 1,2,4]
          [--cycles 40] [--every 5] [--compute-ratio 3] [--rate-mbit 200]
          [--targets local,remote] [--methods ...] [--tmp /var/tmp]
-         [--json target/bench/objects.json] [--keep]
+         [--json target/bench/objects.json] [--before DIR] [--keep]
 """
 import argparse
 import hashlib
@@ -77,10 +80,9 @@ class Tools:
     nothing): paralog, its libraries and paralog-h5view side by side, and
     the skeleton built against them with MPICH's mpicc."""
 
-    def __init__(self, base):
-        d = base / "bin"
+    def __init__(self, base, rel=ROOT / "target/release", sub="bin"):
+        d = base / sub
         d.mkdir()
-        rel = ROOT / "target/release"
         for f in [rel / "paralog", rel / "paralog-h5view", *rel.glob("libparalog_*.so")]:
             shutil.copy2(f, d / f.name)
         self.paralog = d / "paralog"
@@ -93,8 +95,8 @@ class Tools:
 
 
 class Bench:
-    def __init__(self, a, base, bed, tools):
-        self.a, self.base, self.bed, self.tools = a, base, bed, tools
+    def __init__(self, a, base, bed, tools, before=None):
+        self.a, self.base, self.bed, self.tools, self.before = a, base, bed, tools, before
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("PARALOG_", "AWS_"))}
         self.work = base / "work"
         self.work.mkdir()
@@ -111,9 +113,12 @@ class Bench:
                                f"{Path(log).read_text(errors='replace')[-1500:]}")
         return t0, t1, p.stdout.decode(errors="replace")
 
-    def one(self, target, method, rows, ranks, compute_s):
+    def one(self, target, label, rows, ranks, compute_s):
         a = self.a
-        rid = f"{target}-r{rows}-n{ranks}-{method}"
+        # "obj-direct@before": the method with the --before binaries.
+        method, _, which = label.partition("@")
+        tools = self.before if which == "before" else self.tools
+        rid = f"{target}-r{rows}-n{ranks}-{method}{'-before' if which else ''}"
         top = self.bed.mnt if target == "remote" else self.work / "local"
         out = top / rid
         out.mkdir(parents=True)
@@ -125,7 +130,7 @@ class Bench:
         url = f"objstore://{out}?dirs=4&keep=100000"
         server = None
         if method.startswith("obj"):
-            run([self.tools.paralog, "obj", "init", url])
+            run([tools.paralog, "obj", "init", url])
         before = count_files(out)
         if method.startswith("hdf5"):
             cmd = [*mpirun, self.tools.skeleton, "--api", "hdf5", "--out", out, *common]
@@ -137,12 +142,12 @@ class Bench:
             sync.mkdir()
             cmd = [*mpirun, VENV_PY, HERE / "zarr_skeleton.py", "--out", out, "--sync", sync, *common]
         else:
-            cmd = [*mpirun, self.tools.skeleton, "--api", "obj", "--out", url, *common]
+            cmd = [*mpirun, tools.skeleton, "--api", "obj", "--out", url, *common]
             if method == "obj-logged":
                 cmd += ["--local", local]
                 with open(self.work / f"{rid}.server.log", "ab") as lf:
                     server = subprocess.Popen(
-                        [str(self.tools.paralog), "server", "--local", str(local), "--job", "ob", "--remote",
+                        [str(tools.paralog), "server", "--local", str(local), "--job", "ob", "--remote",
                          str(self.work / "unused-remote")], stdout=subprocess.DEVNULL, stderr=lf, env=self.env,
                         start_new_session=True)
                 time.sleep(0.5)
@@ -160,7 +165,7 @@ class Bench:
         finally:
             stop_group(server)
         s = json.loads(stdout.strip().splitlines()[-1])
-        rec = {"target": target, "method": method, "rows": rows, "ranks": ranks, "id": rid,
+        rec = {"target": target, "method": label, "rows": rows, "ranks": ranks, "id": rid,
                "compute_s": s["compute_s"], "output_s": s["output_s"], "outputs": s["outputs"],
                "prog_wall": t1 - t0, "T": t_end - t0, "first_output": s["phases"][0][0] - t0,
                "bytes": rows * ranks * COLS * 4 * s["outputs"], "load": os.getloadavg()[0]}
@@ -227,12 +232,13 @@ def table(results):
             for m in results["args"]["methods"]:
                 r = recs[m]
                 cells.append(f"{r['output_s']:6.2f} ({r['output_s'] / base:4.2f}) {r['files_per_phase']:5.1f}f")
-            lg = recs.get("obj-logged")
-            ideal = ""
-            if lg:
-                bound = max(lg["prog_wall"], lg["first_output"] + lg["bytes"] / link) if target == "remote" \
-                    else lg["prog_wall"]
-                ideal = f"{lg['T'] / bound:5.2f}"
+            ideal = []
+            for lg in (recs.get("obj-logged"), recs.get("obj-logged@before")):
+                if lg:
+                    bound = max(lg["prog_wall"], lg["first_output"] + lg["bytes"] / link) \
+                        if target == "remote" else lg["prog_wall"]
+                    ideal.append(f"{lg['T'] / bound:5.2f}")
+            ideal = " / ".join(ideal)
             mb = cfg[0] * cfg[1] * COLS * 4 / 1e6
             lines.append(f"{cfg[0]:4d} {cfg[1]:5d} {mb:8.2f} | " + " | ".join(f"{c:>20s}" for c in cells)
                          + f" | {ideal:>14s}")
@@ -260,6 +266,8 @@ def main():
     ap.add_argument("--cpu-shares", type=int, default=32768)
     ap.add_argument("--tmp", default="/var/tmp")
     ap.add_argument("--json", default=str(ROOT / "target/bench/objects.json"))
+    ap.add_argument("--before", help="a directory of older binaries: obj-direct and obj-logged run with "
+                    "them too (methods obj-direct@before, obj-logged@before)")
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
     if a.quick:
@@ -268,7 +276,9 @@ def main():
     a.ranks = [int(x) for x in a.ranks.split(",")]
     a.targets = a.targets.split(",")
     a.methods = a.methods.split(",")
-    if "hdf5-direct" not in a.methods or any(m not in METHODS for m in a.methods):
+    if a.before:
+        a.methods += [f"{m}@before" for m in ("obj-direct", "obj-logged") if m in a.methods]
+    if "hdf5-direct" not in a.methods or any(m.partition("@")[0] not in METHODS for m in a.methods):
         ap.error(f"methods: some of {METHODS}, hdf5-direct included (the baseline)")
     if os.geteuid() != 0:
         sys.exit("bench/objects/run.py: needs root (network namespaces, tc, FUSE mounts)")
@@ -285,9 +295,10 @@ def main():
     errors = []
     try:
         tools = Tools(base)
+        before = Tools(base, Path(a.before).resolve(), "bin-before") if a.before else None
         cg = CpuGroup(a.cpu_shares)
         bed.start()
-        b = Bench(a, base, bed, tools)
+        b = Bench(a, base, bed, tools, before)
         results.update(rev=tools.rev, link_Bps=bed.link_Bps, cpus=os.cpu_count(),
                        started=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                        cgroup=cg.desc if cg.path else None)
@@ -302,7 +313,7 @@ def main():
                     subprocess.run(["sync"])
                     rec = b.one(target, m, rows, ranks, compute_s)
                     group.append(rec)
-                    print(f"  {target:6s} rows {rows:3d} ranks {ranks}: {m:12s} output {rec['output_s']:6.2f} s, "
+                    print(f"  {target:6s} rows {rows:3d} ranks {ranks}: {m:18s} output {rec['output_s']:6.2f} s, "
                           f"compute {rec['compute_s']:6.2f} s, program {rec['prog_wall']:6.2f} s, "
                           f"T {rec['T']:6.2f} s, {rec['files_per_phase']:.1f} files/phase; "
                           f"load {rec['load']:.1f}", flush=True)

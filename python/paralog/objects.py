@@ -132,6 +132,12 @@ class Store:
             _lib.paralog_obj_close(self._h)
             self._h = None
 
+    def wait_views(self):
+        """Return once the Zarr and HDF5 views of every version this store
+        committed are made (a thread makes them after each commit returns;
+        close() and the interpreter's exit wait for them too)."""
+        _check(_lib.paralog_obj_wait_views(self._h))
+
     def __enter__(self):
         return self
 

@@ -183,6 +183,7 @@ def case_python(work):
         got = s.get(f"py/{dt}", version=1, start=(30, 3), count=(7, 9))
         check(got.tobytes() == a[30:37, 3:12].astype(np.dtype(dt).newbyteorder("<")).tobytes(), f"{dt} slab")
         check(s.info(f"py/{dt}")["chunks"] == (8, 5), f"{dt}: info")
+        s.wait_views()  # made by a thread after the put returned
         obj("verify", at(url, f"py/{dt}"))
     refusals = [(lambda: s.get("py/int8", start=(30, 0), count=(8, 1)), 1, "py/int8: version 1: hyperslab"),
                 (lambda: s.put("../x", np.zeros(4), chunks=(2,)), 2, "object name"),

@@ -391,6 +391,22 @@ impl ObjStore {
         self.root.join("data").join(dir.to_string()).join(hex(id))
     }
 
+    /// The storage directory `data/<dir>/` of the chunks placed in it.
+    pub fn chunk_dir(&self, dir: u32) -> PathBuf {
+        self.root.join("data").join(dir.to_string())
+    }
+
+    /// Make the names of the chunks written in storage directory `dir`
+    /// durable (after their [`ChunkWriter::finish_file`]).
+    pub fn sync_chunk_dir(&self, dir: u32) -> Result<(), ObjError> {
+        sync_dir(&self.chunk_dir(dir))
+    }
+
+    /// How many versions of a name are kept (`u64::MAX`: every one).
+    pub fn keep(&self) -> u64 {
+        self.keep
+    }
+
     /// The published version numbers of `name`, ascending.
     pub fn versions(&self, name: &[u8]) -> Result<Vec<u64>, ObjError> {
         let dir = self.meta_dir(name);
@@ -747,6 +763,15 @@ impl ChunkWriter {
         };
         self.len += data.len() as u64;
         Ok(p)
+    }
+
+    /// Make the chunk's bytes durable, not its name: the caller fsyncs
+    /// the chunk's directory ([`ObjStore::chunk_dir`]) once for all the
+    /// chunks it wrote there (an array put: once per writer, not per chunk).
+    pub fn finish_file(self) -> Result<(), ObjError> {
+        self.file
+            .sync_all()
+            .map_err(io_err(&self.path, "fsync chunk"))
     }
 
     /// Make the chunk durable (file and its directory).

@@ -19,6 +19,7 @@ mod missed;
 mod obj;
 mod obj_publish;
 mod obj_s3;
+mod obj_view;
 mod recover;
 mod remote;
 mod report;

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context};
 use paralog_backend::RemoteUrl;
-use paralog_objects::{hdf5, id_hex, parse_id, zarr, ArrayMeta, ArrayVersion, Attrs, DType, Store};
+use paralog_objects::{id_hex, parse_id, ArrayMeta, ArrayVersion, Attrs, DType, Store, ViewState};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -112,8 +112,12 @@ pub(crate) enum ObjCmd {
     /// (Re)make the Zarr and HDF5 views of a version; prints where they are.
     View {
         url: String,
-        #[arg(long)]
+        #[arg(long, conflicts_with = "missing")]
         version: Option<u64>,
+        /// Every version kept whose views are missing (a failed view
+        /// program, a process that ended before it made them).
+        #[arg(long)]
+        missing: bool,
     },
 }
 
@@ -305,6 +309,7 @@ fn info_json(store: &Store, av: &ArrayVersion) -> anyhow::Result<serde_json::Val
         &store.versions(&av.name)?,
         Some(store.view_dir(&av.name, av.number)),
         Some(store.view_file(&av.name, av.number)).filter(|f| f.is_file()),
+        Some(store.view_state(&av.name, av.number)),
     ))
 }
 
@@ -315,6 +320,7 @@ pub(crate) fn version_json(
     versions: &[paralog_objects::VersionInfo],
     zarr: Option<PathBuf>,
     hdf5: Option<PathBuf>,
+    views: Option<ViewState>,
 ) -> serde_json::Value {
     let versions: Vec<_> = versions
         .iter()
@@ -325,7 +331,11 @@ pub(crate) fn version_json(
         "name": av.name, "version": av.number, "id": id_hex(&av.id),
         "dtype": m.dtype.name(), "shape": m.shape, "chunks": m.chunks, "grid": m.grid(),
         "chunk_bytes": m.chunk_len(), "attributes": m.attrs, "versions": versions,
-        "zarr": zarr, "hdf5": hdf5,
+        "zarr": zarr, "hdf5": hdf5, "views": views.map(|v| match v {
+            ViewState::Made => "made".to_owned(),
+            ViewState::Pending => "pending (being made by the committing process)".to_owned(),
+            ViewState::Missing(why) => format!("missing: {why}"),
+        }),
     })
 }
 
@@ -392,9 +402,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     })
                     .collect();
                 format!(
-                    "name: {}\nversion: {} (id {})\nversions kept: {}\ndtype: {}\nshape: {}\nchunks: {} (grid {}, {} bytes each)\nattributes: {}\nzarr view: {}\nhdf5 view: {}\n",
+                    "name: {}\nversion: {} (id {})\nversions kept: {}\ndtype: {}\nshape: {}\nchunks: {} (grid {}, {} bytes each)\nattributes: {}\nviews: {}\nzarr view: {}\nhdf5 view: {}\n",
                     name, j["version"], j["id"].as_str().unwrap_or(""), kept.join(" "), j["dtype"].as_str().unwrap_or(""),
-                    j["shape"], j["chunks"], j["grid"], j["chunk_bytes"], j["attributes"], j["zarr"].as_str().unwrap_or(""),
+                    j["shape"], j["chunks"], j["grid"], j["chunk_bytes"], j["attributes"], j["views"].as_str().unwrap_or("none on this store"), j["zarr"].as_str().unwrap_or(""),
                     j["hdf5"].as_str().unwrap_or("none (paralog-h5view not found at the commit; `paralog obj view` makes it)")
                 )
             };
@@ -433,11 +443,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             for n in numbers {
                 let av = store.array(&name, n)?;
                 av.verify_chunks(&store)?;
-                let view = zarr::check_view(&store, &av)?;
-                let h5 = match hdf5::check_view(&store, &av)? {
-                    Some(f) => format!("HDF5 view {} complete", f.display()),
-                    None => "no HDF5 view".into(),
-                };
+                let (view, h5) = crate::obj_view::check_views(&store, &av)?;
                 print(
                     &mut stdout,
                     &format!(
@@ -494,6 +500,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
             let c = store.put(&name, &array.meta()?, &data)?;
             print(&mut stdout, &committed_line(&name, &c))?;
+            crate::obj_view::warn_views(&store, &name, c.number);
         }
         ObjCmd::Begin { url, array } => {
             let (store, name) = object(&url)?;
@@ -519,6 +526,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let id = parse_id(&id).ok_or_else(|| anyhow!("{id}: not a put id (32 hex digits)"))?;
             let c = store.commit(&name, &id)?;
             print(&mut stdout, &committed_line(&name, &c))?;
+            crate::obj_view::warn_views(&store, &name, c.number);
         }
         ObjCmd::Abort { url, id } => {
             let (store, name) = object(&url)?;
@@ -566,18 +574,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 &format!("{}: removed {n} abandoned puts\n", store.root().display()),
             )?;
         }
-        ObjCmd::View { url, version } => {
+        ObjCmd::View {
+            url,
+            version,
+            missing,
+        } => {
             let (store, name) = object(&url)?;
-            let av = store.array(&name, version)?;
-            let dir = zarr::make_view(&store, &av)?;
-            print(&mut stdout, &format!("{}\n", dir.display()))?;
-            match hdf5::make_view(&store, &av)? {
-                Some(f) => print(&mut stdout, &format!("{}\n", f.display()))?,
-                None => eprintln!(
-                    "paralog: no HDF5 view: {} not found next to paralog (or set PARALOG_H5VIEW)",
-                    hdf5::HELPER
-                ),
-            }
+            crate::obj_view::view(&store, &name, version, missing, &mut stdout)?;
         }
     }
     Ok(ExitCode::SUCCESS)

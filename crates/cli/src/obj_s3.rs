@@ -52,7 +52,13 @@ fn put_id(id: &str) -> anyhow::Result<[u8; 16]> {
 }
 
 fn info_json(store: &S3Store, av: &ArrayVersion) -> anyhow::Result<serde_json::Value> {
-    Ok(version_json(av, &store.versions(&av.name)?, None, None))
+    Ok(version_json(
+        av,
+        &store.versions(&av.name)?,
+        None,
+        None,
+        None,
+    ))
 }
 
 /// Run `cmd` if its URL is `s3://`; `None` if it is not.

@@ -21,7 +21,11 @@ impl Direct {
     pub fn open(url: &RemoteUrl) -> Result<Direct> {
         match url {
             RemoteUrl::S3(u) => S3Store::open(u).map(Direct::S3),
-            _ => Store::open(url).map(Direct::Layout),
+            // The views of a program's commits are made by a thread of
+            // it while it goes on (docs/objects.md "Views").
+            _ => Store::open(url)
+                .and_then(Store::background_views)
+                .map(Direct::Layout),
         }
     }
 

@@ -226,6 +226,20 @@ pub unsafe extern "C" fn paralog_obj_close(s: *mut ObjStore) {
     unsafe { free_handle(s) }
 }
 
+/// Wait until the views of every version this store committed are made
+/// (they are made by a thread after each commit returns; docs/objects.md
+/// "Views"). A failure to make them is not an error here: `paralog obj
+/// info` says why a version has none.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_obj_wait_views(s: *mut ObjStore) -> c_int {
+    guard(|| {
+        if let Direct::Layout(st) = &handle(s)?.direct {
+            st.wait_views();
+        }
+        Ok(())
+    })
+}
+
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn paralog_obj_put(

@@ -71,7 +71,7 @@ impl Store {
             let half_removed = name.is_empty() || !dir.join("begin").exists();
             let chunks = match half_removed {
                 true => 0,
-                false => self.staged(&name, &id)?.0.n_chunks(),
+                false => self.staged(&name, &id, false)?.0.n_chunks(),
             };
             let (mut claimed, mut finished) = (0, 0);
             for e in std::fs::read_dir(&dir).map_err(io_err(&dir, "list the put"))? {

@@ -150,7 +150,18 @@ pub fn make_view(store: &Store, av: &ArrayVersion) -> Result<Option<PathBuf>> {
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(io_err(&helper, "run"))?;
+        let mut child = cmd.spawn().map_err(|e| Error::Invalid {
+            name: av.name.clone(),
+            why: format!(
+                "version {}: the HDF5 view was not made: its program {} cannot be run ({e}){}",
+                av.number,
+                helper.display(),
+                match std::env::var_os("PARALOG_H5VIEW") {
+                    Some(_) => " (named by PARALOG_H5VIEW: set it to paralog-h5view, or unset it)",
+                    None => "",
+                }
+            ),
+        })?;
         let mut stdin = child.stdin.take().expect("piped");
         // The helper stops reading at a failure; its stderr says why.
         let _ = stdin.write_all(&input);

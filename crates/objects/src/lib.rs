@@ -23,6 +23,7 @@ pub mod s3put;
 pub mod s3store;
 mod staging;
 pub mod store;
+pub mod views;
 pub mod zarr;
 
 pub use error::{Error, Result};
@@ -35,6 +36,7 @@ pub use record::{ArrayMeta, Attrs};
 pub use s3put::S3Put;
 pub use s3store::S3Store;
 pub use store::{ObjectInfo, Store, VersionInfo};
+pub use views::ViewState;
 
 /// Where a put can be killed by the crash tests (`PARALOG_FAILPOINT`,
 /// docs/objects.md "Crashes"), in order: a writer between its durable

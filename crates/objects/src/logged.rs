@@ -22,7 +22,7 @@ use paralog_backend::RemoteUrl;
 use crate::error::{io_err, Error, Result};
 use crate::put::{Committed, Put};
 use crate::record::ArrayMeta;
-use crate::staging::{remove_staged_chunks, sync_dir, write_synced};
+use crate::staging::{read_file, remove_staged_chunks, sync_dir, write_file, write_synced};
 use crate::store::Store;
 use crate::{id_hex, parse_id, VersionId};
 
@@ -93,8 +93,8 @@ impl LoggedStore {
     pub fn begin(&self, name: &str, meta: &ArrayMeta) -> Result<Put<'_>> {
         let put = self.local.begin(name, meta)?;
         let dir = self.local.staging_dir(&put.id());
-        write_synced(&dir.join("remote"), self.remote_url.as_bytes())?;
-        sync_dir(&dir)?;
+        // Synced by the local commit, with the rest of the put.
+        write_file(&dir.join("remote"), self.remote_url.as_bytes())?;
         Ok(put)
     }
 
@@ -120,10 +120,21 @@ impl LoggedStore {
     /// The local commit: every chunk written by a writer that finished,
     /// then the `logged` mark, durable. The version is published (and
     /// numbered) by the publisher.
+    ///
+    /// What must outlive a crash of the node once the mark is durable: the
+    /// chunk files and their names (each writer's `finish`), and the put's
+    /// own files, which its writers did not sync: `begin`, `name`,
+    /// `remote` and the claims (fsynced here as they are read, one open
+    /// each), the names in the put's directory (its writers' marks too),
+    /// and the put's directory's name in `staging/`.
     pub fn commit(&self, name: &str, id: &VersionId) -> Result<()> {
-        self.local.complete(name, id)?;
-        crate::failpoint("objects.before_commit");
+        self.local.complete(name, id, true)?;
         let dir = self.local.staging_dir(id);
+        let remote = dir.join("remote");
+        read_file(&remote, true).map_err(io_err(&remote, "read"))?;
+        sync_dir(&dir)?;
+        sync_dir(&self.local.root().join("staging"))?;
+        crate::failpoint("objects.before_commit");
         // The commit's time in nanoseconds (file times are as coarse as a
         // clock tick): the publisher numbers versions in this order.
         let now = std::time::SystemTime::now()
@@ -258,7 +269,7 @@ fn publish_one(local: &Store, id: &VersionId) -> Result<Published> {
 /// a publisher that died while copying (not published: checked before)
 /// is aborted and made again: its writer never finished.
 fn copy_and_commit(local: &Store, remote: &Store, name: &str, id: &VersionId) -> Result<Committed> {
-    let (meta, claims) = local.complete(name, id)?;
+    let (meta, claims) = local.complete(name, id, false)?;
     if remote.staging_dir(id).join("begin").is_file() {
         remote.abort(name, id)?;
     }

@@ -26,10 +26,11 @@ use paralog_backend::objstore::{Piece, Version};
 
 use crate::error::{io_err, Error, Result};
 use crate::grid::{for_each_chunk, Element};
+use crate::read::ArrayVersion;
 use crate::record::{self, ArrayMeta, Attrs};
 use crate::staging::{
-    decode_claim, encode_claim, new_id, remove_chunk_by_id, remove_staged_chunks, sync_dir,
-    write_synced, Claim,
+    decode_claim, encode_claim, new_id, read_file, remove_chunk_by_id, remove_staged_chunks,
+    sync_dir, write_file, Claim,
 };
 use crate::store::{check_name, Store};
 use crate::{id_hex, parse_id, VersionId};
@@ -50,6 +51,9 @@ pub struct Put<'a> {
     meta: ArrayMeta,
     writer: [u8; 16],
     dir: PathBuf,
+    /// The storage directories this writer put chunk files in: `finish`
+    /// fsyncs each once (their names), not once per chunk.
+    chunk_dirs: BTreeSet<u32>,
 }
 
 impl Store {
@@ -66,20 +70,31 @@ impl Store {
         meta.check(name)?;
         let staging = self.root().join("staging");
         std::fs::create_dir_all(&staging).map_err(io_err(&staging, "create staging directory"))?;
+        // Nothing here is synced: a put becomes durable at its commit (a
+        // direct one by its writers' `finish` and the publish, a logged
+        // one by its local commit, which syncs these files). A crash of the
+        // node before loses only a put that was not committed.
         let tmp = staging.join(format!(".begin.{}", id_hex(&id)));
         std::fs::create_dir(&tmp).map_err(io_err(&tmp, "create"))?;
-        write_synced(&tmp.join("begin"), &record::encode(&id, meta))?;
-        write_synced(&tmp.join("name"), name.as_bytes())?;
-        sync_dir(&tmp)?;
+        write_file(&tmp.join("begin"), &record::encode(&id, meta))?;
+        write_file(&tmp.join("name"), name.as_bytes())?;
         let dir = self.staging_dir(&id);
         std::fs::rename(&tmp, &dir).map_err(io_err(&dir, "open the put"))?;
-        sync_dir(&staging)?;
-        self.join(name, &id)
+        // The begun put is this process's: not read back.
+        Ok(Put {
+            store: self,
+            name: name.to_owned(),
+            id,
+            meta: meta.clone(),
+            writer: new_id(),
+            dir,
+            chunk_dirs: BTreeSet::new(),
+        })
     }
 
     /// Join the chunked PUT `id` of `name` as one more writer.
     pub fn join(&self, name: &str, id: &VersionId) -> Result<Put<'_>> {
-        let (meta, dir) = self.staged(name, id)?;
+        let (meta, dir) = self.staged(name, id, false)?;
         Ok(Put {
             store: self,
             name: name.to_owned(),
@@ -87,6 +102,7 @@ impl Store {
             meta,
             writer: new_id(),
             dir,
+            chunk_dirs: BTreeSet::new(),
         })
     }
 
@@ -98,8 +114,14 @@ impl Store {
         Ok(put)
     }
 
-    /// The staged put's array and directory, checked against `name`.
-    pub(crate) fn staged(&self, name: &str, id: &VersionId) -> Result<(ArrayMeta, PathBuf)> {
+    /// The staged put's array and directory, checked against `name`;
+    /// `sync`: its `begin` and `name` made durable too (a logged commit).
+    pub(crate) fn staged(
+        &self,
+        name: &str,
+        id: &VersionId,
+        sync: bool,
+    ) -> Result<(ArrayMeta, PathBuf)> {
         check_name(name)?;
         let dir = self.staging_dir(id);
         let not_open = || Error::Put {
@@ -108,12 +130,13 @@ impl Store {
             why: "no such put in progress (never begun, committed or aborted)".into(),
         };
         let begin = dir.join("begin");
-        let bytes = match std::fs::read(&begin) {
+        let bytes = match read_file(&begin, sync) {
             Ok(b) => b,
             Err(e) if e.kind() == ErrorKind::NotFound => return Err(not_open()),
             Err(e) => return Err(io_err(&begin, "read")(e)),
         };
-        let staged_name = std::fs::read(dir.join("name")).map_err(io_err(&dir, "read name"))?;
+        let name_file = dir.join("name");
+        let staged_name = read_file(&name_file, sync).map_err(io_err(&name_file, "read"))?;
         if staged_name != name.as_bytes() {
             return Err(Error::Put {
                 name: name.to_owned(),
@@ -149,19 +172,31 @@ impl Store {
             .flatten()
         {
             let _ = std::fs::remove_dir_all(&staging);
-            self.view_after_publish(name, number, id)?;
+            // The views a crash after the publish left out (or made).
+            match self.array(name, Some(number)) {
+                Ok(av) => self.views_after_commit(av),
+                Err(Error::NotFound { .. }) => {} // dropped by retention since
+                Err(e) => return Err(e),
+            }
             return Ok(Committed { number, id: *id });
         }
-        let (meta, claims) = self.complete(name, id)?;
+        let (meta, claims) = self.complete(name, id, false)?;
         let dir = self.staging_dir(id);
         let (n, cb) = (meta.n_chunks(), meta.chunk_len());
-        let mark = dir.join("publishing");
-        std::fs::write(&mark, b"").map_err(io_err(&mark, "mark the publish"))?;
-        sync_dir(&dir)?;
+        // What the version needs durable before its record is linked: its
+        // chunk files with their names (each writer's `finish`), the array
+        // record (below), and the `publishing` mark, so that a commit
+        // retried after a crash of the node finds the version by its id
+        // instead of publishing it twice. The claims and marks are read
+        // from the page cache and need no fsync of their own.
         let head = record::encode(id, &meta);
         let mut w = self.os.writer()?;
         let hp = w.add(n * cb, &head)?;
-        w.finish()?;
+        w.finish_file()?;
+        self.os.sync_chunk_dir(hp.dir)?;
+        let mark = dir.join("publishing");
+        std::fs::write(&mark, b"").map_err(io_err(&mark, "mark the publish"))?;
+        sync_dir(&dir)?;
         let mut pieces: Vec<Piece> = claims
             .iter()
             .enumerate()
@@ -177,7 +212,7 @@ impl Store {
             })
             .collect();
         pieces.push(hp);
-        let v = Version {
+        let mut v = Version {
             number: 0,
             size: n * cb + head.len() as u64,
             deleted: false,
@@ -187,7 +222,7 @@ impl Store {
             pieces,
         };
         crate::failpoint("objects.before_commit");
-        let number = match self.os.publish(name.as_bytes(), v) {
+        let number = match self.os.publish(name.as_bytes(), v.clone()) {
             Ok(n) => n,
             // The publish's retention step can fail after the link (another
             // publisher's retention removed a record it was reading): the
@@ -198,14 +233,30 @@ impl Store {
         // Published: the staging directory is only bookkeeping now (a crash
         // here leaves it, and a retried commit finds the version by its id).
         let _ = std::fs::remove_dir_all(&dir);
-        self.view_after_publish(name, number, id)?;
+        // The views, from what this commit knows (nothing read back),
+        // after the version is durable; never failing the commit.
+        (v.number, v.name) = (number, name.as_bytes().to_vec());
+        self.views_after_commit(ArrayVersion {
+            name: name.to_owned(),
+            number,
+            id: *id,
+            meta,
+            record: v,
+        });
         Ok(Committed { number, id: *id })
     }
 
     /// The checks of a commit: the put's array and each chunk's claim,
     /// every chunk claimed by a writer that finished. Publishes nothing.
-    pub(crate) fn complete(&self, name: &str, id: &VersionId) -> Result<(ArrayMeta, Vec<Claim>)> {
-        let (meta, dir) = self.staged(name, id)?;
+    /// `sync`: every file read is made durable too, on the descriptor it
+    /// was read from (a logged commit: its put must outlive the node).
+    pub(crate) fn complete(
+        &self,
+        name: &str,
+        id: &VersionId,
+        sync: bool,
+    ) -> Result<(ArrayMeta, Vec<Claim>)> {
+        let (meta, dir) = self.staged(name, id, sync)?;
         let perr = |why: String| Error::Put {
             name: name.to_owned(),
             id: id_hex(id),
@@ -225,7 +276,7 @@ impl Store {
             }
         }
         for path in claim_files {
-            let bytes = std::fs::read(&path).map_err(io_err(&path, "read claim"))?;
+            let bytes = read_file(&path, sync).map_err(io_err(&path, "read claim"))?;
             let (i, c) = decode_claim(&bytes, &path)?;
             if i >= n || path.file_name() != Some(format!("c{i:020}").as_ref()) {
                 return Err(Error::Damaged {
@@ -240,38 +291,9 @@ impl Store {
         Ok((meta, claims))
     }
 
-    /// Make the Zarr and HDF5 views of a version just published, and prune
-    /// the views of versions retention dropped. A version that retention
-    /// dropped already (faster commits of the same name with a small
-    /// `keep`) needs none: its chunk files may be gone while its view is made.
-    fn view_after_publish(&self, name: &str, number: u64, id: &VersionId) -> Result<()> {
-        let dropped =
-            |s: &Store| matches!(s.array(name, Some(number)), Err(Error::NotFound { .. }));
-        let made = match self.array(name, Some(number)) {
-            Ok(av) => crate::zarr::make_view(self, &av)
-                .and_then(|_| crate::hdf5::make_view(self, &av))
-                .map(drop),
-            Err(Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e),
-        };
-        let made = match made {
-            Err(_) if dropped(self) => Ok(()),
-            r => r,
-        };
-        crate::zarr::prune_views(self, name)?;
-        crate::hdf5::prune_views(self, name)?;
-        made.map_err(|e| Error::Put {
-            name: name.to_owned(),
-            id: id_hex(id),
-            why: format!(
-                "published as version {number}, but its views were not made ({e}); `paralog obj view` makes them"
-            ),
-        })
-    }
-
     /// Give up a chunked PUT: its chunks and staging directory are removed.
     pub fn abort(&self, name: &str, id: &VersionId) -> Result<()> {
-        let (_, dir) = self.staged(name, id)?;
+        let (_, dir) = self.staged(name, id, false)?;
         if let Some(n) = self.published(name, id)? {
             // A crash after the publish left the directory: the version
             // uses these chunks.
@@ -392,7 +414,10 @@ impl Put<'_> {
             });
         }
         let p = w.add(i * self.meta.chunk_len(), &block)?;
-        w.finish()?;
+        // The bytes now (the file is open); its name at `finish`, once for
+        // every chunk this writer put in that storage directory.
+        w.finish_file()?;
+        self.chunk_dirs.insert(p.dir);
         crate::failpoint("objects.mid_chunk");
         let claim = Claim {
             chunk: p.chunk,
@@ -403,7 +428,9 @@ impl Put<'_> {
         let tmp = self
             .dir
             .join(format!(".claim.{}.{i}", id_hex(&self.writer)));
-        let placed = write_synced(&tmp, &encode_claim(i, &claim)).and_then(|()| {
+        // Not synced: a direct commit reads claims from the page cache, and
+        // a logged commit syncs them (`complete`).
+        let placed = write_file(&tmp, &encode_claim(i, &claim)).and_then(|()| {
             let to = self.dir.join(format!("c{i:020}"));
             std::fs::hard_link(&tmp, &to).map_err(io_err(&to, "claim chunk"))
         });
@@ -457,11 +484,15 @@ impl Put<'_> {
         self.write_chunk(coords, &bytes)
     }
 
-    /// This writer is done: its claims made durable, then its mark.
+    /// This writer is done: the names of its chunk files made durable
+    /// (their bytes were at each write), then its mark. A mark that
+    /// outlives a crash of the node therefore means durable chunks; the
+    /// claims are checked by the commit (a lost or torn one is refused).
     pub fn finish(self) -> Result<()> {
-        sync_dir(&self.dir)?;
-        write_synced(&self.dir.join(format!("w{}", id_hex(&self.writer))), b"")?;
-        sync_dir(&self.dir)
+        for d in &self.chunk_dirs {
+            self.store.os.sync_chunk_dir(*d)?;
+        }
+        write_file(&self.dir.join(format!("w{}", id_hex(&self.writer))), b"")
     }
 
     /// Finish this writer and commit (the one-writer case, or the last one).

@@ -115,6 +115,23 @@ pub(crate) fn remove_chunk_by_id(store: &Store, id: &[u8; 16]) {
     }
 }
 
+/// Write a file, not synced (what a commit syncs, or never needs).
+pub(crate) fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::write(path, bytes).map_err(io_err(path, "write"))
+}
+
+/// Read a file; `sync`: and make it durable, on the descriptor it was read
+/// from (one open per file).
+pub(crate) fn read_file(path: &Path, sync: bool) -> std::io::Result<Vec<u8>> {
+    let mut f = File::open(path)?;
+    let mut b = Vec::new();
+    std::io::Read::read_to_end(&mut f, &mut b)?;
+    if sync {
+        f.sync_all()?;
+    }
+    Ok(b)
+}
+
 /// Write a file and make it durable.
 pub(crate) fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut f = OpenOptions::new()

@@ -18,6 +18,9 @@ pub struct Store {
     pub(crate) os: ObjStore,
     root: PathBuf,
     url: RemoteUrl,
+    /// Makes the views of this handle's commits in the background
+    /// ([`Store::background_views`]); none: the commit's caller makes them.
+    views: Option<std::sync::Arc<crate::views::Worker>>,
 }
 
 /// One version of an object, from its object-layout record alone.
@@ -102,7 +105,43 @@ impl Store {
             os: ObjStore::new(&o),
             root: o.root,
             url: url.clone(),
+            views: None,
         })
+    }
+
+    /// This store, its commits' views made by a thread of this process
+    /// after each commit returns (in commit order), not by the commit
+    /// itself. Dropping the last clone of the store, or [`Store::wait_views`],
+    /// waits for the views queued; a process that exits before leaves the
+    /// versions marked pending ([`Store::view_state`]), and `paralog obj
+    /// view` makes them.
+    pub fn background_views(mut self) -> Result<Store> {
+        self.views = Some(crate::views::Worker::start()?);
+        Ok(self)
+    }
+
+    /// Return once the views of every commit made through this store so
+    /// far are made (or failed, which their marks say).
+    pub fn wait_views(&self) {
+        if let Some(w) = &self.views {
+            w.flush();
+        }
+    }
+
+    /// Make the views of a version just committed: queued to the
+    /// background thread, or now. Never fails: a failure is in the
+    /// version's mark ([`Store::view_state`]).
+    pub(crate) fn views_after_commit(&self, av: crate::read::ArrayVersion) {
+        match &self.views {
+            Some(w) => {
+                let mut plain = self.clone();
+                plain.views = None;
+                w.queue(&plain, av);
+            }
+            None => {
+                let _ = crate::views::make(self, &av);
+            }
+        }
     }
 
     /// Open a store and lay out its directories (`meta/`, `data/`), so that
@@ -252,8 +291,7 @@ impl Store {
         check_name(name)?;
         let v = deletion(name, self.os.versions(name.as_bytes())?.is_empty())?;
         let n = self.os.publish(name.as_bytes(), v)?;
-        crate::zarr::prune_views(self, name)?;
-        crate::hdf5::prune_views(self, name)?;
+        crate::views::prune_all(self, name)?;
         Ok(n)
     }
 

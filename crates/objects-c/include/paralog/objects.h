@@ -77,7 +77,14 @@ int paralog_obj_open(const char *url, paralog_obj_store **store);
  * commit's *version is 0 (numbered when published). Reads go to `url`.
  * All writers of a logged put must be on the node that began it. */
 int paralog_obj_open_logged(const char *url, const char *local, paralog_obj_store **store);
+/* Closing a store waits for the views of its commits (as does the
+ * process's exit); see paralog_obj_wait_views. */
 void paralog_obj_close(paralog_obj_store *store);
+/* A commit returns once its version is durable; its Zarr and HDF5 views
+ * are made after, by a thread of this process. Wait for those of every
+ * commit made through `store` so far (a view that could not be made is no
+ * error here: `paralog obj info` says why). */
+int paralog_obj_wait_views(paralog_obj_store *store);
 
 /* PUT a whole array by one process; *version (if not NULL) its number. */
 int paralog_obj_put(paralog_obj_store *store, const char *name, int dtype, int ndim,

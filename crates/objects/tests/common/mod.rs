@@ -11,6 +11,11 @@ pub fn plain() -> (tempfile::TempDir, Store) {
     (t, s)
 }
 
+/// The plain-directory store at `dir` (another handle on it).
+pub fn plain_at(dir: &std::path::Path) -> Store {
+    Store::open(&dir.to_str().unwrap().parse().unwrap()).unwrap()
+}
+
 /// An `objstore://` store with `dirs` storage directories, keeping `keep`.
 pub fn objstore(dirs: u32, keep: u64) -> (tempfile::TempDir, Store) {
     let t = tempfile::tempdir().unwrap();
