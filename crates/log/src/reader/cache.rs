@@ -22,10 +22,12 @@
 //! uses) makes no `stat` and keeps nothing: the scan is the uncached one.
 
 use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
 use std::fs::Metadata;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::record::{probe_data_log, Probe};
@@ -35,8 +37,9 @@ use crate::error::{IoContext, Result};
 /// next time (a file system's timestamps may be this coarse).
 const RACY: Duration = Duration::from_secs(1);
 
-/// (name, path, is_dir) of each entry of a directory, sorted by name.
-pub(crate) type Listing = Vec<(String, PathBuf, bool)>;
+/// (name, path, is_dir) of each entry of a directory, sorted by name
+/// (shared with the cache: a listing is not copied on a hit).
+pub(crate) type Listing = Arc<Vec<(String, PathBuf, bool)>>;
 
 /// What `stat` says of a file: it changes whenever the file does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,7 +97,9 @@ struct Entry {
 pub struct ScanCache {
     on: bool,
     scan: u64,
-    entries: HashMap<PathBuf, Entry>,
+    /// By path, as bytes (a `Path` hashes and compares component by
+    /// component, several times slower).
+    entries: HashMap<OsString, Entry>,
     /// Reads done and reads spared since the cache was made (for the
     /// benchmark and the tests).
     pub reads: u64,
@@ -141,7 +146,7 @@ impl ScanCache {
     fn hit(&mut self, path: &Path, meta: &Metadata) -> Option<&Kept> {
         let scan = self.scan;
         let ident = Ident::of(meta);
-        match self.entries.get_mut(path) {
+        match self.entries.get_mut(path.as_os_str()) {
             Some(e) if e.ident == ident => {
                 e.seen = scan;
                 self.hits += 1;
@@ -161,9 +166,9 @@ impl ScanCache {
         if ident.settled(SystemTime::now()) {
             let seen = self.scan;
             self.entries
-                .insert(path.to_path_buf(), Entry { ident, kept, seen });
+                .insert(path.as_os_str().to_owned(), Entry { ident, kept, seen });
         } else {
-            self.entries.remove(path);
+            self.entries.remove(path.as_os_str());
         }
     }
 
@@ -180,15 +185,15 @@ impl ScanCache {
     /// (it may have been cleaned up while we looked).
     pub(crate) fn list(&mut self, dir: &Path) -> Result<Listing> {
         if !self.on {
-            return list_dir(dir);
+            return list_dir(dir).map(Arc::new);
         }
         let Some(meta) = Self::stat(dir).ctx("stat", dir)? else {
-            return Ok(Vec::new());
+            return Ok(Listing::default());
         };
         if let Some(Kept::Listing(l)) = self.hit(dir, &meta) {
             return Ok(l.clone());
         }
-        let l = list_dir(dir)?;
+        let l = Arc::new(list_dir(dir)?);
         self.keep(dir, &meta, Kept::Listing(l.clone()));
         Ok(l)
     }
@@ -197,6 +202,9 @@ impl ScanCache {
     pub(crate) fn probe(&mut self, path: &Path) -> Result<Option<(u64, Probe)>> {
         if !self.on {
             return probe_data_log(path);
+        }
+        if let Some(p) = self.probed_in_this_scan(path.as_os_str()) {
+            return Ok(Some(p));
         }
         let Some(meta) = Self::stat(path).ctx("stat", path)? else {
             return Ok(None);
@@ -213,6 +221,26 @@ impl ScanCache {
             }
         }
         Ok(got)
+    }
+
+    /// What this scan already found in the data log `path` (the server's
+    /// summary looks a manifest up again by name after the listing): as if
+    /// the second look had been made at the first one's moment, which
+    /// spares a `stat`. Only a kept probe: one that found no commit record
+    /// is made again (the rank may have committed since).
+    fn probed_in_this_scan(&mut self, path: &OsStr) -> Option<(u64, Probe)> {
+        match self.entries.get(path) {
+            Some(Entry {
+                kept: Kept::Probe(len, p),
+                seen,
+                ..
+            }) if *seen == self.scan => {
+                let p = p.try_clone()?;
+                self.hits += 1;
+                Some((*len, p))
+            }
+            _ => None,
+        }
     }
 
     /// The bytes of a small file (a record), or what they were last time.
@@ -234,7 +262,7 @@ impl ScanCache {
 
 /// (name, path, is_dir) of each entry, sorted by name; a missing directory
 /// is empty (it may have been cleaned up while we looked).
-pub(crate) fn list_dir(dir: &Path) -> Result<Listing> {
+fn list_dir(dir: &Path) -> Result<Vec<(String, PathBuf, bool)>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),

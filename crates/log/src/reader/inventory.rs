@@ -129,7 +129,7 @@ impl Inventory {
             jobs: Vec::new(),
             stray: Vec::new(),
         };
-        for (name, path, is_dir) in cache.list(root)? {
+        for (name, path, is_dir) in cache.list(root)?.iter().cloned() {
             if name.starts_with(layout::RUNTIME_PREFIX) {
                 continue;
             }
@@ -142,7 +142,7 @@ impl Inventory {
                 dir: path.clone(),
                 files: Vec::new(),
             };
-            for (fname, fpath, fdir) in cache.list(&path)? {
+            for (fname, fpath, fdir) in cache.list(&path)?.iter().cloned() {
                 if fdir && layout::is_file_dir_name(&fname) {
                     job.files.push(scan_file(&fpath, &mut inv.stray, cache)?);
                 } else {
@@ -187,7 +187,7 @@ fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>, cache: &mut ScanCache) -> Res
     let mut staging = Vec::new();
     // A committed format-2 manifest, in case the path record is unreadable.
     let mut a_manifest: Option<(Vec<u8>, ManifestLoc)> = None;
-    for (name, path, is_dir) in cache.list(dir)? {
+    for (name, path, is_dir) in cache.list(dir)?.iter().cloned() {
         if crate::single::is_staging_name(&name) {
             if is_dir {
                 staging.push(path);
@@ -210,7 +210,7 @@ fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>, cache: &mut ScanCache) -> Res
             dir: path.clone(),
             ranks: BTreeMap::new(),
         };
-        for (rname, rpath, rdir) in cache.list(&path)? {
+        for (rname, rpath, rdir) in cache.list(&path)?.iter().cloned() {
             let Some(rank) = rdir.then(|| layout::parse_rank_dir_name(&rname)).flatten() else {
                 stray.push(rpath);
                 continue;
@@ -285,7 +285,7 @@ fn scan_rank(
     // Names sort "e<N>.commit" < "e<N>.data" < "e<N>.manifest": the data
     // log of an epoch is probed before its manifest file is listed.
     let mut v2_logs = std::collections::BTreeSet::new();
-    for (ename, epath, edir) in cache.list(rdir)? {
+    for (ename, epath, edir) in cache.list(rdir)?.iter().cloned() {
         if ename == layout::CLOSED_FILE && !edir {
             r.closed = true;
             continue;
