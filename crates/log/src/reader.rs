@@ -4,16 +4,20 @@
 //! its bytes (`reader/source.rs`); where a rank's manifest is, in either
 //! format (`reader/record.rs`). Everything is used through this module.
 
+mod cache;
 mod inventory;
 mod logical;
 mod record;
 mod source;
 
+pub use cache::ScanCache;
 pub use inventory::{
     committed_prefix, fmt_ids, origin_of, CommitStatus, EpochFiles, EpochId, FileInventory,
     GenInventory, Inventory, JobInventory, RankInventory,
 };
 pub use logical::{LogicalFile, SizeState, SourcePiece};
 pub(crate) use record::{probe_data_log, Probe};
-pub use record::{read_rank_manifest, ManifestAt, ManifestLoc, RankRecord};
+pub use record::{
+    read_rank_manifest, read_rank_manifest_cached, ManifestAt, ManifestLoc, RankRecord,
+};
 pub use source::{SourceExtent, SourceReader};

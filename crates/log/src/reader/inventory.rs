@@ -6,9 +6,8 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::record::{
-    probe_data_log, read_rank_manifest, ManifestAt, ManifestLoc, Probe, RankRecord,
-};
+use super::cache::ScanCache;
+use super::record::{read_rank_manifest, ManifestAt, ManifestLoc, Probe, RankRecord};
 use crate::error::{IoContext, LogError, Result};
 use crate::format::{Manifest, PathRecord, ProgressRecord};
 pub use crate::id::EpochId;
@@ -108,6 +107,13 @@ impl CommitStatus {
 impl Inventory {
     /// List everything under `root`. Unknown entries are reported in `stray`.
     pub fn scan(root: &Path) -> Result<Inventory> {
+        Self::scan_cached(root, &mut ScanCache::off())
+    }
+
+    /// [`Self::scan`] through a cache of what earlier scans read: only what
+    /// is new or changed since is read (reader/cache.rs). The caller
+    /// begins and sweeps the cache around everything it reads with it.
+    pub fn scan_cached(root: &Path, cache: &mut ScanCache) -> Result<Inventory> {
         if !std::fs::metadata(root)
             .ctx("open node-local root", root)?
             .is_dir()
@@ -123,7 +129,7 @@ impl Inventory {
             jobs: Vec::new(),
             stray: Vec::new(),
         };
-        for (name, path, is_dir) in list_dir(root)? {
+        for (name, path, is_dir) in cache.list(root)?.iter().cloned() {
             if name.starts_with(layout::RUNTIME_PREFIX) {
                 continue;
             }
@@ -136,9 +142,9 @@ impl Inventory {
                 dir: path.clone(),
                 files: Vec::new(),
             };
-            for (fname, fpath, fdir) in list_dir(&path)? {
+            for (fname, fpath, fdir) in cache.list(&path)?.iter().cloned() {
                 if fdir && layout::is_file_dir_name(&fname) {
-                    job.files.push(scan_file(&fpath, &mut inv.stray)?);
+                    job.files.push(scan_file(&fpath, &mut inv.stray, cache)?);
                 } else {
                     inv.stray.push(fpath);
                 }
@@ -176,12 +182,12 @@ impl Inventory {
     }
 }
 
-fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>) -> Result<FileInventory> {
+fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>, cache: &mut ScanCache) -> Result<FileInventory> {
     let mut gens = BTreeMap::new();
     let mut staging = Vec::new();
     // A committed format-2 manifest, in case the path record is unreadable.
     let mut a_manifest: Option<(Vec<u8>, ManifestLoc)> = None;
-    for (name, path, is_dir) in list_dir(dir)? {
+    for (name, path, is_dir) in cache.list(dir)?.iter().cloned() {
         if crate::single::is_staging_name(&name) {
             if is_dir {
                 staging.push(path);
@@ -204,18 +210,18 @@ fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>) -> Result<FileInventory> {
             dir: path.clone(),
             ranks: BTreeMap::new(),
         };
-        for (rname, rpath, rdir) in list_dir(&path)? {
+        for (rname, rpath, rdir) in cache.list(&path)?.iter().cloned() {
             let Some(rank) = rdir.then(|| layout::parse_rank_dir_name(&rname)).flatten() else {
                 stray.push(rpath);
                 continue;
             };
-            let r = scan_rank(&rpath, stray, &mut a_manifest)?;
+            let r = scan_rank(&rpath, stray, &mut a_manifest, cache)?;
             g.ranks.insert(rank, r);
         }
         gens.insert(gen, g);
     }
     for stage in staging {
-        rescue_staged(dir, &stage, &mut gens, &mut a_manifest)?;
+        rescue_staged(dir, &stage, &mut gens, &mut a_manifest, cache)?;
     }
     // The records are read after the listing, not before: a writer records
     // the path before any epoch exists, and the drain records progress
@@ -224,7 +230,7 @@ fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>) -> Result<FileInventory> {
     // yet its first committed epoch listed (the server then parked a
     // healthy file as damaged).
     let path_file = dir.join(layout::PATH_FILE);
-    let (mut record, path_error) = match std::fs::read(&path_file) {
+    let (mut record, path_error) = match cache.read(&path_file) {
         Ok(bytes) => match PathRecord::decode(&bytes, &path_file) {
             Ok(r) => (Some(r), None),
             Err(e) => (None, Some(e.to_string())),
@@ -244,7 +250,7 @@ fn scan_file(dir: &Path, stray: &mut Vec<PathBuf>) -> Result<FileInventory> {
         }
     }
     let progress_file = dir.join(layout::PROGRESS_FILE);
-    let (progress, progress_error) = match std::fs::read(&progress_file) {
+    let (progress, progress_error) = match cache.read(&progress_file) {
         Ok(bytes) => match ProgressRecord::decode(&bytes, &progress_file) {
             Ok(p) => (Some(p), None),
             Err(e) => (None, Some(e.to_string())),
@@ -270,6 +276,7 @@ fn scan_rank(
     rdir: &Path,
     stray: &mut Vec<PathBuf>,
     a_manifest: &mut Option<(Vec<u8>, ManifestLoc)>,
+    cache: &mut ScanCache,
 ) -> Result<RankInventory> {
     let mut r = RankInventory {
         dir: rdir.to_path_buf(),
@@ -278,7 +285,7 @@ fn scan_rank(
     // Names sort "e<N>.commit" < "e<N>.data" < "e<N>.manifest": the data
     // log of an epoch is probed before its manifest file is listed.
     let mut v2_logs = std::collections::BTreeSet::new();
-    for (ename, epath, edir) in list_dir(rdir)? {
+    for (ename, epath, edir) in cache.list(rdir)?.iter().cloned() {
         if ename == layout::CLOSED_FILE && !edir {
             r.closed = true;
             continue;
@@ -295,7 +302,7 @@ fn scan_rank(
                 // A data log deleted between the listing and the probe (the
                 // server removes drained epochs while others scan): as if it
                 // had not been listed, like a directory that vanished.
-                let Some((len, probe)) = probe_data_log(&epath)? else {
+                let Some((len, probe)) = cache.probe(&epath)? else {
                     continue;
                 };
                 let e = r.epochs.entry(epoch).or_default();
@@ -348,10 +355,11 @@ fn rescue_staged(
     stage: &Path,
     gens: &mut BTreeMap<u64, GenInventory>,
     a_manifest: &mut Option<(Vec<u8>, ManifestLoc)>,
+    cache: &mut ScanCache,
 ) -> Result<()> {
     let rank_dir = stage.join(layout::rank_dir_name(0));
     let data = rank_dir.join(layout::epoch_file_name(1, EpochFileKind::Data));
-    let Some((_, Probe::Committed { header, .. })) = probe_data_log(&data)? else {
+    let Some((_, Probe::Committed { header, .. })) = cache.probe(&data)? else {
         return Ok(());
     };
     let gen = header.gen;
@@ -364,7 +372,7 @@ fn rescue_staged(
         return Ok(());
     }
     let mut stray = Vec::new();
-    let mut r = scan_rank(&rank_dir, &mut stray, a_manifest)?;
+    let mut r = scan_rank(&rank_dir, &mut stray, a_manifest, cache)?;
     if r.epochs.get(&1).is_none_or(|e| e.manifest.is_none()) {
         return Ok(());
     }
@@ -408,25 +416,6 @@ pub fn committed_prefix(ids: &[EpochId], committed: &[bool]) -> Vec<EpochId> {
     out
 }
 
-/// (name, path, is_dir) of each entry, sorted by name; a missing directory
-/// is empty (it may have been cleaned up while we looked).
-fn list_dir(dir: &Path) -> Result<Vec<(String, PathBuf, bool)>> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).ctx("list", dir),
-    };
-    let mut out = Vec::new();
-    for entry in entries {
-        let entry = entry.ctx("list", dir)?;
-        let ft = entry.file_type().ctx("stat", &entry.path())?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        out.push((name, entry.path(), ft.is_dir()));
-    }
-    out.sort();
-    Ok(out)
-}
-
 impl FileInventory {
     /// Scan only the directory of one file (`rel`) of one job; `None` if the
     /// node holds nothing for it.
@@ -437,7 +426,7 @@ impl FileInventory {
             return Ok(None);
         }
         let mut stray = Vec::new();
-        let file = scan_file(&dir, &mut stray)?;
+        let file = scan_file(&dir, &mut stray, &mut ScanCache::off())?;
         if let Some(r) = &file.record {
             if r.rel != rel {
                 return Err(LogError::Inconsistent {
@@ -457,7 +446,7 @@ impl FileInventory {
     /// watcher; stray entries are ignored here (`inspect` lists them).
     pub fn scan_dir(dir: &Path) -> Result<FileInventory> {
         let mut stray = Vec::new();
-        scan_file(dir, &mut stray)
+        scan_file(dir, &mut stray, &mut ScanCache::off())
     }
 
     /// The paths a file directory stands for: its path record, or, if that

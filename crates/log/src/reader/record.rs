@@ -10,6 +10,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use super::cache::ScanCache;
 use crate::error::{IoContext, LogError, Result};
 use crate::format::{
     decode_committed_manifest, CommitTrailer, DataHeader, Manifest, DATA_HEADER_USED, FORMAT_V1,
@@ -92,6 +93,26 @@ pub(crate) enum Probe {
     /// Format 2 without a valid commit record: its commit did not finish
     /// (or the record was damaged). The error names the offset.
     Torn(LogError),
+}
+
+impl Probe {
+    /// A copy, for the outcomes that are not errors (the scan cache keeps
+    /// only those).
+    pub(crate) fn try_clone(&self) -> Option<Probe> {
+        match self {
+            Probe::V1 => Some(Probe::V1),
+            Probe::Committed {
+                header,
+                offset,
+                manifest,
+            } => Some(Probe::Committed {
+                header: *header,
+                offset: *offset,
+                manifest: manifest.clone(),
+            }),
+            Probe::NoHeader(_) | Probe::Torn(_) => None,
+        }
+    }
 }
 
 /// A data log this small is read whole in one `pread` (header and commit
@@ -202,8 +223,18 @@ pub enum RankRecord {
 /// data log is of format 2 (a manifest file beside it is not read), else
 /// the manifest file.
 pub fn read_rank_manifest(rank_dir: &Path, epoch: u64) -> Result<RankRecord> {
+    read_rank_manifest_cached(rank_dir, epoch, &mut ScanCache::off())
+}
+
+/// [`read_rank_manifest`] through a scan cache: a data log or manifest
+/// file unchanged since the cache read it is not read again.
+pub fn read_rank_manifest_cached(
+    rank_dir: &Path,
+    epoch: u64,
+    cache: &mut ScanCache,
+) -> Result<RankRecord> {
     let data = rank_dir.join(layout::epoch_file_name(epoch, EpochFileKind::Data));
-    let no_header = match probe_data_log(&data)? {
+    let no_header = match cache.probe(&data)? {
         Some((
             _,
             Probe::Committed {
@@ -224,7 +255,7 @@ pub fn read_rank_manifest(rank_dir: &Path, epoch: u64) -> Result<RankRecord> {
         Some((_, Probe::V1)) | None => None,
     };
     let loc = ManifestLoc::new(rank_dir, epoch, ManifestAt::File);
-    match std::fs::read(&loc.path) {
+    match cache.read(&loc.path) {
         Ok(bytes) => Ok(RankRecord::Found { bytes, loc }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(match no_header {
             Some(e) => RankRecord::Torn(e),

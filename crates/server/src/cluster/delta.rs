@@ -13,6 +13,7 @@
 //! and plan nothing until the sender's next message, which is then a full
 //! summary (base 0), as the first one of a server job always is.
 
+use super::planner::Dirty;
 use super::summary::{key_of, EpochSummary, FileSummary, NodeSummary};
 use super::wire::{DecodeError, In, Out};
 
@@ -71,6 +72,8 @@ pub struct Copies {
     pub summaries: Vec<NodeSummary>,
     /// The round of each copy; `None`: no usable copy until a full summary.
     rounds: Vec<Option<u64>>,
+    /// The files changed in some copy since the last plan (planner.rs).
+    dirty: Dirty,
 }
 
 /// Why a change could not be applied (the copy is dropped; a full summary
@@ -83,7 +86,17 @@ impl Copies {
         Copies {
             summaries: vec![NodeSummary::default(); nodes],
             rounds: vec![None; nodes],
+            dirty: Dirty {
+                all: true,
+                ..Dirty::default()
+            },
         }
+    }
+
+    /// The files changed in some copy since the last call (the next plan
+    /// re-plans them).
+    pub fn take_dirty(&mut self) -> Dirty {
+        std::mem::take(&mut self.dirty)
     }
 
     /// Whether every copy is whole and from a server that scanned its root
@@ -108,13 +121,22 @@ impl Copies {
         }
         let m = Message::decode(bytes, n)?;
         let s = &mut self.summaries[n];
+        if s.node != m.node {
+            // Names appear in the plan's reasons.
+            self.dirty.everything();
+        }
         s.node = m.node.clone();
         s.finishing = m.finishing;
         s.scan_failed = m.scan_failed;
         if m.scan_failed {
             return Ok(Ok(()));
         }
-        let result = apply(s, self.rounds[n], m);
+        let result = apply(s, self.rounds[n], m, &mut self.dirty);
+        if result.is_err() {
+            // Part of it may have been applied: plan everything again once
+            // the copy is whole.
+            self.dirty.everything();
+        }
         self.rounds[n] = result.as_ref().ok().copied();
         Ok(result.map(|_| ()))
     }
@@ -322,9 +344,16 @@ impl Message {
     }
 }
 
-/// Apply `m` to the copy `s` of round `held`; the copy's new round.
-fn apply(s: &mut NodeSummary, held: Option<u64>, m: Message) -> Result<u64, Resync> {
+/// Apply `m` to the copy `s` of round `held`; the copy's new round. Every
+/// file it changes is marked in `dirty`, under its key before and after.
+fn apply(
+    s: &mut NodeSummary,
+    held: Option<u64>,
+    m: Message,
+    dirty: &mut Dirty,
+) -> Result<u64, Resync> {
     if m.base == 0 {
+        dirty.everything();
         s.files.clear();
     } else if held != Some(m.base) {
         return Err(Resync(format!(
@@ -337,10 +366,14 @@ fn apply(s: &mut NodeSummary, held: Option<u64>, m: Message) -> Result<u64, Resy
     };
     for (job, dir) in &m.removed_files {
         let at = find(s, job, dir).map_err(|_| Resync(format!("no file {dir} to remove")))?;
-        s.files.remove(at);
+        let gone = s.files.remove(at);
+        dirty.file(&gone.job, &gone.rel);
     }
     for c in m.changes {
         let missing = |what: &str| Resync(format!("{}: no {what}", c.dir));
+        if let Ok(at) = find(s, &c.job, &c.dir) {
+            dirty.file(&s.files[at].job, &s.files[at].rel);
+        }
         let at = match (find(s, &c.job, &c.dir), c.header) {
             (Ok(at), Some(h)) => {
                 replace_header(&mut s.files[at], h);
@@ -354,6 +387,7 @@ fn apply(s: &mut NodeSummary, held: Option<u64>, m: Message) -> Result<u64, Resy
             (Err(_), None) => return Err(missing("file")),
         };
         let f = &mut s.files[at];
+        dirty.file(&f.job, &f.rel);
         for (gen, epoch) in c.removed {
             let g = f.gens.iter_mut().find(|g| g.gen == gen);
             let Some(g) = g else {

@@ -5,16 +5,17 @@
 //! `status`, and in the log at debug level: docs/cluster.md, "What a round
 //! costs".
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use super::plan::{self, GlobalFile};
+use super::plan::GlobalFile;
 use super::summary::{self, NodeSummary};
 use super::{ClusterError, Coordinator};
 use crate::status::RoundCost;
 
 /// A round's plan: every file, and whether the job is ending.
 pub(super) struct Planned {
-    pub files: Vec<GlobalFile>,
+    pub files: Vec<Arc<GlobalFile>>,
     pub finishing: bool,
 }
 
@@ -51,10 +52,14 @@ impl Coordinator {
         let held = self.copies.round(self.comm.rank());
         self.outbox.sent(summary, held);
         let planned = self.copies.usable().then(|| {
+            // Only the files changed since the last plan are planned again
+            // (planner.rs): the same plan as from scratch.
+            let dirty = self.copies.take_dirty();
             let nodes = &self.copies.summaries;
             let finishing = nodes.iter().any(|n| n.finishing);
+            let whole_opens = self.whole_opens();
             Planned {
-                files: plan::plan(nodes, self.whole_opens(), finishing),
+                files: self.planner.plan(nodes, dirty, whole_opens, finishing),
                 finishing,
             }
         });
@@ -65,15 +70,18 @@ impl Coordinator {
     }
 
     /// This node's summary; on a failed scan, one that says so.
-    fn my_summary(&self) -> NodeSummary {
+    fn my_summary(&mut self) -> NodeSummary {
         let finish_local = self.ctl.lock().finish;
         summary::collect(
             &self.cfg.root,
             self.cfg.job.as_deref(),
             &self.cfg.node,
             finish_local,
+            &mut self.scan_cache,
         )
         .unwrap_or_else(|e| {
+            // Read everything again next time.
+            self.scan_cache = paralog_log::reader::ScanCache::new();
             // This round without this node's files; said once per round.
             tracing::error!(error = %e, "scanning the node-local root failed");
             NodeSummary {

@@ -35,6 +35,7 @@ pub mod job;
 pub mod mpi;
 pub mod parts;
 pub mod plan;
+mod planner;
 mod posix;
 mod renamed;
 mod sets;
@@ -157,6 +158,10 @@ pub struct Coordinator {
     /// (delta.rs).
     outbox: delta::Outbox,
     copies: delta::Copies,
+    /// The last plan, kept for the next round (planner.rs).
+    planner: planner::Planner,
+    /// What the last scan of the node-local root read (summary::collect).
+    scan_cache: paralog_log::reader::ScanCache,
 }
 
 /// One file's drain so far (the time is this server's own: for the rate
@@ -202,6 +207,8 @@ impl Coordinator {
             round_cost: crate::status::RoundCost::default(),
             outbox: delta::Outbox::default(),
             copies,
+            planner: planner::Planner::default(),
+            scan_cache: paralog_log::reader::ScanCache::new(),
         }
     }
 
@@ -401,7 +408,7 @@ impl Coordinator {
     }
 
     /// A new round's plan: every file as it stands before the round.
-    fn show_all(&self, files: &[GlobalFile]) {
+    fn show_all(&self, files: &[Arc<GlobalFile>]) {
         let all = files
             .iter()
             .map(|f| {

@@ -11,10 +11,10 @@ use paralog_log::format::Manifest;
 use paralog_log::reader::{committed_prefix, fmt_ids};
 use paralog_log::{EpochId, LogicalFile};
 
-use super::summary::{decode_manifest, NodeSummary, ShippedManifest};
+use super::summary::{decode_manifest, FileSummary, NodeSummary, ShippedManifest};
 
 /// A file of the job, whichever node holds it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FileKey {
     pub job: String,
     /// Relative to the prefix.
@@ -129,8 +129,18 @@ struct EpochView {
 /// exchange, hence after that mark, hence after every manifest of the
 /// epoch was durable: an epoch still incomplete then is really missing.
 pub fn plan(nodes: &[NodeSummary], whole_opens: bool, flush: bool) -> Vec<GlobalFile> {
-    let mut by_file: BTreeMap<FileKey, Vec<(usize, &super::summary::FileSummary)>> =
-        BTreeMap::new();
+    by_file(nodes)
+        .into_iter()
+        .map(|(key, parts)| plan_file(key, &parts, nodes, whole_opens, flush, &mut decode_shipped))
+        .collect()
+}
+
+/// Every node's part of each file: (node index, its summary of the file),
+/// by file, in key order.
+pub(super) type Parts<'a> = Vec<(usize, &'a FileSummary)>;
+
+pub(super) fn by_file(nodes: &[NodeSummary]) -> BTreeMap<FileKey, Parts<'_>> {
+    let mut by_file: BTreeMap<FileKey, Parts<'_>> = BTreeMap::new();
     for (n, s) in nodes.iter().enumerate() {
         for f in &s.files {
             by_file
@@ -142,54 +152,77 @@ pub fn plan(nodes: &[NodeSummary], whole_opens: bool, flush: bool) -> Vec<Global
                 .push((n, f));
         }
     }
-    let mut out = Vec::new();
-    for (FileKey { job, rel }, parts) in by_file {
-        let mut g = GlobalFile {
-            job,
-            rel,
-            path: parts[0].1.path.clone(),
-            progress: parts.iter().filter_map(|(_, f)| f.progress).max(),
-            holders: parts.iter().map(|(n, f)| (*n, f.dir.clone())).collect(),
-            groups: Vec::new(),
-            blocked: None,
-            missing: None,
-            waiting: 0,
-            waiting_bytes: 0,
-        };
-        if let Some((n, f)) = parts.iter().find(|(_, f)| f.damaged.is_some()) {
-            g.blocked = Some(format!(
-                "on node {}: {}",
-                nodes[*n].node,
-                f.damaged.as_deref().unwrap_or("")
-            ));
-            out.push(g);
-            continue;
-        }
-        if let Some((n, f)) = parts.iter().find(|(_, f)| f.path != g.path) {
-            g.blocked = Some(format!(
-                "node {} holds {} for {:?}, another node for {:?}",
-                nodes[*n].node,
-                f.dir,
-                String::from_utf8_lossy(&f.path),
-                String::from_utf8_lossy(&g.path)
-            ));
-            out.push(g);
-            continue;
-        }
-        if let Err(e) = fill(&mut g, nodes, &parts, whole_opens, flush) {
-            g.blocked = Some(e);
-        }
-        out.push(g);
+    by_file
+}
+
+/// How a plan decodes a shipped manifest of an epoch held by a node:
+/// [`decode_shipped`], or the same through the incremental planner's kept
+/// manifests (planner.rs).
+pub(super) type Decode<'a> =
+    dyn FnMut(usize, EpochId, &ShippedManifest) -> Result<Manifest, paralog_log::LogError> + 'a;
+
+/// Decode a shipped manifest, checking it (summary::decode_manifest).
+pub(super) fn decode_shipped(
+    _node: usize,
+    id: EpochId,
+    shipped: &ShippedManifest,
+) -> Result<Manifest, paralog_log::LogError> {
+    decode_manifest(shipped, id)
+}
+
+/// One file's plan from every node's part of it: a function of `parts`,
+/// the nodes' names, `whole_opens` and `flush` only.
+pub(super) fn plan_file(
+    FileKey { job, rel }: FileKey,
+    parts: &[(usize, &FileSummary)],
+    nodes: &[NodeSummary],
+    whole_opens: bool,
+    flush: bool,
+    decode: &mut Decode<'_>,
+) -> GlobalFile {
+    let mut g = GlobalFile {
+        job,
+        rel,
+        path: parts[0].1.path.clone(),
+        progress: parts.iter().filter_map(|(_, f)| f.progress).max(),
+        holders: parts.iter().map(|(n, f)| (*n, f.dir.clone())).collect(),
+        groups: Vec::new(),
+        blocked: None,
+        missing: None,
+        waiting: 0,
+        waiting_bytes: 0,
+    };
+    if let Some((n, f)) = parts.iter().find(|(_, f)| f.damaged.is_some()) {
+        g.blocked = Some(format!(
+            "on node {}: {}",
+            nodes[*n].node,
+            f.damaged.as_deref().unwrap_or("")
+        ));
+        return g;
     }
-    out
+    if let Some((n, f)) = parts.iter().find(|(_, f)| f.path != g.path) {
+        g.blocked = Some(format!(
+            "node {} holds {} for {:?}, another node for {:?}",
+            nodes[*n].node,
+            f.dir,
+            String::from_utf8_lossy(&f.path),
+            String::from_utf8_lossy(&g.path)
+        ));
+        return g;
+    }
+    if let Err(e) = fill(&mut g, nodes, parts, whole_opens, flush, decode) {
+        g.blocked = Some(e);
+    }
+    g
 }
 
 fn fill(
     g: &mut GlobalFile,
     nodes: &[NodeSummary],
-    parts: &[(usize, &super::summary::FileSummary)],
+    parts: &[(usize, &FileSummary)],
     whole_opens: bool,
     flush: bool,
+    decode: &mut Decode<'_>,
 ) -> Result<(), String> {
     let mut epochs: BTreeMap<EpochId, EpochView> = BTreeMap::new();
     let mut closed: BTreeMap<u64, bool> = BTreeMap::new();
@@ -235,8 +268,8 @@ fn fill(
         let mut ms: Vec<(Manifest, PathBuf, usize)> = Vec::new();
         for (n, shipped) in v.manifests.values() {
             let path = shipped.loc().path;
-            let m = decode_manifest(shipped, id)
-                .map_err(|e| format!("on node {}: {e}", nodes[*n].node))?;
+            let m =
+                decode(*n, id, shipped).map_err(|e| format!("on node {}: {e}", nodes[*n].node))?;
             if let Some((first, p, _)) = ms.first() {
                 if first.comm_size != m.comm_size {
                     return Err(format!(

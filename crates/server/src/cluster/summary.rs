@@ -12,7 +12,7 @@ use std::path::Path;
 
 use paralog_log::format::Manifest;
 use paralog_log::layout;
-use paralog_log::reader::{read_rank_manifest, ManifestLoc, RankRecord};
+use paralog_log::reader::{read_rank_manifest_cached, ManifestLoc, RankRecord, ScanCache};
 use paralog_log::{EpochId, FileInventory, Inventory};
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -112,14 +112,18 @@ impl ShippedManifest {
     }
 }
 
-/// What this node holds under `root` (one job, or all).
+/// What this node holds under `root` (one job, or all). `cache` keeps
+/// what this scan read for the next one: only what is new or changed since
+/// the last round is read (a `stat` of everything else).
 pub fn collect(
     root: &Path,
     job: Option<&str>,
     node: &str,
     finishing: bool,
+    cache: &mut ScanCache,
 ) -> Result<NodeSummary, paralog_log::LogError> {
-    let inv = Inventory::scan(root)?;
+    cache.begin();
+    let inv = Inventory::scan_cached(root, cache)?;
     let mut files = Vec::new();
     for j in inv
         .jobs
@@ -127,11 +131,12 @@ pub fn collect(
         .filter(|j| job.is_none_or(|name| name == j.name))
     {
         for f in &j.files {
-            if let Some(s) = file_summary(&j.name, f) {
+            if let Some(s) = file_summary(&j.name, f, cache) {
                 files.push(s);
             }
         }
     }
+    cache.sweep();
     // In one order, whatever the directory listing's: the rounds' deltas
     // (delta.rs) are computed file by file in this order.
     files.sort_by(|a, b| key_of(a).cmp(&key_of(b)));
@@ -148,7 +153,7 @@ pub fn key_of(f: &FileSummary) -> (&str, &str) {
     (&f.job, &f.dir)
 }
 
-fn file_summary(job: &str, f: &FileInventory) -> Option<FileSummary> {
+fn file_summary(job: &str, f: &FileInventory, cache: &mut ScanCache) -> Option<FileSummary> {
     let any_manifest = f.gens.values().any(|g| {
         g.ranks
             .values()
@@ -208,7 +213,7 @@ fn file_summary(job: &str, f: &FileInventory) -> Option<FileSummary> {
                 es.marked |= files.mark;
                 // Looked up by name even when the listing missed it: see
                 // FileInventory::manifests.
-                match read_rank_manifest(&r.dir, epoch) {
+                match read_rank_manifest_cached(&r.dir, epoch, cache) {
                     Ok(RankRecord::Found { bytes, loc }) => es.manifests.push(ShippedManifest {
                         rank,
                         path: loc.path.display().to_string(),
