@@ -20,6 +20,7 @@ pub mod object_compact;
 pub mod object_reader;
 pub mod object_remote;
 mod object_rounds;
+pub mod object_trim;
 pub mod objects;
 pub mod producer;
 mod publish;
