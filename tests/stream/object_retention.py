@@ -25,6 +25,10 @@ MinIO on loopback (tests/lib/minio.py) and `objstore://`. Cases:
                   objects retired (PARALOG_FAILPOINT=stream.trim_retired):
                   readers already start at the new first offsets and read
                   every event there; the next drain finishes the request
+  status          a `paralog server` draining to S3, then to objstore://:
+                  `paralog status` (JSON and table) shows the lag of a
+                  group that read 1,000 of 3,000 events (2,000), the
+                  numbers `stream describe` shows
 
 Usage: python3 -m tests.stream.object_retention [--only SUBSTRING] [--keep]
 Ends with "stream-object-retention: N passed, N failed"."""
@@ -37,6 +41,7 @@ import time
 from tests.lib.check import Suite, check, suite_options
 from tests.lib.paths import BIN
 from tests.lib.proc import run
+from tests.lib.server import Server
 from tests.lib.streams import STREAM, check_events, produce, producer_report, stop
 from tests.stream.objects import BUCKET, S3, cat, cat_lines, drain, follow
 
@@ -160,6 +165,39 @@ def case_trim_killed(work, s):
     return f"first offsets {sorted(firsts.items())}; drain after the kill: {out.strip()[:120]!r}"
 
 
+def case_status(work, s):
+    """`paralog status` of a server draining to S3, then to objstore://:
+    a group that read 1,000 of 3,000 events lags by 2,000 there, as in
+    `stream describe`."""
+    out = []
+    for name, url in [("S3", s.url("status")), ("objstore://", f"objstore://{work / 'objstore'}")]:
+        local = work / f"local-{len(out)}"
+        (work / "objstore").mkdir(exist_ok=True)
+        target = f"{url}/{STREAM}"
+        srv = Server(local, url, s.env, job="t")
+        try:
+            producer_report(produce(local, 3000, flush_every=500))
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                r = run([BIN, "stream", "describe", target, "--json"], env=s.env, check=False)
+                if r.returncode == 0 and json.loads(r.stdout)["events"] == 3000:
+                    break
+                time.sleep(0.1)
+            run([BIN, "stream", "cat", target, "--group", "S", "--limit", "1000"], env=s.env)
+            st = json.loads(run([BIN, "status", "--local", local, "--job", "t", "--json"], env=s.env).stdout)
+            rows = st["streams"]
+            want = [{"group": g["group"], "lag": g["lag"]} for g in describe(target, s.env)["groups"]]
+            check(rows and rows[0]["stream"] == STREAM and rows[0]["groups"] == want == [{"group": "S", "lag": 2000}],
+                  f"{name}: status streams {rows}, describe {want}")
+            table = run([BIN, "status", "--local", local, "--job", "t", "--once"], env=s.env).stdout
+            line = [x for x in table.splitlines() if x.startswith(f"stream {STREAM}:")]
+            check(line and "S 2000" in line[0], f"{name}: status table: {table[-500:]}")
+            out.append(f"{name}: {line[0]}")
+        finally:
+            srv.kill()
+    return "; ".join(out)
+
+
 def main():
     a = suite_options().parse_args()
     suite = Suite("stream-object-retention", keep=a.keep)
@@ -167,7 +205,8 @@ def main():
     suite.cleanup.append(s.minio.stop)
     cases = [("trim, S3", lambda w: case_trim(w, s, False)),
              ("trim, objstore://", lambda w: case_trim(w, s, True)),
-             ("trim, drain killed (objstore://)", lambda w: case_trim_killed(w, s))]
+             ("trim, drain killed (objstore://)", lambda w: case_trim_killed(w, s)),
+             ("status, S3 and objstore://", lambda w: case_status(w, s))]
     sys.exit(suite.run(cases, only=a.only))
 
 
