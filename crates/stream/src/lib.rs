@@ -31,6 +31,7 @@ pub mod remote;
 mod remote_stream;
 pub mod retention;
 pub mod segment;
+mod time_gate;
 
 pub use drain::{drain_all, drain_stream, DrainOptions, DrainReport, Drainer};
 pub use error::{Result, StreamError};
