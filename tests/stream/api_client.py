@@ -5,7 +5,8 @@
       prints "producer ID", then "flushed N" after each flush returned
       (--mpi: with mpi4py's COMM_WORLD, a collective open and flush;
       --time: event i at NS + i ms)
-  read REMOTE STREAM GROUP COUNT TIMEOUT [--ack-every N] [--from NS]
+  read REMOTE STREAM GROUP COUNT TIMEOUT [--ack-every N] [--from NS|earliest]
+         [--order cut|time|watermark] [--idle SECONDS]
       reads as GROUP ("-": none) from its committed offsets (or from the
       time NS) until COUNT events or
       TIMEOUT seconds without one; each event one JSON line; acknowledges
@@ -43,9 +44,12 @@ def produce(local, stream, parts, events, every, *flags):
 
 def read(remote, stream, group, count, timeout, *flags):
     every = int(flags[flags.index("--ack-every") + 1]) if "--ack-every" in flags else 1000
-    start = int(flags[flags.index("--from") + 1]) if "--from" in flags else "committed"
+    start = flags[flags.index("--from") + 1] if "--from" in flags else "committed"
+    start = int(start) if start.isdigit() else start
+    order = flags[flags.index("--order") + 1] if "--order" in flags else "cut"
+    idle = float(flags[flags.index("--idle") + 1]) if "--idle" in flags else None
     count, n = int(count), 0
-    with ps.Reader(remote, stream, group=None if group == "-" else group, start=start) as r:
+    with ps.Reader(remote, stream, group=None if group == "-" else group, start=start, order=order, idle=idle) as r:
         while n < count:
             ev = r.next(timeout=float(timeout))
             if ev is None:

@@ -39,7 +39,8 @@ quota of undrained bytes, `paralog stream drain`, `paralog stream trim`,
                     is not; `cat --order watermark` prints nothing while it
                     waits for the silent partition (a 10 min timeout,
                     killed after 3 s) and, with a 500 ms timeout, the same
-                    lines as tail after at least 500 ms
+                    lines as tail after at least 500 ms, and so does the
+                    Python reader (`order="watermark", idle=0.5`)
   status            a `paralog server` draining a stream to a directory:
                     `paralog status` shows the stream's producers, its
                     bytes not drained yet (0 once drained) and the lag of a
@@ -270,6 +271,12 @@ def case_watermark(work):
     waited = time.monotonic() - t0
     check([json.loads(x) for x in lines] == got and waited >= 0.5,
           f"cat --order watermark: {len(lines)} events after {waited:.2f} s")
+    # The Python reader (libparalog_stream) in watermark order: the same.
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "crates/stream-c/python"))
+    py = run([PY, "-m", "tests.stream.api_client", "read", remote, STREAM, "-", "6000", "5", "--from", "earliest",
+              "--order", "watermark", "--idle", "0.5"], cwd=ROOT, env=env).stdout
+    check([(e["partition"], e["offset"]) for e in map(json.loads, py.splitlines())]
+          == [(e["partition"], e["offset"]) for e in got], "the Python reader in watermark order")
     cut = [e["time_ns"] for e in cat(remote, "--from", "earliest")]
     check(sorted(cut) == times and cut != times, "cut order is already time order: the case shows nothing")
     return f"{len(got)} events in time order; cat waited {waited:.2f} s for the silent partition"

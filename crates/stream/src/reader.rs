@@ -286,6 +286,19 @@ impl Reader {
         Ok(())
     }
 
+    /// The watermark order's idle timeout (no effect in another order:
+    /// `false` then).
+    pub fn set_idle(&mut self, idle: std::time::Duration) -> bool {
+        match (&mut self.order, self.gate.as_mut()) {
+            (Order::Watermark { idle: i }, Some(g)) => {
+                *i = idle;
+                g.set_idle(idle);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// After `next_event` gave `None`: whether events read ahead wait for
     /// a partition to pass their time (the watermark order), so that
     /// calling again later may give them.

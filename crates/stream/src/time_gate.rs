@@ -35,6 +35,10 @@ impl TimeGate {
         }
     }
 
+    pub fn set_idle(&mut self, idle: Duration) {
+        self.idle = idle;
+    }
+
     /// Partition `p` has an event to give (or newly published offsets).
     pub fn touch(&mut self, p: usize) {
         self.active[p] = Instant::now();
