@@ -11,7 +11,7 @@
       time NS) until COUNT events or
       TIMEOUT seconds without one; each event one JSON line; acknowledges
       every event and commits every N (and at the end)
-  error CALL...
+  error CALL...  (join, reopen, toolarge, quota, idle, ack)
       a call that must fail: prints "code C: MESSAGE"
 """
 import json
@@ -78,6 +78,8 @@ def error(call, *args):
                 while True:
                     p.append(b"x" * 1000)
                     p.flush()
+        elif call == "idle":  # an idle timeout for a reader in cut order
+            ps.Reader(args[0], args[1], start="earliest", idle=0.5)
         elif call == "ack":
             with ps.Reader(args[0], args[1]) as r:
                 r.ack(ps.Event(0, 10**9, 0, "", 0, 0, None, b""))

@@ -40,7 +40,8 @@ quota of undrained bytes, `paralog stream drain`, `paralog stream trim`,
                     waits for the silent partition (a 10 min timeout,
                     killed after 3 s) and, with a 500 ms timeout, the same
                     lines as tail after at least 500 ms, and so does the
-                    Python reader (`order="watermark", idle=0.5`)
+                    Python reader (`order="watermark", idle=0.5`; an idle
+                    timeout in cut order is EINVAL)
   status            a `paralog server` draining a stream to a directory:
                     `paralog status` shows the stream's producers, its
                     bytes not drained yet (0 once drained) and the lag of a
@@ -277,6 +278,8 @@ def case_watermark(work):
               "--order", "watermark", "--idle", "0.5"], cwd=ROOT, env=env).stdout
     check([(e["partition"], e["offset"]) for e in map(json.loads, py.splitlines())]
           == [(e["partition"], e["offset"]) for e in got], "the Python reader in watermark order")
+    r = run([PY, "-m", "tests.stream.api_client", "error", "idle", remote, STREAM], cwd=ROOT, env=env).stdout
+    check("code 2:" in r and "watermark order" in r, f"an idle timeout in cut order (EINVAL, 2): {r}")
     cut = [e["time_ns"] for e in cat(remote, "--from", "earliest")]
     check(sorted(cut) == times and cut != times, "cut order is already time order: the case shows nothing")
     return f"{len(got)} events in time order; cat waited {waited:.2f} s for the silent partition"

@@ -155,8 +155,6 @@ class Producer(_Handle):
             _check(mlib.paralog_stream_open_all_p(self._caddr, _enc(local), stream.encode(), partitions,
                                                   ctypes.byref(h)))
         self._h = h
-        if idle is not None:
-            _check(lib.paralog_stream_set_idle(h, int(idle * 1000)))
         self.stream = stream
         self.partitions = lib.paralog_stream_partitions(h)
         # As events name their producer (and `paralog stream cat` does).
@@ -220,6 +218,12 @@ class Reader(_Handle):
         self.stream = stream
         self.partitions = lib.paralog_stream_reader_partitions(h)
         self._ev = _CEvent()
+        if idle is not None:
+            try:
+                _check(lib.paralog_stream_set_idle(h, int(idle * 1000)))
+            except StreamError:
+                self.leave()
+                raise
 
     def next(self, timeout=None):
         """The next event, waiting up to `timeout` seconds (None: forever;
