@@ -144,6 +144,7 @@ test-stream: build setup-test
 	/usr/bin/python3 -m tests.stream.api
 	/usr/bin/python3 -m tests.stream.retention
 	/usr/bin/python3 -m tests.stream.objects
+	/usr/bin/python3 -m tests.stream.object_retention
 
 # The long crash run (500 randomized trials, about 10 minutes).
 test-crash-long: build

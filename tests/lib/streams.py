@@ -16,11 +16,14 @@ STREAM = "tele"
 PARTS = 3
 
 
-def produce(local, events, flush_every=500, payload_size=64, stream=STREAM, parts=PARTS, **kw):
+def produce(local, events, flush_every=500, payload_size=64, stream=STREAM, parts=PARTS, partition_by=None, **kw):
     """A producer process (its own session); stdout: "producer ID", then
-    "flushed N" after each flush returned."""
+    "flushed N" after each flush returned. partition_by: as `produce
+    --partition-by` (round-robin by default)."""
     cmd = [BIN, "stream", "produce", "--local", local, "--stream", stream, "--partitions", str(parts),
            "--events", str(events), "--flush-every", str(flush_every), "--payload-size", str(payload_size)]
+    if partition_by:
+        cmd += ["--partition-by", partition_by]
     return subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, **kw)
 

@@ -5,12 +5,13 @@
       prints "producer ID", then "flushed N" after each flush returned
       (--mpi: with mpi4py's COMM_WORLD, a collective open and flush;
       --time: event i at NS + i ms)
-  read REMOTE STREAM GROUP COUNT TIMEOUT [--ack-every N] [--from NS]
+  read REMOTE STREAM GROUP COUNT TIMEOUT [--ack-every N] [--from NS|earliest]
+         [--order cut|time|watermark] [--idle SECONDS]
       reads as GROUP ("-": none) from its committed offsets (or from the
       time NS) until COUNT events or
       TIMEOUT seconds without one; each event one JSON line; acknowledges
       every event and commits every N (and at the end)
-  error CALL...
+  error CALL...  (join, reopen, toolarge, quota, idle, ack)
       a call that must fail: prints "code C: MESSAGE"
 """
 import json
@@ -43,9 +44,12 @@ def produce(local, stream, parts, events, every, *flags):
 
 def read(remote, stream, group, count, timeout, *flags):
     every = int(flags[flags.index("--ack-every") + 1]) if "--ack-every" in flags else 1000
-    start = int(flags[flags.index("--from") + 1]) if "--from" in flags else "committed"
+    start = flags[flags.index("--from") + 1] if "--from" in flags else "committed"
+    start = int(start) if start.isdigit() else start
+    order = flags[flags.index("--order") + 1] if "--order" in flags else "cut"
+    idle = float(flags[flags.index("--idle") + 1]) if "--idle" in flags else None
     count, n = int(count), 0
-    with ps.Reader(remote, stream, group=None if group == "-" else group, start=start) as r:
+    with ps.Reader(remote, stream, group=None if group == "-" else group, start=start, order=order, idle=idle) as r:
         while n < count:
             ev = r.next(timeout=float(timeout))
             if ev is None:
@@ -74,6 +78,8 @@ def error(call, *args):
                 while True:
                     p.append(b"x" * 1000)
                     p.flush()
+        elif call == "idle":  # an idle timeout for a reader in cut order
+            ps.Reader(args[0], args[1], start="earliest", idle=0.5)
         elif call == "ack":
             with ps.Reader(args[0], args[1]) as r:
                 r.ack(ps.Event(0, 10**9, 0, "", 0, 0, None, b""))

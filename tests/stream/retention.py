@@ -32,6 +32,16 @@ quota of undrained bytes, `paralog stream drain`, `paralog stream trim`,
                     `cat --from` an RFC 3339 time, ns since the epoch, and
                     the Python reader from a time all start each
                     partition at the first event at or after it
+  watermark order   two producers at once, one on partition 0, one on
+                    partition 1, partition 2 silent: `tail --order
+                    watermark --idle-ms 1500` prints every event once in
+                    strict event-time order (none late), which cut order
+                    is not; `cat --order watermark` prints nothing while it
+                    waits for the silent partition (a 10 min timeout,
+                    killed after 3 s) and, with a 500 ms timeout, the same
+                    lines as tail after at least 500 ms, and so does the
+                    Python reader (`order="watermark", idle=0.5`; an idle
+                    timeout in cut order is EINVAL)
   status            a `paralog server` draining a stream to a directory:
                     `paralog status` shows the stream's producers, its
                     bytes not drained yet (0 once drained) and the lag of a
@@ -214,6 +224,67 @@ def case_from_time(work):
     return f"{len(want)} of 1000 events from 17:00:00.5"
 
 
+def case_watermark(work):
+    local, remote = work / "local", work / "remote"
+    remote.mkdir()
+    # Three partitions; producer A writes partition 0 only, B partition 1
+    # only, at the same time (event times: each one's clock, interleaved);
+    # partition 2 stays silent.
+    d = follow_drain(local, remote)
+    cmd = [BIN, "stream", "tail", f"{remote}/{STREAM}", "--order", "watermark", "--idle-ms", "1500", "--json",
+           "--interval-ms", "20", "--from", "earliest"]
+    t = None
+    ps = [produce(local, 3000, flush_every=50, partition_by=f"fixed:{p}") for p in (0, 1)]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (remote / ".paralog-streams" / STREAM / "stream").exists():
+        time.sleep(0.02)
+    t = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    pids = dict(producer_report(p)[:2] for p in ps)
+    got = []
+    deadline = time.monotonic() + 120
+    while len(got) < 6000 and time.monotonic() < deadline:
+        line = t.stdout.readline()
+        if not line:
+            break
+        got.append(json.loads(line))
+    stop(d)
+    kill_tree(t)
+    t.communicate()
+    check(len(got) == 6000, f"tail --order watermark printed {len(got)} of 6000 events")
+    check_events(sorted(got, key=lambda e: (e["partition"], e["offset"])), pids)
+    times = [e["time_ns"] for e in got]
+    check(times == sorted(times) and not any("late" in e for e in got),
+          "tail --order watermark: event times go back")
+    check({e["partition"] for e in got} == {0, 1}, "events of both partitions")
+    # The same in cat: held while the silent partition is waited for...
+    cmd = [BIN, "stream", "cat", f"{remote}/{STREAM}", "--order", "watermark", "--from", "earliest", "--json"]
+    c = subprocess.Popen([str(x) for x in cmd + ["--idle-ms", "600000"]], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(3)
+    waiting = c.poll() is None
+    kill_tree(c)
+    held, err = c.communicate()
+    check(waiting and not held, f"cat printed {len(held)} bytes before partition 2 was silent for its timeout {err}")
+    # ...and after its timeout, strict time order, which cut order is not.
+    t0 = time.monotonic()
+    lines = run(cmd + ["--idle-ms", "500"]).stdout.splitlines()
+    waited = time.monotonic() - t0
+    check([json.loads(x) for x in lines] == got and waited >= 0.5,
+          f"cat --order watermark: {len(lines)} events after {waited:.2f} s")
+    # The Python reader (libparalog_stream) in watermark order: the same.
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "crates/stream-c/python"))
+    py = run([PY, "-m", "tests.stream.api_client", "read", remote, STREAM, "-", "6000", "5", "--from", "earliest",
+              "--order", "watermark", "--idle", "0.5"], cwd=ROOT, env=env).stdout
+    check([(e["partition"], e["offset"]) for e in map(json.loads, py.splitlines())]
+          == [(e["partition"], e["offset"]) for e in got], "the Python reader in watermark order")
+    r = run([PY, "-m", "tests.stream.api_client", "error", "idle", remote, STREAM], cwd=ROOT, env=env).stdout
+    check("code 2:" in r and "watermark order" in r, f"an idle timeout in cut order (EINVAL, 2): {r}")
+    cut = [e["time_ns"] for e in cat(remote, "--from", "earliest")]
+    check(sorted(cut) == times and cut != times, "cut order is already time order: the case shows nothing")
+    return f"{len(got)} events in time order; cat waited {waited:.2f} s for the silent partition"
+
+
 def case_status(work):
     local, remote = work / "local", work / "remote"
     remote.mkdir()
@@ -249,7 +320,7 @@ def main():
     suite = Suite("stream-retention", keep=a.keep)
     cases = [("quota, at once", case_quota_at_once), ("quota, waits", case_quota_waits),
              ("quota, C API", case_quota_c), ("trim", case_trim), ("tail", case_tail), ("from TIME", case_from_time),
-             ("status", case_status)]
+             ("watermark order", case_watermark), ("status", case_status)]
     sys.exit(suite.run(cases, only=a.only))
 
 

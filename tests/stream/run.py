@@ -52,8 +52,8 @@ under a node-local root, `paralog stream drain` to a POSIX remote, and
                   the first drain) a byte flipped in a drained partition segment: cat exits
                   1 naming the segment and an offset, and prints no event
                   of the damaged batch
-  bad commands    unknown stream (on a directory and on objstore://),
-                  `trim` on an object remote, a partition count that
+  bad commands    unknown stream (on a directory and on objstore://, to
+                  cat and to trim), a partition count that
                   differs from the node's: one line, exit 1
 
 Usage: python3 -m tests.stream.run [--only SUBSTRING] [--keep] [--trials N]
@@ -353,7 +353,7 @@ def case_bad(work):
     for cmd, want in [
         (["stream", "cat", f"{remote}/nope"], "no stream nope"),
         (["stream", "describe", f"objstore://{remote}/tele"], "no stream tele"),
-        (["stream", "trim", f"objstore://{remote}/tele", "--keep-bytes", "1M"], "directory remote"),
+        (["stream", "trim", f"objstore://{remote}/tele", "--keep-bytes", "1M"], "no stream tele"),
         (["stream", "cat", "tele"], "URL/STREAM"),
         (["stream", "drain", "--local", local, "--remote", remote, "--stream", "nope"], "no stream nope"),
     ]:

@@ -407,6 +407,11 @@ impl ObjStore {
         self.keep
     }
 
+    /// The record of version `n` of `name`.
+    pub fn version_path(&self, name: &[u8], n: u64) -> PathBuf {
+        self.meta_dir(name).join(version_name(n))
+    }
+
     /// The published version numbers of `name`, ascending.
     pub fn versions(&self, name: &[u8]) -> Result<Vec<u64>, ObjError> {
         let dir = self.meta_dir(name);
@@ -441,7 +446,7 @@ impl ObjStore {
                 None => return Ok(None),
             },
         };
-        let path = self.meta_dir(name).join(version_name(n));
+        let path = self.version_path(name, n);
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound && number.is_none() => {

@@ -4,6 +4,8 @@
 //! replacing another), GET, listing and deletion. Keys given here are
 //! relative to the prefix; the listing returns them relative too.
 
+use std::time::SystemTime;
+
 use aws_sdk_s3::primitives::ByteStream;
 use paralog_backend::BackendError;
 
@@ -104,6 +106,33 @@ impl S3Backend {
                 }
             }
             Ok(out)
+        })
+    }
+
+    /// When the store last wrote `rel` (its `Last-Modified`, by the
+    /// server's clock, to the second), or `None` if there is none.
+    pub fn object_modified(&self, rel: &str) -> Result<Option<SystemTime>, BackendError> {
+        let key = self.key(rel.as_bytes());
+        self.rt.block_on(async {
+            match self
+                .client
+                .head_object()
+                .bucket(&self.bucket)
+                .key(&key)
+                .send()
+                .await
+            {
+                Ok(h) => {
+                    let t = h.last_modified().ok_or_else(|| {
+                        self.err_msg(&key, "head object", "no Last-Modified in the answer".into())
+                    })?;
+                    SystemTime::try_from(*t).map(Some).map_err(|e| {
+                        self.err_msg(&key, "head object", format!("Last-Modified: {e}"))
+                    })
+                }
+                Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 404) => Ok(None),
+                Err(e) => Err(self.err(&key, "head object", e)),
+            }
         })
     }
 

@@ -8,6 +8,7 @@
 
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use paralog_backend::objstore::{ObjStore, Version};
 use paralog_backend::{Backend, BackendError, EpochId, RemoteUrl};
@@ -68,6 +69,13 @@ impl ObjectStore for S3Objects {
             .list_objects(&format!("{prefix}/"))
             .map_err(|e| store_err(self.describe(prefix), "list", e.message))?;
         Ok(children_of(prefix, keys.iter().map(String::as_str)))
+    }
+
+    /// The object's `Last-Modified` (a HEAD).
+    fn modified(&self, key: &str) -> paralog_stream::Result<Option<SystemTime>> {
+        self.0
+            .object_modified(key)
+            .map_err(|e| store_err(self.describe(key), "head", e.message))
     }
 }
 
@@ -138,6 +146,23 @@ impl ObjectStore for LayoutObjects {
         }
         out.sort_unstable();
         Ok(out)
+    }
+
+    /// When the latest version was published (its record's mtime); a
+    /// deleted object has none.
+    fn modified(&self, key: &str) -> paralog_stream::Result<Option<SystemTime>> {
+        let err = |e: paralog_backend::objstore::ObjError| store_err(self.describe(key), "stat", e);
+        let Some(v) = self.0.version(key.as_bytes(), None).map_err(err)? else {
+            return Ok(None);
+        };
+        if v.deleted {
+            return Ok(None);
+        }
+        let path = self.0.version_path(key.as_bytes(), v.number);
+        std::fs::metadata(&path)
+            .and_then(|m| m.modified())
+            .map(Some)
+            .map_err(|e| store_err(path.display().to_string(), "stat", e))
     }
 }
 

@@ -88,6 +88,9 @@ fn round(
                 if let Some(round) = r.round {
                     tracing::debug!(stream = %s, round, events = r.events, bytes = r.bytes, "stream drained");
                 }
+                for t in r.trimmed.iter().filter(|t| !t.segments.is_empty()) {
+                    tracing::info!(stream = %s, partition = t.partition, objects = t.segments.len(), bytes = t.bytes, first_offset = t.first, "stream trimmed (a trim request applied)");
+                }
                 out.push(Ok(r));
             }
             Err(e) => {

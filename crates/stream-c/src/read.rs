@@ -126,9 +126,10 @@ unsafe fn join(
             let order = match order {
                 0 => Order::Cut,
                 1 => Order::Time,
+                2 => Order::Watermark { idle: DEFAULT_IDLE },
                 o => {
                     return Err(Fail::inval(format!(
-                        "stream {name}: order {o}: 0 (cut) or 1 (time)"
+                        "stream {name}: order {o}: 0 (cut), 1 (time) or 2 (watermark)"
                     )))
                 }
             };
@@ -142,6 +143,31 @@ unsafe fn join(
             })
         })
     }
+}
+
+/// The watermark order's idle timeout until `paralog_stream_set_idle`.
+const DEFAULT_IDLE: Duration = Duration::from_millis(1000);
+
+/// # Safety
+/// `r` is a joined reader.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_stream_set_idle(r: *mut Handle, idle_ms: i64) -> i32 {
+    guard(|| {
+        let h = handle(r)?;
+        if idle_ms < 0 {
+            return Err(Fail::inval(format!(
+                "stream {}: idle timeout {idle_ms} ms: 0 or more",
+                h.stream
+            )));
+        }
+        if !h.reader.set_idle(Duration::from_millis(idle_ms as u64)) {
+            return Err(Fail::inval(format!(
+                "stream {}: an idle timeout is for a reader in watermark order (PARALOG_STREAM_ORDER_WATERMARK)",
+                h.stream
+            )));
+        }
+        Ok(OK)
+    })
 }
 
 /// # Safety

@@ -61,6 +61,8 @@ pub struct DrainReport {
     pub torn: Vec<(PathBuf, u64, String)>,
     /// Of those, the tails cut off (their producer is gone): (segment, new length).
     pub cut: Vec<(PathBuf, u64)>,
+    /// A trim request applied after the round (object remotes), per partition.
+    pub trimmed: Vec<crate::retention::Trimmed>,
 }
 
 /// The streams that have a directory under the node-local root.
@@ -217,6 +219,7 @@ impl Drainer {
         }
         let new = take_new(&segs, &k, opts, &mut report)?;
         if new.is_empty() {
+            report.trimmed = remote.after_round(stream, k.n)?;
             self.known.insert(stream.into(), k);
             return Ok(report);
         }
@@ -262,6 +265,7 @@ impl Drainer {
         report.round = Some(round);
         report.events = cut.parts.iter().map(|p| p.count).sum();
         report.bytes = cut.parts.iter().map(|p| p.len).sum();
+        report.trimmed = remote.after_round(stream, k.n)?;
         self.known.insert(stream.into(), k);
         Ok(report)
     }

@@ -19,6 +19,7 @@ pub const MAGIC_CUT: &[u8; 8] = b"PLSTCUT\0";
 pub const MAGIC_WATERMARK: &[u8; 8] = b"PLSTWMRK";
 pub const MAGIC_GROUP: &[u8; 8] = b"PLSTGRUP";
 pub const MAGIC_OBJECT_INDEX: &[u8; 8] = b"PLSTOIDX";
+pub const MAGIC_TRIM: &[u8; 8] = b"PLSTTRIM";
 
 pub const KIND_SEGMENT: u16 = 1;
 pub const KIND_PART_SEGMENT: u16 = 2;
@@ -30,6 +31,7 @@ pub const KIND_CUT: u16 = 7;
 pub const KIND_WATERMARK: u16 = 8;
 pub const KIND_GROUP: u16 = 9;
 pub const KIND_OBJECT_INDEX: u16 = 10;
+pub const KIND_TRIM: u16 = 11;
 
 pub const BATCH_HEADER_LEN: usize = 56;
 pub const COMMIT_LEN: usize = 32;

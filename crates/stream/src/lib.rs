@@ -20,6 +20,7 @@ pub mod object_compact;
 pub mod object_reader;
 pub mod object_remote;
 mod object_rounds;
+pub mod object_trim;
 pub mod objects;
 pub mod producer;
 mod publish;
@@ -30,6 +31,7 @@ pub mod remote;
 mod remote_stream;
 pub mod retention;
 pub mod segment;
+mod time_gate;
 
 pub use drain::{drain_all, drain_stream, DrainOptions, DrainReport, Drainer};
 pub use error::{Result, StreamError};

@@ -13,6 +13,7 @@ use crate::object_compact::{self, Compaction};
 use crate::objects::{object_key, Object, ObjectIndex, INDEX};
 use crate::publish::header_len;
 use crate::remote::{RoundWrite, StreamRemote};
+use crate::retention::Trimmed;
 
 /// Whole-object operations on a store of immutable objects, by key.
 pub trait ObjectStore: Send + Sync {
@@ -30,6 +31,9 @@ pub trait ObjectStore: Send + Sync {
     /// once. Only `ls` and `describe` list (the streams, a stream's
     /// groups): the drain and the readers read the index.
     fn children(&self, prefix: &str) -> Result<Vec<String>>;
+    /// When the store last wrote the object (`None`: there is none), by
+    /// the store's clock: what `paralog stream trim --older-than` goes by.
+    fn modified(&self, key: &str) -> Result<Option<std::time::SystemTime>>;
 }
 
 impl<T: ObjectStore + ?Sized> ObjectStore for std::sync::Arc<T> {
@@ -47,6 +51,9 @@ impl<T: ObjectStore + ?Sized> ObjectStore for std::sync::Arc<T> {
     }
     fn children(&self, prefix: &str) -> Result<Vec<String>> {
         (**self).children(prefix)
+    }
+    fn modified(&self, key: &str) -> Result<Option<std::time::SystemTime>> {
+        (**self).modified(key)
     }
 }
 
@@ -197,5 +204,12 @@ impl<S: ObjectStore> StreamRemote for ObjectRemote<S> {
         object_compact::run(&self.store, stream, cut.round, &self.compaction, &mut ix)?;
         crate::failpoint::hit("stream.before_watermark");
         self.store.put(&stream_key(stream, INDEX), &ix.encode())
+    }
+
+    /// Apply a trim request (`object_trim.rs`): here, because only the
+    /// drain PUTs the index.
+    fn after_round(&self, stream: &str, n: u32) -> Result<Vec<Trimmed>> {
+        let mut ix = self.index(stream, n)?;
+        crate::object_trim::apply_request(&self.store, stream, &mut ix)
     }
 }

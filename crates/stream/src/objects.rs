@@ -20,6 +20,8 @@
 //!     p<partition:05>/<first:020>-<end:020>   offsets first..end: a part
 //!                                             segment header, then batches
 //!     groups/<group>                          a group's offsets (kind 9)
+//!     trim                                    a trim request (kind 11) the
+//!                                             drain applies (object_trim.rs)
 //! ```
 
 use std::path::Path;

@@ -15,6 +15,7 @@ use crate::object_reader as objects;
 use crate::objects::ObjectIndex;
 use crate::remote::StreamPlace;
 use crate::segment::{self, Next, Source};
+use crate::time_gate::TimeGate;
 
 pub use crate::remote_stream::{list_streams, list_streams_at, RemoteStream};
 
@@ -41,6 +42,13 @@ pub enum Order {
     /// partition, then offset): strict only as far as each partition's
     /// events are in time order themselves.
     Time,
+    /// Time order that waits: an event goes only once every partition
+    /// has passed its time, or has had nothing new for `idle`
+    /// (`time_gate.rs`); until then `next_event` returns `None` and
+    /// [`Reader::waiting`] says so. Strict as far as each partition is in
+    /// time order; an event below a time already handed out is handed
+    /// out at once and counted ([`Reader::late`]).
+    Watermark { idle: std::time::Duration },
 }
 
 /// An event handed to a reader, with where it is.
@@ -106,6 +114,8 @@ pub struct Reader {
     delivered: Vec<u64>,
     /// On an object store: the index the cursors' limits come from.
     index: Option<ObjectIndex>,
+    /// `Order::Watermark`'s gate.
+    gate: Option<TimeGate>,
 }
 
 impl Reader {
@@ -161,7 +171,12 @@ impl Reader {
                 },
             })
             .collect();
+        let gate = match order {
+            Order::Watermark { idle } => Some(TimeGate::new(wm.parts.len(), idle)),
+            _ => None,
+        };
         Ok(Reader {
+            gate,
             group: group.map(str::to_owned),
             order,
             cursors,
@@ -190,10 +205,25 @@ impl Reader {
             .filter_map(|(i, c)| c.buf.front().map(|d| (i, d)))
             .min_by_key(|(_, d)| match self.order {
                 Order::Cut => (d.round as i128, d.partition, d.offset),
-                Order::Time => (d.event.time_ns as i128, d.partition, d.offset),
+                Order::Time | Order::Watermark { .. } => {
+                    (d.event.time_ns as i128, d.partition, d.offset)
+                }
             })
             .map(|(i, _)| i);
         let Some(i) = pick else { return Ok(None) };
+        if let Some(g) = self.gate.as_mut() {
+            let cursors = &self.cursors;
+            for (q, c) in cursors.iter().enumerate() {
+                if !c.buf.is_empty() {
+                    g.touch(q);
+                }
+            }
+            let t = cursors[i].buf[0].event.time_ns;
+            if !g.allows(t, |q| !cursors[q].buf.is_empty()) {
+                return Ok(None);
+            }
+            g.handed(i, t);
+        }
         let d = self.cursors[i]
             .buf
             .pop_front()
@@ -229,6 +259,9 @@ impl Reader {
                 continue;
             }
             c.limit = m.next;
+            if let Some(g) = self.gate.as_mut() {
+                g.touch(c.partition as usize);
+            }
             c.seg_first = m.seg_first;
             c.seg_end = m.seg_end;
             // The open segment was read up to the old watermark's end: it
@@ -251,6 +284,37 @@ impl Reader {
             }
         }
         Ok(())
+    }
+
+    /// The watermark order's idle timeout (no effect in another order:
+    /// `false` then).
+    pub fn set_idle(&mut self, idle: std::time::Duration) -> bool {
+        match (&mut self.order, self.gate.as_mut()) {
+            (Order::Watermark { idle: i }, Some(g)) => {
+                *i = idle;
+                g.set_idle(idle);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// After `next_event` gave `None`: whether events read ahead wait for
+    /// a partition to pass their time (the watermark order), so that
+    /// calling again later may give them.
+    pub fn waiting(&self) -> bool {
+        self.gate.is_some() && self.cursors.iter().any(|c| !c.buf.is_empty())
+    }
+
+    /// The watermark order's late events so far: handed out below a time
+    /// already handed out.
+    pub fn late(&self) -> u64 {
+        self.gate.as_ref().map_or(0, |g| g.late)
+    }
+
+    /// Whether the last event handed out was late.
+    pub fn last_was_late(&self) -> bool {
+        self.gate.as_ref().is_some_and(|g| g.last_was_late)
     }
 
     pub fn has_group(&self) -> bool {

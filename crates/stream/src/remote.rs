@@ -11,6 +11,7 @@ use crate::format::{Cut, PartMark, Watermark};
 use crate::layout;
 use crate::object_remote::{ObjectRemote, ObjectStore};
 use crate::publish;
+use crate::retention::Trimmed;
 
 pub trait StreamRemote {
     /// The stream's place on the remote: named in messages, and what the
@@ -33,6 +34,14 @@ pub trait StreamRemote {
     /// Write a cut's partition batches, then publish the watermark
     /// `after`. Applying a cut twice writes the same bytes.
     fn apply(&self, stream: &str, partitions: u32, round: RoundWrite<'_>) -> Result<()>;
+
+    /// Work the drain does after each round, new data or not, under the
+    /// node's drain lock: on an object remote, a pending trim request
+    /// applied (what it deleted per partition). A directory is trimmed
+    /// by `paralog stream trim` itself.
+    fn after_round(&self, _stream: &str, _partitions: u32) -> Result<Vec<Trimmed>> {
+        Ok(Vec::new())
+    }
 }
 
 /// What one round puts on a remote: its cut, each partition's encoded

@@ -143,6 +143,7 @@ proptest! {
         let _ = Watermark::decode(&bytes, p);
         let _ = GroupOffsets::decode(&bytes, p);
         let _ = ObjectIndex::decode(&bytes, p);
+        let _ = paralog_stream::object_trim::TrimRequest::decode(&bytes, p);
         let _ = Header::decode(&bytes, KIND_SEGMENT, p);
     }
 

@@ -15,50 +15,14 @@ use paralog_stream::object_remote::stream_key;
 use paralog_stream::objects::{object_key, INDEX};
 use paralog_stream::reader::list_streams_at;
 use paralog_stream::{
-    Compaction, Delivered, DrainOptions, Drainer, From, ObjectRemote, ObjectStore, Order,
-    Partitioner, PosixRemote, Producer, Reader, RemoteStream, StreamError, StreamPlace,
+    Compaction, Delivered, DrainOptions, Drainer, From, ObjectRemote, Order, Partitioner,
+    PosixRemote, Producer, Reader, RemoteStream, StreamPlace,
 };
 
 mod common;
-use common::{walk, S};
+use common::{walk, DirStore, S};
 
 const N: u32 = 3;
-
-struct DirStore(PathBuf);
-
-impl ObjectStore for DirStore {
-    fn describe(&self, key: &str) -> String {
-        self.0.join(key).display().to_string()
-    }
-    fn get(&self, key: &str) -> paralog_stream::Result<Option<Vec<u8>>> {
-        layout::read_small(&self.0.join(key))
-    }
-    fn put(&self, key: &str, bytes: &[u8]) -> paralog_stream::Result<()> {
-        let path = self.0.join(key);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        layout::write_atomic(&path, bytes, 0o644)
-    }
-    fn delete(&self, key: &str) -> paralog_stream::Result<()> {
-        match std::fs::remove_file(self.0.join(key)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StreamError::Store {
-                object: self.describe(key),
-                op: "delete",
-                error: e.to_string(),
-            }),
-            _ => Ok(()),
-        }
-    }
-    fn children(&self, prefix: &str) -> paralog_stream::Result<Vec<String>> {
-        let mut out: Vec<String> = match std::fs::read_dir(self.0.join(prefix)) {
-            Ok(rd) => rd
-                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect(),
-            Err(_) => Vec::new(),
-        };
-        out.sort();
-        Ok(out)
-    }
-}
 
 /// A local root with 3 producers' events over several flushes.
 fn produce(local: &Path) {

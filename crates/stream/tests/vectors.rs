@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use paralog_stream::format::*;
+use paralog_stream::object_trim::{TrimRequest, TrimRule};
 use paralog_stream::objects::{Object, ObjectIndex, PartIndex, Retired};
 use paralog_stream::segment::{read_batch, Next};
 
@@ -227,6 +228,21 @@ fn cut_watermark_group_v1() {
     golden("object_index_v1.bin", &ix.encode());
     let b = std::fs::read(dir().join("object_index_v1.bin")).unwrap();
     assert_eq!(ObjectIndex::decode(&b, Path::new("v")).unwrap(), ix);
+
+    golden("trim_request_v1.bin", &trim_request().encode());
+    let b = std::fs::read(dir().join("trim_request_v1.bin")).unwrap();
+    assert_eq!(
+        TrimRequest::decode(&b, Path::new("v")).unwrap(),
+        trim_request()
+    );
+}
+
+/// A trim request (kind 11): older than a time, asked a minute after it.
+fn trim_request() -> TrimRequest {
+    TrimRequest {
+        rule: TrimRule::Before(1_700_000_000_000_000_000),
+        asked_ns: 1_700_000_060_000_000_000,
+    }
 }
 
 /// The object index of a 2-partition stream after round 5 (kind 10):
@@ -280,6 +296,10 @@ fn every_bit_flip_is_refused() {
             "header",
             std::fs::read(dir().join("segment_header_v1.bin")).unwrap(),
         ),
+        (
+            "trim",
+            std::fs::read(dir().join("trim_request_v1.bin")).unwrap(),
+        ),
     ];
     let p = Path::new("/named/file");
     for (what, rec) in recs {
@@ -291,6 +311,7 @@ fn every_bit_flip_is_refused() {
                 "watermark" => Watermark::decode(&b, p).err().map(|e| e.to_string()),
                 "group" => GroupOffsets::decode(&b, p).err().map(|e| e.to_string()),
                 "index" => ObjectIndex::decode(&b, p).err().map(|e| e.to_string()),
+                "trim" => TrimRequest::decode(&b, p).err().map(|e| e.to_string()),
                 _ => Header::decode(&b, KIND_SEGMENT, p)
                     .err()
                     .map(|e| e.to_string()),

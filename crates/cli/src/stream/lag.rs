@@ -1,25 +1,27 @@
 //! The streams' part of `paralog status` (docs/streams.md): per stream
 //! under the server's node-local root, what the node holds and has not
 //! drained yet, and per reader group its lag in events on the remote when
-//! the stream is there (the server's remote when it is a directory, or
-//! the prefix's `.paralog-streams`; with `--stream-remote` elsewhere,
-//! `paralog stream describe` shows the groups).
+//! the stream is there (the server's remote: a directory, S3 or the
+//! object layout; with `--stream-remote` elsewhere, `paralog stream
+//! describe` shows the groups).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use paralog_stream::drain::{local_lag, local_streams};
-use paralog_stream::RemoteStream;
+use paralog_stream::{RemoteStream, StreamPlace};
 
-/// Where the stream may have been drained to, from the status's remote.
-fn remote_dir(remote: &str) -> Option<PathBuf> {
-    let p = remote.strip_prefix("file://").unwrap_or(remote);
-    (p.starts_with('/') && !p.contains("://")).then(|| PathBuf::from(p))
+/// Where the streams may have been drained to, from the status's remote
+/// (its URL; not when the remote is the prefix itself).
+fn remote_place(remote: &str) -> Option<StreamPlace> {
+    (remote.starts_with('/') || remote.contains("://"))
+        .then(|| super::place(remote).ok())
+        .flatten()
 }
 
 /// Per reader group, its lag in events (the events below the high
-/// watermark past its committed offsets).
-fn group_lags(remote: &Path, stream: &str) -> Option<serde_json::Value> {
-    let s = RemoteStream::open(remote, stream).ok()?;
+/// watermark past its committed offsets): what `stream describe` shows.
+fn group_lags(remote: &StreamPlace, stream: &str) -> Option<serde_json::Value> {
+    let s = RemoteStream::open_at(remote, stream).ok()?;
     let wm = s.watermark().ok()?;
     let groups = s.groups().ok()?;
     Some(
@@ -36,12 +38,12 @@ pub fn status_json(root: &Path, remote: &str) -> serde_json::Value {
         Ok(n) => n,
         Err(e) => return serde_json::json!([{"error": e.to_string()}]),
     };
-    let remote = remote_dir(remote);
+    let remote = remote_place(remote);
     let rows: Vec<_> = names
         .iter()
         .map(|s| match local_lag(root, s) {
             Ok(l) => {
-                let groups = remote.as_deref().and_then(|r| group_lags(r, s));
+                let groups = remote.as_ref().and_then(|r| group_lags(r, s));
                 serde_json::json!({
                     "stream": s, "producers": l.segments, "bytes": l.bytes,
                     "lag_bytes": l.bytes - l.drained, "rounds": l.rounds, "groups": groups,

@@ -29,6 +29,9 @@ enum OrderArg {
     Cut,
     /// Event time (ties: partition, offset): see docs/streams.md for what it promises.
     Time,
+    /// Strict event time: an event waits until every partition has passed
+    /// its time or has been silent for --idle-ms (docs/streams.md).
+    Watermark,
 }
 
 #[derive(clap::Args)]
@@ -47,6 +50,10 @@ pub struct CatArgs {
     from: String,
     #[arg(long, value_enum, default_value = "cut")]
     order: OrderArg,
+    /// With --order watermark: a partition with nothing new for this long
+    /// (ms) is no longer waited for.
+    #[arg(long, default_value_t = 1000)]
+    idle_ms: u64,
     /// One JSON object per line.
     #[arg(long)]
     json: bool,
@@ -210,6 +217,11 @@ pub fn tail(a: TailArgs) -> anyhow::Result<ExitCode> {
     print_events(a.cat, Some(Duration::from_millis(a.interval_ms.max(1))))
 }
 
+/// How often `cat --order watermark` looks again while events wait for
+/// a partition (it does not look for new rounds: only the idle timeout
+/// of partitions at their end releases them).
+const WAIT: Duration = Duration::from_millis(20);
+
 fn print_events(a: CatArgs, follow: Option<Duration>) -> anyhow::Result<ExitCode> {
     let (root, name) = super::split_target(&a.target)?;
     let s = RemoteStream::open_at(&root, &name)?;
@@ -217,6 +229,9 @@ fn print_events(a: CatArgs, follow: Option<Duration>) -> anyhow::Result<ExitCode
     let order = match a.order {
         OrderArg::Cut => Order::Cut,
         OrderArg::Time => Order::Time,
+        OrderArg::Watermark => Order::Watermark {
+            idle: Duration::from_millis(a.idle_ms),
+        },
     };
     let mut r = Reader::open(s, a.group.as_deref(), from, order)?;
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
@@ -224,7 +239,9 @@ fn print_events(a: CatArgs, follow: Option<Duration>) -> anyhow::Result<ExitCode
     let mut uncommitted = false;
     while a.limit.is_none_or(|l| n < l) {
         let Some(d) = r.next_event()? else {
-            let Some(every) = follow else { break };
+            let Some(every) = follow.or_else(|| r.waiting().then_some(WAIT)) else {
+                break;
+            };
             // Everything published is printed: show it, store the
             // group's position, and look for the next round.
             out.flush()?;
@@ -233,10 +250,20 @@ fn print_events(a: CatArgs, follow: Option<Duration>) -> anyhow::Result<ExitCode
                 uncommitted = false;
             }
             std::thread::sleep(every);
-            r.refresh()?;
+            if follow.is_some() {
+                r.refresh()?;
+            }
             continue;
         };
-        writeln!(out, "{}", line(&d, a.json))?;
+        let mut text = line(&d, a.json);
+        if r.last_was_late() {
+            // Below a time already printed (docs/streams.md: late events).
+            text = match a.json {
+                true => format!("{},\"late\":true}}", &text[..text.len() - 1]),
+                false => format!("{text}\tlate"),
+            };
+        }
+        writeln!(out, "{text}")?;
         n += 1;
         uncommitted = true;
         // At least once: offsets are stored only after what they cover
@@ -248,6 +275,12 @@ fn print_events(a: CatArgs, follow: Option<Duration>) -> anyhow::Result<ExitCode
         }
     }
     out.flush()?;
+    if r.late() > 0 {
+        eprintln!(
+            "stream {name}: {} event(s) printed late (below an event time already printed: a partition not in time order, or one silent past --idle-ms that came back)",
+            r.late()
+        );
+    }
     if a.group.is_some() {
         r.commit()
             .map_err(|e| anyhow!("committing the group's offsets: {e}"))?;

@@ -119,6 +119,9 @@ pub fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {
                         r.events, r.bytes
                     );
                 }
+                for t in r.trimmed.iter().filter(|t| !t.segments.is_empty()) {
+                    println!("{}", super::trim::trimmed_line(s, t, "object"));
+                }
             }
             let r = reports.last().expect("at least one report");
             if !a.follow {

@@ -109,6 +109,10 @@ int paralog_stream_close(paralog_stream *s);
 /* How a reader merges the partitions (docs/streams.md, "What order means"). */
 #define PARALOG_STREAM_ORDER_CUT 0
 #define PARALOG_STREAM_ORDER_TIME 1
+/* Strict event time: an event waits until every partition has passed its
+ * time, or has had nothing new for the idle timeout (1000 ms, or
+ * paralog_stream_set_idle); `next` waits for that within its timeout. */
+#define PARALOG_STREAM_ORDER_WATERMARK 2
 
 /* An event handed to a reader. The key and payload stay valid until the
  * reader's next call. */
@@ -136,6 +140,10 @@ int paralog_stream_join(const char *remote, const char *stream, const char *grou
  * times are delivered too (a partition is in cut order). */
 int paralog_stream_join_time(const char *remote, const char *stream, const char *group,
                              int64_t time_ns, int order, paralog_stream_reader **out);
+
+/* The idle timeout of a reader joined in PARALOG_STREAM_ORDER_WATERMARK:
+ * a partition with nothing new for idle_ms is no longer waited for. */
+int paralog_stream_set_idle(paralog_stream_reader *r, int64_t idle_ms);
 
 /* The next event, waiting up to timeout_ms for the drain to publish one
  * (0: do not wait; -1: wait as long as it takes). TIMEDOUT if none came. */

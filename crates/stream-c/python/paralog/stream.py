@@ -76,6 +76,7 @@ def _load():
             "paralog_stream_join": (I, [C, C, C, I, I, ctypes.POINTER(P)]),
             "paralog_stream_join_time": (I, [C, C, C, I64, I, ctypes.POINTER(P)]),
             "paralog_stream_next": (I, [P, I, ctypes.POINTER(_CEvent)]),
+            "paralog_stream_set_idle": (I, [P, I64]),
             "paralog_stream_ack": (I, [P, U32, U64]),
             "paralog_stream_commit": (I, [P]),
             "paralog_stream_leave": (I, [P]),
@@ -198,12 +199,15 @@ class Reader(_Handle):
 
     _gone = "the reader has left"
 
-    def __init__(self, remote, stream, group=None, start="committed", order="cut"):
+    def __init__(self, remote, stream, group=None, start="committed", order="cut", idle=None):
+        """order: "cut", "time" or "watermark" (strict event time; a
+        partition with nothing new for `idle` seconds, default 1, is no
+        longer waited for)."""
         lib = _load()
-        froms, orders = {"earliest": 0, "committed": 1}, {"cut": 0, "time": 1}
+        froms, orders = {"earliest": 0, "committed": 1}, {"cut": 0, "time": 1, "watermark": 2}
         timed = isinstance(start, int)
         if not (timed or start in froms) or order not in orders:
-            raise StreamError(EINVAL, f"start {start!r} (earliest|committed|ns), order {order!r} (cut|time)")
+            raise StreamError(EINVAL, f"start {start!r} (earliest|committed|ns), order {order!r} (cut|time|watermark)")
         h = ctypes.c_void_p()
         args = (_enc(str(remote)), stream.encode(), _enc(group))
         if timed:  # per partition, from the first event at or after this time
@@ -214,6 +218,12 @@ class Reader(_Handle):
         self.stream = stream
         self.partitions = lib.paralog_stream_reader_partitions(h)
         self._ev = _CEvent()
+        if idle is not None:
+            try:
+                _check(lib.paralog_stream_set_idle(h, int(idle * 1000)))
+            except StreamError:
+                self.leave()
+                raise
 
     def next(self, timeout=None):
         """The next event, waiting up to `timeout` seconds (None: forever;

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use paralog_stream::{Partitioner, Producer};
+use paralog_stream::{layout, ObjectStore, Partitioner, Producer, StreamError};
 
 /// The stream the tests write.
 pub const S: &str = "tele";
@@ -37,4 +37,47 @@ pub fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out.sort();
     out
+}
+
+/// An object store of whole files under a directory (each PUT a new
+/// file renamed into place: whole objects, as S3 gives).
+pub struct DirStore(pub PathBuf);
+
+impl ObjectStore for DirStore {
+    fn describe(&self, key: &str) -> String {
+        self.0.join(key).display().to_string()
+    }
+    fn get(&self, key: &str) -> paralog_stream::Result<Option<Vec<u8>>> {
+        layout::read_small(&self.0.join(key))
+    }
+    fn put(&self, key: &str, bytes: &[u8]) -> paralog_stream::Result<()> {
+        let path = self.0.join(key);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        layout::write_atomic(&path, bytes, 0o644)
+    }
+    fn delete(&self, key: &str) -> paralog_stream::Result<()> {
+        match std::fs::remove_file(self.0.join(key)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StreamError::Store {
+                object: self.describe(key),
+                op: "delete",
+                error: e.to_string(),
+            }),
+            _ => Ok(()),
+        }
+    }
+    fn children(&self, prefix: &str) -> paralog_stream::Result<Vec<String>> {
+        let mut out: Vec<String> = match std::fs::read_dir(self.0.join(prefix)) {
+            Ok(rd) => rd
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        out.sort();
+        Ok(out)
+    }
+    fn modified(&self, key: &str) -> paralog_stream::Result<Option<std::time::SystemTime>> {
+        Ok(std::fs::metadata(self.0.join(key))
+            .ok()
+            .map(|m| m.modified().unwrap()))
+    }
 }
