@@ -39,10 +39,18 @@ def producer_report(p):
     return pid, (flushed[-1] if flushed else 0), p.returncode
 
 
-def follow_drain(local, remote, interval_ms=20):
-    return subprocess.Popen([str(BIN), "stream", "drain", "--local", str(local), "--remote", str(remote),
-                             "--follow", "--interval-ms", str(interval_ms), "--roll-bytes", str(1 << 20)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+def follow_drain(local, remote, interval_ms=20, env=None, roll_bytes=1 << 20):
+    """A drain following the producers (its own session): a round every
+    interval_ms. roll_bytes: segment files of a directory remote rolled at
+    that size (None: the drain's default, as an object remote takes)."""
+    return subprocess.Popen([str(c) for c in drain_cmd(local, remote, roll_bytes)]
+                            + ["--follow", "--interval-ms", str(interval_ms)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+
+
+def drain_cmd(local, remote, roll_bytes=1 << 20):
+    cmd = [BIN, "stream", "drain", "--local", local, "--remote", remote]
+    return cmd + (["--roll-bytes", str(roll_bytes)] if roll_bytes else [])
 
 
 def stop(p):
@@ -53,14 +61,37 @@ def stop(p):
     return out
 
 
-def drain(local, remote, check_=True):
-    return run([BIN, "stream", "drain", "--local", local, "--remote", remote, "--roll-bytes", str(1 << 20)],
-               check=check_)
+def drain(local, remote, check_=True, env=None, roll_bytes=1 << 20):
+    """One drain round (`paralog stream drain`)."""
+    return run(drain_cmd(local, remote, roll_bytes), check=check_, env=env)
+
+
+def cat_lines(target, *args, env=None):
+    """`paralog stream cat TARGET --json ARGS` (TARGET: URL/STREAM), its lines."""
+    return run([BIN, "stream", "cat", target, "--json", *args], env=env).stdout.splitlines()
+
+
+def cat_json(target, *args, env=None):
+    """cat_lines, each line decoded."""
+    return [json.loads(x) for x in cat_lines(target, *args, env=env)]
 
 
 def cat(remote, *args):
-    r = run([BIN, "stream", "cat", f"{remote}/{STREAM}", "--json", *args])
-    return [json.loads(x) for x in r.stdout.splitlines()]
+    """cat_json of the suites' stream under a directory remote."""
+    return cat_json(f"{remote}/{STREAM}", *args)
+
+
+class StreamS3:
+    """A MinIO with one bucket for streams; `url(name)` a fresh prefix in it."""
+
+    BUCKET = "plstreams"
+
+    def __init__(self, work):
+        from .minio import MinIO
+        self.minio, self.env = MinIO.with_bucket(work, self.BUCKET)
+
+    def url(self, name):
+        return f"s3://{self.BUCKET}/{name}"
 
 
 def check_events(events, flushed, appended=None):

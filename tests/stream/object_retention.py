@@ -42,8 +42,10 @@ from tests.lib.check import Suite, check, suite_options
 from tests.lib.paths import BIN
 from tests.lib.proc import run
 from tests.lib.server import Server
-from tests.lib.streams import STREAM, check_events, produce, producer_report, stop
-from tests.stream.objects import BUCKET, S3, cat, cat_lines, drain, follow
+from tests.lib.streams import (STREAM, StreamS3, cat_json, cat_lines, check_events, drain, follow_drain, produce,
+                               producer_report, stop)
+
+BUCKET = StreamS3.BUCKET
 
 PAYLOAD = 4000
 
@@ -67,8 +69,8 @@ def every_event(work, local):
     shutil.rmtree(posix, ignore_errors=True)
     shutil.copytree(local, copy)
     posix.mkdir()
-    drain(copy, posix)
-    return cat_lines(f"{posix}/{STREAM}", None, "--from", "earliest")
+    drain(copy, posix, roll_bytes=None)
+    return cat_lines(f"{posix}/{STREAM}", "--from", "earliest")
 
 
 def case_trim(work, s, layout):
@@ -76,7 +78,7 @@ def case_trim(work, s, layout):
     url = f"objstore://{work / 'objstore'}" if layout else s.url("trim")
     (work / "objstore").mkdir()
     target = f"{url}/{STREAM}"
-    d = follow(local, url, s.env)
+    d = follow_drain(local, url, env=s.env, roll_bytes=None)
     reports = [producer_report(p) for p in [produce(local, 1000, flush_every=50, payload_size=PAYLOAD)
                                             for _ in range(3)]]
     # The drain has taken everything once describe counts it.
@@ -95,7 +97,7 @@ def case_trim(work, s, layout):
     late_pid = reports[-1][0]
     time.sleep(0.5)
     stop(d)
-    drain(local, url, s.env)
+    drain(local, url, env=s.env, roll_bytes=None)
 
     every = every_event(work, local)
     ev = [json.loads(x) for x in every]
@@ -113,7 +115,7 @@ def case_trim(work, s, layout):
         check(b["deleted"] and a["first_offset"] < b["first_offset"] == firsts[p],
               f"--keep-bytes 64K, partition {p}: {b}")
     want = [x for x, e in zip(every, ev) if e["offset"] >= firsts[e["partition"]]]
-    got = cat_lines(target, s.env, "--from", "earliest")
+    got = cat_lines(target, "--from", "earliest", env=s.env)
     check(len(want) < len(every) and got == want,
           f"cat after the trims: {len(got)} lines, {len(want)} expected of {len(every)}")
     r = run([BIN, "stream", "cat", target, "--group", "old"], env=s.env, check=False)
@@ -140,7 +142,7 @@ def case_trim_killed(work, s):
     target = f"{url}/{STREAM}"
     for _ in range(4):
         producer_report(produce(local, 500, flush_every=500, payload_size=PAYLOAD))
-        drain(local, url)
+        drain(local, url, roll_bytes=None)
     before = describe(target, None)
     r = run([BIN, "stream", "trim", target, "--keep-bytes", "0", "--wait-ms", "0"])
     check("trim requested" in r.stdout and "the next round of this stream's drain" in r.stdout,
@@ -154,8 +156,8 @@ def case_trim_killed(work, s):
           f"after the kill: {mid['partition']}")
     every = [json.loads(x) for x in every_event(work, local)]
     want = [e for e in every if e["offset"] >= firsts[e["partition"]]]
-    check(cat(target, None, "--from", "earliest") == want, "cat after the killed trim")
-    out = drain(local, url).stdout
+    check(cat_json(target, "--from", "earliest") == want, "cat after the killed trim")
+    out = drain(local, url, roll_bytes=None).stdout
     r = run([BIN, "stream", "trim", target, "--keep-bytes", "0", "--wait-ms", "0", "--json"])
     check("pending" in r.stdout, f"a new request is pending again: {r.stdout}")
     run([BIN, "stream", "drain", "--local", local, "--remote", url])
@@ -201,7 +203,7 @@ def case_status(work, s):
 def main():
     a = suite_options().parse_args()
     suite = Suite("stream-object-retention", keep=a.keep)
-    s = S3(suite.base / "minio")
+    s = StreamS3(suite.base / "minio")
     suite.cleanup.append(s.minio.stop)
     cases = [("trim, S3", lambda w: case_trim(w, s, False)),
              ("trim, objstore://", lambda w: case_trim(w, s, True)),

@@ -36,64 +36,34 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 from tests.lib.check import Suite, check, suite_options
-from tests.lib.minio import MinIO
 from tests.lib.paths import BIN
 from tests.lib.proc import kill_tree, run
-from tests.lib.streams import STREAM, check_events, produce, producer_report, stop
+from tests.lib.streams import (STREAM, StreamS3, cat_json, cat_lines, check_events, drain, follow_drain, produce,
+                               producer_report, stop)
 
-BUCKET = "plstreams"
-
-
-class S3:
-    """A MinIO with one bucket; `url(name)` a fresh prefix in it."""
-
-    def __init__(self, work):
-        self.minio, self.env = MinIO.with_bucket(work, BUCKET)
-
-    def url(self, name):
-        return f"s3://{BUCKET}/{name}"
-
-
-def drain(local, remote, env=None, check_=True):
-    return run([BIN, "stream", "drain", "--local", local, "--remote", remote], env=env, check=check_)
-
-
-def follow(local, remote, env):
-    return subprocess.Popen([str(BIN), "stream", "drain", "--local", str(local), "--remote", str(remote),
-                             "--follow", "--interval-ms", "20"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True, env=env)
-
-
-def cat_lines(target, env=None, *args):
-    return run([BIN, "stream", "cat", target, "--json", *args], env=env).stdout.splitlines()
-
-
-def cat(target, env=None, *args):
-    return [json.loads(x) for x in cat_lines(target, env, *args)]
+BUCKET = StreamS3.BUCKET
 
 
 def case_4x3(work, s):
     local, url = work / "local", s.url("run1")
-    d = follow(local, url, s.env)
+    d = follow_drain(local, url, env=s.env, roll_bytes=None)
     ps = [produce(local, 5000, flush_every=10) for _ in range(4)]
     reports = [producer_report(p) for p in ps]
     for pid, n, rc in reports:
         check(rc == 0 and n == 5000, f"producer {pid} exited {rc} after flushing {n}")
     stop(d)
-    drain(local, url, s.env)
+    drain(local, url, env=s.env, roll_bytes=None)
     flushed = {pid: n for pid, n, _ in reports}
-    a = cat(f"{url}/{STREAM}", s.env, "--group", "A", "--from", "earliest")
+    a = cat_json(f"{url}/{STREAM}", "--group", "A", "--from", "earliest", env=s.env)
     check_events(a, flushed)
     check(len(a) == 20_000, f"{len(a)} events")
-    b = cat(f"{url}/{STREAM}", s.env, "--group", "B", "--from", "earliest")
+    b = cat_json(f"{url}/{STREAM}", "--group", "B", "--from", "earliest", env=s.env)
     check(a == b, "two groups saw another cut order")
-    check(cat(f"{url}/{STREAM}", s.env, "--group", "A") == [], "group A got events again after committing")
+    check(cat_json(f"{url}/{STREAM}", "--group", "A", env=s.env) == [], "group A got events again after committing")
     desc = json.loads(run([BIN, "stream", "describe", f"{url}/{STREAM}", "--json"], env=s.env).stdout)
     check(desc["events"] == 20_000 and len(desc["groups"]) == 2 and all(g["lag"] == 0 for g in desc["groups"]),
           f"describe: {desc}")
@@ -106,15 +76,15 @@ def case_4x3(work, s):
     shutil.copytree(local, copy)
     posix.mkdir()
     objs.mkdir()
-    out = drain(copy, posix).stdout
+    out = drain(copy, posix, roll_bytes=None).stdout
     check(f"{desc['round']} recorded round(s) applied again" in out, f"re-drain to a directory: {out}")
     shutil.rmtree(copy)
     shutil.copytree(local, copy)
-    drain(copy, f"objstore://{objs}")
-    want = cat_lines(f"{posix}/{STREAM}", None, "--from", "earliest")
+    drain(copy, f"objstore://{objs}", roll_bytes=None)
+    want = cat_lines(f"{posix}/{STREAM}", "--from", "earliest")
     check(len(want) == 20_000, f"the directory holds {len(want)} events")
-    check(cat_lines(f"{url}/{STREAM}", s.env, "--from", "earliest") == want, "cat of S3 differs from the directory's")
-    check(cat_lines(f"objstore://{objs}/{STREAM}", None, "--from", "earliest") == want,
+    check(cat_lines(f"{url}/{STREAM}", "--from", "earliest", env=s.env) == want, "cat of S3 differs from the directory's")
+    check(cat_lines(f"objstore://{objs}/{STREAM}", "--from", "earliest") == want,
           "cat of objstore:// differs from the directory's")
 
     # Each segment file of the directory is an S3 object of the same
@@ -141,7 +111,7 @@ def case_4x3(work, s):
 
 def case_restart(work, s):
     local, url = work / "local", s.url("restart")
-    d = follow(local, url, s.env)
+    d = follow_drain(local, url, env=s.env, roll_bytes=None)
     ps = [produce(local, 8000, flush_every=10) for _ in range(4)]
     # MinIO dies once the drain has published a round, producers still running.
     deadline = time.time() + 60
@@ -168,9 +138,9 @@ def case_restart(work, s):
     else:
         check(d.returncode == 1 and f"s3://{BUCKET}/restart" in err, f"follower: {d.returncode} {err[-400:]}")
         how = "failed"
-    again = drain(local, url, s.env).stdout
+    again = drain(local, url, env=s.env, roll_bytes=None).stdout
     flushed = {pid: n for pid, n, _ in reports}
-    ev = cat(f"{url}/{STREAM}", s.env, "--from", "earliest")
+    ev = cat_json(f"{url}/{STREAM}", "--from", "earliest", env=s.env)
     check_events(ev, flushed)
     check(len(ev) == 32_000, f"{len(ev)} events")
     replayed = [x for x in again.splitlines() if "applied again" in x]
@@ -188,7 +158,7 @@ def case_paralog_run(work, s, layout=False):
              f"{prod} & {prod} --partition-by key; wait"], env=s.env, cwd=work)
     flushed = {x.split()[1]: 8000 for x in r.stdout.splitlines() if x.startswith("producer ")}
     check(len(flushed) == 2, f"producers said: {r.stdout[:300]}")
-    ev = cat(f"{url}/{STREAM}", s.env, "--from", "earliest")
+    ev = cat_json(f"{url}/{STREAM}", "--from", "earliest", env=s.env)
     check_events(ev, flushed)
     check(len(ev) == 16_000, f"{len(ev)} events")
     return f"{len(ev)} events"
@@ -197,7 +167,7 @@ def case_paralog_run(work, s, layout=False):
 def case_corrupt(work, s):
     local, url = work / "local", s.url("corrupt")
     producer_report(produce(local, 3000, flush_every=1000))
-    drain(local, url, s.env)
+    drain(local, url, env=s.env, roll_bytes=None)
     keys = [k for k, _ in s.minio.keys(BUCKET, f"corrupt/.paralog-streams/{STREAM}/p00001")]
     check(keys, "no object of partition 1")
     key = keys[0]
@@ -218,7 +188,7 @@ def case_corrupt(work, s):
 def main():
     a = suite_options().parse_args()
     suite = Suite("stream-objects", keep=a.keep)
-    s = S3(suite.base / "minio")
+    s = StreamS3(suite.base / "minio")
     suite.cleanup.append(s.minio.stop)
     cases = [("4x3 to S3", case_4x3), ("MinIO restart", case_restart), ("paralog run", case_paralog_run),
              ("paralog run, objstore://", lambda w, s: case_paralog_run(w, s, layout=True)),

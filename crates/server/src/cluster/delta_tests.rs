@@ -1,18 +1,7 @@
 use super::*;
 use crate::cluster::summary::GenSummary;
+use crate::cluster::summary_steps::{close_last, drain_upto, Rng};
 use paralog_log::EpochId;
-
-/// A small deterministic generator (xorshift): the same cases every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 fn epoch(e: u64, marked: bool, ranks: &[u32]) -> EpochSummary {
     EpochSummary::of_ranks(e, marked, ranks, |r| {
@@ -87,24 +76,12 @@ fn evolve(s: &mut NodeSummary, r: &mut Rng) {
                 // Drained: progress moves, the epochs up to it go, and an
                 // open whose epochs all went leaves the summary.
                 let at = r.next(s.files.len() as u64) as usize;
-                let f = &mut s.files[at];
-                let upto = epochs_of(f)
-                    .nth(r.next(3) as usize)
-                    .map(|(g, e)| (g, e.epoch));
-                if let Some((gen, e)) = upto {
-                    let p = EpochId::new(gen, e);
-                    f.progress = Some(p);
-                    for g in &mut f.gens {
-                        g.epochs.retain(|x| EpochId::new(g.gen, x.epoch) > p);
-                    }
-                    f.gens.retain(|g| g.gen >= gen);
-                }
+                let nth = r.next(3) as usize;
+                drain_upto(&mut s.files[at], nth);
             }
             6 if !s.files.is_empty() => {
                 let at = r.next(s.files.len() as u64) as usize;
-                if let Some(g) = s.files[at].gens.last_mut() {
-                    g.closed = true;
-                }
+                close_last(&mut s.files[at]);
             }
             _ => s.finishing = r.next(5) == 0,
         }

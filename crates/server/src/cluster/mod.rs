@@ -40,6 +40,8 @@ mod posix;
 mod renamed;
 mod sets;
 pub mod summary;
+#[cfg(test)]
+mod summary_steps;
 mod watchdog;
 mod wire;
 

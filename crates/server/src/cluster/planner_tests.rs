@@ -9,19 +9,8 @@
 use super::*;
 use crate::cluster::delta::{Copies, Outbox};
 use crate::cluster::summary::{key_of, EpochSummary, FileSummary, GenSummary};
+use crate::cluster::summary_steps::{close_last, drain_upto, Rng};
 use paralog_log::{Extent, FileIdent, Op};
-
-/// A small deterministic generator (xorshift): the same cases every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 /// Node `n` of `nodes` holds ranks 2n and 2n+1 of every open.
 fn ranks_of(n: u32) -> [u32; 2] {
@@ -127,26 +116,12 @@ fn evolve(s: &mut NodeSummary, n: u32, nodes: u32, r: &mut Rng) {
                 // Drained up to an epoch: progress moves, the epochs up to
                 // it and the opens left empty go.
                 let at = pick(s, r);
-                let f = &mut s.files[at];
-                let upto = f
-                    .gens
-                    .iter()
-                    .flat_map(|g| g.epochs.iter().map(move |e| (g.gen, e.epoch)))
-                    .nth(r.next(3) as usize);
-                if let Some((gen, e)) = upto {
-                    let p = EpochId::new(gen, e);
-                    f.progress = Some(p);
-                    for g in &mut f.gens {
-                        g.epochs.retain(|x| EpochId::new(g.gen, x.epoch) > p);
-                    }
-                    f.gens.retain(|g| g.gen >= gen);
-                }
+                let nth = r.next(3) as usize;
+                drain_upto(&mut s.files[at], nth);
             }
             7 if !s.files.is_empty() => {
                 let at = pick(s, r);
-                if let Some(g) = s.files[at].gens.last_mut() {
-                    g.closed = true;
-                }
+                close_last(&mut s.files[at]);
             }
             8 if !s.files.is_empty() && r.next(4) == 0 => {
                 // A damaged manifest (or a repaired one: flipped back).
