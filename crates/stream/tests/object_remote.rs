@@ -20,7 +20,7 @@ use paralog_stream::{
 };
 
 mod common;
-use common::{walk, DirStore, S};
+use common::{read_from, walk, DirStore, S};
 
 const N: u32 = 3;
 
@@ -192,16 +192,7 @@ fn a_cut_log_planned_for_a_posix_remote_is_refused() {
 }
 
 fn read_all(place: &StreamPlace, group: Option<&str>) -> paralog_stream::Result<Vec<Delivered>> {
-    let rs = RemoteStream::open_at(place, S)?;
-    let mut r = Reader::open(rs, group, From::Committed, Order::Cut)?;
-    let mut out = Vec::new();
-    while let Some(d) = r.next_event()? {
-        out.push(d);
-    }
-    if group.is_some() {
-        r.commit()?;
-    }
-    Ok(out)
+    read_from(place, group, From::Committed)
 }
 
 #[test]

@@ -12,12 +12,12 @@ use paralog_stream::object_remote::stream_key;
 use paralog_stream::object_trim::{self, TrimRule};
 use paralog_stream::objects::object_key;
 use paralog_stream::{
-    Compaction, Delivered, DrainOptions, Drainer, From, ObjectRemote, Order, Reader, RemoteStream,
+    Compaction, DrainOptions, Drainer, From, ObjectRemote, Order, Reader, RemoteStream,
     StreamError, StreamPlace,
 };
 
 mod common;
-use common::{dirs, round_robin, DirStore, S};
+use common::{dirs, read_from, round_robin, DirStore, S};
 
 const N: u32 = 3;
 const OPTS: DrainOptions = DrainOptions {
@@ -47,22 +47,6 @@ fn place(store: &Path) -> StreamPlace {
     StreamPlace::Store(std::sync::Arc::new(DirStore(store.to_path_buf())))
 }
 
-fn read(
-    place: &StreamPlace,
-    group: Option<&str>,
-    from: From,
-) -> paralog_stream::Result<Vec<Delivered>> {
-    let mut r = Reader::open(RemoteStream::open_at(place, S)?, group, from, Order::Cut)?;
-    let mut out = Vec::new();
-    while let Some(d) = r.next_event()? {
-        out.push(d);
-    }
-    if group.is_some() {
-        r.commit()?;
-    }
-    Ok(out)
-}
-
 fn remote(store: &Path, compaction: Compaction) -> ObjectRemote<DirStore> {
     ObjectRemote {
         store: DirStore(store.to_path_buf()),
@@ -76,7 +60,7 @@ fn the_drain_applies_a_trim_request_keeping_bytes_and_readers_start_after_it() {
     let objs = remote(&store, Compaction::OFF);
     let mut d = Drainer::default();
     rounds(&local, &objs, &mut d, 6);
-    let all = read(&place(&store), None, From::Earliest).unwrap();
+    let all = read_from(&place(&store), None, From::Earliest).unwrap();
     assert_eq!(all.len(), 180);
     // A group that read the first 5 events and committed them.
     let mut g = Reader::open(
@@ -139,14 +123,14 @@ fn the_drain_applies_a_trim_request_keeping_bytes_and_readers_start_after_it() {
         .filter(|e| e.offset >= firsts[e.partition as usize])
         .map(|e| (e.partition, e.offset, e.event.payload.clone()))
         .collect();
-    let got: Vec<_> = read(&place(&store), None, From::Earliest)
+    let got: Vec<_> = read_from(&place(&store), None, From::Earliest)
         .unwrap()
         .into_iter()
         .map(|e| (e.partition, e.offset, e.event.payload))
         .collect();
     assert_eq!(got, want);
     // The group committed below them is refused, naming the offsets.
-    let err = read(&place(&store), Some("old"), From::Committed).unwrap_err();
+    let err = read_from(&place(&store), Some("old"), From::Committed).unwrap_err();
     assert!(
         matches!(err, StreamError::Trimmed { partition, offset, first, .. }
             if first == firsts[partition as usize] && offset < first),
@@ -156,7 +140,9 @@ fn the_drain_applies_a_trim_request_keeping_bytes_and_readers_start_after_it() {
     // The drain goes on.
     rounds(&local, &objs, &mut d, 1);
     assert_eq!(
-        read(&place(&store), None, From::Earliest).unwrap().len(),
+        read_from(&place(&store), None, From::Earliest)
+            .unwrap()
+            .len(),
         want.len() + 30
     );
 }

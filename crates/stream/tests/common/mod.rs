@@ -5,7 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
-use paralog_stream::{layout, ObjectStore, Partitioner, Producer, StreamError};
+use paralog_stream::{
+    layout, Delivered, From, ObjectStore, Order, Partitioner, Producer, Reader, RemoteStream,
+    StreamError, StreamPlace,
+};
 
 /// The stream the tests write.
 pub const S: &str = "tele";
@@ -80,4 +83,22 @@ impl ObjectStore for DirStore {
             .ok()
             .map(|m| m.modified().unwrap()))
     }
+}
+
+/// Every event of stream `S` at `place` from `from` in cut order, as group
+/// `group` (its offsets committed after) or no group.
+pub fn read_from(
+    place: &StreamPlace,
+    group: Option<&str>,
+    from: From,
+) -> paralog_stream::Result<Vec<Delivered>> {
+    let mut r = Reader::open(RemoteStream::open_at(place, S)?, group, from, Order::Cut)?;
+    let mut out = Vec::new();
+    while let Some(d) = r.next_event()? {
+        out.push(d);
+    }
+    if group.is_some() {
+        r.commit()?;
+    }
+    Ok(out)
 }
