@@ -30,6 +30,7 @@ pub mod posix;
 pub mod real;
 pub mod realpath;
 pub mod remotedir;
+pub mod remotefd;
 pub mod report;
 pub mod scandir;
 pub mod sets;
