@@ -12,14 +12,19 @@ byte for byte:
                   compared with the direct tree), Python os.walk, os.fwalk
                   (descriptors) and os.scandir of a descriptor, `cd` into a
                   set then relative reads by the shell and by the programs
-                  it starts (cat, /bin/pwd, python's getcwd/listdir)
+                  it starts (cat, /bin/pwd, python's getcwd/listdir);
+                  then `rm -r` of a set directory and of a tree of plain
+                  files: a later job's find and du equal the direct tree's
+                  after the same rm -r, and the remote holds neither (POSIX:
+                  no such directory; objstore: `paralog sets` does not list
+                  the set)
 """
 import shutil
 
 from tests.lib.check import check
 from tests.lib.compare import tree, tree_difference
 from tests.lib.paralog import paralog_run
-from tests.lib.paths import PY
+from tests.lib.paths import BIN, PY
 from tests.lib.proc import run
 
 RULE = "ckpt/{set}/rank-*.dat"
@@ -109,8 +114,26 @@ def case_tools(objstore):
                                names=("in the direct run's archive", "in the fresh prefix's"))
         check(not diff, f"tar c of the fresh prefix differs: {diff}")
         check(not any(prefix.iterdir()), f"the walks left {sorted(prefix.iterdir())} in the prefix")
+        # rm -r of directories only the remote has: gone from the view at
+        # once and from the remote after the drain.
+        remove = ["sh", "-e", "-c", 'cd "$1"; rm -r ckpt/step-0 plain/b', "rm"]
+        run([*remove, direct])
+        r = paralog_run(work / "local3", prefix, [*remove, prefix], remote=url, job="rm", check=False)
+        check(r.returncode == 0, f"rm -r on the fresh prefix exited {r.returncode}: {r.stderr[-800:]}")
+        listing = ["sh", "-e", "-c", 'cd "$1"; find . | sort; du -ab . | sort -k2', "ls"]
+        want = run([*listing, direct]).stdout
+        got = paralog_run(work / "local4", prefix, [*listing, prefix], remote=url, job="after").stdout
+        got = "\n".join(l for l in got.splitlines() if not l.startswith(("paralog:", "  "))) + "\n"
+        check(got == want, f"after rm -r a new job sees {got!r}, the direct tree is {want!r}")
+        if objstore:
+            sets = run([BIN, "sets", url]).stdout
+            check("step-0" not in sets and "step-1" in sets, f"paralog sets after rm -r: {sets}")
+        else:
+            left = [p for p in ("ckpt/step-0", "plain/b") if (remote / p).exists()]
+            check(not left, f"rm -r left {left} on the remote")
+        check(not any(prefix.iterdir()), f"rm -r left {sorted(prefix.iterdir())} in the prefix")
         kind = "object layout" if objstore else "POSIX remote"
-        return f"{kind}: {len(want)} lines of find, du, ls -R, tar, walks and cd equal to the direct tree's"
+        return f"{kind}: find, du, ls -R, tar, walks, cd and rm -r equal to the direct tree's"
     return case
 
 

@@ -542,6 +542,7 @@ pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t
 /// exists under it), and once every delete under it is drained, removed
 /// from the prefix and from a POSIX remote other than it.
 fn rmdir_captured(abs: &Path) -> CResult<c_int> {
+    let in_obj = crate::remotedir::obj_directory(abs, false);
     until_drained(
         || {
             let mut slot = lock();
@@ -563,6 +564,14 @@ fn rmdir_captured(abs: &Path) -> CResult<c_int> {
     let rc = unsafe { pass!(rmdir(c.as_ptr()), -1) };
     if rc != 0 {
         let e = state::errno();
+        // Only an object layout had it: gone with the last object below.
+        if e == libc::ENOENT && in_obj {
+            return if crate::remotedir::obj_directory(abs, true) {
+                Err(libc::ENOTEMPTY)
+            } else {
+                Ok(0)
+            };
+        }
         if !(e == libc::ENOENT && remote.is_some()) {
             return Err(e);
         }

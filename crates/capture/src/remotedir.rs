@@ -46,6 +46,21 @@ pub fn for_missing(abs: &Path) -> Option<PathBuf> {
     stand_in(State::get(&mut slot)?, abs)
 }
 
+/// Whether an object layout holds `abs` as a directory of names (`live`:
+/// with some object below it that is not deleted; else also one whose
+/// every object was deleted).
+pub fn obj_directory(abs: &Path, live: bool) -> bool {
+    let mut slot = crate::state::lock();
+    let Some(st) = State::get(&mut slot) else {
+        return false;
+    };
+    match (&st.cfg.remote_objstore, st.rel_of(abs)) {
+        (Some(url), Some(rel)) if live => ObjStore::new(url).is_directory(&rel),
+        (Some(url), Some(rel)) => ObjStore::new(url).names_directory(&rel),
+        _ => false,
+    }
+}
+
 /// The names an object layout holds directly below the directory of
 /// `abs` (the prefix itself included), as listing entries: an object is a
 /// file, a directory of names a directory.
