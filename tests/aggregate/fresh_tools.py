@@ -13,11 +13,12 @@ byte for byte:
                   (descriptors) and os.scandir of a descriptor, `cd` into a
                   set then relative reads by the shell and by the programs
                   it starts (cat, /bin/pwd, python's getcwd/listdir);
-                  then `rm -r` of a set directory and of a tree of plain
-                  files: a later job's find and du equal the direct tree's
-                  after the same rm -r, and the remote holds neither (POSIX:
-                  no such directory; objstore: `paralog sets` does not list
-                  the set)
+                  then `rm -r` of a set directory, `shutil.rmtree` of a tree
+                  of plain files and `chmod -R` of another: a later job's
+                  find (with modes) and du equal the direct tree's after
+                  the same, and the remote holds neither removed tree
+                  (POSIX: no such directory; objstore: `paralog sets` does
+                  not list the set)
 """
 import shutil
 
@@ -77,6 +78,10 @@ for f in rank-*; do wc -c < "$f"; done
 cd ../../plain/b && cat c/x.txt && echo && ls -R
 '''
 
+# Then, in ROOT: rm -r of a set, an fd-based walk that deletes (Python's
+# shutil.rmtree) and chmod -R.
+REMOVE = 'cd "$1"; rm -r ckpt/step-0; "$2" -c "$3"; chmod -R go-rx plain'
+
 
 def case_tools(objstore):
     def case(work):
@@ -116,11 +121,14 @@ def case_tools(objstore):
         check(not any(prefix.iterdir()), f"the walks left {sorted(prefix.iterdir())} in the prefix")
         # rm -r of directories only the remote has: gone from the view at
         # once and from the remote after the drain.
-        remove = ["sh", "-e", "-c", 'cd "$1"; rm -r ckpt/step-0 plain/b', "rm"]
-        run([*remove, direct])
-        r = paralog_run(work / "local3", prefix, [*remove, prefix], remote=url, job="rm", check=False)
+        def remove(root):
+            return ["sh", "-e", "-c", REMOVE, "rm", root, PY, 'import shutil; shutil.rmtree("plain/b")']
+        run(remove(direct))
+        r = paralog_run(work / "local3", prefix, remove(prefix), remote=url, job="rm", check=False)
         check(r.returncode == 0, f"rm -r on the fresh prefix exited {r.returncode}: {r.stderr[-800:]}")
-        listing = ["sh", "-e", "-c", 'cd "$1"; find . | sort; du -ab . | sort -k2', "ls"]
+        # Object layouts keep no modes: only the POSIX remote's are compared.
+        modes = "%p" if objstore else "%M %p"
+        listing = ["sh", "-e", "-c", f'cd "$1"; find . -printf "{modes}\\n" | sort; du -ab . | sort -k2', "ls"]
         want = run([*listing, direct]).stdout
         got = paralog_run(work / "local4", prefix, [*listing, prefix], remote=url, job="after").stdout
         got = "\n".join(l for l in got.splitlines() if not l.startswith(("paralog:", "  "))) + "\n"

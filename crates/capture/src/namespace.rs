@@ -414,7 +414,7 @@ fn chmod_captured(abs: &Path, mode: mode_t) -> CResult<Option<c_int>> {
         (exists, st.by_path.contains_key(abs), target)
     };
     if !exists {
-        return Ok(None);
+        return crate::remotedir::chmod_dir(abs, mode);
     }
     if !open {
         wait_drained(abs, "chmod")?;

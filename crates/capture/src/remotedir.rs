@@ -46,6 +46,30 @@ pub fn for_missing(abs: &Path) -> Option<PathBuf> {
     stand_in(State::get(&mut slot)?, abs)
 }
 
+/// `chmod` of a directory only the remote has (`Ok(None)`: `abs` is not
+/// one): set on a POSIX remote's directory, which `stat` answers; where
+/// none stands for it (a directory of members inside a set, an object
+/// layout, which keeps no modes) it changes nothing, as a `chmod` of a
+/// file there keeps nothing for other processes (`chmod -R` goes on).
+pub fn chmod_dir(abs: &Path, mode: libc::mode_t) -> crate::state::CResult<Option<libc::c_int>> {
+    let target = {
+        let mut slot = crate::state::lock();
+        let Some(st) = State::get(&mut slot) else {
+            return Ok(None);
+        };
+        if !crate::remotefd::remote_only(st, abs) {
+            return Ok(None);
+        }
+        crate::namespace::remote_dir(st, abs).filter(|p| p.is_dir())
+    };
+    if let Some(t) = target {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&t, std::fs::Permissions::from_mode(mode & 0o7777))
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    }
+    Ok(Some(0))
+}
+
 /// Whether an object layout holds `abs` as a directory of names (`live`:
 /// with some object below it that is not deleted; else also one whose
 /// every object was deleted).
