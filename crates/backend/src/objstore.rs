@@ -1146,6 +1146,23 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_of_names_whose_objects_are_all_deleted_is_gone() {
+        let d = tempfile::tempdir().unwrap();
+        let s = store(&d.path().display().to_string());
+        put_version(&s, b"plain/b/c/x.txt", 0, b"x");
+        put_version(&s, b"plain/a/y.txt", 0, b"y");
+        let mut sink = s.begin(b"plain/b/c/x.txt", &shape()).unwrap();
+        sink.apply(RemoteOp::Delete).unwrap();
+        sink.commit().unwrap();
+        // Its versions stay (history), the directories above it go.
+        assert!(s.names_directory(b"plain/b/c") && s.names_directory(b"plain/b"));
+        assert!(!s.is_directory(b"plain/b/c") && !s.is_directory(b"plain/b"));
+        assert!(s.is_directory(b"plain") && s.is_directory(b"plain/a"));
+        assert_eq!(s.list_dir(b"plain"), vec![(b"a".to_vec(), false)]);
+        assert!(s.list_dir(b"plain/b").is_empty());
+    }
+
+    #[test]
     fn pieces_stored_by_several_writers_make_one_version() {
         let d = tempfile::tempdir().unwrap();
         let s = store(&format!("{}?dirs=3", d.path().display()));
