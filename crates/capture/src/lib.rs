@@ -13,6 +13,7 @@ pub mod append_end;
 pub mod copy;
 pub mod data;
 pub mod dirlist;
+pub mod dirops;
 pub mod dprintf;
 pub mod execl;
 pub mod execpath;
