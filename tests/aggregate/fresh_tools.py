@@ -14,7 +14,8 @@ byte for byte:
                   set then relative reads by the shell and by the programs
                   it starts (cat, /bin/pwd, python's getcwd/listdir);
                   then `rm -r` of a set directory, `shutil.rmtree` of a tree
-                  of plain files and `chmod -R` of another: a later job's
+                  of plain files, `chmod -R` of another, `mkdir` and new
+                  files in it after `cd` (relative names): a later job's
                   find (with modes) and du equal the direct tree's after
                   the same, and the remote holds neither removed tree
                   (POSIX: no such directory; objstore: `paralog sets` does
@@ -79,8 +80,10 @@ cd ../../plain/b && cat c/x.txt && echo && ls -R
 '''
 
 # Then, in ROOT: rm -r of a set, an fd-based walk that deletes (Python's
-# shutil.rmtree) and chmod -R.
-REMOVE = 'cd "$1"; rm -r ckpt/step-0; "$2" -c "$3"; chmod -R go-rx plain'
+# shutil.rmtree), chmod -R, and new files and a directory made in a
+# directory only the remote has, after `cd` (relative names).
+REMOVE = ('cd "$1"; rm -r ckpt/step-0; "$2" -c "$3"; chmod -R go-rx plain; '
+          'cd plain/a; mkdir new; echo made > new/f.txt; echo more > g.txt')
 
 
 def case_tools(objstore):
@@ -139,7 +142,9 @@ def case_tools(objstore):
         else:
             left = [p for p in ("ckpt/step-0", "plain/b") if (remote / p).exists()]
             check(not left, f"rm -r left {left} on the remote")
-        check(not any(prefix.iterdir()), f"rm -r left {sorted(prefix.iterdir())} in the prefix")
+        # mkdir made plain/a/new's chain in the prefix; files go through the log.
+        files = [p for p in prefix.rglob("*") if not p.is_dir()]
+        check(not files, f"the changes left files {files} in the prefix")
         kind = "object layout" if objstore else "POSIX remote"
         return f"{kind}: find, du, ls -R, tar, walks, cd and rm -r equal to the direct tree's"
     return case

@@ -20,7 +20,17 @@ use crate::state::{self, lock, CResult, State};
 
 unsafe fn mkdir_captured(abs: &Path, mode: mode_t, real: impl FnOnce() -> c_int) -> CResult<c_int> {
     if real() != 0 {
-        return Err(state::errno());
+        let e = state::errno();
+        // In a directory only the remote has (a fresh prefix): its chain is
+        // made in the prefix first (and the name given whole: relative to
+        // a dead directory the kernel finds nothing).
+        if !(e == libc::ENOENT && crate::remotedir::make_parent(abs)) {
+            return Err(e);
+        }
+        let c = c_path(abs)?;
+        if pass!(mkdir(c.as_ptr(), mode), -1) != 0 {
+            return Err(state::errno());
+        }
     }
     let remote = {
         let mut slot = lock();

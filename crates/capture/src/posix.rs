@@ -437,6 +437,8 @@ fn parent_dir_exists(st: &State, abs: &Path) -> bool {
     }
     crate::namespace::remote_dir(st, parent)
         .is_some_and(|r| std::fs::metadata(r).is_ok_and(|m| m.is_dir()))
+        // An object layout's directory of names, or a set's directory.
+        || crate::remotedir::stand_in(st, parent).is_some()
 }
 
 // ---- close, dup ----------------------------------------------------------

@@ -224,7 +224,8 @@ pub fn leave_cwd() {
 
 /// The working directory this process started in, when it is a dead
 /// directory its parent made (`getcwd` fails there with ENOENT): the
-/// parent set `PWD` to the view directory it stands for.
+/// parent set `PWD` to the view directory it stands for. Taken over when
+/// the library loads (`inherit::at_load`: one `readlink` per process).
 pub fn inherited_cwd() -> Option<PathBuf> {
     let crate::settings::Settings::On(c) = crate::state::settings() else {
         return None;
