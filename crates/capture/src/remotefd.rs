@@ -237,10 +237,14 @@ pub fn inherited_cwd() -> Option<PathBuf> {
         return None;
     }
     let pwd = PathBuf::from(std::env::var_os("PWD")?);
-    if !pwd.is_absolute() || !pwd.starts_with(&c.prefix) {
+    if !pwd.is_absolute() {
         return None;
     }
+    // Never a directory outside the prefix (`..` in PWD).
     let pwd = crate::settings::normalize(&pwd);
+    if !pwd.starts_with(&c.prefix) {
+        return None;
+    }
     let (dev, ino) = identity_of_cwd()?;
     enter_cwd(&pwd, dev, ino);
     Some(pwd)
