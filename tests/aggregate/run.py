@@ -394,6 +394,8 @@ def main():
     # A restart in a new job on a fresh prefix: tests/aggregate/fresh.py.
     from tests.aggregate import fresh
     cases += fresh.cases(sys.modules[__name__])
+    from tests.aggregate import fresh_tools
+    cases += fresh_tools.cases()
     # Many nodes (the server job): tests/aggregate/nodes.py.
     from tests.aggregate import nodes
     cases += nodes.cases()

@@ -13,6 +13,8 @@
 //!   the containers as objects, published through the layout's own publish;
 //! - `objpublish`: the record's publish and orphan collection on the object
 //!   layout (feature `writer`);
+//! - `remove`: a set whose every member was deleted, removed (feature
+//!   `writer`);
 //! - `reader`: open a set, list members, verified reads; plain file I/O,
 //!   all the capture library links.
 
@@ -27,6 +29,8 @@ pub mod container;
 pub mod objpublish;
 #[cfg(feature = "writer")]
 pub mod publish;
+#[cfg(feature = "writer")]
+pub mod remove;
 #[cfg(feature = "rule")]
 pub mod rule;
 

@@ -151,13 +151,11 @@ pub fn list_sets(store: &ObjStore) -> Result<Vec<(PathBuf, Result<SetRecord>)>> 
     while let Some(rel) = stack.pop() {
         let b = rel.as_os_str().as_bytes();
         if !b.is_empty() && has_record(store, b) {
-            let r = read_record(store, b).and_then(|r| {
-                r.map(|(r, _)| r).ok_or_else(|| AggError::Invalid {
-                    path: display_path(store, &object_name(b, RECORD_NAME.as_bytes())),
-                    what: "the record's latest version deletes it".into(),
-                })
-            });
-            out.push((rel.clone(), r));
+            match read_record(store, b) {
+                // Removed: its program deleted every member (crate::remove).
+                Ok(None) => {}
+                r => out.push((rel.clone(), r.map(|r| r.expect("a record").0))),
+            }
             continue;
         }
         let Ok(entries) = std::fs::read_dir(meta.join(&rel)) else {

@@ -188,6 +188,25 @@ impl SetWriter {
         self.previous.as_ref()
     }
 
+    /// Whether no member was added (nor copied from the previous version).
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Remove the set instead of publishing it with no member (its program
+    /// deleted every one; `crate::remove`). Nothing to do when it was never
+    /// published.
+    pub fn remove(mut self) -> Result<()> {
+        self.hit("aggregate.before_record");
+        if let Some(prev) = self.previous.take() {
+            match &self.obj {
+                Some(store) => crate::remove::remove_set_obj(store, &prev)?,
+                None => crate::remove::remove_set(&self.dir, &prev)?,
+            }
+        }
+        Ok(())
+    }
+
     fn hit(&self, point: &str) {
         if let Some(h) = &self.hook {
             h(point);

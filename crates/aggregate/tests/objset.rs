@@ -161,3 +161,25 @@ fn two_publishers_at_once_lose_neither_set() {
     let latest = SetReader::open_obj(&s, b"ckpt/step-1").unwrap().unwrap();
     assert_eq!(read_member(&latest, b"rank-0.dat").unwrap(), b);
 }
+
+#[test]
+fn a_set_whose_every_member_was_deleted_is_removed() {
+    let d = tempfile::tempdir().unwrap();
+    let s = store(d.path());
+    write_set(
+        &s,
+        &[
+            ("rank-0.dat", bytes(1, 5000)),
+            ("rank-1.dat", bytes(2, 7000)),
+        ],
+        2,
+    );
+    let w = SetWriter::new_obj(&s, b"ckpt/step-1", 2, 4096).unwrap();
+    assert!(w.is_empty());
+    w.remove().unwrap();
+    // The record object's latest version deletes it; the containers are gone.
+    assert_eq!(objects(d.path(), "ckpt/step-1"), vec!["set.plr"]);
+    assert!(objset::read_record(&s, b"ckpt/step-1").unwrap().is_none());
+    assert!(objset::list_sets(&s).unwrap().is_empty());
+    assert!(!s.is_directory(b"ckpt/step-1") && !s.is_directory(b"ckpt"));
+}

@@ -399,3 +399,28 @@ fn a_new_version_replaces_the_old_and_collects_its_containers() {
         .mode();
     assert_eq!(mode & 0o777, 0o644);
 }
+
+#[test]
+fn a_set_whose_every_member_was_deleted_is_removed() {
+    let (t, _) = published_set(3, 10_000, 2, 4096);
+    let dir = t.path().join("s");
+    let w = SetWriter::new(t.path(), b"s", 2, 4096).unwrap();
+    assert!(w.is_empty());
+    w.remove().unwrap();
+    assert!(set_files(&dir).is_empty(), "left: {:?}", set_files(&dir));
+    assert!(SetReader::open(&dir).unwrap().is_none());
+    // A crash after the record's removal (the commit) and before the
+    // containers': they are orphans, collected.
+    let (t, _) = published_set(3, 10_000, 2, 4096);
+    let dir = t.path().join("s");
+    std::fs::remove_file(dir.join(RECORD_NAME)).unwrap();
+    assert_eq!(collect_orphans(&dir).unwrap().len(), 2);
+    assert!(set_files(&dir).is_empty());
+    // A set never published: nothing to remove.
+    let t = tempfile::tempdir().unwrap();
+    SetWriter::new(t.path(), b"s", 1, 4096)
+        .unwrap()
+        .remove()
+        .unwrap();
+    assert!(set_files(&t.path().join("s")).is_empty());
+}

@@ -349,17 +349,45 @@ impl ObjStore {
     }
 
     /// Whether `dir` ("" for the root) is a directory of names: its
-    /// metadata directory exists and it is not itself an object (no
-    /// version). Names are paths, so a directory is what objects' names
-    /// pass through (a program's `ckpt/` and its set directories).
+    /// metadata directory exists, it is not itself an object (no
+    /// version), and some object below it is not deleted. Names are paths,
+    /// so a directory is what objects' names pass through (a program's
+    /// `ckpt/` and its set directories), and it is gone once every object
+    /// below it is (`rm -r`; their versions stay, as history).
     pub fn is_directory(&self, dir: &[u8]) -> bool {
+        self.names_directory(dir) && (dir.is_empty() || self.holds_objects(dir))
+    }
+
+    /// Whether `dir` is a directory of names, or was one until every
+    /// object below it was deleted (its metadata directory is there, and
+    /// it is not an object).
+    pub fn names_directory(&self, dir: &[u8]) -> bool {
         self.meta_dir(dir).is_dir() && self.versions(dir).is_ok_and(|v| v.is_empty())
+    }
+
+    /// Whether some object below the directory of names `dir` is not
+    /// deleted (one whose record cannot be read counts: reading it
+    /// reports why). It stops at the first.
+    fn holds_objects(&self, dir: &[u8]) -> bool {
+        let Ok(entries) = std::fs::read_dir(self.meta_dir(dir)) else {
+            return false;
+        };
+        entries.flatten().any(|e| {
+            let name = [dir, b"/", e.file_name().as_bytes()].concat();
+            e.file_type().is_ok_and(|t| t.is_dir())
+                && match self.version(&name, None) {
+                    Ok(Some(v)) => !v.deleted,
+                    Err(_) => true,
+                    Ok(None) => self.holds_objects(&name),
+                }
+        })
     }
 
     /// The names directly below the directory of names `dir` ("" for the
     /// root), each with whether it is an object (else a directory of
     /// further names). An object whose latest version deletes it is not
-    /// listed; one whose record cannot be read is (reading it reports why).
+    /// listed, nor a directory of names only such objects are below; one
+    /// whose record cannot be read is (reading it reports why).
     pub fn list_dir(&self, dir: &[u8]) -> Vec<(Vec<u8>, bool)> {
         let Ok(entries) = std::fs::read_dir(self.meta_dir(dir)) else {
             return Vec::new();
@@ -378,7 +406,10 @@ impl ObjStore {
             match self.version(&name, None) {
                 Ok(Some(v)) if v.deleted => continue,
                 Ok(Some(_)) | Err(_) => out.push((leaf.as_bytes().to_vec(), true)),
-                Ok(None) => out.push((leaf.as_bytes().to_vec(), false)),
+                Ok(None) if self.holds_objects(&name) => {
+                    out.push((leaf.as_bytes().to_vec(), false))
+                }
+                Ok(None) => continue,
             }
         }
         out
@@ -1142,6 +1173,23 @@ mod tests {
             vec![(b"set.plr".to_vec(), true)]
         );
         assert!(s.list_dir(b"nothing").is_empty());
+    }
+
+    #[test]
+    fn a_directory_of_names_whose_objects_are_all_deleted_is_gone() {
+        let d = tempfile::tempdir().unwrap();
+        let s = store(&d.path().display().to_string());
+        put_version(&s, b"plain/b/c/x.txt", 0, b"x");
+        put_version(&s, b"plain/a/y.txt", 0, b"y");
+        let mut sink = s.begin(b"plain/b/c/x.txt", &shape()).unwrap();
+        sink.apply(RemoteOp::Delete).unwrap();
+        sink.commit().unwrap();
+        // Its versions stay (history), the directories above it go.
+        assert!(s.names_directory(b"plain/b/c") && s.names_directory(b"plain/b"));
+        assert!(!s.is_directory(b"plain/b/c") && !s.is_directory(b"plain/b"));
+        assert!(s.is_directory(b"plain") && s.is_directory(b"plain/a"));
+        assert_eq!(s.list_dir(b"plain"), vec![(b"a".to_vec(), false)]);
+        assert!(s.list_dir(b"plain/b").is_empty());
     }
 
     #[test]

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::{CStr, OsStr};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -147,6 +147,28 @@ unsafe fn make_listing(real: *mut DIR, abs: &Path, stand_in: bool) -> CResult<*m
             f(real);
         }
     }
+    let listing = Box::new(Listing {
+        real,
+        entries: view_names(names, abs)?,
+        pos: 0,
+        ent: std::mem::zeroed(),
+    });
+    let p = Box::into_raw(listing) as *mut DIR;
+    OURS.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(HashSet::new)
+        .insert(p as usize);
+    N_OURS.fetch_add(1, Ordering::Relaxed);
+    Ok(p)
+}
+
+/// The entries of directory `abs` in the program's view: `names` (the
+/// real directory's) with the remote's, a set's members and this job's
+/// files.
+unsafe fn view_names(
+    mut names: BTreeMap<Vec<u8>, (u8, u64)>,
+    abs: &Path,
+) -> CResult<Vec<(Vec<u8>, u8, u64)>> {
     let mut slot = lock();
     let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
     // The names an object layout holds here (a POSIX remote's are read
@@ -201,23 +223,14 @@ unsafe fn make_listing(real: *mut DIR, abs: &Path, stand_in: bool) -> CResult<*m
             names.remove(&f.name);
         }
     }
-    let listing = Box::new(Listing {
-        real,
-        entries: names.into_iter().map(|(n, (t, i))| (n, t, i)).collect(),
-        pos: 0,
-        ent: std::mem::zeroed(),
-    });
-    let p = Box::into_raw(listing) as *mut DIR;
-    OURS.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get_or_insert_with(HashSet::new)
-        .insert(p as usize);
-    N_OURS.fetch_add(1, Ordering::Relaxed);
-    Ok(p)
+    Ok(names.into_iter().map(|(n, (t, i))| (n, t, i)).collect())
 }
 
 unsafe fn open_listing(path: *const c_char) -> Option<*mut DIR> {
     let g = Guard::enter()?;
+    // A name relative to a dead directory (remotefd.rs): by its path.
+    let rewritten = crate::remotefd::absolute(libc::AT_FDCWD, path);
+    let path = rewritten.as_ref().map_or(path, |c| c.as_ptr());
     let p = Path::new(OsStr::from_bytes(CStr::from_ptr(path).to_bytes()));
     let abs = listed_dir(crate::state::resolve(libc::AT_FDCWD, p)?)?;
     let r = contain("opendir", std::ptr::null_mut(), || {
@@ -227,21 +240,23 @@ unsafe fn open_listing(path: *const c_char) -> Option<*mut DIR> {
         }
         let err = crate::state::errno();
         // A directory only the remote holds (a new job on a fresh prefix):
-        // its stream is the remote's, so `dirfd` names that directory.
-        let stand_in = match err {
+        // its stream is a dead directory's, whose descriptor (`dirfd`)
+        // capture knows as this directory.
+        let fd = match err {
             libc::ENOENT => {
                 let mut slot = lock();
-                State::get(&mut slot).and_then(|st| crate::remotedir::stand_in(st, &abs))
+                let st = State::get(&mut slot).ok_or(err)?;
+                crate::remotefd::open(st, &abs, libc::O_CLOEXEC)?
             }
             _ => None,
         };
-        let Some(c) =
-            stand_in.and_then(|p| std::ffi::CString::new(p.into_os_string().into_vec()).ok())
-        else {
+        let Some(fd) = fd else {
             return Err(err);
         };
-        let real = pass!(opendir(c.as_ptr()), std::ptr::null_mut());
+        let real = pass!(fdopendir(fd), std::ptr::null_mut());
         if real.is_null() {
+            crate::remotefd::forget(fd);
+            libc::close(fd);
             return Err(err);
         }
         make_listing(real, &abs, true)
@@ -254,14 +269,20 @@ unsafe fn open_listing(path: *const c_char) -> Option<*mut DIR> {
 #[no_mangle]
 pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
     let listed = Guard::enter().and_then(|g| {
+        // A directory only the remote has (remotefd.rs), or a real one.
+        if let Some(abs) = crate::remotefd::path_of(fd) {
+            return Some((g, abs, true));
+        }
         let abs = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
-        Some((g, listed_dir(abs)?))
+        Some((g, listed_dir(abs)?, false))
     });
     let real = pass!(fdopendir(fd), std::ptr::null_mut());
     match listed {
-        Some((_g, abs)) if !real.is_null() => contain("fdopendir", std::ptr::null_mut(), || {
-            make_listing(real, &abs, false)
-        }),
+        Some((_g, abs, stand_in)) if !real.is_null() => {
+            contain("fdopendir", std::ptr::null_mut(), || {
+                make_listing(real, &abs, stand_in)
+            })
+        }
         _ => real,
     }
 }
@@ -337,7 +358,49 @@ pub unsafe extern "C" fn closedir(d: *mut DIR) -> c_int {
         }
         N_OURS.fetch_sub(1, Ordering::Relaxed);
         let l = Box::from_raw(d as *mut Listing);
+        crate::remotefd::forget(pass!(dirfd(l.real), -1));
         return pass!(closedir(l.real), -1);
     }
+    crate::remotefd::forget(pass!(dirfd(d), -1));
     pass!(closedir(d), -1)
+}
+
+/// `getdents64` of a descriptor of a directory only the remote has
+/// (remotefd.rs): the entries of its listing, from where the last call
+/// ended; other descriptors are the kernel's.
+#[no_mangle]
+pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut libc::c_void, n: usize) -> isize {
+    let Some(abs) = crate::remotefd::path_of(fd) else {
+        return pass!(getdents64(fd, buf, n), -1);
+    };
+    let Some(_g) = Guard::enter() else {
+        return pass!(getdents64(fd, buf, n), -1);
+    };
+    contain("getdents64", -1, || {
+        let entries = view_names(BTreeMap::new(), &abs)?;
+        let mut at = crate::remotefd::cursor(fd);
+        let mut used = 0usize;
+        // struct linux_dirent64: ino, off, reclen, type, the name and its
+        // NUL, padded to 8 bytes.
+        while let Some((name, t, ino)) = entries.get(at) {
+            let len = (19 + name.len() + 1).next_multiple_of(8);
+            if used + len > n {
+                if used == 0 {
+                    return Err(libc::EINVAL);
+                }
+                break;
+            }
+            let rec = std::slice::from_raw_parts_mut((buf as *mut u8).add(used), len);
+            rec.fill(0);
+            rec[0..8].copy_from_slice(&ino.to_ne_bytes());
+            rec[8..16].copy_from_slice(&(at as i64 + 1).to_ne_bytes());
+            rec[16..18].copy_from_slice(&(len as u16).to_ne_bytes());
+            rec[18] = *t;
+            rec[19..19 + name.len()].copy_from_slice(name);
+            used += len;
+            at += 1;
+        }
+        crate::remotefd::set_cursor(fd, at);
+        Ok(used as isize)
+    })
 }

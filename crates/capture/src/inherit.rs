@@ -416,6 +416,8 @@ extern "C" fn at_load() {
         }
         let Some(_g) = Guard::enter() else { return };
         crate::execpath::forget_copy();
+        // Started in a directory only the remote has (a shell's `cd`).
+        crate::remotefd::inherited_cwd();
         let mut slot = lock();
         if slot.is_some() {
             return;

@@ -16,10 +16,7 @@
 //!   outside the prefix into it.
 //! - `link` onto or from a captured file fails with EXDEV: a copy would
 //!   part ways with its source at the next write.
-//! - `mkdir` and `rmdir` act on the prefix, and on a POSIX remote other
-//!   than the prefix too, since no directory reaches it otherwise; `rmdir`
-//!   first waits until every delete under the directory is drained, so that
-//!   the directory is empty on the remote as in the program's view.
+//! - `mkdir` and `rmdir`: `dirops.rs`.
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -106,7 +103,7 @@ pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_in
         return pass!(unlinkat(dirfd, path, flags), -1);
     };
     if flags & libc::AT_REMOVEDIR != 0 {
-        return contain("unlinkat", -1, || rmdir_captured(&abs));
+        return contain("unlinkat", -1, || crate::dirops::rmdir_captured(&abs));
     }
     contain("unlinkat", -1, || {
         let id = {
@@ -375,7 +372,7 @@ pub(crate) fn wait_drained(abs: &Path, what: &str) -> CResult<()> {
 /// Poll `pending` until nothing is left to drain, up to `RMDIR_WAIT`; past
 /// it, one line says what was not drained (`late`: "SUBJECT: ITEMS"), and
 /// EBUSY.
-fn until_drained(
+pub(crate) fn until_drained(
     mut pending: impl FnMut() -> CResult<bool>,
     late: impl FnOnce() -> String,
 ) -> CResult<()> {
@@ -417,7 +414,7 @@ fn chmod_captured(abs: &Path, mode: mode_t) -> CResult<Option<c_int>> {
         (exists, st.by_path.contains_key(abs), target)
     };
     if !exists {
-        return Ok(None);
+        return crate::remotedir::chmod_dir(abs, mode);
     }
     if !open {
         wait_drained(abs, "chmod")?;
@@ -497,102 +494,4 @@ pub(crate) fn remote_dir(st: &State, abs: &Path) -> Option<PathBuf> {
 
 pub(crate) fn c_path(p: &Path) -> CResult<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| libc::EINVAL)
-}
-
-unsafe fn mkdir_captured(abs: &Path, mode: mode_t, real: impl FnOnce() -> c_int) -> CResult<c_int> {
-    if real() != 0 {
-        return Err(state::errno());
-    }
-    let remote = {
-        let mut slot = lock();
-        State::get(&mut slot).and_then(|st| remote_dir(st, abs))
-    };
-    if let Some(r) = remote {
-        let c = c_path(&r)?;
-        if let Some(f) = crate::real::mkdir() {
-            if f(c.as_ptr(), mode) != 0 && state::errno() != libc::EEXIST {
-                report::line(&format!(
-                    "mkdir {} on the remote: {}",
-                    r.display(),
-                    std::io::Error::last_os_error()
-                ));
-            }
-        }
-    }
-    Ok(0)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
-    let Some((_g, abs, _)) = prefix_path(path) else {
-        return pass!(mkdir(path, mode), -1);
-    };
-    contain("mkdir", -1, || {
-        mkdir_captured(&abs, mode, || pass!(mkdir(path, mode), -1))
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
-    let Some((_g, abs)) = at_path(dirfd, path) else {
-        return pass!(mkdirat(dirfd, path, mode), -1);
-    };
-    contain("mkdirat", -1, || {
-        mkdir_captured(&abs, mode, || pass!(mkdirat(dirfd, path, mode), -1))
-    })
-}
-
-/// rmdir under the prefix: empty in the program's view (no captured file
-/// exists under it), and once every delete under it is drained, removed
-/// from the prefix and from a POSIX remote other than it.
-fn rmdir_captured(abs: &Path) -> CResult<c_int> {
-    until_drained(
-        || {
-            let mut slot = lock();
-            let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
-            let under = crate::dirlist::logged(st, abs, true)?;
-            if under.iter().any(|f| f.exists) {
-                return Err(libc::ENOTEMPTY);
-            }
-            Ok(under.iter().any(|f| f.pending))
-        },
-        || format!("rmdir {}: the deletes under it", abs.display()),
-    )?;
-    let remote = {
-        let mut slot = lock();
-        State::get(&mut slot).and_then(|st| remote_dir(st, abs))
-    };
-    let c = c_path(abs)?;
-    // SAFETY: a NUL-terminated path.
-    let rc = unsafe { pass!(rmdir(c.as_ptr()), -1) };
-    if rc != 0 {
-        let e = state::errno();
-        if !(e == libc::ENOENT && remote.is_some()) {
-            return Err(e);
-        }
-    }
-    if let Some(r) = remote {
-        let c = c_path(&r)?;
-        // SAFETY: a NUL-terminated path.
-        if unsafe { pass!(rmdir(c.as_ptr()), -1) } != 0 {
-            let e = state::errno();
-            if e != libc::ENOENT {
-                report::line(&format!(
-                    "rmdir {} on the remote: {}",
-                    r.display(),
-                    std::io::Error::from_raw_os_error(e)
-                ));
-                return Err(e);
-            }
-        }
-    }
-    Ok(0)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
-    let Some((_g, abs, _)) = prefix_path(path) else {
-        return pass!(rmdir(path), -1);
-    };
-    contain("rmdir", -1, || rmdir_captured(&abs))
 }

@@ -258,18 +258,22 @@ unsafe fn paralog_open_impl(
     match decision {
         Some(OpenDecision::Fd(fd)) => fd,
         None => -1,
-        Some(OpenDecision::Pass) => forget_if_stale(match kind {
-            K_OPEN => pass!(open(path, flags, mode), -1),
-            K_OPEN64 => pass!(open64(path, flags, mode), -1),
-            K_OPENAT => pass!(openat(dirfd, path, flags, mode), -1),
-            K_OPENAT64 => pass!(openat64(dirfd, path, flags, mode), -1),
-            K_OPEN_2 => pass!(__open_2(path, flags), -1),
-            K_OPEN64_2 => pass!(__open64_2(path, flags), -1),
-            K_OPENAT_2 => pass!(__openat_2(dirfd, path, flags), -1),
-            K_OPENAT64_2 => pass!(__openat64_2(dirfd, path, flags), -1),
-            K_CREAT => pass!(creat(path, mode), -1),
-            _ => pass!(creat64(path, mode), -1),
-        }),
+        // A name relative to a dead directory (remotefd.rs): by its path.
+        Some(OpenDecision::Pass) => match crate::remotefd::absolute(dirfd, path) {
+            Some(c) => forget_if_stale(pass!(openat(libc::AT_FDCWD, c.as_ptr(), flags, mode), -1)),
+            None => forget_if_stale(match kind {
+                K_OPEN => pass!(open(path, flags, mode), -1),
+                K_OPEN64 => pass!(open64(path, flags, mode), -1),
+                K_OPENAT => pass!(openat(dirfd, path, flags, mode), -1),
+                K_OPENAT64 => pass!(openat64(dirfd, path, flags, mode), -1),
+                K_OPEN_2 => pass!(__open_2(path, flags), -1),
+                K_OPEN64_2 => pass!(__open64_2(path, flags), -1),
+                K_OPENAT_2 => pass!(__openat_2(dirfd, path, flags), -1),
+                K_OPENAT64_2 => pass!(__openat64_2(dirfd, path, flags), -1),
+                K_CREAT => pass!(creat(path, mode), -1),
+                _ => pass!(creat64(path, mode), -1),
+            }),
+        },
     }
 }
 
@@ -363,6 +367,11 @@ fn open_captured(dirfd: c_int, path: &Path, flags: c_int, mode: mode_t) -> CResu
         }
         None if !writing => {
             let committed = committed.expect("built for a new open");
+            if !committed.exists {
+                if let Some(fd) = crate::remotefd::open(st, &abs, flags)? {
+                    return Ok(OpenDecision::Fd(fd));
+                }
+            }
             // A file this job never wrote: the real file answers, unless
             // the drained bytes live on a remote other than the prefix (then
             // the prefix holds no copy, and the program reads its output
@@ -428,6 +437,8 @@ fn parent_dir_exists(st: &State, abs: &Path) -> bool {
     }
     crate::namespace::remote_dir(st, parent)
         .is_some_and(|r| std::fs::metadata(r).is_ok_and(|m| m.is_dir()))
+        // An object layout's directory of names, or a set's directory.
+        || crate::remotedir::stand_in(st, parent).is_some()
 }
 
 // ---- close, dup ----------------------------------------------------------
@@ -435,6 +446,7 @@ fn parent_dir_exists(st: &State, abs: &Path) -> bool {
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if !is_captured(fd) {
+        crate::remotefd::forget(fd);
         return pass!(close(fd), -1);
     }
     let Some(_g) = Guard::enter() else {
@@ -451,6 +463,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 }
 
 unsafe fn dup_common(old: c_int, new_fd: c_int) -> c_int {
+    crate::remotefd::dup(old, new_fd);
     if new_fd >= 0 && is_captured(old) {
         if let Some(_g) = Guard::enter() {
             let mut slot = lock();

@@ -155,7 +155,13 @@ unsafe fn fill_stat(
 
 unsafe fn by_fd(fd: c_int, buf: *mut libc::stat) -> Option<c_int> {
     if !is_captured(fd) {
-        return None;
+        // A dead directory standing for one only the remote has: that one.
+        let abs = crate::remotefd::path_of(fd)?;
+        let _g = Guard::enter()?;
+        return stand_in_stat(&abs, buf).or_else(|| {
+            set_errno(libc::ENOENT);
+            Some(-1)
+        });
     }
     let _g = Guard::enter()?;
     let (size, fd, path, times, mode) = known(Some(fd), None)?;
@@ -178,6 +184,12 @@ fn link_target(abs: &Path) -> Option<std::path::PathBuf> {
 
 /// stat (`follow`) or lstat of a path.
 unsafe fn by_path(path: *const c_char, buf: *mut libc::stat, follow: bool) -> Option<c_int> {
+    // A name relative to a dead directory (remotefd.rs): by its path.
+    if let Some(c) = crate::remotefd::absolute(libc::AT_FDCWD, path) {
+        return Some(
+            by_path(c.as_ptr(), buf, follow).unwrap_or_else(|| real_stat(&c, buf, follow)),
+        );
+    }
     let (_g, abs, id) = prefix_path(path)?;
     // A symbolic link in the prefix: lstat answers the link itself (the
     // real one), stat the file it leads to, which may be capture's.
@@ -214,11 +226,22 @@ unsafe fn by_path(path: *const c_char, buf: *mut libc::stat, follow: bool) -> Op
 /// `remotedir`): the remote's directory answers; `None` (the real file
 /// system answers) when the prefix has the name or the remote has no
 /// directory there.
+/// Its identity is its own (`identity`), whatever stands in for it: the
+/// directory of members `set/node0` is answered from its set directory,
+/// and walks (`fts`) take two directories with one identity for a loop;
+/// its device is the prefix's, so that `find -xdev` and `du -x` do not
+/// stop at it.
 unsafe fn stand_in_stat(abs: &Path, buf: *mut libc::stat) -> Option<c_int> {
     let dir = crate::remotedir::for_missing(abs)?;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     let rc = libc::syscall(libc::SYS_newfstatat, libc::AT_FDCWD, c.as_ptr(), buf, 0) as c_int;
-    (rc == 0).then_some(0)
+    if rc != 0 {
+        return None;
+    }
+    let (dev, ino) = identity(abs);
+    (*buf).st_dev = dev as _;
+    (*buf).st_ino = ino as _;
+    Some(0)
 }
 
 unsafe fn by_at(
@@ -242,7 +265,19 @@ unsafe fn by_at(
     let abs = resolve(dirfd, Path::new(std::ffi::OsStr::from_bytes(p)))?;
     let c = std::ffi::CString::new(abs.as_os_str().as_bytes()).ok()?;
     drop(_g);
-    by_path(c.as_ptr(), buf, follow)
+    let ours = by_path(c.as_ptr(), buf, follow);
+    // Relative to a dead directory (remotefd.rs), the kernel must not see
+    // the relative name.
+    match crate::remotefd::path_of(dirfd) {
+        Some(_) => Some(ours.unwrap_or_else(|| real_stat(&c, buf, follow))),
+        None => ours,
+    }
+}
+
+/// The kernel's answer for an absolute path.
+unsafe fn real_stat(c: &std::ffi::CStr, buf: *mut libc::stat, follow: bool) -> c_int {
+    let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+    libc::syscall(libc::SYS_newfstatat, libc::AT_FDCWD, c.as_ptr(), buf, flags) as c_int
 }
 
 // The stat family: `*64` twins fill the same layout on the 64-bit ABIs.

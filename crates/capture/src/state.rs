@@ -822,10 +822,20 @@ pub fn resolve(dirfd: c_int, path: &Path) -> Option<PathBuf> {
     if path.is_absolute() {
         return Some(normalize(path));
     }
+    // A directory only the remote has (remotefd.rs) is a dead directory
+    // to the kernel: capture knows which one of the view it stands for.
     let base = if dirfd == libc::AT_FDCWD {
-        std::env::current_dir().ok()?
+        match crate::remotefd::cwd() {
+            Some(p) => p,
+            None => std::env::current_dir()
+                .ok()
+                .or_else(crate::remotefd::inherited_cwd)?,
+        }
     } else {
-        std::fs::read_link(format!("/proc/self/fd/{dirfd}")).ok()?
+        match crate::remotefd::path_of(dirfd) {
+            Some(p) => p,
+            None => std::fs::read_link(format!("/proc/self/fd/{dirfd}")).ok()?,
+        }
     };
     Some(normalize(&base.join(path)))
 }

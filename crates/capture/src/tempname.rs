@@ -172,7 +172,7 @@ pub unsafe extern "C" fn mkdtemp(template: *mut c_char) -> *mut c_char {
     if !under(template) {
         return pass!(mkdtemp(template), std::ptr::null_mut());
     }
-    match try_names(template, 0, || crate::namespace::mkdir(template, 0o700)) {
+    match try_names(template, 0, || crate::dirops::mkdir(template, 0o700)) {
         0 => template,
         _ => std::ptr::null_mut(),
     }

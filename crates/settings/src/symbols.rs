@@ -138,6 +138,10 @@ macro_rules! wrapped_symbols {
             closedir: fn(*mut DIR) -> c_int;
             dirfd: fn(*mut DIR) -> c_int;
             rewinddir: fn(*mut DIR) -> ();
+            getdents64: fn(c_int, *mut c_void, size_t) -> ssize_t;
+            chdir: fn(*const c_char) -> c_int;
+            fchdir: fn(c_int) -> c_int;
+            getcwd: fn(*mut c_char, size_t) -> *mut c_char;
             scandir: fn(*const c_char, *mut *mut *mut libc::dirent64, *mut c_void, *mut c_void) -> c_int;
             scandir64: fn(*const c_char, *mut *mut *mut libc::dirent64, *mut c_void, *mut c_void) -> c_int;
             scandirat: fn(c_int, *const c_char, *mut *mut *mut libc::dirent64, *mut c_void, *mut c_void) -> c_int;

@@ -146,8 +146,18 @@ pub(super) fn publish_set(
         }
     }
     crate::failpoint::hit("aggregate.before_publish");
-    let record = w.publish(p.complete).map_err(set_error)?;
-    tracing::info!(set = %set_dir.display(), version = record.version, members = record.members.len(), containers = record.containers.len(), complete = record.complete, "checkpoint set published");
+    // The program deleted every member (`rm -r` of the set directory): the
+    // set goes, so that its directory can go too.
+    let version = if w.is_empty() {
+        let version = old.as_ref().map_or(0, |o| o.record().version);
+        w.remove().map_err(set_error)?;
+        tracing::info!(set = %set_dir.display(), version, "checkpoint set removed: its program deleted every member");
+        version
+    } else {
+        let record = w.publish(p.complete).map_err(set_error)?;
+        tracing::info!(set = %set_dir.display(), version = record.version, members = record.members.len(), containers = record.containers.len(), complete = record.complete, "checkpoint set published");
+        record.version
+    };
 
     // The set is durable: the progress records, then the local records.
     let mut members = Vec::new();
@@ -175,7 +185,7 @@ pub(super) fn publish_set(
         }
     }
     drop(locks);
-    Ok((record.version, members))
+    Ok((version, members))
 }
 
 /// A member file's content as the set will hold it: its new epochs over
