@@ -65,20 +65,28 @@ print("restarted from", newest, "with", len(members), "members")
 '''
 
 
+def fresh_prefix(work, objstore, program, extra):
+    """Run `program(prefix)` under paralog (options `extra`) to a POSIX
+    remote or an object layout, then remove the prefix's directories and
+    the node-local log, as on another machine: (the empty prefix, the
+    remote's URL)."""
+    prefix, local = work / "prefix", work / "local"
+    remote = work / ("store" if objstore else "remote")
+    prefix.mkdir()
+    remote.mkdir()
+    url = f"objstore://{remote}" if objstore else remote
+    paralog_run(local, prefix, program(prefix), remote=url, extra=extra)
+    shutil.rmtree(prefix)
+    shutil.rmtree(local)
+    prefix.mkdir()
+    return prefix, url
+
+
 def case_fresh(agg, objstore):
     def case(work):
-        prefix, local = work / "prefix", work / "local"
-        remote = work / ("store" if objstore else "remote")
-        prefix.mkdir()
-        remote.mkdir()
-        url = f"objstore://{remote}" if objstore else remote
-        paralog_run(local, prefix, [agg.ckpt(), prefix, RANKS, STEPS, MEAN], remote=url,
-                    extra=("--aggregate", RULE, "--containers", "2"))
+        prefix, url = fresh_prefix(work, objstore, lambda p: [agg.ckpt(), p, RANKS, STEPS, MEAN],
+                                   ("--aggregate", RULE, "--containers", "2"))
         direct = agg.direct_run(work, RANKS)
-        # Another machine: no prefix directories, no node-local log.
-        shutil.rmtree(prefix)
-        shutil.rmtree(local)
-        prefix.mkdir()
         out = work / "restored"
         r = paralog_run(work / "local2", prefix, [PY, "-c", RESTART, prefix, out], remote=url, job="restart",
                         check=False)
@@ -113,16 +121,10 @@ for s in range(2):
 
 def case_subdirs(agg, objstore):
     def case(work):
-        prefix, local, direct = work / "prefix", work / "local", work / "direct"
-        remote = work / ("store" if objstore else "remote")
-        for d in (prefix, remote, direct):
-            d.mkdir()
-        url = f"objstore://{remote}" if objstore else remote
-        paralog_run(local, prefix, [PY, "-c", NESTED, prefix], remote=url, extra=("--aggregate", "out/{set}/**"))
+        prefix, url = fresh_prefix(work, objstore, lambda p: [PY, "-c", NESTED, p], ("--aggregate", "out/{set}/**"))
+        direct = work / "direct"
+        direct.mkdir()
         run([PY, "-c", NESTED, direct])
-        shutil.rmtree(prefix)
-        shutil.rmtree(local)
-        prefix.mkdir()
         copy = work / "copied"
         paralog_run(work / "local2", prefix, [PY, "-c", agg.COPY_OUT, prefix / "out", copy], remote=url,
                     job="restart")

@@ -22,8 +22,8 @@ byte for byte:
                   (POSIX: no such directory; objstore: `paralog sets` does
                   not list the set)
 """
-import shutil
 
+from tests.aggregate.fresh import fresh_prefix
 from tests.lib.check import check
 from tests.lib.compare import tree, tree_difference
 from tests.lib.paralog import paralog_run
@@ -111,17 +111,11 @@ REMOVE = ('cd "$1"; rm -r ckpt/step-0; "$2" -c "$3"; chmod -R go-rx plain; '
 
 def case_tools(objstore):
     def case(work):
-        prefix, local, direct = work / "prefix", work / "local", work / "direct"
+        prefix, url = fresh_prefix(work, objstore, lambda p: [PY, "-c", WRITER, p], ("--aggregate", RULE))
         remote = work / ("store" if objstore else "remote")
-        for d in (prefix, remote, direct):
-            d.mkdir()
-        url = f"objstore://{remote}" if objstore else remote
-        paralog_run(local, prefix, [PY, "-c", WRITER, prefix], remote=url, extra=("--aggregate", RULE))
+        direct = work / "direct"
+        direct.mkdir()
         run([PY, "-c", WRITER, direct])
-        # Another machine: no prefix directories, no node-local log.
-        shutil.rmtree(prefix)
-        shutil.rmtree(local)
-        prefix.mkdir()
         outs = {}
         for name, root, under in (("direct", direct, False), ("fresh", prefix, True)):
             untarred = work / f"untarred-{name}"
