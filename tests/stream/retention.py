@@ -67,6 +67,19 @@ QUOTA = 200_000
 BATCH = 100 * 104 + 88  # 100 events of 104 bytes, a batch's header and commit
 
 
+def read_json_lines(p, n, timeout=120):
+    """Up to `n` JSON lines a `stream tail` process prints, for at most
+    `timeout` seconds (less if it ends)."""
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        line = p.stdout.readline()
+        if not line:
+            break
+        got.append(json.loads(line))
+    return got
+
+
 def case_quota_at_once(work):
     local, remote = work / "local", work / "remote"
     remote.mkdir()
@@ -179,13 +192,7 @@ def case_tail(work):
     d = follow_drain(local, remote)
     for pid, n, _ in [producer_report(p) for p in [produce(local, 2000, flush_every=100) for _ in range(2)]]:
         pids[pid] = n
-    got = []
-    deadline = time.monotonic() + 120
-    while len(got) < 5000 and time.monotonic() < deadline:
-        line = t.stdout.readline()
-        if not line:
-            break
-        got.append(json.loads(line))
+    got = read_json_lines(t, 5000)
     stop(d)
     # The group's offsets are stored when tail waits for the next round.
     for _ in range(200):
@@ -241,13 +248,7 @@ def case_watermark(work):
     t = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     pids = dict(producer_report(p)[:2] for p in ps)
-    got = []
-    deadline = time.monotonic() + 120
-    while len(got) < 6000 and time.monotonic() < deadline:
-        line = t.stdout.readline()
-        if not line:
-            break
-        got.append(json.loads(line))
+    got = read_json_lines(t, 6000)
     stop(d)
     kill_tree(t)
     t.communicate()
