@@ -30,6 +30,10 @@ MPI servers exchanging the members over MPI.
                   the fix `paralog wait` said everything committed was
                   drained and exited 0: a set the server job parked had no
                   row in its status)
+  set removed     a restart job (fresh prefix, new node-local logs, a
+                  second server job): `rm -r` under capture on node 0 of
+                  the oldest set succeeds, the set and its directory are
+                  gone from the remote, `paralog sets` lists the others
 """
 import json
 import re
@@ -249,6 +253,46 @@ def case_rank_killed(flavour):
     return case
 
 
+def case_removed(flavour):
+    """rm -r of a set in a restart job: the sets written and drained by a
+    first server job, then, on a fresh prefix with new node-local logs, a
+    second server job running while `rm -r` (under capture, node 0) deletes
+    the oldest set: rm succeeds, the set and its directory are gone from
+    the remote, `paralog sets` lists the others (before the fix the server
+    job published an empty version whose containers kept the directory,
+    and rm's rmdir failed with ENOTEMPTY)."""
+    def case(work):
+        remote = work / "remote"
+        remote.mkdir()
+        nodes = 2
+        np = nodes * RANKS_PER_NODE
+        args = ["--aggregate", agg.RULE, *SERVER_ARGS]
+        c = Cluster(work / "write", flavour, nodes, str(remote), server_args=args)
+        try:
+            c.start_servers()
+            write_job(c, flavour, np)
+            c.wait(timeout=300)
+        finally:
+            c.stop()
+        first = sorted(r["set"] for r in agg.sets_json(remote, np, nodes))[0]
+        c = Cluster(work / "restart", flavour, nodes, str(remote), server_args=args)
+        try:
+            c.start_servers()
+            r = run(["rm", "-r", c.prefix / first], env=c.capture_env(c.env({"PARALOG_NODE": "n0"})),
+                    check=False, timeout=180)
+            check(r.returncode == 0, f"rm -r {first} exited {r.returncode}: {r.stderr[-600:]}\n{c.tail()}")
+            c.wait(timeout=300)
+        finally:
+            c.stop()
+        left = sorted(p.name for p in (remote / first).iterdir()) if (remote / first).exists() else None
+        check(left is None, f"{first} is still on the remote, holding {left}")
+        rows = json.loads(run([BIN, "sets", remote, "--json"]).stdout)
+        check(sorted(r["set"] for r in rows) == [f"ckpt/{d.name}" for d in agg.set_dirs(remote)]
+              and len(rows) == agg.STEPS - 1, f"paralog sets lists {rows}")
+        return f"{first} removed from the remote by the restart's server job, {len(rows)} set(s) left"
+    return case
+
+
 def cases():
     out = []
     for flavour in ("mpich", "openmpi"):
@@ -260,4 +304,5 @@ def cases():
         out.append((f"{flavour} leader killed", case_killed(flavour, "leader")))
         out.append((f"{flavour} sender killed", case_killed(flavour, "sender")))
         out.append((f"{flavour} rank killed", case_rank_killed(flavour)))
+        out.append((f"{flavour} set removed", case_removed(flavour)))
     return out

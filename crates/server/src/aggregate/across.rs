@@ -12,7 +12,9 @@
 //! 3. the leaders' placements go to the record writer; agreement (every
 //!    container durable, nothing failed);
 //! 4. the record writer commits the set record (temporary, fsync, rename:
-//!    the commit point); agreement;
+//!    the commit point), or, when the program deleted every member, removes
+//!    the set (`paralog_aggregate::remove`) and the leaders their new
+//!    containers; agreement;
 //! 5. only then every server writes its members' progress records and
 //!    deletes their local records.
 //!
@@ -30,6 +32,7 @@ use std::sync::Arc;
 use paralog_aggregate::format::{self, Container, SetRecord};
 use paralog_aggregate::publish::{collect_orphans, commit_record, create_dirs, new_attempt};
 use paralog_aggregate::reader::{ExtentsReader, SetReader};
+use paralog_aggregate::remove::remove_set;
 
 use crate::cluster::mpi::{Comm, MpiError, Reduce};
 use crate::drain::{lock_file_dir, DrainLock};
@@ -298,10 +301,22 @@ pub(crate) fn publish(
         ..Outcome::default()
     };
     let mut committed = false;
+    let mut removed = false;
     if sums[0] == 0 && me == writer {
         let origin = fresh.first().map(|f| f.inv.origin()).unwrap_or([0; 16]);
         let r = merge(plan, &dir, &all, &counts, origin).and_then(|rec| {
             crate::failpoint::hit("aggregate.before_record");
+            if rec.members.is_empty() {
+                // Its program deleted every member (`rm -r` of the set):
+                // the set goes, as on one node, never an empty version
+                // whose containers would keep its directory.
+                removed = true;
+                return match previous.as_ref() {
+                    Some(prev) => remove_set(&dir, prev).map_err(rel),
+                    None => Ok(()),
+                }
+                .map(|()| committed = true);
+            }
             commit_record(
                 &dir,
                 &rec,
@@ -316,10 +331,17 @@ pub(crate) fn publish(
             fail.get_or_insert(e);
         }
     }
-    // 4. Whether the record is in place (the writer says).
-    let mut c = [committed as u8];
+    // 4. Whether the record is in place, or the set removed (the writer
+    // says).
+    let mut c = [committed as u8 | (removed as u8) << 1];
     ctx.w(|m| m.bcast(&mut c, writer))?;
-    if c[0] == 0 {
+    if c[0] & 2 != 0 {
+        // This attempt's containers hold nothing any record lists.
+        if let Some(p) = container_path.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    if c[0] & 1 == 0 {
         if let Some(p) = container_path {
             let _ = std::fs::remove_file(p);
         }
@@ -355,7 +377,9 @@ pub(crate) fn publish(
     out.version = Some(version);
     out.epochs = t[0] as u64;
     out.bytes = t[1] as u64;
-    if me == writer {
+    if me == writer && c[0] & 2 != 0 {
+        tracing::info!(set = %dir.display(), "checkpoint set removed by the server job: its program deleted every member");
+    } else if me == writer {
         tracing::info!(set = %dir.display(), version, containers = plan.groups.len(), bytes_between_nodes = out.between, "checkpoint set published by the server job");
     }
     Ok(out)

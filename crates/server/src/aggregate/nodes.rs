@@ -40,6 +40,9 @@ pub struct NodeMember {
     pub pending: bool,
     /// Bytes of its pending epochs in this node's log.
     pub bytes: u64,
+    /// Its program deleted it (its newest pending epoch): final, whoever
+    /// writes the set on.
+    pub deleted: bool,
 }
 
 /// This node's member files, by set (kept for the transfer), and the
@@ -90,6 +93,7 @@ pub(crate) fn collect(
                         finished: f.finished,
                         pending: !f.pending.is_empty(),
                         bytes: f.pending.iter().map(|&id| f.inv.local_bytes(id)).sum(),
+                        deleted: f.deleted,
                     })
                     .collect(),
             }
@@ -116,7 +120,7 @@ pub fn encode(sets: &[NodeSet]) -> Vec<u8> {
         out.extend_from_slice(&(s.members.len() as u32).to_le_bytes());
         for m in &s.members {
             put(&mut out, &m.member);
-            out.push(m.finished as u8 | (m.pending as u8) << 1);
+            out.push(m.finished as u8 | (m.pending as u8) << 1 | (m.deleted as u8) << 2);
             out.extend_from_slice(&m.bytes.to_le_bytes());
         }
     }
@@ -184,6 +188,7 @@ pub fn decode(b: &[u8], node: usize) -> Result<Vec<NodeSet>, DecodeError> {
                 finished: flags & 1 != 0,
                 pending: flags & 2 != 0,
                 bytes,
+                deleted: flags & 4 != 0,
             });
         }
         out.push(NodeSet {
@@ -296,6 +301,10 @@ pub fn plan(nodes: &[Vec<NodeSet>], k: usize, finishing: bool, incomplete: bool)
             .collect();
         let complete = unfinished.is_empty();
         let moved_on = held.iter().all(|(_, s)| s.moved_on);
+        // Only deletions pending (`rm -r` of a set, on a restart): nothing
+        // more can come to those members, and the program deleting them
+        // waits for the drain (its `rmdir`), not for a newer set.
+        let deletions = members.iter().all(|(_, m)| !m.pending || m.deleted);
         let verdict = if let Some(why) = several {
             Verdict::Refuse(why)
         } else if !(complete || finishing && incomplete) {
@@ -303,7 +312,7 @@ pub fn plan(nodes: &[Vec<NodeSet>], k: usize, finishing: bool, incomplete: bool)
                 "members still being written: {}",
                 unfinished.join(", ")
             ))
-        } else if !(finishing || moved_on) {
+        } else if !(finishing || moved_on || deletions) {
             Verdict::Wait("waiting for a newer set on every node or the end of the job".into())
         } else {
             Verdict::Publish
@@ -361,6 +370,7 @@ mod tests {
                     finished: true,
                     pending: true,
                     bytes: *b,
+                    deleted: false,
                 })
                 .collect(),
         }
@@ -389,6 +399,22 @@ mod tests {
         let p = plan(&nodes, 1, false, false);
         assert_eq!(p[0].groups[0].leader, 1);
         assert_eq!((p[0].groups[0].first, p[0].groups[0].end), (0, 4));
+    }
+
+    #[test]
+    fn deletions_alone_do_not_wait_for_a_newer_set() {
+        // `rm -r` of a set on a restart: no newer set will come.
+        let mut deleting = set("s", false, &[("a", 0), ("b", 0)]);
+        deleting.members.iter_mut().for_each(|m| m.deleted = true);
+        let nodes = vec![vec![deleting.clone()], vec![]];
+        assert_eq!(plan(&nodes, 2, false, false)[0].verdict, Verdict::Publish);
+        // A member still being written beside them: the set waits.
+        deleting.members[1].deleted = false;
+        let nodes = vec![vec![deleting]];
+        assert!(matches!(
+            plan(&nodes, 1, false, false)[0].verdict,
+            Verdict::Wait(_)
+        ));
     }
 
     #[test]

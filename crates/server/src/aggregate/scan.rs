@@ -24,6 +24,8 @@ pub(crate) struct MemberFile {
     pub(crate) member: Vec<u8>,
     pub(crate) pending: Vec<EpochId>,
     pub(crate) finished: bool,
+    /// Its newest pending epoch deletes it (`nodes::NodeMember::deleted`).
+    pub(crate) deleted: bool,
     pub(crate) created: SystemTime,
 }
 
@@ -106,6 +108,7 @@ pub(crate) fn scan_member(
             .any(|e| paralog_log::single::is_staging_name(&e.file_name().to_string_lossy()))
     });
     let nothing_committed = inv.gens.is_empty();
+    let deleted = !pending.is_empty() && inv.logical_file(None).is_ok_and(|lf| lf.deleted);
     let created = std::fs::metadata(dir.join(layout::PATH_FILE))
         .and_then(|m| m.modified())
         .unwrap_or(SystemTime::UNIX_EPOCH);
@@ -118,6 +121,7 @@ pub(crate) fn scan_member(
             member: m.member,
             pending,
             finished: !uncommitted && last_open_ended && !staging && !nothing_committed,
+            deleted,
             created,
         },
     )))
