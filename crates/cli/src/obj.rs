@@ -291,6 +291,24 @@ fn read_slab(
     bail!("{name}: newer versions kept replacing the latest while it was read")
 }
 
+/// The versions `obj verify` reads: with `--all` every one not deleted
+/// (`versions`: each one's number and whether it deletes), else the one
+/// asked (`None`: the latest).
+pub(crate) fn to_verify(
+    all: bool,
+    version: Option<u64>,
+    versions: impl FnOnce() -> anyhow::Result<Vec<(u64, bool)>>,
+) -> anyhow::Result<Vec<Option<u64>>> {
+    if !all {
+        return Ok(vec![version]);
+    }
+    Ok(versions()?
+        .into_iter()
+        .filter(|&(_, deleted)| !deleted)
+        .map(|(n, _)| Some(n))
+        .collect())
+}
+
 pub(crate) fn print(out: &mut dyn Write, text: &str) -> anyhow::Result<()> {
     match out.write_all(text.as_bytes()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
@@ -430,16 +448,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         ObjCmd::Verify { url, version, all } => {
             let (store, name) = object(&url)?;
-            let numbers: Vec<Option<u64>> = if all {
-                store
+            let numbers = to_verify(all, version, || {
+                Ok(store
                     .versions(&name)?
                     .iter()
-                    .filter(|v| !v.deleted)
-                    .map(|v| Some(v.number))
-                    .collect()
-            } else {
-                vec![version]
-            };
+                    .map(|v| (v.number, v.deleted))
+                    .collect())
+            })?;
             for n in numbers {
                 let av = store.array(&name, n)?;
                 av.verify_chunks(&store)?;

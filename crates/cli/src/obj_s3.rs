@@ -11,7 +11,9 @@ use anyhow::{anyhow, bail, Context};
 use paralog_backend::{RemoteUrl, S3Url};
 use paralog_objects::{id_hex, parse_id, ArrayVersion, S3Store};
 
-use crate::obj::{chunk_slices, committed_line, parse_slice, print, version_json, ObjCmd};
+use crate::obj::{
+    chunk_slices, committed_line, parse_slice, print, to_verify, version_json, ObjCmd,
+};
 
 /// The S3 URL a command names, if it names one.
 fn s3_url(cmd: &ObjCmd) -> anyhow::Result<Option<S3Url>> {
@@ -125,16 +127,13 @@ pub fn run(cmd: &ObjCmd) -> anyhow::Result<Option<ExitCode>> {
         }
         ObjCmd::Verify { version, all, .. } => {
             let (store, name) = object(&url)?;
-            let numbers: Vec<Option<u64>> = if *all {
-                store
+            let numbers = to_verify(*all, *version, || {
+                Ok(store
                     .versions(&name)?
                     .iter()
-                    .filter(|v| !v.deleted)
-                    .map(|v| Some(v.number))
-                    .collect()
-            } else {
-                vec![*version]
-            };
+                    .map(|v| (v.number, v.deleted))
+                    .collect())
+            })?;
             for n in numbers {
                 let av = store.array(&name, n)?;
                 store.verify_chunks(&av)?;

@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::operation::head_object::HeadObjectOutput;
 use aws_sdk_s3::Client;
 use paralog_backend::{
     Backend, BackendError, EpochShape, EpochSink, ErrorKind, PartedBackend, S3Upload, S3Url,
@@ -176,6 +177,16 @@ impl S3Backend {
 
     /// The current object's size and ETag, if it exists.
     fn head(&self, key: &str) -> Result<Option<(u64, String)>, BackendError> {
+        Ok(self.head_object(key)?.map(|h| {
+            (
+                h.content_length().unwrap_or(0).max(0) as u64,
+                h.e_tag().unwrap_or_default().to_owned(),
+            )
+        }))
+    }
+
+    /// HEAD of `key`: `None` if there is no such object.
+    fn head_object(&self, key: &str) -> Result<Option<HeadObjectOutput>, BackendError> {
         self.rt.block_on(async {
             match self
                 .client
@@ -185,10 +196,7 @@ impl S3Backend {
                 .send()
                 .await
             {
-                Ok(h) => Ok(Some((
-                    h.content_length().unwrap_or(0).max(0) as u64,
-                    h.e_tag().unwrap_or_default().to_owned(),
-                ))),
+                Ok(h) => Ok(Some(h)),
                 Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 404) => Ok(None),
                 Err(e) => Err(self.err(key, "head object", e)),
             }

@@ -113,41 +113,33 @@ impl S3Backend {
     /// server's clock, to the second), or `None` if there is none.
     pub fn object_modified(&self, rel: &str) -> Result<Option<SystemTime>, BackendError> {
         let key = self.key(rel.as_bytes());
-        self.rt.block_on(async {
-            match self
-                .client
-                .head_object()
-                .bucket(&self.bucket)
-                .key(&key)
-                .send()
-                .await
-            {
-                Ok(h) => {
-                    let t = h.last_modified().ok_or_else(|| {
-                        self.err_msg(&key, "head object", "no Last-Modified in the answer".into())
-                    })?;
-                    SystemTime::try_from(*t).map(Some).map_err(|e| {
-                        self.err_msg(&key, "head object", format!("Last-Modified: {e}"))
-                    })
-                }
-                Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 404) => Ok(None),
-                Err(e) => Err(self.err(&key, "head object", e)),
-            }
-        })
+        let Some(h) = self.head_object(&key)? else {
+            return Ok(None);
+        };
+        let t = h.last_modified().ok_or_else(|| {
+            self.err_msg(&key, "head object", "no Last-Modified in the answer".into())
+        })?;
+        SystemTime::try_from(*t)
+            .map(Some)
+            .map_err(|e| self.err_msg(&key, "head object", format!("Last-Modified: {e}")))
     }
 
     /// Delete `rel` (no error if it is already gone).
     pub fn delete_object(&self, rel: &str) -> Result<(), BackendError> {
-        let key = self.key(rel.as_bytes());
+        self.delete_key(&self.key(rel.as_bytes()))
+    }
+
+    /// Delete the object at `key` (no error if it is already gone).
+    pub(crate) fn delete_key(&self, key: &str) -> Result<(), BackendError> {
         self.rt.block_on(async {
             self.client
                 .delete_object()
                 .bucket(&self.bucket)
-                .key(&key)
+                .key(key)
                 .send()
                 .await
                 .map(drop)
-                .map_err(|e| self.err(&key, "delete object", e))
+                .map_err(|e| self.err(key, "delete object", e))
         })
     }
 }

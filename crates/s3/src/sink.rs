@@ -383,17 +383,7 @@ impl EpochSink for S3Sink<'_> {
     fn commit(mut self: Box<Self>) -> Result<(), BackendError> {
         let be = self.be;
         if self.deleted {
-            let key = self.key.clone();
-            return be.rt.block_on(async {
-                be.client
-                    .delete_object()
-                    .bucket(&be.bucket)
-                    .key(&key)
-                    .send()
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| be.err(&key, "delete object", e))
-            });
+            return be.delete_key(&self.key);
         }
         if self.single() {
             let body = match self.cur.take() {

@@ -220,25 +220,15 @@ mod tests {
         );
         // A damaged chunk is refused, naming it.
         s.put("c", b"some bytes").unwrap();
-        let chunk = walk(&t.path().join("data"))
-            .into_iter()
-            .find(|p| std::fs::read(p).unwrap() == b"some bytes")
-            .unwrap();
+        let RemoteUrl::ObjStore(o) = &url else {
+            unreachable!("parsed as objstore:// above")
+        };
+        let layout = ObjStore::new(o);
+        let v = layout.version(b"c", None).unwrap().unwrap();
+        let chunk = layout.chunk_path(v.pieces[0].dir, &v.pieces[0].chunk);
+        assert_eq!(std::fs::read(&chunk).unwrap(), b"some bytes");
         std::fs::write(&chunk, b"some bytez").unwrap();
         let err = s.get("c").unwrap_err().to_string();
         assert!(err.contains(&chunk.display().to_string()), "{err}");
-    }
-
-    fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-        let mut out = Vec::new();
-        for e in std::fs::read_dir(dir).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                out.extend(walk(&p));
-            } else {
-                out.push(p);
-            }
-        }
-        out
     }
 }

@@ -376,6 +376,11 @@ mod tests {
         }
     }
 
+    /// The verdict on the one set of `nodes`.
+    fn verdict(nodes: &[Vec<NodeSet>], k: usize, finishing: bool) -> Verdict {
+        plan(nodes, k, finishing, false).remove(0).verdict
+    }
+
     #[test]
     fn k_groups_always() {
         // The seed's grouping makes 5 groups of 10 nodes for K = 6.
@@ -406,15 +411,14 @@ mod tests {
         // `rm -r` of a set on a restart: no newer set will come.
         let mut deleting = set("s", false, &[("a", 0), ("b", 0)]);
         deleting.members.iter_mut().for_each(|m| m.deleted = true);
-        let nodes = vec![vec![deleting.clone()], vec![]];
-        assert_eq!(plan(&nodes, 2, false, false)[0].verdict, Verdict::Publish);
+        assert_eq!(
+            verdict(&[vec![deleting.clone()], vec![]], 2, false),
+            Verdict::Publish
+        );
         // A member still being written beside them: the set waits.
         deleting.members[1].deleted = false;
-        let nodes = vec![vec![deleting]];
-        assert!(matches!(
-            plan(&nodes, 1, false, false)[0].verdict,
-            Verdict::Wait(_)
-        ));
+        let waits = verdict(&[vec![deleting]], 1, false);
+        assert!(matches!(waits, Verdict::Wait(_)), "{waits:?}");
     }
 
     #[test]
@@ -423,19 +427,13 @@ mod tests {
             vec![set("s", true, &[("a", 10)])],
             vec![set("s", false, &[("b", 30)])],
         ];
-        assert!(matches!(
-            plan(&nodes, 2, false, false)[0].verdict,
-            Verdict::Wait(_)
-        ));
-        assert_eq!(plan(&nodes, 2, true, false)[0].verdict, Verdict::Publish);
-        let nodes = vec![
+        assert!(matches!(verdict(&nodes, 2, false), Verdict::Wait(_)));
+        assert_eq!(verdict(&nodes, 2, true), Verdict::Publish);
+        let shared = [
             vec![set("s", true, &[("a", 10)])],
             vec![set("s", true, &[("a", 30)])],
         ];
-        assert!(matches!(
-            plan(&nodes, 2, true, false)[0].verdict,
-            Verdict::Refuse(_)
-        ));
+        assert!(matches!(verdict(&shared, 2, true), Verdict::Refuse(_)));
     }
 
     #[test]
