@@ -99,8 +99,10 @@ def case_h5py_mpi(work):
 MPI4PY_TESTS = TARGET / "mpi4py-3.1.4" / "test"
 # Each rank's unittest verdict, found wherever it starts: mpirun forwards
 # the two ranks' output and may join a line of one to the other's (in CI a
-# rank's "OK" followed the other's dots, and a line-anchored match saw one).
-SUMMARY = re.compile(r"(?<![A-Za-z])(OK(?: \([^)\n]*\))?|FAILED \([^)\n]*\))")
+# rank's "OK" followed the other's dots, and later the other's "Ran 14
+# tests in 0.052s": a line-anchored match, then one that wanted no letter
+# before it, saw one). No capital letter before it, no letter after it.
+SUMMARY = re.compile(r"(?<![A-Z])(OK(?: \([^)\n]*\))?|FAILED \([^)\n]*\))(?![A-Za-z])")
 
 
 def case_mpi4py(work, script, mode):
