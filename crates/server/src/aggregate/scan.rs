@@ -108,7 +108,11 @@ pub(crate) fn scan_member(
             .any(|e| paralog_log::single::is_staging_name(&e.file_name().to_string_lossy()))
     });
     let nothing_committed = inv.gens.is_empty();
-    let deleted = !pending.is_empty() && inv.logical_file(None).is_ok_and(|lf| lf.deleted);
+    let finished = !uncommitted && last_open_ended && !staging && !nothing_committed;
+    // Read (its manifests) only where it can matter: a set waits for an
+    // unfinished member whatever its epochs do.
+    let deleted =
+        finished && !pending.is_empty() && inv.logical_file(None).is_ok_and(|lf| lf.deleted);
     let created = std::fs::metadata(dir.join(layout::PATH_FILE))
         .and_then(|m| m.modified())
         .unwrap_or(SystemTime::UNIX_EPOCH);
@@ -120,7 +124,7 @@ pub(crate) fn scan_member(
             app_path: rec.path.clone(),
             member: m.member,
             pending,
-            finished: !uncommitted && last_open_ended && !staging && !nothing_committed,
+            finished,
             deleted,
             created,
         },
