@@ -68,6 +68,19 @@ def write_job(c, flavour, np, extra=None, check_rc=True):
     return run(cmd, env=env, timeout=300, check=check_rc)
 
 
+def written(work, flavour, nodes, remote, args):
+    """A server job (options `args`) on `nodes` nodes drains the checkpoint
+    job's sets to `remote` and ends: its Cluster."""
+    c = Cluster(work, flavour, nodes, str(remote), server_args=args)
+    try:
+        c.start_servers()
+        write_job(c, flavour, nodes * RANKS_PER_NODE)
+        c.wait(timeout=300)
+    finally:
+        c.stop()
+    return c
+
+
 def check_sets(c, work, remote, k, np):
     agg.check_layout(remote, k)
     direct = work / "direct"
@@ -99,13 +112,7 @@ def case_nodes(flavour, nodes, k):
         remote.mkdir()
         np = nodes * RANKS_PER_NODE
         args = ["--aggregate", agg.RULE, *SERVER_ARGS] + (["--containers", str(k)] if k != nodes else [])
-        c = Cluster(work, flavour, nodes, str(remote), server_args=args)
-        try:
-            c.start_servers()
-            write_job(c, flavour, np)
-            c.wait(timeout=300)
-        finally:
-            c.stop()
+        c = written(work, flavour, nodes, remote, args)
         direct, total = check_sets(c, work, remote, k, np)
         between, sets = totals(c)
         check(sets and int(sets[-1][0]) == agg.STEPS, f"the servers did not report {agg.STEPS} sets: {c.tail()}")
@@ -267,13 +274,7 @@ def case_removed(flavour):
         nodes = 2
         np = nodes * RANKS_PER_NODE
         args = ["--aggregate", agg.RULE, *SERVER_ARGS]
-        c = Cluster(work / "write", flavour, nodes, str(remote), server_args=args)
-        try:
-            c.start_servers()
-            write_job(c, flavour, np)
-            c.wait(timeout=300)
-        finally:
-            c.stop()
+        written(work / "write", flavour, nodes, remote, args)
         first = sorted(r["set"] for r in agg.sets_json(remote, np, nodes))[0]
         c = Cluster(work / "restart", flavour, nodes, str(remote), server_args=args)
         try:
