@@ -12,6 +12,10 @@
   private    while a run goes on, everything under the node-local root
              (logs, records, the server's log, lock, socket, snapshot and
              timeline) is the user's alone: directories 0700, files 0600
+  records    a finished job's records leave the root: the job directory at
+             once, its trash (removed by a detached rm, so the end of the
+             run does not wait for the file system) soon after; trash an
+             earlier run left (its rm killed) is removed by the next run
 
 Usage: python3 -m tests.correctness.run_summary
 Ends with "run summary: N passed, N failed".
@@ -25,7 +29,7 @@ import time
 
 from tests.lib.check import Suite, check, fail
 from tests.lib.mpi import mpi_env
-from tests.lib.paralog import paralog_run
+from tests.lib.paralog import jobs_left, paralog_run
 from tests.lib.paths import BIN, PY
 from tests.lib.proc import kill_tree, run
 
@@ -132,11 +136,33 @@ def case_private(work):
             kill_tree(proc)
 
 
+def case_records(work):
+    prefix, local = work / "p", work / "l"
+    prefix.mkdir()
+    left = local / ".paralog-trash-earlier" / "records" / "f-0" / "g000001"
+    left.mkdir(parents=True, mode=0o700)
+    (left / "e0000000001.data").write_bytes(b"x" * 4096)
+    os.chmod(local, 0o700)
+    script = f"for i in 1 2 3; do head -c 3000000 /dev/urandom > {prefix}/out.$i; done"
+    paralog_run(local, prefix, ["/bin/bash", "-c", script], mpi="none", env=ENV, timeout=120)
+    check(not jobs_left(local), f"job directories left after the run: {jobs_left(local)}")
+    deadline = time.time() + 20
+    trash = None
+    while time.time() < deadline:
+        trash = sorted(p.name for p in local.iterdir() if p.name.startswith(".paralog-trash-"))
+        if not trash:
+            break
+        time.sleep(0.1)
+    check(not trash, f"trash still under the root 20 s after the run: {trash}")
+    return "job directory gone at the end, its trash and an earlier run's soon after"
+
+
 def main():
     return Suite("run summary").run([("refused epoch makes run fail", case_refused),
                                      ("aborted ranks still counted", case_abort),
                                      ("status finds run's server without --job", case_status),
-                                     ("node-local files are private", case_private)])
+                                     ("node-local files are private", case_private),
+                                     ("finished records removed in the background", case_records)])
 
 
 if __name__ == "__main__":

@@ -265,7 +265,12 @@ impl RunSnapshot {
     /// that the job's log (in `root`) does not know, named as `run` and
     /// `status` print them.
     pub fn missed(&self, root: &Path, job: &str) -> Missed {
-        match self.before.missed(&self.prefix, &captured_paths(root, job)) {
+        self.missed_of(&captured_paths(root, job))
+    }
+
+    /// As `missed`, with the job's captured paths already read.
+    pub fn missed_of(&self, captured: &BTreeSet<Vec<u8>>) -> Missed {
+        match self.before.missed(&self.prefix, captured) {
             None => Missed::TooLarge,
             Some(files) => {
                 let lines = if files.is_empty() {
@@ -310,16 +315,19 @@ pub fn status_json(root: &Path, job: Option<&str>) -> serde_json::Value {
 
 /// The relative paths of every file the job's log knows.
 pub fn captured_paths(root: &Path, job: &str) -> BTreeSet<Vec<u8>> {
-    paralog_log::Inventory::scan(root)
-        .ok()
-        .and_then(|inv| inv.job(job).cloned())
-        .map(|j| {
-            j.files
-                .iter()
-                .filter_map(|f| f.record.as_ref().map(|r| r.rel.clone()))
-                .collect()
-        })
-        .unwrap_or_default()
+    let inv = paralog_log::Inventory::scan(root).ok();
+    captured_in(inv.as_ref().and_then(|inv| inv.job(job)))
+}
+
+/// The relative paths of every file a job's inventory knows.
+pub fn captured_in(job: Option<&paralog_log::reader::JobInventory>) -> BTreeSet<Vec<u8>> {
+    job.map(|j| {
+        j.files
+            .iter()
+            .filter_map(|f| f.record.as_ref().map(|r| r.rel.clone()))
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 /// The program a command runs: the first word, or for a launcher (mpirun,

@@ -103,9 +103,18 @@ fn exit_code_of(st: std::process::ExitStatus) -> u8 {
 
 /// Remove the job's directory when nothing is left in it but records of
 /// drained epochs: the job is over, its generation numbers are free.
-fn remove_finished_job(root: &Path, job: &str) -> anyhow::Result<bool> {
-    let inv = Inventory::scan(root)?;
-    let Some(j) = inv.job(job) else {
+/// Removes the records of a job whose every committed epoch is drained:
+/// `Ok(false)` (kept) if some epoch was never committed or drained. The
+/// records are renamed aside at once and deleted by a detached `rm`, so
+/// the end of the job does not wait for the file system to free them (a
+/// job's drained records can be hundreds of MiB: kept until now for an
+/// S3 remote). Trash a killed `rm` left is removed by the next run.
+fn remove_finished_job(
+    root: &Path,
+    job: &str,
+    inv: Option<&paralog_log::reader::JobInventory>,
+) -> anyhow::Result<bool> {
+    let Some(j) = inv else {
         return Ok(true);
     };
     // Records at or before the progress record are drained (kept until now
@@ -120,18 +129,83 @@ fn remove_finished_job(root: &Path, job: &str) -> anyhow::Result<bool> {
     {
         return Ok(false);
     }
-    std::fs::remove_dir_all(&j.dir).with_context(|| format!("removing {}", j.dir.display()))?;
+    let trash = new_trash_dir(root, job)?;
+    std::fs::rename(&j.dir, trash.join("records"))
+        .with_context(|| format!("moving {} aside", j.dir.display()))?;
     // The lock files capture made for the job's files (docs/capture.md).
     let locks = root.join(format!(
         "{}locks-{job}",
         paralog_log::layout::RUNTIME_PREFIX
     ));
-    if let Err(e) = std::fs::remove_dir_all(&locks) {
+    if let Err(e) = std::fs::rename(&locks, trash.join("locks")) {
         if e.kind() != std::io::ErrorKind::NotFound {
-            return Err(e).with_context(|| format!("removing {}", locks.display()));
+            return Err(e).with_context(|| format!("moving {} aside", locks.display()));
         }
     }
+    remove_detached(&[trash]);
     Ok(true)
+}
+
+/// A new directory for a job's trash: an earlier run of the same job name
+/// may have left one whose `rm` still runs.
+fn new_trash_dir(root: &Path, job: &str) -> anyhow::Result<PathBuf> {
+    let pid = std::process::id();
+    let mut n = 0u32;
+    loop {
+        let dir = root.join(format!(
+            "{}trash-{job}-{pid}-{n}",
+            paralog_log::layout::RUNTIME_PREFIX
+        ));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
+            Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
+        }
+    }
+}
+
+/// Trash directories earlier runs under `root` left (their `rm` killed).
+fn leftover_trash(root: &Path) -> Vec<PathBuf> {
+    let head = format!("{}trash-", paralog_log::layout::RUNTIME_PREFIX);
+    std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .as_encoded_bytes()
+                .starts_with(head.as_bytes())
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+/// `rm -rf` of `dirs` in a new session with no terminal and no pipes of
+/// ours: it outlives us, and whoever waits for our output is not kept
+/// waiting for it.
+fn remove_detached(dirs: &[PathBuf]) {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    if dirs.is_empty() {
+        return;
+    }
+    let mut rm = Command::new("rm");
+    rm.arg("-rf")
+        .arg("--")
+        .args(dirs)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: setsid is async-signal-safe and touches no memory of ours.
+    unsafe {
+        rm.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    if let Err(e) = rm.spawn() {
+        tracing::warn!(error = %e, "could not start rm for the drained records");
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -142,6 +216,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let local = env_path(&args.local, "PARALOG_LOCAL").unwrap_or_else(default_local);
     let root = crate::server::prepare_root(&local)?;
+    remove_detached(&leftover_trash(&root));
     let job = args
         .job
         .clone()
@@ -272,11 +347,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let drained = wait_drained(&server.socket, args.wait_timeout);
     let total_time = t0.elapsed();
-    let missed = before.missed(&root, &job);
-    let captured = crate::missed::captured_paths(&root, &job);
-    RunSnapshot::remove(&root, &job);
     let _ = status::request(&server.socket, &Request::Stop);
     let server_exit = server.child.wait();
+    // One scan of the stopped job's records serves the MISSED check, the
+    // rules' check and the removal.
+    let inventory = Inventory::scan(&root).ok();
+    let job_inv = inventory.as_ref().and_then(|i| i.job(&job));
+    let captured = crate::missed::captured_in(job_inv);
+    let missed = before.missed_of(&captured);
+    RunSnapshot::remove(&root, &job);
     let _ = std::fs::remove_dir_all(&stats_dir);
     // Every drain is in the timeline once the server stopped.
     let report_failed =
@@ -341,7 +420,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         3
     };
     if complete {
-        match remove_finished_job(&root, &job) {
+        match remove_finished_job(&root, &job, job_inv) {
             Ok(true) => {
                 let _ = std::fs::remove_file(&server.log);
             }
