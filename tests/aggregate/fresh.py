@@ -23,7 +23,7 @@ import shutil
 
 from tests.lib.check import check
 from tests.lib.compare import tree, tree_difference
-from tests.lib.paralog import paralog_run
+from tests.lib.paralog import paralog_run, remove_local
 from tests.lib.paths import PY
 from tests.lib.proc import run
 
@@ -77,7 +77,7 @@ def fresh_prefix(work, objstore, program, extra):
     url = f"objstore://{remote}" if objstore else remote
     paralog_run(local, prefix, program(prefix), remote=url, extra=extra)
     shutil.rmtree(prefix)
-    shutil.rmtree(local)
+    remove_local(local)
     prefix.mkdir()
     return prefix, url
 

@@ -3,6 +3,8 @@ capture without a server (`paralog env`), `paralog run`, status, inspect."""
 
 import json
 import os
+import shutil
+import time
 from pathlib import Path
 
 from .check import Failed
@@ -90,6 +92,17 @@ def status(local, job=None, env=None):
 def inspect(local):
     """`paralog inspect --json`, parsed."""
     return json.loads(run([BIN, "inspect", "--local", local, "--json"]).stdout)
+
+
+def remove_local(local, timeout=60):
+    """Remove a node-local root after `paralog run`: first wait for the
+    detached `rm` of a finished job's records (`.paralog-trash-*`), which
+    would race a removal of its own."""
+    local = Path(local)
+    deadline = time.time() + timeout
+    while time.time() < deadline and any(p.name.startswith(".paralog-trash-") for p in local.iterdir()):
+        time.sleep(0.05)
+    shutil.rmtree(local)
 
 
 def jobs_left(local):
