@@ -13,10 +13,14 @@ target (the local disk, --tmp; the sshfs mount over the limited link),
 ROWS (16, 32, 64) and ranks (1, 2, 4, MPICH), side by side:
 
   hdf5-direct   parallel HDF5, one shared file per phase (the baseline)
+  hdf5-sync     the same with H5Fflush (MPI_File_sync: fsync) before each
+                close: the durability obj-direct promises
   hdf5-paralog  the same program under `paralog run --prefix DIR`
   zarr          zarr-python 3 writing the same arrays (one array per phase)
   obj-direct    the objects' C API, a version of one object per phase, on
                 objstore://DIR?dirs=4
+  obj-nosync    the same on objstore://DIR?dirs=4&sync=0: no fsync, the
+                durability hdf5-direct and zarr give (the page cache)
   obj-logged    the same on a logged store (node-local log on --tmp), the
                 versions published by a `paralog server` meanwhile
   obj-*@before  with --before DIR: obj-direct and obj-logged again with the
@@ -55,7 +59,7 @@ from testbed import BASE_PREFIX, CpuGroup, Testbed, run, stop_group, teardown  #
 
 import numpy as np  # noqa: E402
 
-METHODS = ["hdf5-direct", "hdf5-paralog", "zarr", "obj-direct", "obj-logged"]
+METHODS = ["hdf5-direct", "hdf5-sync", "hdf5-paralog", "zarr", "obj-direct", "obj-nosync", "obj-logged"]
 VENV_PY = ROOT / "target/objects-venv/bin/python"
 COLS = 4096
 
@@ -127,13 +131,15 @@ class Bench:
         local.mkdir(parents=True, mode=0o700)
         common = ["--rows", rows, "--cycles", a.cycles, "--every", a.every, "--compute-s", f"{compute_s:.6f}"]
         mpirun = ["mpirun.mpich", "-n", ranks]
-        url = f"objstore://{out}?dirs=4&keep=100000"
+        url = f"objstore://{out}?dirs=4&keep=100000" + ("&sync=0" if method == "obj-nosync" else "")
         server = None
         if method.startswith("obj"):
             run([tools.paralog, "obj", "init", url])
         before = count_files(out)
         if method.startswith("hdf5"):
             cmd = [*mpirun, self.tools.skeleton, "--api", "hdf5", "--out", out, *common]
+            if method == "hdf5-sync":
+                cmd.append("--flush")
             if method == "hdf5-paralog":
                 cmd = [self.tools.paralog, "run", "--prefix", out, "--local", local, "--job", "ob", "--mpi",
                        "mpich", "--", *cmd]

@@ -6,7 +6,9 @@
  *
  *   --api hdf5     parallel HDF5 (mpio driver, one shared file per phase,
  *                  DIR/out_NNNNN.h5, a contiguous dataset /data, each rank
- *                  its hyperslab, collective H5Dwrite, H5Fclose);
+ *                  its hyperslab, collective H5Dwrite, H5Fclose; with
+ *                  --flush, H5Fflush(GLOBAL) first: MPI_File_sync, the
+ *                  file durable before the phase ends);
  *   --api obj      the objects' C API (paralog/objects_mpi.h): a new version
  *                  of the object "field" in the store URL per phase, each
  *                  rank its chunk (begin_mpi, write_chunk, commit_mpi);
@@ -26,7 +28,7 @@
  * [start, end], the program's start and end.
  *
  * Usage: skeleton --api hdf5|obj --out DIR|URL --rows R --cycles C
- *                 --every K --compute-s S [--local L]
+ *                 --every K --compute-s S [--local L] [--flush]
  */
 #include <mpi.h>
 #include <hdf5.h>
@@ -58,6 +60,8 @@ static void fill(uint32_t *out, uint64_t first, uint64_t n, int phase)
         out[i] = (uint32_t)((first + i) * 2654435761u + (uint64_t)phase * 40503u);
 }
 
+static int flush_hdf5;
+
 static void write_hdf5(const char *dir, int phase, int rank, int size, uint64_t rows, const uint32_t *out)
 {
     char path[4096];
@@ -83,6 +87,8 @@ static void write_hdf5(const char *dir, int phase, int rank, int size, uint64_t 
     H5Sclose(mspace);
     H5Sclose(fspace);
     H5Dclose(d);
+    if (flush_hdf5 && H5Fflush(f, H5F_SCOPE_GLOBAL) < 0)
+        die("H5Fflush failed: ", path);
     if (H5Fclose(f) < 0)
         die("H5Fclose failed: ", path);
 }
@@ -109,8 +115,15 @@ int main(int argc, char **argv)
     uint64_t rows = 16;
     int cycles = 20, every = 5;
     double compute_s = 0.1;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const char *k = argv[i], *v = argv[i + 1];
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i];
+        if (!strcmp(k, "--flush")) {
+            flush_hdf5 = 1;
+            continue;
+        }
+        if (i + 1 == argc)
+            die("no value for ", k);
+        const char *v = argv[++i];
         if (!strcmp(k, "--api")) api = v;
         else if (!strcmp(k, "--out")) out_to = v;
         else if (!strcmp(k, "--local")) local = v;
@@ -121,7 +134,7 @@ int main(int argc, char **argv)
         else die("unknown option ", k);
     }
     if (!api || !out_to || rows == 0 || every <= 0 || (strcmp(api, "hdf5") && strcmp(api, "obj")))
-        die("usage: skeleton --api hdf5|obj --out DIR|URL --rows R --cycles C --every K --compute-s S [--local L]",
+        die("usage: skeleton --api hdf5|obj --out DIR|URL --rows R --cycles C --every K --compute-s S [--local L] [--flush]",
             NULL);
     paralog_obj_store *store = NULL;
     if (!strcmp(api, "obj") && (local ? paralog_obj_open_logged(out_to, local, &store)

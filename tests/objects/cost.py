@@ -9,6 +9,11 @@
              version record and its directory); no version record read
              back. A logged put: at most 2 per chunk + 8; its publish
              (`paralog obj publish`) as a direct put
+  no-sync    a store opened with sync=0 (durability left to the page cache,
+             as HDF5 and zarr-python do): a direct put makes no fsync at
+             all and reads back; a logged put to it, and a drain to it
+             (`paralog run --remote objstore://...?sync=0`), are refused
+             naming sync=0 (they delete node-local copies once published)
   no-h5view  PARALOG_H5VIEW naming a program that does not exist: the put
              succeeds (a warning on stderr) and its version reads back,
              `obj info` says the views are missing naming the setting and
@@ -81,6 +86,33 @@ def case_fsyncs(work):
     check(got.read_bytes() == data.read_bytes(), "the published logged put is not its data")
     obj("verify", at(str(root), "t"), "--all")
     return "direct, logged and publish within their fsync budgets"
+
+
+def case_no_sync(work):
+    root = work / "store"
+    root.mkdir()
+    obj("init", root)
+    url = f"objstore://{root}?sync=0"
+    data = work / "a.bin"
+    data.write_bytes(os.urandom(64 * 4096 * 4))
+    put = ["put", at(url, "t"), data, "--dtype", "int32", "--shape", SHAPE, "--chunks", CHUNKS]
+    obj(*put)
+    fsyncs, _ = traced(work, "nosync", [BIN, "obj", *put])
+    check(not fsyncs, f"a sync=0 put made {len(fsyncs)} fsyncs:\n" + "\n".join(fsyncs))
+    got = work / "got.bin"
+    obj("get", at(url, "t"), got, "--version", "2")
+    check(got.read_bytes() == data.read_bytes(), "the sync=0 version does not read back")
+    obj("verify", at(url, "t"), "--all")
+    local = work / "local"
+    local.mkdir()
+    r = obj(*put, "--local", local, check=False)
+    check(r.returncode != 0 and "sync=0" in r.stderr, f"a logged put to a sync=0 store: {r.returncode} {r.stderr}")
+    prefix = work / "prefix"
+    prefix.mkdir()
+    r = run([BIN, "run", "--mpi", "none", "--prefix", prefix, "--local", work / "runlocal", "--remote", url,
+             "--", "/bin/true"], check=False, timeout=120)
+    check(r.returncode != 0 and "sync=0" in r.stderr, f"a drain to a sync=0 store: {r.returncode} {r.stderr}")
+    return "no fsync in a sync=0 put, its version reads back; logged puts and drains to it refused"
 
 
 def views_state(url):
@@ -169,7 +201,7 @@ def case_background(work):
 def main():
     a = suite_options().parse_args()
     suite = Suite("objects-cost", keep=a.keep)
-    cases = [("fsyncs", case_fsyncs), ("no-h5view", case_no_h5view), ("background", case_background)]
+    cases = [("fsyncs", case_fsyncs), ("no-sync", case_no_sync), ("no-h5view", case_no_h5view), ("background", case_background)]
     return suite.run(cases, only=a.only)
 
 

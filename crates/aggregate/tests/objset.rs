@@ -18,6 +18,7 @@ fn store(root: &Path) -> ObjStore {
         root: root.to_path_buf(),
         dirs: 4,
         keep: 3,
+        sync: true,
     })
 }
 

@@ -271,6 +271,8 @@ pub struct ObjStore {
     root: PathBuf,
     dirs: u32,
     keep: u64,
+    /// `sync=0`: no fsync anywhere (see [`ObjStoreUrl::sync`]).
+    sync: bool,
 }
 
 fn fnv(bytes: &[u8]) -> u64 {
@@ -301,6 +303,22 @@ impl ObjStore {
             root: url.root.clone(),
             dirs: url.dirs,
             keep: url.keep,
+            sync: url.sync,
+        }
+    }
+
+    /// Whether what this store publishes is made durable (`sync=1`, the
+    /// default) or left to the page cache (`sync=0`).
+    pub fn durable(&self) -> bool {
+        self.sync
+    }
+
+    /// Make a directory's names durable, unless the store is `sync=0`.
+    pub fn sync_dir(&self, dir: &Path) -> Result<(), ObjError> {
+        if self.sync {
+            sync_dir(dir)
+        } else {
+            Ok(())
         }
     }
 
@@ -430,7 +448,7 @@ impl ObjStore {
     /// Make the names of the chunks written in storage directory `dir`
     /// durable (after their [`ChunkWriter::finish_file`]).
     pub fn sync_chunk_dir(&self, dir: u32) -> Result<(), ObjError> {
-        sync_dir(&self.chunk_dir(dir))
+        self.sync_dir(&self.chunk_dir(dir))
     }
 
     /// How many versions of a name are kept (`u64::MAX`: every one).
@@ -597,6 +615,7 @@ impl ObjStore {
             path,
             file,
             len: 0,
+            sync: self.sync,
         })
     }
 
@@ -626,7 +645,9 @@ impl ObjStore {
                     .map_err(io_err(&tmp, "create version record"))?;
                 f.write_all(&v.encode())
                     .map_err(io_err(&tmp, "write version record"))?;
-                f.sync_all().map_err(io_err(&tmp, "fsync version record"))?;
+                if self.sync {
+                    f.sync_all().map_err(io_err(&tmp, "fsync version record"))?;
+                }
                 let path = dir.join(version_name(v.number));
                 match std::fs::hard_link(&tmp, &path) {
                     Ok(()) => return Ok(v.number),
@@ -641,7 +662,7 @@ impl ObjStore {
         })();
         let _ = std::fs::remove_file(&tmp);
         let n = result?;
-        sync_dir(&dir)?;
+        self.sync_dir(&dir)?;
         self.retain(name)?;
         Ok(n)
     }
@@ -770,6 +791,8 @@ pub struct ChunkWriter {
     path: PathBuf,
     file: File,
     len: u64,
+    /// The store's `sync`: `finish` fsyncs only when set.
+    sync: bool,
 }
 
 impl ChunkWriter {
@@ -805,6 +828,9 @@ impl ChunkWriter {
     /// the chunk's directory ([`ObjStore::chunk_dir`]) once for all the
     /// chunks it wrote there (an array put: once per writer, not per chunk).
     pub fn finish_file(self) -> Result<(), ObjError> {
+        if !self.sync {
+            return Ok(());
+        }
         self.file
             .sync_all()
             .map_err(io_err(&self.path, "fsync chunk"))
@@ -812,6 +838,9 @@ impl ChunkWriter {
 
     /// Make the chunk durable (file and its directory).
     pub fn finish(self) -> Result<(), ObjError> {
+        if !self.sync {
+            return Ok(());
+        }
         self.file
             .sync_all()
             .map_err(io_err(&self.path, "fsync chunk"))?;

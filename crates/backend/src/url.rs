@@ -3,7 +3,7 @@
 //! nowhere else, and open backends from the typed value.
 //!
 //! - `file:///abs/path` or `/abs/path`: a POSIX directory;
-//! - `objstore:///abs/root[?dirs=N&keep=K]`: the versioned object layout;
+//! - `objstore:///abs/root[?dirs=N&keep=K&sync=0|1]`: the versioned object layout;
 //! - `s3://bucket[/prefix][?upload=close|epoch&part_size=BYTES&max_parts=N]`.
 //!
 //! No form may climb out of its root (`..`), and every query setting is
@@ -29,7 +29,7 @@ pub enum RemoteUrl {
     S3(S3Url),
 }
 
-/// `objstore:///root?dirs=N&keep=K`.
+/// `objstore:///root?dirs=N&keep=K&sync=0|1`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjStoreUrl {
     pub root: PathBuf,
@@ -37,6 +37,12 @@ pub struct ObjStoreUrl {
     pub dirs: u32,
     /// Versions kept per object (at least 1).
     pub keep: u64,
+    /// Whether a published version is durable (fsyncs), the default; `sync=0`
+    /// leaves it to the page cache: a version survives a crash of the program
+    /// that put it, not of the machine (what HDF5 and zarr-python give). Only
+    /// the object API's direct puts accept it: a drain, which deletes the
+    /// node-local log once the remote holds the bytes, refuses it.
+    pub sync: bool,
 }
 
 /// When the S3 remote uploads a file.
@@ -146,6 +152,7 @@ impl ObjStoreUrl {
             root: root_path(url, path)?,
             dirs: 4,
             keep: 3,
+            sync: true,
         };
         for (k, v) in query_pairs(query) {
             let n: u64 = v
@@ -154,12 +161,13 @@ impl ObjStoreUrl {
             match k {
                 "dirs" if (1..=4096).contains(&n) => o.dirs = n as u32,
                 "keep" if n >= 1 => o.keep = n,
-                _ => {
-                    return Err(bad(
-                        url,
-                        format!("unknown or out-of-range setting {k}={v} (dirs=1..4096, keep>=1)"),
-                    ))
-                }
+                "sync" if n <= 1 => o.sync = n == 1,
+                _ => return Err(bad(
+                    url,
+                    format!(
+                        "unknown or out-of-range setting {k}={v} (dirs=1..4096, keep>=1, sync=0|1)"
+                    ),
+                )),
             }
         }
         Ok(o)
@@ -259,6 +267,7 @@ impl fmt::Display for ObjStoreUrl {
             &[
                 ("dirs", (self.dirs != 4).then(|| self.dirs.to_string())),
                 ("keep", (self.keep != 3).then(|| self.keep.to_string())),
+                ("sync", (!self.sync).then(|| "0".to_string())),
             ],
         )
     }
@@ -330,16 +339,21 @@ mod tests {
             panic!("not an object store")
         };
         assert_eq!((o.root.as_path(), o.dirs, o.keep), (Path::new("/a"), 8, 5));
+        let RemoteUrl::ObjStore(o) = parse("objstore:///a?sync=0").unwrap() else {
+            panic!()
+        };
+        assert!(!o.sync);
         let RemoteUrl::ObjStore(o) = parse("objstore:///a").unwrap() else {
             panic!()
         };
-        assert_eq!((o.dirs, o.keep), (4, 3));
+        assert_eq!((o.dirs, o.keep, o.sync), (4, 3, true));
         for bad in [
             "objstore://rel",
             "objstore:///a/../b",
             "objstore:///a?dirs=0",
             "objstore:///a?dirs=x",
             "objstore:///a?bogus=1",
+            "objstore:///a?sync=2",
         ] {
             let e = parse(bad).unwrap_err();
             assert_eq!(e.url, bad);
@@ -375,6 +389,7 @@ mod tests {
         for u in [
             "/a/b",
             "objstore:///r?dirs=2",
+            "objstore:///r?sync=0&keep=7",
             "s3://b",
             "s3://b/p/q?upload=epoch&max_parts=3",
             "s3://b/p?part_size=16M&upload=close",

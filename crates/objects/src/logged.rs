@@ -75,6 +75,13 @@ impl LoggedStore {
                 why: "logged puts to s3:// are not supported yet (open the store directly)".into(),
             });
         }
+        if matches!(&url, RemoteUrl::ObjStore(o) if !o.sync) {
+            // The publisher deletes the logged chunks once published.
+            return Err(Error::Url {
+                url: remote_url.to_owned(),
+                why: "sync=0 is for direct puts only: a logged put's node-local copy is deleted once published, so its store must be durable (remove sync=0)".into(),
+            });
+        }
         Ok(LoggedStore {
             local: local_store(local)?,
             remote: Store::open(&url)?,

@@ -86,6 +86,7 @@ impl Store {
                     root: root.clone(),
                     dirs: 1,
                     keep: u64::MAX,
+                    sync: true,
                 },
                 RemoteUrl::ObjStore(o) => o.clone(),
                 RemoteUrl::S3(_) => return Err(Error::Url {

@@ -24,6 +24,16 @@ pub enum Remote {
 /// Open the backend a parsed URL names: the one place where each kind of
 /// remote is constructed (the server, `recover`, `get`, `doctor`).
 pub fn open(url: &RemoteUrl) -> Result<Arc<dyn Backend>, BackendError> {
+    if matches!(url, RemoteUrl::ObjStore(o) if !o.sync) {
+        // A drain deletes the node-local log once the remote holds the
+        // bytes: a remote that may lose them in a crash would lose data.
+        return Err(BackendError {
+            kind: ErrorKind::Permanent,
+            target: url.to_string(),
+            op: "open the remote",
+            message: "sync=0 is for the object API's direct puts only: a drain deletes the node-local log once the remote holds the bytes, so its remote must be durable (remove sync=0)".into(),
+        });
+    }
     Ok(match url {
         RemoteUrl::Posix(root) => Arc::new(PosixBackend::new(root)?),
         RemoteUrl::ObjStore(o) => Arc::new(ObjStore::new(o)),
