@@ -1,8 +1,11 @@
 ! tests/objects/mpi_put.c in Fortran (the C API through paralog_objects.f90):
 ! each rank one ROWS x 4096 int32 chunk, values (global row * 4096 + column
 ! + SALT); rank 0 reads the array back. Prints "version N" and "read back
-! equal" (rank 0), or "rank R: error CODE: MESSAGE" and stops with 3.
-!   f_put STORE NAME ROWS SALT
+! equal" (rank 0), or "rank R: error CODE: MESSAGE" and stops with 3. With
+! VIEW (the path of the version's HDF5 view), rank 0 then waits for its
+! views (paralog_obj_wait_views) and prints "views made" if VIEW exists
+! (before closing the store, which would wait too).
+!   f_put STORE NAME ROWS SALT [VIEW]
 program f_put
   use mpi
   use iso_c_binding
@@ -13,7 +16,8 @@ program f_put
   integer(c_int64_t) :: shape(2), chunks(2), coords(2), version, got
   integer(c_int32_t), allocatable, target :: mine(:, :), all(:, :)
   type(c_ptr) :: store, writer
-  character(len=512) :: url, name, arg
+  character(len=512) :: url, name, arg, view
+  logical :: made
 
   call MPI_Init(ierr)
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
@@ -57,6 +61,13 @@ program f_put
       end do
     end do
     print '(a)', 'read back equal'
+    call get_command_argument(5, view)
+    if (len_trim(view) > 0) then
+      rc = paralog_obj_wait_views(store)
+      if (rc /= 0) call fail(rc)
+      inquire (file=trim(view), exist=made)
+      if (made) print '(a)', 'views made'
+    end if
   end if
   call paralog_obj_close(store)
   call MPI_Finalize(ierr)

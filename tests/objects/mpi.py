@@ -133,7 +133,9 @@ F_MODULE = INCLUDE / "paralog_objects.f90"
 
 def case_fortran(flavour):
     """The same from Fortran (iso_c_binding, paralog_objects.f90) on 2 and
-    4 ranks, and a bad name refused on every rank."""
+    4 ranks (rank 0 waits for the views, paralog_obj_wait_views, and finds
+    the HDF5 view's file before closing its store), and a bad name refused
+    on every rank."""
     def go(work):
         import numpy as np
         exe = TARGET / "objects-mpi" / flavour / "f_put"
@@ -142,9 +144,11 @@ def case_fortran(flavour):
         url = store(work, "objstore")
         checks = []
         for ranks in (2, 4):
-            r = run([*launcher(flavour, ranks), exe, url, f"f/{ranks}", "16", "11"], env=mpi_env(),
+            view = work / "store" / "hdf5" / "f" / str(ranks) / "v0000000001.h5"
+            r = run([*launcher(flavour, ranks), exe, url, f"f/{ranks}", "16", "11", view], env=mpi_env(),
                     check=False, timeout=300)
             check(r.returncode == 0 and "read back equal" in r.stdout, f"x{ranks}: {r.stdout}{r.stderr}")
+            check("views made" in r.stdout, f"x{ranks}: no HDF5 view after paralog_obj_wait_views: {r.stdout}")
             want = work / f"f{ranks}.bin"
             (np.arange(16 * ranks * 4096, dtype="<i4") + 11).tofile(want)
             views = info(at(url, f"f/{ranks}"))

@@ -24,6 +24,13 @@ module paralog_objects
       import :: c_ptr
       type(c_ptr), value :: store
     end subroutine
+    ! Return once the views of every commit made through the store so far
+    ! are made (paralog/objects.h); 0, or an error code.
+    function paralog_obj_wait_views(store) bind(c) result(rc)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: store
+      integer(c_int) :: rc
+    end function
     function paralog_obj_put(store, name, dtype, ndim, shape, chunks, attrs, data, nbytes, version) &
         bind(c) result(rc)
       import :: c_char, c_ptr, c_int, c_int64_t, c_size_t
