@@ -14,13 +14,24 @@ stream drain --follow` in between. Cases:
                   strictly increasing per partition, offsets contiguous
                   from 0, each payload its event's; the group's committed
                   offsets leave lag 0, and reading the group again gets nothing
+  C group, mpich / openmpi
+                  a reader group over a communicator (paralog_stream_join_all,
+                  next_all, group_ack, leave_all; rank 0 the read proxy): 3
+                  ranks read 3 ranks' 3 x 2,000 events round-robin,
+                  acknowledging those below offset 1,000: every event once
+                  across the ranks, each rank about a third, the group's
+                  committed offsets exactly 1,000 per partition; a second
+                  run (by key, acknowledging all) gets exactly the rest,
+                  each key's events on one rank, and leaves lag 0
   paralog run     2 MPICH ranks under `paralog run` opening the stream
                   with no directory (PARALOG_LOCAL, set by paralog run):
                   every event is under the prefix when it returns
   python          two mpi4py ranks (collective) and one lone process
                   (partition by key) producing; a reader from earliest gets
                   every event as above, and events with one key share one
-                  partition
+                  partition; a GroupReader over 2 mpi4py ranks (by key)
+                  gets every event once between them, each key on one
+                  rank, and leaves lag 0
   bad input       unknown stream (join), a partition count that differs
                   on reopen (C and Python), ranks asking for different
                   counts (every rank refused), an event past the limit (C
@@ -43,7 +54,7 @@ from tests.lib.mpi import compile_program, launcher, mpi_env, rank_reports
 from tests.lib.paralog import paralog_run
 from tests.lib.paths import BIN, PY, RELEASE, ROOT, TARGET
 from tests.lib.proc import run
-from tests.lib.streams import check_events, follow_drain, stop
+from tests.lib.streams import check_events, drain, follow_drain, stop
 
 STREAM = "tele"
 PYPATH = ROOT / "crates/stream-c/python"
@@ -131,6 +142,60 @@ def case_c(flavour, np):
     return case
 
 
+def group_read(exe, flavour, np, remote, spread, ack_below, out):
+    """api_producer groupread: the events each rank got (dicts), by rank."""
+    r = run(launcher(flavour, np) + [exe, "groupread", remote, STREAM, "GR", str(spread), str(ack_below), out],
+            env=mpi_env(), check=False, timeout=300)
+    check(r.returncode == 0, f"groupread: {r.returncode} {r.stdout[-500:]} {r.stderr[-500:]}")
+    by_rank = {}
+    for k in range(np):
+        evs = []
+        for line in (out.parent / f"{out.name}.{k}").read_text().splitlines():
+            part, off, prod, seq, key, payload = line.split(" ", 5)
+            evs.append({"partition": int(part), "offset": int(off), "producer": prod, "seq": int(seq),
+                        "key": key, "payload": payload})
+        by_rank[k] = evs
+    return by_rank
+
+
+def case_group(flavour):
+    def case(work):
+        exe = program(flavour)
+        local, remote = work / "local", work / "remote"
+        remote.mkdir()
+        np, events, half = 3, 2000, 1000
+        r = run(launcher(flavour, np) + [exe, "produce", local, STREAM, "3", str(events), "500"], env=mpi_env(),
+                timeout=300)
+        pids = producers_of(r.stdout)
+        drain(local, remote)
+        first = group_read(exe, flavour, np, remote, 0, half, work / "first")
+        every = sorted((e for evs in first.values() for e in evs), key=lambda e: (e["partition"], e["offset"]))
+        check_events(every, {p: events for p in pids})
+        total = len(every)
+        counts = sorted(len(v) for v in first.values())
+        check(counts[0] >= total // np - np, f"round-robin over {np} ranks handed out {counts}")
+        desc = json.loads(run([BIN, "stream", "describe", f"{remote}/{STREAM}", "--json"]).stdout)
+        group = [g for g in desc["groups"] if g["group"] == "GR"]
+        check(group and group[0]["offsets"] == [half] * 3 and group[0]["lag"] == total - 3 * half,
+              f"after acknowledging offsets below {half}: {desc['groups']}")
+        second = group_read(exe, flavour, np, remote, 1, 1 << 60, work / "second")
+        rest = sorted((e for evs in second.values() for e in evs), key=lambda e: (e["partition"], e["offset"]))
+        want = [(e["partition"], e["offset"]) for e in every if e["offset"] >= half]
+        check([(e["partition"], e["offset"]) for e in rest] == want,
+              f"the second run got {len(rest)} events, {len(want)} were not acknowledged")
+        ranks_of_key = defaultdict(set)
+        for k, evs in second.items():
+            for e in evs:
+                if e["key"] != "-":
+                    ranks_of_key[e["key"]].add(k)
+        check(ranks_of_key and all(len(v) == 1 for v in ranks_of_key.values()),
+              f"by key, a key's events went to several ranks: {dict(ranks_of_key)}")
+        desc = json.loads(run([BIN, "stream", "describe", f"{remote}/{STREAM}", "--json"]).stdout)
+        check([g["lag"] for g in desc["groups"] if g["group"] == "GR"] == [0], f"lag at the end: {desc['groups']}")
+        return f"{total} events over {np} ranks {counts}, then {len(rest)} again, {len(ranks_of_key)} keys"
+    return case
+
+
 def case_paralog_run(work):
     """The docs' example: MPI ranks appending under `paralog run`, read
     from the prefix when it returns."""
@@ -166,7 +231,19 @@ def case_python(work):
         if e["producer"] == keyed:
             parts[e["key"]].add(e["partition"])
     check(len(parts) == 5 and all(len(v) == 1 for v in parts.values()), f"keys over partitions: {dict(parts)}")
-    return f"{len(got)} events"
+    client("groupread", remote, STREAM, "Q", "key", work / "q", mpi=2)
+    by_rank = [[json.loads(x) for x in (work / f"q.{k}").read_text().splitlines()] for k in range(2)]
+    both = sorted(by_rank[0] + by_rank[1], key=lambda e: (e["partition"], e["offset"]))
+    check_events(both, flushed)
+    keys = defaultdict(set)
+    for k, evs in enumerate(by_rank):
+        for e in evs:
+            if e["key"]:
+                keys[e["key"]].add(k)
+    check(len(keys) == 5 and all(len(v) == 1 for v in keys.values()), f"a key's events on several ranks: {dict(keys)}")
+    desc = json.loads(run([BIN, "stream", "describe", f"{remote}/{STREAM}", "--json"]).stdout)
+    check([g["lag"] for g in desc["groups"] if g["group"] == "Q"] == [0], f"group Q's lag: {desc['groups']}")
+    return f"{len(got)} events; a group of 2 mpi4py ranks got {len(by_rank[0])} + {len(by_rank[1])}"
 
 
 def case_bad(work):
@@ -204,6 +281,7 @@ def main():
     a = suite_options().parse_args()
     suite = Suite("stream-api", keep=a.keep)
     cases = [("C ranks, mpich", case_c("mpich", 4)), ("C ranks, openmpi", case_c("openmpi", 3)),
+             ("C group, mpich", case_group("mpich")), ("C group, openmpi", case_group("openmpi")),
              ("C ranks under paralog run", case_paralog_run), ("python", case_python), ("bad input", case_bad)]
     sys.exit(suite.run(cases, only=a.only))
 

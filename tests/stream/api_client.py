@@ -11,6 +11,10 @@
       time NS) until COUNT events or
       TIMEOUT seconds without one; each event one JSON line; acknowledges
       every event and commits every N (and at the end)
+  groupread REMOTE STREAM GROUP SPREAD OUT
+      the ranks of mpi4py's COMM_WORLD read as one group (GroupReader:
+      SPREAD round-robin|key), each writing its events as JSON lines to
+      OUT.<rank> and acknowledging every one; the group leaves (commits)
   error CALL...  (join, reopen, toolarge, quota, idle, ack)
       a call that must fail: prints "code C: MESSAGE"
 """
@@ -64,6 +68,17 @@ def read(remote, stream, group, count, timeout, *flags):
     sys.stdout.flush()
 
 
+def groupread(remote, stream, group, spread, out):
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    with open(f"{out}.{comm.rank}", "w") as f, ps.GroupReader(remote, stream, group, comm, spread=spread) as r:
+        for ev in r:
+            f.write(json.dumps({"partition": ev.partition, "offset": ev.offset, "producer": ev.producer,
+                                "seq": ev.seq, "key": ev.key and ev.key.decode(),
+                                "payload": ev.payload.decode()}) + "\n")
+            r.ack(ev)
+
+
 def error(call, *args):
     try:
         if call == "join":
@@ -90,4 +105,4 @@ def error(call, *args):
 
 
 if __name__ == "__main__":
-    {"produce": produce, "read": read, "error": error}[sys.argv[1]](*sys.argv[2:])
+    {"produce": produce, "read": read, "groupread": groupread, "error": error}[sys.argv[1]](*sys.argv[2:])

@@ -1,5 +1,6 @@
-/* A producer of tests/stream/api.py: MPI ranks appending to one stream
- * through the C API (paralog/stream.h, paralog/stream_mpi.h).
+/* The MPI program of tests/stream/api.py: ranks appending to one stream,
+ * or reading it as one reader group, through the C API (paralog/stream.h,
+ * paralog/stream_mpi.h).
  *
  *   api_producer produce LOCAL|- STREAM PARTITIONS EVENTS FLUSH_EVERY
  *       collective open; each rank appends EVENTS events (round-robin;
@@ -10,6 +11,13 @@
  *       rank r asks for 3 + r partitions.
  *   api_producer toolarge LOCAL STREAM PARTITIONS
  *       appends an event of PARALOG_STREAM_MAX_EVENT + 1 bytes.
+ *   api_producer groupread REMOTE STREAM GROUP SPREAD ACK_BELOW OUT
+ *       the ranks join GROUP (paralog_stream_join_all, from committed,
+ *       SPREAD 0 round-robin or 1 by key) and call next_all until a round
+ *       times out on all of them; each rank writes the events it got to
+ *       OUT.<rank>, one line "partition offset producer seq key payload"
+ *       ("-" for no key), acknowledges those at offsets below ACK_BELOW,
+ *       and the group commits and leaves.
  * A failure prints "rank R code C: MESSAGE" and exits 3.
  */
 #include <inttypes.h>
@@ -55,6 +63,36 @@ int main(int argc, char **argv)
                                         PARALOG_STREAM_ROUND_ROBIN, NULL, NULL)))
             failed(rc);
         printf("rank %d appended\n", rank);
+    } else if (strcmp(mode, "groupread") == 0) {
+        paralog_stream_group *g;
+        paralog_stream_event ev;
+        char path[4096];
+        uint64_t below = strtoull(argv[6], NULL, 10);
+        snprintf(path, sizeof path, "%s.%d", argv[7], rank);
+        FILE *out = fopen(path, "w");
+        if (!out)
+            return 5;
+        if ((rc = paralog_stream_join_all(MPI_COMM_WORLD, argv[2], stream, argv[4],
+                                          PARALOG_STREAM_FROM_COMMITTED, PARALOG_STREAM_ORDER_CUT,
+                                          atoi(argv[5]), &g)))
+            failed(rc);
+        while ((rc = paralog_stream_next_all(g, 2000, &ev)) != PARALOG_STREAM_TIMEDOUT) {
+            if (rc == PARALOG_STREAM_NONE)
+                continue;
+            if (rc)
+                failed(rc);
+            fprintf(out, "%u %" PRIu64 " %016" PRIx64 " %" PRIu64 " %.*s %.*s\n", ev.partition,
+                    ev.offset, ev.producer, ev.seq, ev.key ? (int)ev.key_len : 1,
+                    ev.key ? (const char *)ev.key : "-", (int)ev.payload_len,
+                    (const char *)ev.payload);
+            if (ev.offset < below && (rc = paralog_stream_group_ack(g, ev.partition, ev.offset)))
+                failed(rc);
+        }
+        fclose(out);
+        if ((rc = paralog_stream_leave_all(g)))
+            failed(rc);
+        MPI_Finalize();
+        return 0;
     } else {
         uint32_t parts = (uint32_t)atoi(argv[4]);
         long events = atol(argv[5]), every = atol(argv[6]);

@@ -13,6 +13,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use paralog_stream::StreamError;
 
+mod group;
 mod produce;
 mod read;
 

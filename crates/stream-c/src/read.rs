@@ -183,47 +183,77 @@ pub unsafe extern "C" fn paralog_stream_next(
         if ev.is_null() {
             return Err(Fail::inval("ev is NULL"));
         }
-        let deadline =
-            (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
-        let stream = h.stream.clone();
-        let fail = |e| Fail::of(&stream, e);
-        let d = loop {
-            if let Some(d) = h.reader.next_event().map_err(fail)? {
-                break d;
-            }
-            let now = Instant::now();
-            if deadline.is_some_and(|t| now >= t) {
-                h.last = None;
-                return Ok(TIMEDOUT);
-            }
-            let nap = deadline.map_or(POLL, |t| POLL.min(t - now));
-            std::thread::sleep(nap);
-            h.reader.refresh().map_err(fail)?;
+        let Some(d) = h.next_within(timeout_ms)? else {
+            h.last = None;
+            return Ok(TIMEDOUT);
         };
+        // SAFETY: checked non-NULL; the bytes live in `h.last` until the next call.
+        unsafe { *ev = CEvent::of(&d) };
+        h.last = Some(d);
+        Ok(OK)
+    })
+}
+
+impl CEvent {
+    /// The C view of an event; its key and payload point into `d`.
+    pub(crate) fn of(d: &Delivered) -> CEvent {
         let e = &d.event;
         let (key, key_len) = e
             .key
             .as_deref()
             .map_or((std::ptr::null(), 0), |k| (k.as_ptr(), k.len()));
-        // SAFETY: checked non-NULL; the bytes live in `h.last` until the next call.
-        unsafe {
-            *ev = CEvent {
-                offset: d.offset,
-                round: d.round,
-                producer: e.producer,
-                seq: e.seq,
-                time_ns: e.time_ns,
-                key,
-                key_len,
-                payload: e.payload.as_ptr(),
-                payload_len: e.payload.len(),
-                partition: d.partition,
-                reserved: 0,
-            };
+        CEvent {
+            offset: d.offset,
+            round: d.round,
+            producer: e.producer,
+            seq: e.seq,
+            time_ns: e.time_ns,
+            key,
+            key_len,
+            payload: e.payload.as_ptr(),
+            payload_len: e.payload.len(),
+            partition: d.partition,
+            reserved: 0,
         }
-        h.last = Some(d);
-        Ok(OK)
-    })
+    }
+}
+
+impl Handle {
+    /// The next event, waiting up to `timeout_ms` (negative: as long as it
+    /// takes) for the drain to publish one.
+    pub(crate) fn next_within(&mut self, timeout_ms: i32) -> Res<Option<Delivered>> {
+        let deadline =
+            (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
+        let stream = self.stream.clone();
+        let fail = |e| Fail::of(&stream, e);
+        loop {
+            if let Some(d) = self.reader.next_event().map_err(fail)? {
+                return Ok(Some(d));
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|t| now >= t) {
+                return Ok(None);
+            }
+            let nap = deadline.map_or(POLL, |t| POLL.min(t - now));
+            std::thread::sleep(nap);
+            self.reader.refresh().map_err(fail)?;
+        }
+    }
+
+    /// Acknowledge, per partition, every event below `upto` (what a group's
+    /// proxy computed), and store the group's offsets.
+    pub(crate) fn commit_below(&mut self, upto: &[u64]) -> Res<()> {
+        for (a, &u) in self.acked.iter_mut().zip(upto) {
+            *a = (*a).max(u);
+        }
+        self.reader
+            .commit_at(&self.acked)
+            .map_err(|e| Fail::of(&self.stream, e))
+    }
+
+    pub(crate) fn positions(&self) -> &[u64] {
+        self.reader.positions()
+    }
 }
 
 /// # Safety

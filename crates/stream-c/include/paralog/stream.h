@@ -47,7 +47,10 @@ enum paralog_stream_code {
     PARALOG_STREAM_EINTERNAL = 10,
     /* A reader's offset is below its partition's first segment (deleted by
      * `paralog stream trim`): read from earliest instead. */
-    PARALOG_STREAM_ETRIMMED = 11
+    PARALOG_STREAM_ETRIMMED = 11,
+    /* paralog_stream_next_all (paralog/stream_mpi.h): the group got events
+     * this round, none for this rank (not an error: call again). */
+    PARALOG_STREAM_NONE = 12
 };
 
 /* The largest event: key + payload bytes. */

@@ -11,7 +11,9 @@ libparalog_stream.so (paralog/stream.h), the same library as C.
 
 With an mpi4py communicator (`comm=MPI.COMM_WORLD`), opening agrees on the
 partition count and `flush()` is collective (each rank's flush, then one
-allreduce), through libparalog_stream_mpi_<mpich|openmpi>.so.
+allreduce), through libparalog_stream_mpi_<mpich|openmpi>.so. A reader
+group over a communicator is `GroupReader(remote, stream, group, comm)`:
+rank 0 reads, every rank gets its share (round-robin or by key).
 
 The library is found at $PARALOG_STREAM_LIB, else beside this package in
 a paralog build tree (target/release), else by the dynamic loader.
@@ -23,7 +25,7 @@ from collections import namedtuple
 from pathlib import Path
 
 (OK, TIMEDOUT, EINVAL, EUNKNOWN, EPARTITIONS, ETOOLARGE, ECORRUPT, EIO, EFULL, EPEER, EINTERNAL,
- ETRIMMED) = range(12)
+ ETRIMMED, NONE) = range(13)
 ROUND_ROBIN, BY_KEY = -1, -2
 MAX_EVENT = 16 << 20
 _NOW = -(1 << 63)
@@ -103,6 +105,14 @@ def _load_mpi():
                                                   ctypes.POINTER(P)]
         lib.paralog_stream_flush_all_p.restype = ctypes.c_int
         lib.paralog_stream_flush_all_p.argtypes = [P, P]
+        C, I = ctypes.c_char_p, ctypes.c_int
+        for name, args in {"paralog_stream_join_all_p": [P, C, C, C, I, I, I, ctypes.POINTER(P)],
+                           "paralog_stream_next_all": [P, I, ctypes.POINTER(_CEvent)],
+                           "paralog_stream_group_ack": [P, ctypes.c_uint32, ctypes.c_uint64],
+                           "paralog_stream_commit_all": [P],
+                           "paralog_stream_leave_all": [P]}.items():
+            f = getattr(lib, name)
+            f.restype, f.argtypes = I, args
         _mpi = (lib, MPI)
     return _mpi
 
@@ -252,6 +262,72 @@ class Reader(_Handle):
         """Events until none comes for a second."""
         while (ev := self.next(timeout=1.0)) is not None:
             yield ev
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.leave()
+
+
+class GroupReader(_Handle):
+    """A reader group over an mpi4py communicator: rank 0 reads the remote
+    and hands each rank its share of the events, round-robin (`spread=
+    "round-robin"`) or by key (`"key"`: one key, one rank). `next`,
+    `commit`, `leave` and iteration are collective; `ack` is not."""
+
+    _gone = "the group reader has left"
+
+    def __init__(self, remote, stream, group, comm, start="committed", order="cut", spread="round-robin"):
+        mlib, MPI = _load_mpi()
+        froms, orders, spreads = {"earliest": 0, "committed": 1}, {"cut": 0, "time": 1}, {"round-robin": 0,
+                                                                                          "key": 1}
+        if start not in froms or order not in orders or spread not in spreads:
+            raise StreamError(EINVAL, f"start {start!r} (earliest|committed), order {order!r} (cut|time), "
+                                      f"spread {spread!r} (round-robin|key)")
+        h = ctypes.c_void_p()
+        self._caddr = MPI._addressof(comm)
+        _check(mlib.paralog_stream_join_all_p(self._caddr, _enc(str(remote)), stream.encode(), _enc(group),
+                                              froms[start], orders[order], spreads[spread], ctypes.byref(h)))
+        self._h, self.stream, self._ev, self._mlib = h, stream, _CEvent(), mlib
+
+    def next(self, timeout=None):
+        """One round (collective): this rank's event, or None. `None` with
+        `self.done` set: no event came for the whole group within `timeout`
+        seconds (the same on every rank)."""
+        ms = -1 if timeout is None else int(timeout * 1000)
+        rc = self._mlib.paralog_stream_next_all(self._handle(), ms, ctypes.byref(self._ev))
+        self.done = rc == TIMEDOUT
+        if rc in (TIMEDOUT, NONE):
+            return None
+        _check(rc)
+        e = self._ev
+        key = None if not e.key else ctypes.string_at(e.key, e.key_len)
+        payload = ctypes.string_at(e.payload, e.payload_len) if e.payload_len else b""
+        return Event(e.partition, e.offset, e.round, f"{e.producer:016x}", e.seq, e.time_ns, key, payload)
+
+    def ack(self, event):
+        """The event, and the earlier events of its partition handed to
+        this rank, are processed."""
+        _check(self._mlib.paralog_stream_group_ack(self._handle(), event.partition, event.offset))
+
+    def commit(self):
+        """Store the group's offsets (collective)."""
+        _check(self._mlib.paralog_stream_commit_all(self._handle()))
+
+    def leave(self):
+        """Commit, then let the handle go (collective)."""
+        self._release(self._mlib.paralog_stream_leave_all)
+
+    def __iter__(self):
+        """This rank's events until a round brings the group none for a
+        second (every rank stops at the same round)."""
+        while True:
+            ev = self.next(timeout=1.0)
+            if self.done:
+                return
+            if ev is not None:
+                yield ev
 
     def __enter__(self):
         return self
