@@ -162,12 +162,14 @@ impl ObjStoreUrl {
                 "dirs" if (1..=4096).contains(&n) => o.dirs = n as u32,
                 "keep" if n >= 1 => o.keep = n,
                 "sync" if n <= 1 => o.sync = n == 1,
-                _ => return Err(bad(
-                    url,
-                    format!(
+                _ => {
+                    return Err(bad(
+                        url,
+                        format!(
                         "unknown or out-of-range setting {k}={v} (dirs=1..4096, keep>=1, sync=0|1)"
                     ),
-                )),
+                    ))
+                }
             }
         }
         Ok(o)
