@@ -191,6 +191,16 @@ impl Store {
         // from the page cache and need no fsync of their own.
         let head = record::encode(id, &meta);
         let mut w = self.os.writer()?;
+        // Named by an intent before it holds a byte, as a writer's chunk
+        // is: a commit killed before its publish leaves this chunk, and
+        // the abort (or gc) that drops the put must find it (a killed
+        // publisher's remote put left one behind: found by the random-time
+        // kill test).
+        let intent = dir.join(format!(".intent.commit.{}", id_hex(&w.id())));
+        if let Err(e) = std::fs::write(&intent, w.id()) {
+            remove_chunk_by_id(self, &w.id());
+            return Err(io_err(&intent, "write")(e));
+        }
         let hp = w.add(n * cb, &head)?;
         w.finish_file()?;
         self.os.sync_chunk_dir(hp.dir)?;
