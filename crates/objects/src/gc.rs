@@ -98,7 +98,7 @@ impl Store {
                 publishing,
                 published,
                 half_removed,
-                logged: dir.join("logged").exists(),
+                logged: crate::logged_record::committed(&dir),
                 idle: now.duration_since(newest(&dir)).unwrap_or_default(),
             });
         }
@@ -124,8 +124,9 @@ impl Store {
             if !dir.is_dir() || now.duration_since(newest(&dir)).unwrap_or_default() <= grace {
                 continue;
             }
-            // A logged put committed on this node waits for its publisher.
-            if dir.join("logged").exists() {
+            // A logged put committed on this node waits for its publisher
+            // (a torn commit record is no commit: collected as abandoned).
+            if crate::logged_record::committed(&dir) {
                 continue;
             }
             let id = dir

@@ -16,6 +16,7 @@ mod gc;
 mod grid;
 pub mod hdf5;
 pub mod logged;
+mod logged_record;
 pub mod put;
 pub mod read;
 pub mod record;

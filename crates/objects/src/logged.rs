@@ -8,9 +8,10 @@
 //! (`LOCAL/.paralog-objects/`: `staging/<id>/` with claims and marks, `data/0/`
 //! chunk files), so the writers' code and checks are the direct mode's.
 //! A committed put's directory also holds `remote` (the remote store's
-//! URL) and `logged` (the local commit, written last, holding its time in
-//! nanoseconds; not a name starting with `c` or `w`, which are claims and
-//! writers' marks). Publishing is exactly once: the
+//! URL) and `logged`, the local commit: one self-checking record of
+//! everything the publisher needs (`logged_record.rs`; not a name starting
+//! with `c` or `w`, which are claims and writers' marks). Publishing is
+//! exactly once: the
 //! remote version's origin is the put's id, so a publisher that died after
 //! the remote publish finds the version and only cleans up, and one that
 //! died while copying aborts the remote put it left and copies again.
@@ -20,9 +21,10 @@ use std::path::{Path, PathBuf};
 use paralog_backend::RemoteUrl;
 
 use crate::error::{io_err, Error, Result};
+use crate::logged_record::{Commit, Mark};
 use crate::put::{Committed, Put};
 use crate::record::ArrayMeta;
-use crate::staging::{read_file, remove_staged_chunks, sync_dir, write_file, write_synced};
+use crate::staging::{remove_staged_chunks, sync_dir, write_file, write_synced, Claim};
 use crate::store::Store;
 use crate::{id_hex, parse_id, VersionId};
 
@@ -125,30 +127,37 @@ impl LoggedStore {
     }
 
     /// The local commit: every chunk written by a writer that finished,
-    /// then the `logged` mark, durable. The version is published (and
-    /// numbered) by the publisher.
+    /// then one record of the whole put, durable. The version is
+    /// published (and numbered) by the publisher.
     ///
-    /// What must outlive a crash of the node once the mark is durable: the
-    /// chunk files and their names (each writer's `finish`), and the put's
-    /// own files, which its writers did not sync: `begin`, `name`,
-    /// `remote` and the claims (fsynced here as they are read, one open
-    /// each), the names in the put's directory (its writers' marks too),
-    /// and the put's directory's name in `staging/`.
+    /// What must outlive a crash of the node once the record is durable:
+    /// the chunk files and their names (each writer's `finish`), the
+    /// record (which holds the name, the remote, the array record and
+    /// every claim, so the put's other files need not be durable), its
+    /// name in the put's directory, and that directory's name in
+    /// `staging/`: one fsync of a file and two of directories.
     pub fn commit(&self, name: &str, id: &VersionId) -> Result<()> {
-        self.local.complete(name, id, true)?;
+        let (meta, claims) = self.local.complete(name, id, false)?;
         let dir = self.local.staging_dir(id);
-        let remote = dir.join("remote");
-        read_file(&remote, true).map_err(io_err(&remote, "read"))?;
-        sync_dir(&dir)?;
-        sync_dir(&self.local.root().join("staging"))?;
         crate::failpoint("objects.before_commit");
         // The commit's time in nanoseconds (file times are as coarse as a
         // clock tick): the publisher numbers versions in this order.
-        let now = std::time::SystemTime::now()
+        let time_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        write_synced(&dir.join("logged"), now.to_string().as_bytes())?;
+            .map_or(0, |d| d.as_nanos() as u64);
+        let record = crate::logged_record::encode(
+            id,
+            &Commit {
+                time_ns,
+                name: name.to_owned(),
+                remote: self.remote_url.clone(),
+                meta,
+                claims,
+            },
+        );
+        write_synced(&dir.join("logged"), &record)?;
         sync_dir(&dir)?;
+        sync_dir(&self.local.root().join("staging"))?;
         crate::failpoint("objects.after_commit");
         Ok(())
     }
@@ -183,25 +192,31 @@ pub fn publish_committed(local: &Path) -> Result<Vec<Published>> {
             }
         }
     }
-    let mut ids: Vec<VersionId> = match std::fs::read_dir(&staging) {
+    let ids: Vec<VersionId> = match std::fs::read_dir(&staging) {
         Ok(entries) => entries
             .flatten()
             .filter_map(|e| parse_id(&e.file_name().to_string_lossy()))
-            .filter(|id| store.staging_dir(id).join("logged").exists())
             .collect(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(io_err(&staging, "list logged puts")(e)),
     };
-    let committed_at = |id: &VersionId| {
-        std::fs::read_to_string(store.staging_dir(id).join("logged"))
-            .ok()
-            .and_then(|t| t.trim().parse::<u128>().ok())
-    };
-    ids.sort_by_cached_key(|id| (committed_at(id), *id));
     let mut done = Vec::new();
     let mut first_err = None;
+    // Committed puts with their marks, in the order of their commits (a
+    // damaged mark is reported, after trying every other put).
+    let mut marks = Vec::new();
     for id in ids {
-        match publish_one(&store, &id) {
+        match read_mark(&store, &id) {
+            Ok(Some((t, mark))) => marks.push((t, id, mark)),
+            Ok(None) => {}
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    marks.sort_by_key(|(t, id, _)| (*t, *id));
+    for (_, id, mark) in marks {
+        match publish_one(&store, &id, mark) {
             Ok(p) => done.push(p),
             Err(e) => {
                 first_err.get_or_insert(e);
@@ -223,8 +238,39 @@ fn tombstone(local: &Store, id: &VersionId) -> PathBuf {
         .join(format!(".published.{}", id_hex(id)))
 }
 
+/// A put's `logged` mark with its commit time: `None` if the put is not
+/// committed here (no mark, or a torn one).
+fn read_mark(local: &Store, id: &VersionId) -> Result<Option<(u64, Mark)>> {
+    let path = local.staging_dir(id).join("logged");
+    let b = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err(&path, "read")(e)),
+    };
+    Ok(match crate::logged_record::decode(&b, id, &path)? {
+        Mark::Torn => None,
+        Mark::Time(t) => Some((t, Mark::Time(t))),
+        Mark::Record(c) => Some((c.time_ns, Mark::Record(c))),
+    })
+}
+
 fn remove_tombstone(local: &Store, tomb: &Path) -> Result<()> {
     remove_staged_chunks(local, tomb);
+    // The chunks a commit record names (its claims' files need not have
+    // outlived a crash of the node).
+    let id = tomb
+        .file_name()
+        .and_then(|f| f.to_str())
+        .and_then(|f| f.strip_prefix(".published."))
+        .and_then(parse_id);
+    let path = tomb.join("logged");
+    if let (Some(id), Ok(b)) = (id, std::fs::read(&path)) {
+        if let Ok(Mark::Record(c)) = crate::logged_record::decode(&b, &id, &path) {
+            for claim in &c.claims {
+                let _ = std::fs::remove_file(local.os.chunk_path(claim.dir, &claim.chunk));
+            }
+        }
+    }
     std::fs::remove_dir_all(tomb).map_err(io_err(tomb, "remove the published put"))
 }
 
@@ -237,10 +283,17 @@ fn read_text(path: PathBuf) -> Result<String> {
     })
 }
 
-fn publish_one(local: &Store, id: &VersionId) -> Result<Published> {
+fn publish_one(local: &Store, id: &VersionId, mark: Mark) -> Result<Published> {
     let dir = local.staging_dir(id);
-    let name = read_text(dir.join("name"))?;
-    let remote_url = read_text(dir.join("remote"))?;
+    let (name, remote_url, put) = match mark {
+        Mark::Record(c) => (c.name, c.remote, Some((c.meta, c.claims))),
+        // Version 1: the put's own files, synced by its commit.
+        _ => (
+            read_text(dir.join("name"))?,
+            read_text(dir.join("remote"))?,
+            None,
+        ),
+    };
     let url: RemoteUrl = remote_url.parse().map_err(|e| Error::Url {
         url: remote_url.clone(),
         why: format!("{e}"),
@@ -253,7 +306,7 @@ fn publish_one(local: &Store, id: &VersionId) -> Result<Published> {
         // test at a random time found version 2 without its Zarr view);
         // then the local cleanup.
         Some(_) => remote.commit(&name, id)?,
-        None => copy_and_commit(local, &remote, &name, id)?,
+        None => copy_and_commit(local, &remote, &name, id, put)?,
     };
     crate::failpoint("objects.publish_after_remote");
     // Renamed out of the way first: a publisher killed while removing the
@@ -275,8 +328,17 @@ fn publish_one(local: &Store, id: &VersionId) -> Result<Published> {
 /// against its claim's CRC-32C, and commit it there. A remote put left by
 /// a publisher that died while copying (not published: checked before)
 /// is aborted and made again: its writer never finished.
-fn copy_and_commit(local: &Store, remote: &Store, name: &str, id: &VersionId) -> Result<Committed> {
-    let (meta, claims) = local.complete(name, id, false)?;
+fn copy_and_commit(
+    local: &Store,
+    remote: &Store,
+    name: &str,
+    id: &VersionId,
+    put: Option<(ArrayMeta, Vec<Claim>)>,
+) -> Result<Committed> {
+    let (meta, claims) = match put {
+        Some(p) => p,
+        None => local.complete(name, id, false)?,
+    };
     if remote.staging_dir(id).join("begin").is_file() {
         remote.abort(name, id)?;
     }

@@ -112,3 +112,46 @@ fn uncommitted_and_damaged_puts_are_not_published() {
     assert!(err.contains("failing the claim's checksum"), "{err}");
     assert!(ls.remote().versions("d").unwrap().is_empty());
 }
+
+/// A put committed with a version 1 mark (the commit's time as text, the
+/// put's own files beside it) is still published; a torn commit record is
+/// no commit: never published, and collected as an abandoned put.
+#[test]
+fn version_1_marks_are_published_and_torn_records_are_not() {
+    let (r, _) = common::plain();
+    let url = r.path().to_str().unwrap().to_owned();
+    let local = tempfile::tempdir().unwrap();
+    let ls = LoggedStore::open(&url, local.path()).unwrap();
+    let meta = ArrayMeta::new(DType::U8, &[16], &[8]);
+    let staging = local.path().join(".paralog-objects/staging");
+    let mut ids = Vec::new();
+    for (name, byte) in [("old", 5u8), ("torn", 6)] {
+        let mut put = ls.begin(name, &meta).unwrap();
+        let id = put.id();
+        put.write_chunk(&[0], &[byte; 8]).unwrap();
+        put.write_chunk(&[1], &[byte + 1; 8]).unwrap();
+        put.finish().unwrap();
+        ls.commit(name, &id).unwrap();
+        ids.push(id);
+    }
+    let mark = |id| staging.join(paralog_objects::id_hex(id)).join("logged");
+    std::fs::write(mark(&ids[0]), b"1795000000000000000").unwrap();
+    let whole = std::fs::read(mark(&ids[1])).unwrap();
+    std::fs::write(mark(&ids[1]), &whole[..whole.len() / 2]).unwrap();
+    let p = publish_committed(local.path()).unwrap();
+    assert_eq!(p.len(), 1, "only the version 1 put: {p:?}");
+    assert_eq!(p[0].name, "old");
+    let av = ls.remote().array("old", None).unwrap();
+    assert_eq!(
+        av.read_all(ls.remote()).unwrap(),
+        [[5u8; 8], [6u8; 8]].concat()
+    );
+    assert!(ls.remote().versions("torn").unwrap().is_empty());
+    let node = paralog_objects::Store::open(&paralog_backend::RemoteUrl::Posix(
+        local.path().join(paralog_objects::logged::LOCAL_DIR),
+    ))
+    .unwrap();
+    let gone = node.collect_abandoned(std::time::Duration::ZERO).unwrap();
+    assert_eq!(gone, 1, "the torn put is collected");
+    assert!(!staging.join(paralog_objects::id_hex(&ids[1])).exists());
+}
