@@ -1,0 +1,485 @@
+#!/usr/bin/python3
+"""The shared event streams' benchmark against Apache Kafka (issue 17;
+results and their reading: docs/benchmarks.md section 12).
+
+For each (producers N, partitions P) and round, side by side, the order of
+the methods rotated from round to round:
+
+  paralog        N producers (bench/streams/loadgen.c over
+                 libparalog_stream) appending SIZE-byte events round-robin
+                 to P partitions under a node-local root on --tmp, one
+                 flush (one fdatasync) every FLUSH_MS ms, while
+                 `paralog stream drain --follow --interval-ms 100` moves
+                 them to a remote directory on --tmp and one reader of one
+                 group (loadgen read) reads them: per event its receive
+                 time minus its event time (the append time)
+  raw            N producers writing the same events to one file each on
+                 --tmp: buffered, one write() + fdatasync every FLUSH_MS ms
+  kafka          one KRaft broker (combined mode) on 127.0.0.1, log dirs on
+                 --tmp, a topic of P partitions; N concurrent
+                 org.apache.kafka.tools.ProducerPerformance (one JVM each,
+                 --record-size SIZE, --throughput -1, the producer's
+                 defaults: acks=all, linger.ms=5, batch.size=16 KiB) and
+                 one ConsumerPerformance (one group) meanwhile; Kafka's
+                 defaults (no fsync: the page cache)
+  kafka-fsync    the same on a topic with flush.messages=1 (an fsync per
+                 append to the log)
+  sshfs-shared   (--sshfs, root) N producers appending their batches to ONE
+                 shared file (O_APPEND, one write + fdatasync every FLUSH_MS
+                 ms) on the sshfs mount of the end-to-end harness
+                 (bench/e2e/testbed.py, --rate-mbit Mbit/s tbf)
+
+Throughput: the sum over producers of events / that producer's own time
+(ProducerPerformance's records/sec for Kafka, which excludes JVM start-up).
+Memory: the max RSS (VmHWM) of the drain and of the broker. The machine is
+expected to be shared: read the ratios of one run, not absolute numbers.
+
+Needs: target/release (paralog, libparalog_stream.so), target/kafka/lib
+(scripts/setup-bench.sh fetches the jars), cc, java 17.
+
+Usage: bench/streams/run.py [--quick] [--producers 1,2,4,8]
+         [--partitions 1,4,16,64] [--rounds 2] [--seconds 4] [--size 1024]
+         [--flush-ms 10] [--methods paralog,raw,kafka,kafka-fsync]
+         [--sshfs] [--rate-mbit 200] [--tmp /var/tmp]
+         [--json target/bench/streams.json] [--keep]
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+KAFKA_LIB = ROOT / "target/kafka/lib"
+ALL_METHODS = ["paralog", "raw", "kafka", "kafka-fsync", "sshfs-shared"]
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def vm_hwm_kb(pid):
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def stop(p, timeout=20):
+    if p is None or p.poll() is not None:
+        return
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def nice_cmd(cmd):
+    return [str(c) for c in cmd]
+
+
+class Tools:
+    """Copies of the binaries (a rebuild during a run changes nothing) and
+    the load generator built against the copy."""
+
+    def __init__(self, base):
+        self.dir = base / "bin"
+        self.dir.mkdir()
+        rel = ROOT / "target/release"
+        self.paralog = self.dir / "paralog"
+        shutil.copy2(rel / "paralog", self.paralog)
+        shutil.copy2(rel / "libparalog_stream.so", self.dir / "libparalog_stream.so")
+        self.loadgen = self.dir / "loadgen"
+        subprocess.run(["cc", "-O2", "-Wall", "-o", self.loadgen, HERE / "loadgen.c",
+                        "-I", ROOT / "crates/stream-c/include", "-L", self.dir, "-lparalog_stream",
+                        f"-Wl,-rpath,{self.dir}"], check=True)
+        self.rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                                  capture_output=True, text=True).stdout.strip()
+
+
+class Kafka:
+    """One KRaft broker+controller on loopback, storage under base."""
+
+    def __init__(self, base):
+        self.base = base / "kafka"
+        self.base.mkdir()
+        self.cp = f"{KAFKA_LIB}/*"
+        self.port, self.cport = free_port(), free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.proc = None
+        self.props = self.base / "server.properties"
+        self.props.write_text("\n".join([
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{self.cport}",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.cport}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            f"log.dirs={self.base / 'logs'}",
+            "num.partitions=1",
+            "offsets.topic.replication.factor=1",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "auto.create.topics.enable=false",
+            "",
+        ]))
+
+    def java(self, main, *args, heap="256m"):
+        return ["nice", "java", f"-Xmx{heap}", "-XX:+UseSerialGC", "-Xshare:auto",
+                "-cp", self.cp, main, *map(str, args)]
+
+    def start(self):
+        cid = subprocess.run(self.java("kafka.tools.StorageTool", "random-uuid"), check=True,
+                             capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        subprocess.run(self.java("kafka.tools.StorageTool", "format", "-t", cid, "-c", self.props),
+                       check=True, capture_output=True, text=True)
+        self.log = open(self.base / "broker.log", "wb")
+        cmd = ["java", "-Xmx1g", "-Xms1g", "-cp", self.cp,
+               f"-Dlog4j2.configurationFile={self.base / 'log4j2.yaml'}", "kafka.Kafka", self.props]
+        (self.base / "log4j2.yaml").write_text(
+            "Configuration:\n  Appenders:\n    Console:\n      name: STDOUT\n"
+            "      PatternLayout:\n        Pattern: \"[%d] %p %m (%c)%n\"\n"
+            "  Loggers:\n    Root:\n      level: WARN\n      AppenderRef:\n        - ref: STDOUT\n")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("kafka broker exited: " +
+                                   (self.base / "broker.log").read_text(errors="replace")[-2000:])
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError("kafka broker did not listen within 120 s")
+
+    def create_topic(self, name, partitions, fsync):
+        cmd = self.java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", self.bootstrap,
+                        "--create", "--topic", name, "--partitions", partitions,
+                        "--replication-factor", 1)
+        if fsync:
+            cmd += ["--config", "flush.messages=1"]
+        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+
+    def delete_topic(self, name):
+        subprocess.run(self.java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
+                                 self.bootstrap, "--delete", "--topic", name),
+                       capture_output=True, text=True, timeout=300)
+
+    def close(self):
+        stop(self.proc)
+
+
+# ProducerPerformance's last line:
+# "N records sent, R records/sec (M MB/sec), A ms avg latency, X ms max latency, ..."
+PP_RE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), "
+                   r"([\d.]+) ms avg latency, ([\d.]+) ms max latency")
+
+
+def run_kafka(a, kafka, n, p, fsync, tag, guess):
+    topic = f"t{tag}"
+    kafka.create_topic(topic, p, fsync)
+    records = max(2000, int(guess * a.seconds / n))
+    prods = []
+    for i in range(n):
+        prods.append(subprocess.Popen(
+            kafka.java("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+                       "--num-records", records, "--record-size", a.size, "--throughput", -1,
+                       "--producer-props", f"bootstrap.servers={kafka.bootstrap}"),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True))
+    cons = subprocess.Popen(
+        kafka.java("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server",
+                   kafka.bootstrap, "--topic", topic, "--messages", records * n, "--group",
+                   f"g{tag}", "--timeout", 30000),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    rates, lat, outs = [], [], []
+    for pr in prods:
+        out, _ = pr.communicate(timeout=1800)
+        outs.append(out)
+        m = None
+        for m in PP_RE.finditer(out):
+            pass
+        if pr.returncode != 0 or m is None:
+            stop(cons)
+            raise RuntimeError(f"ProducerPerformance failed ({pr.returncode}):\n{out[-2000:]}")
+        rates.append(float(m.group(2)))
+        lat.append(float(m.group(4)))
+    try:
+        cout, _ = cons.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        stop(cons)
+        cout = ""
+    consumed = None
+    for line in cout.splitlines():
+        f = line.split(",")
+        # start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, ...
+        if len(f) >= 6 and re.match(r"\s*\d{4}-", f[0]):
+            consumed = int(f[4].strip())
+    kafka.delete_topic(topic)
+    ev = sum(rates)
+    return {"events_s": ev, "mb_s": ev * a.size / 1e6, "records": records * n,
+            "ack_lat_avg_ms": sum(lat) / len(lat), "consumed": consumed,
+            "broker_rss_mb": (vm_hwm_kb(kafka.proc.pid) or 0) / 1024}
+
+
+def run_paralog(a, tools, work, n, p, tag):
+    d = work / f"paralog{tag}"
+    local, remote = d / "local", d / "remote"
+    local.mkdir(parents=True)
+    remote.mkdir()
+    count = d / "count"
+    dlog = open(d / "drain.log", "wb")
+    drain = subprocess.Popen(nice_cmd(["nice", tools.paralog, "stream", "drain", "--local", local,
+                                       "--remote", remote, "--follow", "--interval-ms", 100]),
+                             stdout=dlog, stderr=subprocess.STDOUT, start_new_session=True)
+    reader = subprocess.Popen(nice_cmd([tools.loadgen, "read", remote, "s", "bench", count,
+                                        a.seconds + 120]),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    prods = [subprocess.Popen(nice_cmd([tools.loadgen, "paralog", local, "s", p, a.seconds,
+                                        a.size, a.flush_ms]),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(n)]
+    res = [json.loads(pr.communicate()[0]) if pr.wait() == 0 else
+           sys.exit(f"loadgen paralog failed: {pr.stderr.read()}") for pr in prods]
+    total = sum(r["events"] for r in res)
+    count.write_text(str(total))
+    t_done = time.time()
+    rout, rerr = reader.communicate(timeout=a.seconds + 180)
+    catch_up = time.time() - t_done
+    rss = vm_hwm_kb(drain.pid)
+    stop(drain)
+    if reader.returncode != 0:
+        sys.exit(f"loadgen read failed: {rerr}")
+    rd = json.loads(rout)
+    ev = sum(r["events"] / r["seconds"] for r in res)
+    out = {"events_s": ev, "mb_s": ev * a.size / 1e6, "events": total,
+           "worst_flush_ms": max(r["worst_flush_ms"] for r in res),
+           "read_events": rd["events"], "lat_p50_ms": rd["lat_p50_ms"],
+           "lat_p99_ms": rd["lat_p99_ms"], "lat_max_ms": rd["lat_max_ms"],
+           "reader_catch_up_s": catch_up,
+           "drain_rss_mb": (rss or 0) / 1024}
+    if rd["events"] != total:
+        out["error"] = f"the reader got {rd['events']} of {total} events"
+    if not a.keep:
+        shutil.rmtree(d, ignore_errors=True)
+    return out
+
+
+def run_files(a, tools, paths, tag):
+    prods = [subprocess.Popen(nice_cmd([tools.loadgen, "file", path, a.seconds, a.size,
+                                        a.flush_ms]),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for path in paths]
+    res = []
+    for pr in prods:
+        out, err = pr.communicate()
+        if pr.returncode != 0:
+            sys.exit(f"loadgen file failed: {err}")
+        res.append(json.loads(out))
+    ev = sum(r["events"] / r["seconds"] for r in res)
+    total = sum(r["events"] for r in res)
+    size = sum(os.path.getsize(p) for p in set(paths))
+    out = {"events_s": ev, "mb_s": ev * a.size / 1e6, "events": total,
+           "worst_flush_ms": max(r["worst_flush_ms"] for r in res)}
+    if size != total * a.size:
+        out["error"] = f"{size} bytes in the file(s), {total * a.size} appended"
+    for p in set(paths):
+        os.unlink(p)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="producers 1,4; partitions 1,64; one round of 3 s")
+    ap.add_argument("--producers", default="1,2,4,8")
+    ap.add_argument("--partitions", default="1,4,16,64")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--flush-ms", type=float, default=10.0)
+    ap.add_argument("--methods", default="paralog,raw,kafka,kafka-fsync")
+    ap.add_argument("--sshfs", action="store_true",
+                    help="add sshfs-shared (root: namespaces, tc, sshd, sshfs)")
+    ap.add_argument("--rate-mbit", type=float, default=200.0)
+    ap.add_argument("--tmp", default="/var/tmp")
+    ap.add_argument("--json", default=str(ROOT / "target/bench/streams.json"))
+    ap.add_argument("--keep", action="store_true")
+    a = ap.parse_args()
+    if a.quick:
+        a.producers, a.partitions, a.rounds, a.seconds = "1,4", "1,64", 1, 3.0
+    producers = [int(x) for x in a.producers.split(",")]
+    partitions = [int(x) for x in a.partitions.split(",")]
+    methods = [m for m in a.methods.split(",") if m]
+    if a.sshfs and "sshfs-shared" not in methods:
+        methods.append("sshfs-shared")
+    for m in methods:
+        if m not in ALL_METHODS:
+            sys.exit(f"unknown method {m}")
+    if any(m.startswith("kafka") for m in methods) and not any(KAFKA_LIB.glob("kafka_2.13-*.jar")):
+        sys.exit(f"no Kafka jars in {KAFKA_LIB}: run scripts/setup-bench.sh (make setup-bench)")
+
+    base = Path(tempfile.mkdtemp(prefix="paralog-streams-", dir=a.tmp))
+    tools = Tools(base)
+    work = base / "work"
+    work.mkdir()
+    kafka = bed = None
+    results = []
+    t_start = time.time()
+    try:
+        if any(m.startswith("kafka") for m in methods):
+            kafka = Kafka(base)
+            kafka.start()
+            log(f"kafka broker on {kafka.bootstrap} ({next(KAFKA_LIB.glob('kafka_2.13-*.jar')).name})")
+        if "sshfs-shared" in methods:
+            sys.path.insert(0, str(HERE.parent / "e2e"))
+            from testbed import Testbed  # noqa: E402
+            bed = Testbed(base / "bed", a.rate_mbit)
+            bed.start(s3=False)
+            log(f"sshfs {bed.mnt} over a {a.rate_mbit:g} Mbit/s tbf link")
+        log(f"paralog {tools.rev}; {a.size}-byte events, flush every {a.flush_ms:g} ms, "
+            f"{a.seconds:g} s per run, {a.rounds} round(s); methods {','.join(methods)}")
+        guess = {"kafka": 20000.0, "kafka-fsync": 2000.0}
+        k = 0
+        for rnd in range(a.rounds):
+            for n in producers:
+                for p in partitions:
+                    order = methods[k % len(methods):] + methods[:k % len(methods)]
+                    k += 1
+                    for m in order:
+                        tag = f"{rnd}-{n}-{p}-{m}"
+                        if m == "paralog":
+                            r = run_paralog(a, tools, work, n, p, tag)
+                        elif m == "raw":
+                            r = run_files(a, tools, [work / f"raw{tag}-{i}" for i in range(n)], tag)
+                        elif m == "sshfs-shared":
+                            r = run_files(a, tools, [bed.mnt / f"shared{tag}"] * n, tag)
+                        else:
+                            r = run_kafka(a, kafka, n, p, m == "kafka-fsync",
+                                          tag.replace(".", "_"), guess[m])
+                            guess[m] = max(200.0, r["events_s"])
+                        r.update(round=rnd, producers=n, partitions=p, method=m)
+                        results.append(r)
+                        extra = "".join(f" {key}={r[key]:.1f}" for key in
+                                        ("lat_p50_ms", "lat_p99_ms", "drain_rss_mb",
+                                         "broker_rss_mb", "ack_lat_avg_ms") if key in r)
+                        log(f"round {rnd} N={n} P={p} {m:13s} {r['events_s']:10.0f} ev/s "
+                            f"{r['mb_s']:8.1f} MB/s{extra}{'  ERROR ' + r['error'] if 'error' in r else ''}")
+    finally:
+        if kafka:
+            kafka.close()
+        if bed:
+            for e in bed.close():
+                log("teardown:", e)
+        if not a.keep:
+            shutil.rmtree(base, ignore_errors=True)
+        else:
+            log(f"kept {base}")
+    report(a, methods, producers, partitions, results, tools.rev, time.time() - t_start)
+
+
+def median(xs):
+    xs = sorted(xs)
+    if not xs:
+        return None
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
+
+
+def report(a, methods, producers, partitions, results, rev, elapsed):
+    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+    with open(a.json, "w") as f:
+        json.dump({"rev": rev, "args": vars(a), "elapsed_s": elapsed, "results": results}, f, indent=1)
+    log(f"\n{len(results)} runs in {elapsed:.0f} s; JSON: {a.json}")
+    cell = {}
+    for r in results:
+        cell.setdefault((r["producers"], r["partitions"], r["method"]), []).append(r)
+
+    def med(n, p, m, key="events_s"):
+        return median([r[key] for r in cell.get((n, p, m), []) if key in r])
+
+    log("\nAppend throughput, k events/s of %d bytes (MB/s), median of rounds:\n" % a.size)
+    log("| producers | partitions | " + " | ".join(methods) + " |")
+    log("|---:|---:|" + "---|" * len(methods))
+    for n in producers:
+        for p in partitions:
+            cols = []
+            for m in methods:
+                v = med(n, p, m)
+                cols.append("–" if v is None else f"{v / 1e3:.1f} ({v * a.size / 1e6:.0f})")
+            log(f"| {n} | {p} | " + " | ".join(cols) + " |")
+    targets = [("kafka", 1.0), ("kafka-fsync", 5.0), ("raw", 0.8), ("sshfs-shared", 3.0)]
+    targets = [(m, t) for m, t in targets if m in methods]
+    if "paralog" in methods and targets:
+        log("\nparalog / method (per round, then the median), target in the header:\n")
+        log("| producers | partitions | " + " | ".join(f"vs {m} (≥ {t:g})" for m, t in targets) + " |")
+        log("|---:|---:|" + "---|" * len(targets))
+        for n in producers:
+            for p in partitions:
+                cols = []
+                for m, t in targets:
+                    rs = []
+                    for rnd in range(a.rounds):
+                        x = [r for r in cell.get((n, p, "paralog"), []) if r["round"] == rnd]
+                        y = [r for r in cell.get((n, p, m), []) if r["round"] == rnd]
+                        if x and y and y[0]["events_s"] > 0:
+                            rs.append(x[0]["events_s"] / y[0]["events_s"])
+                    mr = median(rs)
+                    cols.append("–" if mr is None else f"{mr:.2f}{'' if mr >= t else ' (missed)'}")
+                log(f"| {n} | {p} | " + " | ".join(cols) + " |")
+    if "paralog" in methods:
+        log("\nparalog: append-to-delivery latency (reader receive time minus event time), "
+            "drain max RSS, reader catch-up after the producers stopped (median of rounds):\n")
+        log("| producers | partitions | p50 ms | p99 ms | max ms | drain RSS MB | catch-up s | delivered |")
+        log("|---:|---:|---:|---:|---:|---:|---:|---|")
+        for n in producers:
+            for p in partitions:
+                rs = cell.get((n, p, "paralog"), [])
+                if not rs:
+                    continue
+                ok = all("error" not in r for r in rs)
+                log(f"| {n} | {p} | {med(n, p, 'paralog', 'lat_p50_ms'):.0f} | "
+                    f"{med(n, p, 'paralog', 'lat_p99_ms'):.0f} | {med(n, p, 'paralog', 'lat_max_ms'):.0f} | "
+                    f"{med(n, p, 'paralog', 'drain_rss_mb'):.0f} | "
+                    f"{med(n, p, 'paralog', 'reader_catch_up_s'):.1f} | {'all' if ok else 'NOT ALL'} |")
+    if any(m.startswith("kafka") for m in methods):
+        rss = max((r.get("broker_rss_mb", 0) for r in results), default=0)
+        log(f"\nKafka broker max RSS: {rss:.0f} MB (heap -Xmx1g)")
+    bad = [r for r in results if "error" in r]
+    for r in bad:
+        log(f"ERROR round {r['round']} N={r['producers']} P={r['partitions']} {r['method']}: {r['error']}")
+    if bad:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
