@@ -1,10 +1,11 @@
 /* The load generator of the streams benchmark (docs/benchmarks.md section 12).
  *
- *   loadgen paralog LOCAL STREAM PARTITIONS SECONDS SIZE FLUSH_MS
+ *   loadgen paralog LOCAL STREAM PARTITIONS SECONDS SIZE FLUSH_MS [RATE]
  *       one producer: appends SIZE-byte events round-robin to STREAM under
- *       the node-local root LOCAL (libparalog_stream), as fast as it can,
- *       with one paralog_stream_flush (one fdatasync) every FLUSH_MS ms,
- *       for SECONDS seconds, then closes (a last flush).
+ *       the node-local root LOCAL (libparalog_stream), as fast as it can
+ *       (or RATE events/s, paced), with one paralog_stream_flush (one
+ *       fdatasync) every FLUSH_MS ms, for SECONDS seconds, then closes (a
+ *       last flush).
  *   loadgen file PATH SECONDS SIZE FLUSH_MS
  *       the raw baseline: the same events (no framing) buffered in memory
  *       and written to PATH (O_APPEND, created) with one write() and one
@@ -57,6 +58,7 @@ static int produce_paralog(char **a) {
     double secs = atof(a[3]);
     size_t size = (size_t)atol(a[4]);
     int64_t flush_ns = (int64_t)(atof(a[5]) * 1e6);
+    double rate = a[6] ? atof(a[6]) : 0;
     paralog_stream *s;
     if (paralog_stream_open(local, stream, parts, &s)) die("open");
     unsigned char *buf = malloc(size);
@@ -73,8 +75,13 @@ static int produce_paralog(char **a) {
             next_flush = t + flush_ns;
             if (t >= end) break;
         }
+        if (rate > 0 && (double)n >= rate * (double)(t - t0) / 1e9) {
+            int64_t wait = next_flush - t;
+            usleep((useconds_t)((wait < 1000000 ? wait : 1000000) / 1000 + 1));
+            continue;
+        }
         /* Append in small runs between clock reads. */
-        for (int k = 0; k < 16; k++) {
+        for (int k = 0; k < (rate > 0 ? 1 : 16); k++) {
             fill(buf, size, n);
             if (paralog_stream_append(s, buf, size, NULL, 0, PARALOG_STREAM_NOW,
                                       PARALOG_STREAM_ROUND_ROBIN, NULL, NULL))
@@ -199,11 +206,11 @@ static int read_group(char **a) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 8 && !strcmp(argv[1], "paralog")) return produce_paralog(argv + 2);
+    if ((argc == 8 || argc == 9) && !strcmp(argv[1], "paralog")) return produce_paralog(argv + 2);
     if (argc == 6 && !strcmp(argv[1], "file")) return produce_file(argv + 2);
     if (argc == 7 && !strcmp(argv[1], "read")) return read_group(argv + 2);
     fprintf(stderr,
-            "usage: loadgen paralog LOCAL STREAM PARTITIONS SECONDS SIZE FLUSH_MS\n"
+            "usage: loadgen paralog LOCAL STREAM PARTITIONS SECONDS SIZE FLUSH_MS [RATE]\n"
             "       loadgen file PATH SECONDS SIZE FLUSH_MS\n"
             "       loadgen read REMOTE STREAM GROUP COUNT_FILE SECONDS\n");
     return 2;

@@ -10,9 +10,12 @@ the methods rotated from round to round:
                  to P partitions under a node-local root on --tmp, one
                  flush (one fdatasync) every FLUSH_MS ms, while
                  `paralog stream drain --follow --interval-ms 100` moves
-                 them to a remote directory on --tmp and one reader of one
+                 them to a remote directory under --remote-dir (/dev/shm:
+                 not the producers' disk, as a PFS) and one reader of one
                  group (loadgen read) reads them: per event its receive
                  time minus its event time (the append time)
+  paralog-paced  the same with each producer paced to --paced-rate events/s
+                 (1000: 1 MB/s): the latency when the drain is not behind
   raw            N producers writing the same events to one file each on
                  --tmp: buffered, one write() + fdatasync every FLUSH_MS ms
   kafka          one KRaft broker (combined mode) on 127.0.0.1, log dirs on
@@ -24,7 +27,7 @@ the methods rotated from round to round:
                  defaults (no fsync: the page cache)
   kafka-fsync    the same on a topic with flush.messages=1 (an fsync per
                  append to the log)
-  sshfs-shared   (--sshfs, root) N producers appending their batches to ONE
+  sshfs-shared   (root; --no-sshfs: not run) N producers appending their batches to ONE
                  shared file (O_APPEND, one write + fdatasync every FLUSH_MS
                  ms) on the sshfs mount of the end-to-end harness
                  (bench/e2e/testbed.py, --rate-mbit Mbit/s tbf)
@@ -39,8 +42,10 @@ Needs: target/release (paralog, libparalog_stream.so), target/kafka/lib
 
 Usage: bench/streams/run.py [--quick] [--producers 1,2,4,8]
          [--partitions 1,4,16,64] [--rounds 2] [--seconds 4] [--size 1024]
-         [--flush-ms 10] [--methods paralog,raw,kafka,kafka-fsync]
-         [--sshfs] [--rate-mbit 200] [--tmp /var/tmp]
+         [--flush-ms 10] [--methods paralog,paralog-paced,raw,kafka,kafka-fsync]
+         [--paced-rate 1000]
+         [--remote-dir /dev/shm]
+         [--no-sshfs] [--rate-mbit 200] [--tmp /var/tmp]
          [--json target/bench/streams.json] [--keep]
 """
 import argparse
@@ -59,7 +64,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 KAFKA_LIB = ROOT / "target/kafka/lib"
-ALL_METHODS = ["paralog", "raw", "kafka", "kafka-fsync", "sshfs-shared"]
+ALL_METHODS = ["paralog", "paralog-paced", "raw", "kafka", "kafka-fsync", "sshfs-shared"]
 
 
 def log(*a):
@@ -161,7 +166,7 @@ class Kafka:
         subprocess.run(self.java("kafka.tools.StorageTool", "format", "-t", cid, "-c", self.props),
                        check=True, capture_output=True, text=True)
         self.log = open(self.base / "broker.log", "wb")
-        cmd = ["java", "-Xmx1g", "-Xms1g", "-cp", self.cp,
+        cmd = ["nice", "java", "-Xmx1g", "-Xms1g", "-cp", self.cp,
                f"-Dlog4j2.configurationFile={self.base / 'log4j2.yaml'}", "kafka.Kafka", self.props]
         (self.base / "log4j2.yaml").write_text(
             "Configuration:\n  Appenders:\n    Console:\n      name: STDOUT\n"
@@ -207,7 +212,9 @@ PP_RE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\
 def run_kafka(a, kafka, n, p, fsync, tag, guess):
     topic = f"t{tag}"
     kafka.create_topic(topic, p, fsync)
-    records = max(2000, int(guess * a.seconds / n))
+    # Sized from the last run's rate so that a run takes about --seconds,
+    # and at least 10,000 records a producer (the JIT's warm-up counts in).
+    records = max(10000, int(guess * a.seconds / n))
     prods = []
     for i in range(n):
         prods.append(subprocess.Popen(
@@ -250,24 +257,26 @@ def run_kafka(a, kafka, n, p, fsync, tag, guess):
             "broker_rss_mb": (vm_hwm_kb(kafka.proc.pid) or 0) / 1024}
 
 
-def run_paralog(a, tools, work, n, p, tag):
+def run_paralog(a, tools, work, n, p, tag, rate=0):
     d = work / f"paralog{tag}"
-    local, remote = d / "local", d / "remote"
+    local = d / "local"
     local.mkdir(parents=True)
-    remote.mkdir()
+    remote = Path(tempfile.mkdtemp(prefix=f"remote{tag}-", dir=a.remote_dir))
     count = d / "count"
     dlog = open(d / "drain.log", "wb")
     drain = subprocess.Popen(nice_cmd(["nice", tools.paralog, "stream", "drain", "--local", local,
                                        "--remote", remote, "--follow", "--interval-ms", 100]),
                              stdout=dlog, stderr=subprocess.STDOUT, start_new_session=True)
-    reader = subprocess.Popen(nice_cmd([tools.loadgen, "read", remote, "s", "bench", count,
+    reader = subprocess.Popen(nice_cmd(["nice", tools.loadgen, "read", remote, "s", "bench", count,
                                         a.seconds + 120]),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               start_new_session=True)
-    prods = [subprocess.Popen(nice_cmd([tools.loadgen, "paralog", local, "s", p, a.seconds,
-                                        a.size, a.flush_ms]),
+    prods = [subprocess.Popen(nice_cmd(["nice", tools.loadgen, "paralog", local, "s", p, a.seconds,
+                                        a.size, a.flush_ms] + ([rate] if rate else [])),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(n)]
+    # Every process of every method runs under nice (the broker, the JVM
+    # clients, the drain, the reader, the producers) on a shared machine.
     res = [json.loads(pr.communicate()[0]) if pr.wait() == 0 else
            sys.exit(f"loadgen paralog failed: {pr.stderr.read()}") for pr in prods]
     total = sum(r["events"] for r in res)
@@ -291,11 +300,12 @@ def run_paralog(a, tools, work, n, p, tag):
         out["error"] = f"the reader got {rd['events']} of {total} events"
     if not a.keep:
         shutil.rmtree(d, ignore_errors=True)
+        shutil.rmtree(remote, ignore_errors=True)
     return out
 
 
 def run_files(a, tools, paths, tag):
-    prods = [subprocess.Popen(nice_cmd([tools.loadgen, "file", path, a.seconds, a.size,
+    prods = [subprocess.Popen(nice_cmd(["nice", tools.loadgen, "file", path, a.seconds, a.size,
                                         a.flush_ms]),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for path in paths]
@@ -327,11 +337,16 @@ def main():
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--flush-ms", type=float, default=10.0)
-    ap.add_argument("--methods", default="paralog,raw,kafka,kafka-fsync")
-    ap.add_argument("--sshfs", action="store_true",
-                    help="add sshfs-shared (root: namespaces, tc, sshd, sshfs)")
+    ap.add_argument("--methods", default="paralog,paralog-paced,raw,kafka,kafka-fsync")
+    ap.add_argument("--paced-rate", type=float, default=1000.0,
+                    help="paralog-paced: events/s per producer (latency below saturation)")
+    ap.add_argument("--sshfs", action=argparse.BooleanOptionalAction, default=os.geteuid() == 0,
+                    help="add sshfs-shared (root: namespaces, tc, sshd, sshfs; default: on as root)")
     ap.add_argument("--rate-mbit", type=float, default=200.0)
     ap.add_argument("--tmp", default="/var/tmp")
+    ap.add_argument("--remote-dir", default="/dev/shm",
+                    help="where the drain's remote directories go (default: tmpfs, a device other "
+                         "than the producers' disk, as a PFS would be)")
     ap.add_argument("--json", default=str(ROOT / "target/bench/streams.json"))
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
@@ -379,6 +394,8 @@ def main():
                         tag = f"{rnd}-{n}-{p}-{m}"
                         if m == "paralog":
                             r = run_paralog(a, tools, work, n, p, tag)
+                        elif m == "paralog-paced":
+                            r = run_paralog(a, tools, work, n, p, tag, a.paced_rate)
                         elif m == "raw":
                             r = run_files(a, tools, [work / f"raw{tag}-{i}" for i in range(n)], tag)
                         elif m == "sshfs-shared":
@@ -456,21 +473,23 @@ def report(a, methods, producers, partitions, results, rev, elapsed):
                     mr = median(rs)
                     cols.append("–" if mr is None else f"{mr:.2f}{'' if mr >= t else ' (missed)'}")
                 log(f"| {n} | {p} | " + " | ".join(cols) + " |")
-    if "paralog" in methods:
-        log("\nparalog: append-to-delivery latency (reader receive time minus event time), "
+    for pm in ("paralog", "paralog-paced"):
+        if pm not in methods:
+            continue
+        log(f"\n{pm}: append-to-delivery latency (reader receive time minus event time), "
             "drain max RSS, reader catch-up after the producers stopped (median of rounds):\n")
-        log("| producers | partitions | p50 ms | p99 ms | max ms | drain RSS MB | catch-up s | delivered |")
-        log("|---:|---:|---:|---:|---:|---:|---:|---|")
+        log("| producers | partitions | k events/s | p50 ms | p99 ms | max ms | drain RSS MB | catch-up s | delivered |")
+        log("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for n in producers:
             for p in partitions:
-                rs = cell.get((n, p, "paralog"), [])
+                rs = cell.get((n, p, pm), [])
                 if not rs:
                     continue
                 ok = all("error" not in r for r in rs)
-                log(f"| {n} | {p} | {med(n, p, 'paralog', 'lat_p50_ms'):.0f} | "
-                    f"{med(n, p, 'paralog', 'lat_p99_ms'):.0f} | {med(n, p, 'paralog', 'lat_max_ms'):.0f} | "
-                    f"{med(n, p, 'paralog', 'drain_rss_mb'):.0f} | "
-                    f"{med(n, p, 'paralog', 'reader_catch_up_s'):.1f} | {'all' if ok else 'NOT ALL'} |")
+                log(f"| {n} | {p} | {med(n, p, pm) / 1e3:.1f} | {med(n, p, pm, 'lat_p50_ms'):.0f} | "
+                    f"{med(n, p, pm, 'lat_p99_ms'):.0f} | {med(n, p, pm, 'lat_max_ms'):.0f} | "
+                    f"{med(n, p, pm, 'drain_rss_mb'):.0f} | "
+                    f"{med(n, p, pm, 'reader_catch_up_s'):.1f} | {'all' if ok else 'NOT ALL'} |")
     if any(m.startswith("kafka") for m in methods):
         rss = max((r.get("broker_rss_mb", 0) for r in results), default=0)
         log(f"\nKafka broker max RSS: {rss:.0f} MB (heap -Xmx1g)")
