@@ -213,8 +213,9 @@ def run_kafka(a, kafka, n, p, fsync, tag, guess):
     topic = f"t{tag}"
     kafka.create_topic(topic, p, fsync)
     # Sized from the last run's rate so that a run takes about --seconds,
-    # and at least 10,000 records a producer (the JIT's warm-up counts in).
-    records = max(10000, int(guess * a.seconds / n))
+    # and at least 5,000 records a producer (1,000 with an fsync per
+    # append): the JIT's warm-up counts in.
+    records = max(1000 if fsync else 5000, int(guess * a.seconds / n))
     prods = []
     for i in range(n):
         prods.append(subprocess.Popen(
@@ -330,7 +331,7 @@ def run_files(a, tools, paths, tag):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
-                    help="producers 1,4; partitions 1,64; one round of 3 s")
+                    help="producers 1,4,8; partitions 1,64; one round of 3 s")
     ap.add_argument("--producers", default="1,2,4,8")
     ap.add_argument("--partitions", default="1,4,16,64")
     ap.add_argument("--rounds", type=int, default=2)
@@ -351,7 +352,7 @@ def main():
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
     if a.quick:
-        a.producers, a.partitions, a.rounds, a.seconds = "1,4", "1,64", 1, 3.0
+        a.producers, a.partitions, a.rounds, a.seconds = "1,4,8", "1,64", 1, 3.0
     producers = [int(x) for x in a.producers.split(",")]
     partitions = [int(x) for x in a.partitions.split(",")]
     methods = [m for m in a.methods.split(",") if m]
