@@ -14,6 +14,9 @@ the methods rotated from round to round:
                  not the producers' disk, as a PFS) and one reader of one
                  group (loadgen read) reads them: per event its receive
                  time minus its event time (the append time)
+  paralog-nodrain  the same producers with no drain and no reader running:
+                 what the drain and the reader cost the producers here (on
+                 a 2-core machine they share the CPUs)
   paralog-paced  the same with each producer paced to --paced-rate events/s
                  (1000: 1 MB/s): the latency when the drain is not behind
   raw            N producers writing the same events to one file each on
@@ -42,7 +45,8 @@ Needs: target/release (paralog, libparalog_stream.so), target/kafka/lib
 
 Usage: bench/streams/run.py [--quick] [--producers 1,2,4,8]
          [--partitions 1,4,16,64] [--rounds 2] [--seconds 4] [--size 1024]
-         [--flush-ms 10] [--methods paralog,paralog-paced,raw,kafka,kafka-fsync]
+         [--flush-ms 10]
+         [--methods paralog,paralog-nodrain,paralog-paced,raw,kafka,kafka-fsync]
          [--paced-rate 1000]
          [--remote-dir /dev/shm]
          [--no-sshfs] [--rate-mbit 200] [--tmp /var/tmp]
@@ -64,7 +68,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 KAFKA_LIB = ROOT / "target/kafka/lib"
-ALL_METHODS = ["paralog", "paralog-paced", "raw", "kafka", "kafka-fsync", "sshfs-shared"]
+ALL_METHODS = ["paralog", "paralog-nodrain", "paralog-paced", "raw", "kafka", "kafka-fsync", "sshfs-shared"]
 
 
 def log(*a):
@@ -258,6 +262,25 @@ def run_kafka(a, kafka, n, p, fsync, tag, guess):
             "broker_rss_mb": (vm_hwm_kb(kafka.proc.pid) or 0) / 1024}
 
 
+def run_paralog_nodrain(a, tools, work, n, p, tag):
+    d = work / f"paralog{tag}"
+    (d / "local").mkdir(parents=True)
+    prods = [subprocess.Popen(nice_cmd(["nice", tools.loadgen, "paralog", d / "local", "s", p,
+                                        a.seconds, a.size, a.flush_ms]),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(n)]
+    res = []
+    for pr in prods:
+        out, err = pr.communicate()
+        if pr.returncode != 0:
+            sys.exit(f"loadgen paralog failed: {err}")
+        res.append(json.loads(out))
+    ev = sum(r["events"] / r["seconds"] for r in res)
+    shutil.rmtree(d, ignore_errors=True)
+    return {"events_s": ev, "mb_s": ev * a.size / 1e6, "events": sum(r["events"] for r in res),
+            "worst_flush_ms": max(r["worst_flush_ms"] for r in res)}
+
+
 def run_paralog(a, tools, work, n, p, tag, rate=0):
     d = work / f"paralog{tag}"
     local = d / "local"
@@ -328,7 +351,15 @@ def run_files(a, tools, paths, tag):
     return out
 
 
+def on_term(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main():
+    # SIGTERM (and SIGINT, which a background job of a script ignores) tear
+    # the broker and the testbed down through the finally below.
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
                     help="producers 1,4,8; partitions 1,64; one round of 3 s")
@@ -338,7 +369,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--flush-ms", type=float, default=10.0)
-    ap.add_argument("--methods", default="paralog,paralog-paced,raw,kafka,kafka-fsync")
+    ap.add_argument("--methods", default="paralog,paralog-nodrain,paralog-paced,raw,kafka,kafka-fsync")
     ap.add_argument("--paced-rate", type=float, default=1000.0,
                     help="paralog-paced: events/s per producer (latency below saturation)")
     ap.add_argument("--sshfs", action=argparse.BooleanOptionalAction, default=os.geteuid() == 0,
@@ -395,6 +426,8 @@ def main():
                         tag = f"{rnd}-{n}-{p}-{m}"
                         if m == "paralog":
                             r = run_paralog(a, tools, work, n, p, tag)
+                        elif m == "paralog-nodrain":
+                            r = run_paralog_nodrain(a, tools, work, n, p, tag)
                         elif m == "paralog-paced":
                             r = run_paralog(a, tools, work, n, p, tag, a.paced_rate)
                         elif m == "raw":
@@ -455,22 +488,25 @@ def report(a, methods, producers, partitions, results, rev, elapsed):
                 v = med(n, p, m)
                 cols.append("–" if v is None else f"{v / 1e3:.1f} ({v * a.size / 1e6:.0f})")
             log(f"| {n} | {p} | " + " | ".join(cols) + " |")
-    targets = [("kafka", 1.0), ("kafka-fsync", 5.0), ("raw", 0.8), ("sshfs-shared", 3.0)]
-    targets = [(m, t) for m, t in targets if m in methods]
-    if "paralog" in methods and targets:
-        log("\nparalog / method (per round, then the median), target in the header:\n")
-        log("| producers | partitions | " + " | ".join(f"vs {m} (≥ {t:g})" for m, t in targets) + " |")
+    targets = [("paralog", m, t) for m, t in
+               [("kafka", 1.0), ("kafka-fsync", 5.0), ("raw", 0.8), ("sshfs-shared", 3.0)]]
+    targets.append(("paralog-nodrain", "raw", 0.8))
+    targets = [(x, m, t) for x, m, t in targets if x in methods and m in methods]
+    if targets:
+        log("\nThroughput ratios (per round, then the median; the issue's target in the header):\n")
+        log("| producers | partitions | " + " | ".join(
+            f"{'' if x == 'paralog' else x + ' '}vs {m} (≥ {t:g})" for x, m, t in targets) + " |")
         log("|---:|---:|" + "---|" * len(targets))
         for n in producers:
             for p in partitions:
                 cols = []
-                for m, t in targets:
+                for x, m, t in targets:
                     rs = []
                     for rnd in range(a.rounds):
-                        x = [r for r in cell.get((n, p, "paralog"), []) if r["round"] == rnd]
-                        y = [r for r in cell.get((n, p, m), []) if r["round"] == rnd]
-                        if x and y and y[0]["events_s"] > 0:
-                            rs.append(x[0]["events_s"] / y[0]["events_s"])
+                        xs = [r for r in cell.get((n, p, x), []) if r["round"] == rnd]
+                        ys = [r for r in cell.get((n, p, m), []) if r["round"] == rnd]
+                        if xs and ys and ys[0]["events_s"] > 0:
+                            rs.append(xs[0]["events_s"] / ys[0]["events_s"])
                     mr = median(rs)
                     cols.append("–" if mr is None else f"{mr:.2f}{'' if mr >= t else ' (missed)'}")
                 log(f"| {n} | {p} | " + " | ".join(cols) + " |")
