@@ -381,7 +381,19 @@ def main():
                          "than the producers' disk, as a PFS would be)")
     ap.add_argument("--json", default=str(ROOT / "target/bench/streams.json"))
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--report", metavar="JSON",
+                    help="print the tables of an earlier run's JSON and stop")
     a = ap.parse_args()
+    if a.report:
+        d = json.loads(Path(a.report).read_text())
+        old = argparse.Namespace(**d["args"])
+        old.json = a.report
+        rs = d["results"]
+        order = lambda key: list(dict.fromkeys(sorted(r[key] for r in rs)))
+        methods = [m for m in ALL_METHODS if any(r["method"] == m for r in rs)]
+        report(old, methods, order("producers"), order("partitions"), rs, d["rev"], d["elapsed_s"],
+               write=False)
+        return
     if a.quick:
         a.producers, a.partitions, a.rounds, a.seconds = "1,4,8", "1,64", 1, 3.0
     producers = [int(x) for x in a.producers.split(",")]
@@ -466,10 +478,17 @@ def median(xs):
     return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
 
 
-def report(a, methods, producers, partitions, results, rev, elapsed):
-    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    with open(a.json, "w") as f:
-        json.dump({"rev": rev, "args": vars(a), "elapsed_s": elapsed, "results": results}, f, indent=1)
+def report(a, methods, producers, partitions, results, rev, elapsed, write=True):
+    if write:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        with open(a.json, "w") as f:
+            json.dump({"rev": rev, "args": vars(a), "elapsed_s": elapsed, "results": results}, f,
+                      indent=1)
+    for r in results:
+        if "reader_catch_up_s" in r:
+            # What the drain and the reader moved end to end: every event
+            # over the producers' time plus the reader's catch-up after it.
+            r["delivered_mb_s"] = r["events"] * a.size / 1e6 / (a.seconds + r["reader_catch_up_s"])
     log(f"\n{len(results)} runs in {elapsed:.0f} s; JSON: {a.json}")
     cell = {}
     for r in results:
@@ -514,9 +533,10 @@ def report(a, methods, producers, partitions, results, rev, elapsed):
         if pm not in methods:
             continue
         log(f"\n{pm}: append-to-delivery latency (reader receive time minus event time), "
-            "drain max RSS, reader catch-up after the producers stopped (median of rounds):\n")
-        log("| producers | partitions | k events/s | p50 ms | p99 ms | max ms | drain RSS MB | catch-up s | delivered |")
-        log("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+            "drain max RSS, reader catch-up after the producers stopped, delivered MB/s "
+            "(all events / (run + catch-up)) (median of rounds):\n")
+        log("| producers | partitions | k events/s | p50 ms | p99 ms | max ms | drain RSS MB | catch-up s | delivered MB/s | all read |")
+        log("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for n in producers:
             for p in partitions:
                 rs = cell.get((n, p, pm), [])
@@ -526,14 +546,15 @@ def report(a, methods, producers, partitions, results, rev, elapsed):
                 log(f"| {n} | {p} | {med(n, p, pm) / 1e3:.1f} | {med(n, p, pm, 'lat_p50_ms'):.0f} | "
                     f"{med(n, p, pm, 'lat_p99_ms'):.0f} | {med(n, p, pm, 'lat_max_ms'):.0f} | "
                     f"{med(n, p, pm, 'drain_rss_mb'):.0f} | "
-                    f"{med(n, p, pm, 'reader_catch_up_s'):.1f} | {'all' if ok else 'NOT ALL'} |")
+                    f"{med(n, p, pm, 'reader_catch_up_s'):.1f} | "
+                    f"{med(n, p, pm, 'delivered_mb_s'):.0f} | {'yes' if ok else 'NO'} |")
     if any(m.startswith("kafka") for m in methods):
         rss = max((r.get("broker_rss_mb", 0) for r in results), default=0)
         log(f"\nKafka broker max RSS: {rss:.0f} MB (heap -Xmx1g)")
     bad = [r for r in results if "error" in r]
     for r in bad:
         log(f"ERROR round {r['round']} N={r['producers']} P={r['partitions']} {r['method']}: {r['error']}")
-    if bad:
+    if bad and write:
         sys.exit(1)
 
 
