@@ -208,8 +208,9 @@ bench-objects: build setup-test setup-bench
 	/usr/bin/python3 bench/objects/run.py $(OBJ_FLAGS)
 
 # Shared event streams against Apache Kafka (one KRaft broker on loopback),
-# raw append + fdatasync and (as root) a shared file on the sshfs remote: docs/benchmarks.md section 12 (about 30 minutes;
-# STREAMS_FLAGS=--quick: about 6).
+# raw append + fdatasync and (as root) a shared file on the sshfs remote:
+# docs/benchmarks.md section 12; about 30 minutes (STREAMS_FLAGS=--quick:
+# about 6). Not part of `make test`.
 bench-streams: build setup-bench
 	/usr/bin/python3 bench/streams/run.py $(STREAMS_FLAGS)
 
