@@ -15,7 +15,8 @@
  *       one reader of the group GROUP on the drained remote: takes events
  *       until it has as many as COUNT_FILE says (written by the runner
  *       when the producers are done) or SECONDS passed; per event the
- *       receive time minus the event time (the producer's append time).
+ *       receive time minus the event time (the producer's append time),
+ *       and the time from the first event to the last (a read rate).
  *
  * Each prints one JSON line on stdout: events, bytes, seconds and (read)
  * the latency percentiles in ms. Build: cc -O2 loadgen.c -Ipath/to/include
@@ -175,6 +176,7 @@ static int read_group(char **a) {
     int64_t *lat = malloc(cap * sizeof *lat);
     uint64_t bytes = 0;
     long long want = -1;
+    int64_t t_first = 0, t_last = 0;
     paralog_stream_event ev;
     while (now_ns(CLOCK_MONOTONIC) < end) {
         int rc = paralog_stream_next(r, 200, &ev);
@@ -185,6 +187,8 @@ static int read_group(char **a) {
         }
         if (rc) die("next");
         int64_t l = now_ns(CLOCK_REALTIME) - ev.time_ns;
+        t_last = now_ns(CLOCK_MONOTONIC);
+        if (n == 0) t_first = t_last;
         if (n == cap) {
             cap *= 2;
             lat = realloc(lat, cap * sizeof *lat);
@@ -200,8 +204,10 @@ static int read_group(char **a) {
     qsort(lat, n, sizeof *lat, cmp64);
 #define PCT(p) (n ? lat[(size_t)((n - 1) * (p))] / 1e6 : 0.0)
     printf("{\"events\": %zu, \"bytes\": %llu, \"seconds\": %.6f, \"expected\": %lld, "
+           "\"first_to_last_s\": %.6f, "
            "\"lat_p50_ms\": %.3f, \"lat_p99_ms\": %.3f, \"lat_max_ms\": %.3f}\n",
-           n, (unsigned long long)bytes, el, want, PCT(0.5), PCT(0.99), PCT(1.0));
+           n, (unsigned long long)bytes, el, want, (t_last - t_first) / 1e9, PCT(0.5), PCT(0.99),
+           PCT(1.0));
     return 0;
 }
 

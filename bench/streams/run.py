@@ -14,6 +14,9 @@ the methods rotated from round to round:
                  not the producers' disk, as a PFS) and one reader of one
                  group (loadgen read) reads them: per event its receive
                  time minus its event time (the append time)
+                 (and, the drain stopped, a second group reading the
+                 whole stream again from the start: the read rate per
+                 partition count)
   paralog-nodrain  the same producers with no drain and no reader running:
                  what the drain and the reader cost the producers here (on
                  a 2-core machine they share the CPUs)
@@ -313,6 +316,17 @@ def run_paralog(a, tools, work, n, p, tag, rate=0):
     if reader.returncode != 0:
         sys.exit(f"loadgen read failed: {rerr}")
     rd = json.loads(rout)
+    if not rate:
+        # The drained stream read again from the start by a new group (the
+        # drain stopped): the reader's own rate, to compare partitions.
+        rr = subprocess.run(nice_cmd(["nice", tools.loadgen, "read", remote, "s", "reread", count,
+                                      120]), capture_output=True, text=True)
+        if rr.returncode != 0:
+            sys.exit(f"loadgen read (again) failed: {rr.stderr}")
+        again = json.loads(rr.stdout)
+        if again["events"] != total:
+            sys.exit(f"read again: {again['events']} of {total} events")
+        reread = again["events"] / max(again["first_to_last_s"], 1e-6)
     ev = sum(r["events"] / r["seconds"] for r in res)
     out = {"events_s": ev, "mb_s": ev * a.size / 1e6, "events": total,
            "worst_flush_ms": max(r["worst_flush_ms"] for r in res),
@@ -320,6 +334,8 @@ def run_paralog(a, tools, work, n, p, tag, rate=0):
            "lat_p99_ms": rd["lat_p99_ms"], "lat_max_ms": rd["lat_max_ms"],
            "reader_catch_up_s": catch_up,
            "drain_rss_mb": (rss or 0) / 1024}
+    if not rate:
+        out["reread_events_s"] = reread
     if rd["events"] != total:
         out["error"] = f"the reader got {rd['events']} of {total} events"
     if not a.keep:
@@ -548,6 +564,20 @@ def report(a, methods, producers, partitions, results, rev, elapsed, write=True)
                     f"{med(n, p, pm, 'drain_rss_mb'):.0f} | "
                     f"{med(n, p, pm, 'reader_catch_up_s'):.1f} | "
                     f"{med(n, p, pm, 'delivered_mb_s'):.0f} | {'yes' if ok else 'NO'} |")
+    if "paralog" in methods and len(partitions) > 1 and any("reread_events_s" in r for r in results):
+        p1 = partitions[0]
+        log(f"\nReading the drained stream again from the start (a new group, the drain stopped): "
+            f"k events/s, and the ratio to {p1} partition(s) (issue: 64 partitions >= 0.9x one):\n")
+        log("| producers | " + " | ".join(f"P={p}" for p in partitions) + " | " +
+            " | ".join(f"P={p} / P={p1}" for p in partitions[1:]) + " |")
+        log("|---:|" + "---:|" * (2 * len(partitions) - 1))
+        for n in producers:
+            v = {p: med(n, p, "paralog", "reread_events_s") for p in partitions}
+            if v[p1] is None:
+                continue
+            log(f"| {n} | " + " | ".join("–" if v[p] is None else f"{v[p] / 1e3:.0f}" for p in partitions)
+                + " | " + " | ".join("–" if v[p] is None else f"{v[p] / v[p1]:.2f}" for p in partitions[1:])
+                + " |")
     if any(m.startswith("kafka") for m in methods):
         rss = max((r.get("broker_rss_mb", 0) for r in results), default=0)
         log(f"\nKafka broker max RSS: {rss:.0f} MB (heap -Xmx1g)")
