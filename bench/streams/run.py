@@ -288,7 +288,7 @@ def run_paralog(a, tools, work, n, p, tag, rate=0):
     d = work / f"paralog{tag}"
     local = d / "local"
     local.mkdir(parents=True)
-    remote = Path(tempfile.mkdtemp(prefix=f"remote{tag}-", dir=a.remote_dir))
+    remote = Path(tempfile.mkdtemp(prefix=f"remote{tag}-", dir=a.remote_base))
     count = d / "count"
     dlog = open(d / "drain.log", "wb")
     drain = subprocess.Popen(nice_cmd(["nice", tools.paralog, "stream", "drain", "--local", local,
@@ -424,6 +424,7 @@ def main():
         sys.exit(f"no Kafka jars in {KAFKA_LIB}: run scripts/setup-bench.sh (make setup-bench)")
 
     base = Path(tempfile.mkdtemp(prefix="paralog-streams-", dir=a.tmp))
+    a.remote_base = tempfile.mkdtemp(prefix="paralog-streams-", dir=a.remote_dir)
     tools = Tools(base)
     work = base / "work"
     work.mkdir()
@@ -481,6 +482,7 @@ def main():
                 log("teardown:", e)
         if not a.keep:
             shutil.rmtree(base, ignore_errors=True)
+            shutil.rmtree(a.remote_base, ignore_errors=True)
         else:
             log(f"kept {base}")
     report(a, methods, producers, partitions, results, tools.rev, time.time() - t_start)
