@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench bench-aggregate bench-rounds bench-objects
+.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench bench-aggregate bench-rounds bench-objects bench-streams
 
 all: build
 
@@ -206,6 +206,13 @@ bench-micro: build setup-bench
 # section 11; about 10 minutes (OBJ_FLAGS=--quick: a few).
 bench-objects: build setup-test setup-bench
 	/usr/bin/python3 bench/objects/run.py $(OBJ_FLAGS)
+
+# Shared event streams against Apache Kafka (one KRaft broker on loopback),
+# raw append + fdatasync and (as root) a shared file on the sshfs remote:
+# docs/benchmarks.md section 12; about 30 minutes (STREAMS_FLAGS=--quick:
+# about 6). Not part of `make test`.
+bench-streams: build setup-bench
+	/usr/bin/python3 bench/streams/run.py $(STREAMS_FLAGS)
 
 # Drain with many nodes (network namespaces; needs root): docs/benchmarks.md section 8.
 bench-cluster: build setup-test
