@@ -154,6 +154,13 @@ impl S3Store {
         self.put_obj(&format!("{dir}/publishing"), Vec::new(), false)?;
         let head = record::encode(id, &meta);
         let head_id = new_id();
+        // Named under the put before the object exists, so that an abort
+        // of a put whose commit died before the publish removes it too.
+        self.put_obj(
+            &format!("{dir}/head.{}", id_hex(&head_id)),
+            Vec::new(),
+            false,
+        )?;
         self.put_obj(&format!("data/{}", id_hex(&head_id)), head.clone(), true)?;
         let mut pieces: Vec<Piece> = claims
             .into_iter()
@@ -232,12 +239,16 @@ impl S3Store {
             .list_objects(&format!("{dir}/"))
             .map_err(|e| self.err(e))?
         {
-            if k[dir.len() + 1..].starts_with('c') {
+            let f = &k[dir.len() + 1..];
+            if f.starts_with('c') {
                 if let Some(b) = self.get(&k)? {
                     if let Ok((_, c)) = decode_claim(&b, &self.shown(&k)) {
                         let _ = self.be.delete_object(&format!("data/{}", id_hex(&c.chunk)));
                     }
                 }
+            } else if let Some(head) = f.strip_prefix("head.").and_then(parse_id) {
+                // The array record of a commit that died before its publish.
+                let _ = self.be.delete_object(&format!("data/{}", id_hex(&head)));
             }
             let _ = self.be.delete_object(&k);
         }
