@@ -22,6 +22,13 @@ slices of what was put.
               chunk's S3 object
   killed commit  `obj commit` killed before and after its publish, then
               committed again twice: one version, equal to the put
+  mpi         tests/objects/mpi_put.c (the C API's chunked put over a
+              communicator) on s3://, MPICH and Open MPI, 4 ranks of
+              16x4096 int32: rank 0 reads it back equal, `obj get` equals
+              the formula; a rank killed between its chunk object and its
+              claim (objects.mid_chunk): nothing published (the dead put
+              stays staged: no `obj gc` on S3 yet), and the program run
+              again publishes version 1, its own bytes
   lost answers  4 puts through tests/remote/faultproxy.py losing half the
               answers after MinIO carried the requests out: 4 versions
               (the client's retries of create-only PUTs get 412 for
@@ -324,12 +331,37 @@ def case_python(work, s3):
     check((i["dtype"], i["shape"], i["version"]) == ("int32", [8, 6], 1), f"the CLI reads Python's put: {i}")
 
 
+@with_s3
+def case_mpi(work, s3):
+    from tests.objects.mpi import FLAVOURS, mpi_put
+    got = work / "got.bin"
+    for flavour in FLAVOURS:
+        name = f"mpi/{flavour}"
+        out = mpi_put(flavour, 4, s3.store, name, 16, 7, env=s3.env).stdout
+        check("version 1" in out and "read back equal" in out, f"{flavour}: {out}")
+        s3.obj("get", s3.at(name), got)
+        check(got.read_bytes() == (np.arange(64 * 4096, dtype="<i4") + 7).tobytes(),
+              f"{flavour}: obj get of the MPI put is not the formula's")
+        s3.obj("verify", s3.at(name), "--all")
+        r = mpi_put(flavour, 4, s3.store, f"{name}/k", 16, 8, mode="killwriter", check_rc=False, env=s3.env)
+        check(r.returncode != 0 and "failpoint objects.mid_chunk reached" in r.stdout + r.stderr,
+              f"{flavour}: the writer was not killed: {r.stdout}{r.stderr}")
+        check(s3.obj("info", s3.at(f"{name}/k"), "--json", check=False).returncode != 0,
+              f"{flavour}: a put whose writer died is visible")
+        out = mpi_put(flavour, 4, s3.store, f"{name}/k", 16, 9, env=s3.env).stdout
+        check("version 1" in out and "read back equal" in out, f"{flavour} again: {out}")
+        s3.obj("get", s3.at(f"{name}/k"), got)
+        check(got.read_bytes() == (np.arange(64 * 4096, dtype="<i4") + 9).tobytes(),
+              f"{flavour}: the put after the killed one is not its own")
+    return "MPICH and Open MPI: chunked puts over 4 ranks; a killed writer publishes nothing"
+
+
 def main():
     a = suite_options().parse_args()
     suite = Suite("objects-s3", keep=a.keep)
     cases = [("dtypes", case_dtypes), ("chunked", case_chunked), ("concurrent", case_concurrent),
              ("damage", case_damage), ("python", case_python), ("killed commit", case_killed_commit),
-             ("lost answers", case_lost_answers)]
+             ("lost answers", case_lost_answers), ("mpi", case_mpi)]
     return suite.run(cases, only=a.only)
 
 

@@ -293,6 +293,7 @@ impl S3Put<'_> {
         let s = self.store;
         let data_key = format!("data/{}", id_hex(&claim.chunk));
         s.put_obj(&data_key, block, true)?;
+        crate::failpoint("objects.mid_chunk");
         let key = format!("{dir}/c{i:020}");
         let mine = encode_claim(i, &claim);
         // A 412 can answer our own claim: the client retried a PUT whose
