@@ -29,6 +29,10 @@ slices of what was put.
               claim (objects.mid_chunk): nothing published (the dead put
               stays staged: no `obj gc` on S3 yet), and the program run
               again publishes version 1, its own bytes
+  retention   `?keep=2`: 5 puts of one name (4 chunks each) leave versions
+              4 and 5, each its own bytes; version 3 is gone (`obj get`
+              refuses it); the bucket holds exactly the two versions' chunk
+              and array-record objects; a name put without keep keeps all
   lost answers  4 puts through tests/remote/faultproxy.py losing half the
               answers after MinIO carried the requests out: 4 versions
               (the client's retries of create-only PUTs get 412 for
@@ -239,6 +243,30 @@ def case_lost_answers(work, s3):
 
 
 @with_s3
+def case_retention(work, s3):
+    rng = random.Random(11)
+    datas = []
+    for k in range(5):
+        f = work / f"r{k}.bin"
+        f.write_bytes(rng.randbytes(8 * 10 * 4))
+        datas.append(f.read_bytes())
+        s3.obj("put", s3.at("r") + "?keep=2", f, "--dtype", "int32", "--shape", "8,10", "--chunks", "4,5")
+        s3.obj("put", s3.at("all"), f, "--dtype", "int32", "--shape", "8,10", "--chunks", "4,5")
+    check([v["number"] for v in s3.info("r")["versions"]] == [4, 5], f"kept: {s3.info('r')['versions']}")
+    check(len(s3.info("all")["versions"]) == 5, "a name put without keep lost versions")
+    got = work / "got.bin"
+    for n in (4, 5):
+        s3.obj("get", s3.at("r"), got, "--version", str(n))
+        check(got.read_bytes() == datas[n - 1], f"version {n} is not put {n}")
+    r = s3.obj("get", s3.at("r"), got, "--version", "3", check=False)
+    check(r.returncode != 0 and "3" in r.stderr, f"a dropped version read: {r.returncode} {r.stderr}")
+    data_objects = [k for k, _ in s3.minio.keys(BUCKET, "store/data")]
+    # 'r': 2 versions x (4 chunks + 1 array record); 'all': 5 x 5.
+    check(len(data_objects) == 2 * 5 + 5 * 5, f"{len(data_objects)} data objects, want {2 * 5 + 5 * 5}")
+    return "versions 4 and 5 kept with their objects, the rest dropped"
+
+
+@with_s3
 def case_concurrent(work, s3):
     rng = random.Random(7)
     procs, puts = [], {}
@@ -361,7 +389,7 @@ def main():
     suite = Suite("objects-s3", keep=a.keep)
     cases = [("dtypes", case_dtypes), ("chunked", case_chunked), ("concurrent", case_concurrent),
              ("damage", case_damage), ("python", case_python), ("killed commit", case_killed_commit),
-             ("lost answers", case_lost_answers), ("mpi", case_mpi)]
+             ("lost answers", case_lost_answers), ("mpi", case_mpi), ("retention", case_retention)]
     return suite.run(cases, only=a.only)
 
 

@@ -4,7 +4,7 @@
 //!
 //! - `file:///abs/path` or `/abs/path`: a POSIX directory;
 //! - `objstore:///abs/root[?dirs=N&keep=K&sync=0|1]`: the versioned object layout;
-//! - `s3://bucket[/prefix][?upload=close|epoch&part_size=BYTES&max_parts=N]`.
+//! - `s3://bucket[/prefix][?upload=close|epoch&part_size=BYTES&max_parts=N&keep=K]`.
 //!
 //! No form may climb out of its root (`..`), and every query setting is
 //! known and in range: a typo is an error that names it, not a default.
@@ -66,6 +66,9 @@ pub struct S3Url {
     /// At most this many parts per upload (lower than S3's limit only in
     /// tests, so that part sizes grow without writing 80 GB).
     pub max_parts: u64,
+    /// An array store's versions kept per name (`u64::MAX`, the default:
+    /// every one); files drained to S3 have one version and ignore it.
+    pub keep: u64,
 }
 
 /// A URL that names no usable remote.
@@ -204,6 +207,7 @@ impl S3Url {
             upload: S3Upload::Close,
             part_size: S3_DEFAULT_PART,
             max_parts: S3_MAX_PARTS,
+            keep: u64::MAX,
         };
         for (k, v) in query_pairs(query) {
             match k {
@@ -226,10 +230,19 @@ impl S3Url {
                         .filter(|n| (1..=S3_MAX_PARTS).contains(n))
                         .ok_or_else(|| bad(url, format!("max_parts={v}: 1 to 10000")))?;
                 }
+                "keep" => {
+                    s.keep = v
+                        .parse()
+                        .ok()
+                        .filter(|&n| n >= 1)
+                        .ok_or_else(|| bad(url, format!("keep={v}: 1 or more")))?;
+                }
                 _ => {
                     return Err(bad(
                         url,
-                        format!("unknown setting {k}={v} (known: upload, part_size, max_parts)"),
+                        format!(
+                            "unknown setting {k}={v} (known: upload, part_size, max_parts, keep)"
+                        ),
                     ))
                 }
             }
@@ -295,6 +308,10 @@ impl fmt::Display for S3Url {
                 (
                     "max_parts",
                     (self.max_parts != S3_MAX_PARTS).then(|| self.max_parts.to_string()),
+                ),
+                (
+                    "keep",
+                    (self.keep != u64::MAX).then(|| self.keep.to_string()),
                 ),
             ],
         )
@@ -381,6 +398,7 @@ mod tests {
             "s3://b/p?upload=never",
             "s3://b/p?max_parts=0",
             "s3://b/p?bogus=1",
+            "s3://b/p?keep=0",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
@@ -395,6 +413,7 @@ mod tests {
             "s3://b",
             "s3://b/p/q?upload=epoch&max_parts=3",
             "s3://b/p?part_size=16M&upload=close",
+            "s3://b/p?keep=4",
         ] {
             let v = parse(u).unwrap();
             assert_eq!(parse(&v.to_string()).unwrap(), v, "{u}");

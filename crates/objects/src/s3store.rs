@@ -10,8 +10,11 @@
 //!   of one name never replace each other, the loser takes the next number;
 //! - `staging/<id>/...`: a chunked put until its commit (`s3put`).
 //!
-//! Every version is kept (no retention on S3 yet); a chunk is verified
-//! against the version record's block CRC-32C before any byte is used.
+//! Retention (`keep=K` in the URL; every version by default): after each
+//! publish the versions of the name beyond the newest K are dropped, their
+//! record first (no reader starts on it), then the chunk objects no kept
+//! version uses. A chunk is verified against the version record's block
+//! CRC-32C before any byte is used.
 
 use std::path::PathBuf;
 
@@ -279,6 +282,9 @@ impl S3Store {
         for n in first..first + 10_000 {
             v.number = n;
             if self.put_obj(&version_key(name, n), v.encode(), true)? {
+                // Published whatever retention does: what it fails to drop
+                // now, the next publish of the name drops.
+                let _ = self.retain(name);
                 return Ok(n);
             }
             // A 412 can answer our own record: the client retried a PUT
@@ -293,6 +299,40 @@ impl S3Store {
             name: name.to_owned(),
             why: "no free version number after 10000 tries".into(),
         })
+    }
+
+    /// Drop the versions of `name` beyond the newest `keep`: each record,
+    /// then the chunk objects only dropped versions used. Another
+    /// publisher's retention may run at once: deletes of what is gone are
+    /// no error. A crash between leaves chunk objects no version names.
+    fn retain(&self, name: &str) -> Result<()> {
+        let keep = self.url.keep;
+        let all = self.numbers(name)?;
+        if all.len() as u64 <= keep {
+            return Ok(());
+        }
+        let (old, kept) = all.split_at(all.len() - keep as usize);
+        let mut used = std::collections::BTreeSet::new();
+        for &n in kept {
+            if let Some(v) = self.record(name, n)? {
+                used.extend(v.pieces.iter().map(|p| p.chunk));
+            }
+        }
+        let mut dropped = std::collections::BTreeSet::new();
+        for &n in old {
+            if let Ok(Some(v)) = self.record(name, n) {
+                dropped.extend(v.pieces.iter().map(|p| p.chunk));
+            }
+            self.be
+                .delete_object(&version_key(name, n))
+                .map_err(|e| self.err(e))?;
+        }
+        for id in dropped.difference(&used) {
+            self.be
+                .delete_object(&format!("data/{}", id_hex(id)))
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(())
     }
 
     /// Delete `name`: a deletion published as its next version.
