@@ -108,6 +108,19 @@ def stop(p, timeout=20):
         p.wait()
 
 
+def loadgens(cmds, what):
+    """Run the load generators at once; each one's JSON report."""
+    prods = [subprocess.Popen(nice_cmd(c), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for c in cmds]
+    res = []
+    for pr in prods:
+        out, err = pr.communicate()
+        if pr.returncode != 0:
+            sys.exit(f"loadgen {what} failed: {err}")
+        res.append(json.loads(out))
+    return res
+
+
 def nice_cmd(cmd):
     return [str(c) for c in cmd]
 
@@ -268,16 +281,8 @@ def run_kafka(a, kafka, n, p, fsync, tag, guess):
 def run_paralog_nodrain(a, tools, work, n, p, tag):
     d = work / f"paralog{tag}"
     (d / "local").mkdir(parents=True)
-    prods = [subprocess.Popen(nice_cmd(["nice", tools.loadgen, "paralog", d / "local", "s", p,
-                                        a.seconds, a.size, a.flush_ms]),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(n)]
-    res = []
-    for pr in prods:
-        out, err = pr.communicate()
-        if pr.returncode != 0:
-            sys.exit(f"loadgen paralog failed: {err}")
-        res.append(json.loads(out))
+    res = loadgens([["nice", tools.loadgen, "paralog", d / "local", "s", p, a.seconds, a.size, a.flush_ms]
+                    for _ in range(n)], "paralog")
     ev = sum(r["events"] / r["seconds"] for r in res)
     shutil.rmtree(d, ignore_errors=True)
     return {"events_s": ev, "mb_s": ev * a.size / 1e6, "events": sum(r["events"] for r in res),
@@ -345,16 +350,8 @@ def run_paralog(a, tools, work, n, p, tag, rate=0):
 
 
 def run_files(a, tools, paths, tag):
-    prods = [subprocess.Popen(nice_cmd(["nice", tools.loadgen, "file", path, a.seconds, a.size,
-                                        a.flush_ms]),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for path in paths]
-    res = []
-    for pr in prods:
-        out, err = pr.communicate()
-        if pr.returncode != 0:
-            sys.exit(f"loadgen file failed: {err}")
-        res.append(json.loads(out))
+    res = loadgens([["nice", tools.loadgen, "file", path, a.seconds, a.size, a.flush_ms] for path in paths],
+                   "file")
     ev = sum(r["events"] / r["seconds"] for r in res)
     total = sum(r["events"] for r in res)
     size = sum(os.path.getsize(p) for p in set(paths))
