@@ -148,7 +148,15 @@ def case_no_h5view(work):
     check("HDF5 view" in said and "complete" in said, said)
     said = obj("view", at(url, "t"), "--missing").stdout
     check("no version kept misses its views" in said, said)
-    return "published, reported missing, made by obj view --missing"
+    # Two objects missing their views: `obj view STORE --missing` makes both.
+    for name in ("a/x", "b"):
+        run([BIN, "obj", "put", at(url, name), data, "--dtype", "int32", "--shape", SHAPE, "--chunks", CHUNKS],
+            env=dict(os.environ, PARALOG_H5VIEW=str(missing)))
+    said = obj("view", url, "--missing").stdout
+    check(all(views_state(at(url, n)) == "made" for n in ("a/x", "b", "t")),
+          f"obj view STORE --missing: {said}")
+    check(obj("view", url, check=False).returncode != 0, "obj view of a store without --missing")
+    return "published, reported missing, made by obj view --missing (one object, then a store)"
 
 
 PROGRAM = """

@@ -111,6 +111,7 @@ pub(crate) enum ObjCmd {
     },
     /// (Re)make the Zarr and HDF5 views of a version; prints where they are.
     View {
+        /// An object; with --missing also a whole store (every object).
         url: String,
         #[arg(long, conflicts_with = "missing")]
         version: Option<u64>,
@@ -594,8 +595,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             version,
             missing,
         } => {
-            let (store, name) = object(&url)?;
-            crate::obj_view::view(&store, &name, version, missing, &mut stdout)?;
+            let (store, name) = Store::locate(&parse_url(&url)?)?;
+            // A store with --missing: every object's missing views (after
+            // a crash of programs that put directly).
+            let names = match (name, missing) {
+                (Some(n), _) => vec![n],
+                (None, true) => store.list()?,
+                (None, false) => bail!("{url}: names a store, not an object (add /NAME, or --missing for every object)"),
+            };
+            for name in names {
+                crate::obj_view::view(&store, &name, version, missing, &mut stdout)?;
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
