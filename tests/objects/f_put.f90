@@ -5,7 +5,10 @@
 ! VIEW (the path of the version's HDF5 view), rank 0 then waits for its
 ! views (paralog_obj_wait_views) and prints "views made" if VIEW exists
 ! (before closing the store, which would wait too).
-!   f_put STORE NAME ROWS SALT [VIEW]
+!   f_put STORE NAME ROWS SALT [VIEW | --local DIR]
+! With --local DIR the store is logged (paralog_obj_open_logged): the
+! commit's version is 0 and nothing is read back (the node server, or
+! `paralog obj publish DIR`, publishes it).
 program f_put
   use mpi
   use iso_c_binding
@@ -17,7 +20,7 @@ program f_put
   integer(c_int32_t), allocatable, target :: mine(:, :), all(:, :)
   type(c_ptr) :: store, writer
   character(len=512) :: url, name, arg, view
-  logical :: made
+  logical :: made, logged
 
   call MPI_Init(ierr)
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
@@ -30,7 +33,14 @@ program f_put
   read (arg, *) salt
   shape = [int(rows * nranks, c_int64_t), 4096_c_int64_t]
   chunks = [int(rows, c_int64_t), 4096_c_int64_t]
-  rc = paralog_obj_open(trim(url)//c_null_char, store)
+  call get_command_argument(5, view)
+  logged = trim(view) == '--local'
+  if (logged) then
+    call get_command_argument(6, arg)
+    rc = paralog_obj_open_logged(trim(url)//c_null_char, trim(arg)//c_null_char, store)
+  else
+    rc = paralog_obj_open(trim(url)//c_null_char, store)
+  end if
   if (rc /= 0) call fail(rc)
   rc = paralog_obj_begin_mpi_f(MPI_COMM_WORLD, store, trim(name)//c_null_char, PARALOG_OBJ_INT32, 2, &
                                shape, chunks, c_null_ptr, writer)
@@ -46,7 +56,9 @@ program f_put
   if (rc /= 0) call fail(rc)
   rc = paralog_obj_commit_mpi_f(MPI_COMM_WORLD, store, trim(name)//c_null_char, writer, version)
   if (rc /= 0) call fail(rc)
-  if (rank == 0) then
+  if (rank == 0 .and. logged) then
+    print '(a,i0)', 'logged, version ', version
+  else if (rank == 0) then
     print '(a,i0)', 'version ', version
     allocate (all(4096, rows * nranks))
     rc = paralog_obj_get(store, trim(name)//c_null_char, version, c_null_ptr, c_null_ptr, c_loc(all), &
@@ -61,7 +73,6 @@ program f_put
       end do
     end do
     print '(a)', 'read back equal'
-    call get_command_argument(5, view)
     if (len_trim(view) > 0) then
       rc = paralog_obj_wait_views(store)
       if (rc /= 0) call fail(rc)

@@ -134,8 +134,9 @@ F_MODULE = INCLUDE / "paralog_objects.f90"
 def case_fortran(flavour):
     """The same from Fortran (iso_c_binding, paralog_objects.f90) on 2 and
     4 ranks (rank 0 waits for the views, paralog_obj_wait_views, and finds
-    the HDF5 view's file before closing its store), and a bad name refused
-    on every rank."""
+    the HDF5 view's file before closing its store), a logged store
+    (paralog_obj_open_logged, published by `obj publish`), and a bad name
+    refused on every rank."""
     def go(work):
         import numpy as np
         exe = TARGET / "objects-mpi" / flavour / "f_put"
@@ -157,6 +158,18 @@ def case_fortran(flavour):
                            "slabs": [[[5, 100], [20, 300]]]})
         zarr_read(work, checks)
         hdf5_read(work, checks)
+        # Logged (paralog_obj_open_logged): version 0 at the commit, then
+        # published by `paralog obj publish` as version 1, its bytes.
+        local = work / "flocal"
+        local.mkdir(mode=0o700)
+        r = run([*launcher(flavour, 2), exe, url, "f/logged", "16", "13", "--local", local], env=mpi_env(),
+                check=False, timeout=300)
+        check(r.returncode == 0 and "logged, version 0" in r.stdout, f"logged: {r.stdout}{r.stderr}")
+        check(obj("publish", local).stdout.count("f/logged") == 1, "the Fortran logged put was not published once")
+        got = work / "flogged.bin"
+        obj("get", at(url, "f/logged"), got)
+        check(got.read_bytes() == (np.arange(16 * 2 * 4096, dtype="<i4") + 13).tobytes(),
+              "the published Fortran logged put is not its bytes")
         r = run([*launcher(flavour, 2), exe, url, "../x", "16", "0"], env=mpi_env(), check=False, timeout=300)
         errors = rank_errors(r.stdout)
         check(r.returncode != 0 and sorted(errors) == [0, 1]

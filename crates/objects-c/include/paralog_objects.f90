@@ -20,6 +20,14 @@ module paralog_objects
       type(c_ptr), intent(out) :: store
       integer(c_int) :: rc
     end function
+    ! A logged store (paralog/objects.h): puts go to the node-local
+    ! directory `local`, the node server publishes them to `url`.
+    function paralog_obj_open_logged(url, local, store) bind(c) result(rc)
+      import :: c_char, c_ptr, c_int
+      character(kind=c_char), intent(in) :: url(*), local(*)
+      type(c_ptr), intent(out) :: store
+      integer(c_int) :: rc
+    end function
     subroutine paralog_obj_close(store) bind(c)
       import :: c_ptr
       type(c_ptr), value :: store
