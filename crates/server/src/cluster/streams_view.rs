@@ -210,13 +210,25 @@ mod tests {
         let b = view(3, 3, b"r3", 0);
         let c = view(0, 0, b"", 0);
         assert_eq!(
-            decide("s", &[Some(&a), Some(&b), None]),
+            decide("s", &[Some(&b), Some(&a)]),
             Decision::Go {
                 partitions: 3,
                 rounds: 4,
-                behind: vec![1, 2],
-                source: 0,
+                behind: vec![0],
+                source: 1,
                 new: true
+            }
+        );
+        // A node with no directory of the stream yet is at round 0.
+        let first = view(3, 1, b"r1", 0);
+        assert_eq!(
+            decide("s", &[None, Some(&first)]),
+            Decision::Go {
+                partitions: 3,
+                rounds: 1,
+                behind: vec![0],
+                source: 1,
+                new: false
             }
         );
         // A node with no log at all and others far ahead: refused.
