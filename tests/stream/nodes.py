@@ -20,6 +20,11 @@ partitions, drained to a directory. Cases, each with MPICH and Open MPI:
                      one-node `paralog stream drain` into an empty
                      directory: every segment file byte for byte the server
                      job's (the same bytes at the same offsets)
+  2 nodes, objstore  the same to the object layout (objstore://), where the
+                     leader owns every partition: events by node all the
+                     leader's, bytes between nodes the other node's
+                     frames; `cat` equal event for event (offsets, rounds)
+                     to a one-node drain of the merged root
   killed after cut   node n1's server kills itself (SIGKILL) right after
                      recording its 3rd cut while producers run: the job
                      ends; a new server job (no failpoint) applies the
@@ -108,9 +113,8 @@ def cut_logs_equal(c):
     return logs[0]
 
 
-def one_node_redrain(c, remote):
-    """Every node's segments and n0's cut log in one root, drained by a
-    one-node drain into an empty directory: the same segment files."""
+def merge_roots(c):
+    """Every node's segments and n0's cut log in one node-local root."""
     merged = c.work / "merged"
     sdir = merged / ".paralog-streams" / STREAM
     sdir.mkdir(parents=True)
@@ -119,6 +123,13 @@ def one_node_redrain(c, remote):
         for f in (c.work / "local" / f"n{n}" / ".paralog-streams" / STREAM).glob("*.seg"):
             shutil.copy2(f, sdir / f.name)
     shutil.copy2(c.work / "local" / "n0" / ".paralog-streams" / STREAM / "cuts", sdir / "cuts")
+    return merged
+
+
+def one_node_redrain(c, remote):
+    """The merged root drained by a one-node drain into an empty
+    directory: the same segment files."""
+    merged = merge_roots(c)
     fresh = c.work / "fresh"
     fresh.mkdir()
     drain(merged, fresh, roll_bytes=None)
@@ -131,9 +142,16 @@ def one_node_redrain(c, remote):
     return len(segs)
 
 
-def case_nodes(work, flavour, nodes):
-    remote = work / "remote"
-    remote.mkdir()
+def case_nodes(work, flavour, nodes, objects=False):
+    """objects: to the object layout, where the leader owns every
+    partition (it PUTs each round's objects and the index)."""
+    if objects:
+        (work / "obj").mkdir()
+        remote = f"objstore://{work}/obj"
+    else:
+        remote = work / "remote"
+        remote.mkdir()
+    owner = (lambda p: 0) if objects else (lambda p: p % nodes)
     c = Cluster(work, flavour, nodes, str(remote))
     c.start_servers()
     try:
@@ -145,10 +163,10 @@ def case_nodes(work, flavour, nodes):
         check_events(events, flushed)
         check(len(events) == total == cl["stream_events"], f"{len(events)} events read, {total} flushed, "
               f"the servers stored {cl['stream_events']}")
-        by = [sum(1 for e in events if e["partition"] % nodes == n) for n in range(nodes)]
-        check(cl["stream_events_by_node"] == by and all(by),
+        by = [sum(1 for e in events if owner(e["partition"]) == n) for n in range(nodes)]
+        check(cl["stream_events_by_node"] == by and (objects or all(by)),
               f"events appended by each server {cl['stream_events_by_node']}, partitions owned say {by}")
-        crossing = sum(frame_len(e) for e in events if e["partition"] % nodes != node[e["producer"]])
+        crossing = sum(frame_len(e) for e in events if owner(e["partition"]) != node[e["producer"]])
         check(cl["stream_bytes_between_nodes"] == crossing and crossing > 0,
               f"{cl['stream_bytes_between_nodes']} event bytes between nodes, {crossing} were off their owner's node")
         for n in range(nodes):
@@ -161,9 +179,20 @@ def case_nodes(work, flavour, nodes):
     finally:
         c.stop()
     cut_logs_equal(c)
-    segs = one_node_redrain(c, remote)
+    if objects:
+        # The same events at the same offsets and rounds as a one-node
+        # drain of the same cuts into a fresh directory.
+        merged = merge_roots(c)
+        fresh = work / "fresh"
+        fresh.mkdir()
+        drain(merged, fresh, roll_bytes=None)
+        check(cat_json(f"{fresh}/{STREAM}", "--from", "earliest") == events,
+              "the object layout's events differ from a one-node drain of the same cuts")
+        same = "cat = a one-node drain's"
+    else:
+        same = f"{one_node_redrain(c, remote)} segments = a one-node drain's"
     return (f"{total} events from {len(flushed)} producers on {nodes} nodes; by server {by}; "
-            f"{crossing} bytes between nodes; {segs} segments = a one-node drain's")
+            f"{crossing} bytes between nodes; {same}")
 
 
 def case_killed(work, flavour, node, failpoint):
@@ -207,6 +236,7 @@ def main():
     cases = []
     for fl in ("mpich", "openmpi"):
         cases += [(f"2 nodes, {fl}", lambda w, fl=fl: case_nodes(w, fl, 2)),
+                  (f"2 nodes, objstore, {fl}", lambda w, fl=fl: case_nodes(w, fl, 2, objects=True)),
                   (f"4 nodes, {fl}", lambda w, fl=fl: case_nodes(w, fl, 4)),
                   (f"killed after cut, {fl}", lambda w, fl=fl: case_killed(w, fl, 1, "stream.after_cut:3")),
                   (f"killed before wm, {fl}", lambda w, fl=fl: case_killed(w, fl, 0, "stream.before_watermark:3")),
