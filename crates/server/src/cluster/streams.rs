@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use paralog_stream::nodes::{self, NodeShare};
-use paralog_stream::{DrainOptions, DrainReport, StreamPlace};
+use paralog_stream::{DrainOptions, DrainReport, StreamPlace, StreamRemote};
 
 use super::mpi::MpiError;
 use super::streams_view::{self, Decision, NodeViews, View};
@@ -268,6 +268,7 @@ impl Coordinator {
         // 4. A new cut, unless a node's log changed this round (its new
         // ranges were taken before it had the last record).
         if !go.new || worked {
+            self.after_stream_round(&*remote, stream, go.partitions);
             return Ok(if worked {
                 Outcome::Worked
             } else {
@@ -296,7 +297,28 @@ impl Coordinator {
         if let Some(why) = self.apply_cut(place, &*remote, stream, go.partitions, &cut)? {
             return Ok(Outcome::Failed(why));
         }
+        self.after_stream_round(&*remote, stream, go.partitions);
         Ok(Outcome::Worked)
+    }
+
+    /// The leader's work after a stream's round, new data or not: on an
+    /// object remote a pending trim request applied (only the drain PUTs
+    /// the index), as the one-node drain does. Its failure is the
+    /// leader's to log and retry next round; no other server depends on it.
+    fn after_stream_round(&self, remote: &dyn StreamRemote, stream: &str, n: u32) {
+        if !self.leader() {
+            return;
+        }
+        match remote.after_round(stream, n) {
+            Ok(trimmed) => {
+                for t in trimmed.iter().filter(|t| !t.segments.is_empty()) {
+                    tracing::info!(stream = %stream, partition = t.partition, objects = t.segments.len(), bytes = t.bytes, first_offset = t.first, "stream trimmed (a trim request applied)");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(stream = %stream, error = %e, "applying a trim request failed; tried again next round")
+            }
+        }
     }
 }
 
