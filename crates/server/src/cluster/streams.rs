@@ -40,6 +40,12 @@ pub(super) struct StreamRounds {
     failures: BTreeMap<String, u32>,
     /// Streams given up at the end of the job, and why.
     parked: BTreeMap<String, String>,
+    /// Per stream, the round of the last record this server sent whole.
+    sent: BTreeMap<String, u64>,
+    /// Per stream, the round every server knows the remote published
+    /// (checked or written in this job): an idle stream's round skips the
+    /// leader's check.
+    published: BTreeMap<String, u64>,
     /// The last error logged per stream (each logged once).
     said: BTreeMap<String, String>,
 }
@@ -130,8 +136,9 @@ impl Coordinator {
                 round.worked = true;
             }
             Outcome::Failed(why) => {
-                // Read again from the cut log next round.
+                // Read again from the cut log next round (and the remote).
                 self.streams.shares.remove(name);
+                self.streams.published.remove(name);
                 let n = self.streams.failures.entry(name.into()).or_default();
                 *n += 1;
                 if self.streams.said.get(name) != Some(&why) {
@@ -184,17 +191,28 @@ impl Coordinator {
     }
 
     fn share_view(&mut self, name: &str, opts: &DrainOptions) -> paralog_stream::Result<View> {
+        let fresh = !self.streams.shares.contains_key(name);
+        let sent = self.streams.sent.get(name).copied();
         let share = self.share(name)?;
         let mut report = DrainReport::default();
         let (parts, ranges) = share.take_new(opts, &mut report)?;
+        let record = share.last_record();
+        let last_crc = match record.len() {
+            0 => 0,
+            n => u32::from_le_bytes(record[n - 4..].try_into().expect("4 bytes")),
+        };
+        let rounds = share.rounds();
+        let whole = fresh || sent != Some(rounds);
+        self.streams.sent.insert(name.into(), rounds);
         for (path, at) in &report.cut {
             tracing::info!(segment = %path.display(), length = at, "a dead producer's torn tail cut off");
         }
         Ok(View {
             failed: false,
             partitions: parts.unwrap_or(0),
-            rounds: share.rounds(),
-            last: share.last_record(),
+            rounds,
+            last_crc,
+            last: if whole { record } else { Vec::new() },
             ranges,
         })
     }
@@ -228,26 +246,19 @@ impl Coordinator {
             }
         }
         // 2. The leader checks the remote against its log; everyone learns
-        // the published round.
+        // the published round (known already when this job published or
+        // checked the last round and no log changed since).
         let remote = place.remote();
-        let published = if self.leader() {
-            self.share(stream).and_then(|s| {
-                remote.ensure(stream, go.partitions)?;
-                let wm = remote.watermark(stream, go.partitions)?;
-                s.check_watermark(&wm, &remote.stream_dir(stream))?;
-                Ok(wm.round)
-            })
+        let known = self.streams.published.get(stream) == Some(&go.rounds);
+        let w = if known && go.behind.is_empty() {
+            go.rounds
         } else {
-            Ok(0)
+            match self.published_round(&*remote, stream, go.partitions)? {
+                Ok(w) => w,
+                Err(f) => return Ok(Outcome::Failed(f.message().into())),
+            }
         };
-        let (w, local) = match published {
-            Ok(w) => (w, None),
-            Err(e) => (0, Some(failure(e))),
-        };
-        if let Some(f) = self.agree(local)? {
-            return Ok(Outcome::Failed(f.message().into()));
-        }
-        let w = self.sum(w)?;
+        self.streams.published.insert(stream.into(), w);
         // 3. Cuts recorded and not published: applied again, the same bytes.
         let mut worked = !go.behind.is_empty();
         for k in w + 1..=go.rounds {
@@ -299,6 +310,39 @@ impl Coordinator {
         }
         self.after_stream_round(&*remote, stream, go.partitions);
         Ok(Outcome::Worked)
+    }
+
+    /// Every server knows the remote published `round` of `stream`.
+    pub(super) fn streams_published(&mut self, stream: &str, round: u64) {
+        self.streams.published.insert(stream.into(), round);
+    }
+
+    /// The round the remote published, checked by the leader against its
+    /// cut log (the description written the first time), told to all.
+    fn published_round(
+        &mut self,
+        remote: &dyn StreamRemote,
+        stream: &str,
+        partitions: u32,
+    ) -> Result<Result<u64, Failure>, MpiError> {
+        let published = if self.leader() {
+            self.share(stream).and_then(|s| {
+                remote.ensure(stream, partitions)?;
+                let wm = remote.watermark(stream, partitions)?;
+                s.check_watermark(&wm, &remote.stream_dir(stream))?;
+                Ok(wm.round)
+            })
+        } else {
+            Ok(0)
+        };
+        let (w, local) = match published {
+            Ok(w) => (w, None),
+            Err(e) => (0, Some(failure(e))),
+        };
+        if let Some(f) = self.agree(local)? {
+            return Ok(Err(f));
+        }
+        Ok(Ok(self.sum(w)?))
     }
 
     /// The leader's work after a stream's round, new data or not: on an

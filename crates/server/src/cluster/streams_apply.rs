@@ -123,6 +123,7 @@ impl Coordinator {
             .map(|(_, b)| b)
             .sum();
         let between = self.sum(between)?;
+        self.streams_published(stream, cut.round);
         let t = &mut self.totals;
         t.stream_rounds += 1;
         t.stream_bytes_between_nodes += between;

@@ -18,7 +18,12 @@ pub(super) struct View {
     /// The partition count its segments or cut log fix (0: none yet).
     pub partitions: u32,
     pub rounds: u64,
-    /// Its cut log's last record (empty: none).
+    /// Its cut log's last record's CRC-32C (its last 4 bytes; 0: none):
+    /// what the servers compare every round.
+    pub last_crc: u32,
+    /// The record itself, only when this node's log changed since it last
+    /// sent it (or its share was opened again): what a node a round
+    /// behind copies. An idle stream's view stays a few tens of bytes.
     pub last: Vec<u8>,
     pub ranges: Vec<NewRange>,
 }
@@ -34,6 +39,7 @@ pub(super) fn encode(views: &NodeViews) -> Vec<u8> {
         o.bool(v.failed);
         o.u64(v.partitions as u64);
         o.u64(v.rounds);
+        o.u64(v.last_crc as u64);
         o.bytes(&v.last);
         o.u64(v.ranges.len() as u64);
         for r in &v.ranges {
@@ -59,6 +65,7 @@ pub(super) fn decode(b: &[u8], from: usize) -> Result<NodeViews, DecodeError> {
         let failed = i.bool()?;
         let partitions = i.u64()? as u32;
         let rounds = i.u64()?;
+        let last_crc = i.u64()? as u32;
         let last = i.bytes()?;
         let ranges = i.list(|i| {
             let (producer, from, to) = (i.u64()?, i.u64()?, i.u64()?);
@@ -76,6 +83,7 @@ pub(super) fn decode(b: &[u8], from: usize) -> Result<NodeViews, DecodeError> {
                 failed,
                 partitions,
                 rounds,
+                last_crc,
                 last,
                 ranges,
             },
@@ -149,13 +157,23 @@ pub(super) fn decide(stream: &str, views: &[Option<&View>]) -> Decision {
             per_node()
         ));
     }
-    let source = v.iter().position(|x| x.rounds == rounds).unwrap_or(0);
-    if v.iter()
-        .any(|x| x.rounds == rounds && x.last != v[source].last)
-    {
+    let mut crcs = v.iter().filter(|x| x.rounds == rounds).map(|x| x.last_crc);
+    let first = crcs.next();
+    if crcs.any(|c| Some(c) != first) {
         return Decision::Refuse(format!(
             "stream {stream}: the nodes' cut logs hold different records of round {rounds}"
         ));
+    }
+    // A node behind copies the record from a node that sent it whole (one
+    // whose log changed since it last sent it: the node ahead recorded
+    // it, or every share was opened again after a failure or a restart).
+    let source = v
+        .iter()
+        .position(|x| x.rounds == rounds && !x.last.is_empty())
+        .unwrap_or(0);
+    if rounds > lowest && v[source].last.is_empty() {
+        // Every server drops its share, so all send their records next round.
+        return Decision::Skip;
     }
     let behind = (0..v.len()).filter(|&i| v[i].rounds < rounds).collect();
     Decision::Go {
@@ -176,6 +194,7 @@ mod tests {
             failed: false,
             partitions,
             rounds,
+            last_crc: crc(last),
             last: last.to_vec(),
             ranges: (0..ranges as u64)
                 .map(|i| NewRange {
@@ -186,6 +205,11 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    fn crc(b: &[u8]) -> u32 {
+        b.iter()
+            .fold(7, |a, &x| a.wrapping_mul(31).wrapping_add(x as u32))
     }
 
     #[test]
@@ -248,6 +272,12 @@ mod tests {
             Decision::Refuse(_)
         ));
         assert_eq!(decide("s", &[Some(&c), None]), Decision::Idle);
+        // The node ahead did not send its record whole: nothing this round.
+        let unsent = View {
+            last: Vec::new(),
+            ..a.clone()
+        };
+        assert_eq!(decide("s", &[Some(&unsent), Some(&b)]), Decision::Skip);
         let failed = View {
             failed: true,
             ..View::default()
