@@ -93,7 +93,9 @@ impl Coordinator {
             let decision = streams_view::decide(name, &per_node);
             let outcome = match decision {
                 Decision::Idle => Outcome::Nothing,
-                Decision::Skip => Outcome::Failed("a node could not read its share".into()),
+                Decision::Skip => Outcome::Failed(
+                    "a node could not read its share, or a record to copy was not sent whole (every share is read again next round)".into(),
+                ),
                 Decision::Refuse(why) => Outcome::Failed(why),
                 Decision::Go {
                     partitions,
