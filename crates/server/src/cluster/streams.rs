@@ -248,11 +248,13 @@ impl Coordinator {
             }
         }
         // 2. The leader checks the remote against its log; everyone learns
-        // the published round (known already when this job published or
-        // checked the last round and no log changed since).
+        // the published round. An idle round skips it when this job
+        // published or checked the last round and no log changed since;
+        // a round with a new cut never does (a remote emptied or drained
+        // by someone else in between is refused, not written into).
         let remote = place.remote();
         let known = self.streams.published.get(stream) == Some(&go.rounds);
-        let w = if known && go.behind.is_empty() {
+        let w = if known && go.behind.is_empty() && !go.new {
             go.rounds
         } else {
             match self.published_round(&*remote, stream, go.partitions)? {
