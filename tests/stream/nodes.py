@@ -33,6 +33,10 @@ partitions, drained to a directory. Cases, each with MPICH and Open MPI:
                      ends; a new server job (no failpoint) applies the
                      recorded cut again (or copies it to a node that
                      missed it), then `wait`: every flushed event once
+  killed mid apply   the same with n1 killed after writing its 3rd
+                     partition batch (the owner of partitions 1 and 3: a
+                     round half-written on the remote, rewritten at the
+                     same positions)
   killed before wm   the same with the leader (n0) killed just before it
                      publishes a watermark
   torn cut           n1's server killed half-way through writing its 3rd
@@ -249,6 +253,7 @@ def main():
                   (f"2 nodes, objstore, {fl}", lambda w, fl=fl: case_nodes(w, fl, 2, objects=True)),
                   (f"4 nodes, {fl}", lambda w, fl=fl: case_nodes(w, fl, 4)),
                   (f"killed after cut, {fl}", lambda w, fl=fl: case_killed(w, fl, 1, "stream.after_cut:3")),
+                  (f"killed mid apply, {fl}", lambda w, fl=fl: case_killed(w, fl, 1, "stream.mid_apply:3")),
                   (f"killed before wm, {fl}", lambda w, fl=fl: case_killed(w, fl, 0, "stream.before_watermark:3")),
                   (f"torn cut, {fl}", lambda w, fl=fl: case_killed(w, fl, 1, "stream.torn_cut:3"))]
     sys.exit(suite.run(cases, only=a.only))
