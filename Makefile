@@ -143,6 +143,7 @@ test-stream: build setup-test
 	/usr/bin/python3 -m tests.stream.run
 	/usr/bin/python3 -m tests.stream.api
 	/usr/bin/python3 -m tests.stream.retention
+	/usr/bin/python3 -m tests.stream.nodes
 	/usr/bin/python3 -m tests.stream.objects
 	/usr/bin/python3 -m tests.stream.object_retention
 

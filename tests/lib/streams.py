@@ -16,14 +16,17 @@ STREAM = "tele"
 PARTS = 3
 
 
-def produce(local, events, flush_every=500, payload_size=64, stream=STREAM, parts=PARTS, partition_by=None, **kw):
+def produce(local, events, flush_every=500, payload_size=64, stream=STREAM, parts=PARTS, partition_by=None,
+            quota=None, **kw):
     """A producer process (its own session); stdout: "producer ID", then
     "flushed N" after each flush returned. partition_by: as `produce
-    --partition-by` (round-robin by default)."""
+    --partition-by` (round-robin by default); quota: (bytes, wait ms)."""
     cmd = [BIN, "stream", "produce", "--local", local, "--stream", stream, "--partitions", str(parts),
            "--events", str(events), "--flush-every", str(flush_every), "--payload-size", str(payload_size)]
     if partition_by:
         cmd += ["--partition-by", partition_by]
+    if quota:
+        cmd += ["--quota-bytes", str(quota[0]), "--quota-wait-ms", str(quota[1])]
     return subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, **kw)
 

@@ -65,6 +65,20 @@ pub fn report(t: &Totals, rank: usize, root: &Path, what: &str) -> ExitCode {
                 format!(", parts uploaded by node {}", parts.join("/"))
             }
         );
+        if t.stream_rounds > 0 {
+            let by: Vec<String> = t
+                .stream_events_by_node
+                .iter()
+                .map(|n| n.to_string())
+                .collect();
+            println!(
+                "paralog {what}: streams: {} round(s), {} event(s) stored (appended by node {}), {} bytes of events between nodes",
+                t.stream_rounds,
+                t.stream_events,
+                by.join("/"),
+                t.stream_bytes_between_nodes
+            );
+        }
         if t.sets_published > 0 {
             println!(
                 "paralog {what}: {} checkpoint set(s) published; a leader held at most {} bytes of receive buffers (pool {})",

@@ -125,6 +125,7 @@ impl ServerJobArgs {
             peer_timeout: std::time::Duration::from_secs_f64(self.peer_timeout),
             posix_writes: self.posix_writes.into(),
             sets: None,
+            streams: None,
         })
     }
 }
@@ -208,6 +209,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     if let Some(mpi) = mpi {
+        let streams = crate::stream::stream_place_of(args.stream_remote.as_deref(), &remote)?;
         let mut cfg = args.job_of_servers.config(
             &root,
             args.at.job.clone(),
@@ -217,6 +219,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             false,
         )?;
         cfg.sets = sets.clone();
+        cfg.streams = streams;
         let (totals, rank) = crate::cluster::run(mpi, cfg, Some(socket))?;
         return Ok(crate::cluster::report(&totals, rank, &root, "server"));
     }

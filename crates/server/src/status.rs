@@ -107,6 +107,17 @@ pub struct ClusterStatus {
     pub bytes_between_nodes: u64,
     /// Parts of shared S3 uploads each server uploaded, in node order.
     pub parts_by_node: Vec<u64>,
+    /// Stream rounds applied, the events they stored, per server the
+    /// events it appended as its partitions' owner, and the event frames'
+    /// bytes sent between servers (docs/streams.md "Many nodes").
+    #[serde(default)]
+    pub stream_rounds: u64,
+    #[serde(default)]
+    pub stream_events: u64,
+    #[serde(default)]
+    pub stream_events_by_node: Vec<u64>,
+    #[serde(default)]
+    pub stream_bytes_between_nodes: u64,
     /// What the rounds cost this server so far (docs/cluster.md, "What a
     /// round costs").
     #[serde(default)]
@@ -495,6 +506,7 @@ mod tests {
                     bytes_sent: 700,
                     ..RoundCost::default()
                 },
+                ..ClusterStatus::default()
             }),
         );
         let v = serde_json::to_value(&job).unwrap();

@@ -217,7 +217,7 @@ impl Drainer {
                 asked: p,
             });
         }
-        let new = take_new(&segs, &k, opts, &mut report)?;
+        let new = take_new(&segs, &k.taken, k.rounds, k.n, opts, &mut report)?;
         if new.is_empty() {
             report.trimmed = remote.after_round(stream, k.n)?;
             self.known.insert(stream.into(), k);
@@ -227,7 +227,7 @@ impl Drainer {
         let round = k.rounds + 1;
         let parts = plan(
             &k.state,
-            &frames,
+            &frame_sizes(&frames),
             remote.roll_bytes(opts.roll_bytes),
             stream,
         );
@@ -365,26 +365,28 @@ fn replay(
 /// once the budget is spent. So a round's batches, and each partition's
 /// remote batch, stay well below the decoder's limit (`MAX_BODY`).
 /// Sorted by producer: the cut order.
-fn take_new(
+pub(crate) fn take_new(
     segs: &BTreeMap<u64, LocalSeg>,
-    k: &Known,
+    taken: &HashMap<u64, u64>,
+    rounds: u64,
+    n: u32,
     opts: &DrainOptions,
     report: &mut DrainReport,
 ) -> Result<Vec<(u64, Vec<Batch>)>> {
     let share = opts.max_round_bytes / segs.len().max(1) as u64;
     let order: Vec<(&u64, &LocalSeg)> = segs.iter().collect();
-    let start = (k.rounds as usize) % order.len().max(1);
+    let start = (rounds as usize) % order.len().max(1);
     let mut new = Vec::new();
     let mut total = 0u64;
     for &(&id, seg) in order[start..].iter().chain(&order[..start]) {
         if total >= opts.max_round_bytes {
             break;
         }
-        let mut pos = k.taken.get(&id).copied().unwrap_or(seg.header_len);
+        let mut pos = taken.get(&id).copied().unwrap_or(seg.header_len);
         let mut got = Vec::new();
         let mut used = 0u64;
         while got.is_empty() || used < share {
-            match segment::read_batch(&seg.file, &seg.path, pos, seg.len, KIND_LOCAL_BATCH, k.n)? {
+            match segment::read_batch(&seg.file, &seg.path, pos, seg.len, KIND_LOCAL_BATCH, n)? {
                 Next::Batch(b) => {
                     check_producer(&b, id, &seg.path)?;
                     pos = b.end;
@@ -414,7 +416,7 @@ fn take_new(
 }
 
 /// Each partition's state once `cut` is applied.
-fn after(cut: &Cut) -> Vec<PartMark> {
+pub fn after(cut: &Cut) -> Vec<PartMark> {
     cut.parts
         .iter()
         .map(|p| PartMark {
@@ -425,20 +427,34 @@ fn after(cut: &Cut) -> Vec<PartMark> {
         .collect()
 }
 
-/// Where each partition's batch of this round goes: after the last batch
-/// of its current segment, or at the start of a new segment (the first,
-/// or once the current one holds `roll` bytes).
-fn plan(state: &[PartMark], frames: &[Vec<&[u8]>], roll: u64, stream: &str) -> Vec<PartCut> {
+/// Each partition's (events, frame bytes) in this round.
+fn frame_sizes(frames: &[Vec<&[u8]>]) -> Vec<(u64, u64)> {
+    frames
+        .iter()
+        .map(|f| (f.len() as u64, f.iter().map(|x| x.len() as u64).sum()))
+        .collect()
+}
+
+/// Where each partition's batch of this round goes, given its (events,
+/// frame bytes): after the last batch of its current segment, or at the
+/// start of a new segment (the first, or once the current one holds
+/// `roll` bytes).
+pub(crate) fn plan(
+    state: &[PartMark],
+    sizes: &[(u64, u64)],
+    roll: u64,
+    stream: &str,
+) -> Vec<PartCut> {
     state
         .iter()
-        .zip(frames)
-        .map(|(s, f)| {
-            let len = if f.is_empty() {
+        .zip(sizes)
+        .map(|(s, &(count, body))| {
+            let len = if count == 0 {
                 0
             } else {
-                (BATCH_HEADER_LEN + COMMIT_LEN + f.iter().map(|x| x.len()).sum::<usize>()) as u64
+                BATCH_HEADER_LEN as u64 + COMMIT_LEN as u64 + body
             };
-            let (seg_first, pos) = if f.is_empty() {
+            let (seg_first, pos) = if count == 0 {
                 (s.seg_first, s.seg_end)
             } else if s.seg_end == 0 {
                 (s.seg_first, header_len(stream))
@@ -449,7 +465,7 @@ fn plan(state: &[PartMark], frames: &[Vec<&[u8]>], roll: u64, stream: &str) -> V
             };
             PartCut {
                 first: s.next,
-                count: f.len() as u64,
+                count,
                 seg_first,
                 pos,
                 len,
@@ -475,51 +491,57 @@ fn part_frames(batches: &[(u64, Vec<Batch>)], n: u32) -> Vec<Vec<&[u8]>> {
 /// The remote batch of each partition (empty if it has no events this
 /// round); its length must be what the cut recorded.
 fn encode_parts(cut: &Cut, frames: &[Vec<&[u8]>], rdir: &Path) -> Result<Vec<Vec<u8>>> {
-    let mut out = Vec::with_capacity(frames.len());
-    for (p, (part, f)) in cut.parts.iter().zip(frames).enumerate() {
-        // The cut recorded what the segments must give; anything else is
-        // damage of the segments or of the cut log.
-        let disagree = |what: &str, recorded: u64, found: String| {
-            corrupt(
-                rdir,
-                0,
-                format!(
-                    "round {} recorded {recorded} {what} for partition {p}, the segments {found}",
-                    cut.round
-                ),
-            )
-        };
-        if f.len() as u64 != part.count {
-            return Err(disagree("events", part.count, format!("hold {}", f.len())));
-        }
-        if f.is_empty() {
-            out.push(Vec::new());
-            continue;
-        }
-        let body: usize = f.iter().map(|x| x.len()).sum();
-        let mut b = Vec::with_capacity(BATCH_HEADER_LEN + body + COMMIT_LEN);
-        BatchHeader {
-            kind: KIND_REMOTE_BATCH,
-            body: body as u64,
-            count: f.len() as u32,
-            partition: p as u32,
-            first: part.first,
-            round: cut.round,
-        }
-        .encode(&mut b);
-        for x in f {
-            b.extend_from_slice(x);
-        }
-        format::encode_commit(&mut b, 0, part.pos, f.len() as u32);
-        if b.len() as u64 != part.len {
-            return Err(disagree("bytes", part.len, format!("make {}", b.len())));
-        }
-        out.push(b);
-    }
-    Ok(out)
+    frames
+        .iter()
+        .enumerate()
+        .map(|(p, f)| encode_part(cut, p as u32, f, rdir))
+        .collect()
 }
 
-fn check_producer(b: &Batch, id: u64, path: &Path) -> Result<()> {
+/// Partition `p`'s remote batch of `cut` from its frames in cut order
+/// (empty if it has none this round). Its events and bytes must be what
+/// the cut recorded: anything else is damage of the segments or of the
+/// cut log, refused.
+pub(crate) fn encode_part(cut: &Cut, p: u32, f: &[&[u8]], rdir: &Path) -> Result<Vec<u8>> {
+    let part = &cut.parts[p as usize];
+    let disagree = |what: &str, recorded: u64, found: String| {
+        corrupt(
+            rdir,
+            0,
+            format!(
+                "round {} recorded {recorded} {what} for partition {p}, the segments {found}",
+                cut.round
+            ),
+        )
+    };
+    if f.len() as u64 != part.count {
+        return Err(disagree("events", part.count, format!("hold {}", f.len())));
+    }
+    if f.is_empty() {
+        return Ok(Vec::new());
+    }
+    let body: usize = f.iter().map(|x| x.len()).sum();
+    let mut b = Vec::with_capacity(BATCH_HEADER_LEN + body + COMMIT_LEN);
+    BatchHeader {
+        kind: KIND_REMOTE_BATCH,
+        body: body as u64,
+        count: f.len() as u32,
+        partition: p,
+        first: part.first,
+        round: cut.round,
+    }
+    .encode(&mut b);
+    for x in f {
+        b.extend_from_slice(x);
+    }
+    format::encode_commit(&mut b, 0, part.pos, f.len() as u32);
+    if b.len() as u64 != part.len {
+        return Err(disagree("bytes", part.len, format!("make {}", b.len())));
+    }
+    Ok(b)
+}
+
+pub(crate) fn check_producer(b: &Batch, id: u64, path: &Path) -> Result<()> {
     for (i, e) in b.events().enumerate() {
         if e.producer != id || e.seq != b.header.first + i as u64 {
             return Err(corrupt(
@@ -539,7 +561,7 @@ fn check_producer(b: &Batch, id: u64, path: &Path) -> Result<()> {
 
 /// The batches a recorded cut took: they were committed, so anything
 /// else in those ranges is damage.
-fn read_ranges(
+pub(crate) fn read_ranges(
     cut: &Cut,
     segs: &BTreeMap<u64, LocalSeg>,
     n: u32,

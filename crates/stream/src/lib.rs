@@ -16,6 +16,7 @@ pub mod format;
 mod lag;
 pub mod layout;
 mod local;
+pub mod nodes;
 pub mod object_compact;
 pub mod object_reader;
 pub mod object_remote;

@@ -94,15 +94,8 @@ pub fn server_drain(
     remote: &paralog_server::remote::Remote,
     root: &std::path::Path,
 ) -> anyhow::Result<Option<paralog_server::streams::StreamDrain>> {
-    use paralog_server::remote::Remote;
-    let dir = match (stream_remote, remote) {
-        (Some(u), _) => place(u).map_err(|e| anyhow!("--stream-remote: {e}"))?,
-        (None, Remote::Url(u, _)) => paralog_server::stream_store::stream_place(u)
-            .map_err(|e| anyhow!("streams on {u}: {e}"))?,
-        (None, Remote::Prefix) => {
-            tracing::info!("streams are not drained: give --stream-remote URL (docs/streams.md)");
-            return Ok(None);
-        }
+    let Some(dir) = stream_place_of(stream_remote, remote)? else {
+        return Ok(None);
     };
     let every = std::time::Duration::from_millis(100);
     Ok(Some(paralog_server::streams::start(
@@ -110,6 +103,24 @@ pub fn server_drain(
         dir,
         every,
     )?))
+}
+
+/// Where a server's streams drain: `--stream-remote URL`, else the
+/// server's `--remote`; `None` (said in the log) with neither.
+pub fn stream_place_of(
+    stream_remote: Option<&str>,
+    remote: &paralog_server::remote::Remote,
+) -> anyhow::Result<Option<StreamPlace>> {
+    use paralog_server::remote::Remote;
+    Ok(Some(match (stream_remote, remote) {
+        (Some(u), _) => place(u).map_err(|e| anyhow!("--stream-remote: {e}"))?,
+        (None, Remote::Url(u, _)) => paralog_server::stream_store::stream_place(u)
+            .map_err(|e| anyhow!("streams on {u}: {e}"))?,
+        (None, Remote::Prefix) => {
+            tracing::info!("streams are not drained: give --stream-remote URL (docs/streams.md)");
+            return Ok(None);
+        }
+    }))
 }
 
 /// `URL/STREAM`: the remote and the stream's name (its last component).

@@ -142,6 +142,10 @@ impl Control {
                 rounds: s.totals.rounds,
                 bytes_between_nodes: s.totals.bytes_between_nodes,
                 parts_by_node: s.totals.parts_by_node.clone(),
+                stream_rounds: s.totals.stream_rounds,
+                stream_events: s.totals.stream_events,
+                stream_events_by_node: s.totals.stream_events_by_node.clone(),
+                stream_bytes_between_nodes: s.totals.stream_bytes_between_nodes,
                 round_cost: s.round_cost.clone(),
             }),
             // The totals are derived (`summed`).

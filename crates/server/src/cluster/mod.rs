@@ -39,6 +39,9 @@ mod planner;
 mod posix;
 mod renamed;
 mod sets;
+mod streams;
+mod streams_apply;
+mod streams_view;
 pub mod summary;
 #[cfg(test)]
 mod summary_steps;
@@ -80,6 +83,9 @@ pub struct ClusterConfig {
     pub posix_writes: PosixWrites,
     /// `--aggregate`: member files drain into checkpoint sets (sets.rs).
     pub sets: Option<Arc<crate::aggregate::Sets>>,
+    /// Where the shared event streams drain (streams.rs); `None`: they
+    /// are not drained.
+    pub streams: Option<paralog_stream::StreamPlace>,
 }
 
 /// How the servers write the bytes of an epoch into a POSIX remote file.
@@ -114,6 +120,14 @@ pub struct Totals {
     /// pool (`--agg-buffers` buffers).
     pub set_leader_peak: u64,
     pub set_leader_pool: u64,
+    /// Stream rounds applied (new cuts and cuts applied again).
+    pub stream_rounds: u64,
+    /// Events those rounds stored, and per server the events it appended
+    /// as the owner of their partitions.
+    pub stream_events: u64,
+    pub stream_events_by_node: Vec<u64>,
+    /// Event frames' bytes one server sent another (each at most once).
+    pub stream_bytes_between_nodes: u64,
 }
 
 /// What one round found and did, the same on every server.
@@ -154,6 +168,8 @@ pub struct Coordinator {
     active: Duration,
     /// The checkpoint sets' rounds (sets.rs).
     sets: sets::SetRounds,
+    /// The streams' rounds (streams.rs).
+    streams: streams::StreamRounds,
     /// What the rounds' exchanges cost (exchange.rs), for `status`.
     round_cost: crate::status::RoundCost,
     /// What this server last sent, and every server's summary as received
@@ -206,6 +222,7 @@ impl Coordinator {
             drained: BTreeMap::new(),
             active: Duration::ZERO,
             sets: sets::SetRounds::default(),
+            streams: streams::StreamRounds::default(),
             round_cost: crate::status::RoundCost::default(),
             outbox: delta::Outbox::default(),
             copies,
@@ -251,6 +268,7 @@ impl Coordinator {
                 self.drain_file(f, &mut round)?;
             }
             self.drain_sets(finishing, &mut round)?;
+            self.drain_streams(finishing, &mut round)?;
             self.publish(&round);
             // Finished when nothing drainable is left: every file drained or
             // parked. Every server sees the same plan, so all stop together.
@@ -456,6 +474,7 @@ impl Coordinator {
                 )
             })
             .chain(self.sets.failed())
+            .chain(self.streams.failed())
             .collect();
         let mut s = self.ctl.lock();
         s.files.extend(self.sets.parked_rows());

@@ -1,0 +1,193 @@
+//! A server job's drain of a stream, its steps run here for two node-local
+//! roots without MPI (the pieces handed over as bytes): the remote files
+//! must be a one-node drain's of the same cuts, and what does not fit is
+//! refused (docs/streams.md "Many nodes").
+
+use std::path::Path;
+
+use paralog_stream::nodes::{self, NodeShare};
+use paralog_stream::{drain_stream, DrainOptions, DrainReport};
+
+mod common;
+
+use common::{dirs, round_robin, walk, S};
+
+const N: u32 = 3;
+
+/// `events` events of a producer of its own on `local`, flushed.
+fn produce(local: &Path, events: usize, tag: &str) {
+    let mut p = round_robin(local, N);
+    for i in 0..events {
+        p.append(None, format!("{tag}:{i}").as_bytes(), Some(i as i64))
+            .unwrap();
+    }
+    p.flush().unwrap();
+}
+
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<_> = walk(dir)
+        .into_iter()
+        .map(|e| {
+            let rel = e.strip_prefix(dir).unwrap().display().to_string();
+            (rel, std::fs::read(&e).unwrap())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// One round of the job over `shares` (node i = shares[i]) to the
+/// directory `remote`: cut, record everywhere, pieces to owners p mod
+/// nodes, each owner's batches written, the watermark. The frames' bytes
+/// sent between nodes.
+fn job_round(shares: &mut [NodeShare], remote: &Path) -> u64 {
+    let mut ranges = Vec::new();
+    let mut parts = N;
+    for s in shares.iter_mut() {
+        let (n, r) = s
+            .take_new(&DrainOptions::default(), &mut DrainReport::default())
+            .unwrap();
+        parts = n.unwrap_or(parts);
+        ranges.extend(r);
+    }
+    let state = match shares[0].state() {
+        [] => vec![Default::default(); parts as usize],
+        st => st.to_vec(),
+    };
+    let round = shares[0].rounds() + 1;
+    let cut = nodes::make_cut(round, &state, ranges, 64 << 20, S).unwrap();
+    for s in shares.iter_mut() {
+        s.record(&cut).unwrap();
+    }
+    let k = shares.len();
+    let owner = |p: u32| p as usize % k;
+    let mut sent = vec![Vec::new(); k];
+    let mut between = 0;
+    for (i, s) in shares.iter().enumerate() {
+        let (out, bytes) = s.pieces(&cut, k, &owner).unwrap();
+        between += bytes
+            .iter()
+            .enumerate()
+            .filter(|&(o, _)| o != i)
+            .map(|(_, b)| b)
+            .sum::<u64>();
+        for (o, b) in out.into_iter().enumerate() {
+            sent[o].push(b);
+        }
+    }
+    let rdir = paralog_stream::layout::stream_dir(remote, S);
+    std::fs::create_dir_all(&rdir).unwrap();
+    for (o, got) in sent.iter().enumerate() {
+        let got: Vec<&[u8]> = got.iter().map(Vec::as_slice).collect();
+        for (p, b) in nodes::assemble(&cut, &got, &|p| owner(p) == o, &rdir).unwrap() {
+            nodes::apply_part(&rdir, S, parts, p, &cut.parts[p as usize], &b).unwrap();
+        }
+    }
+    nodes::publish_watermark(&rdir, cut.round, &nodes::after(&cut)).unwrap();
+    between
+}
+
+/// Two nodes drained together over two rounds write the partitions'
+/// segments and the watermark byte for byte as a one-node drain of their
+/// segments gathered with the job's cut log does; both cut logs are equal.
+#[test]
+fn two_nodes_write_what_one_node_drain_of_the_same_cuts_writes() {
+    let (t, _, remote) = dirs();
+    let roots = [t.path().join("n0"), t.path().join("n1")];
+    produce(&roots[0], 50, "a");
+    produce(&roots[1], 70, "b");
+    let mut shares: Vec<NodeShare> = roots
+        .iter()
+        .map(|r| NodeShare::open(r, S).unwrap())
+        .collect();
+    let first = job_round(&mut shares, &remote);
+    assert!(first > 0, "some frames crossed between nodes");
+    produce(&roots[1], 30, "c");
+    job_round(&mut shares, &remote);
+    assert_eq!(shares[0].rounds(), 2);
+    let logs: Vec<Vec<u8>> = roots
+        .iter()
+        .map(|r| std::fs::read(r.join(".paralog-streams").join(S).join("cuts")).unwrap())
+        .collect();
+    assert_eq!(logs[0], logs[1], "the nodes' cut logs");
+    drop(shares);
+    // One root holding every segment and the job's cut log.
+    let merged = t.path().join("merged");
+    let mdir = merged.join(".paralog-streams").join(S);
+    std::fs::create_dir_all(&mdir).unwrap();
+    for r in &roots {
+        for e in std::fs::read_dir(r.join(".paralog-streams").join(S)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "seg") {
+                std::fs::copy(&p, mdir.join(p.file_name().unwrap())).unwrap();
+            }
+        }
+    }
+    std::fs::write(mdir.join("cuts"), &logs[0]).unwrap();
+    let fresh = t.path().join("fresh");
+    std::fs::create_dir(&fresh).unwrap();
+    let r = drain_stream(&merged, &fresh, S, &DrainOptions::default()).unwrap();
+    assert_eq!(
+        r.replayed, 2,
+        "the one-node drain applied the job's two cuts"
+    );
+    let want: Vec<_> = files(&fresh)
+        .into_iter()
+        .filter(|(n, _)| !n.ends_with("/stream"))
+        .collect();
+    let got: Vec<_> = files(&remote)
+        .into_iter()
+        .filter(|(n, _)| !n.ends_with("/stream"))
+        .collect();
+    assert_eq!(got.len(), want.len());
+    assert!(
+        got == want,
+        "the job's remote differs from a one-node drain's"
+    );
+}
+
+/// What cannot come from one job's drain is refused: a producer on two
+/// nodes, a range's frames sent twice or not at all, a partition sent to
+/// a server that does not own it, a cut that does not follow the log.
+#[test]
+fn what_does_not_fit_is_refused() {
+    let (t, _, _) = dirs();
+    let root = t.path().join("n0");
+    produce(&root, 20, "a");
+    let mut share = NodeShare::open(&root, S).unwrap();
+    let (_, ranges) = share
+        .take_new(&DrainOptions::default(), &mut DrainReport::default())
+        .unwrap();
+    let state = vec![Default::default(); N as usize];
+    let twice = [ranges.clone(), ranges.clone()].concat();
+    let e = nodes::make_cut(1, &state, twice, 64 << 20, S).unwrap_err();
+    assert!(e.to_string().contains("two nodes hold producer"), "{e}");
+
+    let cut = nodes::make_cut(1, &state, ranges, 64 << 20, S).unwrap();
+    share.record(&cut).unwrap();
+    let (out, _) = share.pieces(&cut, 1, &|_| 0).unwrap();
+    let rdir = t.path().join("r");
+    let all = |_: u32| true;
+    let ok = nodes::assemble(&cut, &[&out[0]], &all, &rdir).unwrap();
+    assert_eq!(ok.len(), N as usize);
+    let e = nodes::assemble(&cut, &[&out[0], &out[0]], &all, &rdir).unwrap_err();
+    assert!(e.to_string().contains("came from two servers"), "{e}");
+    let e = nodes::assemble(&cut, &[&[][..]], &all, &rdir).unwrap_err();
+    assert!(e.to_string().contains("recorded 7 events"), "{e}");
+    let e = nodes::assemble(&cut, &[&out[0]], &|p| p != 1, &rdir).unwrap_err();
+    assert!(e.to_string().contains("not this server's"), "{e}");
+    let mut cut_short = out[0].clone();
+    cut_short.truncate(cut_short.len() - 3);
+    assert!(nodes::assemble(&cut, &[&cut_short], &all, &rdir).is_err());
+
+    // The same round again, or one that skips offsets, does not follow.
+    let e = share.record(&cut).unwrap_err();
+    assert!(e.to_string().contains("does not follow round 1"), "{e}");
+    let mut skip = cut.clone();
+    skip.round = 2;
+    let e = share.record(&skip).unwrap_err();
+    assert!(e.to_string().contains("does not follow"), "{e}");
+    // The record of a round the log has, copied again, is refused too.
+    let e = share.record_bytes(&cut.encode()).unwrap_err();
+    assert!(e.to_string().contains("does not follow"), "{e}");
+}

@@ -1,0 +1,264 @@
+#!/usr/bin/python3
+"""Shared event streams drained by a server job across simulated nodes
+(docs/streams.md "Many nodes", issue 17): one `paralog server` per node
+(an MPMD job of MPICH or Open MPI, each told its node), real `paralog
+stream produce` processes on every node appending to one stream of 4
+partitions, drained to a directory. Cases, each with MPICH and Open MPI:
+
+  2 nodes / 4 nodes  two producers per node while the servers run (one
+                     with a quota of 100 KB not drained, a third of what
+                     it writes: it goes on as the job's cuts reach its
+                     node); then
+                     `paralog wait`: every flushed event in `stream cat`
+                     exactly once, per producer sequence strictly
+                     increasing, offsets contiguous from 0; every node's
+                     cut log byte for byte the same; partitions appended by
+                     every server (status: events by node, each the events
+                     of the partitions p mod N it owns); the event bytes sent
+                     between servers equal to the frames of the events not
+                     on their owner's node (each crossed once, the owner's
+                     own never); each node's `stream lag` (and n0's
+                     `status`) 0 bytes not drained; and the nodes' segments gathered into one
+                     node-local root with one node's cut log, drained by a
+                     one-node `paralog stream drain` into an empty
+                     directory: every segment file byte for byte the server
+                     job's (the same bytes at the same offsets)
+  2 nodes, objstore  the same to the object layout (objstore://), where the
+                     leader owns every partition: events by node all the
+                     leader's, bytes between nodes the other node's
+                     frames; `cat` equal event for event (offsets, rounds)
+                     to a one-node drain of the merged root
+  killed after cut   node n1's server kills itself (SIGKILL) right after
+                     recording its 3rd cut while producers run: the job
+                     ends; a new server job (no failpoint) applies the
+                     recorded cut again (or copies it to a node that
+                     missed it), then `wait`: every flushed event once
+  killed mid apply   the same with n1 killed after writing its 3rd
+                     partition batch (the owner of partitions 1 and 3: a
+                     round half-written on the remote, rewritten at the
+                     same positions)
+  killed before wm   the same with the leader (n0) killed just before it
+                     publishes a watermark
+  torn cut           n1's server killed half-way through writing its 3rd
+                     cut record (n0 recorded it whole): the new job finds
+                     n1's log a round behind, n1 copies the record from the
+                     others (the torn one overwritten) and the cut is
+                     applied; every flushed event once. (If n0 had not
+                     recorded it either when the job ended, both logs are
+                     at the same round and nothing is copied: the case
+                     says which it saw; a node copies exactly when the
+                     logs differed)
+
+Usage: python3 -m tests.stream.nodes [--only SUBSTRING] [--keep]
+Ends with "stream-nodes: N passed, N failed".
+"""
+import filecmp
+import json
+import os
+import shutil
+import sys
+import time
+
+from tests.lib.check import Suite, check, suite_options
+from tests.lib.paths import BIN
+from tests.lib.proc import run
+from tests.lib.server import Cluster
+from tests.lib.streams import STREAM, cat_json, check_events, drain, produce, producer_report
+
+PARTS = 4
+EVENTS = 3000
+PAYLOAD = 64
+
+
+def start_producers(c, per_node=2, events=EVENTS, quota=None):
+    """per_node producers on every node; [(node, process)]. quota: (bytes,
+    wait ms) for the last node's first producer."""
+    out = []
+    for n in range(c.nodes):
+        local = c.work / "local" / f"n{n}"
+        local.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for i in range(per_node):
+            q = quota if (n, i) == (c.nodes - 1, 0) else None
+            out.append((n, produce(local, events, flush_every=250, payload_size=PAYLOAD, parts=PARTS, quota=q)))
+    return out
+
+
+def reports(procs):
+    """{producer id: flushed} and {producer id: node}, all producers done."""
+    flushed, node = {}, {}
+    for n, p in procs:
+        pid, f, rc = producer_report(p)
+        check(rc == 0, f"producer on n{n} exited {rc}")
+        flushed[pid], node[pid] = f, n
+    return flushed, node
+
+
+def frame_len(e):
+    """An event frame's bytes (docs/streams-format.md: 40 + key + payload)."""
+    key = e.get("key") or ""
+    return 40 + len(key.encode()) + len(e["payload"].encode())
+
+
+def stream_status(c, total, timeout=120):
+    """n0's status once the servers stored `total` events."""
+    deadline = time.time() + timeout
+    while True:
+        st = c.status()
+        if st["cluster"].get("stream_events", 0) >= total or time.time() > deadline:
+            return st
+        time.sleep(0.2)
+
+
+def lag_rounds(c, n):
+    """The rounds of node n's cut log (`stream lag`)."""
+    lag = json.loads(run([BIN, "stream", "lag", "--local", c.work / "local" / f"n{n}", "--json"]).stdout)
+    return lag[0]["rounds"] if lag else 0
+
+
+def cut_logs_equal(c):
+    logs = [(c.work / "local" / f"n{n}" / ".paralog-streams" / STREAM / "cuts").read_bytes()
+            for n in range(c.nodes)]
+    check(all(x == logs[0] for x in logs) and logs[0], f"the nodes' cut logs differ: {[len(x) for x in logs]}")
+    return logs[0]
+
+
+def merge_roots(c):
+    """Every node's segments and n0's cut log in one node-local root."""
+    merged = c.work / "merged"
+    sdir = merged / ".paralog-streams" / STREAM
+    sdir.mkdir(parents=True)
+    os.chmod(merged, 0o700)
+    for n in range(c.nodes):
+        for f in (c.work / "local" / f"n{n}" / ".paralog-streams" / STREAM).glob("*.seg"):
+            shutil.copy2(f, sdir / f.name)
+    shutil.copy2(c.work / "local" / "n0" / ".paralog-streams" / STREAM / "cuts", sdir / "cuts")
+    return merged
+
+
+def one_node_redrain(c, remote):
+    """The merged root drained by a one-node drain into an empty
+    directory: the same segment files."""
+    merged = merge_roots(c)
+    fresh = c.work / "fresh"
+    fresh.mkdir()
+    drain(merged, fresh, roll_bytes=None)
+    a, b = remote / ".paralog-streams" / STREAM, fresh / ".paralog-streams" / STREAM
+    segs = sorted(p.relative_to(a) for p in a.glob("p*/*.seg"))
+    check(segs and segs == sorted(p.relative_to(b) for p in b.glob("p*/*.seg")),
+          f"segment files differ: {segs} / {sorted(b.glob('p*/*.seg'))}")
+    for s in segs + [a.relative_to(a) / "watermark"]:
+        check(filecmp.cmp(a / s, b / s, shallow=False), f"{s} differs from a one-node drain of the same cuts")
+    return len(segs)
+
+
+def case_nodes(work, flavour, nodes, objects=False):
+    """objects: to the object layout, where the leader owns every
+    partition (it PUTs each round's objects and the index)."""
+    if objects:
+        (work / "obj").mkdir()
+        remote = f"objstore://{work}/obj"
+    else:
+        remote = work / "remote"
+        remote.mkdir()
+    owner = (lambda p: 0) if objects else (lambda p: p % nodes)
+    c = Cluster(work, flavour, nodes, str(remote))
+    c.start_servers()
+    try:
+        # The last node's first producer may hold 100 KB not drained: its
+        # 300 KB go through only as the job's cuts reach its node's log.
+        flushed, node = reports(start_producers(c, quota=(100_000, 60_000)))
+        total = sum(flushed.values())
+        st = stream_status(c, total)
+        cl = st["cluster"]
+        # n0's status: its node's streams, nothing left to drain there.
+        check(st["streams"] and st["streams"][0]["lag_bytes"] == 0 and st["streams"][0]["producers"] == 2,
+              f"n0's status streams: {st['streams']}")
+        events = cat_json(f"{remote}/{STREAM}", "--from", "earliest")
+        check_events(events, flushed)
+        check(len(events) == total == cl["stream_events"], f"{len(events)} events read, {total} flushed, "
+              f"the servers stored {cl['stream_events']}")
+        by = [sum(1 for e in events if owner(e["partition"]) == n) for n in range(nodes)]
+        check(cl["stream_events_by_node"] == by and (objects or all(by)),
+              f"events appended by each server {cl['stream_events_by_node']}, partitions owned say {by}")
+        crossing = sum(frame_len(e) for e in events if owner(e["partition"]) != node[e["producer"]])
+        check(cl["stream_bytes_between_nodes"] == crossing and crossing > 0,
+              f"{cl['stream_bytes_between_nodes']} event bytes between nodes, {crossing} were off their owner's node")
+        for n in range(nodes):
+            lag = json.loads(run([BIN, "stream", "lag", "--local", work / "local" / f"n{n}", "--json"]).stdout)
+            check(lag and all(r["bytes"] - r["drained"] == 0 for r in lag), f"n{n}'s stream lag: {lag}")
+        c.wait()
+        said = [x for x in c.tail(20000).splitlines() if "paralog server: streams:" in x]
+        check(said and f" {total} event(s) stored (appended by node {'/'.join(map(str, by))})" in said[-1],
+              f"the servers' report: {said}")
+    finally:
+        c.stop()
+    cut_logs_equal(c)
+    if objects:
+        # The same events at the same offsets and rounds as a one-node
+        # drain of the same cuts into a fresh directory.
+        merged = merge_roots(c)
+        fresh = work / "fresh"
+        fresh.mkdir()
+        drain(merged, fresh, roll_bytes=None)
+        check(cat_json(f"{fresh}/{STREAM}", "--from", "earliest") == events,
+              "the object layout's events differ from a one-node drain of the same cuts")
+        same = "cat = a one-node drain's"
+    else:
+        same = f"{one_node_redrain(c, remote)} segments = a one-node drain's"
+    return (f"{total} events from {len(flushed)} producers on {nodes} nodes; by server {by}; "
+            f"{crossing} bytes between nodes; {same}")
+
+
+def case_killed(work, flavour, node, failpoint):
+    remote = work / "remote"
+    remote.mkdir()
+    c = Cluster(work, flavour, 2, str(remote))
+    c.start_servers(per_node_env={node: {"PARALOG_FAILPOINT": failpoint}})
+    # Waves of producers, so that there is a new cut every round, until
+    # the failpoint ends the server job.
+    procs = []
+    deadline = time.time() + 120
+    while c.servers.poll() is None and time.time() < deadline:
+        procs += start_producers(c, per_node=1, events=1000)
+        time.sleep(0.3)
+    procs += start_producers(c, per_node=1, events=1000)
+    rc = c.servers.poll()
+    c.stop()
+    check(rc is not None and rc != 0, f"the server job did not end by {failpoint} (exit {rc}): {c.tail()}")
+    flushed, _ = reports(procs)
+    rounds = [lag_rounds(c, n) for n in range(c.nodes)]
+    # The killed servers' sockets are left behind: the new ones' mark readiness.
+    for n in range(c.nodes):
+        (c.work / "local" / f"n{n}" / ".paralog-server-t.sock").unlink(missing_ok=True)
+    c.start_servers()
+    try:
+        out = c.wait()
+    finally:
+        c.stop()
+    events = cat_json(f"{remote}/{STREAM}", "--from", "earliest")
+    check_events(events, flushed)
+    check(len(events) == sum(flushed.values()), f"{len(events)} events, {sum(flushed.values())} flushed")
+    cut_logs_equal(c)
+    said = "cut log lacked the job's last round" in c.tail(100000)
+    check(said == (max(rounds) > min(rounds)), f"cut logs at rounds {rounds} before the restart, copied: {said}")
+    return f"{len(events)} events once after {failpoint} on n{node}; cut logs at rounds {rounds}, copied: {said}"
+
+
+def main():
+    a = suite_options().parse_args()
+    suite = Suite("stream-nodes", keep=a.keep)
+    cases = []
+    for fl in ("mpich", "openmpi"):
+        cases += [(f"2 nodes, {fl}", lambda w, fl=fl: case_nodes(w, fl, 2)),
+                  (f"2 nodes, objstore, {fl}", lambda w, fl=fl: case_nodes(w, fl, 2, objects=True)),
+                  (f"4 nodes, {fl}", lambda w, fl=fl: case_nodes(w, fl, 4)),
+                  (f"killed after cut, {fl}", lambda w, fl=fl: case_killed(w, fl, 1, "stream.after_cut:3")),
+                  (f"killed mid apply, {fl}", lambda w, fl=fl: case_killed(w, fl, 1, "stream.mid_apply:3")),
+                  (f"killed before wm, {fl}", lambda w, fl=fl: case_killed(w, fl, 0, "stream.before_watermark:3")),
+                  (f"torn cut, {fl}", lambda w, fl=fl: case_killed(w, fl, 1, "stream.torn_cut:3"))]
+    sys.exit(suite.run(cases, only=a.only))
+
+
+if __name__ == "__main__":
+    os.umask(0o022)
+    main()
