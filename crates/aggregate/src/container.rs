@@ -14,6 +14,7 @@ use paralog_backend::objstore::{ChunkWriter, ObjStore, Piece, Version};
 
 use crate::error::{AggError, Result};
 use crate::objset;
+use crate::store::{ContainerSink, SetStore};
 
 pub struct ContainerFile {
     /// The file, or on the object layout `objstore://ROOT/SET/NAME`.
@@ -37,6 +38,9 @@ enum Sink {
         pieces: Vec<Piece>,
         published: bool,
     },
+    /// A container of a store reached through a client (S3: one
+    /// multipart upload, or one PUT when it is small).
+    Store(Box<dyn ContainerSink>),
 }
 
 impl ContainerFile {
@@ -75,6 +79,17 @@ impl ContainerFile {
                 pieces: Vec::new(),
                 published: false,
             },
+            end: 0,
+        })
+    }
+
+    /// Create the container `name` of the set `set` on a store (S3).
+    pub fn create_store(store: &dyn SetStore, set: &[u8], name: Vec<u8>) -> Result<ContainerFile> {
+        let sink = store.create_container(set, &name)?;
+        Ok(ContainerFile {
+            path: store.display(set, &name),
+            name,
+            sink: Sink::Store(sink),
             end: 0,
         })
     }
@@ -123,6 +138,7 @@ impl ContainerFile {
                         o += b.len() as u64;
                     }
                 }
+                Sink::Store(w) => w.write(at + done, chunk)?,
                 Sink::Chunk { chunk: None, .. } => {
                     return Err(AggError::Invalid {
                         path: self.path.clone(),
@@ -179,13 +195,15 @@ impl ContainerFile {
                 }
                 Ok(())
             }
+            Sink::Store(w) => w.finish(end),
         }
     }
 
     /// Remove what this container wrote (a writer that gave up before its
     /// record): the file, or the chunk and the object if published.
-    pub fn remove(&self) {
-        match &self.sink {
+    pub fn remove(&mut self) {
+        match &mut self.sink {
+            Sink::Store(w) => w.abandon(),
             Sink::File(_) => {
                 let _ = std::fs::remove_file(&self.path);
             }

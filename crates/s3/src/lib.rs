@@ -44,6 +44,7 @@ use crate::errors::{chain, s3_error};
 mod errors;
 mod integrity;
 mod objects;
+pub mod sets;
 mod sink;
 mod upload;
 

@@ -159,6 +159,10 @@ impl Sets {
                 let r = SetReader::open_obj(&store, &set).ok()??;
                 (set, member, std::sync::Arc::new(r))
             }
+            // On S3 the rules alone say what is a member: finding a
+            // published set above every file would be a request per
+            // parent directory per file and round (docs/aggregate.md).
+            SetsRoot::S3(_) => return None,
         };
         reader.member(&member)?;
         Some(Match {
@@ -172,12 +176,9 @@ impl Sets {
     pub fn check_remote(url: Option<&RemoteUrl>, server_job: bool) -> Result<(), String> {
         match url {
             None | Some(RemoteUrl::Posix(_)) => Ok(()),
-            Some(RemoteUrl::ObjStore(_)) if !server_job => Ok(()),
-            Some(other @ RemoteUrl::ObjStore(_)) => Err(format!(
-                "--aggregate in a server job writes checkpoint sets to a POSIX remote (a directory) so far, not to {other} (one node: paralog run or a single paralog server)"
-            )),
+            Some(RemoteUrl::ObjStore(_) | RemoteUrl::S3(_)) if !server_job => Ok(()),
             Some(other) => Err(format!(
-                "--aggregate writes checkpoint sets to a POSIX remote (a directory, or the prefix) or an object layout (objstore://) so far, not to {other}: see docs/aggregate.md (S3)"
+                "--aggregate in a server job writes checkpoint sets to a POSIX remote (a directory) so far, not to {other} (one node: paralog run or a single paralog server)"
             )),
         }
     }
