@@ -145,6 +145,12 @@ impl Sets {
         if let Some(m) = self.rules.matches(rel) {
             return Some(m);
         }
+        // On S3 the rules alone say what is a member: finding a published
+        // set above every file would be a request per parent directory,
+        // per file and round (docs/aggregate.md, "Sets on S3").
+        if matches!(remote, Remote::Url(RemoteUrl::S3(_), _)) {
+            return None;
+        }
         let (set, member, reader) = match sets_root_of(remote, app_path, rel).ok()? {
             SetsRoot::Dir(root) => {
                 let (set, member) = paralog_aggregate::reader::find_set(&root, rel)?;
@@ -159,9 +165,6 @@ impl Sets {
                 let r = SetReader::open_obj(&store, &set).ok()??;
                 (set, member, std::sync::Arc::new(r))
             }
-            // On S3 the rules alone say what is a member: finding a
-            // published set above every file would be a request per
-            // parent directory per file and round (docs/aggregate.md).
             SetsRoot::S3(_) => return None,
         };
         reader.member(&member)?;
@@ -329,4 +332,20 @@ pub fn recover_sets(
         });
     }
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s3_sets_are_one_node_only() {
+        let s3: RemoteUrl = "s3://bucket/pre".parse().unwrap();
+        assert_eq!(Sets::check_remote(Some(&s3), false), Ok(()));
+        let e = Sets::check_remote(Some(&s3), true).unwrap_err();
+        assert!(e.contains("not to s3://bucket/pre"), "{e}");
+        let obj: RemoteUrl = "objstore:///tmp/x".parse().unwrap();
+        assert_eq!(Sets::check_remote(Some(&obj), false), Ok(()));
+        assert!(Sets::check_remote(Some(&obj), true).is_err());
+    }
 }
