@@ -14,11 +14,13 @@ multipart upload of several parts packed across members:
                   set: version 2, again K + 1 objects per set, members 0-1
                   the second run's and 2-3 the first's (copied)
   s3 crash at P   a second job's server killed at P (aggregate.mid_containers:
-                  an unfinished multipart upload is left;
+                  an unfinished multipart upload is left, found through its
+                  marker object;
                   aggregate.before_record: complete orphan containers): every
                   set extracts as its first version; `paralog recover
-                  --aggregate` collects the orphans and aborts the uploads
-                  (ListMultipartUploads shows none), and publishes the second
+                  --aggregate` collects the orphans, aborts the uploads
+                  (ListMultipartUploads of their keys shows none) and removes
+                  the markers (K + 1 keys per set), and publishes the second
                   version (K + 1 objects per set, equal to the second run)
   s3 damage       a container object rewritten with one byte flipped:
                   `paralog extract` refuses it naming the key and the
@@ -83,12 +85,17 @@ def parts(minio, key):
     return h.get("PartsCount") if "-" in h["ETag"] else 1
 
 
-def uploads_left(minio, prefix, sets):
-    """Unfinished multipart uploads under each set directory."""
+MARK = ".set.plr.upload-"
+
+
+def uploads_left(minio, prefix, keys):
+    """Unfinished multipart uploads of the containers that have an upload
+    marker in `keys` (MinIO lists uploads by an object's exact key only)."""
     left = []
-    for d in sets:
-        r = minio.api("list-multipart-uploads", "--bucket", BUCKET, "--prefix", f"{prefix}/{d}/") or {}
-        left += [u["Key"] for u in r.get("Uploads", []) or []]
+    for d, names in keys.items():
+        for n in names:
+            if n.startswith(MARK):
+                left += minio.uploads(BUCKET, f"{prefix}/{d}/{n.removeprefix(MARK)}")
     return left
 
 
@@ -182,8 +189,8 @@ def case_crash(point):
             out = extract(url, minio.env(), work, "after-crash", s)
             check_members(out, lambda n, s=s: first / s / n, f"{s} after the crash")
         keys = set_keys(minio, pre)
-        orphans = sum(1 for d in sets for n in keys[d] if n.endswith(".plc")) - k * len(sets)
-        left = uploads_left(minio, pre, sets)
+        orphans = sum(1 for d in sets for n in keys[d] if n.endswith(".plc") and not n.startswith(MARK)) - k * len(sets)
+        left = uploads_left(minio, pre, keys)
         if point == "aggregate.mid_containers":
             check(left, "no unfinished multipart upload after a crash in the middle of a container")
         else:
@@ -191,7 +198,8 @@ def case_crash(point):
         r = run([BIN, "recover", "--local", local, "--remote", url, *agg], env=minio.env(), check=False)
         check(r.returncode == 0, f"recover failed: {r.stdout[-800:]} {r.stderr[-800:]}")
         check_keys(minio, pre, k, sets)
-        after = uploads_left(minio, pre, sets)
+        after = [u for d, names in keys.items() for n in names if n.startswith(MARK)
+                 for u in minio.uploads(BUCKET, f"{pre}/{d}/{n.removeprefix(MARK)}")]
         check(not after, f"multipart uploads left after recover: {after}")
         for s in sets:
             out = extract(url, minio.env(), work, "after-recover", s)

@@ -34,6 +34,12 @@ use crate::errors::{chain, s3_error};
 use crate::integrity::{crc_b64, whole_crc};
 use crate::S3Backend;
 
+/// The marker object `SET/.set.plr.upload-<container>`, written before a
+/// container's multipart upload is created and deleted once it is complete
+/// or aborted: what a crash left unfinished is found by listing objects
+/// (MinIO lists multipart uploads only by an object's exact key, so a
+/// prefix listing of the set does not find them there).
+const MARK: &str = ".set.plr.upload-";
 /// S3's largest part.
 const MAX_PART: u64 = 5 << 30;
 /// Part uploads of one container in flight at once.
@@ -213,6 +219,10 @@ impl SetStore for S3Sets {
         Ok(Box::new(S3Container {
             be: self.be.clone(),
             key: self.be.key(Self::rel(set, name).as_bytes()),
+            mark: Self::rel(
+                set,
+                format!("{MARK}{}", String::from_utf8_lossy(name)).as_bytes(),
+            ),
             path: self.display(set, name),
             buf: Vec::new(),
             end: 0,
@@ -253,6 +263,26 @@ impl SetStore for S3Sets {
     }
 
     fn abort_uploads(&self, set: &[u8]) -> paralog_aggregate::Result<usize> {
+        let mut n = self.abort_listed(set)?;
+        for name in self.list(set)? {
+            let Some(c) = name.strip_prefix(MARK.as_bytes()) else {
+                continue;
+            };
+            let key = self.be.key(Self::rel(set, c).as_bytes());
+            n += self
+                .be
+                .abort_stale(&key)
+                .map_err(agg(self.display(set, c), "abort an unfinished upload"))?;
+            self.delete(set, &name)?;
+        }
+        Ok(n)
+    }
+}
+
+impl S3Sets {
+    /// Abort the uploads S3 lists under the set's prefix (all of them on
+    /// AWS; MinIO lists only some: the markers find the rest).
+    fn abort_listed(&self, set: &[u8]) -> paralog_aggregate::Result<usize> {
         let dir = self.be.key(format!("{}/", Self::rel(set, b"")).as_bytes());
         let path = self.display(set, b"");
         let be = &self.be;
@@ -296,6 +326,8 @@ impl SetStore for S3Sets {
 struct S3Container {
     be: Arc<S3Backend>,
     key: String,
+    /// The marker's key relative to the prefix (see `MARK`).
+    mark: String,
     path: PathBuf,
     /// The part being filled.
     buf: Vec<u8>,
@@ -345,6 +377,8 @@ impl S3Container {
         let id = match &self.upload {
             Some(id) => id.clone(),
             None => {
+                be.put_object(&self.mark, Vec::new(), false)
+                    .map_err(self.err("write an upload marker"))?;
                 let out = be
                     .rt
                     .block_on(
@@ -392,6 +426,14 @@ impl S3Container {
                 .build())
         }));
         Ok(())
+    }
+
+    /// The upload is complete or aborted: its marker goes (best effort: a
+    /// marker left is collected with the orphans).
+    fn unmark(&self) {
+        if let Err(e) = self.be.delete_object(&self.mark) {
+            tracing::warn!(key = %self.mark, error = %e, "could not delete an upload marker; the next publish or `paralog recover` collects it");
+        }
     }
 
     fn wait_one(&mut self) -> paralog_aggregate::Result<()> {
@@ -477,6 +519,7 @@ impl ContainerSink for S3Container {
             )
             .map_err(self.err("complete container upload"))?;
         self.completed = true;
+        self.unmark();
         Ok(())
     }
 
@@ -490,6 +533,7 @@ impl ContainerSink for S3Container {
             }
         } else if let Some(id) = self.upload.take() {
             self.be.abort_upload(&self.key, &id);
+            self.unmark();
         }
     }
 }
