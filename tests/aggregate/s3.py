@@ -24,7 +24,9 @@ multipart upload of several parts packed across members:
                   version (K + 1 objects per set, equal to the second run)
   s3 damage       a container object rewritten with one byte flipped:
                   `paralog extract` refuses it naming the key and the
-                  block's offset; a restart read under capture fails
+                  block's offset. A restart job (`--aggregate`, the node-local
+                  log gone) that stats and opens the members: EIO, with one
+                  line per member naming its set and `paralog extract`
 """
 import json
 from pathlib import Path
@@ -236,10 +238,14 @@ def case_damage(work, minio):
     import shutil
     shutil.rmtree(local, ignore_errors=True)
     r = paralog_run(work / "l2", prefix, [ckpt(), prefix, RANKS, STEPS, MEAN, "verify"], job="r", remote=url,
-                    env=minio.env(), check=False)
+                    env=minio.env(), check=False, extra=("--aggregate", RULE))
     check(r.returncode != 0, "a restart read of a member on S3 succeeded")
-    return f"extract refused naming the key and offset {block}; the restart read failed: " + \
-        next((l for l in (r.stdout + r.stderr).splitlines() if "rank-" in l), "?")[:160]
+    member = prefix / s / "rank-00000.dat"
+    line = (f"paralog: {member}: in the checkpoint set {s} on S3, which capture cannot read "
+            f"(no network I/O in the program): run `paralog extract s3://{BUCKET}/{pre} {s} OUT`")
+    check(line in r.stderr, f"no line naming the set and paralog extract: {r.stderr[-800:]}")
+    check(f"{member}: Input/output error" in r.stdout + r.stderr, f"not EIO: {r.stdout[-600:]} {r.stderr[-400:]}")
+    return f"extract refused naming the key and offset {block}; the restart read failed with EIO and the line"
 
 
 def cases():

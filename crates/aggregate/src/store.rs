@@ -129,3 +129,29 @@ pub fn remove_set_store(store: &dyn SetStore, previous: &SetRecord) -> Result<()
     }
     Ok(())
 }
+
+/// The node-local list of the checkpoint sets on an S3 remote, written
+/// in the local directory before a program starts (`paralog run` and
+/// `paralog server` with `--aggregate` and `s3://`), so that capture,
+/// which does no network I/O, can tell a read of a member on S3 and refuse
+/// it naming the set and `paralog extract` (docs/aggregate.md).
+pub const S3_INDEX: &str = ".paralog-s3-sets";
+
+/// The index's text: the remote's URL on the first line, then one set
+/// directory (relative to the remote) per line (a name holding a newline
+/// is left out).
+pub fn encode_s3_index(url: &str, sets: &[String]) -> String {
+    let mut s = format!("{url}\n");
+    for d in sets.iter().filter(|d| !d.contains('\n')) {
+        s.push_str(d);
+        s.push('\n');
+    }
+    s
+}
+
+/// The URL and the set directories of an index's text.
+pub fn decode_s3_index(text: &[u8]) -> Option<(String, Vec<Vec<u8>>)> {
+    let mut lines = text.split(|&b| b == b'\n').filter(|l| !l.is_empty());
+    let url = String::from_utf8_lossy(lines.next()?).into_owned();
+    Some((url, lines.map(<[u8]>::to_vec).collect()))
+}

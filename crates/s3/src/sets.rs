@@ -537,3 +537,17 @@ impl ContainerSink for S3Container {
         }
     }
 }
+
+impl S3Sets {
+    /// The set directories under the prefix (a key ending in
+    /// `/set.plr`), records not read.
+    pub fn set_dirs(&self) -> Result<Vec<String>, BackendError> {
+        let suffix = format!("/{}", format::RECORD_NAME);
+        Ok(self
+            .be
+            .list_objects("")?
+            .into_iter()
+            .filter_map(|k| k.strip_suffix(&suffix).map(str::to_owned))
+            .collect())
+    }
+}

@@ -32,8 +32,11 @@ use crate::step;
 pub mod across;
 pub mod nodes;
 mod publish;
+mod s3index;
 mod scan;
 pub mod transfer;
+
+pub use s3index::write_s3_index;
 
 /// A set's leader receives into this many buffers by default.
 pub const DEFAULT_BUFFERS: usize = 4;

@@ -172,7 +172,9 @@ pub(crate) enum SetsRoot {
 
 /// The S3 client of the sets under `url`, opened once per process (each
 /// opening starts a runtime and loads the AWS configuration).
-fn s3_sets(url: &paralog_backend::S3Url) -> Result<paralog_s3::sets::S3Sets, DrainError> {
+pub(crate) fn s3_sets(
+    url: &paralog_backend::S3Url,
+) -> Result<paralog_s3::sets::S3Sets, DrainError> {
     use std::collections::BTreeMap;
     use std::sync::Mutex;
     static OPEN: Mutex<BTreeMap<String, paralog_s3::sets::S3Sets>> = Mutex::new(BTreeMap::new());
