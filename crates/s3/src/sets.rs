@@ -9,7 +9,7 @@
 //! cut into parts wherever the part size falls (parts are packed across
 //! members): every part but the last is at least the URL's `part_size`
 //! (8 MiB by default, never under S3's 5 MiB), and the part size doubles
-//! after each tenth of `max_parts` parts, so no container needs more than
+//! after each sixteenth of `max_parts` parts, so no container needs more than
 //! `max_parts` (10,000) parts up to S3's 5 TiB object limit. A container
 //! no larger than one part is one PUT. Every part carries its CRC32C and
 //! the completion the whole object's (checksum type FULL_OBJECT), checked
@@ -322,6 +322,13 @@ impl S3Sets {
     }
 }
 
+/// The size of part `sent + 1` of a container: `min`, doubled after each
+/// sixteenth of `max_parts` parts (at most S3's 5 GiB).
+fn growing_part(min: u64, max_parts: u64, sent: u64) -> u64 {
+    let tier = (sent * 16 / max_parts.max(16)).min(20);
+    (min << tier).min(MAX_PART)
+}
+
 /// One container being uploaded (see the module's comment).
 struct S3Container {
     be: Arc<S3Backend>,
@@ -347,10 +354,9 @@ impl S3Container {
     }
 
     /// The size of the part being filled: the URL's part size, doubled
-    /// after each tenth of the part-count limit.
+    /// after each sixteenth of the part-count limit.
     fn part_size(&self) -> u64 {
-        let tier = (self.crcs.len() as u64 * 10 / self.be.max_parts.max(10)).min(20);
-        (self.be.min_part << tier).min(MAX_PART)
+        growing_part(self.be.min_part, self.be.max_parts, self.crcs.len() as u64)
     }
 
     fn push(&mut self, mut data: &[u8]) -> paralog_aggregate::Result<()> {
@@ -549,5 +555,37 @@ impl S3Sets {
             .into_iter()
             .filter_map(|k| k.strip_suffix(&suffix).map(str::to_owned))
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parts of a container of `size` bytes, the last one partial.
+    fn parts_for(size: u64, min: u64, max_parts: u64) -> (u64, u64) {
+        let (mut n, mut done, mut largest) = (0, 0, 0);
+        while done < size {
+            let p = growing_part(min, max_parts, n);
+            largest = largest.max(p);
+            done += p;
+            n += 1;
+        }
+        (n, largest)
+    }
+
+    #[test]
+    fn containers_up_to_5_tib_fit_in_10000_parts() {
+        let mib = 1 << 20;
+        for min in [5 * mib, 8 * mib] {
+            let (n, largest) = parts_for(5 << 40, min, 10_000);
+            assert!(n <= 10_000, "{n} parts of at least {min}");
+            assert!(largest <= MAX_PART);
+        }
+        // Small containers keep the URL's part size.
+        assert_eq!(parts_for(100 * mib, 8 * mib, 10_000), (13, 8 * mib));
+        // A lower limit (a test setting) grows the parts sooner.
+        let (n, _) = parts_for(1 << 30, 5 * mib, 20);
+        assert!(n <= 20, "{n}");
     }
 }
