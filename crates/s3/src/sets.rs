@@ -3,56 +3,47 @@
 //! client. Keys: `PREFIX/SET/set.plr` (the record, one object replaced
 //! by each new version: S3 replaces an object atomically, so its PUT is
 //! the commit) and `PREFIX/SET/c<k>-v<version>-<attempt>.plc` (the
-//! containers, named per attempt and never rewritten).
-//!
-//! A container is written as a stream of bytes in increasing offsets and
-//! cut into parts wherever the part size falls (parts are packed across
-//! members): every part but the last is at least the URL's `part_size`
-//! (8 MiB by default, never under S3's 5 MiB), and the part size doubles
-//! after each sixteenth of `max_parts` parts, so no container needs more than
-//! `max_parts` (10,000) parts up to S3's 5 TiB object limit. A container
-//! no larger than one part is one PUT. Every part carries its CRC32C and
-//! the completion the whole object's (checksum type FULL_OBJECT), checked
-//! by the server; the set record's own CRC-32C per block is checked by
-//! every reader.
+//! containers, named per attempt and never rewritten; written by
+//! `setcontainer`). Readers get the record, then ranged GETs of the
+//! containers (a window of 8 MiB at a time); the set record's CRC-32C of
+//! every block is checked by the reader before a byte is used.
 
-use std::collections::VecDeque;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumType, CompletedPart};
 use paralog_aggregate::format::{self, SetRecord};
 use paralog_aggregate::store::{ContainerSink, ContainerSource, SetStore};
 use paralog_aggregate::{AggError, SetReader};
 use paralog_backend::{BackendError, S3Url};
-use tokio::task::JoinHandle;
 
 use crate::errors::{chain, s3_error};
-use crate::integrity::{crc_b64, whole_crc};
+use crate::setcontainer::{S3Container, MARK};
 use crate::S3Backend;
-
-/// The marker object `SET/.set.plr.upload-<container>`, written before a
-/// container's multipart upload is created and deleted once it is complete
-/// or aborted: what a crash left unfinished is found by listing objects
-/// (MinIO lists multipart uploads only by an object's exact key, so a
-/// prefix listing of the set does not find them there).
-const MARK: &str = ".set.plr.upload-";
-/// S3's largest part.
-const MAX_PART: u64 = 5 << 30;
-/// Part uploads of one container in flight at once.
-const INFLIGHT: usize = 2;
 
 /// The sets under an `s3://BUCKET/PREFIX` remote.
 #[derive(Debug, Clone)]
 pub struct S3Sets {
     be: Arc<S3Backend>,
+    /// The last range read: blocks are read one by one (each verified),
+    /// a GET brings `WINDOW` bytes for the next ones.
+    window: Arc<Mutex<Window>>,
 }
 
+/// Bytes `start..` of the object `key`.
+#[derive(Debug, Default)]
+struct Window {
+    key: String,
+    start: u64,
+    bytes: Vec<u8>,
+}
+
+/// One ranged GET reads at least this much of a container.
+const WINDOW: u64 = 8 << 20;
+
 /// A client error as the set's: the key in the path, S3's message.
-fn agg(path: PathBuf, op: &'static str) -> impl FnOnce(BackendError) -> AggError {
+pub(crate) fn agg(path: PathBuf, op: &'static str) -> impl FnOnce(BackendError) -> AggError {
     move |e| AggError::Io {
         path,
         op,
@@ -64,6 +55,7 @@ impl S3Sets {
     pub fn open(url: &S3Url) -> Result<S3Sets, BackendError> {
         Ok(S3Sets {
             be: Arc::new(S3Backend::open(url)?),
+            window: Arc::default(),
         })
     }
 
@@ -129,15 +121,49 @@ impl ContainerSource for S3Sets {
             return Ok(0);
         }
         let key = self.be.key(Self::rel(set, name).as_bytes());
+        let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
+        let cached = w.key == key
+            && at >= w.start
+            && at + buf.len() as u64 <= w.start + w.bytes.len() as u64;
+        if !cached {
+            let want = (buf.len() as u64).max(WINDOW);
+            w.bytes = self.get_range(set, name, &key, at, want)?;
+            w.start = at;
+            w.key = key;
+        }
+        let from = (at - w.start) as usize;
+        let n = buf.len().min(w.bytes.len() - from);
+        buf[..n].copy_from_slice(&w.bytes[from..from + n]);
+        Ok(n)
+    }
+
+    fn display(&self, set: &[u8], name: &[u8]) -> PathBuf {
+        let key = self.be.key(Self::rel(set, name).as_bytes());
+        PathBuf::from(OsStr::from_bytes(
+            format!("s3://{}/{key}", self.be.bucket).as_bytes(),
+        ))
+    }
+}
+
+impl S3Sets {
+    /// Bytes `at..at + len` of the object `key` (fewer where it ends).
+    fn get_range(
+        &self,
+        set: &[u8],
+        name: &[u8],
+        key: &str,
+        at: u64,
+        len: u64,
+    ) -> paralog_aggregate::Result<Vec<u8>> {
         let path = self.display(set, name);
         let be = &self.be;
-        let got = be.rt.block_on(async {
+        be.rt.block_on(async {
             let o = match be
                 .client
                 .get_object()
                 .bucket(&be.bucket)
-                .key(&key)
-                .range(format!("bytes={at}-{}", at + buf.len() as u64 - 1))
+                .key(key)
+                .range(format!("bytes={at}-{}", at + len - 1))
                 .send()
                 .await
             {
@@ -156,7 +182,7 @@ impl ContainerSource for S3Sets {
                 Err(e) => {
                     return Err(agg(path.clone(), "read container")(s3_error(
                         &be.bucket,
-                        &key,
+                        key,
                         "get object range",
                         &e,
                     )))
@@ -171,17 +197,7 @@ impl ContainerSource for S3Sets {
                     op: "read container",
                     error: std::io::Error::other(chain(&e)),
                 })
-        })?;
-        let n = got.len().min(buf.len());
-        buf[..n].copy_from_slice(&got[..n]);
-        Ok(n)
-    }
-
-    fn display(&self, set: &[u8], name: &[u8]) -> PathBuf {
-        let key = self.be.key(Self::rel(set, name).as_bytes());
-        PathBuf::from(OsStr::from_bytes(
-            format!("s3://{}/{key}", self.be.bucket).as_bytes(),
-        ))
+        })
     }
 }
 
@@ -216,22 +232,15 @@ impl SetStore for S3Sets {
         set: &[u8],
         name: &[u8],
     ) -> paralog_aggregate::Result<Box<dyn ContainerSink>> {
-        Ok(Box::new(S3Container {
-            be: self.be.clone(),
-            key: self.be.key(Self::rel(set, name).as_bytes()),
-            mark: Self::rel(
+        Ok(Box::new(S3Container::new(
+            self.be.clone(),
+            self.be.key(Self::rel(set, name).as_bytes()),
+            Self::rel(
                 set,
                 format!("{MARK}{}", String::from_utf8_lossy(name)).as_bytes(),
             ),
-            path: self.display(set, name),
-            buf: Vec::new(),
-            end: 0,
-            upload: None,
-            inflight: VecDeque::new(),
-            parts: Vec::new(),
-            crcs: Vec::new(),
-            completed: false,
-        }))
+            self.display(set, name),
+        )))
     }
 
     fn put_record(&self, record: &SetRecord) -> paralog_aggregate::Result<()> {
@@ -322,228 +331,6 @@ impl S3Sets {
     }
 }
 
-/// The size of part `sent + 1` of a container: `min`, doubled after each
-/// sixteenth of `max_parts` parts (at most S3's 5 GiB).
-fn growing_part(min: u64, max_parts: u64, sent: u64) -> u64 {
-    let tier = (sent * 16 / max_parts.max(16)).min(20);
-    (min << tier).min(MAX_PART)
-}
-
-/// One container being uploaded (see the module's comment).
-struct S3Container {
-    be: Arc<S3Backend>,
-    key: String,
-    /// The marker's key relative to the prefix (see `MARK`).
-    mark: String,
-    path: PathBuf,
-    /// The part being filled.
-    buf: Vec<u8>,
-    /// Bytes accepted so far (sent and buffered).
-    end: u64,
-    upload: Option<String>,
-    inflight: VecDeque<JoinHandle<Result<CompletedPart, BackendError>>>,
-    parts: Vec<CompletedPart>,
-    /// (part number, CRC32C, length) of every part sent.
-    crcs: Vec<(i32, u32, u64)>,
-    completed: bool,
-}
-
-impl S3Container {
-    fn err(&self, op: &'static str) -> impl FnOnce(BackendError) -> AggError {
-        agg(self.path.clone(), op)
-    }
-
-    /// The size of the part being filled: the URL's part size, doubled
-    /// after each sixteenth of the part-count limit.
-    fn part_size(&self) -> u64 {
-        growing_part(self.be.min_part, self.be.max_parts, self.crcs.len() as u64)
-    }
-
-    fn push(&mut self, mut data: &[u8]) -> paralog_aggregate::Result<()> {
-        while !data.is_empty() {
-            let part = self.part_size() as usize;
-            if self.buf.capacity() < part {
-                self.buf.reserve_exact(part - self.buf.len());
-            }
-            let take = (part - self.buf.len()).min(data.len());
-            self.buf.extend_from_slice(&data[..take]);
-            data = &data[take..];
-            self.end += take as u64;
-            if self.buf.len() == part {
-                self.send_part()?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Upload the buffered bytes as the next part (the upload created
-    /// first if this is its first part).
-    fn send_part(&mut self) -> paralog_aggregate::Result<()> {
-        let be = self.be.clone();
-        let id = match &self.upload {
-            Some(id) => id.clone(),
-            None => {
-                be.put_object(&self.mark, Vec::new(), false)
-                    .map_err(self.err("write an upload marker"))?;
-                let out = be
-                    .rt
-                    .block_on(
-                        be.client
-                            .create_multipart_upload()
-                            .bucket(&be.bucket)
-                            .key(&self.key)
-                            .checksum_algorithm(ChecksumAlgorithm::Crc32C)
-                            .checksum_type(ChecksumType::FullObject)
-                            .send(),
-                    )
-                    .map_err(|e| s3_error(&be.bucket, &self.key, "create multipart upload", &e))
-                    .map_err(self.err("write container"))?;
-                let id = out.upload_id().unwrap_or_default().to_owned();
-                self.upload = Some(id.clone());
-                id
-            }
-        };
-        while self.inflight.len() >= INFLIGHT {
-            self.wait_one()?;
-        }
-        let data = std::mem::take(&mut self.buf);
-        let number = self.crcs.len() as i32 + 1;
-        let crc = paralog_checksum::crc32c(&data);
-        self.crcs.push((number, crc, data.len() as u64));
-        let req = be
-            .client
-            .upload_part()
-            .bucket(&be.bucket)
-            .key(&self.key)
-            .upload_id(id)
-            .part_number(number)
-            .checksum_crc32_c(crc_b64(crc))
-            .body(ByteStream::from(data));
-        let (bucket, key) = (be.bucket.clone(), self.key.clone());
-        self.inflight.push_back(be.rt.spawn(async move {
-            let out = req
-                .send()
-                .await
-                .map_err(|e| s3_error(&bucket, &key, "upload part", &e))?;
-            Ok(CompletedPart::builder()
-                .part_number(number)
-                .set_e_tag(out.e_tag().map(str::to_owned))
-                .checksum_crc32_c(crc_b64(crc))
-                .build())
-        }));
-        Ok(())
-    }
-
-    /// The upload is complete or aborted: its marker goes (best effort: a
-    /// marker left is collected with the orphans).
-    fn unmark(&self) {
-        if let Err(e) = self.be.delete_object(&self.mark) {
-            tracing::warn!(key = %self.mark, error = %e, "could not delete an upload marker; the next publish or `paralog recover` collects it");
-        }
-    }
-
-    fn wait_one(&mut self) -> paralog_aggregate::Result<()> {
-        let Some(h) = self.inflight.pop_front() else {
-            return Ok(());
-        };
-        let done = self
-            .be
-            .rt
-            .block_on(h)
-            .map_err(|e| std::io::Error::other(format!("part upload task: {e}")))
-            .map_err(|error| AggError::Io {
-                path: self.path.clone(),
-                op: "upload part",
-                error,
-            })?
-            .map_err(self.err("upload part"))?;
-        self.parts.push(done);
-        Ok(())
-    }
-}
-
-impl ContainerSink for S3Container {
-    fn write(&mut self, at: u64, data: &[u8]) -> paralog_aggregate::Result<()> {
-        if at < self.end || self.completed {
-            return Err(AggError::Invalid {
-                path: self.path.clone(),
-                what: format!(
-                    "written at {at}, before its end {} or after it was finished",
-                    self.end
-                ),
-            });
-        }
-        // The hole before `at` (under the alignment) is stored as zeros.
-        let zeros = vec![0u8; (at - self.end).min(1 << 20) as usize];
-        while self.end < at {
-            let n = (at - self.end).min(zeros.len() as u64) as usize;
-            self.push(&zeros[..n])?;
-        }
-        self.push(data)
-    }
-
-    fn finish(&mut self, end: u64) -> paralog_aggregate::Result<()> {
-        if self.completed {
-            return Ok(());
-        }
-        self.write(end, &[])?;
-        if self.upload.is_none() {
-            // Smaller than one part: one PUT with its CRC32C.
-            let body = std::mem::take(&mut self.buf);
-            let crc = crc_b64(paralog_checksum::crc32c(&body));
-            let be = &self.be;
-            be.rt
-                .block_on(
-                    be.client
-                        .put_object()
-                        .bucket(&be.bucket)
-                        .key(&self.key)
-                        .checksum_crc32_c(crc)
-                        .body(ByteStream::from(body))
-                        .send(),
-                )
-                .map_err(|e| s3_error(&be.bucket, &self.key, "put container", &e))
-                .map_err(self.err("write container"))?;
-            self.completed = true;
-            return Ok(());
-        }
-        if !self.buf.is_empty() {
-            self.send_part()?;
-        }
-        while !self.inflight.is_empty() {
-            self.wait_one()?;
-        }
-        let whole = whole_crc(&mut self.crcs);
-        let id = self.upload.clone().expect("an upload");
-        self.be
-            .complete_upload(
-                &self.key,
-                &id,
-                end,
-                std::mem::take(&mut self.parts),
-                Some(whole),
-            )
-            .map_err(self.err("complete container upload"))?;
-        self.completed = true;
-        self.unmark();
-        Ok(())
-    }
-
-    fn abandon(&mut self) {
-        for h in self.inflight.drain(..) {
-            let _ = self.be.rt.block_on(h);
-        }
-        if self.completed {
-            if let Err(e) = self.be.delete_key(&self.key) {
-                tracing::warn!(key = %self.key, error = %e, "could not delete an abandoned container; the next publish or `paralog recover` collects it");
-            }
-        } else if let Some(id) = self.upload.take() {
-            self.be.abort_upload(&self.key, &id);
-            self.unmark();
-        }
-    }
-}
-
 impl S3Sets {
     /// The set directories under the prefix (a key ending in
     /// `/set.plr`), records not read.
@@ -555,37 +342,5 @@ impl S3Sets {
             .into_iter()
             .filter_map(|k| k.strip_suffix(&suffix).map(str::to_owned))
             .collect())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Parts of a container of `size` bytes, the last one partial.
-    fn parts_for(size: u64, min: u64, max_parts: u64) -> (u64, u64) {
-        let (mut n, mut done, mut largest) = (0, 0, 0);
-        while done < size {
-            let p = growing_part(min, max_parts, n);
-            largest = largest.max(p);
-            done += p;
-            n += 1;
-        }
-        (n, largest)
-    }
-
-    #[test]
-    fn containers_up_to_5_tib_fit_in_10000_parts() {
-        let mib = 1 << 20;
-        for min in [5 * mib, 8 * mib] {
-            let (n, largest) = parts_for(5 << 40, min, 10_000);
-            assert!(n <= 10_000, "{n} parts of at least {min}");
-            assert!(largest <= MAX_PART);
-        }
-        // Small containers keep the URL's part size.
-        assert_eq!(parts_for(100 * mib, 8 * mib, 10_000), (13, 8 * mib));
-        // A lower limit (a test setting) grows the parts sooner.
-        let (n, _) = parts_for(1 << 30, 5 * mib, 20);
-        assert!(n <= 20, "{n}");
     }
 }
