@@ -22,6 +22,8 @@ multipart upload of several parts packed across members:
                   (ListMultipartUploads of their keys shows none) and removes
                   the markers (K + 1 keys per set), and publishes the second
                   version (K + 1 objects per set, equal to the second run)
+  s3 small        members of 300 kB, K=2: each container is one PUT (no
+                  multipart upload), extracted equal to the direct run
   s3 damage       a container object rewritten with one byte flipped:
                   `paralog extract` refuses it naming the key and the
                   block's offset. A restart job (`--aggregate`, the node-local
@@ -83,8 +85,10 @@ def check_keys(minio, prefix, k, sets):
 
 
 def parts(minio, key):
+    """The parts of a multipart object; 0 for one made by a single PUT (its
+    ETag has no `-N`)."""
     h = minio.api("head-object", "--bucket", BUCKET, "--key", key, "--part-number", "1")
-    return h.get("PartsCount") if "-" in h["ETag"] else 1
+    return h.get("PartsCount") if "-" in h["ETag"] else 0
 
 
 MARK = ".set.plr.upload-"
@@ -248,6 +252,31 @@ def case_damage(work, minio):
     return f"extract refused naming the key and offset {block}; the restart read failed with EIO and the line"
 
 
+@with_minio
+def case_small(work, minio):
+    from tests.aggregate.run import ckpt
+    prefix, local = work / "prefix", work / "local"
+    prefix.mkdir()
+    pre, ranks, mean, k = "small", 3, 300_000, 2
+    url = f"s3://{BUCKET}/{pre}"
+    paralog_run(local, prefix, [ckpt(), prefix, ranks, STEPS, mean], remote=url, env=minio.env(),
+                extra=("--aggregate", RULE, "--containers", str(k)))
+    direct = work / "direct"
+    direct.mkdir()
+    run([ckpt(), direct, ranks, STEPS, mean])
+    sets = [f"ckpt/{p.name}" for p in sorted((direct / "ckpt").iterdir())]
+    keys = check_keys(minio, pre, k, sets)
+    counts = [parts(minio, f"{pre}/{d}/{n}") for d in sets for n in keys[d] if n.endswith(".plc")]
+    check(counts == [0] * len(counts), f"a container smaller than a part is not one PUT: {counts}")
+    for s in sets:
+        out = extract(url, minio.env(), work, "x", s)
+        names = sorted(p.name for p in out.iterdir())
+        check(names == [f"rank-{i:05d}.dat" for i in range(ranks)], f"{s}: extracted {names}")
+        for n in names:
+            same_bytes(direct / s / n, out / n, f"{s}/{n}")
+    return f"{len(sets)} sets of {ranks} small members, {k} containers each as one PUT, extracted equal"
+
+
 def cases():
     return [
         ("s3 mpich K=1", case_mpi("mpich", 1)),
@@ -255,4 +284,5 @@ def cases():
         ("s3 crash at aggregate.mid_containers", case_crash("aggregate.mid_containers")),
         ("s3 crash at aggregate.before_record", case_crash("aggregate.before_record")),
         ("s3 damage", case_damage),
+        ("s3 small", case_small),
     ]
