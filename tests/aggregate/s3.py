@@ -13,6 +13,10 @@ multipart upload of several parts packed across members:
                   second job of 2 ranks rewrites members 0 and 1 of every
                   set: version 2, again K + 1 objects per set, members 0-1
                   the second run's and 2-3 the first's (copied)
+  s3 kept containers
+                  K=4 (a member per container), ranks 0-1 rewritten by a
+                  second job: the containers of ranks 2-3 are the same keys
+                  in version 2 (nothing copied), extracted equal
   s3 crash at P   a second job's server killed at P (aggregate.mid_containers:
                   an unfinished multipart upload is left, found through its
                   marker object;
@@ -277,6 +281,34 @@ def case_small(work, minio):
     return f"{len(sets)} sets of {ranks} small members, {k} containers each as one PUT, extracted equal"
 
 
+@with_minio
+def case_kept(work, minio):
+    """K=4, one member per container: a second job rewrites ranks 0 and 1;
+    the containers of ranks 2 and 3 are listed again as they are."""
+    from tests.aggregate.run import ckpt
+    prefix, local = work / "prefix", work / "local"
+    prefix.mkdir()
+    pre, k = "kept", 4
+    url = f"s3://{BUCKET}/{pre}{QUERY}"
+    agg = ("--aggregate", RULE, "--containers", str(k))
+    paralog_run(local, prefix, [ckpt(), prefix, RANKS, STEPS, MEAN], remote=url, env=minio.env(), extra=agg)
+    first, second = work / "first", work / "second"
+    for d, n, salt in ((first, RANKS, "0"), (second, 2, "5")):
+        d.mkdir()
+        run([ckpt(), d, n, STEPS, MEAN], env=clean_env({"CKPT_SALT": salt}))
+    sets = [f"ckpt/{p.name}" for p in sorted((first / "ckpt").iterdir())]
+    v1 = check_keys(minio, pre, k, sets)
+    paralog_run(local, prefix, [ckpt(), prefix, 2, STEPS, MEAN], remote=url, job="second", extra=agg,
+                env={**minio.env(), "CKPT_SALT": "5"})
+    v2 = check_keys(minio, pre, k, sets)
+    for s in sets:
+        kept = sorted(set(v1[s]) & set(v2[s]) - {"set.plr"})
+        check(len(kept) == 2 and all("-v000001-" in n for n in kept), f"{s}: kept containers {kept} of {v2[s]}")
+        out = extract(url, minio.env(), work, "v2", s)
+        check_members(out, lambda n, s=s: (second if n < "rank-00002" else first) / s / n, f"version 2 of {s}")
+    return f"{len(sets)} sets: 2 of {k} containers listed again unchanged by version 2, 2 written new"
+
+
 def cases():
     return [
         ("s3 mpich K=1", case_mpi("mpich", 1)),
@@ -285,4 +317,5 @@ def cases():
         ("s3 crash at aggregate.before_record", case_crash("aggregate.before_record")),
         ("s3 damage", case_damage),
         ("s3 small", case_small),
+        ("s3 kept containers", case_kept),
     ]

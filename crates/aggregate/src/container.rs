@@ -41,6 +41,10 @@ enum Sink {
     /// A container of a store reached through a client (S3: one
     /// multipart upload, or one PUT when it is small).
     Store(Box<dyn ContainerSink>),
+    /// A container of the replaced version that the new one lists again
+    /// unchanged (`SetWriter::keep_container`): never written, never
+    /// removed by this writer.
+    Kept,
 }
 
 impl ContainerFile {
@@ -94,6 +98,22 @@ impl ContainerFile {
         })
     }
 
+    /// Container `name` of the replaced version, `size` bytes, kept as it
+    /// is; `path` names it in messages.
+    pub fn kept(path: PathBuf, name: Vec<u8>, size: u64) -> ContainerFile {
+        ContainerFile {
+            path,
+            name,
+            sink: Sink::Kept,
+            end: size,
+        }
+    }
+
+    /// Whether it is a container of the replaced version, kept.
+    pub fn is_kept(&self) -> bool {
+        matches!(self.sink, Sink::Kept)
+    }
+
     /// The offset the next member starts at.
     pub fn aligned_end(&self, align: u64) -> u64 {
         self.end.next_multiple_of(align)
@@ -139,6 +159,12 @@ impl ContainerFile {
                     }
                 }
                 Sink::Store(w) => w.write(at + done, chunk)?,
+                Sink::Kept => {
+                    return Err(AggError::Invalid {
+                        path: self.path.clone(),
+                        what: "a container kept from the replaced version is not written".into(),
+                    })
+                }
                 Sink::Chunk { chunk: None, .. } => {
                     return Err(AggError::Invalid {
                         path: self.path.clone(),
@@ -196,6 +222,7 @@ impl ContainerFile {
                 Ok(())
             }
             Sink::Store(w) => w.finish(end),
+            Sink::Kept => Ok(()),
         }
     }
 
@@ -204,6 +231,7 @@ impl ContainerFile {
     pub fn remove(&mut self) {
         match &mut self.sink {
             Sink::Store(w) => w.abandon(),
+            Sink::Kept => {}
             Sink::File(_) => {
                 let _ = std::fs::remove_file(&self.path);
             }

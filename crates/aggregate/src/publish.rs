@@ -32,6 +32,8 @@ use crate::objpublish::commit_record_obj;
 use crate::objset;
 use crate::store::SetStore;
 
+mod keep;
+
 /// Where a crash can happen while a set is published, in order: the
 /// server's crash tests stop the process at each (`PARALOG_FAILPOINT`).
 pub const POINTS: &[&str] = &[
@@ -317,7 +319,7 @@ impl SetWriter {
     }
 
     /// The container with the fewest bytes (a new one while fewer than K
-    /// exist).
+    /// exist); never a kept one.
     fn pick_container(&mut self) -> Result<usize> {
         if self.containers.len() < self.k as usize {
             let k = self.containers.len() as u32;
@@ -330,13 +332,16 @@ impl SetWriter {
             self.containers.push(c);
             return Ok(k as usize);
         }
-        Ok(self
-            .containers
+        self.containers
             .iter()
             .enumerate()
+            .filter(|(_, c)| !c.is_kept())
             .min_by_key(|(i, c)| (c.end, *i))
             .map(|(i, _)| i)
-            .expect("K ≥ 1"))
+            .ok_or_else(|| AggError::Invalid {
+                path: self.dir.clone(),
+                what: "every container is kept from the replaced version".into(),
+            })
     }
 
     /// Make the set durable and visible: containers fsynced, their names

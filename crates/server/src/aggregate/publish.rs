@@ -132,6 +132,28 @@ pub(super) fn publish_set(
         }
     }
     items.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.member.cmp(&b.member)));
+    // On S3 a container of the published version whose members are all
+    // kept is listed again as it is: nothing copied (one container is
+    // left for the new bytes, if any).
+    if let (Some(old), SetsRoot::S3(_)) = (&old, &root) {
+        let touched: BTreeSet<u32> = old
+            .record()
+            .members
+            .iter()
+            .filter(|m| handled.contains(&m.path))
+            .flat_map(|m| m.extents.iter().map(|e| e.container))
+            .collect();
+        let mut room = sets.containers as usize - usize::from(items.iter().any(|i| i.bytes > 0));
+        for k in 0..old.record().containers.len() as u32 {
+            if room == 0 || touched.contains(&k) {
+                continue;
+            }
+            if let Some(kept) = w.keep_container(k).map_err(set_error)? {
+                handled.extend(kept);
+                room -= 1;
+            }
+        }
+    }
     for mut src in items {
         let (member, size, mode, ranges) =
             (src.member.clone(), src.size, src.mode, src.ranges.clone());
