@@ -108,7 +108,7 @@ test-server: build
 # on MPI_COMM_SELF) under `paralog run --aggregate`,
 # K = 1, 2, 4; sets, extract and restart reads in a new job against direct
 # runs; damage; a crash between containers and record, then recover.
-test-aggregate: build
+test-aggregate: build setup-test
 	/usr/bin/python3 -m tests.aggregate.run
 
 # Array objects (docs/objects.md): `paralog obj` puts and gets on objstore://

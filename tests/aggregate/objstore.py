@@ -1,4 +1,4 @@
-"""Checkpoint sets on the object layout and the S3 refusal (docs/aggregate.md),
+"""Checkpoint sets on the object layout (docs/aggregate.md),
 run by tests/aggregate/run.py:
 
   objstore K=2    the one-node case on `--remote objstore:///ROOT`: every set
@@ -17,8 +17,6 @@ run by tests/aggregate/run.py:
                   objects are orphans; `paralog recover --aggregate` collects
                   them and publishes the second (K + 1 objects per set, equal
                   to the second direct run)
-  s3 refused      `--aggregate` with an S3 remote is refused at start, and
-                  `paralog sets`/`extract` of an S3 URL name what works
 """
 import json
 import shutil
@@ -148,25 +146,9 @@ def case_objstore_crash(agg):
     return case
 
 
-def case_s3_refused(work):
-    prefix = work / "prefix"
-    prefix.mkdir()
-    env = clean_env({"AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"})
-    r = paralog_run(work / "local", prefix, ["true"], remote="s3://bucket/pre", env=env, check=False,
-                    extra=("--aggregate", RULE))
-    check(r.returncode != 0 and "not to s3://bucket/pre" in r.stderr and "docs/aggregate.md" in r.stderr,
-          f"--aggregate on S3: {r.returncode} {r.stderr[-600:]}")
-    for cmd in (["sets", "s3://bucket/pre"], ["extract", "s3://bucket/pre", "ckpt/x", work / "o"]):
-        r = run([BIN, *cmd], check=False, env=env)
-        check(r.returncode != 0 and "objstore://" in r.stderr and "S3" in r.stderr,
-              f"paralog {cmd[0]} on S3: {r.returncode} {r.stderr[-400:]}")
-    return "refused at start, naming what works"
-
-
 def cases(agg):
     return [
         ("objstore K=2", case_objstore(agg, 2)),
         ("objstore damage", case_objstore_damage(agg)),
         ("objstore crash", case_objstore_crash(agg)),
-        ("s3 refused", case_s3_refused),
     ]

@@ -43,9 +43,11 @@ directly. Cases:
                   collects the orphans (K + 1 files per set), leaves no local
                   record, and a second recover changes nothing
 
-  objstore K=2, objstore damage, s3 refused
-                  sets on the object layout and the S3 refusal: see
-                  tests/aggregate/objstore.py
+  objstore K=2, objstore damage, objstore crash
+                  sets on the object layout: see tests/aggregate/objstore.py
+
+  s3 mpich|openmpi K=1|2, s3 crash at P, s3 damage
+                  sets on S3 (a real MinIO): see tests/aggregate/s3.py
 
   fresh prefix posix|objstore
                   a restart in a new job whose prefix and node-local log are
@@ -388,9 +390,11 @@ def main():
         ("killed rank", case_killed_rank),
     ]
     cases += [(f"crash at {p}", case_crash(p)) for p in CRASH_POINTS]
-    # The object layout and S3: tests/aggregate/objstore.py.
+    # The object layout: tests/aggregate/objstore.py; S3: s3.py.
     from tests.aggregate import objstore
     cases += objstore.cases(sys.modules[__name__])
+    from tests.aggregate import s3
+    cases += s3.cases()
     # A restart in a new job on a fresh prefix: tests/aggregate/fresh.py.
     from tests.aggregate import fresh
     cases += fresh.cases(sys.modules[__name__])

@@ -14,6 +14,7 @@ use paralog_backend::objstore::{ChunkWriter, ObjStore, Piece, Version};
 
 use crate::error::{AggError, Result};
 use crate::objset;
+use crate::store::{ContainerSink, SetStore};
 
 pub struct ContainerFile {
     /// The file, or on the object layout `objstore://ROOT/SET/NAME`.
@@ -37,6 +38,13 @@ enum Sink {
         pieces: Vec<Piece>,
         published: bool,
     },
+    /// A container of a store reached through a client (S3: one
+    /// multipart upload, or one PUT when it is small).
+    Store(Box<dyn ContainerSink>),
+    /// A container of the replaced version that the new one lists again
+    /// unchanged (`SetWriter::keep_container`): never written, never
+    /// removed by this writer.
+    Kept,
 }
 
 impl ContainerFile {
@@ -77,6 +85,33 @@ impl ContainerFile {
             },
             end: 0,
         })
+    }
+
+    /// Create the container `name` of the set `set` on a store (S3).
+    pub fn create_store(store: &dyn SetStore, set: &[u8], name: Vec<u8>) -> Result<ContainerFile> {
+        let sink = store.create_container(set, &name)?;
+        Ok(ContainerFile {
+            path: store.display(set, &name),
+            name,
+            sink: Sink::Store(sink),
+            end: 0,
+        })
+    }
+
+    /// Container `name` of the replaced version, `size` bytes, kept as it
+    /// is; `path` names it in messages.
+    pub fn kept(path: PathBuf, name: Vec<u8>, size: u64) -> ContainerFile {
+        ContainerFile {
+            path,
+            name,
+            sink: Sink::Kept,
+            end: size,
+        }
+    }
+
+    /// Whether it is a container of the replaced version, kept.
+    pub fn is_kept(&self) -> bool {
+        matches!(self.sink, Sink::Kept)
     }
 
     /// The offset the next member starts at.
@@ -122,6 +157,13 @@ impl ContainerFile {
                         pieces.push(w.add(o, b).map_err(objset::obj_err(&self.path))?);
                         o += b.len() as u64;
                     }
+                }
+                Sink::Store(w) => w.write(at + done, chunk)?,
+                Sink::Kept => {
+                    return Err(AggError::Invalid {
+                        path: self.path.clone(),
+                        what: "a container kept from the replaced version is not written".into(),
+                    })
                 }
                 Sink::Chunk { chunk: None, .. } => {
                     return Err(AggError::Invalid {
@@ -179,13 +221,17 @@ impl ContainerFile {
                 }
                 Ok(())
             }
+            Sink::Store(w) => w.finish(end),
+            Sink::Kept => Ok(()),
         }
     }
 
     /// Remove what this container wrote (a writer that gave up before its
     /// record): the file, or the chunk and the object if published.
-    pub fn remove(&self) {
-        match &self.sink {
+    pub fn remove(&mut self) {
+        match &mut self.sink {
+            Sink::Store(w) => w.abandon(),
+            Sink::Kept => {}
             Sink::File(_) => {
                 let _ = std::fs::remove_file(&self.path);
             }

@@ -15,6 +15,9 @@
 //!   layout (feature `writer`);
 //! - `remove`: a set whose every member was deleted, removed (feature
 //!   `writer`);
+//! - `store`: what sets need from a store reached through a client (S3:
+//!   `paralog-s3` implements it): ranged reads; with `writer`, containers,
+//!   the record's atomic put, listing, aborting uploads;
 //! - `reader`: open a set, list members, verified reads; plain file I/O,
 //!   all the capture library links.
 
@@ -22,9 +25,12 @@ pub mod error;
 pub mod format;
 pub mod objset;
 pub mod reader;
+pub mod store;
 
 #[cfg(feature = "writer")]
 pub mod container;
+#[cfg(feature = "writer")]
+mod dirs;
 #[cfg(feature = "writer")]
 pub mod objpublish;
 #[cfg(feature = "writer")]

@@ -16,18 +16,23 @@
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use paralog_backend::objstore::ObjStore;
 
 use crate::container::ContainerFile;
+use crate::dirs::write_file;
+pub use crate::dirs::{create_dirs, sync_dir};
 use crate::error::{AggError, Result};
 use crate::format::{self, Container, Extent, Member, SetRecord};
 use crate::objpublish::commit_record_obj;
 use crate::objset;
+use crate::store::SetStore;
+
+mod keep;
 
 /// Where a crash can happen while a set is published, in order: the
 /// server's crash tests stop the process at each (`PARALOG_FAILPOINT`).
@@ -61,6 +66,8 @@ pub struct SetWriter {
     published: bool,
     /// On the object layout (`new_obj`): the store.
     obj: Option<ObjStore>,
+    /// On a store reached through a client (`new_store`: S3).
+    store: Option<Arc<dyn SetStore>>,
 }
 
 /// The set directory, K and the alignment a writer is asked for.
@@ -121,6 +128,23 @@ impl SetWriter {
         ))
     }
 
+    /// The same on a store reached through a client (S3): each container
+    /// one object, the record the object `SET/set.plr`, whose write is the
+    /// commit (`store::commit_record_store`).
+    pub fn new_store(
+        store: Arc<dyn SetStore>,
+        set: &[u8],
+        k: u32,
+        align: u64,
+    ) -> Result<SetWriter> {
+        let dir = store.display(set, b"");
+        check_args(&dir, set, k, align)?;
+        let previous = store.read_record(set)?;
+        let mut w = SetWriter::with(dir, set, k, align, previous, None);
+        w.store = Some(store);
+        Ok(w)
+    }
+
     fn with(
         dir: PathBuf,
         set: &[u8],
@@ -148,6 +172,7 @@ impl SetWriter {
             hook: None,
             published: false,
             obj,
+            store: None,
         }
     }
 
@@ -199,9 +224,10 @@ impl SetWriter {
     pub fn remove(mut self) -> Result<()> {
         self.hit("aggregate.before_record");
         if let Some(prev) = self.previous.take() {
-            match &self.obj {
-                Some(store) => crate::remove::remove_set_obj(store, &prev)?,
-                None => crate::remove::remove_set(&self.dir, &prev)?,
+            match (&self.obj, &self.store) {
+                (Some(store), _) => crate::remove::remove_set_obj(store, &prev)?,
+                (None, Some(store)) => crate::store::remove_set_store(&**store, &prev)?,
+                (None, None) => crate::remove::remove_set(&self.dir, &prev)?,
             }
         }
         Ok(())
@@ -293,25 +319,29 @@ impl SetWriter {
     }
 
     /// The container with the fewest bytes (a new one while fewer than K
-    /// exist).
+    /// exist); never a kept one.
     fn pick_container(&mut self) -> Result<usize> {
         if self.containers.len() < self.k as usize {
             let k = self.containers.len() as u32;
             let name = format::container_name(k, self.version, self.attempt);
-            let c = match &self.obj {
-                Some(store) => ContainerFile::create_obj(store, &self.set, name)?,
-                None => ContainerFile::create(&self.dir, name)?,
+            let c = match (&self.obj, &self.store) {
+                (Some(store), _) => ContainerFile::create_obj(store, &self.set, name)?,
+                (None, Some(store)) => ContainerFile::create_store(&**store, &self.set, name)?,
+                (None, None) => ContainerFile::create(&self.dir, name)?,
             };
             self.containers.push(c);
             return Ok(k as usize);
         }
-        Ok(self
-            .containers
+        self.containers
             .iter()
             .enumerate()
+            .filter(|(_, c)| !c.is_kept())
             .min_by_key(|(i, c)| (c.end, *i))
             .map(|(i, _)| i)
-            .expect("K ≥ 1"))
+            .ok_or_else(|| AggError::Invalid {
+                path: self.dir.clone(),
+                what: "every container is kept from the replaced version".into(),
+            })
     }
 
     /// Make the set durable and visible: containers fsynced, their names
@@ -322,7 +352,7 @@ impl SetWriter {
         for c in &mut self.containers {
             c.sync()?;
         }
-        if self.obj.is_none() {
+        if self.obj.is_none() && self.store.is_none() {
             sync_dir(&self.dir)?;
         }
         self.hit("aggregate.before_record");
@@ -364,6 +394,20 @@ impl SetWriter {
         if let Some(store) = &self.obj {
             commit_record_obj(
                 store,
+                &record,
+                self.previous.as_ref(),
+                &|p| {
+                    if let Some(h) = &hook {
+                        h(p)
+                    }
+                },
+                &mut || *published = true,
+            )?;
+            return Ok(record);
+        }
+        if let Some(store) = &self.store {
+            crate::store::commit_record_store(
+                &**store,
                 &record,
                 self.previous.as_ref(),
                 &|p| {
@@ -452,7 +496,7 @@ impl Drop for SetWriter {
     /// a crash leaves them to `collect_orphans`.
     fn drop(&mut self) {
         if !self.published {
-            for c in &self.containers {
+            for c in &mut self.containers {
                 c.remove();
             }
         }
@@ -497,49 +541,6 @@ pub fn collect_orphans(set_dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(removed)
 }
 
-fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .open(path)
-        .map_err(AggError::io(path, "create"))?;
-    f.write_all(bytes).map_err(AggError::io(path, "write"))?;
-    // The content must be on disk before the name points at it.
-    f.sync_all().map_err(AggError::io(path, "fsync"))
-}
-
-pub fn sync_dir(dir: &Path) -> Result<()> {
-    std::fs::File::open(dir)
-        .and_then(|f| f.sync_all())
-        .map_err(AggError::io(dir, "fsync directory"))
-}
-
-/// Create `dir` and its missing parents below `base` (which must exist),
-/// fsyncing each parent that gained an entry: the set directory must
-/// survive a crash before the record in it can.
-pub fn create_dirs(base: &Path, dir: &Path) -> Result<()> {
-    if !base.is_dir() {
-        return Err(AggError::Invalid {
-            path: base.to_path_buf(),
-            what: "the remote directory does not exist".into(),
-        });
-    }
-    let rel = dir.strip_prefix(base).unwrap_or(dir);
-    let mut cur = base.to_path_buf();
-    for c in rel.components() {
-        let parent = cur.clone();
-        cur.push(c);
-        match std::fs::create_dir(&cur) {
-            Ok(()) => sync_dir(&parent)?,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && cur.is_dir() => {}
-            Err(e) => return Err(AggError::io(&cur, "create set directory")(e)),
-        }
-    }
-    Ok(())
-}
-
 /// A per-attempt name part: containers of two attempts never share a name.
 fn random_u64() -> u64 {
     let mut b = [0u8; 8];
@@ -560,7 +561,7 @@ fn random_u64() -> u64 {
 /// its set that keeps it), every block verified on the way.
 pub fn copy_member(
     w: &mut SetWriter,
-    from: &std::sync::Arc<crate::reader::SetReader>,
+    from: &Arc<crate::reader::SetReader>,
     m: &Member,
 ) -> Result<()> {
     let extents: Vec<(u64, u64)> = m.extents.iter().map(|e| (e.offset, e.len)).collect();

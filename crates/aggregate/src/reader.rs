@@ -21,6 +21,7 @@ use paralog_backend::objstore::{ObjStore, Version};
 use crate::error::{AggError, Result};
 use crate::format::{Member, SetRecord, RECORD_NAME};
 use crate::objset;
+use crate::store::ContainerSource;
 
 /// The record of the set in `set_dir`; `None` when there is none.
 pub fn read_record(set_dir: &Path) -> Result<Option<SetRecord>> {
@@ -39,6 +40,8 @@ pub struct SetReader {
     files: Vec<OnceLock<File>>,
     /// On the object layout: the store and each container's version.
     obj: Option<(ObjStore, Vec<OnceLock<Version>>)>,
+    /// On a store reached through a client (S3): ranged reads.
+    source: Option<Arc<dyn ContainerSource>>,
 }
 
 impl std::fmt::Debug for SetReader {
@@ -71,6 +74,20 @@ impl SetReader {
             record,
             files,
             obj: None,
+            source: None,
+        }
+    }
+
+    /// The set whose record is `record` on a store read through
+    /// `source` (S3); `dir()` is then the store's name of the set
+    /// directory (for messages).
+    pub fn from_source(source: Arc<dyn ContainerSource>, record: SetRecord) -> SetReader {
+        SetReader {
+            dir: source.display(&record.set, b""),
+            files: Vec::new(),
+            obj: None,
+            source: Some(source),
+            record,
         }
     }
 
@@ -87,6 +104,7 @@ impl SetReader {
             dir,
             files: Vec::new(),
             obj: Some((store.clone(), versions)),
+            source: None,
             record,
         }
     }
@@ -133,6 +151,14 @@ impl SetReader {
                 ),
             )
         };
+        if let Some(src) = &self.source {
+            let name = &self.record.containers[k as usize].name;
+            let n = src.read_at(&self.record.set, name, at, buf)?;
+            if n < buf.len() {
+                return Err(short(at + n as u64));
+            }
+            return Ok(());
+        }
         if let Some((store, slots)) = &self.obj {
             let v = self.obj_container(store, slots, k)?;
             if at + len > v.size {

@@ -383,6 +383,9 @@ fn open_captured(dirfd: c_int, path: &Path, flags: c_int, mode: mode_t) -> CResu
             // A checkpoint set member is capture's to answer too: no plain
             // file holds its bytes (docs/aggregate.md).
             if !(committed.known || elsewhere && committed.exists || committed.in_set) {
+                if !committed.known && crate::sets::refuse_s3_member(&st.cfg, &abs) {
+                    return Err(libc::EIO);
+                }
                 return Ok(OpenDecision::Pass);
             }
             if !committed.exists {
@@ -556,7 +559,11 @@ fn logged(abs: &Path, meta: bool) -> CResult<Option<Logged>> {
     let mut slot = lock();
     let st = State::get(&mut slot).ok_or(libc::EINVAL)?;
     let c = st.committed(abs)?;
-    Ok(answers_for(st, abs, &c).then(|| match meta {
+    let answers = answers_for(st, abs, &c);
+    if !answers && !c.known && crate::sets::refuse_s3_member(&st.cfg, abs) {
+        return Err(libc::EIO);
+    }
+    Ok(answers.then(|| match meta {
         true => (c.exists, c.size, c.view.times(), c.view.mode()),
         false => (c.exists, c.size, None, None),
     }))

@@ -10,13 +10,14 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use paralog_aggregate::reader::{find_set, SetCache};
 use paralog_aggregate::MemberReader;
 use paralog_backend::objstore::ObjStore;
 
 use crate::report;
+use crate::settings::Config;
 use crate::state::CResult;
 
 /// Directory entries: name and `d_type`.
@@ -170,4 +171,47 @@ fn entries_below(set: &paralog_aggregate::SetReader, sub: &[u8]) -> Vec<(Vec<u8>
 /// Whether a name in a set directory is one of the set's own files.
 pub fn is_set_file(name: &[u8]) -> bool {
     paralog_aggregate::format::is_reserved_name(name)
+}
+
+/// The checkpoint sets on an S3 remote as the node-local index lists them
+/// (`paralog_aggregate::store::S3_INDEX`, written before the program
+/// started): read once per process.
+static S3_SETS: OnceLock<Option<(String, Vec<Vec<u8>>)>> = OnceLock::new();
+
+/// Whether an open of `abs` (no file in the prefix, nothing in the log)
+/// reads a checkpoint set on S3, which capture cannot read (no network
+/// I/O): then one line names the set and `paralog extract`, and the open
+/// fails with EIO (docs/aggregate.md, "Sets on S3"), rather than ENOENT
+/// as if the checkpoint never existed.
+pub fn refuse_s3_member(cfg: &Config, abs: &Path) -> bool {
+    // S3 is the remote that is neither a POSIX root nor an object layout.
+    if cfg.remote_root.is_some() || cfg.remote_objstore.is_some() {
+        return false;
+    }
+    let Ok(rel) = abs.strip_prefix(&cfg.prefix) else {
+        return false;
+    };
+    let rel = rel.as_os_str().as_bytes();
+    let index = S3_SETS.get_or_init(|| {
+        std::fs::read(cfg.local.join(paralog_aggregate::store::S3_INDEX))
+            .ok()
+            .and_then(|t| paralog_aggregate::store::decode_s3_index(&t))
+    });
+    let Some((url, sets)) = index else {
+        return false;
+    };
+    let below = |d: &Vec<u8>| rel.len() > d.len() && rel.starts_with(d) && rel[d.len()] == b'/';
+    let Some(set) = sets.iter().find(|d| below(d)) else {
+        return false;
+    };
+    if std::fs::symlink_metadata(abs).is_ok() {
+        // Extracted into the prefix: the real file answers.
+        return false;
+    }
+    let set = String::from_utf8_lossy(set);
+    report::line(&format!(
+        "{}: in the checkpoint set {set} on S3, which capture cannot read (no network I/O in the program): run `paralog extract {url} {set} OUT` and read the member from OUT (docs/aggregate.md)",
+        abs.display()
+    ));
+    true
 }

@@ -17,7 +17,7 @@ use paralog_aggregate::reader::MemberReader;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The remote: /path, file:///path or objstore:///root
+    /// The remote: /path, file:///path, objstore:///root or s3://bucket/prefix
     url: String,
     /// The set directory, relative to the remote (as `paralog sets` lists it)
     set: String,

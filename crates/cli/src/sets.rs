@@ -7,14 +7,14 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, Context};
 use paralog_aggregate::{SetReader, SetRecord};
 use paralog_backend::objstore::ObjStore;
 use paralog_backend::RemoteUrl;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The remote: /path, file:///path or objstore:///root (S3: later)
+    /// The remote: /path, file:///path, objstore:///root or s3://bucket/prefix
     url: String,
     /// Machine-readable output.
     #[arg(long)]
@@ -26,17 +26,19 @@ pub struct Args {
 pub enum SetsRemote {
     Posix(PathBuf),
     Obj(ObjStore),
+    /// Read through S3's client: the record, then ranged GETs.
+    S3(paralog_s3::sets::S3Sets),
 }
 
 impl SetsRemote {
-    /// The remote a URL names; S3 is refused naming what works instead.
+    /// The remote a URL names.
     pub fn parse(url: &str) -> anyhow::Result<SetsRemote> {
         match url.parse::<RemoteUrl>().map_err(|e| anyhow!("{e}"))? {
             RemoteUrl::Posix(p) => Ok(SetsRemote::Posix(p)),
             RemoteUrl::ObjStore(u) => Ok(SetsRemote::Obj(ObjStore::new(&u))),
-            other => bail!(
-                "{other}: checkpoint sets are read from a POSIX remote or an object layout (objstore://); S3 comes later (docs/aggregate.md)"
-            ),
+            RemoteUrl::S3(u) => Ok(SetsRemote::S3(
+                paralog_s3::sets::S3Sets::open(&u).map_err(|e| anyhow!("{e}"))?,
+            )),
         }
     }
 
@@ -45,6 +47,7 @@ impl SetsRemote {
         match self {
             SetsRemote::Posix(root) => paralog_aggregate::reader::list_sets(root),
             SetsRemote::Obj(store) => paralog_aggregate::objset::list_sets(store),
+            SetsRemote::S3(s3) => s3.list_sets(),
         }
         .map_err(|e| anyhow!("{e}"))
     }
@@ -54,6 +57,7 @@ impl SetsRemote {
         match self {
             SetsRemote::Posix(root) => SetReader::open(&root.join(set)),
             SetsRemote::Obj(store) => SetReader::open_obj(store, set.as_bytes()),
+            SetsRemote::S3(s3) => s3.open_set(set.as_bytes()),
         }
         .map_err(|e| anyhow!("{e}"))
     }
@@ -63,6 +67,11 @@ impl SetsRemote {
         match self {
             SetsRemote::Posix(root) => root.display().to_string(),
             SetsRemote::Obj(store) => format!("objstore://{}", store.root().display()),
+            SetsRemote::S3(s3) => {
+                use paralog_aggregate::store::ContainerSource;
+                let root = s3.display(b"", b"").display().to_string();
+                root.trim_end_matches('/').to_owned()
+            }
         }
     }
 }

@@ -44,6 +44,8 @@ use crate::errors::{chain, s3_error};
 mod errors;
 mod integrity;
 mod objects;
+mod setcontainer;
+pub mod sets;
 mod sink;
 mod upload;
 

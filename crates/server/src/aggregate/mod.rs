@@ -32,8 +32,11 @@ use crate::step;
 pub mod across;
 pub mod nodes;
 mod publish;
+mod s3index;
 mod scan;
 pub mod transfer;
+
+pub use s3index::write_s3_index;
 
 /// A set's leader receives into this many buffers by default.
 pub const DEFAULT_BUFFERS: usize = 4;
@@ -145,6 +148,12 @@ impl Sets {
         if let Some(m) = self.rules.matches(rel) {
             return Some(m);
         }
+        // On S3 the rules alone say what is a member: finding a published
+        // set above every file would be a request per parent directory,
+        // per file and round (docs/aggregate.md, "Sets on S3").
+        if matches!(remote, Remote::Url(RemoteUrl::S3(_), _)) {
+            return None;
+        }
         let (set, member, reader) = match sets_root_of(remote, app_path, rel).ok()? {
             SetsRoot::Dir(root) => {
                 let (set, member) = paralog_aggregate::reader::find_set(&root, rel)?;
@@ -159,6 +168,7 @@ impl Sets {
                 let r = SetReader::open_obj(&store, &set).ok()??;
                 (set, member, std::sync::Arc::new(r))
             }
+            SetsRoot::S3(_) => return None,
         };
         reader.member(&member)?;
         Some(Match {
@@ -172,12 +182,9 @@ impl Sets {
     pub fn check_remote(url: Option<&RemoteUrl>, server_job: bool) -> Result<(), String> {
         match url {
             None | Some(RemoteUrl::Posix(_)) => Ok(()),
-            Some(RemoteUrl::ObjStore(_)) if !server_job => Ok(()),
-            Some(other @ RemoteUrl::ObjStore(_)) => Err(format!(
-                "--aggregate in a server job writes checkpoint sets to a POSIX remote (a directory) so far, not to {other} (one node: paralog run or a single paralog server)"
-            )),
+            Some(RemoteUrl::ObjStore(_) | RemoteUrl::S3(_)) if !server_job => Ok(()),
             Some(other) => Err(format!(
-                "--aggregate writes checkpoint sets to a POSIX remote (a directory, or the prefix) or an object layout (objstore://) so far, not to {other}: see docs/aggregate.md (S3)"
+                "--aggregate in a server job writes checkpoint sets to a POSIX remote (a directory) so far, not to {other} (one node: paralog run or a single paralog server)"
             )),
         }
     }
@@ -328,4 +335,20 @@ pub fn recover_sets(
         });
     }
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s3_sets_are_one_node_only() {
+        let s3: RemoteUrl = "s3://bucket/pre".parse().unwrap();
+        assert_eq!(Sets::check_remote(Some(&s3), false), Ok(()));
+        let e = Sets::check_remote(Some(&s3), true).unwrap_err();
+        assert!(e.contains("not to s3://bucket/pre"), "{e}");
+        let obj: RemoteUrl = "objstore:///tmp/x".parse().unwrap();
+        assert_eq!(Sets::check_remote(Some(&obj), false), Ok(()));
+        assert!(Sets::check_remote(Some(&obj), true).is_err());
+    }
 }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use paralog_aggregate::objpublish::collect_orphans_obj;
 use paralog_aggregate::publish::{collect_orphans, copy_member, SetWriter};
 use paralog_aggregate::reader::{MemberReader, SetReader};
+use paralog_aggregate::store::{collect_orphans_store, ContainerSource};
 use paralog_aggregate::AggError;
 use paralog_backend::{BackendError, ErrorKind};
 use paralog_log::reader::SourceReader;
@@ -84,12 +85,14 @@ pub(super) fn publish_set(
     let set_dir = match &root {
         SetsRoot::Dir(r) => r.join(OsStr::from_bytes(set)),
         SetsRoot::Obj(store) => paralog_aggregate::objset::display_path(store, set),
+        SetsRoot::S3(s3) => s3.display(set, b""),
     };
     // What a crashed publish of this set left (this server is its only
     // writer: one set at a time, under the members' drain locks).
     let collected = match &root {
         SetsRoot::Dir(_) => collect_orphans(&set_dir),
         SetsRoot::Obj(store) => collect_orphans_obj(store, set),
+        SetsRoot::S3(s3) => collect_orphans_store(s3, set),
     };
     match collected {
         Ok(removed) if !removed.is_empty() => {
@@ -106,6 +109,10 @@ pub(super) fn publish_set(
         SetsRoot::Obj(store) => (
             SetReader::open_obj(store, set),
             SetWriter::new_obj(store, set, sets.containers, sets.align),
+        ),
+        SetsRoot::S3(s3) => (
+            s3.open_set(set),
+            SetWriter::new_store(Arc::new(s3.clone()), set, sets.containers, sets.align),
         ),
     };
     let old = old.map_err(set_error)?.map(Arc::new);
@@ -125,6 +132,28 @@ pub(super) fn publish_set(
         }
     }
     items.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.member.cmp(&b.member)));
+    // On S3 a container of the published version whose members are all
+    // kept is listed again as it is: nothing copied (one container is
+    // left for the new bytes, if any).
+    if let (Some(old), SetsRoot::S3(_)) = (&old, &root) {
+        let touched: BTreeSet<u32> = old
+            .record()
+            .members
+            .iter()
+            .filter(|m| handled.contains(&m.path))
+            .flat_map(|m| m.extents.iter().map(|e| e.container))
+            .collect();
+        let mut room = sets.containers as usize - usize::from(items.iter().any(|i| i.bytes > 0));
+        for k in 0..old.record().containers.len() as u32 {
+            if room == 0 || touched.contains(&k) {
+                continue;
+            }
+            if let Some(kept) = w.keep_container(k).map_err(set_error)? {
+                handled.extend(kept);
+                room -= 1;
+            }
+        }
+    }
     for mut src in items {
         let (member, size, mode, ranges) =
             (src.member.clone(), src.size, src.mode, src.ranges.clone());
@@ -270,6 +299,10 @@ impl Base {
         }
         let root = match root {
             SetsRoot::Dir(r) => r,
+            // As for a plain file on S3 (docs/s3.md): a job's first
+            // version of a file starts from nothing, not from an object
+            // of an earlier job.
+            SetsRoot::S3(_) => return Ok(Base::None),
             SetsRoot::Obj(store) => {
                 return Ok(
                     match paralog_aggregate::objset::latest(store, &f.rel).map_err(set_error)? {

@@ -166,6 +166,26 @@ pub(crate) fn remote_root_of(
 pub(crate) enum SetsRoot {
     Dir(PathBuf),
     Obj(paralog_backend::objstore::ObjStore),
+    /// `s3://` (one node only): the client, opened once per URL.
+    S3(paralog_s3::sets::S3Sets),
+}
+
+/// The S3 client of the sets under `url`, opened once per process (each
+/// opening starts a runtime and loads the AWS configuration).
+pub(crate) fn s3_sets(
+    url: &paralog_backend::S3Url,
+) -> Result<paralog_s3::sets::S3Sets, DrainError> {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    static OPEN: Mutex<BTreeMap<String, paralog_s3::sets::S3Sets>> = Mutex::new(BTreeMap::new());
+    let key = url.to_string();
+    let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = open.get(&key) {
+        return Ok(s.clone());
+    }
+    let s = paralog_s3::sets::S3Sets::open(url).map_err(DrainError::Remote)?;
+    open.insert(key, s.clone());
+    Ok(s)
 }
 
 pub(crate) fn sets_root(remote: &Remote, f: &MemberFile) -> Result<SetsRoot, DrainError> {
@@ -181,6 +201,7 @@ pub(crate) fn sets_root_of(
         Remote::Url(RemoteUrl::ObjStore(u), _) => {
             Ok(SetsRoot::Obj(paralog_backend::objstore::ObjStore::new(u)))
         }
+        Remote::Url(RemoteUrl::S3(u), _) => s3_sets(u).map(SetsRoot::S3),
         Remote::Url(url, _) if !matches!(url, RemoteUrl::Posix(_)) => {
             Err(DrainError::Remote(BackendError {
                 kind: ErrorKind::Permanent,
