@@ -532,68 +532,46 @@ fn bench_epochs(c: &Cfg, fs_name: &'static str, s: &RefCell<Scratch>, src: &[u8]
     out
 }
 
-/// CPU-only costs the log adds to each case: CRC-32C of the data, the
-/// crc32c_combine that glues each append to the previous extent, and the
-/// copy into the coalescing buffer for writes below `small_write`.
+/// CPU-only cost the log adds to each case: for writes below
+/// `small_write`, the copy into the coalescing buffer with the checksum in
+/// the same pass (`crc32c_extend`, continued over each run as the writer
+/// does); for larger ones, which go straight to the log, the CRC-32C of
+/// every write (continued from the previous one, as an append's is).
 struct Components {
     size: usize,
-    crc: Duration,
-    combine: Duration,
-    copy: Option<Duration>,
+    /// true: copy + checksum; false: checksum only.
+    copied: bool,
+    cost: Duration,
 }
 
 fn bench_components(c: &Cfg, src: &[u8]) -> Vec<Components> {
-    let cfg = WriterConfig::default();
+    let cfg = writer_config();
     let mut out = Vec::new();
     for &size in &SIZES {
         let n = c.total / size;
-        let best = |f: &mut dyn FnMut()| {
-            (0..c.runs)
-                .map(|_| {
-                    let t = Instant::now();
-                    f();
-                    t.elapsed()
-                })
-                .collect::<Vec<_>>()
-        };
-        let crc = median(&best(&mut || {
-            let mut acc = 0u32;
+        let copied = size < cfg.small_write && size <= cfg.coalesce_bytes;
+        let mut buf: Vec<u8> = Vec::with_capacity(cfg.coalesce_bytes);
+        let mut one = || {
+            let mut crc = 0u32;
+            let t = Instant::now();
             for i in 0..n {
-                acc ^= paralog_checksum::crc32c(black_box(chunk(src, i, size)));
-            }
-            black_box(acc);
-        }));
-        let combine = median(&best(&mut || {
-            let mut acc = 0u32;
-            for i in 0..n {
-                acc = paralog_checksum::crc32c_combine(
-                    black_box(acc),
-                    black_box(i as u32),
-                    size as u64,
-                );
-            }
-            black_box(acc);
-        }));
-        let copy = (size < cfg.small_write).then(|| {
-            let mut buf: Vec<u8> = Vec::with_capacity(cfg.coalesce_bytes);
-            median(&best(&mut || {
-                for i in 0..n {
-                    if buf.len() + size > cfg.coalesce_bytes {
-                        black_box(&buf);
-                        buf.clear();
-                    }
-                    buf.extend_from_slice(chunk(src, i, size));
+                let data = black_box(chunk(src, i, size));
+                if !copied {
+                    crc = paralog_checksum::crc32c_append(crc, data);
+                    continue;
                 }
-                black_box(&buf);
-                buf.clear();
-            }))
-        });
-        out.push(Components {
-            size,
-            crc,
-            combine,
-            copy,
-        });
+                if buf.len() + size > cfg.coalesce_bytes {
+                    black_box(&buf);
+                    buf.clear();
+                }
+                crc = paralog_checksum::crc32c_extend(crc, &mut buf, data);
+            }
+            black_box(crc);
+            buf.clear();
+            t.elapsed()
+        };
+        let cost = median(&(0..c.runs).map(|_| one()).collect::<Vec<_>>());
+        out.push(Components { size, copied, cost });
     }
     out
 }
@@ -748,30 +726,27 @@ fn main() {
         c.total / MIB
     );
     println!();
-    println!("crc = crc32c of every write; combine = crc32c_combine per write (an append joins the previous extent);");
-    println!("copy = memcpy into the 4 MiB coalescing buffer (writes < 256 KiB). Share = of the log's median time.");
+    println!("copy+crc = copy into the coalescing buffer with the CRC in the same pass (writes < small_write);");
+    println!("crc = CRC-32C of every write (larger writes go straight to the log). Share = of the log's median time.");
     println!();
     let fs_names: Vec<&str> = c.fs.iter().map(|(n, _)| *n).collect();
-    print!("| write | writes | crc ms | combine ms | copy ms | sum ms |");
+    print!("| write | writes | what | ms |");
     for n in &fs_names {
         print!(" {n} log ms | {n} raw ms | share of {n} log |");
     }
     println!();
-    print!("|---:|---:|---:|---:|---:|---:|");
+    print!("|---:|---:|---|---:|");
     for _ in &fs_names {
         print!("---:|---:|---:|");
     }
     println!();
     for k in &comps {
-        let sum = k.crc + k.combine + k.copy.unwrap_or_default();
         print!(
-            "| {} | {} | {:.1} | {:.1} | {} | {:.1} |",
+            "| {} | {} | {} | {:.1} |",
             size_name(k.size),
             c.total / k.size,
-            ms(k.crc),
-            ms(k.combine),
-            k.copy.map_or("-".into(), |d| format!("{:.1}", ms(d))),
-            ms(sum),
+            if k.copied { "copy+crc" } else { "crc" },
+            ms(k.cost),
         );
         for n in &fs_names {
             let a = appends
@@ -783,7 +758,7 @@ fn main() {
                 " {:.1} | {:.1} | {:.0}% |",
                 ms(log),
                 ms(median(&a.raw)),
-                100.0 * sum.as_secs_f64() / log.as_secs_f64()
+                100.0 * k.cost.as_secs_f64() / log.as_secs_f64()
             );
         }
         println!();
