@@ -1,7 +1,7 @@
 //! The writer's two paths with the default tuning: small writes copied
 //! into the coalescing buffer and gathered into runs, large ones written
-//! straight from the caller's buffer in checksummed pieces, a write's CRC
-//! continued from the range it extends. What is committed reads back
+//! straight from the caller's buffer, a write's CRC continued from the
+//! range it extends. What is committed reads back
 //! byte for byte (the reader checks every extent's CRC), and reads of own
 //! bytes in between see every byte written.
 
@@ -50,9 +50,9 @@ fn small_runs_and_direct_writes_read_back() {
     let log = &mut logs[0];
     let mut model = Vec::new();
 
-    // Epoch 1: appends only, small ones (a run) around large ones of
-    // several pieces, each continuing the CRC of what it extends: one
-    // extent whose CRC was never combined.
+    // Epoch 1: appends only, small ones (a run) around large ones, each
+    // continuing the CRC of what it extends: one extent whose CRC was
+    // never combined.
     let mut at = 0;
     for (i, len) in [1000, 3000, 700 * KIB + 5, 100, 4 * KIB, 1 << 20, 7]
         .into_iter()

@@ -13,12 +13,6 @@ use crate::layout::EpochFileKind;
 
 use super::{CommitSync, RankLog};
 
-/// Bytes of a large write checksummed and written per step
-/// ([`RankLog::write_log_checked`]): well inside a core's L2 cache (1 MiB
-/// on the project's machines), large enough that the extra `pwrite` calls
-/// cost nothing measurable (docs/benchmarks.md §1).
-const DIRECT_PIECE: usize = 256 << 10;
-
 impl RankLog {
     pub(super) fn data_path(&self) -> PathBuf {
         self.paths.epoch_file(self.epoch, EpochFileKind::Data)
@@ -96,29 +90,5 @@ impl RankLog {
             self.cur.tail_unknown = true;
         }
         written
-    }
-
-    /// `pwrite` a large write at `at`, where the data log ends, straight
-    /// from the caller's buffer, and return its CRC-32C continued from
-    /// `seed`. It goes in pieces, each checksummed just before its
-    /// `pwrite`: the `pwrite`'s copy then reads it from the cache, where a
-    /// checksum of the whole write first would read a write larger than
-    /// the cache twice from memory. On failure the log is cut back to `at`.
-    pub(super) fn write_log_checked(&mut self, bytes: &[u8], at: u64, seed: u32) -> Result<u32> {
-        let path = self.data_path();
-        let f = self.cur.data.as_ref().expect("a data log to write");
-        let mut crc = seed;
-        let mut done = 0u64;
-        for piece in bytes.chunks(DIRECT_PIECE) {
-            crc = paralog_checksum::crc32c_append(crc, piece);
-            if let Err(e) = durable::pwrite_all(f, piece, at + done, &path) {
-                if f.set_len(at).is_err() {
-                    self.cur.tail_unknown = true;
-                }
-                return Err(e);
-            }
-            done += piece.len() as u64;
-        }
-        Ok(crc)
     }
 }
