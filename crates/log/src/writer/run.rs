@@ -1,11 +1,11 @@
 //! The coalesced run: small writes that continue each other in the file and
 //! in the log (a checkpoint's appends) are copied into the coalescing buffer
-//! with their checksum computed in the same pass, and gathered into one
-//! pending range. The range is recorded in the epoch's extent map and the
-//! own-bytes map once, when the run breaks or before anything uses the maps
-//! (a read of own bytes, a size operation, a commit, a direct write), not
-//! once per write: at 4 KiB a write's two map updates cost as much as its
-//! copy and checksum together (docs/benchmarks.md §1).
+//! (`paralog_checksum::crc32c_extend`: checksummed just before the copy,
+//! which then reads them from the cache) and gathered into one pending
+//! range. The range is recorded in the epoch's extent map and the own-bytes
+//! map once, when the run breaks or before anything uses the maps (a read
+//! of own bytes, a size operation, a commit, a direct write), instead of
+//! two map updates per write (docs/benchmarks.md §1).
 
 use super::own_reads::OwnPiece;
 use super::{LogPiece, RankLog};
