@@ -91,7 +91,7 @@ mod tests {
             prop_assert_eq!(&dst, &whole);
         }
 
-        // Across several copy chunks, into a buffer that already holds bytes.
+        // Long sources, into a buffer that already holds bytes.
         #[test]
         fn extend_long(head in proptest::collection::vec(any::<u8>(), 0..100),
                        len in 0usize..100_000, seed in any::<u8>()) {
