@@ -533,10 +533,10 @@ fn bench_epochs(c: &Cfg, fs_name: &'static str, s: &RefCell<Scratch>, src: &[u8]
 }
 
 /// CPU-only cost the log adds to each case: for writes below
-/// `small_write`, the copy into the coalescing buffer with the checksum in
-/// the same pass (`crc32c_extend`, continued over each run as the writer
-/// does); for larger ones, which go straight to the log, the CRC-32C of
-/// every write (continued from the previous one, as an append's is).
+/// `small_write`, the checksum and then the copy into the coalescing buffer
+/// (`crc32c_extend`, continued over each run as the writer does); for
+/// larger ones, which go straight to the log, the CRC-32C of every write
+/// (continued from the previous one, as an append's is).
 struct Components {
     size: usize,
     /// true: copy + checksum; false: checksum only.
@@ -726,7 +726,7 @@ fn main() {
         c.total / MIB
     );
     println!();
-    println!("copy+crc = copy into the coalescing buffer with the CRC in the same pass (writes < small_write);");
+    println!("copy+crc = the CRC of each write, then its copy into the coalescing buffer (writes < small_write);");
     println!("crc = CRC-32C of every write (larger writes go straight to the log). Share = of the log's median time.");
     println!();
     let fs_names: Vec<&str> = c.fs.iter().map(|(n, _)| *n).collect();
