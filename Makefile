@@ -180,6 +180,7 @@ lint:
 
 bench-log: build
 	$(CARGO) bench -p paralog-log --bench log_vs_raw --locked
+	$(CARGO) bench -p paralog-log --bench write_cpu --locked
 
 # The end-to-end benchmark against a bandwidth-limited remote (network
 # namespaces, veth, tc tbf 200 Mbit/s, MinIO and sshfs; needs root) and the

@@ -32,6 +32,20 @@ pub fn crc32c_append(prev: u32, data: &[u8]) -> u32 {
     d.finalize() as u32
 }
 
+/// Append `src` to `dst` and return the CRC-32C of `a ‖ src`, given `prev`
+/// = CRC-32C of `a`: the log's copy of a small write into its coalescing
+/// buffer. The source is checksummed first and then copied, so the copy
+/// reads it from the cache (the writer copies only writes below 256 KiB,
+/// which fit a core's L2) and memory sees one pass. Measured in the writer
+/// against copying in 4 KiB steps and checksumming each step in the
+/// destination while it is in L1: this order cost about 5% less CPU time
+/// for 4 KiB and 64 KiB writes (docs/benchmarks.md §1).
+pub fn crc32c_extend(prev: u32, dst: &mut Vec<u8>, src: &[u8]) -> u32 {
+    let crc = crc32c_append(prev, src);
+    dst.extend_from_slice(src);
+    crc
+}
+
 /// CRC-32C of `a ‖ b`, given the CRC-32C of `a` and of `b`, and `b`'s length.
 #[inline]
 pub fn crc32c_combine(crc_a: u32, crc_b: u32, len_b: u64) -> u32 {
@@ -72,6 +86,21 @@ mod tests {
             prop_assert_eq!(crc32c(&whole), crc32c::crc32c(&whole));
             prop_assert_eq!(crc32c_append(crc32c(&a), &b), crc32c(&whole));
             prop_assert_eq!(crc32c_combine(crc32c(&a), crc32c(&b), b.len() as u64), crc32c(&whole));
+            let mut dst = a.clone();
+            prop_assert_eq!(crc32c_extend(crc32c(&a), &mut dst, &b), crc32c(&whole));
+            prop_assert_eq!(&dst, &whole);
+        }
+
+        // Long sources, into a buffer that already holds bytes.
+        #[test]
+        fn extend_long(head in proptest::collection::vec(any::<u8>(), 0..100),
+                       len in 0usize..100_000, seed in any::<u8>()) {
+            let src: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect();
+            let mut dst = head.clone();
+            let crc = crc32c_extend(crc32c(&head), &mut dst, &src);
+            prop_assert_eq!(&dst[..head.len()], &head[..]);
+            prop_assert_eq!(&dst[head.len()..], &src[..]);
+            prop_assert_eq!(crc, crc32c::crc32c(&dst));
         }
     }
 }

@@ -13,6 +13,9 @@
 //! - `PARALOG_BENCH_RUNS` (default 5, quick 3): timed runs per case; the
 //!   median is reported, raw and log alternate which goes first.
 //! - `PARALOG_BENCH_QUICK=1`: small sizes and few runs, a smoke test.
+//! - `PARALOG_BENCH_SMALL_WRITE` (default: the writer's): writes from this
+//!   many bytes up go straight to the log, smaller ones through the
+//!   coalescing buffer.
 //!
 //! Targets are printed as PASS/MISS for information; timing never makes the
 //! program fail (only an I/O error does).
@@ -81,6 +84,19 @@ fn cfg() -> Cfg {
 }
 
 // ---------------------------------------------------------------- helpers
+
+/// The writer's tuning: the default, or `PARALOG_BENCH_SMALL_WRITE` bytes
+/// as the size from which writes skip the coalescing buffer (to choose
+/// that threshold by measurement).
+fn writer_config() -> WriterConfig {
+    let mut cfg = WriterConfig::default();
+    if let Some(v) = env("PARALOG_BENCH_SMALL_WRITE").filter(|v| !v.is_empty()) {
+        cfg.small_write = v
+            .parse()
+            .expect("PARALOG_BENCH_SMALL_WRITE: a number of bytes");
+    }
+    cfg
+}
 
 fn source() -> Vec<u8> {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -251,8 +267,8 @@ impl Scratch {
             rel: b"out.dat".to_vec(),
             gen: 1,
         };
-        let log = RankLog::create(&self.log_root, ident, 0, 1, WriterConfig::default())
-            .expect("create rank log");
+        let log =
+            RankLog::create(&self.log_root, ident, 0, 1, writer_config()).expect("create rank log");
         (job, log)
     }
 
@@ -379,6 +395,27 @@ struct Append {
     size: usize,
     raw: Vec<Duration>,
     log: Vec<Duration>,
+    /// CPU time of the same runs (user + system, this thread): less
+    /// disturbed than elapsed time by other work on the machine; on tmpfs
+    /// it is nearly all of a run, on the disk it leaves out waiting for
+    /// the device.
+    raw_cpu: Vec<Duration>,
+    log_cpu: Vec<Duration>,
+}
+
+/// CPU time this thread has used.
+fn thread_cpu() -> Duration {
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: clock_gettime fills the struct it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// `f`'s result (an elapsed time) and the CPU time it took.
+fn with_cpu(f: impl FnOnce() -> Duration) -> (Duration, Duration) {
+    let c = thread_cpu();
+    let d = f();
+    (d, thread_cpu() - c)
 }
 
 fn bench_append(c: &Cfg, fs_name: &'static str, s: &RefCell<Scratch>, src: &[u8]) -> Vec<Append> {
@@ -388,12 +425,12 @@ fn bench_append(c: &Cfg, fs_name: &'static str, s: &RefCell<Scratch>, src: &[u8]
         let mut t = alternate(
             c.runs,
             &mut [
-                &mut || raw_run(&mut s.borrow_mut(), src, size, &offs),
-                &mut || log_run(&mut s.borrow_mut(), src, size, &offs),
+                &mut || with_cpu(|| raw_run(&mut s.borrow_mut(), src, size, &offs)),
+                &mut || with_cpu(|| log_run(&mut s.borrow_mut(), src, size, &offs)),
             ],
         );
-        let log = t.pop().expect("log");
-        let raw = t.pop().expect("raw");
+        let (log, log_cpu): (Vec<_>, Vec<_>) = t.pop().expect("log").into_iter().unzip();
+        let (raw, raw_cpu): (Vec<_>, Vec<_>) = t.pop().expect("raw").into_iter().unzip();
         if c.verbose {
             eprintln!(
                 "# {fs_name} append {}: raw {} | log {}",
@@ -407,6 +444,8 @@ fn bench_append(c: &Cfg, fs_name: &'static str, s: &RefCell<Scratch>, src: &[u8]
             size,
             raw,
             log,
+            raw_cpu,
+            log_cpu,
         });
     }
     out
@@ -493,68 +532,46 @@ fn bench_epochs(c: &Cfg, fs_name: &'static str, s: &RefCell<Scratch>, src: &[u8]
     out
 }
 
-/// CPU-only costs the log adds to each case: CRC-32C of the data, the
-/// crc32c_combine that glues each append to the previous extent, and the
-/// copy into the coalescing buffer for writes below `small_write`.
+/// CPU-only cost the log adds to each case: for writes below
+/// `small_write`, the checksum and then the copy into the coalescing buffer
+/// (`crc32c_extend`, continued over each run as the writer does); for
+/// larger ones, which go straight to the log, the CRC-32C of every write
+/// (continued from the previous one, as an append's is).
 struct Components {
     size: usize,
-    crc: Duration,
-    combine: Duration,
-    copy: Option<Duration>,
+    /// true: copy + checksum; false: checksum only.
+    copied: bool,
+    cost: Duration,
 }
 
 fn bench_components(c: &Cfg, src: &[u8]) -> Vec<Components> {
-    let cfg = WriterConfig::default();
+    let cfg = writer_config();
     let mut out = Vec::new();
     for &size in &SIZES {
         let n = c.total / size;
-        let best = |f: &mut dyn FnMut()| {
-            (0..c.runs)
-                .map(|_| {
-                    let t = Instant::now();
-                    f();
-                    t.elapsed()
-                })
-                .collect::<Vec<_>>()
-        };
-        let crc = median(&best(&mut || {
-            let mut acc = 0u32;
+        let copied = size < cfg.small_write && size <= cfg.coalesce_bytes;
+        let mut buf: Vec<u8> = Vec::with_capacity(cfg.coalesce_bytes);
+        let mut one = || {
+            let mut crc = 0u32;
+            let t = Instant::now();
             for i in 0..n {
-                acc ^= paralog_checksum::crc32c(black_box(chunk(src, i, size)));
-            }
-            black_box(acc);
-        }));
-        let combine = median(&best(&mut || {
-            let mut acc = 0u32;
-            for i in 0..n {
-                acc = paralog_checksum::crc32c_combine(
-                    black_box(acc),
-                    black_box(i as u32),
-                    size as u64,
-                );
-            }
-            black_box(acc);
-        }));
-        let copy = (size < cfg.small_write).then(|| {
-            let mut buf: Vec<u8> = Vec::with_capacity(cfg.coalesce_bytes);
-            median(&best(&mut || {
-                for i in 0..n {
-                    if buf.len() + size > cfg.coalesce_bytes {
-                        black_box(&buf);
-                        buf.clear();
-                    }
-                    buf.extend_from_slice(chunk(src, i, size));
+                let data = black_box(chunk(src, i, size));
+                if !copied {
+                    crc = paralog_checksum::crc32c_append(crc, data);
+                    continue;
                 }
-                black_box(&buf);
-                buf.clear();
-            }))
-        });
-        out.push(Components {
-            size,
-            crc,
-            combine,
-            copy,
-        });
+                if buf.len() + size > cfg.coalesce_bytes {
+                    black_box(&buf);
+                    buf.clear();
+                }
+                crc = paralog_checksum::crc32c_extend(crc, &mut buf, data);
+            }
+            black_box(crc);
+            buf.clear();
+            t.elapsed()
+        };
+        let cost = median(&(0..c.runs).map(|_| one()).collect::<Vec<_>>());
+        out.push(Components { size, copied, cost });
     }
     out
 }
@@ -600,8 +617,12 @@ fn main() {
     println!();
     println!("raw = open + pwrite loop + fdatasync + close; log = write_at loop + commit_local.");
     println!();
-    println!("| fs | write | raw MiB/s | log MiB/s | log/raw | best-run log/raw | spread raw/log | target | |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---|---|");
+    println!(
+        "CPU log/raw: the same ratio by CPU time (median), less disturbed by a loaded machine."
+    );
+    println!();
+    println!("| fs | write | raw MiB/s | log MiB/s | log/raw | best-run log/raw | CPU log/raw | spread raw/log | target | |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---|---|");
     for a in &appends {
         let raw = median(&a.raw);
         let log = median(&a.log);
@@ -614,14 +635,16 @@ fn main() {
             None
         };
         let best = min(&a.raw).as_secs_f64() / min(&a.log).as_secs_f64();
+        let cpu = median(&a.raw_cpu).as_secs_f64() / median(&a.log_cpu).as_secs_f64();
         println!(
-            "| {} | {} | {:.0} | {:.0} | {:.3} | {:.3} | {:.0}% / {:.0}% | {} | {} |",
+            "| {} | {} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {:.0}% / {:.0}% | {} | {} |",
             a.fs,
             size_name(a.size),
             mibs(c.total, raw),
             mibs(c.total, log),
             ratio,
             best,
+            cpu,
             spread(&a.raw),
             spread(&a.log),
             target.map_or("-".into(), |t| format!(">= {t:.2}")),
@@ -703,30 +726,27 @@ fn main() {
         c.total / MIB
     );
     println!();
-    println!("crc = crc32c of every write; combine = crc32c_combine per write (an append joins the previous extent);");
-    println!("copy = memcpy into the 4 MiB coalescing buffer (writes < 256 KiB). Share = of the log's median time.");
+    println!("copy+crc = the CRC of each write, then its copy into the coalescing buffer (writes < small_write);");
+    println!("crc = CRC-32C of every write (larger writes go straight to the log). Share = of the log's median time.");
     println!();
     let fs_names: Vec<&str> = c.fs.iter().map(|(n, _)| *n).collect();
-    print!("| write | writes | crc ms | combine ms | copy ms | sum ms |");
+    print!("| write | writes | what | ms |");
     for n in &fs_names {
         print!(" {n} log ms | {n} raw ms | share of {n} log |");
     }
     println!();
-    print!("|---:|---:|---:|---:|---:|---:|");
+    print!("|---:|---:|---|---:|");
     for _ in &fs_names {
         print!("---:|---:|---:|");
     }
     println!();
     for k in &comps {
-        let sum = k.crc + k.combine + k.copy.unwrap_or_default();
         print!(
-            "| {} | {} | {:.1} | {:.1} | {} | {:.1} |",
+            "| {} | {} | {} | {:.1} |",
             size_name(k.size),
             c.total / k.size,
-            ms(k.crc),
-            ms(k.combine),
-            k.copy.map_or("-".into(), |d| format!("{:.1}", ms(d))),
-            ms(sum),
+            if k.copied { "copy+crc" } else { "crc" },
+            ms(k.cost),
         );
         for n in &fs_names {
             let a = appends
@@ -738,7 +758,7 @@ fn main() {
                 " {:.1} | {:.1} | {:.0}% |",
                 ms(log),
                 ms(median(&a.raw)),
-                100.0 * sum.as_secs_f64() / log.as_secs_f64()
+                100.0 * k.cost.as_secs_f64() / log.as_secs_f64()
             );
         }
         println!();

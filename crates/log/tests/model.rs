@@ -1,5 +1,8 @@
-//! The log against a reference model: random writes, overwrites, set-size
-//! and preallocate by several ranks over several epochs; the logical file at
+//! The log against a reference model: random writes, appends that continue
+//! the previous write (coalesced runs; with the small buffers also mixed
+//! with writes that go straight to the log), overwrites, reads of own bytes
+//! between them, set-size and preallocate by several ranks over several
+//! epochs; the logical file at
 //! every committed epoch must equal a plain byte vector that received the
 //! same operations. Crashes are injected at random points of the last epoch
 //! (ranks that never commit, a data log cut short, a commit record cut or
@@ -31,6 +34,15 @@ enum Step {
         skip: u64,
         len: u64,
     },
+    /// Rank writes `len` bytes where its previous write in the epoch ended
+    /// (clipped as above): the appends a coalesced run gathers.
+    Append { rank: u32, len: u64 },
+    /// Rank reads its own bytes at `off` between writes: a read must see
+    /// every byte written before it, in a run not yet recorded too.
+    Read { rank: u32, off: u64, len: u64 },
+    /// A synchronizing point of every rank (a collective call): a new
+    /// phase, which ends a run.
+    Sync,
     /// Collective set-size (all ranks).
     SetSize(u64),
     /// Collective preallocate (all ranks).
@@ -77,6 +89,10 @@ fn plan_strategy() -> impl Strategy<Value = (u32, Vec<EpochPlan>, Crash, bool, b
             let step = prop_oneof![
                 8 => (0..ranks, 0..BLOCKS, 0..BLOCK, 1..3 * BLOCK)
                     .prop_map(|(rank, block, skip, len)| Step::Write { rank, block, skip, len }),
+                6 => (0..ranks, 1..BLOCK).prop_map(|(rank, len)| Step::Append { rank, len }),
+                3 => (0..ranks, 0..BLOCK * BLOCKS, 1..4 * BLOCK)
+                    .prop_map(|(rank, off, len)| Step::Read { rank, off, len }),
+                1 => Just(Step::Sync),
                 1 => (0..BLOCK * BLOCKS).prop_map(Step::SetSize),
                 1 => (0..BLOCK * BLOCKS).prop_map(Step::Preallocate),
                 1 => Just(Step::Delete),
@@ -177,6 +193,46 @@ fn materialize(root: &Path, rel: &[u8], upto: Option<EpochId>) -> (FileState, Ve
     ((bytes, lf.deleted), file.committed_epochs().unwrap())
 }
 
+/// Read `len` bytes of `log`'s own bytes at `off` and compare them with the
+/// model. Own bytes of the current epoch are always the newest; with one
+/// rank all own bytes are, and what it never wrote reads as a hole.
+fn check_own(
+    log: &mut paralog_log::RankLog,
+    model: &Model,
+    ranks: u32,
+    epoch: u64,
+    off: u64,
+    len: u64,
+) -> Result<(), TestCaseError> {
+    let mut buf = vec![0xAAu8; len as usize];
+    for r in log.read_own(off, &mut buf).unwrap() {
+        let authoritative = match r.source {
+            ReadSource::Own { epoch: e } => e == epoch || ranks == 1,
+            _ => false,
+        };
+        if authoritative {
+            for i in r.off..r.off + r.len {
+                prop_assert_eq!(
+                    buf[(i - off) as usize],
+                    model.bytes[i as usize],
+                    "read_own at {}",
+                    i
+                );
+            }
+        } else if ranks == 1 {
+            for i in r.off..(r.off + r.len).min(model.bytes.len() as u64) {
+                prop_assert_eq!(
+                    model.bytes[i as usize],
+                    0,
+                    "rank never wrote {} but model has data",
+                    i
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 fn run_case(
     ranks: u32,
     plans: &[EpochPlan],
@@ -207,6 +263,8 @@ fn run_case(
         let epoch = ei as u64 + 1;
         // Every epoch belongs to an open of the file: it exists again.
         model.deleted = false;
+        // Where each rank's last write of the epoch ended.
+        let mut ends: Vec<Option<u64>> = vec![None; ranks as usize];
         for (si, step) in plan.steps.iter().enumerate() {
             match *step {
                 Step::Write {
@@ -219,8 +277,24 @@ fn run_case(
                         let data = payload(ei, rank, si, len);
                         logs[rank as usize].write_at(off, &data).unwrap();
                         model.write(off, &data);
+                        ends[rank as usize] = Some(off + len);
                     }
                 }
+                Step::Append { rank, len } => {
+                    let Some(at) = ends[rank as usize].filter(|&e| e < BLOCK * BLOCKS) else {
+                        continue;
+                    };
+                    if let Some((off, len)) = clip(plan, rank, at / BLOCK, at % BLOCK, len) {
+                        let data = payload(ei, rank, si, len);
+                        logs[rank as usize].write_at(off, &data).unwrap();
+                        model.write(off, &data);
+                        ends[rank as usize] = Some(off + len);
+                    }
+                }
+                Step::Read { rank, off, len } => {
+                    check_own(&mut logs[rank as usize], &model, ranks, epoch, off, len)?;
+                }
+                Step::Sync => logs.iter_mut().for_each(|l| l.sync_point()),
                 Step::SetSize(n) => {
                     logs.iter_mut().for_each(|l| l.set_size(n));
                     model.set_size(n);
@@ -235,35 +309,8 @@ fn run_case(
                 }
             }
         }
-        // Own bytes of the current epoch are always the newest; with one rank
-        // all own bytes are, and what it never wrote reads as a hole.
         for log in logs.iter_mut() {
-            let mut buf = vec![0xAAu8; (BLOCK * BLOCKS) as usize];
-            for r in log.read_own(0, &mut buf).unwrap() {
-                let authoritative = match r.source {
-                    ReadSource::Own { epoch: e } => e == epoch || ranks == 1,
-                    _ => false,
-                };
-                if authoritative {
-                    for i in r.off..r.off + r.len {
-                        prop_assert_eq!(
-                            buf[i as usize],
-                            model.bytes[i as usize],
-                            "read_own at {}",
-                            i
-                        );
-                    }
-                } else if ranks == 1 {
-                    for i in r.off..(r.off + r.len).min(model.bytes.len() as u64) {
-                        prop_assert_eq!(
-                            model.bytes[i as usize],
-                            0,
-                            "rank never wrote {} but model has data",
-                            i
-                        );
-                    }
-                }
-            }
+            check_own(log, &model, ranks, epoch, 0, BLOCK * BLOCKS)?;
         }
         let crash_here = ei == last && matches!(crash, Crash::Partial { .. });
         if !crash_here {

@@ -87,6 +87,7 @@ impl RankLog {
     /// is created for an epoch without data: it holds just the record),
     /// made durable as the policy says.
     fn append_commit_record(&mut self) -> Result<LocalCommit> {
+        self.settle();
         self.ensure_data()?;
         let explicit = self.sync == CommitSync::Explicit;
         if explicit {
@@ -186,6 +187,9 @@ impl RankLog {
         // agreement made the epoch committed, and the rank must move on
         // (writing on into the committed data log would tear its record).
         let _ = durable::write_private(&mark_path, &mark.encode(), "write commit mark");
+        // The own-bytes map keeps the epoch's writes (its commit settled
+        // the run already; this is for a caller that did not commit).
+        self.settle();
         let done = self.epoch;
         self.epoch += 1;
         self.cur = EpochState::default();

@@ -48,6 +48,8 @@ impl RankLog {
     /// Fill `buf` with this rank's own newest bytes at `off`, from any of its
     /// epochs still held locally, and say which ranges could not be answered.
     pub fn read_own(&mut self, off: u64, buf: &mut [u8]) -> Result<Vec<ReadRange>> {
+        // The pending run holds the newest bytes.
+        self.settle();
         // The data log is closed after a local commit; a read between it
         // and the end of the epoch opens it again.
         if self.cur.created {
