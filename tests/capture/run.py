@@ -103,11 +103,23 @@ def run_case(mode, prog, extra, work):
     outputs = [f for f in files(direct, snapshots=False) if not f.startswith("..")]
     check(outputs, "the direct run wrote no file")
     checked_epochs = 0
+    note = ""
     for rel in outputs:
         target = prefix / rel
         got = work / "got"
         r = run([BIN, "materialize", "--local", local, target, got], check=False)
         check(r.returncode == 0, f"{rel}: materialize failed: {r.stderr.strip()}")
+        if got.read_bytes() != (direct / rel).read_bytes() and prog != "outside_prefix" and not note:
+            # The reference must be what the program writes: a direct run
+            # that a second direct run contradicts is no reference (Open
+            # MPI's OMPIO once lost an independent write after a fork in
+            # fork/exec, with paralog's file right). Only the direct side
+            # runs again; paralog's file is still compared byte for byte.
+            again = work / "direct2"
+            run_direct(flavour, io, prog, again, *direct_args)
+            if (again / rel).read_bytes() != (direct / rel).read_bytes():
+                note = f"; the first direct run differed from a second one at {rel} (a nondeterministic baseline), compared with the second"
+                direct = again
         same_bytes(direct / rel, got, f"{rel}: final file differs", NAMES)
         snaps = snapshots(direct, rel)
         epochs = committed_epochs(local, target)
@@ -119,7 +131,7 @@ def run_case(mode, prog, extra, work):
             run([BIN, "materialize", "--local", local, "--epoch", epoch, target, got])
             same_bytes(snap, got, f"{rel}: epoch {epoch} differs from {snap.name}", NAMES)
             checked_epochs += 1
-    return f"{len(outputs)} file(s), {checked_epochs} epoch(s) equal to direct MPI-IO"
+    return f"{len(outputs)} file(s), {checked_epochs} epoch(s) equal to direct MPI-IO{note}"
 
 
 def main():
