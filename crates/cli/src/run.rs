@@ -352,8 +352,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let server_exit = server.child.wait();
     // One scan of the stopped job's records serves the MISSED check, the
     // rules' check and the removal.
-    let inventory = Inventory::scan(&root).ok();
-    let job_inv = inventory.as_ref().and_then(|i| i.job(&job));
+    let inventory = Inventory::scan(&root);
+    let job_inv = inventory.as_ref().ok().and_then(|i| i.job(&job));
     let captured = crate::missed::captured_in(job_inv);
     let missed = before.missed_of(&captured);
     RunSnapshot::remove(&root, &job);
@@ -421,7 +421,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         3
     };
     if complete {
-        match remove_finished_job(&root, &job, job_inv) {
+        // A scan that failed removes nothing (and says why).
+        let removal = match &inventory {
+            Ok(_) => remove_finished_job(&root, &job, job_inv),
+            Err(e) => Err(anyhow::anyhow!("reading {}: {e}", root.display())),
+        };
+        match removal {
             Ok(true) => {
                 let _ = std::fs::remove_file(&server.log);
             }
