@@ -182,6 +182,16 @@ impl EpochState {
     fn buf_pos(&self) -> u64 {
         self.log_end - self.buf.len() as u64
     }
+
+    /// The CRC of the range the map will glue a write at file offset `off`
+    /// (log position `pos`, this phase) to, if it continues it: continued
+    /// over the new bytes, not combined.
+    fn continued_crc(&self, off: u64, pos: u64) -> Option<u32> {
+        self.map
+            .ending_at(off)
+            .filter(|(_, l_len, l)| l.phase == self.phase && l.log_pos + l_len == pos)
+            .and_then(|(_, _, l)| l.crc)
+    }
 }
 
 /// One rank's log of one open (generation) of one file.
@@ -362,14 +372,7 @@ impl RankLog {
         self.flush()?;
         let pos = self.cur.log_end;
         let phase = self.cur.phase;
-        // The neighbour the map will glue this write to, if it continues
-        // it: its CRC is continued over the new bytes, not combined.
-        let seed = self
-            .cur
-            .map
-            .ending_at(off)
-            .filter(|(_, l_len, l)| l.phase == phase && l.log_pos + l_len == pos)
-            .and_then(|(_, _, l)| l.crc);
+        let seed = self.cur.continued_crc(off, pos);
         // One pwrite of the whole write: checksumming and writing it in
         // cache-sized pieces saved up to 9% of the CPU time on tmpfs but
         // cost 10-25% more on ext4, where each pwrite is dearer

@@ -45,13 +45,7 @@ impl RankLog {
             }
             _ => {
                 self.settle();
-                // The range the map will glue this run to, if it continues it.
-                let seed = self
-                    .cur
-                    .map
-                    .ending_at(off)
-                    .filter(|(_, l_len, l)| l.phase == phase && l.log_pos + l_len == pos)
-                    .and_then(|(_, _, l)| l.crc);
+                let seed = self.cur.continued_crc(off, pos);
                 let crc =
                     paralog_checksum::crc32c_extend(seed.unwrap_or(0), &mut self.cur.buf, data);
                 self.cur.run = Some(Run {
