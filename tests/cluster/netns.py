@@ -63,6 +63,8 @@ Cases:
   file); the nodes' eth0 rx counters must have grown by at least that and
   at most 1.10 x that + 4 MiB (each byte crosses once), and the parts must
   have been uploaded by at least two servers.
+- Streams (Open MPI 2 nodes, 2 producers each; tests/cluster/netns_streams.py):
+  each event crosses the network once, to its partition's owner.
 - POSIX remote (Open MPI 2 nodes x 2 ranks; --mpich: MPICH 2 x 1; every
   node writes its own bytes), the server job started before the
   application, which runs while it drains.
@@ -92,6 +94,8 @@ from tests.lib.paralog import inspect
 from tests.lib.paths import BIN, PY
 from tests.lib.proc import kill_tree, run
 from tests.lib.server import SimCluster
+
+from tests.cluster.netns_streams import streams_case
 
 PREFIX = "plcl-"
 # What Open MPI says when its launch over the namespaces failed before any
@@ -571,6 +575,7 @@ def main():
         ("openmpi objstore 3 nodes x 2 ranks", objstore_case("openmpi", 3, 2, "epochs", ["--epochs=3", "--kib=1024"])),
         ("openmpi posix 2 nodes x 2 ranks", posix_case("openmpi", 2, 2, "epochs", ["--epochs=4", "--kib=512"])),
         ("openmpi s3 parts 3 nodes x 2 ranks", s3_parts_case("openmpi", 3, 2, "epochs", ["--epochs=3", "--kib=2048"])),
+        ("openmpi streams 2 nodes x 2 producers", streams_case("openmpi", 2, 2, 8000, 1000)),
     ]
     if a.mpich:
         # 2 processes per MPI job (see the docstring).

@@ -97,6 +97,12 @@ class StreamS3:
         return f"s3://{self.BUCKET}/{name}"
 
 
+def frame_len(e):
+    """An event frame's bytes (docs/streams-format.md: 40 + key + payload)."""
+    key = e.get("key") or ""
+    return 40 + len(key.encode()) + len(e["payload"].encode())
+
+
 def check_events(events, flushed, appended=None):
     """Offsets contiguous from 0 per partition; per (producer, partition)
     seq strictly increasing; per producer the seqs are exactly 0..n-1 for

@@ -63,7 +63,7 @@ from tests.lib.check import Suite, check, suite_options
 from tests.lib.paths import BIN
 from tests.lib.proc import run
 from tests.lib.server import Cluster
-from tests.lib.streams import STREAM, cat_json, check_events, drain, produce, producer_report
+from tests.lib.streams import STREAM, cat_json, check_events, drain, frame_len, produce, producer_report
 
 PARTS = 4
 EVENTS = 3000
@@ -91,12 +91,6 @@ def reports(procs):
         check(rc == 0, f"producer on n{n} exited {rc}")
         flushed[pid], node[pid] = f, n
     return flushed, node
-
-
-def frame_len(e):
-    """An event frame's bytes (docs/streams-format.md: 40 + key + payload)."""
-    key = e.get("key") or ""
-    return 40 + len(key.encode()) + len(e["payload"].encode())
 
 
 def stream_status(c, total, timeout=120):
