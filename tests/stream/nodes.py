@@ -28,6 +28,8 @@ partitions, drained to a directory. Cases, each with MPICH and Open MPI:
                      leader's, bytes between nodes the other node's
                      frames; `cat` equal event for event (offsets, rounds)
                      to a one-node drain of the merged root
+  2 nodes, s3        the same to S3 (a MinIO on loopback): the leader
+                     PUTs every round's objects and the index
   killed after cut   node n1's server kills itself (SIGKILL) right after
                      recording its 3rd cut while producers run: the job
                      ends; a new server job (no failpoint) applies the
@@ -63,7 +65,7 @@ from tests.lib.check import Suite, check, suite_options
 from tests.lib.paths import BIN
 from tests.lib.proc import run
 from tests.lib.server import Cluster
-from tests.lib.streams import STREAM, cat_json, check_events, drain, frame_len, produce, producer_report
+from tests.lib.streams import STREAM, StreamS3, cat_json, check_events, drain, frame_len, produce, producer_report
 
 PARTS = 4
 EVENTS = 3000
@@ -145,17 +147,22 @@ def one_node_redrain(c, remote):
     return len(segs)
 
 
-def case_nodes(work, flavour, nodes, objects=False):
+def case_nodes(work, flavour, nodes, objects=False, s3=None):
     """objects: to the object layout, where the leader owns every
-    partition (it PUTs each round's objects and the index)."""
-    if objects:
+    partition (it PUTs each round's objects and the index); s3: a
+    StreamS3, to S3 (an object remote too: the leader's PUTs)."""
+    env = None
+    if s3:
+        objects, env = True, s3.env
+        remote = s3.url(f"nodes-{flavour}")
+    elif objects:
         (work / "obj").mkdir()
         remote = f"objstore://{work}/obj"
     else:
         remote = work / "remote"
         remote.mkdir()
     owner = (lambda p: 0) if objects else (lambda p: p % nodes)
-    c = Cluster(work, flavour, nodes, str(remote))
+    c = Cluster(work, flavour, nodes, str(remote), aws_env=env)
     c.start_servers()
     try:
         # The last node's first producer may hold 100 KB not drained: its
@@ -167,7 +174,7 @@ def case_nodes(work, flavour, nodes, objects=False):
         # n0's status: its node's streams, nothing left to drain there.
         check(st["streams"] and st["streams"][0]["lag_bytes"] == 0 and st["streams"][0]["producers"] == 2,
               f"n0's status streams: {st['streams']}")
-        events = cat_json(f"{remote}/{STREAM}", "--from", "earliest")
+        events = cat_json(f"{remote}/{STREAM}", "--from", "earliest", env=env)
         check_events(events, flushed)
         check(len(events) == total == cl["stream_events"], f"{len(events)} events read, {total} flushed, "
               f"the servers stored {cl['stream_events']}")
@@ -241,10 +248,19 @@ def case_killed(work, flavour, node, failpoint):
 def main():
     a = suite_options().parse_args()
     suite = Suite("stream-nodes", keep=a.keep)
+    s3 = []
+
+    def on_s3():
+        if not s3:
+            s3.append(StreamS3(suite.base / "minio"))
+            suite.cleanup.append(s3[0].minio.stop)
+        return s3[0]
+
     cases = []
     for fl in ("mpich", "openmpi"):
         cases += [(f"2 nodes, {fl}", lambda w, fl=fl: case_nodes(w, fl, 2)),
                   (f"2 nodes, objstore, {fl}", lambda w, fl=fl: case_nodes(w, fl, 2, objects=True)),
+                  (f"2 nodes, s3, {fl}", lambda w, fl=fl: case_nodes(w, fl, 2, s3=on_s3())),
                   (f"4 nodes, {fl}", lambda w, fl=fl: case_nodes(w, fl, 4)),
                   (f"killed after cut, {fl}", lambda w, fl=fl: case_killed(w, fl, 1, "stream.after_cut:3")),
                   (f"killed mid apply, {fl}", lambda w, fl=fl: case_killed(w, fl, 1, "stream.mid_apply:3")),
