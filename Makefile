@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench bench-aggregate bench-rounds bench-objects bench-streams
+.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench bench-aggregate bench-rounds bench-objects bench-streams bench-streams-nodes
 
 all: build
 
@@ -215,6 +215,11 @@ bench-objects: build setup-test setup-bench
 # about 6). Not part of `make test`.
 bench-streams: build setup-bench
 	/usr/bin/python3 bench/streams/run.py $(STREAMS_FLAGS)
+
+# The SLoG shapes across 1, 2 and 4 simulated nodes (a server job):
+# docs/benchmarks.md section 12, "Across nodes" (about 5 minutes).
+bench-streams-nodes: build setup-test
+	/usr/bin/python3 bench/streams/nodes.py $(STREAMS_NODES_FLAGS)
 
 # Drain with many nodes (network namespaces; needs root): docs/benchmarks.md section 8.
 bench-cluster: build setup-test
