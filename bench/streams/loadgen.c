@@ -53,23 +53,24 @@ static void fill(unsigned char *buf, size_t size, uint64_t seq) {
     }
 }
 
-static int produce_paralog(char **a) {
-    const char *local = a[0], *stream = a[1];
-    uint32_t parts = (uint32_t)atoi(a[2]);
-    double secs = atof(a[3]);
-    size_t size = (size_t)atol(a[4]);
-    int64_t flush_ns = (int64_t)(atof(a[5]) * 1e6);
-    double rate = a[6] ? atof(a[6]) : 0;
-    paralog_stream *s;
-    if (paralog_stream_open(local, stream, parts, &s)) die("open");
-    unsigned char *buf = malloc(size);
+/* One producer's timed loop, the same for every method: append events in
+ * small runs between clock reads, flush every flush_ns (its time is the
+ * flush latency), stop at the first flush after secs; rate > 0 paces the
+ * appends to that many events/s. Prints the producer's JSON report. */
+struct sink {
+    void (*append)(void *ctx, uint64_t seq);
+    void (*flush)(void *ctx);
+    void *ctx;
+};
+
+static int timed_loop(const struct sink *k, double secs, size_t size, int64_t flush_ns, double rate) {
     int64_t t0 = now_ns(CLOCK_MONOTONIC), end = t0 + (int64_t)(secs * 1e9);
     int64_t next_flush = t0 + flush_ns, worst = 0;
     uint64_t n = 0, flushes = 0;
     for (;;) {
         int64_t t = now_ns(CLOCK_MONOTONIC);
         if (t >= next_flush) {
-            if (paralog_stream_flush(s, NULL)) die("flush");
+            k->flush(k->ctx);
             int64_t d = now_ns(CLOCK_MONOTONIC) - t;
             if (d > worst) worst = d;
             flushes++;
@@ -81,16 +82,8 @@ static int produce_paralog(char **a) {
             usleep((useconds_t)((wait < 1000000 ? wait : 1000000) / 1000 + 1));
             continue;
         }
-        /* Append in small runs between clock reads. */
-        for (int k = 0; k < (rate > 0 ? 1 : 16); k++) {
-            fill(buf, size, n);
-            if (paralog_stream_append(s, buf, size, NULL, 0, PARALOG_STREAM_NOW,
-                                      PARALOG_STREAM_ROUND_ROBIN, NULL, NULL))
-                die("append");
-            n++;
-        }
+        for (int r = 0; r < (rate > 0 ? 1 : 16); r++) k->append(k->ctx, n++);
     }
-    if (paralog_stream_close(s)) die("close");
     double el = (now_ns(CLOCK_MONOTONIC) - t0) / 1e9;
     printf("{\"events\": %llu, \"bytes\": %llu, \"seconds\": %.6f, \"flushes\": %llu, "
            "\"worst_flush_ms\": %.3f}\n",
@@ -99,51 +92,82 @@ static int produce_paralog(char **a) {
     return 0;
 }
 
+struct paralog_ctx {
+    paralog_stream *s;
+    unsigned char *buf;
+    size_t size;
+};
+
+static void paralog_append(void *c, uint64_t seq) {
+    struct paralog_ctx *p = c;
+    fill(p->buf, p->size, seq);
+    if (paralog_stream_append(p->s, p->buf, p->size, NULL, 0, PARALOG_STREAM_NOW,
+                              PARALOG_STREAM_ROUND_ROBIN, NULL, NULL))
+        die("append");
+}
+
+static void paralog_flush(void *c) {
+    if (paralog_stream_flush(((struct paralog_ctx *)c)->s, NULL)) die("flush");
+}
+
+static int produce_paralog(char **a) {
+    const char *local = a[0], *stream = a[1];
+    uint32_t parts = (uint32_t)atoi(a[2]);
+    double secs = atof(a[3]);
+    size_t size = (size_t)atol(a[4]);
+    int64_t flush_ns = (int64_t)(atof(a[5]) * 1e6);
+    double rate = a[6] ? atof(a[6]) : 0;
+    struct paralog_ctx p = {.buf = malloc(size), .size = size};
+    if (paralog_stream_open(local, stream, parts, &p.s)) die("open");
+    struct sink k = {paralog_append, paralog_flush, &p};
+    timed_loop(&k, secs, size, flush_ns, rate);
+    if (paralog_stream_close(p.s)) die("close");
+    return 0;
+}
+
+/* The raw baseline: the events of a flush interval buffered, then one
+ * write and one fdatasync. */
+struct file_ctx {
+    int fd;
+    unsigned char *batch;
+    size_t cap, len, size;
+};
+
+static void file_append(void *c, uint64_t seq) {
+    struct file_ctx *f = c;
+    if (f->len + f->size > f->cap) {
+        f->cap *= 2;
+        f->batch = realloc(f->batch, f->cap);
+        if (!f->batch) { perror("realloc"); exit(1); }
+    }
+    fill(f->batch + f->len, f->size, seq);
+    f->len += f->size;
+}
+
+static void file_flush(void *c) {
+    struct file_ctx *f = c;
+    size_t off = 0;
+    while (off < f->len) {
+        ssize_t w = write(f->fd, f->batch + off, f->len - off);
+        if (w < 0) { if (errno == EINTR) continue; perror("write"); exit(1); }
+        off += (size_t)w;
+    }
+    if (fdatasync(f->fd)) { perror("fdatasync"); exit(1); }
+    f->len = 0;
+}
+
 static int produce_file(char **a) {
     const char *path = a[0];
     double secs = atof(a[1]);
     size_t size = (size_t)atol(a[2]);
     int64_t flush_ns = (int64_t)(atof(a[3]) * 1e6);
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd < 0) { perror(path); return 1; }
-    size_t cap = 1 << 20, len = 0;
-    unsigned char *batch = malloc(cap);
-    int64_t t0 = now_ns(CLOCK_MONOTONIC), end = t0 + (int64_t)(secs * 1e9);
-    int64_t next_flush = t0 + flush_ns, worst = 0;
-    uint64_t n = 0, flushes = 0;
-    for (;;) {
-        int64_t t = now_ns(CLOCK_MONOTONIC);
-        if (t >= next_flush) {
-            size_t off = 0;
-            while (off < len) {
-                ssize_t w = write(fd, batch + off, len - off);
-                if (w < 0) { if (errno == EINTR) continue; perror("write"); return 1; }
-                off += (size_t)w;
-            }
-            if (fdatasync(fd)) { perror("fdatasync"); return 1; }
-            len = 0;
-            int64_t d = now_ns(CLOCK_MONOTONIC) - t;
-            if (d > worst) worst = d;
-            flushes++;
-            next_flush = t + flush_ns;
-            if (t >= end) break;
-        }
-        for (int k = 0; k < 16; k++) {
-            if (len + size > cap) {
-                cap *= 2;
-                batch = realloc(batch, cap);
-            }
-            fill(batch + len, size, n);
-            len += size;
-            n++;
-        }
-    }
-    close(fd);
-    double el = (now_ns(CLOCK_MONOTONIC) - t0) / 1e9;
-    printf("{\"events\": %llu, \"bytes\": %llu, \"seconds\": %.6f, \"flushes\": %llu, "
-           "\"worst_flush_ms\": %.3f}\n",
-           (unsigned long long)n, (unsigned long long)(n * size), el,
-           (unsigned long long)flushes, worst / 1e6);
+    struct file_ctx f = {.fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644),
+                         .cap = 1 << 20, .size = size};
+    if (f.fd < 0) { perror(path); return 1; }
+    f.batch = malloc(f.cap);
+    struct sink k = {file_append, file_flush, &f};
+    timed_loop(&k, secs, size, flush_ns, 0);
+    close(f.fd);
     return 0;
 }
 
