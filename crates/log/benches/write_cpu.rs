@@ -18,17 +18,12 @@ use std::time::Duration;
 
 use paralog_log::{FileIdent, RankLog, WriterConfig};
 
+mod common;
+use common::thread_cpu;
+
 const MIB: usize = 1 << 20;
 const TOTAL: usize = 128 * MIB;
 const SIZES: [usize; 4] = [4 << 10, 64 << 10, MIB, 16 * MIB];
-
-/// CPU time (user + system) this thread has used.
-fn thread_cpu() -> Duration {
-    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: clock_gettime fills the struct it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
-}
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is read from the arguments.
