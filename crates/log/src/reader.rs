@@ -1,5 +1,5 @@
 //! Reading a node-local root: what it holds and which epochs are globally
-//! committed (`reader/inventory.rs`), the logical file at an epoch, ranks
+//! committed (`reader/inventory/`), the logical file at an epoch, ranks
 //! and epochs merged (`reader/logical.rs`), and checksum-verified reads of
 //! its bytes (`reader/source.rs`); where a rank's manifest is, in either
 //! format (`reader/record.rs`). Everything is used through this module.

@@ -20,7 +20,7 @@
 //! committed epoch in its staging directory and `g<G>` empty. Readers take
 //! such a staging directory (a valid commit record naming G, no rank 0 in
 //! G, no commit in progress) as G's rank 0 and read it in place
-//! (`reader/inventory.rs`); the server and `recover` finish the rename
+//! (`reader/inventory/`); the server and `recover` finish the rename
 //! ([`finish_publishes`]); gc keeps it.
 
 use std::fs::{File, OpenOptions};
