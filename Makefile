@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench bench-aggregate bench-rounds bench-objects bench-streams bench-streams-nodes
+.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-stream-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench bench-aggregate bench-rounds bench-objects bench-streams bench-streams-nodes
 
 all: build
 
@@ -146,6 +146,11 @@ test-stream: build setup-test
 	/usr/bin/python3 -m tests.stream.nodes
 	/usr/bin/python3 -m tests.stream.objects
 	/usr/bin/python3 -m tests.stream.object_retention
+	/usr/bin/python3 -m tests.stream.kills
+
+# Streams killed at random points, 500 trials (about 25 minutes).
+test-stream-long: build setup-test
+	/usr/bin/python3 -m tests.stream.kills --trials 500
 
 # The long crash run (500 randomized trials, about 10 minutes).
 test-crash-long: build

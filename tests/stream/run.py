@@ -16,10 +16,6 @@ under a node-local root, `paralog stream drain` to a POSIX remote, and
                   says nothing is left on the node; a copy of the
                   node-local root drained into a fresh remote gives the same
                   segment files byte for byte
-  kill -9 #N      producers (and the drain) killed with SIGKILL at random
-                  moments: every event a producer reported flushed before
-                  the kill is stored exactly once, and nothing else but the
-                  events it appended, in order (no gap, no invented event)
   kill mid-write  a producer of 200 KB events writing 8 MiB batches killed
                   while it writes: the drain reports the torn tail and cuts
                   it off (the producer is gone), stores every flushed event
@@ -56,12 +52,14 @@ under a node-local root, `paralog stream drain` to a POSIX remote, and
                   cat and to trim), a partition count that
                   differs from the node's: one line, exit 1
 
-Usage: python3 -m tests.stream.run [--only SUBSTRING] [--keep] [--trials N]
+Kills at random points (producers, the drain or a server, a reader, MinIO):
+tests/stream/kills.py.
+
+Usage: python3 -m tests.stream.run [--only SUBSTRING] [--keep]
 Ends with "stream: N passed, N failed".
 """
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -122,36 +120,6 @@ def case_big(work):
     for k in want:
         check(want[k] == got[k], f"re-drain: {k} differs")
     return f"{n_rounds} rounds, {sum(len(v) for k, v in want.items() if k.endswith('.seg'))} segment bytes"
-
-
-def case_kill(seed):
-    def case(work):
-        rng = random.Random(seed)
-        local, remote = work / "local", work / "remote"
-        remote.mkdir()
-        d = follow_drain(local, remote, interval_ms=rng.choice([5, 20, 50]))
-        total = 30_000
-        # 150 to 810 flushes each (a flush is an fdatasync): long enough
-        # that most are killed in the middle.
-        ps = [produce(local, total, flush_every=rng.choice([37, 100, 200]), payload_size=rng.choice([0, 100]))
-              for _ in range(4)]
-        time.sleep(rng.uniform(0.02, 0.3))
-        for p in ps:
-            time.sleep(rng.uniform(0, 0.05))
-            kill_tree(p, signal.SIGKILL)
-        if rng.random() < 0.5:
-            kill_tree(d, signal.SIGKILL)  # the drain killed in the same moment
-        reports = [producer_report(p) for p in ps]
-        stop(d)
-        out = drain(local, remote).stdout
-        flushed = {pid: n for pid, n, _ in reports}
-        got = check_events(cat(remote, "--from", "earliest"), flushed, {pid: total for pid in flushed})
-        extra = sum(got[p] - flushed[p] for p in got)
-        torn = out.count("not read")
-        killed = sum(rc == -9 for _, _, rc in reports)
-        return (f"{killed} killed, flushed {sorted(flushed.values())}, {extra} written but unacknowledged stored, "
-                f"{torn} torn tail(s)")
-    return case
 
 
 def case_paralog_run(work):
@@ -367,12 +335,9 @@ def case_bad(work):
 
 
 def main():
-    ap = suite_options()
-    ap.add_argument("--trials", type=int, default=6)
-    a = ap.parse_args()
+    a = suite_options().parse_args()
     suite = Suite("stream", keep=a.keep)
     cases = [("4x3x50000", case_big)]
-    cases += [(f"kill -9 #{i}", case_kill(1000 + i)) for i in range(a.trials)]
     cases += [(f"crash at {p}", case_crash(p)) for p in
               ("stream.torn_cut", "stream.after_cut", "stream.mid_apply", "stream.before_watermark")]
     cases += [("kill mid-write", case_kill_mid_write), ("reader killed", case_reader_killed), ("paralog run", case_paralog_run), ("one fdatasync per flush", case_fdatasync), ("corrupt local", case_corrupt_local),
