@@ -146,6 +146,7 @@ test-stream: build setup-test
 	/usr/bin/python3 -m tests.stream.nodes
 	/usr/bin/python3 -m tests.stream.objects
 	/usr/bin/python3 -m tests.stream.object_retention
+	/usr/bin/python3 -m tests.stream.recover
 
 # The long crash run (500 randomized trials, about 10 minutes).
 test-crash-long: build

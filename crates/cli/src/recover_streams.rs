@@ -1,0 +1,121 @@
+//! `paralog recover` on one node: the streams under the node-local root
+//! drained to the server's stream remote with the one-node drain step
+//! (`Drainer::drain_pending_to`, as the server's last round and `paralog
+//! stream drain` do): recorded cuts the remote lacks applied again, then
+//! new rounds until nothing committed is left. A stream whose cut log a
+//! server job of several nodes made is refused here (the job of recovers
+//! drains it: docs/streams.md, "Recovery").
+
+use std::path::Path;
+
+use paralog_stream::{DrainOptions, Drainer, StreamPlace};
+use serde::Serialize;
+
+/// What recovery did to one stream (`paralog recover --json`: `streams`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StreamRecovery {
+    pub stream: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<String>,
+    /// Cuts recorded before the crash and applied again now.
+    pub replayed: u64,
+    /// New rounds, and the events and bytes they stored.
+    pub rounds: u64,
+    pub events: u64,
+    pub bytes: u64,
+    /// Torn tails of dead producers cut off (flushes that never returned).
+    pub torn_cut: usize,
+    /// Why the stream was not (fully) drained; its local data is kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Every stream under `root` drained to `place` (`None`: no stream
+/// remote was given, and every stream is reported not drained).
+pub fn recover(root: &Path, place: Option<&StreamPlace>) -> anyhow::Result<Vec<StreamRecovery>> {
+    let mut drainer = Drainer::default();
+    let mut out = Vec::new();
+    for stream in paralog_stream::drain::local_streams(root)? {
+        let mut row = StreamRecovery {
+            stream: stream.clone(),
+            remote: place.map(StreamPlace::describe),
+            ..Default::default()
+        };
+        if let Err(e) = recover_one(root, place, &mut drainer, &mut row) {
+            row.error = Some(e);
+        }
+        out.push(row);
+    }
+    Ok(out)
+}
+
+fn recover_one(
+    root: &Path,
+    place: Option<&StreamPlace>,
+    drainer: &mut Drainer,
+    row: &mut StreamRecovery,
+) -> Result<(), String> {
+    let s = row.stream.as_str();
+    let Some(place) = place else {
+        return Err(
+            "no stream remote: give --stream-remote URL (the server's; `paralog run` without --remote drained streams to PREFIX/.paralog-streams), or --remote URL".into(),
+        );
+    };
+    let elsewhere =
+        paralog_stream::job_root::ranges_elsewhere(root, s).map_err(|e| e.to_string())?;
+    if let Some(e) = elsewhere {
+        return Err(format!(
+            "its cut log ({} round(s)) was made by a server job of several nodes: round {} names producer {:016x}, whose segment is on another node; one node alone must not apply or add rounds: run `paralog recover` as an MPI job, one process per node, as the server job ran (docs/cluster.md)",
+            e.rounds, e.round, e.producer
+        ));
+    }
+    let remote = place.remote();
+    let reports = drainer
+        .drain_pending_to(root, &*remote, s, &DrainOptions::default())
+        .map_err(|e| e.to_string())?;
+    for r in &reports {
+        row.replayed += r.replayed;
+        row.rounds += u64::from(r.round.is_some());
+        row.events += r.events;
+        row.bytes += r.bytes;
+        row.torn_cut += r.cut.len();
+    }
+    Ok(())
+}
+
+/// The lines `paralog recover` prints for the streams.
+pub fn print(rows: &[StreamRecovery]) {
+    for r in rows {
+        let s = &r.stream;
+        if let Some(e) = &r.error {
+            println!("stream {s}: NOT DRAINED: {e}");
+            println!("  local segments and cut log are kept; fix the cause and run `paralog recover` again");
+            continue;
+        }
+        let to = r.remote.as_deref().unwrap_or("?");
+        if r.rounds == 0 && r.replayed == 0 {
+            println!("stream {s}: nothing to drain ({to} is up to date)");
+        } else {
+            println!(
+                "stream {s}: {} recorded round(s) applied again, {} new round(s): {} event(s), {} bytes, to {to}",
+                r.replayed, r.rounds, r.events, r.bytes
+            );
+        }
+        if r.torn_cut > 0 {
+            println!(
+                "  {} torn tail(s) of dead producers cut off (flushes that never returned)",
+                r.torn_cut
+            );
+        }
+    }
+    let ok: Vec<&StreamRecovery> = rows.iter().filter(|r| r.error.is_none()).collect();
+    if ok.len() > 1 {
+        println!(
+            "streams: {} drained: {} recorded round(s) applied again, {} new round(s), {} event(s)",
+            ok.len(),
+            ok.iter().map(|r| r.replayed).sum::<u64>(),
+            ok.iter().map(|r| r.rounds).sum::<u64>(),
+            ok.iter().map(|r| r.events).sum::<u64>()
+        );
+    }
+}
