@@ -13,8 +13,8 @@ offsets as `paralog stream drain` of the same node-local root. Cases:
                   cut is recorded, or before its watermark) or is killed
                   -9 at once (kill -9); the node-local root is copied;
                   `paralog recover --local L --remote R`: it says which
-                  recorded rounds it applied again and the new rounds
-                  with their events; every flushed event once in `stream
+                  recorded rounds it applied again, the new rounds, and
+                  the events it stored (what the remote gained); every flushed event once in `stream
                   cat` (offsets contiguous from 0, per producer sequence
                   strictly increasing, nothing unflushed invented beyond
                   what the killed producer appended); `paralog stream
@@ -27,7 +27,8 @@ offsets as `paralog stream drain` of the same node-local root. Cases:
                   Cluster) killed after n1 records its 3rd cut while
                   `stream produce` processes on both nodes append; a
                   one-node `paralog recover` on n0 is refused (exit 1,
-                  naming the stream and what to run) and changes nothing;
+                  naming the stream, the server job's mark and what to
+                  run) and changes nothing;
                   `paralog recover` as an MPI job (one process per node)
                   applies the recorded cut and drains the rest: every
                   flushed event once, both cut logs the same bytes, the
@@ -111,6 +112,7 @@ def case_one_node(flavour, failpoint):
         flushed[lone_id] = lone_flushed
         rounds = lag_rounds_local(local)
         shutil.copytree(local, ref, ignore=shutil.ignore_patterns("*.sock"))
+        published = published_events(remote)
         out = recover(local, remote).stdout
         line = [x for x in out.splitlines() if x.startswith(f"stream {STREAM}: ")]
         check(line and "NOT DRAINED" not in line[0], f"recover said: {out}")
@@ -120,6 +122,9 @@ def case_one_node(flavour, failpoint):
             check(replayed == 1, f"the round recorded before {failpoint} was not applied again: {line[0]}")
         appended = dict(flushed, **{lone_id: LONE})
         got = check_events(cat(remote, "--from", "earliest"), flushed, appended)
+        stored = int(re.search(r"(\d+) event\(s\) stored", line[0]).group(1))
+        check(stored == sum(got.values()) - published,
+              f"recover says it stored {stored} events, the remote went from {published} to {sum(got.values())}")
         # The same root drained by `paralog stream drain`: the same files.
         drain(ref, fresh, roll_bytes=None)
         want, have = segment_tree(fresh), segment_tree(remote)
@@ -136,6 +141,12 @@ def case_one_node(flavour, failpoint):
                 f"{extra} more stored); {rounds} rounds before the crash, {replayed} applied again; "
                 f"segments = stream drain's ({len(want)} files)")
     return case
+
+
+def published_events(remote):
+    """The events readers see below the watermark (0: not published yet)."""
+    r = run([BIN, "stream", "cat", f"{remote}/{STREAM}", "--json", "--from", "earliest"], check=False)
+    return len(r.stdout.splitlines()) if r.returncode == 0 else 0
 
 
 def lag_rounds_local(local):
@@ -164,8 +175,8 @@ def case_nodes(flavour):
         before = (segment_tree(remote), cuts(n0))
         # One node alone: refused, nothing changed.
         r = recover(c.local, remote, env=c.env({"PARALOG_NODE": "n0"}), check_=False)
-        check(r.returncode == 1 and f"stream {STREAM}: NOT DRAINED" in r.stdout and "server job of several nodes"
-              in r.stdout and "as an MPI job" in r.stdout, f"one-node recover on n0: {r.returncode} {r.stdout}")
+        check(r.returncode == 1 and f"stream {STREAM}: NOT DRAINED: a server job of 2 nodes drained it" in r.stdout
+              and "as an MPI job" in r.stdout, f"one-node recover on n0: {r.returncode} {r.stdout}")
         check((segment_tree(remote), cuts(n0)) == before, "the refused one-node recover changed something")
         # The job of recovers.
         cmd = c.node_cmd([BIN, "recover", "--local", c.local, "--remote", remote, "--job", "t"])

@@ -8,6 +8,7 @@
 
 use std::path::Path;
 
+use paralog_stream::job_root::JobShare;
 use paralog_stream::{DrainOptions, Drainer, StreamPlace};
 use serde::Serialize;
 
@@ -19,10 +20,10 @@ pub struct StreamRecovery {
     pub remote: Option<String>,
     /// Cuts recorded before the crash and applied again now.
     pub replayed: u64,
-    /// New rounds, and the events and bytes they stored.
+    /// New rounds.
     pub rounds: u64,
+    /// Events stored by this recovery, in recorded rounds and new ones.
     pub events: u64,
-    pub bytes: u64,
     /// Torn tails of dead producers cut off (flushes that never returned).
     pub torn_cut: usize,
     /// Why the stream was not (fully) drained; its local data is kept.
@@ -61,25 +62,47 @@ fn recover_one(
             "no stream remote: give --stream-remote URL (the server's; `paralog run` without --remote drained streams to PREFIX/.paralog-streams), or --remote URL".into(),
         );
     };
-    let elsewhere =
-        paralog_stream::job_root::ranges_elsewhere(root, s).map_err(|e| e.to_string())?;
-    if let Some(e) = elsewhere {
+    let job = paralog_stream::job_root::job_share(root, s).map_err(|e| e.to_string())?;
+    if let Some(why) = job {
+        let why = match why {
+            JobShare::Marked { nodes } => format!("a server job of {nodes} nodes drained it"),
+            JobShare::Elsewhere {
+                round,
+                producer,
+                rounds,
+            } => format!(
+                "its cut log ({rounds} round(s)) is a server job's: round {round} names producer {producer:016x}, whose segment is on another node"
+            ),
+        };
         return Err(format!(
-            "its cut log ({} round(s)) was made by a server job of several nodes: round {} names producer {:016x}, whose segment is on another node; one node alone must not apply or add rounds: run `paralog recover` as an MPI job, one process per node, as the server job ran (docs/cluster.md)",
-            e.rounds, e.round, e.producer
+            "{why}; one node alone must not apply or add rounds of the job's cut log: run `paralog recover` as an MPI job, one process per node, on the nodes of that server job (docs/cluster.md)"
         ));
     }
     let remote = place.remote();
+    // The events this recovery stores, of recorded rounds and new ones:
+    // what the published watermark gained.
+    let n = paralog_stream::drain::local_lag(root, s)
+        .ok()
+        .and_then(|l| l.partitions);
+    let published = |n: u32| -> Option<u64> {
+        let wm = remote.watermark(s, n).ok()?;
+        Some(wm.parts.iter().map(|p| p.next).sum())
+    };
+    let before = n.and_then(published);
     let reports = drainer
         .drain_pending_to(root, &*remote, s, &DrainOptions::default())
         .map_err(|e| e.to_string())?;
+    let mut new_events = 0;
     for r in &reports {
         row.replayed += r.replayed;
         row.rounds += u64::from(r.round.is_some());
-        row.events += r.events;
-        row.bytes += r.bytes;
+        new_events += r.events;
         row.torn_cut += r.cut.len();
     }
+    row.events = match (before, n.and_then(published)) {
+        (Some(b), Some(a)) if a >= b => a - b,
+        _ => new_events,
+    };
     Ok(())
 }
 
@@ -97,8 +120,8 @@ pub fn print(rows: &[StreamRecovery]) {
             println!("stream {s}: nothing to drain ({to} is up to date)");
         } else {
             println!(
-                "stream {s}: {} recorded round(s) applied again, {} new round(s): {} event(s), {} bytes, to {to}",
-                r.replayed, r.rounds, r.events, r.bytes
+                "stream {s}: {} recorded round(s) applied again, {} new round(s): {} event(s) stored in {to}",
+                r.replayed, r.rounds, r.events
             );
         }
         if r.torn_cut > 0 {
