@@ -59,7 +59,7 @@ fn recover_one(
     let s = row.stream.as_str();
     let Some(place) = place else {
         return Err(
-            "no stream remote: give --stream-remote URL (the server's; `paralog run` without --remote drained streams to PREFIX/.paralog-streams), or --remote URL".into(),
+            "no stream remote: give --stream-remote URL, the server's (`paralog run` without --remote: --stream-remote PREFIX), or --remote URL".into(),
         );
     };
     let job = paralog_stream::job_root::job_share(root, s).map_err(|e| e.to_string())?;
@@ -119,9 +119,17 @@ pub fn print(rows: &[StreamRecovery]) {
         if r.rounds == 0 && r.replayed == 0 {
             println!("stream {s}: nothing to drain ({to} is up to date)");
         } else {
+            let mut did = Vec::new();
+            if r.replayed > 0 {
+                did.push(format!("{} recorded round(s) applied again", r.replayed));
+            }
+            if r.rounds > 0 {
+                did.push(format!("{} new round(s)", r.rounds));
+            }
             println!(
-                "stream {s}: {} recorded round(s) applied again, {} new round(s): {} event(s) stored in {to}",
-                r.replayed, r.rounds, r.events
+                "stream {s}: {}: {} event(s) stored in {to}",
+                did.join(", "),
+                r.events
             );
         }
         if r.torn_cut > 0 {
