@@ -35,6 +35,21 @@ offsets as `paralog stream drain` of the same node-local root. Cases:
                   segments byte for byte a one-node drain's of the nodes'
                   segments merged with one cut log; a second job of
                   recovers stores nothing
+  reader rank killed, FLAVOUR
+                  3 ranks read a stream as one reader group over
+                  MPI_COMM_WORLD (api_producer.c groupread: rank 0 the
+                  read proxy, round-robin, every event acknowledged, a
+                  commit every 50 rounds); rank 1 kills itself (SIGKILL)
+                  after round 275: the launcher ends the job (exit not 0,
+                  no hang: a 180 s limit); every event below the group's
+                  committed offsets was delivered; a new run of the group
+                  gets exactly the events from the committed offsets on
+                  (none below), each as stored; the two runs together
+                  deliver every event, the ones delivered twice at most
+                  what can be handed out between two commits (the other
+                  ranks go on after the kill until the next commit, which
+                  needs every rank); the offsets end at the partitions'
+                  ends
 
 Usage: python3 -m tests.stream.recover [--only SUBSTRING] [--keep]
 Ends with "stream-recover: N passed, N failed".
@@ -199,6 +214,95 @@ def case_nodes(flavour):
     return case
 
 
+GROUP_RANKS = 3
+GROUP_EVENTS = 2000
+COMMIT_EVERY = 50
+KILL_AFTER = 275
+
+
+def group_events(out):
+    """{(partition, offset): line} of every rank's OUT.<rank> file."""
+    got = {}
+    for f in sorted(out.parent.glob(f"{out.name}.*")):
+        for line in f.read_text().splitlines():
+            part, off, prod, seq, _key, payload = line.split(" ", 5)
+            k = (int(part), int(off))
+            check(k not in got, f"{k} handed to two ranks in one run")
+            got[k] = (prod, int(seq), payload)
+    return got
+
+
+def by_rank(out):
+    """Each rank's lines of OUT.<rank>."""
+    return [f.read_text().splitlines() for f in sorted(out.parent.glob(f"{out.name}.*"))]
+
+
+def group_offsets(remote, group):
+    desc = json.loads(run([BIN, "stream", "describe", f"{remote}/{STREAM}", "--json"]).stdout)
+    return [g for g in desc["groups"] if g["group"] == group][0]["offsets"], desc
+
+
+def case_reader_killed(flavour):
+    """Rank 1 of a reader group over a communicator killed -9; then a
+    new run of the group: nothing lost, duplicates only past the last
+    commit; the job ends (the launcher ends the other ranks), no hang."""
+    def case(work):
+        exe = program(flavour)
+        local, remote = work / "local", work / "remote"
+        remote.mkdir()
+        r = run(launcher(flavour, GROUP_RANKS) + [exe, "produce", local, STREAM, "3", str(GROUP_EVENTS), "500"],
+                env=mpi_env(), timeout=300)
+        flushed = {p: GROUP_EVENTS for p in producers_of(r.stdout)}
+        drain(local, remote)
+        stored = {(e["partition"], e["offset"]): e for e in cat(remote, "--from", "earliest")}
+        check_events(sorted(stored.values(), key=lambda e: (e["partition"], e["offset"])), flushed)
+        env = mpi_env({"GROUP_COMMIT_EVERY": str(COMMIT_EVERY), "GROUP_KILL_RANK": "1",
+                       "GROUP_KILL_AFTER": str(KILL_AFTER)})
+        first_out = work / "first"
+        t0 = time.time()
+        r = run(launcher(flavour, GROUP_RANKS) + [exe, "groupread", remote, STREAM, "G", "0", str(1 << 60),
+                                                  first_out], env=env, check=False, timeout=180)
+        took, code = time.time() - t0, r.returncode
+        check(r.returncode != 0, f"the group's job exited {r.returncode} with rank 1 killed: {r.stdout[-300:]}")
+        first = group_events(first_out)
+        committed, _ = group_offsets(remote, "G")
+        # The group committed after round 250 (5 commits): every event
+        # below its offsets was delivered in the first run.
+        check(sum(committed) >= (KILL_AFTER // COMMIT_EVERY) * COMMIT_EVERY * GROUP_RANKS - 4 * GROUP_RANKS * 3,
+              f"committed offsets {committed} after {KILL_AFTER // COMMIT_EVERY} commits of {GROUP_RANKS} ranks")
+        below = {k for k in stored if k[1] < committed[k[0]]}
+        check(below <= first.keys(), f"{len(below - first.keys())} committed events were never delivered")
+        second_out = work / "second"
+        r = run(launcher(flavour, GROUP_RANKS) + [exe, "groupread", remote, STREAM, "G", "0", str(1 << 60),
+                                                  second_out], env=mpi_env(), check=False, timeout=300)
+        check(r.returncode == 0, f"the second run: {r.returncode} {r.stdout[-300:]} {r.stderr[-300:]}")
+        second = group_events(second_out)
+        # It resumes exactly at the committed offsets: every event from
+        # there, none below.
+        check(second.keys() == stored.keys() - below,
+              f"the second run got {len(second)} events, {len(stored) - len(below)} were not committed")
+        check(first.keys() | second.keys() == stored.keys(), "an event was delivered in neither run")
+        for k, v in {**first, **second}.items():
+            e = stored[k]
+            check(v == (e["producer"], e["seq"], e["payload"]), f"{k}: delivered {v}, stored {e}")
+        dups = first.keys() & second.keys()
+        # Handed out after the last commit: at most one event a rank a
+        # round, until the next commit (which needs every rank: the others
+        # go on after the kill, a scatter needs no answer, until its
+        # gather), plus what the proxy held back (at most 4 rounds).
+        bound = (COMMIT_EVERY + 4) * GROUP_RANKS
+        check(len(dups) <= bound, f"{len(dups)} events delivered twice, more than the {bound} that can be handed "
+                                  "out between two commits")
+        ranks = by_rank(first_out)
+        after_kill = max(len(v) for v in ranks) - len(ranks[1])
+        again, _ = group_offsets(remote, "G")
+        check(again == [len([k for k in stored if k[0] == p]) for p in range(3)], f"offsets at the end: {again}")
+        return (f"rank 1 killed after round {KILL_AFTER}: the job ended in {took:.1f} s (exit {code}), a "
+                f"rank got up to {after_kill} more events than it; committed {committed}; {len(first)} "
+                f"events then {len(second)}, {len(dups)} twice; nothing lost")
+    return case
+
+
 def main():
     a = suite_options().parse_args()
     suite = Suite("stream-recover", keep=a.keep)
@@ -206,7 +310,9 @@ def main():
              ("one node, before watermark, openmpi", case_one_node("openmpi", "stream.before_watermark:3")),
              ("one node, kill -9, mpich", case_one_node("mpich", None)),
              ("2 nodes, mpich", case_nodes("mpich")),
-             ("2 nodes, openmpi", case_nodes("openmpi"))]
+             ("2 nodes, openmpi", case_nodes("openmpi")),
+             ("reader rank killed, mpich", case_reader_killed("mpich")),
+             ("reader rank killed, openmpi", case_reader_killed("openmpi"))]
     sys.exit(suite.run(cases, only=a.only))
 
 
