@@ -22,6 +22,11 @@ offsets as `paralog stream drain` of the same node-local root. Cases:
                   same segment files, watermark and cut log byte for
                   byte; a second `recover` drains nothing and changes no
                   byte
+  one node, objstore, after cut, openmpi
+                  the same to the object layout (objstore://): `cat` of
+                  the remote equal (offsets, rounds, bytes) to that of
+                  `stream drain` of the copy, a second recover changing
+                  no file of the layout
   2 nodes, FLAVOUR
                   a server job of 2 simulated nodes (tests/lib/server.py
                   Cluster) killed after n1 records its 3rd cut while
@@ -91,12 +96,15 @@ def recover(local, remote, env=None, check_=True):
     return r
 
 
-def case_one_node(flavour, failpoint):
+def case_one_node(flavour, failpoint, objects=False):
+    """objects: the remote is the object layout (objstore://), where each
+    round's batch of a partition is an object and the index is PUT last."""
     def case(work):
         exe = program(flavour)
-        local, remote, ref, fresh = work / "local", work / "remote", work / "ref", work / "fresh"
-        remote.mkdir()
-        fresh.mkdir()
+        local, ref = work / "local", work / "ref"
+        for d in ("remote", "fresh"):
+            (work / d).mkdir()
+        remote, fresh = (f"objstore://{work}/{d}" if objects else work / d for d in ("remote", "fresh"))
         env = dict(os.environ)
         if failpoint:
             env["PARALOG_FAILPOINT"] = failpoint
@@ -140,22 +148,34 @@ def case_one_node(flavour, failpoint):
         stored = int(re.search(r"(\d+) event\(s\) stored", line[0]).group(1))
         check(stored == sum(got.values()) - published,
               f"recover says it stored {stored} events, the remote went from {published} to {sum(got.values())}")
-        # The same root drained by `paralog stream drain`: the same files.
+        # The same root drained by `paralog stream drain`: the same files
+        # (on the object layout, the same events at the same offsets and
+        # rounds: its files are versions of objects).
         drain(ref, fresh, roll_bytes=None)
-        want, have = segment_tree(fresh), segment_tree(remote)
-        check(want.keys() == have.keys(), f"files differ from stream drain's: {sorted(set(want) ^ set(have))[:5]}")
-        for k in want:
-            check(want[k] == have[k], f"{k} differs from a `stream drain` of a copy of the root")
+        look = (lambda r: cat(r, "--from", "earliest")) if objects else segment_tree  # noqa: E731
+        want, have = look(fresh), look(remote)
+        if objects:
+            check(want == have, "recover's events differ from a `stream drain` of a copy of the root")
+        else:
+            check(want.keys() == have.keys(), f"files differ from stream drain's: {sorted(set(want) ^ set(have))[:5]}")
+            for k in want:
+                check(want[k] == have[k], f"{k} differs from a `stream drain` of a copy of the root")
         check(cuts(local) == cuts(ref), "recover's cut log differs from stream drain's of the copy")
-        # Idempotent: nothing drained, no byte changed.
+        # Idempotent: nothing drained, nothing changed.
+        before = tree(work / "remote")
         again = recover(local, remote).stdout
         check(f"stream {STREAM}: nothing to drain" in again, f"a second recover: {again}")
-        check(segment_tree(remote) == have and cuts(local) == cuts(ref), "a second recover changed the remote")
+        check(tree(work / "remote") == before and cuts(local) == cuts(ref), "a second recover changed the remote")
         extra = got[lone_id] - lone_flushed
         return (f"{sum(got.values())} events once ({RANKS} ranks + a producer killed after {lone_flushed} flushed, "
                 f"{extra} more stored); {rounds} rounds before the crash, {replayed} applied again; "
-                f"segments = stream drain's ({len(want)} files)")
+                f"{'events' if objects else f'segments ({len(want)} files)'} = stream drain's")
     return case
+
+
+def tree(d):
+    """Every file under d (relative path) with its bytes."""
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
 def published_events(remote):
@@ -309,6 +329,7 @@ def main():
     cases = [("one node, after cut, mpich", case_one_node("mpich", "stream.after_cut:3")),
              ("one node, before watermark, openmpi", case_one_node("openmpi", "stream.before_watermark:3")),
              ("one node, kill -9, mpich", case_one_node("mpich", None)),
+             ("one node, objstore, after cut, openmpi", case_one_node("openmpi", "stream.after_cut:3", True)),
              ("2 nodes, mpich", case_nodes("mpich")),
              ("2 nodes, openmpi", case_nodes("openmpi")),
              ("reader rank killed, mpich", case_reader_killed("mpich")),
