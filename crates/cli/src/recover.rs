@@ -50,7 +50,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let aggregate = args.aggregate.resolve()?;
     let root = args.at.local.resolve_for(node.as_deref())?;
     let remote = args.remote.resolve_checked()?;
-    let streams = crate::stream::stream_place_of(args.stream_remote.as_deref(), &remote)?;
+    let stream_remote = args.stream_remote.as_deref();
     if args.incomplete && aggregate.is_none() {
         anyhow::bail!("--incomplete publishes checkpoint sets: give --aggregate RULE too");
     }
@@ -65,6 +65,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(mpi) = mpi {
         // One process per node: the servers' drain, everything, then stop.
         crate::server::init_tracing();
+        // The job's streams as the server job drains them (the recorded
+        // cuts copied, applied again, then new rounds until none is left).
+        // Every node alike, streams of its own or not: the rounds are
+        // collective.
+        let streams = crate::stream::stream_place_of(stream_remote, &remote)?;
         let mut cfg = args.job_of_servers.config(
             &root,
             args.at.job.clone(),
@@ -74,8 +79,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             true,
         )?;
         cfg.sets = sets.map(std::sync::Arc::new);
-        // The job's streams as the server job drains them (the recorded
-        // cuts copied, applied again, then new rounds until none is left).
         let undrained = undrained_streams(&root, streams.is_none())?;
         cfg.streams = streams;
         let (totals, rank) = crate::cluster::run(mpi, cfg, None)?;
@@ -108,9 +111,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         sets.as_ref(),
     )
     .with_context(|| format!("scanning {}", root.display()))?;
-    // After the files (as the server's last round): every stream.
-    let streams = crate::recover_streams::recover(&root, streams.as_ref())
-        .with_context(|| format!("listing the streams of {}", root.display()))?;
+    // After the files (as the server's last round): every stream. Its
+    // place (an S3 client) only made when there is a stream.
+    let streams = crate::recover_streams::recover(&root, || {
+        crate::stream::stream_place_of(stream_remote, &remote)
+    })
+    .with_context(|| format!("listing the streams of {}", root.display()))?;
     let streams_failed = streams.iter().any(|s| s.error.is_some());
     if args.json {
         let out = JsonReport {

@@ -31,12 +31,22 @@ pub struct StreamRecovery {
     pub error: Option<String>,
 }
 
-/// Every stream under `root` drained to `place` (`None`: no stream
-/// remote was given, and every stream is reported not drained).
-pub fn recover(root: &Path, place: Option<&StreamPlace>) -> anyhow::Result<Vec<StreamRecovery>> {
+/// Every stream under `root` drained to the place `place` makes, called
+/// once if there is a stream (`None`: no stream remote was given, and
+/// every stream is reported not drained).
+pub fn recover(
+    root: &Path,
+    place: impl FnOnce() -> anyhow::Result<Option<StreamPlace>>,
+) -> anyhow::Result<Vec<StreamRecovery>> {
+    let names = paralog_stream::drain::local_streams(root)?;
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let place = place()?;
+    let place = place.as_ref();
     let mut drainer = Drainer::default();
     let mut out = Vec::new();
-    for stream in paralog_stream::drain::local_streams(root)? {
+    for stream in names {
         let mut row = StreamRecovery {
             stream: stream.clone(),
             remote: place.map(StreamPlace::describe),
