@@ -27,9 +27,11 @@ offsets as `paralog stream drain` of the same node-local root. Cases:
                   the remote equal (offsets, rounds, bytes) to that of
                   `stream drain` of the copy, a second recover changing
                   no file of the layout
-  2 nodes, FLAVOUR
+  2 nodes, after cut, mpich / torn cut, openmpi
                   a server job of 2 simulated nodes (tests/lib/server.py
-                  Cluster) killed after n1 records its 3rd cut while
+                  Cluster) killed after n1 records its 3rd cut (or
+                  half-way through writing it: n1's log a round behind,
+                  which the job of recovers copies from n0) while
                   `stream produce` processes on both nodes append; a
                   one-node `paralog recover` on n0 is refused (exit 1,
                   naming the stream, the server job's mark and what to
@@ -189,12 +191,12 @@ def lag_rounds_local(local):
     return lag[0]["rounds"] if lag else 0
 
 
-def case_nodes(flavour):
+def case_nodes(flavour, failpoint):
     def case(work):
         remote = work / "remote"
         remote.mkdir()
         c = Cluster(work, flavour, 2, str(remote))
-        c.start_servers(per_node_env={1: {"PARALOG_FAILPOINT": "stream.after_cut:3"}})
+        c.start_servers(per_node_env={1: {"PARALOG_FAILPOINT": failpoint}})
         procs = []
         deadline = time.time() + 120
         while c.servers.poll() is None and time.time() < deadline:
@@ -219,6 +221,8 @@ def case_nodes(flavour):
         check(r.returncode == 0, f"recover job exited {r.returncode}: {r.stdout[-800:]}{r.stderr[-800:]}")
         said = [x for x in r.stdout.splitlines() if x.startswith("paralog recover: streams:")]
         check(said, f"the job of recovers said nothing of streams: {r.stdout}")
+        copied = "cut log lacked the job's last round" in r.stderr
+        check(copied == (max(rounds) > min(rounds)), f"cut logs at rounds {rounds}, copied: {copied}")
         events = cat(remote, "--from", "earliest")
         check_events(events, flushed)
         check(len(events) == sum(flushed.values()), f"{len(events)} events, {sum(flushed.values())} flushed")
@@ -229,7 +233,8 @@ def case_nodes(flavour):
         check(again.returncode == 0 and "streams:" not in again.stdout,
               f"a second job of recovers: {again.returncode} {again.stdout}")
         check(segment_tree(remote) == after, "a second job of recovers changed the remote")
-        return (f"{len(events)} events once; cut logs at rounds {rounds} after the kill; one node alone refused; "
+        return (f"{len(events)} events once; cut logs at rounds {rounds} after {failpoint} on n1 (copied: {copied}); "
+                f"one node alone refused; "
                 f"{said[0].split(': ', 2)[2]}; {segs} segments = a one-node drain's")
     return case
 
@@ -330,8 +335,8 @@ def main():
              ("one node, before watermark, openmpi", case_one_node("openmpi", "stream.before_watermark:3")),
              ("one node, kill -9, mpich", case_one_node("mpich", None)),
              ("one node, objstore, after cut, openmpi", case_one_node("openmpi", "stream.after_cut:3", True)),
-             ("2 nodes, mpich", case_nodes("mpich")),
-             ("2 nodes, openmpi", case_nodes("openmpi")),
+             ("2 nodes, after cut, mpich", case_nodes("mpich", "stream.after_cut:3")),
+             ("2 nodes, torn cut, openmpi", case_nodes("openmpi", "stream.torn_cut:3")),
              ("reader rank killed, mpich", case_reader_killed("mpich")),
              ("reader rank killed, openmpi", case_reader_killed("openmpi"))]
     sys.exit(suite.run(cases, only=a.only))
