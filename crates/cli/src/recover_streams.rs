@@ -72,7 +72,14 @@ fn recover_one(
             "no stream remote: give --stream-remote URL, the server's (`paralog run` without --remote: --stream-remote PREFIX), or --remote URL".into(),
         );
     };
-    let job = paralog_stream::job_root::job_share(root, s).map_err(|e| e.to_string())?;
+    let remote = place.remote();
+    let n = paralog_stream::drain::local_lag(root, s)
+        .ok()
+        .and_then(|l| l.partitions);
+    let watermark = |n: u32| remote.watermark(s, n).ok();
+    let before = n.and_then(watermark);
+    let published = before.as_ref().map_or(0, |w| w.round);
+    let job = paralog_stream::job_root::job_share(root, s, published).map_err(|e| e.to_string())?;
     if let Some(why) = job {
         let why = match why {
             JobShare::Marked { nodes } => format!("a server job of {nodes} nodes drained it"),
@@ -81,24 +88,13 @@ fn recover_one(
                 producer,
                 rounds,
             } => format!(
-                "its cut log ({rounds} round(s)) is a server job's: round {round} names producer {producer:016x}, whose segment is on another node"
+                "its cut log ({rounds} round(s)) is a server job's: round {round}, not published yet, names producer {producer:016x}, whose segment is not on this node"
             ),
         };
         return Err(format!(
             "{why}; one node alone must not apply or add rounds of the job's cut log: run `paralog recover` as an MPI job, one process per node, on the nodes of that server job (docs/cluster.md)"
         ));
     }
-    let remote = place.remote();
-    // The events this recovery stores, of recorded rounds and new ones:
-    // what the published watermark gained.
-    let n = paralog_stream::drain::local_lag(root, s)
-        .ok()
-        .and_then(|l| l.partitions);
-    let published = |n: u32| -> Option<u64> {
-        let wm = remote.watermark(s, n).ok()?;
-        Some(wm.parts.iter().map(|p| p.next).sum())
-    };
-    let before = n.and_then(published);
     let reports = drainer
         .drain_pending_to(root, &*remote, s, &DrainOptions::default())
         .map_err(|e| e.to_string())?;
@@ -109,7 +105,14 @@ fn recover_one(
         new_events += r.events;
         row.torn_cut += r.cut.len();
     }
-    row.events = match (before, n.and_then(published)) {
+    // The events this recovery stored, of recorded rounds and new ones:
+    // what the published watermark gained.
+    let events =
+        |w: &paralog_stream::format::Watermark| -> u64 { w.parts.iter().map(|p| p.next).sum() };
+    row.events = match (
+        before.as_ref().map(events),
+        n.and_then(watermark).as_ref().map(events),
+    ) {
         (Some(b), Some(a)) if a >= b => a - b,
         _ => new_events,
     };

@@ -6,8 +6,11 @@
 //! server job. So `paralog recover` on one node refuses such a stream (the
 //! job of recovers drains it). Two signs, either enough: the mark a server
 //! job of several nodes leaves in the stream's directory before it records
-//! anything ([`mark`]), and, for roots older than the mark, a range of the
-//! cut log whose segment the node does not hold.
+//! anything ([`mark`]), and, for roots older than the mark, a round the
+//! remote has not published that names a segment the node does not hold
+//! (only those: a drained segment may be deleted once its rounds are
+//! published, so a published round naming a missing segment proves
+//! nothing).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -49,8 +52,9 @@ pub fn mark(local: &Path, stream: &str, nodes: usize) -> Result<()> {
 }
 
 /// Whether `stream`'s share under the node-local root `local` is a server
-/// job's (`None`: a one-node drain may take it).
-pub fn job_share(local: &Path, stream: &str) -> Result<Option<JobShare>> {
+/// job's (`None`: a one-node drain may take it), given the round the
+/// remote published (0: none, or unknown: every round is looked at).
+pub fn job_share(local: &Path, stream: &str, published: u64) -> Result<Option<JobShare>> {
     let dir = layout::existing_local_stream(local, stream)?;
     let path = dir.join(JOB_MARK);
     if let Some(b) = layout::read_small(&path)? {
@@ -68,7 +72,7 @@ pub fn job_share(local: &Path, stream: &str) -> Result<Option<JobShare>> {
         .filter_map(|(name, _)| layout::parse_segment_name(name))
         .collect();
     let rounds = cuts.len() as u64;
-    Ok(cuts.iter().find_map(|c| {
+    Ok(cuts.iter().filter(|c| c.round > published).find_map(|c| {
         c.ranges
             .iter()
             .find(|r| !held.contains(&r.producer))
@@ -103,13 +107,13 @@ mod tests {
         p.flush().unwrap();
         let id = p.id();
         drain_stream(&a, &remote, "s", &DrainOptions::default()).unwrap();
-        assert_eq!(job_share(&a, "s").unwrap(), None);
+        assert_eq!(job_share(&a, "s", 0).unwrap(), None);
         // Node b of the same job: the job's cut log, no segment of it.
         let bdir = layout::stream_dir(&b, "s");
         layout::create_dirs(&b, &bdir, 0o700).unwrap();
         let adir = layout::stream_dir(&a, "s");
         std::fs::copy(adir.join(layout::CUTS), bdir.join(layout::CUTS)).unwrap();
-        let found = job_share(&b, "s").unwrap();
+        let found = job_share(&b, "s", 0).unwrap();
         assert_eq!(
             found,
             Some(JobShare::Elsewhere {
@@ -118,7 +122,9 @@ mod tests {
                 rounds: 1
             })
         );
-        assert!(job_share(&b, "other").is_err());
+        // Published: its segment may have been deleted since.
+        assert_eq!(job_share(&b, "s", 1).unwrap(), None);
+        assert!(job_share(&b, "other", 0).is_err());
     }
 
     #[test]
@@ -129,11 +135,11 @@ mod tests {
         p.append(None, b"x", None).unwrap();
         p.flush().unwrap();
         mark(&a, "s", 1).unwrap();
-        assert_eq!(job_share(&a, "s").unwrap(), None);
+        assert_eq!(job_share(&a, "s", 0).unwrap(), None);
         mark(&a, "s", 2).unwrap();
         mark(&a, "s", 2).unwrap();
         assert_eq!(
-            job_share(&a, "s").unwrap(),
+            job_share(&a, "s", 0).unwrap(),
             Some(JobShare::Marked { nodes: 2 })
         );
         let path = layout::stream_dir(&a, "s").join(JOB_MARK);
@@ -143,7 +149,7 @@ mod tests {
             0o600
         );
         std::fs::write(&path, b"garbage").unwrap();
-        let e = job_share(&a, "s").unwrap_err().to_string();
+        let e = job_share(&a, "s", 0).unwrap_err().to_string();
         assert!(e.contains("server-job"), "{e}");
     }
 }
