@@ -21,7 +21,7 @@ offsets as `paralog stream drain` of the same node-local root. Cases:
                   drain` of the copy into a fresh directory makes the
                   same segment files, watermark and cut log byte for
                   byte; a second `recover` drains nothing and changes no
-                  byte
+                  byte, and a third's `--json` says 0 rounds, 0 events
   one node, objstore, after cut, openmpi
                   the same to the object layout (objstore://): `cat` of
                   the remote equal (offsets, rounds, bytes) to that of
@@ -168,6 +168,9 @@ def case_one_node(flavour, failpoint, objects=False):
         again = recover(local, remote).stdout
         check(f"stream {STREAM}: nothing to drain" in again, f"a second recover: {again}")
         check(tree(work / "remote") == before and cuts(local) == cuts(ref), "a second recover changed the remote")
+        js = json.loads(run([BIN, "recover", "--local", local, "--remote", remote, "--job", "t", "--json"]).stdout)
+        check([(x["stream"], x["replayed"], x["rounds"], x["events"], x.get("error")) for x in js["streams"]]
+              == [(STREAM, 0, 0, 0, None)], f"recover --json, a third time: {js}")
         extra = got[lone_id] - lone_flushed
         return (f"{sum(got.values())} events once ({RANKS} ranks + a producer killed after {lone_flushed} flushed, "
                 f"{extra} more stored); {rounds} rounds before the crash, {replayed} applied again; "
