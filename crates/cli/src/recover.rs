@@ -51,6 +51,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let root = args.at.local.resolve_for(node.as_deref())?;
     let remote = args.remote.resolve_checked()?;
     let stream_remote = args.stream_remote.as_deref();
+    if let Some(u) = stream_remote {
+        // Before anything is drained (the place itself is made later).
+        u.parse::<paralog_backend::RemoteUrl>()
+            .map_err(|e| anyhow::anyhow!("--stream-remote: {e}"))?;
+    }
     if args.incomplete && aggregate.is_none() {
         anyhow::bail!("--incomplete publishes checkpoint sets: give --aggregate RULE too");
     }
@@ -116,7 +121,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let streams = crate::recover_streams::recover(&root, || {
         crate::stream::stream_place_of(stream_remote, &remote)
     })
-    .with_context(|| format!("listing the streams of {}", root.display()))?;
+    .with_context(|| format!("the streams of {}", root.display()))?;
     let streams_failed = streams.iter().any(|s| s.error.is_some());
     if args.json {
         let out = JsonReport {
