@@ -146,6 +146,7 @@ test-stream: build setup-test
 	/usr/bin/python3 -m tests.stream.nodes
 	/usr/bin/python3 -m tests.stream.objects
 	/usr/bin/python3 -m tests.stream.object_retention
+	/usr/bin/python3 -m tests.stream.recover
 	/usr/bin/python3 -m tests.stream.kills
 
 # Streams killed at random points, 500 trials (about 25 minutes).

@@ -17,10 +17,13 @@
  *       times out on all of them; each rank writes the events it got to
  *       OUT.<rank>, one line "partition offset producer seq key payload"
  *       ("-" for no key), acknowledges those at offsets below ACK_BELOW,
- *       and the group commits and leaves.
+ *       and the group commits and leaves. With GROUP_COMMIT_EVERY=N the
+ *       group also commits every N rounds; with GROUP_KILL_RANK=K and
+ *       GROUP_KILL_AFTER=R rank K kills itself (SIGKILL) after round R.
  * A failure prints "rank R code C: MESSAGE" and exits 3.
  */
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,20 +75,35 @@ int main(int argc, char **argv)
         FILE *out = fopen(path, "w");
         if (!out)
             return 5;
+        /* Line by line: a rank the launcher kills has its events on record. */
+        setvbuf(out, NULL, _IOLBF, 0);
         if ((rc = paralog_stream_join_all(MPI_COMM_WORLD, argv[2], stream, argv[4],
                                           PARALOG_STREAM_FROM_COMMITTED, PARALOG_STREAM_ORDER_CUT,
                                           atoi(argv[5]), &g)))
             failed(rc);
+        /* Optional (tests/stream/recover.py): a commit every N rounds,
+         * and rank K killing itself (SIGKILL) after round R. */
+        const char *ce = getenv("GROUP_COMMIT_EVERY"), *kr = getenv("GROUP_KILL_RANK"),
+                   *ka = getenv("GROUP_KILL_AFTER");
+        long commit_every = ce ? atol(ce) : 0, kill_after = ka ? atol(ka) : -1, rounds = 0;
+        int kill_rank = kr ? atoi(kr) : -1;
         while ((rc = paralog_stream_next_all(g, 2000, &ev)) != PARALOG_STREAM_TIMEDOUT) {
-            if (rc == PARALOG_STREAM_NONE)
-                continue;
-            if (rc)
-                failed(rc);
-            fprintf(out, "%u %" PRIu64 " %016" PRIx64 " %" PRIu64 " %.*s %.*s\n", ev.partition,
-                    ev.offset, ev.producer, ev.seq, ev.key ? (int)ev.key_len : 1,
-                    ev.key ? (const char *)ev.key : "-", (int)ev.payload_len,
-                    (const char *)ev.payload);
-            if (ev.offset < below && (rc = paralog_stream_group_ack(g, ev.partition, ev.offset)))
+            rounds++;
+            if (rc != PARALOG_STREAM_NONE) {
+                if (rc)
+                    failed(rc);
+                fprintf(out, "%u %" PRIu64 " %016" PRIx64 " %" PRIu64 " %.*s %.*s\n", ev.partition,
+                        ev.offset, ev.producer, ev.seq, ev.key ? (int)ev.key_len : 1,
+                        ev.key ? (const char *)ev.key : "-", (int)ev.payload_len,
+                        (const char *)ev.payload);
+                if (ev.offset < below && (rc = paralog_stream_group_ack(g, ev.partition, ev.offset)))
+                    failed(rc);
+            }
+            if (rank == kill_rank && rounds == kill_after) {
+                fflush(out); /* what it got is on record, then it dies */
+                raise(SIGKILL);
+            }
+            if (commit_every && rounds % commit_every == 0 && (rc = paralog_stream_commit_all(g)))
                 failed(rc);
         }
         fclose(out);

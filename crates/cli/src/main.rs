@@ -21,6 +21,7 @@ mod obj_publish;
 mod obj_s3;
 mod obj_view;
 mod recover;
+mod recover_streams;
 mod remote;
 mod report;
 mod run;

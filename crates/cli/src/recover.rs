@@ -1,6 +1,7 @@
 //! `paralog recover`: parses, calls the server crate's recovery (one node:
-//! `paralog_server::recover`; across nodes: the server job with everything
-//! to finish now), prints its report.
+//! `paralog_server::recover`, then the streams' drain, `recover_streams`;
+//! across nodes: the server job with everything to finish now, streams
+//! included), prints its report.
 
 use std::process::ExitCode;
 
@@ -30,6 +31,18 @@ pub struct Args {
     job_of_servers: crate::server::ServerJobArgs,
     #[command(flatten)]
     aggregate: crate::aggregate_args::AggregateArgs,
+    /// Where the shared event streams under the node-local root drain, as
+    /// the server's `--stream-remote` (docs/streams.md) [default: --remote]
+    #[arg(long, value_name = "URL")]
+    stream_remote: Option<String>,
+}
+
+/// `--json`: the files' report and the streams'.
+#[derive(serde::Serialize)]
+struct JsonReport<'a> {
+    #[serde(flatten)]
+    files: &'a paralog_server::recover::Report,
+    streams: &'a [crate::recover_streams::StreamRecovery],
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -37,6 +50,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let aggregate = args.aggregate.resolve()?;
     let root = args.at.local.resolve_for(node.as_deref())?;
     let remote = args.remote.resolve_checked()?;
+    let stream_remote = args.stream_remote.as_deref();
+    if let Some(u) = stream_remote {
+        // Before anything is drained (the place itself is made later).
+        u.parse::<paralog_backend::RemoteUrl>()
+            .map_err(|e| anyhow::anyhow!("--stream-remote: {e}"))?;
+    }
     if args.incomplete && aggregate.is_none() {
         anyhow::bail!("--incomplete publishes checkpoint sets: give --aggregate RULE too");
     }
@@ -51,6 +70,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(mpi) = mpi {
         // One process per node: the servers' drain, everything, then stop.
         crate::server::init_tracing();
+        // The job's streams as the server job drains them (the recorded
+        // cuts copied, applied again, then new rounds until none is left).
+        // Every node alike, streams of its own or not: the rounds are
+        // collective.
+        let streams = crate::stream::stream_place_of(stream_remote, &remote)?;
         let mut cfg = args.job_of_servers.config(
             &root,
             args.at.job.clone(),
@@ -60,8 +84,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             true,
         )?;
         cfg.sets = sets.map(std::sync::Arc::new);
+        let undrained = undrained_streams(&root, streams.is_none())?;
+        cfg.streams = streams;
         let (totals, rank) = crate::cluster::run(mpi, cfg, None)?;
-        return Ok(crate::cluster::report(&totals, rank, &root, "recover"));
+        let code = crate::cluster::report(&totals, rank, &root, "recover");
+        if let Some(names) = undrained {
+            println!("paralog recover: streams {names} of {} NOT DRAINED: no stream remote: give --stream-remote URL (the server's) or --remote URL", root.display());
+            return Ok(ExitCode::from(1));
+        }
+        return Ok(code);
     }
     // Logged array puts committed on this node: published once each.
     let objects = crate::obj_publish::round(&root);
@@ -85,8 +116,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         sets.as_ref(),
     )
     .with_context(|| format!("scanning {}", root.display()))?;
+    // After the files (as the server's last round): every stream. Its
+    // place (an S3 client) only made when there is a stream.
+    let streams = crate::recover_streams::recover(&root, || {
+        crate::stream::stream_place_of(stream_remote, &remote)
+    })
+    .with_context(|| format!("the streams of {}", root.display()))?;
+    let streams_failed = streams.iter().any(|s| s.error.is_some());
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        let out = JsonReport {
+            files: &report,
+            streams: &streams,
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         for row in &report.files {
             print_row(row);
@@ -102,15 +144,31 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 );
             }
         }
-        if report.files.is_empty() && objects.as_ref().is_ok_and(|d| d.is_empty()) {
+        crate::recover_streams::print(&streams);
+        if report.files.is_empty()
+            && streams.is_empty()
+            && objects.as_ref().is_ok_and(|d| d.is_empty())
+        {
             println!("nothing to recover in {}", root.display());
         }
     }
-    Ok(if report.failed == 0 && objects.is_ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(
+        if report.failed == 0 && objects.is_ok() && !streams_failed {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        },
+    )
+}
+
+/// With no stream remote, the streams under `root` that the job of
+/// recovers leaves undrained (named), else `None`.
+fn undrained_streams(root: &std::path::Path, no_place: bool) -> anyhow::Result<Option<String>> {
+    if !no_place {
+        return Ok(None);
+    }
+    let names = paralog_stream::drain::local_streams(root)?;
+    Ok((!names.is_empty()).then(|| names.join(", ")))
 }
 
 fn print_row(row: &FileRecovery) {

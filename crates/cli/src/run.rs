@@ -463,6 +463,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(if code == 0 { 3 } else { code }))
 }
 
+fn has_streams(root: &Path) -> bool {
+    paralog_stream::drain::local_streams(root).is_ok_and(|s| !s.is_empty())
+}
+
 fn recover_hint(root: &Path, job: &str, remote: Option<&str>, args: &Args) -> String {
     // The same checkpoint sets, or members would drain as plain files.
     let sets = match args.aggregate.resolve() {
@@ -472,10 +476,19 @@ fn recover_hint(root: &Path, job: &str, remote: Option<&str>, args: &Args) -> St
             .collect::<String>(),
         _ => String::new(),
     };
+    // Without a remote the server sent the streams to the prefix, which
+    // recover cannot guess (docs/streams.md "Recovery").
+    let to = match (remote, env_path(&args.prefix, "PARALOG_PREFIX")) {
+        (Some(r), _) => format!(" --remote {r}"),
+        (None, Some(p)) if has_streams(root) => format!(
+            " --stream-remote {}",
+            paralog_settings::normalize(&std::path::absolute(&p).unwrap_or(p)).display()
+        ),
+        _ => String::new(),
+    };
     format!(
-        "paralog: every committed byte is kept in {}; once the cause is fixed, `paralog recover --local {} --job {job}{}{sets}` finishes the drain",
+        "paralog: every committed byte is kept in {}; once the cause is fixed, `paralog recover --local {} --job {job}{to}{sets}` finishes the drain",
         root.join(job).display(),
         root.display(),
-        remote.map(|r| format!(" --remote {r}")).unwrap_or_default()
     )
 }

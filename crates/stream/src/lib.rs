@@ -13,6 +13,7 @@ pub mod drain;
 pub mod error;
 pub mod failpoint;
 pub mod format;
+pub mod job_root;
 mod lag;
 pub mod layout;
 mod local;
