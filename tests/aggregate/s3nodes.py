@@ -12,7 +12,10 @@ container is a multipart upload of several parts packed across members
                   (the keys listed), each container of several parts, no
                   upload marker and no unfinished multipart upload;
                   `paralog sets` lists them complete, and `paralog extract`
-                  of every member equals the direct run's file
+                  of every member equals the direct run's file. Then a
+                  restart job started without `--aggregate` (`paralog run`,
+                  a new node-local directory) reads the members: EIO, with
+                  one line per member naming its set and `paralog extract`
   s3 nodes leader killed
                   a second server job (a restart job rewriting every
                   member) whose leader is killed (SIGKILL, failpoint
@@ -36,6 +39,7 @@ import subprocess
 from tests.lib.check import Failed, check
 from tests.lib.compare import same_bytes
 from tests.lib.mpi import launcher
+from tests.lib.paralog import paralog_run
 from tests.lib.paths import BIN
 from tests.lib.proc import run
 from tests.lib.server import AS_NODE, RANKS_PER_NODE, Cluster
@@ -119,9 +123,29 @@ def case_sets(flavour, k):
         counts = [s3.parts(minio, f"{pre}/{d}/{n}") for d in sets for n in keys[d] if n.endswith(".plc")]
         check(all(n >= 2 for n in counts), f"containers of one part: {counts} (parts are 5 MiB)")
         check_versions(minio, url, work, "v1", sets, first, 1)
+        restart_refused(work, minio, c.prefix, pre, url, sets)
         return (f"{len(sets)} sets x {NP} members from {NODES} nodes in {k} container(s) of "
-                f"{min(counts)}-{max(counts)} parts, K + 1 keys per set, no upload left, extract equals direct")
+                f"{min(counts)}-{max(counts)} parts, K + 1 keys per set, no upload left, extract equals direct; "
+                f"a restart without --aggregate: EIO naming the set and paralog extract")
     return case
+
+
+def restart_refused(work, minio, prefix, pre, url, sets):
+    """A restart job started WITHOUT --aggregate (`paralog run`, a new
+    node-local directory) reading the members back: capture cannot read S3,
+    so each read fails with EIO and one line naming the set and `paralog
+    extract` (before, such a job listed no sets and the reads found no
+    file: ENOENT, as if the checkpoint did not exist)."""
+    r = paralog_run(work / "restart-local", prefix, [agg.ckpt(), prefix, NP, STEPS, MEAN, "verify"], job="r",
+                    remote=url, env=minio.env(), check=False)
+    check(r.returncode != 0, "a restart read of a member on S3 succeeded")
+    said = r.stdout + r.stderr
+    for s in sets:
+        member = prefix / s / "rank-00000.dat"
+        line = (f"paralog: {member}: in the checkpoint set {s} on S3, which capture cannot read "
+                f"(no network I/O in the program): run `paralog extract s3://{BUCKET}/{pre} {s} OUT`")
+        check(line in r.stderr, f"no line naming {s} and paralog extract: {r.stderr[-800:]}")
+        check(f"{member}: Input/output error" in said, f"{member}: not EIO: {said[-800:]}")
 
 
 def case_killed(flavour, point, who):
