@@ -57,6 +57,9 @@ directly. Cases:
                   the server job on 2 and 4 simulated nodes: see
                   tests/aggregate/nodes.py
 
+  s3 nodes ...    the server job writing sets on S3 (a real MinIO): see
+                  tests/aggregate/s3nodes.py
+
 Usage: python3 -m tests.aggregate.run [--only SUBSTRING] [--keep]
 Ends with "aggregate: N passed, N failed".
 """
@@ -403,6 +406,8 @@ def main():
     # Many nodes (the server job): tests/aggregate/nodes.py.
     from tests.aggregate import nodes
     cases += nodes.cases()
+    from tests.aggregate import s3nodes
+    cases += s3nodes.cases()
     sys.exit(suite.run(cases, only=a.only))
 
 

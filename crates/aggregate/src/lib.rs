@@ -18,6 +18,7 @@
 //! - `store`: what sets need from a store reached through a client (S3:
 //!   `paralog-s3` implements it): ranged reads; with `writer`, containers,
 //!   the record's atomic put, listing, aborting uploads;
+//! - `stored`: a record decoded for the set it was read as (every store);
 //! - `reader`: open a set, list members, verified reads; plain file I/O,
 //!   all the capture library links.
 
@@ -26,6 +27,7 @@ pub mod format;
 pub mod objset;
 pub mod reader;
 pub mod store;
+pub mod stored;
 
 #[cfg(feature = "writer")]
 pub mod container;

@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use paralog_backend::objstore::{ObjError, ObjStore, Version};
 
 use crate::error::{AggError, Result};
-use crate::format::{self, SetRecord, RECORD_NAME};
+use crate::format::{SetRecord, RECORD_NAME};
+use crate::stored::{decode_for_set, StoredAs};
 
 /// The object holding `file` of the set `set`.
 pub fn object_name(set: &[u8], file: &[u8]) -> Vec<u8> {
@@ -79,18 +80,7 @@ pub fn read_record(store: &ObjStore, set: &[u8]) -> Result<Option<(SetRecord, u6
         return Ok(None);
     };
     let bytes = read_all(store, &v, &path)?;
-    let r = SetRecord::decode(&bytes, &path)?;
-    if r.set != set {
-        return Err(AggError::corrupt(
-            &path,
-            format::HEADER_LEN as u64,
-            format!(
-                "record of set {} stored as set {}",
-                String::from_utf8_lossy(&r.set),
-                String::from_utf8_lossy(set)
-            ),
-        ));
-    }
+    let r = decode_for_set(&bytes, &path, StoredAs::Set(set))?;
     Ok(Some((r, v.number)))
 }
 
@@ -109,7 +99,8 @@ pub fn kept_records(store: &ObjStore, set: &[u8]) -> Result<Vec<SetRecord>> {
             Err(e) => return Err(obj_err(&path)(e)),
         };
         if !v.deleted {
-            out.push(SetRecord::decode(&read_all(store, &v, &path)?, &path)?);
+            let bytes = read_all(store, &v, &path)?;
+            out.push(decode_for_set(&bytes, &path, StoredAs::Set(set))?);
         }
     }
     Ok(out)

@@ -22,12 +22,13 @@ use crate::error::{AggError, Result};
 use crate::format::{Member, SetRecord, RECORD_NAME};
 use crate::objset;
 use crate::store::ContainerSource;
+use crate::stored::{decode_for_set, StoredAs};
 
 /// The record of the set in `set_dir`; `None` when there is none.
 pub fn read_record(set_dir: &Path) -> Result<Option<SetRecord>> {
     let path = set_dir.join(RECORD_NAME);
     match std::fs::read(&path) {
-        Ok(bytes) => SetRecord::decode(&bytes, &path).map(Some),
+        Ok(bytes) => decode_for_set(&bytes, &path, StoredAs::Dir(set_dir)).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(AggError::io(&path, "read set record")(e)),
     }

@@ -90,18 +90,15 @@ impl AggregateArgs {
         }))
     }
 
-    /// Capture cannot read S3: with `--aggregate` rules and an S3 remote,
+    /// Capture cannot read S3: with an S3 remote, with or without
+    /// `--aggregate` (a restart job need not name the rules: it only reads),
     /// the sets there are listed into the local directory before the
-    /// program starts, so that a read of a member fails naming its set and
-    /// `paralog extract` (docs/aggregate.md). A listing that fails is a
-    /// warning (such a read then finds no file).
-    pub fn index_s3_sets(
-        root: &std::path::Path,
-        remote: &crate::remote::Remote,
-        sets: Option<&paralog_server::aggregate::Sets>,
-    ) {
-        let list = sets.is_some_and(|s| !s.rules.is_empty());
-        if let Err(e) = paralog_server::aggregate::write_s3_index(root, remote, list) {
+    /// program starts (one listing of the prefix), so that a read of a
+    /// member fails naming its set and `paralog extract`
+    /// (docs/aggregate.md). A listing that fails is a warning (such a read
+    /// then finds no file).
+    pub fn index_s3_sets(root: &std::path::Path, remote: &crate::remote::Remote) {
+        if let Err(e) = paralog_server::aggregate::write_s3_index(root, remote) {
             eprintln!("paralog: warning: checkpoint sets on S3 not listed for capture: {e}");
         }
     }

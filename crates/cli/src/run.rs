@@ -248,8 +248,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Validate the remote now rather than in the server's log, and refuse
     // one that cannot work as given rather than retry forever.
     let remote = args.remote.resolve_checked()?;
-    let agg_sets = crate::aggregate_args::AggregateArgs::sets(aggregate, &remote, false)?;
-    crate::aggregate_args::AggregateArgs::index_s3_sets(&root, &remote, agg_sets.as_ref());
+    // Checked now (refused before the program starts); the server takes
+    // the options again.
+    crate::aggregate_args::AggregateArgs::sets(aggregate, &remote, false)?;
+    crate::aggregate_args::AggregateArgs::index_s3_sets(&root, &remote);
     let stale = undrained_elsewhere(&root, &job)?;
     if !stale.is_empty() {
         bail!(

@@ -197,9 +197,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let sets = crate::aggregate_args::AggregateArgs::sets(aggregate, &remote, mpi.is_some())?
         .map(std::sync::Arc::new);
-    if mpi.is_none() {
-        crate::aggregate_args::AggregateArgs::index_s3_sets(&root, &remote, sets.as_deref());
-    }
+    // Every server of a job too: its node's programs read from it.
+    crate::aggregate_args::AggregateArgs::index_s3_sets(&root, &remote);
     if let Some(s) = sets.as_ref().filter(|_| mpi.is_some()) {
         // A set's leader receives into these buffers (docs/aggregate.md).
         if s.buffers as u64 * t.buffer > t.memory {

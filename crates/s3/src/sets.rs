@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use paralog_aggregate::format::{self, SetRecord};
 use paralog_aggregate::store::{ContainerSink, ContainerSource, SetStore};
+use paralog_aggregate::stored::{decode_for_set, StoredAs};
 use paralog_aggregate::{AggError, SetReader};
 use paralog_backend::{BackendError, S3Url};
 
@@ -212,19 +213,7 @@ impl SetStore for S3Sets {
         else {
             return Ok(None);
         };
-        let r = SetRecord::decode(&bytes, &path)?;
-        if r.set != set {
-            return Err(AggError::corrupt(
-                &path,
-                format::HEADER_LEN as u64,
-                format!(
-                    "record of set {} stored as set {}",
-                    String::from_utf8_lossy(&r.set),
-                    String::from_utf8_lossy(set)
-                ),
-            ));
-        }
-        Ok(Some(r))
+        decode_for_set(&bytes, &path, StoredAs::Set(set)).map(Some)
     }
 
     fn create_container(

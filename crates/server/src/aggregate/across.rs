@@ -25,23 +25,23 @@
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use paralog_aggregate::format::{self, Container, SetRecord};
-use paralog_aggregate::publish::{collect_orphans, commit_record, create_dirs, new_attempt};
+use paralog_aggregate::publish::new_attempt;
 use paralog_aggregate::reader::{ExtentsReader, SetReader};
-use paralog_aggregate::remove::remove_set;
 
 use crate::cluster::mpi::{Comm, MpiError, Reduce};
 use crate::drain::{lock_file_dir, DrainLock};
 use crate::remote::Remote;
 use crate::step;
+use paralog_backend::RemoteUrl;
 
+use super::jobroot::{ContainerOut, JobRoot};
 use super::nodes::SetPlan;
 use super::publish::member_source;
-use super::scan::{remote_root, scan_member, MemberFile, SetsRoot};
+use super::scan::{remote_root_of, scan_member, MemberFile};
 use super::transfer::{lead, send_members, Leader, Outgoing};
 use super::Sets;
 
@@ -133,14 +133,14 @@ pub(crate) fn publish(
     if me == writer {
         let r = (|| -> Result<(PathBuf, Option<SetRecord>), String> {
             let f = fresh.first().ok_or("no member file of the set here")?;
-            let root = remote_root(ctx.remote, f).map_err(rel)?;
-            let dir = root.join(OsStr::from_bytes(set));
-            create_dirs(&root, &dir).map_err(rel)?;
-            let removed = collect_orphans(&dir).map_err(rel)?;
-            if !removed.is_empty() {
-                tracing::info!(set = %dir.display(), removed = removed.len(), "removed orphaned containers");
-            }
-            let prev = paralog_aggregate::reader::read_record(&dir).map_err(rel)?;
+            // A POSIX root is shared (the prefix is known from a member's
+            // path); S3's is every server's own URL.
+            let root = if matches!(ctx.remote, Remote::Url(RemoteUrl::S3(_), _)) {
+                PathBuf::new()
+            } else {
+                remote_root_of(ctx.remote, &f.app_path, &f.rel).map_err(rel)?
+            };
+            let prev = JobRoot::of(ctx.remote, root.clone())?.prepare(set)?;
             Ok((root, prev))
         })();
         match r {
@@ -176,21 +176,28 @@ pub(crate) fn publish(
         (0, 0)
     };
     let root = PathBuf::from(OsStr::from_bytes(if started { &head[17..] } else { b"" }));
-    let dir = root.join(OsStr::from_bytes(set));
-    let old = if fail.is_none() {
-        match SetReader::open(&dir) {
-            Ok(o) => o.map(Arc::new),
+    let jr = match JobRoot::of(ctx.remote, root) {
+        Ok(jr) => Some(jr),
+        Err(e) => {
+            fail.get_or_insert(e);
+            None
+        }
+    };
+    let dir = jr.as_ref().map(|j| j.display(set)).unwrap_or_default();
+    let old = match (&jr, fail.is_none()) {
+        (Some(jr), true) => match jr.open_old(set) {
+            Ok(o) => o,
             Err(e) => {
-                fail.get_or_insert(rel(e));
+                fail.get_or_insert(e);
                 None
             }
-        }
-    } else {
-        None
+        },
+        _ => None,
     };
     if ctx.w(|c| agree_failed(c, fail.is_some()))? {
         return Ok(failed(fail, "another node could not start the set"));
     }
+    let jr = jr.expect("every node opened the set's root");
 
     // 2. The transfer.
     let mut outgoing = Vec::new();
@@ -200,7 +207,7 @@ pub(crate) fn publish(
             .iter()
             .position(|(n, m)| *n == me && m.member == f.member)
             .expect("in the plan") as u32;
-        match member_source(old.as_ref(), &SetsRoot::Dir(root.clone()), f) {
+        match member_source(old.as_ref(), &jr.sets_root(), f) {
             Ok(Some(src)) => outgoing.push(Outgoing {
                 index,
                 member: src.member.clone(),
@@ -218,41 +225,30 @@ pub(crate) fn publish(
     let mut sent = 0u64;
     let mut peak = 0u64;
     let mut mini = Vec::new();
-    let mut container_path = None;
+    let mut container: Option<ContainerOut> = None;
     if let Some(g) = plan.group_of(me) {
         if g.leader == me {
             if g.container == 0 {
                 outgoing.extend(keep_old(plan, old.as_ref()));
             }
             let name = format::container_name(g.container, version, attempt);
-            let path = dir.join(OsStr::from_bytes(&name));
-            let created = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o644)
-                .open(&path);
-            let file = match created {
-                Ok(f) => {
-                    container_path = Some(path.clone());
-                    f
-                }
+            let out = match jr.create_container(set, &name) {
+                Ok(out) => out,
                 Err(e) => {
-                    fail.get_or_insert(format!("creating {}: {e}", path.display()));
+                    fail.get_or_insert(e);
                     // Still receive what the senders send, and drop it.
-                    match std::fs::OpenOptions::new().write(true).open("/dev/null") {
-                        Ok(f) => f,
-                        Err(e) => {
-                            tracing::error!(error = %e, "cannot open /dev/null; ending the server job");
-                            comm.abort(70)
-                        }
-                    }
+                    ContainerOut::null().unwrap_or_else(|e| {
+                        tracing::error!(error = %e, "cannot open /dev/null; ending the server job");
+                        comm.abort(70)
+                    })
                 }
             };
+            let out = container.insert(out);
             let w = lead(Leader {
                 comm,
                 peers: ctx.peers,
                 senders: g.end - g.first - 1,
-                file: &file,
+                out,
                 container: 0,
                 align: ctx.sets.align,
                 crc_block: format::DEFAULT_BLOCK,
@@ -312,20 +308,12 @@ pub(crate) fn publish(
                 // whose containers would keep its directory.
                 removed = true;
                 return match previous.as_ref() {
-                    Some(prev) => remove_set(&dir, prev).map_err(rel),
+                    Some(prev) => jr.remove(prev),
                     None => Ok(()),
                 }
                 .map(|()| committed = true);
             }
-            commit_record(
-                &dir,
-                &rec,
-                previous.as_ref(),
-                attempt,
-                &crate::failpoint::hit,
-                &mut || committed = true,
-            )
-            .map_err(rel)
+            jr.commit(&rec, previous.as_ref(), attempt, &mut || committed = true)
         });
         if let Err(e) = r {
             fail.get_or_insert(e);
@@ -335,16 +323,14 @@ pub(crate) fn publish(
     // says).
     let mut c = [committed as u8 | (removed as u8) << 1];
     ctx.w(|m| m.bcast(&mut c, writer))?;
-    if c[0] & 2 != 0 {
-        // This attempt's containers hold nothing any record lists.
-        if let Some(p) = container_path.take() {
-            let _ = std::fs::remove_file(p);
+    if c[0] & 2 != 0 || c[0] & 1 == 0 {
+        // This attempt's container holds nothing any record lists (the
+        // set removed, or not committed).
+        if let Some(out) = &container {
+            out.discard();
         }
     }
     if c[0] & 1 == 0 {
-        if let Some(p) = container_path {
-            let _ = std::fs::remove_file(p);
-        }
         let why = if sums[0] > 0 {
             "a node failed during the transfer"
         } else {

@@ -14,12 +14,13 @@ use paralog_backend::RemoteUrl;
 use crate::remote::Remote;
 
 /// Write the index of the sets under `remote` into `local` when it is an
-/// S3 remote and `list` (the job has `--aggregate` rules: one listing of
-/// the prefix); otherwise remove an index an earlier job left (it would
-/// name another remote's sets). Returns how many sets it lists.
-pub fn write_s3_index(local: &Path, remote: &Remote, list: bool) -> Result<usize, String> {
+/// S3 remote (one listing of the prefix, with or without `--aggregate`:
+/// a restart job that only reads names no rule); otherwise remove an
+/// index an earlier job left (it would name another remote's sets).
+/// Returns how many sets it lists.
+pub fn write_s3_index(local: &Path, remote: &Remote) -> Result<usize, String> {
     let path = local.join(S3_INDEX);
-    let (Remote::Url(RemoteUrl::S3(url), _), true) = (remote, list) else {
+    let Remote::Url(RemoteUrl::S3(url), _) = remote else {
         return match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(format!("{}: {e}", path.display()))

@@ -131,12 +131,8 @@ pub(crate) fn scan_member(
     )))
 }
 
-/// The POSIX directory sets of `f` go to: the remote's root, or the
-/// prefix the program wrote under (its path minus the relative path).
-pub(crate) fn remote_root(remote: &Remote, f: &MemberFile) -> Result<PathBuf, DrainError> {
-    remote_root_of(remote, &f.app_path, &f.rel)
-}
-
+/// The POSIX directory sets go to: the remote's root, or the prefix the
+/// program wrote under (its path `app_path` minus the relative path).
 pub(crate) fn remote_root_of(
     remote: &Remote,
     app_path: &[u8],
@@ -148,7 +144,7 @@ pub(crate) fn remote_root_of(
             kind: ErrorKind::Permanent,
             target: url.to_string(),
             op: "write checkpoint set",
-            message: Sets::check_remote(Some(url), true).unwrap_err(),
+            message: format!("{url} is not a directory (sets there go through its own store)"),
         })),
         Remote::Prefix => {
             let path = Path::new(OsStr::from_bytes(app_path));

@@ -15,14 +15,14 @@
 //! sender (1, or 0 and why it failed).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::FileExt;
 use std::sync::{Condvar, Mutex};
 
 use paralog_aggregate::format::{Extent, Member};
 
 use crate::cluster::mpi::{Comm, MpiError};
+
+use super::jobroot::ContainerOut;
 
 const TAG_HEAD: i32 = 1;
 const TAG_DATA: i32 = 2;
@@ -117,8 +117,8 @@ pub struct Leader<'a> {
     pub peers: &'a dyn Fn(bool),
     /// Non-leader nodes of the group (each sends `DONE` once).
     pub senders: usize,
-    /// The container, created new and empty.
-    pub file: &'a File,
+    /// The container, created new and empty (a file, or an upload).
+    pub out: &'a ContainerOut,
     /// Its index in the set record.
     pub container: u32,
     pub align: u64,
@@ -140,8 +140,6 @@ pub struct Written {
     pub members: BTreeMap<u32, Member>,
     /// The container's length.
     pub end: u64,
-    /// Bytes received from the senders.
-    pub received: u64,
     /// The most receive buffers in use at once (never above the pool).
     pub peak_buffers: usize,
     /// Why it failed (a sender's or a writer's error).
@@ -150,7 +148,7 @@ pub struct Written {
 
 #[derive(Clone, Copy)]
 struct Params<'a> {
-    file: &'a File,
+    out: &'a ContainerOut,
     container: u32,
     align: u64,
     crc_block: u32,
@@ -201,6 +199,9 @@ impl Shared<'_> {
     /// aligned offset of the shared counter.
     fn place(&self, index: u32, offset: u64, data: &[u8]) -> Result<(), String> {
         let len = data.len() as u64;
+        // An upload takes its bytes in order: its lock is held from the
+        // offset to the write (a file's writers write in parallel).
+        let mut in_order = self.l.out.in_order();
         let at = {
             let mut p = lock(&self.placed);
             let at = p.next;
@@ -208,10 +209,8 @@ impl Shared<'_> {
             p.end = p.end.max(at + len);
             at
         };
-        self.l
-            .file
-            .write_all_at(data, at)
-            .map_err(|e| format!("writing the container at {at}: {e}"))?;
+        self.l.out.write_at(&mut in_order, at, data)?;
+        drop(in_order);
         let crcs = data
             .chunks(self.l.crc_block as usize)
             .map(paralog_checksum::crc32c)
@@ -307,9 +306,8 @@ impl Shared<'_> {
         comm: &Comm,
         peers: &dyn Fn(bool),
         metas: &mut BTreeMap<u32, (Vec<u8>, u64, u32)>,
-    ) -> Result<u64, MpiError> {
+    ) -> Result<(), MpiError> {
         let mut left = self.l.senders;
-        let mut received = 0u64;
         while left > 0 {
             let mut buf = {
                 let mut st = lock(&self.st);
@@ -329,7 +327,6 @@ impl Shared<'_> {
             };
             match tag {
                 TAG_DATA if n >= DATA_HEADER => {
-                    received += (n - DATA_HEADER) as u64;
                     lock(&self.st).queue.push_back((buf, n));
                     self.cv.notify_all();
                     continue;
@@ -357,7 +354,7 @@ impl Shared<'_> {
             }
             self.give_back(buf);
         }
-        Ok(received)
+        Ok(())
     }
 }
 
@@ -371,7 +368,7 @@ pub fn lead(mut l: Leader<'_>) -> Result<Written, MpiError> {
         .collect();
     let shared = Shared {
         l: Params {
-            file: l.file,
+            out: l.out,
             container: l.container,
             align: l.align,
             crc_block: l.crc_block,
@@ -397,7 +394,7 @@ pub fn lead(mut l: Leader<'_>) -> Result<Written, MpiError> {
         locals: Mutex::new(locals.into()),
     };
     let (comm, peers) = (l.comm, l.peers);
-    let received = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         for _ in 0..WRITERS {
             s.spawn(|| shared.writer());
         }
@@ -410,15 +407,13 @@ pub fn lead(mut l: Leader<'_>) -> Result<Written, MpiError> {
     let placed = lock(&shared.placed);
     let mut w = Written {
         end: placed.end,
-        received,
         peak_buffers: st.peak,
         error: lock(&shared.error).clone(),
         ..Written::default()
     };
     if w.error.is_none() {
-        let synced = l.file.set_len(placed.end).and_then(|()| l.file.sync_all());
-        if let Err(e) = synced {
-            w.error = Some(format!("making the container durable: {e}"));
+        if let Err(e) = l.out.finish(placed.end) {
+            w.error = Some(e);
         }
     }
     for (index, (path, size, mode)) in metas {

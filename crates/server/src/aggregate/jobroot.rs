@@ -1,0 +1,235 @@
+//! Where the server job's checkpoint sets go (docs/aggregate.md, "Many
+//! nodes"): a POSIX directory or S3. The publish of `across` is the same
+//! on both; this module is the one place that tells them apart, and it
+//! calls the one-node code of each remote (the POSIX publish's
+//! `collect_orphans`/`commit_record`/`remove_set`, the store's
+//! `collect_orphans_store`/`commit_record_store`/`remove_set_store` and
+//! S3's container upload), so that a crash leaves the same things behind
+//! and the same collection finds them.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use paralog_aggregate::format::SetRecord;
+use paralog_aggregate::publish::{collect_orphans, commit_record, create_dirs};
+use paralog_aggregate::reader::SetReader;
+use paralog_aggregate::remove::remove_set;
+use paralog_aggregate::store::{
+    collect_orphans_store, commit_record_store, remove_set_store, ContainerSink, ContainerSource,
+    SetStore,
+};
+use paralog_backend::RemoteUrl;
+use paralog_s3::sets::S3Sets;
+
+use crate::remote::Remote;
+
+use super::scan::{s3_sets, SetsRoot};
+
+/// The remote of a server job's sets.
+pub(crate) enum JobRoot {
+    /// A POSIX directory: the remote's, or the prefix the program wrote
+    /// under (which only the record writer knows: it is shared).
+    Dir(PathBuf),
+    /// `s3://`: every server opens the client of the job's own URL.
+    S3(S3Sets),
+}
+
+fn rel(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+impl JobRoot {
+    /// The root of this job's sets: S3 from the remote's URL, else the
+    /// directory `dir` the record writer shared.
+    pub(crate) fn of(remote: &Remote, dir: PathBuf) -> Result<JobRoot, String> {
+        match remote {
+            Remote::Url(RemoteUrl::S3(u), _) => s3_sets(u).map(JobRoot::S3).map_err(rel),
+            _ => Ok(JobRoot::Dir(dir)),
+        }
+    }
+
+    /// How messages name the set `set` (its directory, or its S3 prefix).
+    pub(crate) fn display(&self, set: &[u8]) -> PathBuf {
+        match self {
+            JobRoot::Dir(r) => r.join(OsStr::from_bytes(set)),
+            JobRoot::S3(s3) => s3.display(set, b""),
+        }
+    }
+
+    /// The record writer, before anything of a new attempt is written:
+    /// the set's directory made, what a crashed attempt left collected
+    /// (no writer of the set runs now: the servers agree before the
+    /// transfer), and the published record read.
+    pub(crate) fn prepare(&self, set: &[u8]) -> Result<Option<SetRecord>, String> {
+        let dir = self.display(set);
+        let removed = match self {
+            JobRoot::Dir(root) => {
+                create_dirs(root, &dir).map_err(rel)?;
+                collect_orphans(&dir).map_err(rel)?
+            }
+            JobRoot::S3(s3) => collect_orphans_store(s3, set).map_err(rel)?,
+        };
+        if !removed.is_empty() {
+            tracing::info!(set = %dir.display(), removed = removed.len(), "removed orphaned containers");
+        }
+        match self {
+            JobRoot::Dir(_) => paralog_aggregate::reader::read_record(&dir).map_err(rel),
+            JobRoot::S3(s3) => s3.read_record(set).map_err(rel),
+        }
+    }
+
+    /// The published version of the set, for the members' bases and the
+    /// members a new version keeps.
+    pub(crate) fn open_old(&self, set: &[u8]) -> Result<Option<Arc<SetReader>>, String> {
+        let r = match self {
+            JobRoot::Dir(_) => SetReader::open(&self.display(set)),
+            JobRoot::S3(s3) => s3.open_set(set),
+        };
+        r.map(|o| o.map(Arc::new)).map_err(rel)
+    }
+
+    /// The same root as the one-node drain names it (a member's base).
+    pub(crate) fn sets_root(&self) -> SetsRoot {
+        match self {
+            JobRoot::Dir(r) => SetsRoot::Dir(r.clone()),
+            JobRoot::S3(s3) => SetsRoot::S3(s3.clone()),
+        }
+    }
+
+    /// A leader's new container `name` (never an existing one).
+    pub(crate) fn create_container(&self, set: &[u8], name: &[u8]) -> Result<ContainerOut, String> {
+        match self {
+            JobRoot::Dir(_) => {
+                let path = self.display(set).join(OsStr::from_bytes(name));
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o644)
+                    .open(&path)
+                    .map(|f| ContainerOut::File(f, Some(path.clone())))
+                    .map_err(|e| format!("creating {}: {e}", path.display()))
+            }
+            JobRoot::S3(s3) => s3
+                .create_container(set, name)
+                .map(|sink| ContainerOut::Sink(Mutex::new(sink)))
+                .map_err(rel),
+        }
+    }
+
+    /// The record writer's commit of `rec` (the one-node commit of the
+    /// remote: a rename on POSIX, one PUT on S3), then the containers only
+    /// `previous` used are removed. `committed` is called once the record
+    /// is in place.
+    pub(crate) fn commit(
+        &self,
+        rec: &SetRecord,
+        previous: Option<&SetRecord>,
+        attempt: u64,
+        committed: &mut dyn FnMut(),
+    ) -> Result<(), String> {
+        let hook = &crate::failpoint::hit;
+        match self {
+            JobRoot::Dir(_) => commit_record(
+                &self.display(&rec.set),
+                rec,
+                previous,
+                attempt,
+                hook,
+                committed,
+            ),
+            JobRoot::S3(s3) => commit_record_store(s3, rec, previous, hook, committed),
+        }
+        .map_err(rel)
+    }
+
+    /// The set removed (its program deleted every member): the record,
+    /// then `previous`'s containers.
+    pub(crate) fn remove(&self, previous: &SetRecord) -> Result<(), String> {
+        match self {
+            JobRoot::Dir(_) => remove_set(&self.display(&previous.set), previous),
+            JobRoot::S3(s3) => remove_set_store(s3, previous),
+        }
+        .map_err(rel)
+    }
+}
+
+/// A leader's container being written by its writer threads.
+pub(crate) enum ContainerOut {
+    /// A file created new (its path; `None`: /dev/null, when the container
+    /// could not be created and what the senders send is dropped): any
+    /// writer thread writes its block at its offset.
+    File(File, Option<PathBuf>),
+    /// An upload (S3): bytes must arrive in increasing offsets, so a
+    /// block's offset is taken and its bytes handed over under this lock
+    /// (the upload sends parts in the background).
+    Sink(Mutex<Box<dyn ContainerSink>>),
+}
+
+/// The lock a block's placement is taken under, when the container needs
+/// its bytes in order.
+pub(crate) type InOrder<'a> = Option<MutexGuard<'a, Box<dyn ContainerSink>>>;
+
+impl ContainerOut {
+    /// Receives and drops what the senders send (see `File`).
+    pub(crate) fn null() -> std::io::Result<ContainerOut> {
+        let f = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
+        Ok(ContainerOut::File(f, None))
+    }
+
+    /// Taken before a block's offset: held until its bytes are written.
+    pub(crate) fn in_order(&self) -> InOrder<'_> {
+        match self {
+            ContainerOut::File(..) => None,
+            ContainerOut::Sink(s) => Some(s.lock().unwrap_or_else(|p| p.into_inner())),
+        }
+    }
+
+    /// Write `data` at `at` (with `in_order`'s guard, if it gave one).
+    pub(crate) fn write_at(
+        &self,
+        guard: &mut InOrder<'_>,
+        at: u64,
+        data: &[u8],
+    ) -> Result<(), String> {
+        match (self, guard) {
+            (ContainerOut::File(f, _), _) => f
+                .write_all_at(data, at)
+                .map_err(|e| format!("writing the container at {at}: {e}")),
+            (ContainerOut::Sink(_), Some(sink)) => sink
+                .write(at, data)
+                .map_err(|e| format!("writing the container at {at}: {e}")),
+            (ContainerOut::Sink(_), None) => Err("a container upload written out of order".into()),
+        }
+    }
+
+    /// The container complete and durable, `end` bytes long (a file's
+    /// fsync; an upload's completion).
+    pub(crate) fn finish(&self, end: u64) -> Result<(), String> {
+        match self {
+            ContainerOut::File(f, _) => f.set_len(end).and_then(|()| f.sync_all()).map_err(rel),
+            ContainerOut::Sink(s) => s
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .finish(end)
+                .map_err(rel),
+        }
+        .map_err(|e| format!("making the container durable: {e}"))
+    }
+
+    /// Nothing of this attempt's container left (no record lists it):
+    /// the file removed, the upload aborted or the object deleted. A
+    /// failure leaves an orphan for the next publish or `recover`.
+    pub(crate) fn discard(&self) {
+        match self {
+            ContainerOut::File(_, Some(p)) => {
+                let _ = std::fs::remove_file(p);
+            }
+            ContainerOut::File(_, None) => {}
+            ContainerOut::Sink(s) => s.lock().unwrap_or_else(|p| p.into_inner()).abandon(),
+        }
+    }
+}

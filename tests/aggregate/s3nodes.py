@@ -1,0 +1,215 @@
+"""Checkpoint sets on S3 written by a server job (docs/aggregate.md, "Sets
+on S3" and "Many nodes"), against a real MinIO on loopback: 2 simulated
+nodes (tests/lib/server.py's Cluster), 2 ranks each, members of 4.4 to
+6.6 MB (+-20 %, some above 5 MiB) and `part_size=5M`, so that every
+container is a multipart upload of several parts packed across members
+(and across the nodes whose members its leader received).
+
+  s3 nodes mpich K=1, s3 nodes openmpi K=2
+                  the server job drains 2 checkpoints of 4 members (Open
+                  MPI: written with MPI-IO on MPI_COMM_SELF): the bucket
+                  holds exactly K container objects + 1 set record per set
+                  (the keys listed), each container of several parts, no
+                  upload marker and no unfinished multipart upload;
+                  `paralog sets` lists them complete, and `paralog extract`
+                  of every member equals the direct run's file. Then a
+                  restart job started without `--aggregate` (`paralog run`,
+                  a new node-local directory) reads the members: EIO, with
+                  one line per member naming its set and `paralog extract`
+  s3 nodes leader killed
+                  a second server job (a restart job rewriting every
+                  member) whose leader is killed (SIGKILL, failpoint
+                  aggregate.mid_transfer) at its sixth block received, in
+                  the middle of its container's upload: every set reads
+                  whole as its first version; an unfinished multipart upload
+                  and its marker are left; `paralog recover` on every node
+                  (an MPI job) aborts it, deletes the marker and publishes
+                  every set's second version (K + 1 keys per set, equal to
+                  the second run), no upload left
+  s3 nodes record writer killed
+                  the same, the record writer killed after every leader
+                  reported its container complete and before the record's
+                  PUT (aggregate.before_record): complete orphan containers
+                  are left, the previous version reads whole; `recover`
+                  deletes them and publishes the second version
+"""
+import json
+import subprocess
+
+from tests.lib.check import Failed, check
+from tests.lib.compare import same_bytes
+from tests.lib.mpi import launcher
+from tests.lib.paralog import paralog_run
+from tests.lib.paths import BIN
+from tests.lib.proc import run
+from tests.lib.server import AS_NODE, RANKS_PER_NODE, Cluster
+
+from tests.aggregate import run as agg
+from tests.aggregate import s3
+from tests.aggregate.s3 import BUCKET, MARK, RULE, QUERY, with_minio
+
+NODES = 2
+NP = NODES * RANKS_PER_NODE
+STEPS, MEAN = 2, 5_500_000
+# Blocks of 1 MiB between nodes, blocks aligned to 64 KiB in a container.
+SERVER_ARGS = ["--buffer", "1M", "--agg-align", "64K", "--agg-buffers", "2"]
+
+
+def write_job(c, flavour, extra=None, check_rc=True):
+    env = c.capture_env(c.env({"RANKS_PER_NODE": str(RANKS_PER_NODE), **(extra or {})}))
+    cmd = launcher(flavour, NP) + [AS_NODE, agg.ckpt_mpi(flavour), c.prefix, NP, STEPS, MEAN]
+    return run(cmd, env=env, timeout=300, check=check_rc)
+
+
+def direct(work, name, salt="0"):
+    """The direct run's files (the serial program writes the same bytes)."""
+    d = work / name
+    d.mkdir()
+    run([agg.ckpt(), d, NP, STEPS, MEAN], env=agg.clean_env({"CKPT_SALT": salt}))
+    return d
+
+
+def cluster(work, flavour, minio, url, k, per_node_env=None):
+    args = ["--aggregate", RULE, *SERVER_ARGS, "--containers", str(k)]
+    c = Cluster(work, flavour, NODES, url, aws_env=s3.aws_env(minio), server_args=args)
+    c.start_servers(per_node_env)
+    return c
+
+
+def uploads_under(minio, prefix):
+    """The unfinished multipart uploads MinIO lists under `prefix/` (its
+    running process lists those it created)."""
+    r = minio.api("list-multipart-uploads", "--bucket", BUCKET, "--prefix", f"{prefix}/") or {}
+    return [(u["Key"], u["UploadId"]) for u in r.get("Uploads", []) or []]
+
+
+def check_clean(minio, pre, k, sets, marked=()):
+    """K containers + set.plr per set and nothing else; no upload left
+    (those of the containers in `marked` looked up by their exact keys)."""
+    keys = s3.check_keys(minio, pre, k, sets)
+    left = uploads_under(minio, pre) + [u for key in marked for u in minio.uploads(BUCKET, key)]
+    check(not left, f"unfinished multipart uploads left: {left}")
+    return keys
+
+
+def check_versions(minio, url, work, label, sets, want_dir, version):
+    rows = json.loads(run([BIN, "sets", url, "--json"], env=minio.env()).stdout)
+    check([r["set"] for r in rows] == sets, f"{label}: paralog sets lists {rows}")
+    for r in rows:
+        check(r["complete"] is True and r["members"] == NP and r["version"] == version,
+              f"{label}: {r} (not complete version {version} of {NP} members)")
+    for s in sets:
+        out = s3.extract(url, minio.env(), work, label, s)
+        names = sorted(p.name for p in out.iterdir())
+        check(names == [f"rank-{i:05d}.dat" for i in range(NP)], f"{label} {s}: extracted {names}")
+        for n in names:
+            same_bytes(want_dir / s / n, out / n, f"{label}: {s}/{n}")
+
+
+def case_sets(flavour, k):
+    @with_minio
+    def case(work, minio):
+        pre = f"job-{flavour}-k{k}"
+        url = f"s3://{BUCKET}/{pre}{QUERY}"
+        c = cluster(work, flavour, minio, url, k)
+        try:
+            write_job(c, flavour, {"CKPT_MPIIO": "1" if flavour == "openmpi" else "0"})
+            c.wait(timeout=300)
+        finally:
+            c.stop()
+        first = direct(work, "direct")
+        sets = [f"ckpt/{p.name}" for p in sorted((first / "ckpt").iterdir())]
+        keys = check_clean(minio, pre, k, sets)
+        counts = [s3.parts(minio, f"{pre}/{d}/{n}") for d in sets for n in keys[d] if n.endswith(".plc")]
+        check(all(n >= 2 for n in counts), f"containers of one part: {counts} (parts are 5 MiB)")
+        check_versions(minio, url, work, "v1", sets, first, 1)
+        restart_refused(work, minio, c.prefix, pre, url, sets)
+        return (f"{len(sets)} sets x {NP} members from {NODES} nodes in {k} container(s) of "
+                f"{min(counts)}-{max(counts)} parts, K + 1 keys per set, no upload left, extract equals direct; "
+                f"a restart without --aggregate: EIO naming the set and paralog extract")
+    return case
+
+
+def restart_refused(work, minio, prefix, pre, url, sets):
+    """A restart job started WITHOUT --aggregate (`paralog run`, a new
+    node-local directory) reading the members back: capture cannot read S3,
+    so each read fails with EIO and one line naming the set and `paralog
+    extract` (before, such a job listed no sets and the reads found no
+    file: ENOENT, as if the checkpoint did not exist)."""
+    r = paralog_run(work / "restart-local", prefix, [agg.ckpt(), prefix, NP, STEPS, MEAN, "verify"], job="r",
+                    remote=url, env=minio.env(), check=False)
+    check(r.returncode != 0, "a restart read of a member on S3 succeeded")
+    said = r.stdout + r.stderr
+    for s in sets:
+        member = prefix / s / "rank-00000.dat"
+        line = (f"paralog: {member}: in the checkpoint set {s} on S3, which capture cannot read "
+                f"(no network I/O in the program): run `paralog extract s3://{BUCKET}/{pre} {s} OUT`")
+        check(line in r.stderr, f"no line naming {s} and paralog extract: {r.stderr[-800:]}")
+        check(f"{member}: Input/output error" in said, f"{member}: not EIO: {said[-800:]}")
+
+
+def case_killed(flavour, point, who):
+    @with_minio
+    def case(work, minio):
+        k = 1
+        pre = f"killed-{flavour}"
+        url = f"s3://{BUCKET}/{pre}{QUERY}"
+        c = cluster(work / "first", flavour, minio, url, k)
+        try:
+            write_job(c, flavour)
+            c.wait(timeout=300)
+        finally:
+            c.stop()
+        first, second = direct(work, "direct"), direct(work, "direct2", salt="5")
+        sets = [f"ckpt/{p.name}" for p in sorted((first / "ckpt").iterdir())]
+        check_clean(minio, pre, k, sets)
+        # A restart job rewrites every member: each set's version 2. Only a
+        # set's leader (its record writer) reaches the point.
+        fp = {n: {"PARALOG_FAILPOINT": point} for n in range(NODES)}
+        c = cluster(work / "second", flavour, minio, url, k, fp)
+        try:
+            write_job(c, flavour, {"CKPT_SALT": "5"}, check_rc=False)
+            run([BIN, "wait", "--local", c.local, "--job", "t", "--timeout", "120"],
+                env=c.env({"PARALOG_NODE": "n0"}), check=False, timeout=200)
+            try:
+                rc = c.servers.wait(timeout=180)
+            except subprocess.TimeoutExpired:
+                raise Failed(f"the server job went on after its {who} died: {c.tail()}")
+            check(rc != 0, f"the server job exited 0 although the {who} was killed: {c.tail()}")
+            check("failpoint reached" in c.tail(100000), f"the {who}'s failpoint was not reached: {c.tail()}")
+        finally:
+            c.stop()
+        # The previous version reads whole; the interrupted attempt left
+        # what the point says, and nothing else.
+        check_versions(minio, url, work, "after the crash", sets, first, 1)
+        keys = s3.set_keys(minio, pre)
+        marks = [f"{pre}/{d}/{n.removeprefix(MARK)}" for d, names in keys.items() for n in names
+                 if n.startswith(MARK)]
+        containers = sum(1 for names in keys.values() for n in names if n.endswith(".plc"))
+        if point.startswith("aggregate.mid_transfer"):
+            left = [u for key in marks for u in minio.uploads(BUCKET, key)]
+            check(marks and left, f"no unfinished upload (with its marker) after the leader died "
+                                  f"mid-transfer: {keys}")
+            what = f"{len(left)} unfinished upload(s), {len(marks)} marker(s)"
+        else:
+            check(containers > k * len(sets) and not marks,
+                  f"no complete orphan container after the record writer died before the record: {keys}")
+            what = f"{containers - k * len(sets)} complete orphan container(s)"
+        recover = [BIN, "recover", "--local", c.local, "--remote", url, "--job", "t", "--aggregate", RULE,
+                   "--agg-align", "64K", "--containers", str(k)]
+        r = run(c.node_cmd(recover), env=c.env(), check=False, timeout=300)
+        check(r.returncode == 0, f"recover exited {r.returncode}: {(r.stdout + r.stderr)[-800:]}")
+        check_clean(minio, pre, k, sets, marks)
+        check_versions(minio, url, work, "after recover", sets, second, 2)
+        return (f"the {who} died: every set read as version 1, {what} left; recover on every node "
+                f"collected them and published version 2 (equal to the second run), K + 1 keys per set")
+    return case
+
+
+def cases():
+    return [
+        ("s3 nodes mpich K=1", case_sets("mpich", 1)),
+        ("s3 nodes openmpi K=2", case_sets("openmpi", 2)),
+        ("s3 nodes leader killed", case_killed("mpich", "aggregate.mid_transfer:6", "leader")),
+        ("s3 nodes record writer killed", case_killed("openmpi", "aggregate.before_record", "record writer")),
+    ]
