@@ -34,6 +34,11 @@ pub struct DrainOptions {
     /// A round takes about this many bytes of local batches at most (at
     /// least one batch), so that a round's memory stays bounded.
     pub max_round_bytes: u64,
+    /// Local retention: once the segments of ended producers that the
+    /// published rounds took whole, plus the cut log, amount to this many
+    /// bytes, the segments are deleted and the log rewritten to start at a
+    /// base record (`release.rs`). `u64::MAX`: keep everything.
+    pub release_bytes: u64,
 }
 
 impl Default for DrainOptions {
@@ -41,6 +46,7 @@ impl Default for DrainOptions {
         DrainOptions {
             roll_bytes: 64 << 20,
             max_round_bytes: 64 << 20,
+            release_bytes: 64 << 20,
         }
     }
 }
@@ -63,6 +69,8 @@ pub struct DrainReport {
     pub cut: Vec<(PathBuf, u64)>,
     /// A trim request applied after the round (object remotes), per partition.
     pub trimmed: Vec<crate::retention::Trimmed>,
+    /// Local retention after the round: segments deleted, log rebased.
+    pub released: crate::release::Released,
 }
 
 /// The streams that have a directory under the node-local root.
@@ -103,6 +111,8 @@ struct Known {
     rdir: PathBuf,
     cuts_len: u64,
     rounds: u64,
+    /// The round of the log's base record (0: none).
+    base_round: u64,
     n: u32,
     /// Per producer, where the last cut's range of its segment ended.
     taken: HashMap<u64, u64>,
@@ -220,6 +230,7 @@ impl Drainer {
         let new = take_new(&segs, &k.taken, k.rounds, k.n, opts, &mut report)?;
         if new.is_empty() {
             report.trimmed = remote.after_round(stream, k.n)?;
+            report.released = release(&dir, &segs, &cuts_path, &mut k, opts)?;
             self.known.insert(stream.into(), k);
             return Ok(report);
         }
@@ -266,9 +277,30 @@ impl Drainer {
         report.events = cut.parts.iter().map(|p| p.count).sum();
         report.bytes = cut.parts.iter().map(|p| p.len).sum();
         report.trimmed = remote.after_round(stream, k.n)?;
+        report.released = release(&dir, &segs, &cuts_path, &mut k, opts)?;
         self.known.insert(stream.into(), k);
         Ok(report)
     }
+}
+
+/// Every cut of the log is published now: release what that made
+/// redundant on the node.
+fn release(
+    dir: &Path,
+    segs: &BTreeMap<u64, LocalSeg>,
+    cuts_path: &Path,
+    k: &mut Known,
+    opts: &DrainOptions,
+) -> Result<crate::release::Released> {
+    let log = crate::release::LogState {
+        cuts_path,
+        cuts_len: &mut k.cuts_len,
+        rounds: k.rounds,
+        base_round: &mut k.base_round,
+        taken: &mut k.taken,
+        state: &k.state,
+    };
+    crate::release::release(dir, segs, log, opts.release_bytes)
 }
 
 /// Read the whole cut log, check it against the remote, and apply the
@@ -282,8 +314,8 @@ fn replay(
     cuts_path: &Path,
     report: &mut DrainReport,
 ) -> Result<Option<Known>> {
-    let (cuts, cuts_len) = local::read_cuts(cuts_path)?;
-    let n = match (cuts.last().map(|c| c.parts.len() as u32), seg_parts) {
+    let log = local::read_log(cuts_path)?;
+    let n = match (log.partitions(), seg_parts) {
         (Some(a), Some(b)) if a != b => {
             return Err(StreamError::PartitionMismatch {
                 stream: stream.into(),
@@ -297,19 +329,32 @@ fn replay(
     remote.ensure(stream, n)?;
     let wm = remote.watermark(stream, n)?;
     let rdir = &remote.stream_dir(stream);
-    if wm.parts.len() != n as usize || wm.round > cuts.len() as u64 {
+    if wm.parts.len() != n as usize || wm.round > log.rounds() {
         return Err(StreamError::Invalid {
             what: format!(
                 "{}: round {} with {} partitions, but this node's cut log ends at round {} with {n}: the remote was drained from another node-local root, or the cut log lost its last record (damaged: look at it)",
-                rdir.join(layout::WATERMARK).display(), wm.round, wm.parts.len(), cuts.len()
+                rdir.join(layout::WATERMARK).display(), wm.round, wm.parts.len(), log.rounds()
             ),
         });
     }
     // The cut log is the history: fold it into each partition's state,
-    // applying what the remote does not have yet.
-    let mut state = vec![PartMark::default(); n as usize];
-    let mut taken = HashMap::new();
-    for cut in &cuts {
+    // applying what the remote does not have yet. A base stands for the
+    // rounds up to its own, published before it was written.
+    let (mut state, mut taken, base_round) = match &log.base {
+        Some(b) => {
+            if wm.round < b.round || (wm.round == b.round && wm.parts != b.parts) {
+                return Err(StreamError::Invalid {
+                    what: format!(
+                        "{}: round {}, but this node's cut log starts at a base of round {} (the rounds before it were published and their local segments released): this remote is not the one the stream was drained to, or it lost rounds",
+                        rdir.join(layout::WATERMARK).display(), wm.round, b.round
+                    ),
+                });
+            }
+            (b.parts.clone(), log.taken_base(), b.round)
+        }
+        None => (vec![PartMark::default(); n as usize], HashMap::new(), 0),
+    };
+    for cut in &log.cuts {
         for (p, part) in cut.parts.iter().enumerate() {
             if part.first != state[p].next {
                 return Err(corrupt(
@@ -351,8 +396,9 @@ fn replay(
     }
     Ok(Some(Known {
         rdir: rdir.clone(),
-        cuts_len,
-        rounds: cuts.len() as u64,
+        cuts_len: log.len,
+        rounds: log.rounds(),
+        base_round,
         n,
         taken,
         state,

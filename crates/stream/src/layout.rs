@@ -24,6 +24,10 @@ use crate::error::{IoContext, Result};
 /// `.paralog-*` entries are not read as jobs by the log's inventory.
 pub const STREAMS_DIR: &str = ".paralog-streams";
 pub const CUTS: &str = "cuts";
+/// Made by a server job's share of a stream (`nodes.rs`): the cut log holds
+/// the job's cuts, the same on every node, so a one-node drain of this
+/// root releases nothing (docs/streams.md "Local retention").
+pub const JOB_MARK: &str = "job";
 pub const DRAIN_LOCK: &str = "drain.lock";
 pub const STREAM_RECORD: &str = "stream";
 pub const WATERMARK: &str = "watermark";
@@ -130,6 +134,12 @@ pub fn create_dirs(base: &Path, dir: &Path, mode: u32) -> Result<bool> {
 /// fsync, rename, fsync of the directory. A reader sees the old record or
 /// the new one, before and after a crash.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    write_atomic_then(path, bytes, mode, &|| {})
+}
+
+/// [`write_atomic`], calling `synced` once the temporary is durable and
+/// before the rename (a crash point for tests).
+pub fn write_atomic_then(path: &Path, bytes: &[u8], mode: u32, synced: &dyn Fn()) -> Result<()> {
     let name = path
         .file_name()
         .expect("a record path has a name")
@@ -145,6 +155,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     f.write_all(bytes).ctx("write", &tmp)?;
     // The content must be on disk before the name points at it.
     f.sync_all().ctx("fsync", &tmp)?;
+    synced();
     std::fs::rename(&tmp, path).ctx("rename into place", path)?;
     // The rename is the commit; it is durable once the directory is.
     sync_dir(path.parent().expect("a record path has a parent"))

@@ -9,6 +9,7 @@
 //! - [`Reader`]: reads a remote stream below its high watermark, merged in
 //!   cut or event-time order, alone or as a group with committed offsets.
 
+mod base;
 pub mod drain;
 pub mod error;
 pub mod failpoint;
@@ -27,6 +28,7 @@ pub mod producer;
 mod publish;
 pub mod quota;
 pub mod reader;
+pub mod release;
 mod records;
 pub mod remote;
 mod remote_stream;

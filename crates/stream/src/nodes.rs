@@ -20,7 +20,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use crate::drain::{self, DrainOptions, DrainReport};
-use crate::error::{corrupt, Result, StreamError};
+use crate::error::{corrupt, IoContext, Result, StreamError};
 use crate::format::{self, Cut, PartMark, Watermark, KIND_LOCAL_BATCH};
 use crate::layout;
 use crate::local;
@@ -59,6 +59,8 @@ pub struct NodeShare {
     /// Each partition's state after the last cut.
     state: Vec<PartMark>,
     last: Option<Cut>,
+    /// The log's base record, if it starts with one.
+    base: Option<format::Base>,
 }
 
 impl NodeShare {
@@ -70,8 +72,10 @@ impl NodeShare {
         let dir = layout::stream_dir(local, stream);
         layout::create_dirs(local, &dir, 0o700)?;
         let lock = local::lock(&dir.join(layout::DRAIN_LOCK))?;
+        mark_job(&dir)?;
         let cuts_path = dir.join(layout::CUTS);
-        let (cuts, cuts_len) = local::read_cuts(&cuts_path)?;
+        let log = local::read_log(&cuts_path)?;
+        let cuts_len = log.len;
         let mut share = NodeShare {
             stream: stream.into(),
             dir,
@@ -83,8 +87,18 @@ impl NodeShare {
             taken: HashMap::new(),
             state: Vec::new(),
             last: None,
+            base: None,
         };
-        for cut in cuts {
+        if let Some(b) = &log.base {
+            // A one-node drain released this root's history before it
+            // was drained by a server job: start from its base.
+            share.rounds = b.round;
+            share.n = Some(b.parts.len() as u32);
+            share.state = b.parts.clone();
+            share.taken = log.taken_base();
+            share.base = log.base.clone();
+        }
+        for cut in log.cuts {
             share.fold(cut)?;
         }
         Ok(share)
@@ -181,9 +195,12 @@ impl NodeShare {
         if let Some(c) = self.last.as_ref().filter(|c| c.round == round) {
             return Ok(c.clone());
         }
-        let (cuts, _) = local::read_cuts(&self.cuts_path)?;
-        cuts.into_iter()
-            .nth(round.wrapping_sub(1) as usize)
+        let log = local::read_log(&self.cuts_path)?;
+        let first = log.base.as_ref().map_or(0, |b| b.round) + 1;
+        log.cuts
+            .into_iter()
+            .nth(round.wrapping_sub(first) as usize)
+            .filter(|_| round >= first)
             .ok_or_else(|| StreamError::Invalid {
                 what: format!(
                     "{}: no round {round} (the log ends at round {})",
@@ -208,7 +225,13 @@ impl NodeShare {
                 ),
             });
         }
-        if wm.round > 0 && after(&self.cut(wm.round)?) != wm.parts {
+        let want = match &self.base {
+            Some(b) if wm.round < b.round => None,
+            Some(b) if wm.round == b.round => Some(b.parts.clone()),
+            _ if wm.round == 0 => Some(wm.parts.clone()),
+            _ => Some(after(&self.cut(wm.round)?)),
+        };
+        if want.as_ref() != Some(&wm.parts) {
             return Err(corrupt(
                 &rdir.join(layout::WATERMARK),
                 16,
@@ -305,6 +328,18 @@ impl NodeShare {
         self.last = Some(cut);
         Ok(())
     }
+}
+
+/// Mark the stream's directory as drained by a server job (once, made
+/// durable): its cut log is the job's, so a one-node drain of this root
+/// releases nothing from it (docs/streams.md "Local retention").
+fn mark_job(dir: &Path) -> Result<()> {
+    let path = dir.join(layout::JOB_MARK);
+    if !path.exists() {
+        layout::open_private(&path)?.sync_all().ctx("fsync", &path)?;
+        layout::sync_dir(dir)?;
+    }
+    Ok(())
 }
 
 /// The partition a frame names (its bytes 4..8).

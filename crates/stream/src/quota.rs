@@ -14,12 +14,12 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::error::{IoContext, Result, StreamError};
-use crate::format::{self, Cut};
+use crate::format::{self, Base, Cut};
 use crate::layout;
 
 /// A quota: the undrained bytes past which `append` waits, and how long
@@ -37,8 +37,11 @@ pub(crate) struct Tracker {
     pub quota: Quota,
     stream: String,
     dir: PathBuf,
-    /// The cut log's bytes folded into `taken` so far.
+    /// The cut log's bytes folded into `taken` so far, and its inode: the
+    /// drain replaces the log by a base record now and then (local
+    /// retention), after which it is read again from its start.
     cuts_pos: u64,
+    cuts_ino: u64,
     /// Per producer, where the last cut's range of its segment ended.
     taken: HashMap<u64, u64>,
     /// The undrained bytes at the last look.
@@ -54,6 +57,7 @@ impl Tracker {
             stream: stream.into(),
             dir,
             cuts_pos: 0,
+            cuts_ino: 0,
             taken: HashMap::new(),
             undrained: 0,
             stale: true,
@@ -127,13 +131,27 @@ impl Tracker {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e).ctx("open", &path),
         };
-        let len = f.metadata().ctx("stat", &path)?.len();
+        let meta = f.metadata().ctx("stat", &path)?;
+        let len = meta.len();
+        if meta.ino() != self.cuts_ino {
+            self.cuts_ino = meta.ino();
+            self.cuts_pos = 0;
+            self.taken.clear();
+        }
         if len <= self.cuts_pos {
             return Ok(());
         }
         let mut b = vec![0u8; (len - self.cuts_pos) as usize];
         f.read_exact_at(&mut b, self.cuts_pos).ctx("read", &path)?;
         let mut pos = 0usize;
+        if self.cuts_pos == 0 && b.starts_with(format::MAGIC_BASE) {
+            let n = format::record_len(&b).unwrap_or(0).min(b.len());
+            let Ok(base) = Base::decode(&b[..n], &path, 0) else {
+                return Ok(());
+            };
+            self.taken.extend(base.producers);
+            pos = n;
+        }
         while let Some(n) = format::record_len(&b[pos..]) {
             if n < 36 || pos + n > b.len() {
                 break;
