@@ -362,7 +362,9 @@ fn existing_partitions(dir: &Path) -> Result<Option<u32>> {
         }
         return Ok(Some(Header::decode(&b, KIND_SEGMENT, &path)?.partitions));
     }
-    Ok(None)
+    // Every segment may have been released (local retention): the cut log
+    // still fixes the count.
+    Ok(crate::local::read_log(&dir.join(layout::CUTS))?.partitions())
 }
 
 /// The first bytes of a segment: enough for its header.
