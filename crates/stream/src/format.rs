@@ -6,8 +6,8 @@ use std::path::Path;
 
 use paralog_checksum::crc32c;
 
-use crate::error::{corrupt, Result};
 pub use crate::base::Base;
+use crate::error::{corrupt, Result};
 pub use crate::records::*;
 
 /// The version of every record defined in version 1 (kinds 1 to 11: their
@@ -144,7 +144,10 @@ pub(crate) fn check_record(
         return Err(corrupt(
             path,
             offset,
-            format!("record kind {kind} of format version {v} (it is version {})", version_of(kind)),
+            format!(
+                "record kind {kind} of format version {v} (it is version {})",
+                version_of(kind)
+            ),
         ));
     }
     if u32_at(b, 12) as usize != b.len() {

@@ -226,7 +226,17 @@ impl NodeShare {
             });
         }
         let want = match &self.base {
-            Some(b) if wm.round < b.round => None,
+            Some(b) if wm.round < b.round => {
+                return Err(StreamError::Invalid {
+                    what: format!(
+                        "{}: round {}, but the cut log {} starts at a base of round {} (the rounds before it were published and their local segments released): this remote is not the one the stream was drained to, or it lost rounds",
+                        rdir.join(layout::WATERMARK).display(),
+                        wm.round,
+                        self.cuts_path.display(),
+                        b.round
+                    ),
+                })
+            }
             Some(b) if wm.round == b.round => Some(b.parts.clone()),
             _ if wm.round == 0 => Some(wm.parts.clone()),
             _ => Some(after(&self.cut(wm.round)?)),
@@ -336,7 +346,9 @@ impl NodeShare {
 fn mark_job(dir: &Path) -> Result<()> {
     let path = dir.join(layout::JOB_MARK);
     if !path.exists() {
-        layout::open_private(&path)?.sync_all().ctx("fsync", &path)?;
+        layout::open_private(&path)?
+            .sync_all()
+            .ctx("fsync", &path)?;
         layout::sync_dir(dir)?;
     }
     Ok(())

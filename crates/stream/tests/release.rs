@@ -187,13 +187,7 @@ fn child_drain() {
     ) else {
         return;
     };
-    drain_stream(
-        Path::new(&local),
-        Path::new(&remote),
-        S,
-        &opts(ALWAYS),
-    )
-    .unwrap();
+    drain_stream(Path::new(&local), Path::new(&remote), S, &opts(ALWAYS)).unwrap();
 }
 
 fn killed_drain(local: &Path, remote: &Path, point: &str) {
@@ -204,7 +198,11 @@ fn killed_drain(local: &Path, remote: &Path, point: &str) {
         .env("PARALOG_FAILPOINT", point)
         .status()
         .unwrap();
-    assert_eq!(st.signal(), Some(9), "{point}: not killed by SIGKILL: {st:?}");
+    assert_eq!(
+        st.signal(),
+        Some(9),
+        "{point}: not killed by SIGKILL: {st:?}"
+    );
 }
 
 /// A drain killed at each step of a round and of a release; the next
@@ -233,9 +231,12 @@ fn killed_at_every_step_loses_nothing() {
         // log is the old one until the base is renamed over it.
         assert_eq!(segs(&local).len(), if released { 0 } else { 2 }, "{point}");
         assert_eq!(log_magic(&local), b"PLSTCUT\0", "{point}");
-        let tmp = std::fs::read_dir(sdir(&local))
-            .unwrap()
-            .any(|e| e.unwrap().file_name().to_string_lossy().starts_with(".cuts.tmp-"));
+        let tmp = std::fs::read_dir(sdir(&local)).unwrap().any(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with(".cuts.tmp-")
+        });
         assert_eq!(tmp, point == "stream.base_written", "{point}");
 
         let r = drain_stream(&local, &remote, S, &opts(ALWAYS)).unwrap();
@@ -243,9 +244,11 @@ fn killed_at_every_step_loses_nothing() {
         assert!(segs(&local).is_empty(), "{point}");
         assert_eq!(log_magic(&local), b"PLSTBASE", "{point}");
         assert!(
-            !std::fs::read_dir(sdir(&local))
+            !std::fs::read_dir(sdir(&local)).unwrap().any(|e| e
                 .unwrap()
-                .any(|e| e.unwrap().file_name().to_string_lossy().starts_with(".cuts.tmp-")),
+                .file_name()
+                .to_string_lossy()
+                .starts_with(".cuts.tmp-")),
             "{point}: the dead drain's temporary is removed"
         );
 
@@ -255,7 +258,10 @@ fn killed_at_every_step_loses_nothing() {
         drain_stream(&local, &remote, S, &opts(ALWAYS)).unwrap();
         drain_stream(&ref_local, &ref_remote, S, &opts(NEVER)).unwrap();
         let rd = |r: &Path| tree(&r.join(".paralog-streams").join(S));
-        assert!(rd(&remote) == rd(&ref_remote), "{point}: the remotes differ");
+        assert!(
+            rd(&remote) == rd(&ref_remote),
+            "{point}: the remotes differ"
+        );
         assert_eq!(
             events(&remote),
             HashMap::from([(a, 30), (b, 20), (c, 9)]),

@@ -3,9 +3,9 @@
 //! its watermark, a re-drain into a fresh remote, torn tails, damage named
 //! by file and offset, and bad input.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use paralog_stream::{
     drain_stream, Delivered, DrainOptions, From, Order, Partitioner, Producer, Reader,
@@ -14,7 +14,7 @@ use paralog_stream::{
 
 mod common;
 
-use common::{copy_tree, tree, dirs, round_robin, S};
+use common::{copy_tree, dirs, round_robin, tree, S};
 
 fn opts() -> DrainOptions {
     // Small segments, so that rolling is exercised.

@@ -276,12 +276,18 @@ fn base_v2() {
         r
     };
     let e = Base::decode(&reseal(b.clone(), 1), p, 0).unwrap_err();
-    assert!(e.to_string().contains("/named/cuts") && e.to_string().contains("version 1"), "{e}");
+    assert!(
+        e.to_string().contains("/named/cuts") && e.to_string().contains("version 1"),
+        "{e}"
+    );
     let cut = std::fs::read(dir().join("cut_v1.bin")).unwrap();
     let e = Cut::decode(&reseal(cut, 2), p, 0).unwrap_err();
     assert!(e.to_string().contains("version 2"), "{e}");
     let e = Base::decode(&reseal(b.clone(), 3), p, 0).unwrap_err();
-    assert!(e.to_string().contains("format version 3 is not supported"), "{e}");
+    assert!(
+        e.to_string().contains("format version 3 is not supported"),
+        "{e}"
+    );
     // Producers out of order are refused, naming where.
     let mut bad = base();
     bad.producers.reverse();
