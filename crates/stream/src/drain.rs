@@ -428,6 +428,9 @@ pub(crate) fn take_new(
         if total >= opts.max_round_bytes {
             break;
         }
+        if waits_for_pred(seg, segs, taken) {
+            continue;
+        }
         let mut pos = taken.get(&id).copied().unwrap_or(seg.header_len);
         let mut got = Vec::new();
         let mut used = 0u64;
@@ -459,6 +462,21 @@ pub(crate) fn take_new(
     }
     new.sort_by_key(|(id, _)| *id);
     Ok(new)
+}
+
+/// A rolled segment is not read while the segment it continues is here
+/// with bytes no cut took (read at the start of the round): so the
+/// producer's batches after its roll go into later rounds than those
+/// before, and its order holds in every partition.
+fn waits_for_pred(
+    seg: &LocalSeg,
+    segs: &BTreeMap<u64, LocalSeg>,
+    taken: &HashMap<u64, u64>,
+) -> bool {
+    let Some(pred) = seg.pred.and_then(|p| segs.get(&p).map(|s| (p, s))) else {
+        return false;
+    };
+    taken.get(&pred.0).copied().unwrap_or(pred.1.header_len) < pred.1.len
 }
 
 /// Each partition's state once `cut` is applied.

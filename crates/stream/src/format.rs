@@ -41,10 +41,14 @@ pub const KIND_GROUP: u16 = 9;
 pub const KIND_OBJECT_INDEX: u16 = 10;
 pub const KIND_TRIM: u16 = 11;
 pub const KIND_BASE: u16 = 12;
+/// A producer's segment that continues another of the same producer (a
+/// roll): kind 1's layout, its creation time replaced by the id of the
+/// segment it continues (format version 2).
+pub const KIND_ROLLED_SEGMENT: u16 = 13;
 
 /// The version a record of `kind` is written with and must carry.
 pub fn version_of(kind: u16) -> u16 {
-    if kind == KIND_BASE {
+    if kind == KIND_BASE || kind == KIND_ROLLED_SEGMENT {
         VERSION_2
     } else {
         VERSION
@@ -189,7 +193,8 @@ pub fn valid_name(what: &'static str, s: &str) -> Result<()> {
 }
 
 /// The header of a producer's segment (kind 1: `id` the producer, `first`
-/// its creation time in ns, `partition` its pid), of a remote partition
+/// its creation time in ns, `partition` its pid; kind 13, a rolled one:
+/// `first` the id of the segment it continues), of a remote partition
 /// segment (kind 2: `first` its first offset, `partition` its partition)
 /// or of the remote stream (kind 3: the description).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,7 +224,8 @@ impl Header {
     }
 
     /// Decode the header at the start of `b` (which may hold more); its
-    /// length in bytes is `52 + name.len()`.
+    /// length in bytes is `52 + name.len()`. `KIND_SEGMENT` accepts a
+    /// rolled segment's header too (`kind` tells which it is).
     pub fn decode(b: &[u8], kind: u16, path: &Path) -> Result<Header> {
         if b.len() < 52 {
             return Err(corrupt(path, 0, "header is cut short"));
@@ -232,7 +238,12 @@ impl Header {
                 format!("header length {len} is out of range"),
             ));
         }
-        check_record(&b[..len], MAGIC_HEADER, &[kind], path, 0)?;
+        let kinds: &[u16] = if kind == KIND_SEGMENT {
+            &[KIND_SEGMENT, KIND_ROLLED_SEGMENT]
+        } else {
+            &[kind]
+        };
+        let kind = check_record(&b[..len], MAGIC_HEADER, kinds, path, 0)?;
         let name_len = u16_at(b, 40) as usize;
         if 52 + name_len != len || b[42..48] != [0; 6] {
             return Err(corrupt(

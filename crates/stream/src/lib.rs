@@ -13,6 +13,7 @@ mod base;
 pub mod drain;
 pub mod error;
 pub mod failpoint;
+mod follow;
 pub mod format;
 mod lag;
 pub mod layout;

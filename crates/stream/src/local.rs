@@ -18,6 +18,8 @@ pub struct LocalSeg {
     pub header_len: u64,
     /// The length when listed: a round reads no further.
     pub len: u64,
+    /// The segment this one continues (its producer rolled), if any.
+    pub pred: Option<u64>,
 }
 
 /// The cut log's length (0: none yet).
@@ -71,6 +73,7 @@ pub fn segments(dir: &Path, stream: &str) -> Result<(BTreeMap<u64, LocalSeg>, Op
                 file,
                 header_len: h.len(),
                 len,
+                pred: (h.kind == format::KIND_ROLLED_SEGMENT).then_some(h.first),
             },
         );
     }

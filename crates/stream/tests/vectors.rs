@@ -259,6 +259,24 @@ fn base() -> Base {
     }
 }
 
+/// A rolled producer segment's header (kind 13, format version 2): kind
+/// 1's layout, naming the segment it continues where kind 1 has its
+/// creation time.
+#[test]
+fn rolled_segment_header_v2() {
+    let h = Header {
+        kind: KIND_ROLLED_SEGMENT,
+        first: 0x0123_4567_89ab_cdef,
+        id: 0x1111_2222_3333_4444,
+        ..segment_header()
+    };
+    golden("rolled_segment_header_v2.bin", &h.encode());
+    let b = std::fs::read(dir().join("rolled_segment_header_v2.bin")).unwrap();
+    assert_eq!(&b[8..12], &[2, 0, 13, 0]);
+    // Read where a producer's segment is expected.
+    assert_eq!(Header::decode(&b, KIND_SEGMENT, Path::new("v")).unwrap(), h);
+}
+
 #[test]
 fn base_v2() {
     golden("base_v2.bin", &base().encode());
