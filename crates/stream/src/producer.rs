@@ -300,8 +300,9 @@ impl Producer {
         Ok(self.durable)
     }
 
-    /// Flush, then close.
+    /// Flush, then close (with no roll: nothing follows).
     pub fn close(mut self) -> Result<u64> {
+        self.roll_bytes = u64::MAX;
         self.flush()
     }
 
@@ -375,6 +376,15 @@ fn create_segment(
         .open(&path)
         .ctx("create segment", &path)?;
     let made = (|| {
+        // Held for the segment's life, released by the kernel when the
+        // producer dies or leaves it: the drain cuts a torn tail off, or
+        // deletes, only a segment whose lock it can take. Taken before the
+        // header is written: a segment with a header and a free lock is
+        // one whose producer has ended.
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(std::io::Error::last_os_error()).ctx("flock", &path);
+        }
         let header = Header {
             kind: pred.map_or(KIND_SEGMENT, |_| format::KIND_ROLLED_SEGMENT),
             id,
@@ -388,13 +398,6 @@ fn create_segment(
         // Once per segment, not per flush: the header and the segment's
         // name are durable before any flush can rely on them.
         file.sync_all().ctx("fsync", &path)?;
-        // Held for the segment's life, released by the kernel when the
-        // producer dies or leaves it: the drain cuts a torn tail off, or
-        // deletes, only a segment whose lock it can take.
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Err(std::io::Error::last_os_error()).ctx("flock", &path);
-        }
         layout::sync_dir(dir)?;
         Ok(h.len() as u64)
     })();

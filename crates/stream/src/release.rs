@@ -68,7 +68,9 @@ pub(crate) fn release(
     }
     let mut gone = Vec::new();
     for (id, seg) in segs {
-        if log.taken.get(id) != Some(&seg.len) {
+        // A segment no cut took from is empty past its header (a producer
+        // that ended without a batch, or right after a roll).
+        if log.taken.get(id).copied().unwrap_or(seg.header_len) != seg.len {
             continue;
         }
         if let Some(g) = dead_and_taken(seg, *id)? {
