@@ -4,8 +4,9 @@
 //! ```text
 //! <local>/.paralog-streams/<stream>/     0700
 //!     <producer:016x>.seg                one per (process, stream), 0600
-//!     cuts                               the drain's cut log
+//!     cuts                               the drain's cut log (a base, then cuts)
 //!     drain.lock                         one drain of the stream at a time
+//!     job                                a server job drained this root
 //! <remote>/.paralog-streams/<stream>/
 //!     stream                             the stream's description
 //!     watermark                          the high watermark (atomic)
