@@ -138,7 +138,7 @@ test-objects: build setup-test
 # input (about 15 s); backpressure (a quota of undrained bytes) and
 # retention (`stream trim`) (about 5 s); local retention: MPICH and Open
 # MPI ranks appending with a segment roll while a drain deletes what it
-# published, the node's bytes bounded (about 10 s); streams drained to S3 (a real
+# published, the node's bytes bounded (about 12 s); streams drained to S3 (a real
 # MinIO on loopback) and objstore://, read back equal to a directory's,
 # MinIO restarted during a drain, a damaged object named (about 20 s).
 test-stream: build setup-test
