@@ -35,6 +35,7 @@ pub mod remote;
 mod remote_stream;
 pub mod retention;
 pub mod segment;
+mod take;
 mod time_gate;
 
 pub use drain::{drain_all, drain_stream, DrainOptions, DrainReport, Drainer};

@@ -149,7 +149,7 @@ impl NodeShare {
             (Some(a), _) | (None, Some(a)) => a,
             (None, None) => return Ok((None, Vec::new())),
         };
-        let new = drain::take_new(&segs, &self.taken, self.rounds, n, opts, report)?;
+        let new = crate::take::take_new(&segs, &self.taken, self.rounds, n, opts, report)?;
         let ranges = new
             .iter()
             .map(|(id, batches)| {
@@ -277,7 +277,7 @@ impl NodeShare {
                 segment::read_committed(&seg.file, &seg.path, r.from, r.to, KIND_LOCAL_BATCH, n)?;
             let mut by_part: BTreeMap<u32, Vec<&[u8]>> = BTreeMap::new();
             for b in &batches {
-                drain::check_producer(b, r.producer, &seg.path)?;
+                crate::take::check_producer(b, r.producer, &seg.path)?;
                 for j in 0..b.frames.len() {
                     let f = b.frame(j);
                     by_part.entry(frame_partition(f)).or_default().push(f);
