@@ -136,13 +136,16 @@ test-objects: build setup-test
 # API and Python module: MPICH and Open MPI ranks producing through
 # paralog/stream.h, Python producers (mpi4py) and a following reader, bad
 # input (about 15 s); backpressure (a quota of undrained bytes) and
-# retention (`stream trim`) (about 5 s); streams drained to S3 (a real
+# retention (`stream trim`) (about 5 s); local retention: MPICH and Open
+# MPI ranks appending with a segment roll while a drain deletes what it
+# published, the node's bytes bounded (about 12 s); streams drained to S3 (a real
 # MinIO on loopback) and objstore://, read back equal to a directory's,
 # MinIO restarted during a drain, a damaged object named (about 20 s).
 test-stream: build setup-test
 	/usr/bin/python3 -m tests.stream.run
 	/usr/bin/python3 -m tests.stream.api
 	/usr/bin/python3 -m tests.stream.retention
+	/usr/bin/python3 -m tests.stream.local_retention
 	/usr/bin/python3 -m tests.stream.nodes
 	/usr/bin/python3 -m tests.stream.objects
 	/usr/bin/python3 -m tests.stream.object_retention

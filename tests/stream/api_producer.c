@@ -2,11 +2,13 @@
  * or reading it as one reader group, through the C API (paralog/stream.h,
  * paralog/stream_mpi.h).
  *
- *   api_producer produce LOCAL|- STREAM PARTITIONS EVENTS FLUSH_EVERY
+ *   api_producer produce LOCAL|- STREAM PARTITIONS EVENTS FLUSH_EVERY [ROLL_BYTES SLEEP_US]
  *       collective open; each rank appends EVENTS events (round-robin;
- *       odd ranks by key), payload "<producer id>:<seq>:r<rank>", a
- *       collective flush every FLUSH_EVERY; prints "producer ID" and
- *       "flushed N" after each flush returned.
+ *       odd ranks by key), payload "<producer id>:<seq>:r<rank>" (the id
+ *       it opened with), a collective flush every FLUSH_EVERY; prints
+ *       "producer ID" and "flushed N" after each flush returned. With
+ *       ROLL_BYTES, its segment rolls at that size
+ *       (paralog_stream_set_roll), and it sleeps SLEEP_US after each flush.
  *   api_producer mismatch LOCAL STREAM
  *       rank r asks for 3 + r partitions.
  *   api_producer toolarge LOCAL STREAM PARTITIONS
@@ -27,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <paralog/stream_mpi.h>
 
@@ -118,6 +121,9 @@ int main(int argc, char **argv)
         if ((rc = paralog_stream_open_all(MPI_COMM_WORLD, local, stream, parts, &s)))
             failed(rc);
         uint64_t id = paralog_stream_id(s);
+        long pause_us = argc > 8 ? atol(argv[8]) : 0;
+        if (argc > 7 && (rc = paralog_stream_set_roll(s, strtoull(argv[7], NULL, 10))))
+            failed(rc);
         printf("producer %016" PRIx64 "\n", id);
         for (long i = 0; i < events; i++) {
             uint64_t seq;
@@ -137,6 +143,8 @@ int main(int argc, char **argv)
                     failed(rc);
                 printf("flushed %ld\n", i + 1);
                 fflush(stdout);
+                if (pause_us > 0)
+                    usleep((useconds_t)pause_us);
             }
         }
     }

@@ -140,6 +140,16 @@ pub unsafe extern "C" fn paralog_stream_set_quota(
 }
 
 /// # Safety
+/// `s` is an open handle.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_stream_set_roll(s: *mut Handle, bytes: u64) -> i32 {
+    guard(|| {
+        handle(s)?.producer.set_roll_bytes(bytes);
+        Ok(OK)
+    })
+}
+
+/// # Safety
 /// `s` is an open handle; `durable_out` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn paralog_stream_flush(s: *mut Handle, durable_out: *mut u64) -> i32 {

@@ -15,14 +15,15 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use crate::error::{corrupt, IoContext, Result, StreamError};
+use crate::error::{corrupt, Result, StreamError};
 use crate::format::{self, BatchHeader, Cut, PartCut, PartMark, Range};
-use crate::format::{BATCH_HEADER_LEN, COMMIT_LEN, KIND_LOCAL_BATCH, KIND_REMOTE_BATCH};
+use crate::format::{BATCH_HEADER_LEN, COMMIT_LEN, KIND_REMOTE_BATCH};
 use crate::layout;
 use crate::local::{self, LocalSeg};
 use crate::publish::header_len;
 use crate::remote::{PosixRemote, RoundWrite, StreamRemote};
-use crate::segment::{self, Batch, Next};
+use crate::segment::Batch;
+use crate::take::{read_ranges, take_new};
 
 pub use crate::lag::{local_lag, LocalLag};
 
@@ -34,6 +35,11 @@ pub struct DrainOptions {
     /// A round takes about this many bytes of local batches at most (at
     /// least one batch), so that a round's memory stays bounded.
     pub max_round_bytes: u64,
+    /// Local retention: once the segments of ended producers that the
+    /// published rounds took whole, plus the cut log, amount to this many
+    /// bytes, the segments are deleted and the log rewritten to start at a
+    /// base record (`release.rs`). `u64::MAX`: keep everything.
+    pub release_bytes: u64,
 }
 
 impl Default for DrainOptions {
@@ -41,6 +47,7 @@ impl Default for DrainOptions {
         DrainOptions {
             roll_bytes: 64 << 20,
             max_round_bytes: 64 << 20,
+            release_bytes: 64 << 20,
         }
     }
 }
@@ -63,6 +70,8 @@ pub struct DrainReport {
     pub cut: Vec<(PathBuf, u64)>,
     /// A trim request applied after the round (object remotes), per partition.
     pub trimmed: Vec<crate::retention::Trimmed>,
+    /// Local retention after the round: segments deleted, log rebased.
+    pub released: crate::release::Released,
 }
 
 /// The streams that have a directory under the node-local root.
@@ -103,6 +112,8 @@ struct Known {
     rdir: PathBuf,
     cuts_len: u64,
     rounds: u64,
+    /// The round of the log's base record (0: none).
+    base_round: u64,
     n: u32,
     /// Per producer, where the last cut's range of its segment ended.
     taken: HashMap<u64, u64>,
@@ -220,6 +231,7 @@ impl Drainer {
         let new = take_new(&segs, &k.taken, k.rounds, k.n, opts, &mut report)?;
         if new.is_empty() {
             report.trimmed = remote.after_round(stream, k.n)?;
+            report.released = release(&dir, &segs, &cuts_path, &mut k, opts)?;
             self.known.insert(stream.into(), k);
             return Ok(report);
         }
@@ -266,9 +278,30 @@ impl Drainer {
         report.events = cut.parts.iter().map(|p| p.count).sum();
         report.bytes = cut.parts.iter().map(|p| p.len).sum();
         report.trimmed = remote.after_round(stream, k.n)?;
+        report.released = release(&dir, &segs, &cuts_path, &mut k, opts)?;
         self.known.insert(stream.into(), k);
         Ok(report)
     }
+}
+
+/// Every cut of the log is published now: release what that made
+/// redundant on the node.
+fn release(
+    dir: &Path,
+    segs: &BTreeMap<u64, LocalSeg>,
+    cuts_path: &Path,
+    k: &mut Known,
+    opts: &DrainOptions,
+) -> Result<crate::release::Released> {
+    let log = crate::release::LogState {
+        cuts_path,
+        cuts_len: &mut k.cuts_len,
+        rounds: k.rounds,
+        base_round: &mut k.base_round,
+        taken: &mut k.taken,
+        state: &k.state,
+    };
+    crate::release::release(dir, segs, log, opts.release_bytes)
 }
 
 /// Read the whole cut log, check it against the remote, and apply the
@@ -282,8 +315,8 @@ fn replay(
     cuts_path: &Path,
     report: &mut DrainReport,
 ) -> Result<Option<Known>> {
-    let (cuts, cuts_len) = local::read_cuts(cuts_path)?;
-    let n = match (cuts.last().map(|c| c.parts.len() as u32), seg_parts) {
+    let log = local::read_log(cuts_path)?;
+    let n = match (log.partitions(), seg_parts) {
         (Some(a), Some(b)) if a != b => {
             return Err(StreamError::PartitionMismatch {
                 stream: stream.into(),
@@ -297,19 +330,32 @@ fn replay(
     remote.ensure(stream, n)?;
     let wm = remote.watermark(stream, n)?;
     let rdir = &remote.stream_dir(stream);
-    if wm.parts.len() != n as usize || wm.round > cuts.len() as u64 {
+    if wm.parts.len() != n as usize || wm.round > log.rounds() {
         return Err(StreamError::Invalid {
             what: format!(
                 "{}: round {} with {} partitions, but this node's cut log ends at round {} with {n}: the remote was drained from another node-local root, or the cut log lost its last record (damaged: look at it)",
-                rdir.join(layout::WATERMARK).display(), wm.round, wm.parts.len(), cuts.len()
+                rdir.join(layout::WATERMARK).display(), wm.round, wm.parts.len(), log.rounds()
             ),
         });
     }
     // The cut log is the history: fold it into each partition's state,
-    // applying what the remote does not have yet.
-    let mut state = vec![PartMark::default(); n as usize];
-    let mut taken = HashMap::new();
-    for cut in &cuts {
+    // applying what the remote does not have yet. A base stands for the
+    // rounds up to its own, published before it was written.
+    let (mut state, mut taken, base_round) = match &log.base {
+        Some(b) => {
+            if wm.round < b.round || (wm.round == b.round && wm.parts != b.parts) {
+                return Err(StreamError::Invalid {
+                    what: format!(
+                        "{}: round {}, but this node's cut log starts at a base of round {} (the rounds before it were published and their local segments released): this remote is not the one the stream was drained to, or it lost rounds",
+                        rdir.join(layout::WATERMARK).display(), wm.round, b.round
+                    ),
+                });
+            }
+            (b.parts.clone(), log.taken_base(), b.round)
+        }
+        None => (vec![PartMark::default(); n as usize], HashMap::new(), 0),
+    };
+    for cut in &log.cuts {
         for (p, part) in cut.parts.iter().enumerate() {
             if part.first != state[p].next {
                 return Err(corrupt(
@@ -351,68 +397,13 @@ fn replay(
     }
     Ok(Some(Known {
         rdir: rdir.clone(),
-        cuts_len,
-        rounds: cuts.len() as u64,
+        cuts_len: log.len,
+        rounds: log.rounds(),
+        base_round,
         n,
         taken,
         state,
     }))
-}
-
-/// Every committed batch past the last cut, within the round's budget:
-/// each segment takes its share (at least one batch), starting from
-/// another segment each round so that none starves, and the round stops
-/// once the budget is spent. So a round's batches, and each partition's
-/// remote batch, stay well below the decoder's limit (`MAX_BODY`).
-/// Sorted by producer: the cut order.
-pub(crate) fn take_new(
-    segs: &BTreeMap<u64, LocalSeg>,
-    taken: &HashMap<u64, u64>,
-    rounds: u64,
-    n: u32,
-    opts: &DrainOptions,
-    report: &mut DrainReport,
-) -> Result<Vec<(u64, Vec<Batch>)>> {
-    let share = opts.max_round_bytes / segs.len().max(1) as u64;
-    let order: Vec<(&u64, &LocalSeg)> = segs.iter().collect();
-    let start = (rounds as usize) % order.len().max(1);
-    let mut new = Vec::new();
-    let mut total = 0u64;
-    for &(&id, seg) in order[start..].iter().chain(&order[..start]) {
-        if total >= opts.max_round_bytes {
-            break;
-        }
-        let mut pos = taken.get(&id).copied().unwrap_or(seg.header_len);
-        let mut got = Vec::new();
-        let mut used = 0u64;
-        while got.is_empty() || used < share {
-            match segment::read_batch(&seg.file, &seg.path, pos, seg.len, KIND_LOCAL_BATCH, n)? {
-                Next::Batch(b) => {
-                    check_producer(&b, id, &seg.path)?;
-                    pos = b.end;
-                    used += b.bytes.len() as u64;
-                    got.push(b);
-                }
-                Next::End => break,
-                Next::Torn(why) => {
-                    if local::cut_torn_tail(seg, pos)? {
-                        report.cut.push((seg.path.clone(), pos));
-                    }
-                    report.torn.push((seg.path.clone(), pos, why));
-                    break;
-                }
-            }
-        }
-        total += used;
-        if !got.is_empty() {
-            // What the cut takes must survive a crash of the node even if
-            // its producer's own fdatasync has not returned yet.
-            seg.file.sync_data().ctx("fdatasync", &seg.path)?;
-            new.push((id, got));
-        }
-    }
-    new.sort_by_key(|(id, _)| *id);
-    Ok(new)
 }
 
 /// Each partition's state once `cut` is applied.
@@ -539,48 +530,4 @@ pub(crate) fn encode_part(cut: &Cut, p: u32, f: &[&[u8]], rdir: &Path) -> Result
         return Err(disagree("bytes", part.len, format!("make {}", b.len())));
     }
     Ok(b)
-}
-
-pub(crate) fn check_producer(b: &Batch, id: u64, path: &Path) -> Result<()> {
-    for (i, e) in b.events().enumerate() {
-        if e.producer != id || e.seq != b.header.first + i as u64 {
-            return Err(corrupt(
-                path,
-                b.pos,
-                format!(
-                    "event {i} of the batch is producer {:016x} seq {}, not {id:016x} seq {}",
-                    e.producer,
-                    e.seq,
-                    b.header.first + i as u64
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The batches a recorded cut took: they were committed, so anything
-/// else in those ranges is damage.
-pub(crate) fn read_ranges(
-    cut: &Cut,
-    segs: &BTreeMap<u64, LocalSeg>,
-    n: u32,
-) -> Result<Vec<(u64, Vec<Batch>)>> {
-    let mut out = Vec::with_capacity(cut.ranges.len());
-    for r in &cut.ranges {
-        let seg = segs.get(&r.producer).ok_or_else(|| StreamError::Invalid {
-            what: format!(
-                "round {} names segment {}, which this node no longer holds",
-                cut.round,
-                layout::segment_name(r.producer)
-            ),
-        })?;
-        let batches =
-            segment::read_committed(&seg.file, &seg.path, r.from, r.to, KIND_LOCAL_BATCH, n)?;
-        for b in &batches {
-            check_producer(b, r.producer, &seg.path)?;
-        }
-        out.push((r.producer, batches));
-    }
-    Ok(out)
 }

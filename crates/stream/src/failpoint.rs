@@ -6,12 +6,15 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-/// The crash windows of a drain round, in order.
+/// The crash windows of a drain round, in order, then those of a local
+/// release after it (segments deleted; the base written, not renamed).
 pub const POINTS: &[&str] = &[
     "stream.torn_cut",
     "stream.after_cut",
     "stream.mid_apply",
     "stream.before_watermark",
+    "stream.release_deleted",
+    "stream.base_written",
 ];
 
 static TARGET: OnceLock<Option<(String, u64)>> = OnceLock::new();

@@ -6,10 +6,17 @@ use std::path::Path;
 
 use paralog_checksum::crc32c;
 
+pub use crate::base::Base;
 use crate::error::{corrupt, Result};
 pub use crate::records::*;
 
+/// The version of every record defined in version 1 (kinds 1 to 11: their
+/// layouts are unchanged, and they are still written as version 1, so a
+/// version-1 build reads what it can read).
 pub const VERSION: u16 = 1;
+/// The format's newest version: version 2 adds the base record (kind 12),
+/// which is written as version 2 (a version-1 build refuses it).
+pub const VERSION_2: u16 = 2;
 /// Header records: a producer's segment, a remote partition segment, the
 /// remote stream's description.
 pub const MAGIC_HEADER: &[u8; 8] = b"PLSTREAM";
@@ -20,6 +27,7 @@ pub const MAGIC_WATERMARK: &[u8; 8] = b"PLSTWMRK";
 pub const MAGIC_GROUP: &[u8; 8] = b"PLSTGRUP";
 pub const MAGIC_OBJECT_INDEX: &[u8; 8] = b"PLSTOIDX";
 pub const MAGIC_TRIM: &[u8; 8] = b"PLSTTRIM";
+pub const MAGIC_BASE: &[u8; 8] = b"PLSTBASE";
 
 pub const KIND_SEGMENT: u16 = 1;
 pub const KIND_PART_SEGMENT: u16 = 2;
@@ -32,6 +40,20 @@ pub const KIND_WATERMARK: u16 = 8;
 pub const KIND_GROUP: u16 = 9;
 pub const KIND_OBJECT_INDEX: u16 = 10;
 pub const KIND_TRIM: u16 = 11;
+pub const KIND_BASE: u16 = 12;
+/// A producer's segment that continues another of the same producer (a
+/// roll): kind 1's layout, its creation time replaced by the id of the
+/// segment it continues (format version 2).
+pub const KIND_ROLLED_SEGMENT: u16 = 13;
+
+/// The version a record of `kind` is written with and must carry.
+pub fn version_of(kind: u16) -> u16 {
+    if kind == KIND_BASE || kind == KIND_ROLLED_SEGMENT {
+        VERSION_2
+    } else {
+        VERSION
+    }
+}
 
 pub const BATCH_HEADER_LEN: usize = 56;
 pub const COMMIT_LEN: usize = 32;
@@ -72,7 +94,7 @@ pub(crate) fn put_u64s(b: &mut Vec<u8>, vs: &[u64]) {
 /// The first 16 bytes of every record.
 pub(crate) fn common(out: &mut Vec<u8>, magic: &[u8; 8], kind: u16, len: usize) {
     out.extend_from_slice(magic);
-    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&version_of(kind).to_le_bytes());
     out.extend_from_slice(&kind.to_le_bytes());
     out.extend_from_slice(&(len as u32).to_le_bytes());
 }
@@ -107,11 +129,11 @@ pub(crate) fn check_record(
         ));
     }
     let v = u16_at(b, 8);
-    if v != VERSION {
+    if v != VERSION && v != VERSION_2 {
         return Err(corrupt(
             path,
             offset,
-            format!("format version {v} is not supported (this build reads version {VERSION})"),
+            format!("format version {v} is not supported (this build reads versions {VERSION} and {VERSION_2})"),
         ));
     }
     let kind = u16_at(b, 10);
@@ -120,6 +142,16 @@ pub(crate) fn check_record(
             path,
             offset,
             format!("record kind {kind} where {kinds:?} was expected"),
+        ));
+    }
+    if v != version_of(kind) {
+        return Err(corrupt(
+            path,
+            offset,
+            format!(
+                "record kind {kind} of format version {v} (it is version {})",
+                version_of(kind)
+            ),
         ));
     }
     if u32_at(b, 12) as usize != b.len() {
@@ -161,7 +193,8 @@ pub fn valid_name(what: &'static str, s: &str) -> Result<()> {
 }
 
 /// The header of a producer's segment (kind 1: `id` the producer, `first`
-/// its creation time in ns, `partition` its pid), of a remote partition
+/// its creation time in ns, `partition` its pid; kind 13, a rolled one:
+/// `first` the id of the segment it continues), of a remote partition
 /// segment (kind 2: `first` its first offset, `partition` its partition)
 /// or of the remote stream (kind 3: the description).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,7 +224,8 @@ impl Header {
     }
 
     /// Decode the header at the start of `b` (which may hold more); its
-    /// length in bytes is `52 + name.len()`.
+    /// length in bytes is `52 + name.len()`. `KIND_SEGMENT` accepts a
+    /// rolled segment's header too (`kind` tells which it is).
     pub fn decode(b: &[u8], kind: u16, path: &Path) -> Result<Header> {
         if b.len() < 52 {
             return Err(corrupt(path, 0, "header is cut short"));
@@ -204,7 +238,12 @@ impl Header {
                 format!("header length {len} is out of range"),
             ));
         }
-        check_record(&b[..len], MAGIC_HEADER, &[kind], path, 0)?;
+        let kinds: &[u16] = if kind == KIND_SEGMENT {
+            &[KIND_SEGMENT, KIND_ROLLED_SEGMENT]
+        } else {
+            &[kind]
+        };
+        let kind = check_record(&b[..len], MAGIC_HEADER, kinds, path, 0)?;
         let name_len = u16_at(b, 40) as usize;
         if 52 + name_len != len || b[42..48] != [0; 6] {
             return Err(corrupt(

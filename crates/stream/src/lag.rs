@@ -2,7 +2,6 @@
 //! taken (`paralog stream lag`, `paralog status`): a snapshot read from
 //! the producers' segments and the cut log, with no lock.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use crate::error::Result;
@@ -29,16 +28,13 @@ pub struct LocalLag {
 pub fn local_lag(local: &Path, stream: &str) -> Result<LocalLag> {
     let dir = layout::existing_local_stream(local, stream)?;
     let (segs, parts) = local::segments(&dir, stream)?;
-    let (cuts, _) = local::read_cuts(&dir.join(layout::CUTS))?;
-    let mut taken: HashMap<u64, u64> = HashMap::new();
-    for r in cuts.iter().flat_map(|c| &c.ranges) {
-        taken.insert(r.producer, r.to);
-    }
+    let log = local::read_log(&dir.join(layout::CUTS))?;
+    let taken = log.taken();
     let mut lag = LocalLag {
         stream: stream.into(),
-        partitions: parts.or_else(|| cuts.last().map(|c| c.parts.len() as u32)),
+        partitions: parts.or_else(|| log.partitions()),
         segments: segs.len(),
-        rounds: cuts.len() as u64,
+        rounds: log.rounds(),
         ..Default::default()
     };
     for (id, s) in &segs {

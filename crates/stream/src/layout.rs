@@ -4,8 +4,9 @@
 //! ```text
 //! <local>/.paralog-streams/<stream>/     0700
 //!     <producer:016x>.seg                one per (process, stream), 0600
-//!     cuts                               the drain's cut log
+//!     cuts                               the drain's cut log (a base, then cuts)
 //!     drain.lock                         one drain of the stream at a time
+//!     job                                a server job drained this root
 //! <remote>/.paralog-streams/<stream>/
 //!     stream                             the stream's description
 //!     watermark                          the high watermark (atomic)
@@ -130,6 +131,12 @@ pub fn create_dirs(base: &Path, dir: &Path, mode: u32) -> Result<bool> {
 /// fsync, rename, fsync of the directory. A reader sees the old record or
 /// the new one, before and after a crash.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    write_atomic_then(path, bytes, mode, &|| {})
+}
+
+/// [`write_atomic`], calling `synced` once the temporary is durable and
+/// before the rename (a crash point for tests).
+pub fn write_atomic_then(path: &Path, bytes: &[u8], mode: u32, synced: &dyn Fn()) -> Result<()> {
     let name = path
         .file_name()
         .expect("a record path has a name")
@@ -145,6 +152,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     f.write_all(bytes).ctx("write", &tmp)?;
     // The content must be on disk before the name points at it.
     f.sync_all().ctx("fsync", &tmp)?;
+    synced();
     std::fs::rename(&tmp, path).ctx("rename into place", path)?;
     // The rename is the commit; it is durable once the directory is.
     sync_dir(path.parent().expect("a record path has a parent"))

@@ -9,9 +9,11 @@
 //! - [`Reader`]: reads a remote stream below its high watermark, merged in
 //!   cut or event-time order, alone or as a group with committed offsets.
 
+mod base;
 pub mod drain;
 pub mod error;
 pub mod failpoint;
+mod follow;
 pub mod format;
 pub mod job_root;
 mod lag;
@@ -29,10 +31,12 @@ mod publish;
 pub mod quota;
 pub mod reader;
 mod records;
+pub mod release;
 pub mod remote;
 mod remote_stream;
 pub mod retention;
 pub mod segment;
+mod take;
 mod time_gate;
 
 pub use drain::{drain_all, drain_stream, DrainOptions, DrainReport, Drainer};

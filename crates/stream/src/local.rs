@@ -1,14 +1,14 @@
 //! The node-local side of the drain: a stream's producer segments, its
 //! cut log, and the lock that lets one drain of a stream run at a time.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{corrupt, IoContext, Result, StreamError};
-use crate::format::{self, Cut, Header, KIND_SEGMENT};
+use crate::format::{self, Base, Cut, Header, KIND_SEGMENT, MAGIC_BASE};
 use crate::layout;
 
 /// A producer's segment as a round found it.
@@ -18,6 +18,8 @@ pub struct LocalSeg {
     pub header_len: u64,
     /// The length when listed: a round reads no further.
     pub len: u64,
+    /// The segment this one continues (its producer rolled), if any.
+    pub pred: Option<u64>,
 }
 
 /// The cut log's length (0: none yet).
@@ -71,19 +73,69 @@ pub fn segments(dir: &Path, stream: &str) -> Result<(BTreeMap<u64, LocalSeg>, Op
                 file,
                 header_len: h.len(),
                 len,
+                pred: (h.kind == format::KIND_ROLLED_SEGMENT).then_some(h.first),
             },
         );
     }
     Ok((out, parts))
 }
 
-/// The cut log's records, and where its valid part ends. A torn last
-/// record (a crash while appending it, before its fdatasync returned:
-/// never applied) is ignored and overwritten by the next cut.
-pub fn read_cuts(path: &Path) -> Result<(Vec<Cut>, u64)> {
+/// The cut log as read: its base (when earlier rounds were released), the
+/// cut records after it, and where its valid part ends.
+#[derive(Debug, Clone, Default)]
+pub struct CutLog {
+    pub base: Option<Base>,
+    pub cuts: Vec<Cut>,
+    pub len: u64,
+}
+
+impl CutLog {
+    /// The last round the log records (0: none).
+    pub fn rounds(&self) -> u64 {
+        self.base.as_ref().map_or(0, |b| b.round) + self.cuts.len() as u64
+    }
+
+    /// The partition count it fixes (`None`: no record yet).
+    pub fn partitions(&self) -> Option<u32> {
+        match (self.cuts.last(), &self.base) {
+            (Some(c), _) => Some(c.parts.len() as u32),
+            (None, Some(b)) => Some(b.parts.len() as u32),
+            (None, None) => None,
+        }
+    }
+
+    /// The producers' positions the base holds.
+    pub fn taken_base(&self) -> HashMap<u64, u64> {
+        self.base
+            .iter()
+            .flat_map(|b| b.producers.iter().copied())
+            .collect()
+    }
+
+    /// Per producer, where the last cut's range of its segment ended.
+    pub fn taken(&self) -> HashMap<u64, u64> {
+        let mut taken = self.taken_base();
+        for r in self.cuts.iter().flat_map(|c| &c.ranges) {
+            taken.insert(r.producer, r.to);
+        }
+        taken
+    }
+}
+
+/// Read the cut log: a base record may start it (format version 2), then
+/// cut records whose rounds follow one by one. A torn last record (a crash
+/// while appending it, before its fdatasync returned: never applied) is
+/// ignored and overwritten by the next cut.
+pub fn read_log(path: &Path) -> Result<CutLog> {
     let b = layout::read_small(path)?.unwrap_or_default();
-    let mut cuts = Vec::new();
+    let mut log = CutLog::default();
     let mut pos = 0usize;
+    if b.len() >= 16 && &b[..8] == MAGIC_BASE {
+        // Written whole by a rename: a base that does not check is damage.
+        let len = format::record_len(&b).unwrap_or(0).min(b.len());
+        log.base = Some(Base::decode(&b[..len], path, 0)?);
+        pos = len;
+    }
     while pos < b.len() {
         let Some(len) = format::record_len(&b[pos..]) else {
             break;
@@ -93,25 +145,26 @@ pub fn read_cuts(path: &Path) -> Result<(Vec<Cut>, u64)> {
         }
         match Cut::decode(&b[pos..pos + len], path, pos as u64) {
             Ok(c) => {
-                if c.round != cuts.len() as u64 + 1 {
+                if c.round != log.rounds() + 1 {
                     return Err(corrupt(
                         path,
                         pos as u64,
                         format!(
                             "cut of round {} where round {} was expected",
                             c.round,
-                            cuts.len() + 1
+                            log.rounds() + 1
                         ),
                     ));
                 }
-                cuts.push(c);
+                log.cuts.push(c);
             }
             Err(_) if pos + len == b.len() => break,
             Err(e) => return Err(e),
         }
         pos += len;
     }
-    Ok((cuts, pos as u64))
+    log.len = pos as u64;
+    Ok(log)
 }
 
 /// Append a cut record after the valid part of the log: one write, one

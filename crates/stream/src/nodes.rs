@@ -20,7 +20,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use crate::drain::{self, DrainOptions, DrainReport};
-use crate::error::{corrupt, Result, StreamError};
+use crate::error::{corrupt, IoContext, Result, StreamError};
 use crate::format::{self, Cut, PartMark, Watermark, KIND_LOCAL_BATCH};
 use crate::layout;
 use crate::local;
@@ -59,19 +59,26 @@ pub struct NodeShare {
     /// Each partition's state after the last cut.
     state: Vec<PartMark>,
     last: Option<Cut>,
+    /// The log's base record, if it starts with one.
+    base: Option<format::Base>,
 }
 
 impl NodeShare {
-    /// The stream's share on the node-local root `local` (its directory
-    /// made if this node has no producer of it yet: the cut log is kept on
-    /// every node). Reads the whole cut log once, checking its chain.
-    pub fn open(local: &Path, stream: &str) -> Result<NodeShare> {
+    /// The stream's share on the node-local root `local` of a server job
+    /// of `nodes` nodes (its directory made if this node has no producer
+    /// of it yet: the cut log is kept on every node), marked as the job's
+    /// before the job records anything ([`crate::job_root::mark`]: a
+    /// one-node drain or recover neither applies its rounds nor releases
+    /// its segments). Reads the whole cut log once, checking its chain.
+    pub fn open(local: &Path, stream: &str, nodes: usize) -> Result<NodeShare> {
         format::valid_name("stream name", stream)?;
         let dir = layout::stream_dir(local, stream);
         layout::create_dirs(local, &dir, 0o700)?;
         let lock = local::lock(&dir.join(layout::DRAIN_LOCK))?;
+        crate::job_root::mark(local, stream, nodes)?;
         let cuts_path = dir.join(layout::CUTS);
-        let (cuts, cuts_len) = local::read_cuts(&cuts_path)?;
+        let log = local::read_log(&cuts_path)?;
+        let cuts_len = log.len;
         let mut share = NodeShare {
             stream: stream.into(),
             dir,
@@ -83,8 +90,18 @@ impl NodeShare {
             taken: HashMap::new(),
             state: Vec::new(),
             last: None,
+            base: None,
         };
-        for cut in cuts {
+        if let Some(b) = &log.base {
+            // A one-node drain released this root's history before it
+            // was drained by a server job: start from its base.
+            share.rounds = b.round;
+            share.n = Some(b.parts.len() as u32);
+            share.state = b.parts.clone();
+            share.taken = log.taken_base();
+            share.base = log.base.clone();
+        }
+        for cut in log.cuts {
             share.fold(cut)?;
         }
         Ok(share)
@@ -135,7 +152,7 @@ impl NodeShare {
             (Some(a), _) | (None, Some(a)) => a,
             (None, None) => return Ok((None, Vec::new())),
         };
-        let new = drain::take_new(&segs, &self.taken, self.rounds, n, opts, report)?;
+        let new = crate::take::take_new(&segs, &self.taken, self.rounds, n, opts, report)?;
         let ranges = new
             .iter()
             .map(|(id, batches)| {
@@ -181,9 +198,12 @@ impl NodeShare {
         if let Some(c) = self.last.as_ref().filter(|c| c.round == round) {
             return Ok(c.clone());
         }
-        let (cuts, _) = local::read_cuts(&self.cuts_path)?;
-        cuts.into_iter()
-            .nth(round.wrapping_sub(1) as usize)
+        let log = local::read_log(&self.cuts_path)?;
+        let first = log.base.as_ref().map_or(0, |b| b.round) + 1;
+        log.cuts
+            .into_iter()
+            .nth(round.wrapping_sub(first) as usize)
+            .filter(|_| round >= first)
             .ok_or_else(|| StreamError::Invalid {
                 what: format!(
                     "{}: no round {round} (the log ends at round {})",
@@ -208,7 +228,23 @@ impl NodeShare {
                 ),
             });
         }
-        if wm.round > 0 && after(&self.cut(wm.round)?) != wm.parts {
+        let want = match &self.base {
+            Some(b) if wm.round < b.round => {
+                return Err(StreamError::Invalid {
+                    what: format!(
+                        "{}: round {}, but the cut log {} starts at a base of round {} (the rounds before it were published and their local segments released): this remote is not the one the stream was drained to, or it lost rounds",
+                        rdir.join(layout::WATERMARK).display(),
+                        wm.round,
+                        self.cuts_path.display(),
+                        b.round
+                    ),
+                })
+            }
+            Some(b) if wm.round == b.round => Some(b.parts.clone()),
+            _ if wm.round == 0 => Some(wm.parts.clone()),
+            _ => Some(after(&self.cut(wm.round)?)),
+        };
+        if want.as_ref() != Some(&wm.parts) {
             return Err(corrupt(
                 &rdir.join(layout::WATERMARK),
                 16,
@@ -244,7 +280,7 @@ impl NodeShare {
                 segment::read_committed(&seg.file, &seg.path, r.from, r.to, KIND_LOCAL_BATCH, n)?;
             let mut by_part: BTreeMap<u32, Vec<&[u8]>> = BTreeMap::new();
             for b in &batches {
-                drain::check_producer(b, r.producer, &seg.path)?;
+                crate::take::check_producer(b, r.producer, &seg.path)?;
                 for j in 0..b.frames.len() {
                     let f = b.frame(j);
                     by_part.entry(frame_partition(f)).or_default().push(f);

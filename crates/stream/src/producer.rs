@@ -57,7 +57,14 @@ pub struct Producer {
     poisoned: bool,
     /// Backpressure, if a quota was set.
     quota: Option<Tracker>,
+    /// Roll to a new segment past this size (local retention).
+    roll_bytes: u64,
 }
+
+/// A producer's segment is rolled once it holds this many bytes: a
+/// producer running for days keeps about this much on the node, plus what
+/// the drain has not published yet.
+pub const ROLL_BYTES: u64 = 64 << 20;
 
 /// FNV-1a 64: a stable hash (the same in every process and release).
 pub fn key_hash(key: &[u8]) -> u64 {
@@ -125,36 +132,7 @@ impl Producer {
                 });
             }
         }
-        let id = random_id();
-        let path = dir.join(layout::segment_name(id));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .ctx("create segment", &path)?;
-        let header = Header {
-            kind: KIND_SEGMENT,
-            id,
-            first: now_ns() as u64,
-            partition: std::process::id(),
-            partitions,
-            name: stream.into(),
-        };
-        let h = header.encode();
-        file.write_all_at(&h, 0).ctx("write", &path)?;
-        // Once per producer, not per flush: the header and the segment's
-        // name are durable before any flush can rely on them.
-        file.sync_all().ctx("fsync", &path)?;
-        // Held for the producer's life, released by the kernel when it
-        // dies: the drain cuts a torn tail only off a segment whose lock
-        // it can take (its producer is gone and will never finish it).
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Err(std::io::Error::last_os_error()).ctx("flock", &path);
-        }
-        layout::sync_dir(&dir)?;
+        let (id, path, file, end) = create_segment(&dir, stream, partitions, None)?;
         Ok(Producer {
             path,
             file,
@@ -166,11 +144,40 @@ impl Producer {
             durable: 0,
             buf: Vec::with_capacity(1 << 16),
             pending: 0,
-            end: h.len() as u64,
+            end,
             unsynced: false,
             poisoned: false,
             quota: None,
+            roll_bytes: ROLL_BYTES,
         })
+    }
+
+    /// Roll to a new segment once this one holds `bytes` (0: never); the
+    /// default is [`ROLL_BYTES`]. docs/streams.md "Local retention".
+    pub fn set_roll_bytes(&mut self, bytes: u64) {
+        self.roll_bytes = if bytes == 0 { u64::MAX } else { bytes };
+    }
+
+    /// After a flush: once the segment holds the roll size, continue in a
+    /// new segment that names this one (kind 13) and leave this one
+    /// (closing it frees its lock: the drain sees it ended, takes the rest
+    /// of it before anything of the new one, and deletes it once its round
+    /// is published). A failure leaves the producer on its segment; the
+    /// next flush tries again.
+    fn maybe_roll(&mut self) {
+        if self.end < self.roll_bytes || self.pending > 0 {
+            return;
+        }
+        let dir = self.path.parent().expect("a segment has a directory");
+        let stream = self.stream_name();
+        let Ok((id, path, file, end)) =
+            create_segment(dir, &stream, self.partitions, Some(self.id))
+        else {
+            return;
+        };
+        // The old file closes here: its lock is free, its producer ended.
+        self.file = file;
+        (self.id, self.path, self.end) = (id, path, end);
     }
 
     /// Set (or clear) the stream's quota of undrained bytes on this node:
@@ -289,11 +296,13 @@ impl Producer {
             self.unsynced = false;
         }
         self.durable = self.next_seq;
+        self.maybe_roll();
         Ok(self.durable)
     }
 
-    /// Flush, then close.
+    /// Flush, then close (with no roll: nothing follows).
     pub fn close(mut self) -> Result<u64> {
+        self.roll_bytes = u64::MAX;
         self.flush()
     }
 
@@ -348,6 +357,60 @@ impl Producer {
     }
 }
 
+/// Create a new segment of `stream` in `dir` (with `O_EXCL`, under a new
+/// random id), write and fsync its header, take its lock and make its name
+/// durable: (id, path, file, where its first batch goes).
+fn create_segment(
+    dir: &Path,
+    stream: &str,
+    partitions: u32,
+    pred: Option<u64>,
+) -> Result<(u64, PathBuf, File, u64)> {
+    let id = random_id();
+    let path = dir.join(layout::segment_name(id));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .ctx("create segment", &path)?;
+    let made = (|| {
+        // Held for the segment's life, released by the kernel when the
+        // producer dies or leaves it: the drain cuts a torn tail off, or
+        // deletes, only a segment whose lock it can take. Taken before the
+        // header is written: a segment with a header and a free lock is
+        // one whose producer has ended.
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(std::io::Error::last_os_error()).ctx("flock", &path);
+        }
+        let header = Header {
+            kind: pred.map_or(KIND_SEGMENT, |_| format::KIND_ROLLED_SEGMENT),
+            id,
+            first: pred.unwrap_or(now_ns() as u64),
+            partition: std::process::id(),
+            partitions,
+            name: stream.into(),
+        };
+        let h = header.encode();
+        file.write_all_at(&h, 0).ctx("write", &path)?;
+        // Once per segment, not per flush: the header and the segment's
+        // name are durable before any flush can rely on them.
+        file.sync_all().ctx("fsync", &path)?;
+        layout::sync_dir(dir)?;
+        Ok(h.len() as u64)
+    })();
+    match made {
+        Ok(end) => Ok((id, path, file, end)),
+        Err(e) => {
+            // Never leave a segment without a whole header behind.
+            let _ = std::fs::remove_file(&path);
+            Err(e)
+        }
+    }
+}
+
 /// The partition count of a stream's existing segments on this node.
 fn existing_partitions(dir: &Path) -> Result<Option<u32>> {
     for ent in std::fs::read_dir(dir).ctx("list", dir)? {
@@ -362,7 +425,9 @@ fn existing_partitions(dir: &Path) -> Result<Option<u32>> {
         }
         return Ok(Some(Header::decode(&b, KIND_SEGMENT, &path)?.partitions));
     }
-    Ok(None)
+    // Every segment may have been released (local retention): the cut log
+    // still fixes the count.
+    Ok(crate::local::read_log(&dir.join(layout::CUTS))?.partitions())
 }
 
 /// The first bytes of a segment: enough for its header.

@@ -5,21 +5,17 @@
 //! filling the node's disk.
 //!
 //! The count is every producer segment's bytes past what the cuts took
-//! (the cut log, read incrementally: only what was appended since the last
-//! look). It is taken again after each write of a batch (a flush, or a
+//! (the cut log, read incrementally by `follow.rs`). It is taken again after each write of a batch (a flush, or a
 //! spill of 8 MiB), so a check costs a directory listing and a `stat` per
 //! segment, next to a flush's `fdatasync`. Events pending in memory are not
 //! counted: a producer holds at most 8 MiB of them, and waiting could not
 //! drain them.
 
-use std::collections::HashMap;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::error::{IoContext, Result, StreamError};
-use crate::format::{self, Cut};
+use crate::follow::CutFollower;
 use crate::layout;
 
 /// A quota: the undrained bytes past which `append` waits, and how long
@@ -37,10 +33,8 @@ pub(crate) struct Tracker {
     pub quota: Quota,
     stream: String,
     dir: PathBuf,
-    /// The cut log's bytes folded into `taken` so far.
-    cuts_pos: u64,
-    /// Per producer, where the last cut's range of its segment ended.
-    taken: HashMap<u64, u64>,
+    /// What the drain's cuts took.
+    cuts: CutFollower,
     /// The undrained bytes at the last look.
     undrained: u64,
     /// A batch was written since: look again before the next append.
@@ -52,9 +46,8 @@ impl Tracker {
         Tracker {
             quota,
             stream: stream.into(),
+            cuts: CutFollower::new(dir.clone()),
             dir,
-            cuts_pos: 0,
-            taken: HashMap::new(),
             undrained: 0,
             stale: true,
         }
@@ -63,7 +56,7 @@ impl Tracker {
     /// Count again.
     pub fn look(&mut self) -> Result<u64> {
         self.stale = false;
-        self.fold_cuts()?;
+        self.cuts.fold()?;
         let header = 52 + self.stream.len() as u64;
         let mut total = 0;
         for (name, path) in layout::entries(&self.dir)? {
@@ -76,7 +69,7 @@ impl Tracker {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e).ctx("stat", &path),
             };
-            let from = self.taken.get(&id).copied().unwrap_or(header);
+            let from = self.cuts.taken(id).unwrap_or(header);
             total += len.saturating_sub(from);
         }
         self.undrained = total;
@@ -115,38 +108,5 @@ impl Tracker {
             }
             std::thread::sleep(POLL.min(self.quota.wait - waited));
         }
-    }
-
-    /// Fold the cut records appended since the last look. A record not
-    /// whole yet, or that does not check, stops the fold: it is looked at
-    /// again next time (the drain reports damage, not the producer).
-    fn fold_cuts(&mut self) -> Result<()> {
-        let path = self.dir.join(layout::CUTS);
-        let f = match File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e).ctx("open", &path),
-        };
-        let len = f.metadata().ctx("stat", &path)?.len();
-        if len <= self.cuts_pos {
-            return Ok(());
-        }
-        let mut b = vec![0u8; (len - self.cuts_pos) as usize];
-        f.read_exact_at(&mut b, self.cuts_pos).ctx("read", &path)?;
-        let mut pos = 0usize;
-        while let Some(n) = format::record_len(&b[pos..]) {
-            if n < 36 || pos + n > b.len() {
-                break;
-            }
-            let Ok(cut) = Cut::decode(&b[pos..pos + n], &path, self.cuts_pos + pos as u64) else {
-                break;
-            };
-            for r in &cut.ranges {
-                self.taken.insert(r.producer, r.to);
-            }
-            pos += n;
-        }
-        self.cuts_pos += pos as u64;
-        Ok(())
     }
 }

@@ -48,6 +48,7 @@ fn remembered_state_writes_what_a_fresh_drain_writes() {
     let opts = DrainOptions {
         roll_bytes: 3000,
         max_round_bytes: 1024,
+        release_bytes: 64 << 20,
     };
     let mut a = round_robin(&local, 2);
     let mut b = round_robin(&local, 2);

@@ -98,7 +98,7 @@ fn two_nodes_write_what_one_node_drain_of_the_same_cuts_writes() {
     produce(&roots[1], 70, "b");
     let mut shares: Vec<NodeShare> = roots
         .iter()
-        .map(|r| NodeShare::open(r, S).unwrap())
+        .map(|r| NodeShare::open(r, S, roots.len()).unwrap())
         .collect();
     let first = job_round(&mut shares, &remote);
     assert!(first > 0, "some frames crossed between nodes");
@@ -154,7 +154,7 @@ fn what_does_not_fit_is_refused() {
     let (t, _, _) = dirs();
     let root = t.path().join("n0");
     produce(&root, 20, "a");
-    let mut share = NodeShare::open(&root, S).unwrap();
+    let mut share = NodeShare::open(&root, S, 2).unwrap();
     let (_, ranges) = share
         .take_new(&DrainOptions::default(), &mut DrainReport::default())
         .unwrap();
@@ -190,4 +190,66 @@ fn what_does_not_fit_is_refused() {
     // The record of a round the log has, copied again, is refused too.
     let e = share.record_bytes(&cut.encode()).unwrap_err();
     assert!(e.to_string().contains("does not follow"), "{e}");
+}
+
+/// Local retention is one node's only (docs/streams.md "Local
+/// retention"): a root a server job drained keeps its segments and its
+/// cut log (the job's, the same on every node) under a one-node drain
+/// that would release everything it could.
+#[test]
+fn a_server_jobs_root_releases_nothing() {
+    let (t, _, remote) = dirs();
+    let roots = [t.path().join("n0"), t.path().join("n1")];
+    produce(&roots[0], 20, "a");
+    produce(&roots[1], 20, "b");
+    let mut shares: Vec<NodeShare> = roots
+        .iter()
+        .map(|r| NodeShare::open(r, S, roots.len()).unwrap())
+        .collect();
+    job_round(&mut shares, &remote);
+    drop(shares);
+    let dir = roots[0].join(".paralog-streams").join(S);
+    let before = files(&dir);
+    let always = DrainOptions {
+        release_bytes: 1,
+        ..Default::default()
+    };
+    let r = drain_stream(&roots[0], &remote, S, &always).unwrap();
+    assert_eq!((r.round, r.released), (None, Default::default()));
+    assert_eq!(files(&dir), before, "the job's root is as it was");
+}
+
+/// A root whose history a one-node drain released (its log starts with a
+/// base) is read by a server job's share from the base: the watermark of
+/// the base's round checks, and the next round follows it.
+#[test]
+fn a_released_root_joins_a_server_job_at_its_base() {
+    let (t, _, remote) = dirs();
+    let root = t.path().join("n0");
+    produce(&root, 30, "a");
+    let always = DrainOptions {
+        release_bytes: 1,
+        ..Default::default()
+    };
+    let r = drain_stream(&root, &remote, S, &always).unwrap();
+    assert_eq!(r.released.base, Some(1));
+    let mut share = NodeShare::open(&root, S, 2).unwrap();
+    assert_eq!((share.rounds(), share.partitions()), (1, Some(N)));
+    let rdir = paralog_stream::layout::stream_dir(&remote, S);
+    let wm_path = rdir.join("watermark");
+    let wm = paralog_stream::format::Watermark::decode(&std::fs::read(&wm_path).unwrap(), &wm_path)
+        .unwrap();
+    share.check_watermark(&wm, &rdir).unwrap();
+    // A watermark older than the base is refused.
+    let old = paralog_stream::format::Watermark {
+        round: 0,
+        parts: vec![Default::default(); N as usize],
+    };
+    assert!(share.check_watermark(&old, &rdir).is_err());
+    produce(&root, 12, "b");
+    job_round(std::slice::from_mut(&mut share), &remote);
+    assert_eq!(share.rounds(), 2);
+    let wm = paralog_stream::format::Watermark::decode(&std::fs::read(&wm_path).unwrap(), &wm_path)
+        .unwrap();
+    assert_eq!(wm.parts.iter().map(|p| p.next).sum::<u64>(), 42);
 }

@@ -52,6 +52,7 @@ fn copy(from: &Path, to: &Path) {
 const OPTS: DrainOptions = DrainOptions {
     roll_bytes: 0,
     max_round_bytes: 2000,
+    release_bytes: 64 << 20,
 };
 
 fn drain_all(local: &Path, remote: &dyn paralog_stream::StreamRemote) -> u64 {

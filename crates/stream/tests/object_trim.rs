@@ -23,6 +23,7 @@ const N: u32 = 3;
 const OPTS: DrainOptions = DrainOptions {
     roll_bytes: 0,
     max_round_bytes: 64 << 20,
+    release_bytes: 64 << 20,
 };
 
 /// `rounds` rounds of 30 events each, drained to `store` one object per

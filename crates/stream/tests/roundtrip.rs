@@ -3,9 +3,9 @@
 //! its watermark, a re-drain into a fresh remote, torn tails, damage named
 //! by file and offset, and bad input.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use paralog_stream::{
     drain_stream, Delivered, DrainOptions, From, Order, Partitioner, Producer, Reader,
@@ -14,13 +14,14 @@ use paralog_stream::{
 
 mod common;
 
-use common::{dirs, round_robin, S};
+use common::{copy_tree, dirs, round_robin, tree, S};
 
 fn opts() -> DrainOptions {
     // Small segments, so that rolling is exercised.
     DrainOptions {
         roll_bytes: 1500,
         max_round_bytes: 1 << 20,
+        release_bytes: 64 << 20,
     }
 }
 
@@ -32,26 +33,6 @@ fn read_all(remote: &Path, group: Option<&str>, from: From, order: Order) -> Vec
     }
     if group.is_some() {
         r.commit().unwrap();
-    }
-    out
-}
-
-/// Every file under `dir` with its bytes.
-fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.insert(
-                    p.strip_prefix(dir).unwrap().to_path_buf(),
-                    std::fs::read(&p).unwrap(),
-                );
-            }
-        }
     }
     out
 }
@@ -238,18 +219,6 @@ fn rounds_roll_groups_and_redrain() {
             & 0o777,
         0o600
     );
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        if e.path().is_dir() {
-            copy_tree(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
 }
 
 /// A crash after a cut was recorded, during its apply: the remote holds

@@ -25,6 +25,11 @@ pub struct DrainArgs {
     /// Roll a partition's remote segment once it holds this many bytes.
     #[arg(long, default_value_t = 64 << 20)]
     roll_bytes: u64,
+    /// Local retention: delete the drained segments of ended producers and
+    /// rebase the cut log once they and the log amount to this many bytes
+    /// (0: keep everything).
+    #[arg(long, default_value_t = 64 << 20)]
+    release_bytes: u64,
 }
 
 #[derive(clap::Args)]
@@ -94,6 +99,11 @@ pub fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {
     let remote = place.remote();
     let opts = DrainOptions {
         roll_bytes: a.roll_bytes.max(1),
+        release_bytes: if a.release_bytes == 0 {
+            u64::MAX
+        } else {
+            a.release_bytes
+        },
         ..Default::default()
     };
     let mut drainer = paralog_stream::Drainer::default();
@@ -117,6 +127,13 @@ pub fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {
                     println!(
                         "stream {s}: round {round}: {} events, {} bytes",
                         r.events, r.bytes
+                    );
+                }
+                if let Some(base) = r.released.base {
+                    let bytes: u64 = r.released.segments.iter().map(|s| s.1).sum();
+                    println!(
+                        "stream {s}: {} drained local segment(s) deleted ({bytes} bytes), cut log rebased at round {base}",
+                        r.released.segments.len()
                     );
                 }
                 for t in r.trimmed.iter().filter(|t| !t.segments.is_empty()) {

@@ -222,10 +222,9 @@ impl Coordinator {
     /// This node's share of `name`, opened (its cut log read) the first time.
     pub(super) fn share(&mut self, name: &str) -> paralog_stream::Result<&mut NodeShare> {
         if !self.streams.shares.contains_key(name) {
-            let s = NodeShare::open(&self.cfg.root, name)?;
-            // Before this job records a cut: a one-node recover of this
-            // node must not apply or add rounds of the job's log.
-            paralog_stream::job_root::mark(&self.cfg.root, name, self.comm.size())?;
+            // Marked before this job records a cut: a one-node recover of
+            // this node must not apply or add rounds of the job's log.
+            let s = NodeShare::open(&self.cfg.root, name, self.comm.size())?;
             self.streams.shares.insert(name.into(), s);
         }
         Ok(self.streams.shares.get_mut(name).expect("opened above"))

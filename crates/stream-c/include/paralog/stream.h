@@ -96,6 +96,13 @@ int paralog_stream_append(paralog_stream *s, const void *payload, size_t payload
  * write between two counts (docs/streams.md, "Backpressure"). */
 int paralog_stream_set_quota(paralog_stream *s, uint64_t bytes, int timeout_ms);
 
+/* Local retention: after a flush, once this producer's segment holds
+ * `bytes` bytes (64 MiB by default; 0: never), it continues in a new
+ * segment, and the drain deletes the old one once it is on the remote. The
+ * producer's id (paralog_stream_id) is then the new segment's; sequence
+ * numbers go on (docs/streams.md, "Local retention"). */
+int paralog_stream_set_roll(paralog_stream *s, uint64_t bytes);
+
 /* Make every event appended so far durable: one write and one fdatasync.
  * *durable_out (if not NULL): this producer's events with a sequence number
  * below it are durable. */

@@ -72,6 +72,7 @@ def _load():
                                           ctypes.POINTER(U64)]),
             "paralog_stream_flush": (I, [P, ctypes.POINTER(U64)]),
             "paralog_stream_set_quota": (I, [P, U64, I]),
+            "paralog_stream_set_roll": (I, [P, U64]),
             "paralog_stream_close": (I, [P]),
             "paralog_stream_partitions": (U32, [P]),
             "paralog_stream_id": (U64, [P]),
@@ -150,10 +151,12 @@ class Producer(_Handle):
 
     _gone = "the producer is closed"
 
-    def __init__(self, stream, partitions, local=None, comm=None, quota=None, quota_wait=0.0):
+    def __init__(self, stream, partitions, local=None, comm=None, quota=None, quota_wait=0.0, roll=None):
         """quota: the stream's undrained bytes on this node past which
         append waits up to quota_wait seconds for the drain, then raises
-        StreamError(EFULL) (docs/streams.md, "Backpressure")."""
+        StreamError(EFULL) (docs/streams.md, "Backpressure"). roll: the
+        segment size past which a flush starts a new segment (64 MiB by
+        default, 0: never; docs/streams.md, "Local retention")."""
         lib = _load()
         self._comm = comm
         h = ctypes.c_void_p()
@@ -167,10 +170,19 @@ class Producer(_Handle):
         self._h = h
         self.stream = stream
         self.partitions = lib.paralog_stream_partitions(h)
-        # As events name their producer (and `paralog stream cat` does).
-        self.id = f"{lib.paralog_stream_id(h):016x}"
+        self._id = f"{lib.paralog_stream_id(h):016x}"
+        if roll is not None:
+            _check(lib.paralog_stream_set_roll(h, roll))
         if quota:
             _check(lib.paralog_stream_set_quota(h, quota, int(quota_wait * 1000)))
+
+    @property
+    def id(self):
+        """As events name their producer (and `paralog stream cat` does): a
+        new id after each segment roll; once closed, the last one."""
+        if self._h is not None:
+            self._id = f"{_lib.paralog_stream_id(self._h):016x}"
+        return self._id
 
     def append(self, payload, key=None, time_ns=None, partition=ROUND_ROBIN):
         """(partition, seq) of the event; durable after the next flush."""
