@@ -65,13 +65,14 @@ pub fn job_share(local: &Path, stream: &str, published: u64) -> Result<Option<Jo
             .ok_or_else(|| corrupt(&path, 0, "not `nodes N`"))?;
         return Ok(Some(JobShare::Marked { nodes }));
     }
-    let (cuts, _) = local::read_cuts(&dir.join(layout::CUTS))?;
+    let log = local::read_log(&dir.join(layout::CUTS))?;
+    let rounds = log.rounds();
+    let cuts = log.cuts;
     // A segment counts as held when its file is there, whatever its state.
     let held: BTreeSet<u64> = layout::entries(&dir)?
         .iter()
         .filter_map(|(name, _)| layout::parse_segment_name(name))
         .collect();
-    let rounds = cuts.len() as u64;
     Ok(cuts.iter().filter(|c| c.round > published).find_map(|c| {
         c.ranges
             .iter()

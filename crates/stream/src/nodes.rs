@@ -20,7 +20,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use crate::drain::{self, DrainOptions, DrainReport};
-use crate::error::{corrupt, IoContext, Result, StreamError};
+use crate::error::{corrupt, Result, StreamError};
 use crate::format::{self, Cut, PartMark, Watermark, KIND_LOCAL_BATCH};
 use crate::layout;
 use crate::local;
