@@ -15,6 +15,11 @@ environment): zarr-python through s3fs (fsspec), tensorstore with its own
    "files": [[start, count, RAW_FILE], ...]}   # paralog obj get --slice output
   {"view": DIR, "refuse": true}                # reading must fail, in both
   {"view": DIR, "absent": true}                # no array there, for both
+  {"view": DIR, "poll_until": FLAG_FILE, "expect": ..., "dtype": ..., "shape": [...]}
+      # until FLAG_FILE exists, open and read the view again and again
+      # (zarr-python and tensorstore in turn): each open finds no array or
+      # reads it whole equal to what was put (never fill values for a
+      # chunk that was written); after the flag, one read must succeed
 
 Prints one line per check; exits 1 at the first that does not hold."""
 import json
@@ -45,9 +50,42 @@ def ts_open(view):
     return ts.open({"driver": "zarr3", "kvstore": kv}, open=True, read=True).result()
 
 
+def expected(c):
+    want = np.frombuffer(open(c["expect"], "rb").read(), dtype=np.dtype(c["dtype"]).newbyteorder("<"))
+    return want.reshape(c["shape"])
+
+
+def poll(c):
+    """The view while it is being made: absent, or whole and equal."""
+    want = expected(c).tobytes()
+    absent = whole = 0
+    readers = (lambda: zarr_open(c["view"])[...], lambda: ts_open(c["view"]).read().result())
+    while True:
+        last = os.path.exists(c["poll_until"])
+        try:
+            got = readers[(absent + whole) % 2]().tobytes()
+        except Exception:  # no zarr.json yet: no array to open
+            if last:
+                print(f"FAIL {c['view']}: no view after the commit returned")
+                return 1
+            absent += 1
+            continue
+        if got != want:
+            print(f"FAIL {c['view']}: a view read while being made differs from the array put")
+            return 1
+        whole += 1
+        if last:
+            print(f"poll {c['view']}: {absent} opens found no array, {whole} read it whole and equal")
+            return 0
+
+
 def main():
     checks = json.load(sys.stdin)
     for c in checks:
+        if c.get("poll_until"):
+            if poll(c):
+                return 1
+            continue
         if c.get("absent"):
             for reader, opener in (("zarr-python", zarr_open), ("tensorstore", ts_open)):
                 try:
@@ -71,8 +109,7 @@ def main():
                 print(f"FAIL {c['view']}: {reader} read a damaged chunk without an error")
                 return 1
             continue
-        want = np.frombuffer(open(c["expect"], "rb").read(), dtype=np.dtype(c["dtype"]).newbyteorder("<"))
-        want = want.reshape(c["shape"])
+        want = expected(c)
         facts = [
             (str(arr.dtype), np.dtype(c["dtype"]).name, "dtype"),
             (list(arr.shape), c["shape"], "shape"),
