@@ -45,8 +45,9 @@ slices of what was put.
               MinIO and read it whole and by random slabs equal to the put
   zarr damage a flipped byte, then a truncated chunk object of a view:
               both readers refuse (crc32c codec), `obj verify` refuses
-              naming the chunk; a view chunk deleted: `obj verify` says
-              its readers would see fill values
+              naming the chunk; another whole chunk in its place and a
+              view chunk deleted: `obj verify` refuses (the readers would
+              read the wrong chunk, or fill values)
   view order  `obj commit` killed before and after its publish: no view
               (both readers find no array) until the retried commit makes
               it; readers polling a view while its put commits find no

@@ -102,6 +102,14 @@ def case_zarr_damage(work, s3):
         check(r.returncode == 1 and "dmg version 1: chunk [1, 0]" in r.stderr and said in r.stderr,
               f"{how}: obj verify said {r.stderr!r}")
         print("\n".join(f"  {how}: {line}" for line in out.splitlines()))
+    # Another whole chunk in its place: its CRC-32C holds (the readers
+    # read it), but `obj verify` compares it with the version's own.
+    other = work / "other"
+    s3.minio.aws("s3api", "get-object", "--bucket", BUCKET, "--key", key.replace("/c/1/0", "/c/0/0"), other)
+    s3.minio.aws("s3api", "put-object", "--bucket", BUCKET, "--key", key, "--body", other)
+    r = s3.obj("verify", s3.at("dmg"), check=False)
+    check(r.returncode == 1 and "dmg version 1: chunk [1, 0]" in r.stderr and "a whole chunk, but another" in r.stderr,
+          f"a swapped view chunk: {r.stderr!r}")
     s3.minio.aws("s3api", "delete-object", "--bucket", BUCKET, "--key", key)
     r = s3.obj("verify", s3.at("dmg"), check=False)
     check(r.returncode == 1 and "readers would see fill values" in r.stderr, f"a missing view chunk: {r.stderr!r}")
