@@ -54,7 +54,8 @@ slices of what was put.
               array or the whole array, never fill values
   gc          a writer killed between its chunk object and its claim
               (objects.mid_chunk), commits killed before and after their
-              publish, a put in progress: `obj gc` within the grace
+              publish, a view of a version gone, a view without its
+              zarr.json, a put in progress: `obj gc` within the grace
               removes nothing; past it, it leaves exactly the published
               versions' keys and the live put's (the bucket listed), every
               version verified; after the live put commits, nothing else

@@ -196,6 +196,13 @@ def case_gc(work, s3):
         check(r.returncode == -9, f"{point}: {r.returncode} {r.stderr}")
     kept["after"] = (work / "after.bin", 2)
     s3.obj("view", s3.at("after"))
+    # What view makers killed would leave: a whole view of a version gone
+    # (retention killed between the record and the view), and a view
+    # without its zarr.json (killed before it: readers find no array).
+    for k in ("zarr.json", "c/0/0"):
+        s3.minio.aws("s3api", "copy-object", "--bucket", BUCKET, "--copy-source",
+                     f"{BUCKET}/store/zarr/clean/v0000000001/{k}", "--key", f"store/zarr/gone/v0000000001/{k}")
+    s3.minio.aws("s3api", "delete-object", "--bucket", BUCKET, "--key", "store/zarr/after/v0000000001/zarr.json")
     said = s3.obj("gc", s3.store).stdout
     check("removed 0 abandoned puts, 0 chunk objects" in said, f"gc within the grace removed: {said}")
     # Past a grace of 5 s (Last-Modified is to the second; the live put's
@@ -207,7 +214,10 @@ def case_gc(work, s3):
         h.write_bytes(f.read_bytes()[1024 * i:1024 * (i + 1)])
     s3.obj("write", s3.at("live"), live, halves[0], "--chunk", "0,0")  # one chunk claimed, not finished
     said = s3.obj("gc", s3.store, "--older-than", "5").stdout
-    check("removed 3 abandoned puts, 4 chunk objects" in said, f"obj gc: {said}")
+    check("removed 3 abandoned puts, 4 chunk objects no version uses, 2 Zarr views" in said, f"obj gc: {said}")
+    check(s3.info("after")["views"].startswith("missing"), "a view without zarr.json is not missing")
+    check(s3.minio.keys(BUCKET, "store/zarr/after") == [], "the half view is left")
+    s3.obj("view", s3.store, "--missing")
     left = bucket(s3)
     check(not any(f"staging/{p}" in k for k in left for p in (dead,)), "the dead writer's put is left")
     staging = {k.split("/")[2] for k in left if k.startswith("store/staging/")}
