@@ -64,6 +64,15 @@ fn group(
     out
 }
 
+/// The object and version whose view holds `key` (`zarr/<name>/v<n>/...`):
+/// the version is the first component that looks like one (a name never
+/// has such a component: `check_name`), so a name may hold `c`.
+fn view_of(key: &str) -> Option<(String, u64)> {
+    let parts: Vec<&str> = key.strip_prefix("zarr/")?.split('/').collect();
+    let i = parts.iter().position(|p| is_version_file(p).is_some())?;
+    Some((parts[..i].join("/"), is_version_file(parts[i])?))
+}
+
 impl S3Store {
     /// The server's time now: the Last-Modified of an object put for it.
     fn server_now(&self, key: &str) -> Result<SystemTime> {
@@ -140,16 +149,8 @@ impl S3Store {
             })
             .map(|(k, _)| k)
             .collect();
-        // A view's version is the first component that looks like one
-        // (a name never has such a component: `check_name`).
         let views = group(list("zarr/")?, |k| {
-            let parts: Vec<&str> = k.strip_prefix("zarr/")?.split('/').collect();
-            let i = parts.iter().position(|p| is_version_file(p).is_some())?;
-            Some(format!(
-                "{}\n{}",
-                parts[..i].join("/"),
-                is_version_file(parts[i])?
-            ))
+            view_of(k).map(|(name, n)| format!("{name}\n{n}"))
         });
         let mut done = S3Collected::default();
         for g in dead {
@@ -175,5 +176,23 @@ impl S3Store {
             }
         }
         Ok(done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::view_of;
+
+    #[test]
+    fn view_keys() {
+        let named = |n: &str, v| Some((n.to_owned(), v));
+        assert_eq!(
+            view_of("zarr/run7/t/v0000000003/zarr.json"),
+            named("run7/t", 3)
+        );
+        assert_eq!(view_of("zarr/a/c/b/v0000000012/c/1/0"), named("a/c/b", 12));
+        assert_eq!(view_of("zarr/v12/x/v0000000001/c/0"), named("v12/x", 1));
+        assert_eq!(view_of("zarr/a/b/zarr.json"), None);
+        assert_eq!(view_of("data/0123"), None);
     }
 }
