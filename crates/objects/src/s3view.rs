@@ -64,17 +64,25 @@ impl S3Store {
         if self.view_made(&av.name, av.number)? {
             return Ok(self.view_url(&av.name, av.number));
         }
-        for (i, p) in av.chunk_pieces().iter().enumerate() {
-            let coords = av.meta.coords(i as u64);
-            let to = chunk_key(&prefix, &coords);
-            let from = format!("data/{}", id_hex(&p.chunk));
+        let pieces = av.chunk_pieces();
+        let pairs: Vec<(String, String)> = pieces
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let to = chunk_key(&prefix, &av.meta.coords(i as u64));
+                (format!("data/{}", id_hex(&p.chunk)), to)
+            })
+            .collect();
+        let copied = self.be.copy_objects(&pairs);
+        for (i, (copy, (_, to))) in copied.into_iter().zip(&pairs).enumerate() {
             let bad = |why: String| Error::Chunk {
                 name: av.name.clone(),
                 version: av.number,
-                chunk: coords.clone(),
+                chunk: av.meta.coords(i as u64),
                 why,
             };
-            match self.be.copy_object(&from, &to) {
+            let want = pieces[i].block_crc;
+            match copy {
                 // The copy's bytes are the version's by construction (the
                 // source is the key its record names). Where the server
                 // gives the copy's CRC32C (AWS S3 does; the MinIO of the
@@ -82,12 +90,11 @@ impl S3Store {
                 // by its own CRC-32C always has the version's block CRC
                 // (CRC-32C's residue), so this proves the copy whole, not
                 // which chunk it is.
-                Ok(Some(crc)) if crc != p.block_crc => {
-                    let _ = self.be.delete_object(&to);
+                Ok(Some(crc)) if crc != want => {
+                    let _ = self.be.delete_object(to);
                     return Err(bad(format!(
-                        "the copy {} is damaged (CRC-32C {crc:08x}, the version says {:08x})",
-                        self.shown(&to).display(),
-                        p.block_crc
+                        "the copy {} is damaged (CRC-32C {crc:08x}, the version says {want:08x})",
+                        self.shown(to).display()
                     )));
                 }
                 Ok(_) => {}
