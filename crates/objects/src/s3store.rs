@@ -9,6 +9,8 @@
 //!   `If-None-Match: *`, which fails (412) if `v<n>` exists: two commits
 //!   of one name never replace each other, the loser takes the next number;
 //! - `staging/<id>/...`: a chunked put until its commit (`s3put`).
+//! - `zarr/<name>/v<n>/...`: the Zarr view of a version (`s3view`);
+//!   what dead puts and the rest leave is collected by `s3gc`.
 //!
 //! Retention (`keep=K` in the URL; every version by default): after each
 //! publish the versions of the name beyond the newest K are dropped, their
