@@ -113,12 +113,13 @@ if [ "${1:-}" = "--test" ]; then
     rm -f "$root/target/$MPI4PY.tar.gz"
   fi
   # zarr-python 3 and tensorstore for tests/objects (the Zarr views'
-  # readers), from PyPI into a virtual environment: Debian's python3-zarr is 2.x (Zarr v2 only).
+  # readers), from PyPI into a virtual environment: Debian's python3-zarr is 2.x (Zarr v2 only);
+  # with s3fs, zarr-python's store for the views on s3:// (tensorstore has its own s3 driver).
   # Pinned in tests/objects/requirements.txt; redone when that file changes.
   venv="$root/target/objects-venv"
   req="$root/tests/objects/requirements.txt"
   if ! cmp -s "$req" "$venv/requirements.txt"; then
-    echo "setup: installing zarr-python and tensorstore into target/objects-venv"
+    echo "setup: installing zarr-python, tensorstore and s3fs into target/objects-venv"
     if ! /usr/bin/python3 -c 'import ensurepip' 2>/dev/null; then
       $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
       $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null

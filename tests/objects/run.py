@@ -87,12 +87,13 @@ def info(url):
     return json.loads(obj("info", url, "--json").stdout)
 
 
-def zarr_read(work, checks):
-    """zarr-python and tensorstore read each check (tests/objects/zarr_reader.py)."""
+def zarr_read(work, checks, env=None):
+    """zarr-python and tensorstore read each check (tests/objects/zarr_reader.py);
+    `env`: the AWS settings of views on S3."""
     spec = work / f"checks-{random.getrandbits(32):08x}.json"
     spec.write_text(json.dumps(checks))
     with open(spec) as f:
-        r = run([VENV_PY, READER], stdin=f, check=False, timeout=300)
+        r = run([VENV_PY, READER], stdin=f, env=env, check=False, timeout=300)
     check(r.returncode == 0, f"zarr-python: {(r.stdout + r.stderr).strip()[-1500:]}")
     return r.stdout
 

@@ -27,8 +27,9 @@ slices of what was put.
               16x4096 int32: rank 0 reads it back equal, `obj get` equals
               the formula; a rank killed between its chunk object and its
               claim (objects.mid_chunk): nothing published (the dead put
-              stays staged: no `obj gc` on S3 yet), and the program run
-              again publishes version 1, its own bytes
+              stays staged until `obj gc --older-than 0` removes it, the
+              published version intact), and the program run again
+              publishes version 1, its own bytes
   retention   `?keep=2`: 5 puts of one name (4 chunks each) leave versions
               4 and 5, each its own bytes; version 3 is gone (`obj get`
               refuses it); the bucket holds exactly the two versions' chunk
@@ -37,6 +38,27 @@ slices of what was put.
               answers after MinIO carried the requests out: 4 versions
               (the client's retries of create-only PUTs get 412 for
               their own records and claims)
+  zarr view   every dtype (attributes), the other grids, 3 versions of one
+              name and the seed's chunked puts (16x4096 on 1 writer,
+              32x4096 on 2, 64x4096 on 4): zarr-python (s3fs) and
+              tensorstore (its s3 driver) open each version's view on
+              MinIO and read it whole and by random slabs equal to the put
+  zarr damage a flipped byte, then a truncated chunk object of a view:
+              both readers refuse (crc32c codec), `obj verify` refuses
+              naming the chunk; another whole chunk in its place and a
+              view chunk deleted: `obj verify` refuses (the readers would
+              read the wrong chunk, or fill values)
+  view order  `obj commit` killed before and after its publish: no view
+              (both readers find no array) until the retried commit makes
+              it; readers polling a view while its put commits find no
+              array or the whole array, never fill values
+  gc          a writer killed between its chunk object and its claim
+              (objects.mid_chunk), commits killed before and after their
+              publish, a view of a version gone, a view without its
+              zarr.json, a put in progress: `obj gc` within the grace
+              removes nothing; past it, it leaves exactly the published
+              versions' keys and the live put's (the bucket listed), every
+              version verified; after the live put commits, nothing else
 
 Usage: python3 -m tests.objects.s3 [--only SUBSTRING] [--keep]
 Ends with "objects-s3: N passed, N failed"."""
@@ -44,6 +66,7 @@ import json
 import random
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -263,7 +286,11 @@ def case_retention(work, s3):
     data_objects = [k for k, _ in s3.minio.keys(BUCKET, "store/data")]
     # 'r': 2 versions x (4 chunks + 1 array record); 'all': 5 x 5.
     check(len(data_objects) == 2 * 5 + 5 * 5, f"{len(data_objects)} data objects, want {2 * 5 + 5 * 5}")
-    return "versions 4 and 5 kept with their objects, the rest dropped"
+    # The views of the dropped versions went with them (zarr.json + 4 chunks each).
+    views = sorted({k.split("/")[3] for k, _ in s3.minio.keys(BUCKET, "store/zarr/r")})
+    check(views == ["v0000000004", "v0000000005"], f"views left of 'r': {views}")
+    check(len(s3.minio.keys(BUCKET, "store/zarr/r")) == 2 * 5, "a view of 'r' is not whole")
+    return "versions 4 and 5 kept with their objects and views, the rest dropped"
 
 
 @with_s3
@@ -376,6 +403,11 @@ def case_mpi(work, s3):
               f"{flavour}: the writer was not killed: {r.stdout}{r.stderr}")
         check(s3.obj("info", s3.at(f"{name}/k"), "--json", check=False).returncode != 0,
               f"{flavour}: a put whose writer died is visible")
+        time.sleep(2)  # older than 0 s by the server's clock (Last-Modified: to the second)
+        said = s3.obj("gc", s3.store, "--older-than", "0").stdout
+        check("removed 1 abandoned puts" in said, f"{flavour}: obj gc after the killed writer: {said}")
+        check(s3.minio.keys(BUCKET, "store/staging") == [], f"{flavour}: staging left after obj gc")
+        s3.obj("verify", s3.at(name), "--all")
         out = mpi_put(flavour, 4, s3.store, f"{name}/k", 16, 9, env=s3.env).stdout
         check("version 1" in out and "read back equal" in out, f"{flavour} again: {out}")
         s3.obj("get", s3.at(f"{name}/k"), got)
@@ -383,13 +415,14 @@ def case_mpi(work, s3):
               f"{flavour}: the put after the killed one is not its own")
     return "MPICH and Open MPI: chunked puts over 4 ranks; a killed writer publishes nothing"
 
-
 def main():
+    from tests.objects.s3_views import VIEW_CASES
     a = suite_options().parse_args()
     suite = Suite("objects-s3", keep=a.keep)
     cases = [("dtypes", case_dtypes), ("chunked", case_chunked), ("concurrent", case_concurrent),
              ("damage", case_damage), ("python", case_python), ("killed commit", case_killed_commit),
-             ("lost answers", case_lost_answers), ("mpi", case_mpi), ("retention", case_retention)]
+             ("lost answers", case_lost_answers), ("mpi", case_mpi), ("retention", case_retention),
+             *VIEW_CASES]
     return suite.run(cases, only=a.only)
 
 

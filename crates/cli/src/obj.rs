@@ -11,6 +11,8 @@ use anyhow::{anyhow, bail, Context};
 use paralog_backend::RemoteUrl;
 use paralog_objects::{id_hex, parse_id, ArrayMeta, ArrayVersion, Attrs, DType, Store, ViewState};
 
+pub(crate) use crate::obj_parse::{chunk_slices, dims, parse_slice};
+
 #[derive(clap::Args)]
 pub struct Args {
     #[command(subcommand)]
@@ -138,40 +140,6 @@ pub(crate) struct ArrayArgs {
     attrs: Option<String>,
 }
 
-/// `obj write`'s chunks: the coordinates given and, for each, its slice of
-/// `file`'s bytes (chunks of `cb` bytes, in that order); a file of another
-/// length is refused, naming it.
-pub(crate) fn chunk_slices(
-    file: &std::path::Path,
-    cb: usize,
-    chunks: &[String],
-) -> anyhow::Result<Vec<(Vec<u64>, Vec<u8>)>> {
-    let data = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-    if data.len() != cb * chunks.len() {
-        bail!(
-            "{}: {} bytes for {} chunks of {cb} bytes",
-            file.display(),
-            data.len(),
-            chunks.len()
-        );
-    }
-    chunks
-        .iter()
-        .zip(data.chunks(cb.max(1)))
-        .map(|(c, bytes)| Ok((dims(c)?, bytes.to_vec())))
-        .collect()
-}
-
-pub(crate) fn dims(s: &str) -> anyhow::Result<Vec<u64>> {
-    s.split(',')
-        .map(|d| {
-            d.trim()
-                .parse::<u64>()
-                .with_context(|| format!("{s:?}: not a list of numbers like 64,4096"))
-        })
-        .collect()
-}
-
 impl ArrayArgs {
     pub(crate) fn meta(&self) -> anyhow::Result<ArrayMeta> {
         let dtype = DType::from_name(&self.dtype).ok_or_else(|| {
@@ -194,47 +162,6 @@ fn object(url: &str) -> anyhow::Result<(Store, String)> {
     let (store, name) = Store::locate(&parse_url(url)?)?;
     let name = name.ok_or_else(|| anyhow!("{url}: names a store, not an object (add /NAME)"))?;
     Ok((store, name))
-}
-
-/// `START:STOP`, `I`, `:` per dimension; missing dimensions whole.
-pub fn parse_slice(s: &str, shape: &[u64]) -> anyhow::Result<(Vec<u64>, Vec<u64>)> {
-    let parts: Vec<&str> = if s.trim().is_empty() {
-        vec![]
-    } else {
-        s.split(',').collect()
-    };
-    if parts.len() > shape.len() {
-        bail!(
-            "--slice {s}: {} dimensions for an array of {}",
-            parts.len(),
-            shape.len()
-        );
-    }
-    let (mut start, mut count) = (Vec::new(), Vec::new());
-    for (i, &n) in shape.iter().enumerate() {
-        let p = parts.get(i).map_or(":", |p| p.trim());
-        let num = |x: &str, default: u64| -> anyhow::Result<u64> {
-            if x.is_empty() {
-                Ok(default)
-            } else {
-                x.parse()
-                    .with_context(|| format!("--slice {s}: {x:?} is not a number"))
-            }
-        };
-        let (a, b) = match p.split_once(':') {
-            Some((a, b)) => (num(a, 0)?, num(b, n)?),
-            None => {
-                let a = num(p, 0)?;
-                (a, a + 1)
-            }
-        };
-        if a >= b || b > n {
-            bail!("--slice {s}: {p} is empty or outside 0..{n} in dimension {i}");
-        }
-        start.push(a);
-        count.push(b - a);
-    }
-    Ok((start, count))
 }
 
 /// A version's slab, read and verified whole before anything is written
@@ -609,30 +536,4 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_slice;
-
-    #[test]
-    fn slices() {
-        let shape = [64, 4096];
-        // Each slice as text, and its (start, count) per dimension.
-        for (text, start, count) in [
-            ("", [0, 0], [64, 4096]),
-            ("3", [3, 0], [1, 4096]),
-            ("1:5, 10:", [1, 10], [4, 4086]),
-            (":,:7", [0, 0], [64, 7]),
-        ] {
-            assert_eq!(
-                parse_slice(text, &shape).unwrap(),
-                (start.to_vec(), count.to_vec()),
-                "{text}"
-            );
-        }
-        for bad in ["5:5", "0:65", "x", "0:1,0:1,0:1", "64"] {
-            assert!(parse_slice(bad, &shape).is_err(), "{bad}");
-        }
-    }
 }

@@ -1,15 +1,16 @@
 //! `paralog obj` on an S3 store (`s3://bucket/STORE[/NAME]`,
 //! crates/objects `s3store`, docs/objects.md "S3"): the same commands and
-//! output as on a directory, but no views (no Zarr or HDF5 view on S3
-//! yet), no logged puts and no `gc`. (The C and Python APIs open S3
-//! stores through crates/objects-c/src/direct.rs.)
+//! output as on a directory, with the Zarr view (copies of the chunks
+//! under `zarr/`) and `gc`, but no HDF5 view, no logged puts and no
+//! `puts`. (The C and Python APIs open S3 stores through
+//! crates/objects-c/src/direct.rs.)
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context};
 use paralog_backend::{RemoteUrl, S3Url};
-use paralog_objects::{id_hex, parse_id, ArrayVersion, S3Store};
+use paralog_objects::{id_hex, parse_id, ArrayVersion, S3Store, ViewState};
 
 use crate::obj::{
     chunk_slices, committed_line, parse_slice, print, to_verify, version_json, ObjCmd,
@@ -54,13 +55,49 @@ fn put_id(id: &str) -> anyhow::Result<[u8; 16]> {
 }
 
 fn info_json(store: &S3Store, av: &ArrayVersion) -> anyhow::Result<serde_json::Value> {
+    let made = store.view_made(&av.name, av.number)?;
     Ok(version_json(
         av,
         &store.versions(&av.name)?,
+        Some(store.view_url(&av.name, av.number).into()),
         None,
-        None,
-        None,
+        Some(match made {
+            true => ViewState::Made,
+            false => ViewState::Missing(NOT_MADE.into()),
+        }),
     ))
+}
+
+const NOT_MADE: &str = "not made: the committing process stopped (or failed) before it made the Zarr view; `paralog obj view` makes it";
+
+/// `obj view` on S3: the Zarr view of a version (default: the latest), or
+/// of every version kept that has none; prints where each is.
+fn view(
+    store: &S3Store,
+    name: &str,
+    version: Option<u64>,
+    missing: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let numbers: Vec<Option<u64>> = if missing {
+        let mut v = Vec::new();
+        for i in store.versions(name)?.iter().filter(|i| !i.deleted) {
+            if !store.view_made(name, i.number)? {
+                v.push(Some(i.number));
+            }
+        }
+        if v.is_empty() {
+            print(out, &format!("{name}: no version kept misses its view\n"))?;
+        }
+        v
+    } else {
+        vec![version]
+    };
+    for n in numbers {
+        let url = store.make_view(&store.array(name, n)?)?;
+        print(out, &format!("{url}\n"))?;
+    }
+    Ok(())
 }
 
 /// Run `cmd` if its URL is `s3://`; `None` if it is not.
@@ -137,10 +174,17 @@ pub fn run(cmd: &ObjCmd) -> anyhow::Result<Option<ExitCode>> {
             for n in numbers {
                 let av = store.array(&name, n)?;
                 store.verify_chunks(&av)?;
+                if !store.view_made(&name, av.number)? {
+                    bail!(
+                        "{name} version {}: chunks verified, but the Zarr view is missing: {NOT_MADE}",
+                        av.number
+                    );
+                }
+                let view = store.check_view(&av)?;
                 print(
                     &mut stdout,
                     &format!(
-                        "{name} version {}: {} chunks verified (no views on S3)\n",
+                        "{name} version {}: {} chunks verified; Zarr view {view} complete; no HDF5 view on S3\n",
                         av.number,
                         av.meta.n_chunks()
                     ),
@@ -191,10 +235,34 @@ pub fn run(cmd: &ObjCmd) -> anyhow::Result<Option<ExitCode>> {
             let n = store.delete(&name)?;
             print(&mut stdout, &format!("{name}: deleted as version {n}\n"))?;
         }
-        ObjCmd::Gc { .. } => bail!("{url}: `obj gc` of s3:// stores is not supported yet"),
+        ObjCmd::Gc { older_than, .. } => {
+            let (store, _) = S3Store::locate(&url)?;
+            let c = store.collect_abandoned(std::time::Duration::from_secs(*older_than))?;
+            print(
+                &mut stdout,
+                &format!(
+                    "{}: removed {} abandoned puts, {} chunk objects no version uses, {} Zarr views of versions gone or half made\n",
+                    store.url(),
+                    c.puts,
+                    c.chunks,
+                    c.views
+                ),
+            )?;
+        }
         ObjCmd::Puts { .. } => bail!("{url}: `obj puts` of s3:// stores is not supported yet"),
-        ObjCmd::View { .. } => {
-            bail!("{url}: no Zarr or HDF5 views on s3:// yet (docs/objects.md \"S3\")")
+        ObjCmd::View {
+            version, missing, ..
+        } => {
+            let (store, name) = S3Store::locate(&url)?;
+            let names = match (name, missing) {
+                (Some(n), _) => vec![n],
+                (None, true) => store.list()?,
+                (None, false) => bail!("{url}: names a store, not an object (add /NAME, or --missing for every object)"),
+            };
+            for name in names {
+                view(&store, &name, *version, *missing, &mut stdout)?;
+            }
+            eprintln!("paralog: no HDF5 view on s3:// (docs/objects.md \"S3\")");
         }
         ObjCmd::Publish { .. } => unreachable!("no URL"),
     }

@@ -10,6 +10,7 @@ use paralog_backend::objstore::{Piece, Version};
 use crate::error::{Error, Result};
 use crate::grid::for_each_chunk;
 use crate::put::{chunk_index, Committed};
+use crate::read::checked_array;
 use crate::record::{self, ArrayMeta};
 use crate::s3store::S3Store;
 use crate::staging::{decode_claim, encode_claim, new_id, Claim};
@@ -114,6 +115,8 @@ impl S3Store {
             || self.get(&format!("{dir}/publishing"))?.is_some();
         if maybe {
             if let Some(number) = self.published(name, id)? {
+                // Killed after its publish: its view may not be made yet.
+                self.view_after_commit(&self.array(name, Some(number))?);
                 self.remove_staging(&dir)?;
                 return Ok(Committed { number, id: *id });
             }
@@ -196,11 +199,31 @@ impl S3Store {
             pieces,
         };
         crate::failpoint("objects.before_commit");
-        let number = self.publish(name, v)?;
+        let number = self.publish(name, v.clone())?;
         crate::failpoint("objects.after_commit");
+        let mut rec = v;
+        rec.number = number;
+        rec.name = name.as_bytes().to_vec();
+        let at = self.shown(&crate::s3store::version_key(name, number));
+        self.view_after_commit(&checked_array(name, rec, &head, at)?);
         // Published: the staging objects are bookkeeping only now.
         let _ = self.remove_staging(&dir);
         Ok(Committed { number, id: *id })
+    }
+
+    /// The Zarr view of a version just committed (docs/objects.md "S3"):
+    /// never an error of the commit, whose version is published; the
+    /// reason goes to standard error (this library runs inside
+    /// application ranks, which have no other log), and `paralog obj view`
+    /// makes it later. A version retention dropped meanwhile needs none.
+    fn view_after_commit(&self, av: &crate::ArrayVersion) {
+        match self.make_view(av) {
+            Ok(_) | Err(Error::NotFound { .. }) => {}
+            Err(e) => eprintln!(
+                "paralog objects: {} version {}: the Zarr view was not made: {e}; `paralog obj view` makes it",
+                av.name, av.number
+            ),
+        }
     }
 
     /// Remove a published put's staging objects: `begin` first (a retried

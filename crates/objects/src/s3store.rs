@@ -9,11 +9,13 @@
 //!   `If-None-Match: *`, which fails (412) if `v<n>` exists: two commits
 //!   of one name never replace each other, the loser takes the next number;
 //! - `staging/<id>/...`: a chunked put until its commit (`s3put`).
+//! - `zarr/<name>/v<n>/...`: the Zarr view of a version (`s3view`);
+//!   what dead puts and the rest leave is collected by `s3gc`.
 //!
 //! Retention (`keep=K` in the URL; every version by default): after each
 //! publish the versions of the name beyond the newest K are dropped, their
 //! record first (no reader starts on it), then the chunk objects no kept
-//! version uses. A chunk is verified against the version record's block
+//! version uses, and their Zarr views (`s3view`). A chunk is verified against the version record's block
 //! CRC-32C before any byte is used.
 
 use std::path::PathBuf;
@@ -37,11 +39,11 @@ pub struct S3Store {
     url: S3Url,
 }
 
-fn version_key(name: &str, n: u64) -> String {
+pub(crate) fn version_key(name: &str, n: u64) -> String {
     format!("meta/{name}/v{n:010}")
 }
 
-fn is_version_file(f: &str) -> Option<u64> {
+pub(crate) fn is_version_file(f: &str) -> Option<u64> {
     (f.len() == 11 && f.starts_with('v') && f[1..].bytes().all(|b| b.is_ascii_digit()))
         .then(|| f[1..].parse().ok())
         .flatten()
@@ -148,7 +150,15 @@ impl S3Store {
         Ok(out)
     }
 
-    fn record(&self, name: &str, n: u64) -> Result<Option<Version>> {
+    /// Whether the record of version `n` of `name` is there (a HEAD).
+    pub(crate) fn record_exists(&self, name: &str, n: u64) -> Result<bool> {
+        self.be
+            .object_modified(&version_key(name, n))
+            .map(|t| t.is_some())
+            .map_err(|e| self.err(e))
+    }
+
+    pub(crate) fn record(&self, name: &str, n: u64) -> Result<Option<Version>> {
         let key = version_key(name, n);
         match self.get(&key)? {
             Some(b) => Ok(Some(Version::decode(&b, &self.shown(&key))?)),
@@ -302,7 +312,8 @@ impl S3Store {
     }
 
     /// Drop the versions of `name` beyond the newest `keep`: each record,
-    /// then the chunk objects only dropped versions used. Another
+    /// then its Zarr view, then the chunk objects only dropped versions
+    /// used. Another
     /// publisher's retention may run at once: deletes of what is gone are
     /// no error. A crash between leaves chunk objects no version names.
     fn retain(&self, name: &str) -> Result<()> {
@@ -326,6 +337,7 @@ impl S3Store {
             self.be
                 .delete_object(&version_key(name, n))
                 .map_err(|e| self.err(e))?;
+            self.remove_view(name, n)?;
         }
         for id in dropped.difference(&used) {
             self.be

@@ -43,6 +43,7 @@ use crate::errors::{chain, s3_error};
 
 mod errors;
 mod integrity;
+mod objcopy;
 mod objects;
 mod setcontainer;
 pub mod sets;
