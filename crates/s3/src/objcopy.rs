@@ -84,39 +84,14 @@ impl S3Backend {
     /// The keys under `rel` (as [`S3Backend::list_objects`]) with when the
     /// store last wrote each (its Last-Modified, by the server's clock).
     pub fn list_objects_dated(&self, rel: &str) -> Result<Vec<(String, SystemTime)>, BackendError> {
-        let base = self.key(b"");
-        let full = format!("{base}{rel}");
-        self.rt.block_on(async {
-            let mut out = Vec::new();
-            let mut token = None;
-            loop {
-                let r = self
-                    .client
-                    .list_objects_v2()
-                    .bucket(&self.bucket)
-                    .prefix(&full)
-                    .set_continuation_token(token)
-                    .send()
-                    .await
-                    .map_err(|e| self.err(&full, "list objects", e))?;
-                for o in r.contents() {
-                    let Some(k) = o.key().and_then(|k| k.strip_prefix(&base)) else {
-                        continue;
-                    };
-                    let t = o
-                        .last_modified()
-                        .and_then(|t| SystemTime::try_from(*t).ok())
-                        .ok_or_else(|| {
-                            self.err_msg(&full, "list objects", format!("{k}: no Last-Modified"))
-                        })?;
-                    out.push((k.to_owned(), t));
-                }
-                match r.next_continuation_token() {
-                    Some(t) if r.is_truncated() == Some(true) => token = Some(t.to_owned()),
-                    _ => break,
-                }
-            }
-            Ok(out)
-        })
+        let full = format!("{}{rel}", self.key(b""));
+        self.list_keys(rel)?
+            .into_iter()
+            .map(|(k, t)| {
+                t.map(|t| (k.clone(), t)).ok_or_else(|| {
+                    self.err_msg(&full, "list objects", format!("{k}: no Last-Modified"))
+                })
+            })
+            .collect()
     }
 }

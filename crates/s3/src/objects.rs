@@ -80,6 +80,15 @@ impl S3Backend {
     /// The keys under `rel` (a prefix ending in '/', or empty for all),
     /// relative to the remote's prefix, in S3's (byte) order.
     pub fn list_objects(&self, rel: &str) -> Result<Vec<String>, BackendError> {
+        Ok(self.list_keys(rel)?.into_iter().map(|(k, _)| k).collect())
+    }
+
+    /// [`S3Backend::list_objects`] with each key's Last-Modified, if the
+    /// listing gave one: one paged ListObjectsV2 for every caller.
+    pub(crate) fn list_keys(
+        &self,
+        rel: &str,
+    ) -> Result<Vec<(String, Option<SystemTime>)>, BackendError> {
         let base = self.key(b"");
         let full = format!("{base}{rel}");
         self.rt.block_on(async {
@@ -97,7 +106,10 @@ impl S3Backend {
                     .map_err(|e| self.err(&full, "list objects", e))?;
                 for o in r.contents() {
                     if let Some(k) = o.key().and_then(|k| k.strip_prefix(&base)) {
-                        out.push(k.to_owned());
+                        let t = o
+                            .last_modified()
+                            .and_then(|t| SystemTime::try_from(*t).ok());
+                        out.push((k.to_owned(), t));
                     }
                 }
                 match r.next_continuation_token() {
