@@ -97,6 +97,12 @@ class StreamS3:
         return f"s3://{self.BUCKET}/{name}"
 
 
+def local_rounds(local):
+    """The rounds of a node-local root's cut log (`stream lag`; 0: none)."""
+    lag = json.loads(run([BIN, "stream", "lag", "--local", local, "--json"]).stdout)
+    return lag[0]["rounds"] if lag else 0
+
+
 def frame_len(e):
     """An event frame's bytes (docs/streams-format.md: 40 + key + payload)."""
     key = e.get("key") or ""

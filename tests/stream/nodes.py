@@ -65,7 +65,8 @@ from tests.lib.check import Suite, check, suite_options
 from tests.lib.paths import BIN
 from tests.lib.proc import run
 from tests.lib.server import Cluster
-from tests.lib.streams import STREAM, StreamS3, cat_json, check_events, drain, frame_len, produce, producer_report
+from tests.lib.streams import (STREAM, StreamS3, cat_json, check_events, drain, frame_len, local_rounds, produce,
+                               producer_report)
 
 PARTS = 4
 EVENTS = 3000
@@ -107,8 +108,7 @@ def stream_status(c, total, timeout=120):
 
 def lag_rounds(c, n):
     """The rounds of node n's cut log (`stream lag`)."""
-    lag = json.loads(run([BIN, "stream", "lag", "--local", c.work / "local" / f"n{n}", "--json"]).stdout)
-    return lag[0]["rounds"] if lag else 0
+    return local_rounds(c.work / "local" / f"n{n}")
 
 
 def cut_logs_equal(c):
@@ -210,13 +210,13 @@ def case_nodes(work, flavour, nodes, objects=False, s3=None):
             f"{crossing} bytes between nodes; {same}")
 
 
-def case_killed(work, flavour, node, failpoint):
-    remote = work / "remote"
-    remote.mkdir()
+def killed_job(work, flavour, node, failpoint, remote):
+    """A server job of 2 nodes draining to `remote` while waves of
+    producers run (a new cut every round) until node `node`'s server dies
+    at `failpoint`: (the cluster, what each producer flushed, each node's
+    rounds)."""
     c = Cluster(work, flavour, 2, str(remote))
     c.start_servers(per_node_env={node: {"PARALOG_FAILPOINT": failpoint}})
-    # Waves of producers, so that there is a new cut every round, until
-    # the failpoint ends the server job.
     procs = []
     deadline = time.time() + 120
     while c.servers.poll() is None and time.time() < deadline:
@@ -227,7 +227,13 @@ def case_killed(work, flavour, node, failpoint):
     c.stop()
     check(rc is not None and rc != 0, f"the server job did not end by {failpoint} (exit {rc}): {c.tail()}")
     flushed, _ = reports(procs)
-    rounds = [lag_rounds(c, n) for n in range(c.nodes)]
+    return c, flushed, [lag_rounds(c, n) for n in range(c.nodes)]
+
+
+def case_killed(work, flavour, node, failpoint):
+    remote = work / "remote"
+    remote.mkdir()
+    c, flushed, rounds = killed_job(work, flavour, node, failpoint, remote)
     # The killed servers' sockets are left behind: the new ones' mark readiness.
     for n in range(c.nodes):
         (c.work / "local" / f"n{n}" / ".paralog-server-t.sock").unlink(missing_ok=True)

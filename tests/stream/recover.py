@@ -74,10 +74,10 @@ from tests.lib.check import Suite, check, suite_options
 from tests.lib.mpi import launcher, mpi_env
 from tests.lib.paths import BIN
 from tests.lib.proc import kill_tree, run
-from tests.lib.server import Cluster, Server
-from tests.lib.streams import STREAM, cat, check_events, drain, produce, producer_report
+from tests.lib.server import Server
+from tests.lib.streams import STREAM, cat, check_events, drain, local_rounds, produce, producer_report
 from tests.stream.api import producers_of, program
-from tests.stream.nodes import cut_logs_equal, lag_rounds, one_node_redrain, reports, start_producers
+from tests.stream.nodes import cut_logs_equal, killed_job, one_node_redrain
 from tests.stream.run import segment_tree
 
 RANKS = 3
@@ -135,7 +135,7 @@ def case_one_node(flavour, failpoint, objects=False):
         flushed = {p: EVENTS for p in producers_of(pout)}
         check(len(flushed) == RANKS, f"{RANKS} ranks printed {len(flushed)} producers: {pout[:300]}")
         flushed[lone_id] = lone_flushed
-        rounds = lag_rounds_local(local)
+        rounds = local_rounds(local)
         shutil.copytree(local, ref, ignore=shutil.ignore_patterns("*.sock"))
         published = published_events(remote)
         out = recover(local, remote).stdout
@@ -192,28 +192,11 @@ def published_events(remote):
     return len(r.stdout.splitlines()) if r.returncode == 0 else 0
 
 
-def lag_rounds_local(local):
-    lag = json.loads(run([BIN, "stream", "lag", "--local", local, "--json"]).stdout)
-    return lag[0]["rounds"] if lag else 0
-
-
 def case_nodes(flavour, failpoint):
     def case(work):
         remote = work / "remote"
         remote.mkdir()
-        c = Cluster(work, flavour, 2, str(remote))
-        c.start_servers(per_node_env={1: {"PARALOG_FAILPOINT": failpoint}})
-        procs = []
-        deadline = time.time() + 120
-        while c.servers.poll() is None and time.time() < deadline:
-            procs += start_producers(c, per_node=1, events=1000)
-            time.sleep(0.3)
-        procs += start_producers(c, per_node=1, events=1000)
-        rc = c.servers.poll()
-        c.stop()
-        check(rc is not None and rc != 0, f"the server job did not end by its failpoint (exit {rc}): {c.tail()}")
-        flushed, _ = reports(procs)
-        rounds = [lag_rounds(c, n) for n in range(c.nodes)]
+        c, flushed, rounds = killed_job(work, flavour, 1, failpoint, remote)
         n0 = work / "local" / "n0"
         before = (segment_tree(remote), cuts(n0))
         # One node alone: refused, nothing changed.
