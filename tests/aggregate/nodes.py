@@ -128,6 +128,19 @@ def case_nodes(flavour, nodes, k):
     return case
 
 
+def job_died(c, who, timeout=120):
+    """After the job's application: `paralog wait`, then the server job
+    must end by the failpoint of its `who` (non-zero, "failpoint reached")."""
+    run([BIN, "wait", "--local", c.local, "--job", "t", "--timeout", "120"],
+        env=c.env({"PARALOG_NODE": "n0"}), check=False, timeout=200)
+    try:
+        rc = c.servers.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise Failed(f"the server job went on after its {who} died: {c.tail()}")
+    check(rc != 0, f"the server job exited 0 although the {who} was killed: {c.tail()}")
+    check("failpoint reached" in c.tail(100000), f"the {who}'s failpoint was not reached: {c.tail()}")
+
+
 def case_killed(flavour, who):
     """who: "leader" (its writers, after the sixth block received) or
     "sender" (after its sixth block sent): the second set's transfer."""
@@ -146,14 +159,7 @@ def case_killed(flavour, who):
         try:
             c.start_servers({n: point for n in range(nodes)})
             write_job(c, flavour, np)
-            run([BIN, "wait", "--local", c.local, "--job", "t", "--timeout", "120"],
-                env=c.env({"PARALOG_NODE": "n0"}), check=False, timeout=200)
-            try:
-                rc = c.servers.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                raise Failed(f"the server job went on after its {who} died: {c.tail()}")
-            check(rc != 0, f"the server job exited 0 although the {who} was killed: {c.tail()}")
-            check("failpoint reached" in c.tail(100000), f"the {who}'s failpoint was not reached: {c.tail()}")
+            job_died(c, who)
         finally:
             c.stop()
         # Complete or absent, never half: a set with a record reads whole and

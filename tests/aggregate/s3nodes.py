@@ -34,9 +34,8 @@ container is a multipart upload of several parts packed across members
                   deletes them and publishes the second version
 """
 import json
-import subprocess
 
-from tests.lib.check import Failed, check
+from tests.lib.check import check
 from tests.lib.compare import same_bytes
 from tests.lib.mpi import launcher
 from tests.lib.paralog import paralog_run
@@ -46,6 +45,7 @@ from tests.lib.server import AS_NODE, RANKS_PER_NODE, Cluster
 
 from tests.aggregate import run as agg
 from tests.aggregate import s3
+from tests.aggregate.nodes import job_died
 from tests.aggregate.s3 import BUCKET, MARK, RULE, QUERY, with_minio
 
 NODES = 2
@@ -169,14 +169,7 @@ def case_killed(flavour, point, who):
         c = cluster(work / "second", flavour, minio, url, k, fp)
         try:
             write_job(c, flavour, {"CKPT_SALT": "5"}, check_rc=False)
-            run([BIN, "wait", "--local", c.local, "--job", "t", "--timeout", "120"],
-                env=c.env({"PARALOG_NODE": "n0"}), check=False, timeout=200)
-            try:
-                rc = c.servers.wait(timeout=180)
-            except subprocess.TimeoutExpired:
-                raise Failed(f"the server job went on after its {who} died: {c.tail()}")
-            check(rc != 0, f"the server job exited 0 although the {who} was killed: {c.tail()}")
-            check("failpoint reached" in c.tail(100000), f"the {who}'s failpoint was not reached: {c.tail()}")
+            job_died(c, who, timeout=180)
         finally:
             c.stop()
         # The previous version reads whole; the interrupted attempt left
