@@ -199,6 +199,7 @@ impl Drainer {
     ) -> Result<DrainReport> {
         let dir = layout::existing_local_stream(local, stream)?;
         let _lock = local::lock(&dir.join(layout::DRAIN_LOCK))?;
+        crate::job_root::refuse_marked(&dir, stream)?;
         let mut report = DrainReport {
             stream: stream.into(),
             ..Default::default()

@@ -15,7 +15,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use crate::error::{corrupt, Result};
+use crate::error::{corrupt, Result, StreamError};
 use crate::{layout, local};
 
 /// The mark's file in a stream's node-local directory: `nodes N\n`.
@@ -49,6 +49,24 @@ pub fn mark(local: &Path, stream: &str, nodes: usize) -> Result<()> {
         return Ok(());
     }
     layout::write_atomic(&path, text.as_bytes(), 0o600)
+}
+
+/// Refuse a one-node drain (`paralog stream drain`, the node server,
+/// one-node `recover`) of a stream directory `dir` a server job of
+/// several nodes marked: its cut log is the job's, the same on every
+/// node, and rounds one node applied or added alone would leave the
+/// nodes' logs apart.
+pub fn refuse_marked(dir: &Path, stream: &str) -> Result<()> {
+    let path = dir.join(JOB_MARK);
+    if path.exists() {
+        return Err(StreamError::Invalid {
+            what: format!(
+                "stream {stream}: {} says a server job of several nodes drains it (its cut log is the job's): a one-node drain must not apply or add its rounds; drain it with a server job of the same nodes, or run `paralog recover` as an MPI job on them (docs/streams.md \"Recovery\")",
+                path.display()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Whether `stream`'s share under the node-local root `local` is a server

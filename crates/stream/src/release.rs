@@ -63,7 +63,9 @@ pub(crate) fn release(
     log: LogState<'_>,
     min_bytes: u64,
 ) -> Result<Released> {
-    if min_bytes == u64::MAX || log.rounds == 0 || dir.join(crate::job_root::JOB_MARK).exists() {
+    // A server job's root never gets here: its one-node drain is refused
+    // (crate::job_root::refuse_marked).
+    if min_bytes == u64::MAX || log.rounds == 0 {
         return Ok(Released::default());
     }
     let mut gone = Vec::new();

@@ -194,8 +194,8 @@ fn what_does_not_fit_is_refused() {
 
 /// Local retention is one node's only (docs/streams.md "Local
 /// retention"): a root a server job drained keeps its segments and its
-/// cut log (the job's, the same on every node) under a one-node drain
-/// that would release everything it could.
+/// cut log (the job's, the same on every node): a one-node drain that
+/// would release everything it could is refused, naming the job's mark.
 #[test]
 fn a_server_jobs_root_releases_nothing() {
     let (t, _, remote) = dirs();
@@ -214,8 +214,13 @@ fn a_server_jobs_root_releases_nothing() {
         release_bytes: 1,
         ..Default::default()
     };
-    let r = drain_stream(&roots[0], &remote, S, &always).unwrap();
-    assert_eq!((r.round, r.released), (None, Default::default()));
+    let e = drain_stream(&roots[0], &remote, S, &always)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("server-job") && e.contains("server job of several nodes"),
+        "{e}"
+    );
     assert_eq!(files(&dir), before, "the job's root is as it was");
 }
 
