@@ -17,9 +17,10 @@ slices of what was put.
               each equal to one put, every put present once
   python      `paralog.objects` (ctypes over the C API) on s3://: puts of
               three dtypes, slabs, a chunked put by two writers
-  damage      a flipped byte, then a truncated chunk object: `obj get` and
-              `obj verify` refuse naming object, version, chunk and the
-              chunk's S3 object
+  damage      another valid chunk object of the version in a chunk's place
+              (swapped), a flipped byte, a truncated chunk object: `obj get`,
+              `obj verify` and `paralog.objects` refuse naming object,
+              version, chunk and the chunk's S3 object
   killed commit  `obj commit` killed before and after its publish, then
               committed again twice: one version, equal to the put
   mpi         tests/objects/mpi_put.c (the C API's chunked put over a
@@ -74,6 +75,7 @@ from tests.lib.check import Suite, check, suite_options
 from tests.lib.minio import MinIO
 from tests.lib.paths import BIN, ROOT
 from tests.lib.proc import run
+from tests.objects.run import py_get
 
 BUCKET = "plobjects"
 DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64")
@@ -335,8 +337,13 @@ def case_damage(work, s3):
     key = [k for k in keys if (dest / k).read_bytes()[:len(want)] == want]
     check(len(key) == 1, f"chunk [1, 0] in {keys}")
     good = (dest / key[0]).read_bytes()
-    for how, bad in (("flipped", good[:777] + bytes([good[777] ^ 4]) + good[778:]),
-                     ("truncated", good[:-9])):
+    # "swapped": chunk [2, 0]'s object (intact, same size) in its place.
+    want2 = a[32:48].tobytes()
+    other = [(dest / k).read_bytes() for k in keys if (dest / k).read_bytes()[:len(want2)] == want2]
+    check(len(other) == 1, f"chunk [2, 0] in {keys}")
+    for how, bad, said in (("swapped", other[0], "another chunk"),
+                           ("flipped", good[:777] + bytes([good[777] ^ 4]) + good[778:], "checksum mismatch"),
+                           ("truncated", good[:-9], "truncated")):
         f = work / "bad"
         f.write_bytes(bad)
         s3.minio.aws("s3api", "put-object", "--bucket", BUCKET, "--key", f"store/data/{key[0]}", "--body", f)
@@ -345,7 +352,10 @@ def case_damage(work, s3):
             check(r.returncode == 1, f"{how}: obj {cmd[0]} exited {r.returncode}")
             check("dmg version 1: chunk [1, 0]" in r.stderr and f"store/data/{key[0]}" in r.stderr,
                   f"{how}: obj {cmd[0]} said {r.stderr!r}")
-            check(("truncated" if how == "truncated" else "checksum mismatch") in r.stderr, f"{how}: {r.stderr!r}")
+            check(said in r.stderr, f"{how}: {r.stderr!r}")
+        rc, out = py_get(s3.store, "dmg", env=s3.env)
+        check(rc == 1 and "dmg version 1: chunk [1, 0]" in out and said in out,
+              f"{how}: paralog.objects said {out!r}")
         print(f"  {how}: {r.stderr.strip()}")
     f.write_bytes(good)
     s3.minio.aws("s3api", "put-object", "--bucket", BUCKET, "--key", f"store/data/{key[0]}", "--body", f)
