@@ -15,6 +15,10 @@ slices of what was put.
   concurrent  4 processes x 6 puts of one name at once: 24 versions
               (create-only PUTs of the version records: none replaced),
               each equal to one put, every put present once
+  old version a version an older binary wrote (crates/objects/tests/
+              vectors/old_store, whose record names no chunk) put in the
+              bucket: `obj get`, `obj view`, `obj verify` read it as before;
+              a flipped byte refused
   python      `paralog.objects` (ctypes over the C API) on s3://: puts of
               three dtypes, slabs, a chunked put by two writers
   damage      another valid chunk object of the version in a chunk's place
@@ -386,6 +390,44 @@ with po.Store(sys.argv[1]) as s:
 """
 
 
+OLD_STORE = ROOT / "crates/objects/tests/vectors/old_store"
+
+
+@with_s3
+def case_old_version(work, s3):
+    """A version written before chunk pieces named their chunk (the store in
+    crates/objects/tests/vectors/old_store, put in the bucket: its chunk
+    pieces hold the whole object's CRC-32C) reads as it did."""
+    put = lambda key, f: s3.minio.aws("s3api", "put-object", "--bucket", BUCKET, "--key", f"store/{key}",
+                                      "--body", f)
+    chunks = sorted(OLD_STORE.glob("data/*/*"))
+    for f in chunks:
+        put(f"data/{f.name}", f)
+    put("meta/old/v0000000001", OLD_STORE / "meta/old/v0000000001")
+    want = np.arange(24, dtype="<i4") * 37 - 100
+    got = work / "got.bin"
+    s3.obj("get", s3.at("old"), got)
+    check(got.read_bytes() == want.tobytes(), "the old version's values")
+    s3.obj("view", s3.at("old"))
+    s3.obj("verify", s3.at("old"))
+    # Its chunk objects (36 bytes; the array record is larger), one flipped:
+    # refused by name; another intact chunk in its place: read, since the
+    # old record cannot say which chunk it is (new versions can: "damage").
+    small = [f for f in chunks if f.stat().st_size == 36]
+    check(len(small) == 4, f"4 chunk objects in {chunks}")
+    good = small[0].read_bytes()
+    bad = work / "bad"
+    bad.write_bytes(good[:5] + bytes([good[5] ^ 1]) + good[6:])
+    put(f"data/{small[0].name}", bad)
+    r = s3.obj("get", s3.at("old"), got, check=False)
+    check(r.returncode == 1 and "old version 1: chunk [" in r.stderr and "damaged" in r.stderr,
+          f"flipped: {r.stderr!r}")
+    put(f"data/{small[0].name}", small[1])
+    check(s3.obj("get", s3.at("old"), got, check=False).returncode == 0, "an old version's swap")
+    put(f"data/{small[0].name}", small[0])
+    s3.obj("verify", s3.at("old"))
+
+
 @with_s3
 def case_python(work, s3):
     """`paralog.objects` (over the C API) on s3://: puts, slabs, a chunked put."""
@@ -430,7 +472,7 @@ def main():
     a = suite_options().parse_args()
     suite = Suite("objects-s3", keep=a.keep)
     cases = [("dtypes", case_dtypes), ("chunked", case_chunked), ("concurrent", case_concurrent),
-             ("damage", case_damage), ("python", case_python), ("killed commit", case_killed_commit),
+             ("damage", case_damage), ("old version", case_old_version), ("python", case_python), ("killed commit", case_killed_commit),
              ("lost answers", case_lost_answers), ("mpi", case_mpi), ("retention", case_retention),
              *VIEW_CASES]
     return suite.run(cases, only=a.only)
