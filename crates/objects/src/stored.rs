@@ -104,4 +104,26 @@ mod tests {
             .unwrap_err()
             .contains("truncated"));
     }
+
+    #[test]
+    fn a_claim_of_an_older_writer_keeps_the_older_piece() {
+        let claim = |block_crc| Claim {
+            chunk: [7; 16],
+            dir: 2,
+            block_crc,
+            writer: [1; 16],
+        };
+        let new = chunk_piece(3, 64, &claim(0x1234_5678), 2);
+        let got = (
+            new.file_off,
+            new.len,
+            new.block_off,
+            new.block_len,
+            new.block_crc,
+            new.dir,
+        );
+        assert_eq!(got, (192, 64, 0, 64, 0x1234_5678, 2));
+        let old = chunk_piece(3, 64, &claim(RESIDUE), 0);
+        assert_eq!((old.block_len, old.block_crc, old.dir), (68, RESIDUE, 0));
+    }
 }
