@@ -27,10 +27,11 @@ byte equal to what was put. Each case runs on an
   killed     a writer killed (SIGKILL) halfway through its 64 chunks: the
              commit refuses and publishes nothing, `obj abort` leaves no
              chunk file, a new put commits as version 1
-  damage     a flipped byte, then a truncated chunk: `obj get` and
-             `obj verify` refuse naming object, version and chunk, and
-             zarr-python and tensorstore refuse to read the view (the
-             crc32c codec); an HDF5 view that maps another version's
+  damage     another valid chunk of the version written over a chunk
+             (swapped), a flipped byte, a truncated chunk: `obj get`,
+             `obj verify` and `paralog.objects` refuse naming object,
+             version and chunk; zarr-python and tensorstore refuse to
+             read the view of the last two (the crc32c codec); an HDF5 view that maps another version's
              chunks is refused by `obj verify`, `obj view` makes it again;
              a missing chunk file is an error through the HDF5 view
              (h5py), never zeros
@@ -42,6 +43,7 @@ byte equal to what was put. Each case runs on an
 Usage: python3 -m tests.objects.run [--only SUBSTRING] [--keep]
 Ends with "objects: N passed, N failed"."""
 import json
+import os
 import random
 import struct
 import subprocess
@@ -51,7 +53,7 @@ from pathlib import Path
 
 from tests.lib.check import Suite, check, fail, suite_options
 from tests.lib.mpi import compile_program
-from tests.lib.paths import BIN, TARGET
+from tests.lib.paths import BIN, ROOT, TARGET
 from tests.lib.proc import run
 
 VENV_PY = TARGET / "objects-venv" / "bin" / "python"
@@ -85,6 +87,26 @@ def obj(*args, check=True):
 
 def info(url):
     return json.loads(obj("info", url, "--json").stdout)
+
+
+PY_GET = """
+import sys
+import paralog.objects as po
+with po.Store(sys.argv[1]) as s:
+    try:
+        s.get(sys.argv[2])
+    except po.ObjectError as e:
+        sys.exit(f"refused: {e}")
+print("read")
+"""
+
+
+def py_get(store_url, name, env=None):
+    """`paralog.objects` (over the C API) reads the latest version of `name`:
+    its exit code and what it said (a refusal exits 1 with the error)."""
+    env = dict(env or os.environ, PYTHONPATH=str(ROOT / "python"))
+    r = run([sys.executable, "-c", PY_GET, store_url, name], env=env, check=False, timeout=300)
+    return r.returncode, r.stdout + r.stderr
 
 
 def zarr_read(work, checks, env=None):
@@ -370,15 +392,26 @@ def case_damage(kind):
         view = Path(info(name)["zarr"])
         chunk = view / "c" / "1" / "0"  # a hard link to the version's chunk file
         good = chunk.read_bytes()
-        for how, bad in (("flipped", good[:777] + bytes([good[777] ^ 4]) + good[778:]),
-                         ("truncated", good[:-9])):
-            chunk.write_bytes(bad)
+        # "swapped": another valid chunk of the version (same size, intact
+        # trailer) written over it: the version's record names each chunk.
+        other = (view / "c" / "2" / "0").read_bytes()
+        for how, bad, said in (("swapped", other, "another chunk"),
+                               ("flipped", good[:777] + bytes([good[777] ^ 4]) + good[778:], "checksum"),
+                               ("truncated", good[:-9], "truncated")):
+            chunk.write_bytes(bad)  # in place: the view's link and the version's file
             for cmd in (["get", name, work / "out.bin"], ["verify", name]):
                 r = obj(*cmd, check=False)
                 check(r.returncode == 1, f"{how}: obj {cmd[0]} exited {r.returncode}")
-                check("dmg version 1: chunk [1, 0]" in r.stderr, f"{how}: obj {cmd[0]} said {r.stderr!r}")
-            check("truncated" in r.stderr if how == "truncated" else "checksum" in r.stderr,
-                  f"{how}: {r.stderr!r}")
+                check("dmg version 1: chunk [1, 0]" in r.stderr and said in r.stderr,
+                      f"{how}: obj {cmd[0]} said {r.stderr!r}")
+            rc, out = py_get(url, "dmg")
+            check(rc == 1 and "dmg version 1: chunk [1, 0]" in out and said in out,
+                  f"{how}: paralog.objects said {out!r}")
+            if how == "swapped":
+                # The Zarr view's readers check the chunk's own CRC-32C only:
+                # a swap is for `obj verify` to find, not them.
+                print(f"  {how}: {r.stderr.strip()}")
+                continue
             said = zarr_read(work, [{"view": str(view), "refuse": True}])
             check("refused by zarr-python" in said and "refused by tensorstore" in said, said)
             print("\n".join(f"  {how}: {line}" for line in said.splitlines()))

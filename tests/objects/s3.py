@@ -15,11 +15,16 @@ slices of what was put.
   concurrent  4 processes x 6 puts of one name at once: 24 versions
               (create-only PUTs of the version records: none replaced),
               each equal to one put, every put present once
+  old version a version an older binary wrote (crates/objects/tests/
+              vectors/old_store, whose record names no chunk) put in the
+              bucket: `obj get`, `obj view`, `obj verify` read it as before;
+              a flipped byte refused
   python      `paralog.objects` (ctypes over the C API) on s3://: puts of
               three dtypes, slabs, a chunked put by two writers
-  damage      a flipped byte, then a truncated chunk object: `obj get` and
-              `obj verify` refuse naming object, version, chunk and the
-              chunk's S3 object
+  damage      another valid chunk object of the version in a chunk's place
+              (swapped), a flipped byte, a truncated chunk object: `obj get`,
+              `obj verify` and `paralog.objects` refuse naming object,
+              version, chunk and the chunk's S3 object
   killed commit  `obj commit` killed before and after its publish, then
               committed again twice: one version, equal to the put
   mpi         tests/objects/mpi_put.c (the C API's chunked put over a
@@ -74,6 +79,7 @@ from tests.lib.check import Suite, check, suite_options
 from tests.lib.minio import MinIO
 from tests.lib.paths import BIN, ROOT
 from tests.lib.proc import run
+from tests.objects.run import py_get
 
 BUCKET = "plobjects"
 DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64")
@@ -335,8 +341,13 @@ def case_damage(work, s3):
     key = [k for k in keys if (dest / k).read_bytes()[:len(want)] == want]
     check(len(key) == 1, f"chunk [1, 0] in {keys}")
     good = (dest / key[0]).read_bytes()
-    for how, bad in (("flipped", good[:777] + bytes([good[777] ^ 4]) + good[778:]),
-                     ("truncated", good[:-9])):
+    # "swapped": chunk [2, 0]'s object (intact, same size) in its place.
+    want2 = a[32:48].tobytes()
+    other = [(dest / k).read_bytes() for k in keys if (dest / k).read_bytes()[:len(want2)] == want2]
+    check(len(other) == 1, f"chunk [2, 0] in {keys}")
+    for how, bad, said in (("swapped", other[0], "another chunk"),
+                           ("flipped", good[:777] + bytes([good[777] ^ 4]) + good[778:], "checksum mismatch"),
+                           ("truncated", good[:-9], "truncated")):
         f = work / "bad"
         f.write_bytes(bad)
         s3.minio.aws("s3api", "put-object", "--bucket", BUCKET, "--key", f"store/data/{key[0]}", "--body", f)
@@ -345,7 +356,10 @@ def case_damage(work, s3):
             check(r.returncode == 1, f"{how}: obj {cmd[0]} exited {r.returncode}")
             check("dmg version 1: chunk [1, 0]" in r.stderr and f"store/data/{key[0]}" in r.stderr,
                   f"{how}: obj {cmd[0]} said {r.stderr!r}")
-            check(("truncated" if how == "truncated" else "checksum mismatch") in r.stderr, f"{how}: {r.stderr!r}")
+            check(said in r.stderr, f"{how}: {r.stderr!r}")
+        rc, out = py_get(s3.store, "dmg", env=s3.env)
+        check(rc == 1 and "dmg version 1: chunk [1, 0]" in out and said in out,
+              f"{how}: paralog.objects said {out!r}")
         print(f"  {how}: {r.stderr.strip()}")
     f.write_bytes(good)
     s3.minio.aws("s3api", "put-object", "--bucket", BUCKET, "--key", f"store/data/{key[0]}", "--body", f)
@@ -374,6 +388,44 @@ with po.Store(sys.argv[1]) as s:
     assert (s.get("py/chunked") == a).all()
     print("python ok")
 """
+
+
+OLD_STORE = ROOT / "crates/objects/tests/vectors/old_store"
+
+
+@with_s3
+def case_old_version(work, s3):
+    """A version written before chunk pieces named their chunk (the store in
+    crates/objects/tests/vectors/old_store, put in the bucket: its chunk
+    pieces hold the whole object's CRC-32C) reads as it did."""
+    put = lambda key, f: s3.minio.aws("s3api", "put-object", "--bucket", BUCKET, "--key", f"store/{key}",
+                                      "--body", f)
+    chunks = sorted(OLD_STORE.glob("data/*/*"))
+    for f in chunks:
+        put(f"data/{f.name}", f)
+    put("meta/old/v0000000001", OLD_STORE / "meta/old/v0000000001")
+    want = np.arange(24, dtype="<i4") * 37 - 100
+    got = work / "got.bin"
+    s3.obj("get", s3.at("old"), got)
+    check(got.read_bytes() == want.tobytes(), "the old version's values")
+    s3.obj("view", s3.at("old"))
+    s3.obj("verify", s3.at("old"))
+    # Its chunk objects (36 bytes; the array record is larger), one flipped:
+    # refused by name; another intact chunk in its place: read, since the
+    # old record cannot say which chunk it is (new versions can: "damage").
+    small = [f for f in chunks if f.stat().st_size == 36]
+    check(len(small) == 4, f"4 chunk objects in {chunks}")
+    good = small[0].read_bytes()
+    bad = work / "bad"
+    bad.write_bytes(good[:5] + bytes([good[5] ^ 1]) + good[6:])
+    put(f"data/{small[0].name}", bad)
+    r = s3.obj("get", s3.at("old"), got, check=False)
+    check(r.returncode == 1 and "old version 1: chunk [" in r.stderr and "damaged" in r.stderr,
+          f"flipped: {r.stderr!r}")
+    put(f"data/{small[0].name}", small[1])
+    check(s3.obj("get", s3.at("old"), got, check=False).returncode == 0, "an old version's swap")
+    put(f"data/{small[0].name}", small[0])
+    s3.obj("verify", s3.at("old"))
 
 
 @with_s3
@@ -420,7 +472,7 @@ def main():
     a = suite_options().parse_args()
     suite = Suite("objects-s3", keep=a.keep)
     cases = [("dtypes", case_dtypes), ("chunked", case_chunked), ("concurrent", case_concurrent),
-             ("damage", case_damage), ("python", case_python), ("killed commit", case_killed_commit),
+             ("damage", case_damage), ("old version", case_old_version), ("python", case_python), ("killed commit", case_killed_commit),
              ("lost answers", case_lost_answers), ("mpi", case_mpi), ("retention", case_retention),
              *VIEW_CASES]
     return suite.run(cases, only=a.only)

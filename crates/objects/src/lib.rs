@@ -26,6 +26,7 @@ pub mod s3store;
 mod s3view;
 mod staging;
 pub mod store;
+mod stored;
 pub mod views;
 pub mod zarr;
 

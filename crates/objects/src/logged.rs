@@ -353,14 +353,13 @@ fn copy_and_commit(
         let coords = meta.coords(i as u64);
         let path = local.os.chunk_path(c.dir, &c.chunk);
         let block = std::fs::read(&path).map_err(io_err(&path, "read logged chunk"))?;
-        if block.len() != cb + 4 || paralog_checksum::crc32c(&block) != c.block_crc {
+        if let Err(why) = crate::stored::check_stored(&block, cb as u64, c.block_crc) {
             return Err(Error::Put {
                 name: name.to_owned(),
                 id: id_hex(id),
                 why: format!(
-                    "logged chunk {coords:?}: {}: {} bytes failing the claim's checksum; not published",
-                    path.display(),
-                    block.len()
+                    "logged chunk {coords:?}: {}: {why}: fails its claim; not published",
+                    path.display()
                 ),
             });
         }

@@ -212,16 +212,7 @@ impl Store {
         let mut pieces: Vec<Piece> = claims
             .iter()
             .enumerate()
-            .map(|(i, c)| Piece {
-                file_off: i as u64 * cb,
-                len: cb,
-                chunk: c.chunk,
-                dir: c.dir,
-                block_off: 0,
-                block_len: cb + 4,
-                block_crc: c.block_crc,
-                skip: 0,
-            })
+            .map(|(i, c)| crate::stored::chunk_piece(i as u64, cb, c, c.dir))
             .collect();
         pieces.push(hp);
         let mut v = Version {
@@ -349,15 +340,6 @@ impl Store {
     }
 }
 
-/// A chunk's bytes as stored: followed by their CRC-32C (little-endian),
-/// which readers of the Zarr view's codec check.
-pub(crate) fn stored_block(data: &[u8]) -> Vec<u8> {
-    let mut block = Vec::with_capacity(data.len() + 4);
-    block.extend_from_slice(data);
-    block.extend_from_slice(&paralog_checksum::crc32c(data).to_le_bytes());
-    block
-}
-
 /// The linear index of the chunk at `coords` of `meta`'s grid, refusing a
 /// chunk outside it or a buffer that is not one whole chunk (every store's
 /// chunk write checks this first).
@@ -404,7 +386,7 @@ impl Put<'_> {
     /// size, a chunk another writer of this put already wrote.
     pub fn write_chunk(&mut self, coords: &[u64], data: &[u8]) -> Result<()> {
         let i = chunk_index(&self.meta, &self.name, coords, data)?;
-        let block = stored_block(data);
+        let (block, crc) = crate::stored::stored_block(data);
         let mut w = self.store.os.writer()?;
         // An intent names the chunk file before any byte goes into it, so
         // that abort and gc find it if this writer dies before its claim
@@ -431,10 +413,13 @@ impl Put<'_> {
         w.finish_file()?;
         self.chunk_dirs.insert(p.dir);
         crate::failpoint("objects.mid_chunk");
+        // The claim (and so the version) records the CRC-32C of the chunk's
+        // bytes, not the block's (the residue, the same for every chunk):
+        // it names which bytes this chunk is.
         let claim = Claim {
             chunk: p.chunk,
             dir: p.dir,
-            block_crc: p.block_crc,
+            block_crc: crc,
             writer: self.writer,
         };
         let tmp = self

@@ -1,6 +1,7 @@
 //! Reading a version: the array record found and checked, then whole
 //! chunks read and verified (the object layout checks each chunk's block
-//! CRC-32C) before any of their bytes is used.
+//! CRC-32C, which the version records: the chunk's bytes', or in older
+//! versions the whole stored object's) before any of their bytes is used.
 
 use paralog_backend::objstore::{ObjError, Version};
 
@@ -97,7 +98,15 @@ pub(crate) fn checked_array(
         }
         for (i, p) in v.pieces[..n as usize].iter().enumerate() {
             let i = i as u64;
-            if p.file_off != i * cb || p.len != cb || p.skip != 0 || p.block_len != cb + 4 {
+            // block_len: the chunk's bytes (the record names the chunk by
+            // their CRC-32C), or the whole stored object (older versions).
+            let block_len_ok = p.block_len == cb || p.block_len == cb + 4;
+            if p.file_off != i * cb
+                || p.len != cb
+                || p.skip != 0
+                || p.block_off != 0
+                || !block_len_ok
+            {
                 return Err(damaged(format!(
                     "piece {i} is not chunk {:?} of the grid",
                     meta.coords(i)
@@ -117,25 +126,29 @@ pub(crate) fn checked_array(
 impl ArrayVersion {
     /// One whole chunk (edge chunks include their padding), verified.
     pub fn read_chunk(&self, store: &Store, linear: u64) -> Result<Vec<u8>> {
-        let cb = self.meta.chunk_len();
-        let mut buf = vec![0u8; cb as usize];
-        store
-            .os
-            .read_range(&self.record, linear * cb, &mut buf)
-            .map_err(|e| Error::Chunk {
+        self.stored_chunk(store, linear)
+            .map_err(|why| Error::Chunk {
                 name: self.name.clone(),
                 version: self.number,
                 chunk: self.meta.coords(linear),
-                why: match &e {
-                    ObjError::Io { error, .. }
-                        if error.kind() == std::io::ErrorKind::UnexpectedEof =>
-                    {
-                        format!("truncated: {e}")
-                    }
-                    _ => e.to_string(),
-                },
-            })?;
-        Ok(buf)
+                why,
+            })
+    }
+
+    /// Chunk `linear`'s bytes, its whole file (bytes and trailer) read and
+    /// checked against the version's record (crate::stored::check_stored:
+    /// the same check as S3's, so that a file with a damaged or missing
+    /// trailer, which the Zarr view's readers refuse, is refused here too);
+    /// the error names the file and says why.
+    fn stored_chunk(&self, store: &Store, linear: u64) -> std::result::Result<Vec<u8>, String> {
+        let p = &self.record.pieces[linear as usize];
+        let path = store.os.chunk_path(p.dir, &p.chunk);
+        let cb = self.meta.chunk_len();
+        let mut obj = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        crate::stored::check_stored(&obj, cb, p.block_crc)
+            .map_err(|why| format!("{why}: file {}", path.display()))?;
+        obj.truncate(cb as usize);
+        Ok(obj)
     }
 
     /// The hyperslab of `count` elements at `start`, row-major
@@ -229,8 +242,10 @@ impl ArrayVersion {
         Ok(T::read_le(&self.read(store, start, count)?))
     }
 
-    /// Read every chunk and check it (the object layout's block CRC-32C,
-    /// which covers the bytes and the CRC-32C the Zarr view's readers check).
+    /// Read every chunk's file whole and check it: its bytes against the
+    /// CRC-32C the version records (which names the chunk; older versions
+    /// record the whole file's, which does not), its length, and its
+    /// trailing CRC-32C, which the Zarr view's readers check.
     pub fn verify_chunks(&self, store: &Store) -> Result<()> {
         for i in 0..self.meta.n_chunks() {
             self.read_chunk(store, i)?;

@@ -168,16 +168,7 @@ impl S3Store {
         let mut pieces: Vec<Piece> = claims
             .into_iter()
             .enumerate()
-            .map(|(i, c)| Piece {
-                file_off: i as u64 * cb,
-                len: cb,
-                chunk: c.chunk,
-                dir: 0,
-                block_off: 0,
-                block_len: cb + 4,
-                block_crc: c.block_crc,
-                skip: 0,
-            })
+            .map(|(i, c)| crate::stored::chunk_piece(i as u64, cb, &c, 0))
             .collect();
         pieces.push(Piece {
             file_off: n * cb,
@@ -306,11 +297,11 @@ impl S3Put<'_> {
     pub fn write_chunk(&mut self, coords: &[u64], data: &[u8]) -> Result<()> {
         let i = chunk_index(&self.meta, &self.name, coords, data)?;
         let dir = format!("staging/{}", id_hex(&self.id));
-        let block = crate::put::stored_block(data);
+        let (block, crc) = crate::stored::stored_block(data);
         let claim = Claim {
             chunk: new_id(),
             dir: 0,
-            block_crc: paralog_checksum::crc32c(&block),
+            block_crc: crc,
             writer: self.writer,
         };
         let s = self.store;

@@ -238,15 +238,28 @@ impl S3Store {
     }
 
     /// One whole chunk (edge chunks with their padding), verified.
+    /// The object is read whole: its bytes are checked against the CRC-32C
+    /// the version records (which names the chunk), and its length and
+    /// trailer too (crate::stored::check_stored).
     pub fn read_chunk(&self, av: &ArrayVersion, linear: u64) -> Result<Vec<u8>> {
         let p = av.record.pieces[linear as usize];
-        let mut b = self.block(&p).map_err(|why| Error::Chunk {
+        let key = format!("data/{}", id_hex(&p.chunk));
+        let shown = self.shown(&key).display().to_string();
+        let cb = av.meta.chunk_len();
+        let checked = match self.be.get_object(&key) {
+            Ok(Some(b)) => crate::stored::check_stored(&b, cb, p.block_crc)
+                .map(|()| b)
+                .map_err(|why| format!("{why}: object {shown}")),
+            Ok(None) => Err(format!("object {shown} is missing")),
+            Err(e) => Err(e.to_string()),
+        };
+        let mut b = checked.map_err(|why| Error::Chunk {
             name: av.name.clone(),
             version: av.number,
             chunk: av.meta.coords(linear),
             why,
         })?;
-        b.truncate(p.len as usize);
+        b.truncate(cb as usize);
         Ok(b)
     }
 

@@ -81,19 +81,19 @@ impl S3Store {
                 chunk: av.meta.coords(i as u64),
                 why,
             };
-            let want = pieces[i].block_crc;
+            // The server's CRC32C is the whole object's: for every intact
+            // chunk object (bytes, then their CRC-32C) CRC-32C's residue.
+            let want = crate::stored::RESIDUE;
             match copy {
                 // The copy's bytes are the version's by construction (the
                 // source is the key its record names). Where the server
                 // gives the copy's CRC32C (AWS S3 does; the MinIO of the
-                // tests does not), it is checked: a chunk object followed
-                // by its own CRC-32C always has the version's block CRC
-                // (CRC-32C's residue), so this proves the copy whole, not
-                // which chunk it is.
+                // tests does not), it is checked: this proves the copy
+                // whole; which chunk it is follows from its source key.
                 Ok(Some(crc)) if crc != want => {
                     let _ = self.be.delete_object(to);
                     return Err(bad(format!(
-                        "the copy {} is damaged (CRC-32C {crc:08x}, the version says {want:08x})",
+                        "the copy {} is damaged (CRC-32C {crc:08x}, an intact chunk object's is {want:08x})",
                         self.shown(to).display()
                     )));
                 }
@@ -161,20 +161,20 @@ impl S3Store {
             let key = chunk_key(&prefix, &coords);
             let shown = self.shown(&key).display().to_string();
             // The version's own object, whole (its CRC-32C checked).
-            let own = crate::put::stored_block(&self.read_chunk(av, i as u64)?);
+            let own = crate::stored::stored_block(&self.read_chunk(av, i as u64)?).0;
             let why = match self.get(&key)? {
                 None => Some(format!(
                     "{shown}: missing from the Zarr view: its readers would see fill values"
                 )),
-                Some(b) if b.len() as u64 != p.block_len => Some(format!(
+                Some(b) if b.len() != own.len() => Some(format!(
                     "{shown}: {} bytes in the Zarr view, the version's chunk has {}",
                     b.len(),
-                    p.block_len
+                    own.len()
                 )),
                 Some(b) if b != own => Some(format!(
                     "{shown}: not the version's chunk object data/{} (checksum mismatch: {})",
                     id_hex(&p.chunk),
-                    match paralog_checksum::crc32c(&b) == p.block_crc {
+                    match paralog_checksum::crc32c(&b) == crate::stored::RESIDUE {
                         true => "a whole chunk, but another",
                         false => "damaged",
                     }

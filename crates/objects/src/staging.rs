@@ -17,6 +17,8 @@ const CLAIM_LEN: usize = 60;
 pub(crate) struct Claim {
     pub(crate) chunk: [u8; 16],
     pub(crate) dir: u32,
+    /// The CRC-32C of the chunk's bytes, which its piece records (a claim
+    /// of an older writer: the whole stored file's, crate::stored::RESIDUE).
     pub(crate) block_crc: u32,
     pub(crate) writer: [u8; 16],
 }

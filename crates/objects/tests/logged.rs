@@ -101,15 +101,42 @@ fn uncommitted_and_damaged_puts_are_not_published() {
     put.write_chunk(&[1], &[3; 8]).unwrap();
     put.finish().unwrap();
     ls.commit("d", &id).unwrap();
-    // Flip a byte of every logged chunk file: refused, nothing published.
     let data = local.path().join(".paralog-objects/data/0");
-    for e in std::fs::read_dir(&data).unwrap().flatten() {
-        let mut b = std::fs::read(e.path()).unwrap();
+    let files: Vec<_> = std::fs::read_dir(&data)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    let first = |byte: u8| -> &std::path::PathBuf {
+        files
+            .iter()
+            .find(|f| std::fs::read(f).unwrap()[0] == byte)
+            .unwrap()
+    };
+    // Chunk [0]'s file holding chunk [1]'s (intact): refused by its claim.
+    let (c0, c1) = (first(2).clone(), first(3).clone());
+    let good = std::fs::read(&c0).unwrap();
+    std::fs::write(&c0, std::fs::read(&c1).unwrap()).unwrap();
+    let err = publish_committed(local.path()).unwrap_err().to_string();
+    assert!(
+        err.contains("logged chunk [0]")
+            && err.contains("another chunk")
+            && err.contains("not published"),
+        "{err}"
+    );
+    assert!(ls.remote().versions("d").unwrap().is_empty());
+    std::fs::write(&c0, good).unwrap();
+    // Flip a byte of every logged chunk file: refused, nothing published.
+    for f in &files {
+        let mut b = std::fs::read(f).unwrap();
         b[3] ^= 1;
-        std::fs::write(e.path(), b).unwrap();
+        std::fs::write(f, b).unwrap();
     }
     let err = publish_committed(local.path()).unwrap_err().to_string();
-    assert!(err.contains("failing the claim's checksum"), "{err}");
+    assert!(
+        err.contains("damaged (checksum mismatch") && err.contains("not published"),
+        "{err}"
+    );
     assert!(ls.remote().versions("d").unwrap().is_empty());
 }
 

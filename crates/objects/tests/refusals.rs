@@ -154,7 +154,7 @@ fn a_flipped_byte_and_a_truncated_chunk_are_refused_by_name() {
         "dmg version 1: chunk [2, 0]",
         "{e}"
     );
-    assert!(e.to_string().contains("fails its checksum"), "{e}");
+    assert!(e.to_string().contains("checksum mismatch"), "{e}");
     // Slabs that do not touch the damaged chunk still read.
     assert_eq!(
         av.read(&store, &[0, 0], &[32, 4096]).unwrap(),

@@ -37,7 +37,7 @@ enum {
     PARALOG_OBJ_EINVAL = 1,    /* an argument, a buffer, a type/shape/grid mismatch, a chunk outside the grid */
     PARALOG_OBJ_ENAME = 2,     /* a name that is not a path inside the store */
     PARALOG_OBJ_ENOTFOUND = 3, /* no such object or version */
-    PARALOG_OBJ_ECHUNK = 4,    /* a chunk missing, truncated or failing its checksum */
+    PARALOG_OBJ_ECHUNK = 4,    /* a chunk missing, truncated, failing its checksum, or another chunk in its place */
     PARALOG_OBJ_EOVERLAP = 5,  /* a chunk already written by another writer of the put */
     PARALOG_OBJ_EPUT = 6,      /* a chunked put that cannot be joined or committed */
     PARALOG_OBJ_EDAMAGED = 7,  /* a record that does not decode */
