@@ -18,7 +18,7 @@ use paralog_stream::{
 
 mod common;
 
-use common::{copy_tree, dirs, round_robin, tree, S};
+use common::{copy_tree, dirs, reader_from_start, round_robin, tree, S};
 
 fn opts(release_bytes: u64) -> DrainOptions {
     DrainOptions {
@@ -304,13 +304,7 @@ fn a_live_producer_rolls_and_stays_bounded() {
     // past the roll size by a flush, one new) and a small log kept.
     assert!(most < 12_000, "the node held {most} bytes");
     assert!(segs(&local).len() <= 2, "{:?}", segs(&local));
-    let mut r = Reader::open(
-        RemoteStream::open(&remote, S).unwrap(),
-        None,
-        From::Earliest,
-        Order::Cut,
-    )
-    .unwrap();
+    let mut r = reader_from_start(&remote);
     let mut last: HashMap<u32, u64> = HashMap::new();
     let mut seqs = Vec::new();
     while let Some(e) = r.next_event().unwrap() {
@@ -350,13 +344,7 @@ fn a_chain_of_rolled_segments_drains_in_order() {
         .unwrap();
     assert!(reports.len() > 5, "{} rounds", reports.len());
     assert!(segs(&local).is_empty());
-    let mut r = Reader::open(
-        RemoteStream::open(&remote, S).unwrap(),
-        None,
-        From::Earliest,
-        Order::Cut,
-    )
-    .unwrap();
+    let mut r = reader_from_start(&remote);
     let mut last: HashMap<u32, u64> = HashMap::new();
     let mut n = 0;
     while let Some(e) = r.next_event().unwrap() {

@@ -14,7 +14,7 @@ use paralog_stream::{
 
 mod common;
 
-use common::{copy_tree, dirs, round_robin, tree, S};
+use common::{copy_tree, dirs, reader_from_start, round_robin, tree, S};
 
 fn opts() -> DrainOptions {
     // Small segments, so that rolling is exercised.
@@ -327,13 +327,7 @@ fn torn_and_corrupt() {
     let mut b = std::fs::read(&rseg).unwrap();
     b[h + 100] ^= 1;
     std::fs::write(&rseg, &b).unwrap();
-    let mut r = Reader::open(
-        RemoteStream::open(&remote, S).unwrap(),
-        None,
-        From::Earliest,
-        Order::Cut,
-    )
-    .unwrap();
+    let mut r = reader_from_start(&remote);
     let e = r.next_event().unwrap_err().to_string();
     assert!(
         e.contains(&rseg.display().to_string()) && e.contains("offset"),

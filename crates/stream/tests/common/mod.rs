@@ -86,6 +86,18 @@ impl ObjectStore for DirStore {
     }
 }
 
+/// A reader of stream `S` in the directory `remote`, alone, from the
+/// start, in cut order.
+pub fn reader_from_start(remote: &Path) -> Reader {
+    Reader::open(
+        RemoteStream::open(remote, S).unwrap(),
+        None,
+        From::Earliest,
+        Order::Cut,
+    )
+    .unwrap()
+}
+
 /// Every event of stream `S` at `place` from `from` in cut order, as group
 /// `group` (its offsets committed after) or no group.
 pub fn read_from(
