@@ -18,8 +18,6 @@
 //! `zarr.json` first (retention, `obj gc`), so a reader that opens after
 //! that finds no array rather than fill values.
 
-use serde_json::Value;
-
 use crate::error::{Error, Result};
 use crate::id_hex;
 use crate::read::ArrayVersion;
@@ -144,18 +142,7 @@ impl S3Store {
                 ),
             });
         };
-        let found: Value = serde_json::from_slice(&bytes).map_err(|e| Error::Damaged {
-            path: at.clone(),
-            offset: 0,
-            what: format!("not JSON: {e}"),
-        })?;
-        if found != crate::zarr::metadata(av) {
-            return Err(Error::Damaged {
-                path: at,
-                offset: 0,
-                what: "not the version's array metadata".into(),
-            });
-        }
+        crate::zarr::check_metadata(&bytes, &at, av)?;
         for (i, p) in av.chunk_pieces().iter().enumerate() {
             let coords = av.meta.coords(i as u64);
             let key = chunk_key(&prefix, &coords);

@@ -22,6 +22,24 @@ use crate::error::{io_err, Error, Result};
 use crate::read::ArrayVersion;
 use crate::store::Store;
 
+/// Check a view's `zarr.json` (its bytes, read from `path`): JSON, and
+/// the version's own array metadata. Shared by the directory and S3 views.
+pub(crate) fn check_metadata(bytes: &[u8], path: &Path, av: &ArrayVersion) -> Result<()> {
+    let found: Value = serde_json::from_slice(bytes).map_err(|e| Error::Damaged {
+        path: path.to_path_buf(),
+        offset: 0,
+        what: format!("not JSON: {e}"),
+    })?;
+    if found != metadata(av) {
+        return Err(Error::Damaged {
+            path: path.to_path_buf(),
+            offset: 0,
+            what: "not the version's array metadata".into(),
+        });
+    }
+    Ok(())
+}
+
 /// The `zarr.json` of a version.
 pub fn metadata(av: &ArrayVersion) -> Value {
     let m = &av.meta;
@@ -154,18 +172,7 @@ pub fn check_view(store: &Store, av: &ArrayVersion) -> Result<PathBuf> {
     let dir = store.view_dir(&av.name, av.number);
     let zj = dir.join("zarr.json");
     let bytes = std::fs::read(&zj).map_err(io_err(&zj, "read the Zarr view"))?;
-    let found: Value = serde_json::from_slice(&bytes).map_err(|e| Error::Damaged {
-        path: zj.clone(),
-        offset: 0,
-        what: format!("not JSON: {e}"),
-    })?;
-    if found != metadata(av) {
-        return Err(Error::Damaged {
-            path: zj,
-            offset: 0,
-            what: "not the version's array metadata".into(),
-        });
-    }
+    check_metadata(&bytes, &zj, av)?;
     for (i, p) in av.chunk_pieces().iter().enumerate() {
         let coords = av.meta.coords(i as u64);
         let key = chunk_key(&dir, &coords);
