@@ -97,6 +97,20 @@ class StreamS3:
         return f"s3://{self.BUCKET}/{name}"
 
 
+def lazy_s3(suite):
+    """A function giving the suite's StreamS3, its MinIO started on the
+    first call only (a suite whose S3 cases are filtered out starts none)
+    and stopped with the suite."""
+    made = []
+
+    def get():
+        if not made:
+            made.append(StreamS3(suite.base / "minio"))
+            suite.cleanup.append(made[0].minio.stop)
+        return made[0]
+    return get
+
+
 def local_rounds(local):
     """The rounds of a node-local root's cut log (`stream lag`; 0: none)."""
     lag = json.loads(run([BIN, "stream", "lag", "--local", local, "--json"]).stdout)

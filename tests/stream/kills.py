@@ -41,7 +41,7 @@ import time
 from tests.lib.check import Suite, check, suite_options
 from tests.lib.paths import BIN
 from tests.lib.proc import kill_tree, run
-from tests.lib.streams import STREAM, StreamS3, cat_json, check_events, drain, follow_drain, produce, producer_report
+from tests.lib.streams import STREAM, cat_json, check_events, drain, follow_drain, lazy_s3, produce, producer_report
 
 EVENTS = 30_000
 
@@ -150,14 +150,7 @@ def main():
     ap.add_argument("--first", type=int, default=2000, help="the first trial's seed")
     a = ap.parse_args()
     suite = Suite("stream-kills", keep=a.keep)
-    minio = []
-
-    def s3():
-        if not minio:
-            minio.append(StreamS3(suite.base / "minio"))
-            suite.cleanup.append(minio[0].minio.stop)
-        return minio[0]
-
+    s3 = lazy_s3(suite)
     cases = [(f"trial {seed}", case_trial(seed, s3)) for seed in range(a.first, a.first + a.trials)]
     sys.exit(suite.run(cases, only=a.only))
 

@@ -65,7 +65,7 @@ from tests.lib.check import Suite, check, suite_options
 from tests.lib.paths import BIN
 from tests.lib.proc import run
 from tests.lib.server import Cluster
-from tests.lib.streams import (STREAM, StreamS3, cat_json, check_events, drain, frame_len, local_rounds, produce,
+from tests.lib.streams import (STREAM, cat_json, check_events, drain, frame_len, lazy_s3, local_rounds, produce,
                                producer_report)
 
 PARTS = 4
@@ -254,14 +254,7 @@ def case_killed(work, flavour, node, failpoint):
 def main():
     a = suite_options().parse_args()
     suite = Suite("stream-nodes", keep=a.keep)
-    s3 = []
-
-    def on_s3():
-        if not s3:
-            s3.append(StreamS3(suite.base / "minio"))
-            suite.cleanup.append(s3[0].minio.stop)
-        return s3[0]
-
+    on_s3 = lazy_s3(suite)
     cases = []
     for fl in ("mpich", "openmpi"):
         cases += [(f"2 nodes, {fl}", lambda w, fl=fl: case_nodes(w, fl, 2)),
