@@ -71,22 +71,23 @@ impl RankLog {
         }
         let at = self.cur.buf_pos();
         let buf = std::mem::take(&mut self.cur.buf);
-        let written = self.write_log(&buf, at);
+        let written = self.write_log(&buf, at, at);
         self.cur.buf = buf;
         written?;
         self.cur.buf.clear();
         Ok(())
     }
 
-    /// `pwrite` bytes at `at`, where the data log ends. A write that fails
-    /// (a full disk) may have written part of them: the log is cut back to
-    /// `at`, so that it still ends where the writer thinks (the commit
-    /// record must end the file: bytes left after it would tear it).
-    pub(super) fn write_log(&mut self, bytes: &[u8], at: u64) -> Result<()> {
+    /// `pwrite` bytes at `at`, at or past `end`, where the data log ends. A
+    /// write that fails (a full disk) may have written part of them: the log
+    /// is cut back to `end`, so that it still ends where the writer thinks
+    /// (the commit record must end the file: bytes left after it would tear
+    /// it).
+    pub(super) fn write_log(&mut self, bytes: &[u8], at: u64, end: u64) -> Result<()> {
         let path = self.data_path();
         let f = self.cur.data.as_ref().expect("a data log to write");
         let written = durable::pwrite_all(f, bytes, at, &path);
-        if written.is_err() && f.set_len(at).is_err() {
+        if written.is_err() && f.set_len(end).is_err() {
             self.cur.tail_unknown = true;
         }
         written
