@@ -457,6 +457,19 @@ pub unsafe extern "C" fn fchmodat(
         .unwrap_or_else(|| pass!(fchmodat(dirfd, path, mode, flags), -1))
 }
 
+/// Noted, so that the mode of a file created under the prefix is known
+/// without reading `/proc/self/status` at each creation.
+#[no_mangle]
+pub unsafe extern "C" fn umask(mask: mode_t) -> mode_t {
+    let old = match crate::real::umask() {
+        Some(f) => f(mask),
+        // SAFETY: umask(2) cannot fail.
+        None => libc::syscall(libc::SYS_umask, mask) as mode_t,
+    };
+    state::note_umask(mask);
+    old
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
     if !state::is_captured(fd) {

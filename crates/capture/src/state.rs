@@ -306,7 +306,19 @@ impl State {
     }
 
     /// Ensure the node-local root exists (0700); its parent must exist.
+    /// Looked at until it is there once (a new file per write asked at
+    /// every open).
     fn ensure_local(&self) -> CResult<()> {
+        static THERE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if THERE.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.make_local()?;
+        THERE.store(true, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn make_local(&self) -> CResult<()> {
         let local = &self.cfg.local;
         match std::fs::metadata(local) {
             Ok(m) if m.is_dir() => Ok(()),
@@ -840,16 +852,36 @@ pub fn resolve(dirfd: c_int, path: &Path) -> Option<PathBuf> {
     Some(normalize(&base.join(path)))
 }
 
+/// The process's umask as last set through `umask(3)` (the wrapper in
+/// namespace.rs notes it), `UMASK_UNKNOWN` before the first call.
+static UMASK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(UMASK_UNKNOWN);
+const UMASK_UNKNOWN: u32 = u32::MAX;
+
+/// The program set its umask to `mask`.
+pub fn note_umask(mask: u32) {
+    UMASK.store(mask & 0o777, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The process's umask, read without changing it (`umask(2)` can only be
-/// read by setting it, which races with other threads' creations):
-/// `/proc/self/status` (Linux 4.7+); 022 where it cannot be read.
+/// read by setting it, which races with other threads' creations): from
+/// `/proc/self/status` (Linux 4.7+) once, then as the program sets it (a
+/// new file per write read the status file at every creation: 9 system
+/// calls); 022 where it cannot be read.
 fn umask() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
+    use std::sync::atomic::Ordering;
+    let known = UMASK.load(Ordering::Relaxed);
+    if known != UMASK_UNKNOWN {
+        return known;
+    }
+    let read = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
                 .find_map(|l| l.strip_prefix("Umask:"))
                 .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
         })
-        .unwrap_or(0o022)
+        .unwrap_or(0o022);
+    // A umask(3) of another thread meanwhile wins.
+    let _ = UMASK.compare_exchange(UMASK_UNKNOWN, read, Ordering::Relaxed, Ordering::Relaxed);
+    UMASK.load(Ordering::Relaxed)
 }

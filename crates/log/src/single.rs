@@ -136,7 +136,12 @@ pub fn remove_staging(gen_dir: &Path) {
         .and_then(|n| n.to_str())
         .is_some_and(is_staging_name)
     {
-        let _ = std::fs::remove_dir_all(gen_dir);
+        // After a commit moved its rank directory out the staging directory
+        // is empty: one rmdir, not a listing and a walk (a new file per
+        // write pays this at every close).
+        if std::fs::remove_dir(gen_dir).is_err() {
+            let _ = std::fs::remove_dir_all(gen_dir);
+        }
     }
 }
 

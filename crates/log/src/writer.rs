@@ -29,7 +29,7 @@ mod run;
 
 pub use generation::next_generation;
 pub(crate) use generation::next_generation_in;
-use generation::{record_path, validate};
+use generation::{record_path, record_path_new, validate};
 use own_reads::OwnPiece;
 pub use own_reads::{ReadRange, ReadSource};
 
@@ -75,8 +75,21 @@ pub enum CommitSync {
 }
 
 impl CommitSync {
-    /// The policy for a node-local root at `root`.
+    /// The policy for a node-local root at `root`, asked of the kernel once
+    /// per root and process (a process creates a log per file it opens).
     pub fn for_root(root: &Path) -> CommitSync {
+        static KNOWN: std::sync::Mutex<Vec<(std::path::PathBuf, CommitSync)>> =
+            std::sync::Mutex::new(Vec::new());
+        let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, sync)) = known.iter().find(|(r, _)| r == root) {
+            return *sync;
+        }
+        let sync = Self::of_file_system(root);
+        known.push((root.to_path_buf(), sync));
+        sync
+    }
+
+    fn of_file_system(root: &Path) -> CommitSync {
         const EXT_MAGIC: i64 = 0xEF53;
         const XFS_MAGIC: i64 = 0x5846_5342;
         const TMPFS_MAGIC: i64 = 0x0102_1994;
@@ -300,10 +313,18 @@ impl RankLog {
             create_mode: None,
         };
         let file_dir = log.paths.file_dir.clone();
-        log.create_dirs(root, &file_dir)?;
-        record_path(&file_dir, &log.ident, rank)?;
+        let new_file_dir = log.create_dirs(root, &file_dir)?;
+        if new_file_dir {
+            // Made just now, by this process: no record to read yet.
+            record_path_new(&file_dir, &log.ident, rank)?;
+        } else {
+            record_path(&file_dir, &log.ident, rank)?;
+        }
         let rank_dir = log.paths.rank_dir.clone();
-        log.create_dirs(root, &rank_dir)?;
+        if log.create_dirs(&file_dir, &rank_dir)? {
+            // A directory made just now holds no records.
+            return Ok(log);
+        }
         for kind in [EpochFileKind::Data, EpochFileKind::Manifest] {
             let p = log.paths.epoch_file(1, kind);
             if p.exists() {
@@ -355,13 +376,16 @@ impl RankLog {
 
     /// Create `dir` and its missing parents below `base`; under the
     /// explicit policy remember the parents that gained an entry, to fsync
-    /// them at the next commit.
-    fn create_dirs(&mut self, base: &Path, dir: &Path) -> Result<()> {
+    /// them at the next commit. True if `dir` itself was made now.
+    fn create_dirs(&mut self, base: &Path, dir: &Path) -> Result<bool> {
         let changed = durable::create_dirs(base, dir)?;
+        let made = changed
+            .last()
+            .is_some_and(|p| Some(p.as_path()) == dir.parent());
         if self.sync == CommitSync::Explicit {
             self.unsynced_dirs.extend(changed);
         }
-        Ok(())
+        Ok(made)
     }
 
     /// Record a write of `data` at file offset `off`. On error nothing of this

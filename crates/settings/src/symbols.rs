@@ -124,6 +124,7 @@ macro_rules! wrapped_symbols {
             chmod: fn(*const c_char, mode_t) -> c_int;
             fchmod: fn(c_int, mode_t) -> c_int;
             fchmodat: fn(c_int, *const c_char, mode_t, c_int) -> c_int;
+            umask: fn(mode_t) -> mode_t;
             utimensat: fn(c_int, *const c_char, *const timespec, c_int) -> c_int;
             futimens: fn(c_int, *const timespec) -> c_int;
             utimes: fn(*const c_char, *const libc::timeval) -> c_int;

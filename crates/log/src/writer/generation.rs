@@ -88,10 +88,6 @@ pub(crate) fn next_generation_in(file_dir: &Path) -> Result<u64> {
 /// written again.
 pub(super) fn record_path(file_dir: &Path, ident: &FileIdent, rank: u32) -> Result<()> {
     let path_file = file_dir.join(layout::PATH_FILE);
-    let record = PathRecord {
-        path: ident.path.clone(),
-        rel: ident.rel.clone(),
-    };
     let existing = match std::fs::read(&path_file) {
         Ok(bytes) => PathRecord::decode(&bytes, &path_file).ok(),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
@@ -111,16 +107,24 @@ pub(super) fn record_path(file_dir: &Path, ident: &FileIdent, rank: u32) -> Resu
             }
             Ok(())
         }
-        None => {
-            // Ranks on one node may race here; each uses its own temporary
-            // name and renames the same content into place.
-            let tmp = file_dir.join(format!(
-                "{}.tmp.{}.{}",
-                layout::PATH_FILE,
-                rank,
-                std::process::id()
-            ));
-            durable::write_renamed(&path_file, &tmp, &record.encode())
-        }
+        None => record_path_new(file_dir, ident, rank),
     }
+}
+
+/// [`record_path`] for a file directory this process has just made: there
+/// is no record to read.
+pub(super) fn record_path_new(file_dir: &Path, ident: &FileIdent, rank: u32) -> Result<()> {
+    let record = PathRecord {
+        path: ident.path.clone(),
+        rel: ident.rel.clone(),
+    };
+    // Ranks on one node may race here; each uses its own temporary name
+    // and renames the same content into place.
+    let tmp = file_dir.join(format!(
+        "{}.tmp.{}.{}",
+        layout::PATH_FILE,
+        rank,
+        std::process::id()
+    ));
+    durable::write_renamed(&file_dir.join(layout::PATH_FILE), &tmp, &record.encode())
 }
