@@ -45,6 +45,7 @@ pub mod tempname;
 pub mod terminate;
 pub mod timeline;
 pub mod times;
+pub mod umask;
 pub mod view;
 pub mod wait;
 pub mod xattr;

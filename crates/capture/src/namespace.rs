@@ -466,7 +466,7 @@ pub unsafe extern "C" fn umask(mask: mode_t) -> mode_t {
         // SAFETY: umask(2) cannot fail.
         None => libc::syscall(libc::SYS_umask, mask) as mode_t,
     };
-    state::note_umask(mask);
+    crate::umask::note(mask);
     old
 }
 

@@ -472,7 +472,7 @@ impl State {
     /// recorded in its log, so that the drain creates the remote file so,
     /// and answered by `stat` in this process at once.
     pub fn set_create_mode(&mut self, id: u64, mode: u32) {
-        let mode = mode & !umask() & 0o7777;
+        let mode = mode & !crate::umask::current() & 0o7777;
         if let Some(h) = self.handles.get_mut(&id) {
             self.modes.insert(h.path.clone(), mode);
             h.create_mode = Some(mode);
@@ -850,38 +850,4 @@ pub fn resolve(dirfd: c_int, path: &Path) -> Option<PathBuf> {
         }
     };
     Some(normalize(&base.join(path)))
-}
-
-/// The process's umask as last set through `umask(3)` (the wrapper in
-/// namespace.rs notes it), `UMASK_UNKNOWN` before the first call.
-static UMASK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(UMASK_UNKNOWN);
-const UMASK_UNKNOWN: u32 = u32::MAX;
-
-/// The program set its umask to `mask`.
-pub fn note_umask(mask: u32) {
-    UMASK.store(mask & 0o777, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// The process's umask, read without changing it (`umask(2)` can only be
-/// read by setting it, which races with other threads' creations): from
-/// `/proc/self/status` (Linux 4.7+) once, then as the program sets it (a
-/// new file per write read the status file at every creation: 9 system
-/// calls); 022 where it cannot be read.
-fn umask() -> u32 {
-    use std::sync::atomic::Ordering;
-    let known = UMASK.load(Ordering::Relaxed);
-    if known != UMASK_UNKNOWN {
-        return known;
-    }
-    let read = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Umask:"))
-                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-        })
-        .unwrap_or(0o022);
-    // A umask(3) of another thread meanwhile wins.
-    let _ = UMASK.compare_exchange(UMASK_UNKNOWN, read, Ordering::Relaxed, Ordering::Relaxed);
-    UMASK.load(Ordering::Relaxed)
 }
