@@ -648,12 +648,17 @@ class Trial:
         # The dust settles: every process of the trial gone. Ranks can
         # outlive run: Open MPI's ranks go on when mpirun is killed, and run
         # waits for the launcher only (then their epochs stay local).
+        # Scanned for half a second at least: a process between fork and
+        # exec cannot be read, and one scan missed a launcher's proxy that
+        # then started every rank (seen on a machine at load 10).
         left = scan(self.token)
-        self.orphans = len(left)
-        deadline = time.monotonic() + 10
-        while left and time.monotonic() < deadline:
+        seen = {p.pid for p in left}
+        t_scan = time.monotonic()
+        while time.monotonic() < t_scan + 10 and (left or time.monotonic() < t_scan + 0.5):
             time.sleep(0.05)
             left = scan(self.token)
+            seen |= {p.pid for p in left}
+        self.orphans = len(seen)
         killed = kill_all(self.token)
         if self.orphans:
             self.notes.append(f"{self.orphans} process(es) outlived paralog run"
