@@ -93,6 +93,7 @@ pub fn server_drain(
     stream_remote: Option<&str>,
     remote: &paralog_server::remote::Remote,
     root: &std::path::Path,
+    release_bytes: u64,
 ) -> anyhow::Result<Option<paralog_server::streams::StreamDrain>> {
     let Some(dir) = stream_place_of(stream_remote, remote)? else {
         return Ok(None);
@@ -102,6 +103,7 @@ pub fn server_drain(
         root.to_path_buf(),
         dir,
         every,
+        release_bytes,
     )?))
 }
 
