@@ -41,6 +41,24 @@ partitions, drained to a directory. Cases, each with MPICH and Open MPI:
                      same positions)
   killed before wm   the same with the leader (n0) killed just before it
                      publishes a watermark
+  release           (MPICH, Open MPI) `paralog server --stream-release-bytes
+                     1`: 8 waves of 2 short producers per node; after each
+                     wave, the job cuts, publishes and releases the ended
+                     producers' segments on both nodes while it runs: each
+                     node's stream directory, sampled, shrinks after every
+                     wave and never holds a third of what was written; after
+                     `wait` no segment is left and both cut logs are the
+                     same base record; every flushed event once
+  release killed after deletions, recover (MPICH) / at base, job (Open MPI)
+                     the same job killed at its 3rd release on n1: after
+                     n1 deleted its segments (before any base), then a
+                     one-node `recover` on n0 is refused and changes
+                     nothing, and the job of recovers drains the rest; or
+                     with n1's base written to its temporary and not
+                     renamed (n0 rebased), then the server job again: n1
+                     copies n0's base (said in the log exactly when the
+                     logs differed); every flushed event once, the cut
+                     logs equal
   torn cut           n1's server killed half-way through writing its 3rd
                      cut record (n0 recorded it whole): the new job finds
                      n1's log a round behind, n1 copies the record from the
@@ -363,6 +381,15 @@ def case_release_killed(work, flavour, node, failpoint, then):
             c.stop()
         said = c.tail(1 << 22)
     else:
+        # One node alone is refused with a released root too, changing nothing.
+        n0 = c.work / "local" / "n0" / ".paralog-streams" / STREAM
+        before = sorted((f.name, f.read_bytes()) for f in n0.iterdir() if f.is_file())
+        r = run([BIN, "recover", "--local", c.local, "--remote", remote, "--job", "t"],
+                env=c.env({"PARALOG_NODE": "n0"}), check=False, timeout=300)
+        check(r.returncode == 1 and "NOT DRAINED: a server job of 2 nodes drained it" in r.stdout,
+              f"one-node recover on n0: {r.returncode} {r.stdout}")
+        check(sorted((f.name, f.read_bytes()) for f in n0.iterdir() if f.is_file()) == before,
+              "the refused one-node recover changed n0's root")
         cmd = c.node_cmd([BIN, "recover", "--local", c.local, "--remote", remote, "--job", "t"])
         r = run(cmd, env=c.env(), check=False, timeout=300)
         check(r.returncode == 0, f"recover job exited {r.returncode}: {r.stdout[-800:]}{r.stderr[-800:]}")
