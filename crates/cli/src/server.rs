@@ -137,15 +137,6 @@ impl ServerJobArgs {
     }
 }
 
-/// `--stream-release-bytes`: 0 is never.
-fn release_bytes(n: u64) -> u64 {
-    if n == 0 {
-        u64::MAX
-    } else {
-        n
-    }
-}
-
 /// `123`, `64K`, `256M`, `1G` (binary multiples; a trailing `B`/`iB` is allowed).
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -238,7 +229,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         )?;
         cfg.sets = sets.clone();
         cfg.streams = streams;
-        cfg.stream_release_bytes = release_bytes(args.stream_release_bytes);
+        cfg.stream_release_bytes = crate::stream::release_bytes(args.stream_release_bytes);
         let (totals, rank) = crate::cluster::run(mpi, cfg, Some(socket))?;
         return Ok(crate::cluster::report(&totals, rank, &root, "server"));
     }
@@ -268,7 +259,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         args.stream_remote.as_deref(),
         &remote,
         &root,
-        release_bytes(args.stream_release_bytes),
+        crate::stream::release_bytes(args.stream_release_bytes),
     )?;
     let objects = crate::obj_publish::start(root.clone(), std::time::Duration::from_millis(200))?;
     server.wait_stop();

@@ -107,6 +107,17 @@ pub fn server_drain(
     )?))
 }
 
+/// A local retention threshold as given (`--release-bytes`,
+/// `--stream-release-bytes`): 0 is never (`DrainOptions::release_bytes`
+/// u64::MAX).
+pub fn release_bytes(n: u64) -> u64 {
+    if n == 0 {
+        u64::MAX
+    } else {
+        n
+    }
+}
+
 /// Where a server's streams drain: `--stream-remote URL`, else the
 /// server's `--remote`; `None` (said in the log) with neither.
 pub fn stream_place_of(
