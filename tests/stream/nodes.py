@@ -49,6 +49,7 @@ partitions, drained to a directory. Cases, each with MPICH and Open MPI:
                      wave and never holds a third of what was written; after
                      `wait` no segment is left and both cut logs are the
                      same base record; every flushed event once
+  release, objstore  the same (4 waves, MPICH) to the object layout
   release killed after deletions, recover (MPICH) / at base, job (Open MPI)
                      the same job killed at its 3rd release on n1: after
                      n1 deleted its segments (before any base), then a
@@ -296,14 +297,19 @@ def written(c, n, sizes):
     return sum(sizes.values())
 
 
-def case_release(work, flavour, waves=8):
+def case_release(work, flavour, waves=8, objects=False):
     """Waves of short producers on both nodes while the server job runs
     with --stream-release-bytes 1: each node's stream directory, sampled,
     shrinks as the job releases ended producers' segments and stays far
     below what its producers wrote; after `wait` no segment is left and
-    every node's cut log is the same base; every flushed event once."""
-    remote = work / "remote"
-    remote.mkdir()
+    every node's cut log is the same base; every flushed event once.
+    objects: to the object layout (a round is published by its index)."""
+    if objects:
+        (work / "obj").mkdir()
+        remote = f"objstore://{work}/obj"
+    else:
+        remote = work / "remote"
+        remote.mkdir()
     c = Cluster(work, flavour, 2, str(remote), server_args=RELEASE)
     c.start_servers()
     flushed, peak, shrank, sizes = {}, [0, 0], [0, 0], [{}, {}]
@@ -420,6 +426,7 @@ def main():
                   (f"killed before wm, {fl}", lambda w, fl=fl: case_killed(w, fl, 0, "stream.before_watermark:3")),
                   (f"torn cut, {fl}", lambda w, fl=fl: case_killed(w, fl, 1, "stream.torn_cut:3")),
                   (f"release, {fl}", lambda w, fl=fl: case_release(w, fl))]
+    cases += [("release, objstore, mpich", lambda w: case_release(w, "mpich", waves=4, objects=True))]
     cases += [("release killed after deletions, recover, mpich",
                lambda w: case_release_killed(w, "mpich", 1, "stream.release_deleted:3", "recover")),
               ("release killed at base, job, openmpi",
