@@ -16,7 +16,9 @@
 //! an agreement the leader publishes the watermark. Every step ends in an
 //! agreement, so that a failure anywhere stops the stream on every
 //! server at the same step; the next round starts again from the cut
-//! logs and the watermark.
+//! logs and the watermark. After a round that left every cut published,
+//! when the views say enough can go, the job releases the nodes' drained
+//! segments and rebases every cut log alike (streams_release.rs).
 
 use std::collections::{BTreeMap, BTreeSet};
 
