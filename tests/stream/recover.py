@@ -10,8 +10,9 @@ offsets as `paralog stream drain` of the same node-local root. Cases:
                   produce` process append to one stream while a one-node
                   `paralog server` drains it; the producer is killed -9
                   while it produces (once it said it flushed 3,000 of the
-                  2,000,000 events it would append: checked that it was
-                  killed, not finished);
+                  2,000,000 events it would append and the server died at
+                  its failpoint or recorded two rounds: checked that it
+                  was killed, not finished);
                   the server kills itself at failpoint FP (after its 3rd
                   cut is recorded, or before its watermark) or is killed
                   -9 at once (kill -9); the node-local root is copied;
@@ -93,18 +94,22 @@ LONE = 2_000_000
 KILL_AT = 3000
 
 
-def kill_producing(p, at, timeout=120):
+def kill_producing(p, at, ready, timeout=120):
     """Read a `stream produce` process's lines until it says it flushed at
-    least `at` events, then SIGKILL it: (its id, the last count it said
-    it flushed, its exit code)."""
+    least `at` events and `ready()` (looked at every 50 ms) holds, then
+    SIGKILL it: (its id, the last count it said it flushed, its exit
+    code)."""
     lines = []
     deadline = time.time() + timeout
+    looked, is_ready = 0.0, False
     while time.time() < deadline:
         line = p.stdout.readline()
         if not line:
             break
         lines.append(line)
-        if line.startswith("flushed ") and int(line.split()[1]) >= at:
+        if time.time() - looked > 0.05:
+            looked, is_ready = time.time(), ready()
+        if is_ready and line.startswith("flushed ") and int(line.split()[1]) >= at:
             break
     kill_tree(p, signal.SIGKILL)
     out, err = p.communicate()
@@ -146,16 +151,15 @@ def case_one_node(flavour, failpoint, objects=False):
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
             lone = produce(local, LONE, flush_every=100, payload_size=32)
             # The lone producer is killed -9 part-way, while it produces
-            # (its last flush may be torn); the server dies at its
-            # failpoint, or by kill -9 now.
-            lone_id, lone_flushed, lone_rc = kill_producing(lone, KILL_AT)
+            # (its last flush may be torn), once the server died at its
+            # failpoint (its new batches make the rounds the failpoint
+            # counts), or recorded two rounds; then the server by kill -9.
+            ready = ((lambda: srv.p.poll() is not None) if failpoint  # noqa: E731
+                     else (lambda: local_rounds(local) >= 2))
+            lone_id, lone_flushed, lone_rc = kill_producing(lone, KILL_AT, ready)
             check(lone_rc == -9 and KILL_AT <= lone_flushed < LONE,
                   f"the lone producer was not killed while producing: exit {lone_rc}, {lone_flushed} flushed")
             if not failpoint:
-                # Killed while it drains: once it recorded a round or two.
-                deadline = time.time() + 60
-                while local_rounds(local) < 2 and time.time() < deadline:
-                    time.sleep(0.05)
                 kill_tree(srv.p, signal.SIGKILL)
             pout, perr = ranks.communicate(timeout=300)
             check(ranks.returncode == 0, f"ranks: {ranks.returncode} {pout[-300:]} {perr[-300:]}")
