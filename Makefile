@@ -42,7 +42,7 @@ $(TARGET)/libparalog_coord_%.so: crates/server/mpi/paralog_coord.c
 $(TARGET)/libparalog_stream.so: $(TARGET)/libparalog_stream_c.so
 	cp $< $@
 
-$(TARGET)/libparalog_stream_c.so: $(wildcard crates/stream-c/src/*.rs crates/stream/src/*.rs)
+$(TARGET)/libparalog_stream_c.so: $(wildcard crates/stream-c/src/*.rs crates/stream/src/*.rs crates/stream/src/*/*.rs)
 	$(CARGO) build --release --locked -p paralog-stream-c
 
 # Its collective forms (paralog/stream_mpi.h), compiled by each MPI's mpicc.

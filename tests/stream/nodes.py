@@ -41,6 +41,25 @@ partitions, drained to a directory. Cases, each with MPICH and Open MPI:
                      same positions)
   killed before wm   the same with the leader (n0) killed just before it
                      publishes a watermark
+  release           (MPICH, Open MPI) `paralog server --stream-release-bytes
+                     1`: 8 waves of 2 short producers per node; after each
+                     wave, the job cuts, publishes and releases the ended
+                     producers' segments on both nodes while it runs: each
+                     node's stream directory, sampled, shrinks after every
+                     wave and never holds a third of what was written; after
+                     `wait` no segment is left and both cut logs are the
+                     same base record; every flushed event once
+  release, objstore  the same (4 waves, MPICH) to the object layout
+  release killed after deletions, recover (MPICH) / at base, job (Open MPI)
+                     the same job killed at its 3rd release on n1: after
+                     n1 deleted its segments (before any base), then a
+                     one-node `recover` on n0 is refused and changes
+                     nothing, and the job of recovers drains the rest; or
+                     with n1's base written to its temporary and not
+                     renamed (n0 rebased), then the server job again: n1
+                     copies n0's base (said in the log exactly when the
+                     logs differed); every flushed event once, the cut
+                     logs equal
   torn cut           n1's server killed half-way through writing its 3rd
                      cut record (n0 recorded it whole): the new job finds
                      n1's log a round behind, n1 copies the record from the
@@ -210,12 +229,12 @@ def case_nodes(work, flavour, nodes, objects=False, s3=None):
             f"{crossing} bytes between nodes; {same}")
 
 
-def killed_job(work, flavour, node, failpoint, remote):
+def killed_job(work, flavour, node, failpoint, remote, server_args=()):
     """A server job of 2 nodes draining to `remote` while waves of
     producers run (a new cut every round) until node `node`'s server dies
     at `failpoint`: (the cluster, what each producer flushed, each node's
     rounds)."""
-    c = Cluster(work, flavour, 2, str(remote))
+    c = Cluster(work, flavour, 2, str(remote), server_args=server_args)
     c.start_servers(per_node_env={node: {"PARALOG_FAILPOINT": failpoint}})
     procs = []
     deadline = time.time() + 120
@@ -251,6 +270,147 @@ def case_killed(work, flavour, node, failpoint):
     return f"{len(events)} events once after {failpoint} on n{node}; cut logs at rounds {rounds}, copied: {said}"
 
 
+RELEASE = ["--stream-release-bytes", "1"]
+
+
+def held(c, n):
+    """(bytes, segment files) of the stream on node n's root now."""
+    total, segs = 0, 0
+    d = c.work / "local" / f"n{n}" / ".paralog-streams" / STREAM
+    for e in (os.scandir(d) if d.exists() else ()):
+        try:
+            total += e.stat().st_size
+        except FileNotFoundError:
+            continue  # released since the listing
+        segs += e.name.endswith(".seg")
+    return total, segs
+
+
+def written(c, n, sizes):
+    """The bytes of every segment file seen on node n so far (`sizes`:
+    {name: largest size seen}, updated)."""
+    for f in (c.work / "local" / f"n{n}" / ".paralog-streams" / STREAM).glob("*.seg"):
+        try:
+            sizes[f.name] = max(sizes.get(f.name, 0), f.stat().st_size)
+        except FileNotFoundError:
+            pass
+    return sum(sizes.values())
+
+
+def case_release(work, flavour, waves=8, objects=False):
+    """Waves of short producers on both nodes while the server job runs
+    with --stream-release-bytes 1: each node's stream directory, sampled,
+    shrinks as the job releases ended producers' segments and stays far
+    below what its producers wrote; after `wait` no segment is left and
+    every node's cut log is the same base; every flushed event once.
+    objects: to the object layout (a round is published by its index)."""
+    if objects:
+        (work / "obj").mkdir()
+        remote = f"objstore://{work}/obj"
+    else:
+        remote = work / "remote"
+        remote.mkdir()
+    c = Cluster(work, flavour, 2, str(remote), server_args=RELEASE)
+    c.start_servers()
+    flushed, peak, shrank, sizes = {}, [0, 0], [0, 0], [{}, {}]
+    last = [0, 0]
+
+    def sample():
+        for n in range(2):
+            now = held(c, n)[0]
+            written(c, n, sizes[n])
+            peak[n] = max(peak[n], now)
+            shrank[n] += now < last[n]
+            last[n] = now
+        time.sleep(0.05)
+
+    try:
+        for w in range(waves):
+            procs = start_producers(c, per_node=2, events=600)
+            while any(p.poll() is None for _, p in procs):
+                sample()
+            f, _ = reports(procs)
+            flushed.update(f)
+            # The job cuts the ended producers' last batches, publishes
+            # them and releases their segments while it runs.
+            deadline = time.time() + 60
+            while any(held(c, n)[1] for n in range(2)) and time.time() < deadline:
+                sample()
+            check(not any(held(c, n)[1] for n in range(2)),
+                  f"wave {w}: segments still held 60 s after their producers ended: {c.tail()}")
+        c.wait()
+    finally:
+        c.stop()
+    events = cat_json(f"{remote}/{STREAM}", "--from", "earliest")
+    check_events(events, flushed)
+    check(len(events) == sum(flushed.values()), f"{len(events)} events, {sum(flushed.values())} flushed")
+    total = [sum(s.values()) for s in sizes]
+    for n in range(2):
+        check(shrank[n] > 0, f"n{n}'s stream directory never shrank while producers ran (peak {peak[n]} bytes)")
+        check(peak[n] < total[n] / 3, f"n{n} held {peak[n]} bytes at once, of {total[n]} its producers wrote")
+        b, segs = held(c, n)
+        check(segs == 0 and b < 2000, f"n{n} holds {segs} segment(s), {b} bytes after the job: {c.tail()}")
+    log = cut_logs_equal(c)
+    check(log.startswith(b"PLSTBASE"), "the nodes' cut logs are not a base after the job")
+    released = c.tail(1 << 22).count("drained segments released on every node")
+    check(released >= waves, f"{released} release(s) logged for {waves} waves")
+    return (f"{len(events)} events once from {len(flushed)} producers in {waves} waves; per node peak "
+            f"{peak[0]}/{peak[1]} of {total[0]}/{total[1]} bytes written, shrank {shrank[0]}/{shrank[1]} "
+            f"times; {released} releases; no segment left, cut logs one base of {len(log)} bytes")
+
+
+def base_alone(c, n):
+    """Whether node n's cut log is a base record alone (rebased at its
+    last round; docs/streams-format.md kind 12: its length at byte 12)."""
+    b = (c.work / "local" / f"n{n}" / ".paralog-streams" / STREAM / "cuts").read_bytes()
+    return b[:8] == b"PLSTBASE" and int.from_bytes(b[12:16], "little") == len(b)
+
+
+def case_release_killed(work, flavour, node, failpoint, then):
+    """A server job releasing at every round (waves of producers) killed
+    at a release's `failpoint` on `node` (after its deletions, before the
+    base; or the base written to its temporary, not renamed), then the
+    server job again (`then` "job") or `paralog recover` as an MPI job
+    ("recover"): every flushed event once, the cut logs equal; a node
+    whose log was not rebased when the others' was copies their base."""
+    remote = work / "remote"
+    remote.mkdir()
+    c, flushed, rounds = killed_job(work, flavour, node, failpoint, remote, RELEASE)
+    based = [base_alone(c, n) for n in range(c.nodes)]
+    if then == "job":
+        for n in range(c.nodes):
+            (c.work / "local" / f"n{n}" / ".paralog-server-t.sock").unlink(missing_ok=True)
+        c.start_servers()
+        try:
+            c.wait()
+        finally:
+            c.stop()
+        said = c.tail(1 << 22)
+    else:
+        # One node alone is refused with a released root too, changing nothing.
+        n0 = c.work / "local" / "n0" / ".paralog-streams" / STREAM
+        before = sorted((f.name, f.read_bytes()) for f in n0.iterdir() if f.is_file())
+        r = run([BIN, "recover", "--local", c.local, "--remote", remote, "--job", "t"],
+                env=c.env({"PARALOG_NODE": "n0"}), check=False, timeout=300)
+        check(r.returncode == 1 and "NOT DRAINED: a server job of 2 nodes drained it" in r.stdout,
+              f"one-node recover on n0: {r.returncode} {r.stdout}")
+        check(sorted((f.name, f.read_bytes()) for f in n0.iterdir() if f.is_file()) == before,
+              "the refused one-node recover changed n0's root")
+        cmd = c.node_cmd([BIN, "recover", "--local", c.local, "--remote", remote, "--job", "t"])
+        r = run(cmd, env=c.env(), check=False, timeout=300)
+        check(r.returncode == 0, f"recover job exited {r.returncode}: {r.stdout[-800:]}{r.stderr[-800:]}")
+        said = r.stdout + r.stderr
+    events = cat_json(f"{remote}/{STREAM}", "--from", "earliest")
+    check_events(events, flushed)
+    check(len(events) == sum(flushed.values()), f"{len(events)} events, {sum(flushed.values())} flushed")
+    cut_logs_equal(c)
+    copied = "the others' base copied" in said
+    check(copied == (based[0] != based[1] and rounds[0] == rounds[1]),
+          f"logs rebased {based} at rounds {rounds} after the kill; base copied: {copied}")
+    return (f"{len(events)} events once after {failpoint} on n{node}, then the {then}; logs rebased {based} at "
+            f"rounds {rounds}, base copied: {copied}")
+
+
 def main():
     a = suite_options().parse_args()
     suite = Suite("stream-nodes", keep=a.keep)
@@ -264,7 +424,13 @@ def main():
                   (f"killed after cut, {fl}", lambda w, fl=fl: case_killed(w, fl, 1, "stream.after_cut:3")),
                   (f"killed mid apply, {fl}", lambda w, fl=fl: case_killed(w, fl, 1, "stream.mid_apply:3")),
                   (f"killed before wm, {fl}", lambda w, fl=fl: case_killed(w, fl, 0, "stream.before_watermark:3")),
-                  (f"torn cut, {fl}", lambda w, fl=fl: case_killed(w, fl, 1, "stream.torn_cut:3"))]
+                  (f"torn cut, {fl}", lambda w, fl=fl: case_killed(w, fl, 1, "stream.torn_cut:3")),
+                  (f"release, {fl}", lambda w, fl=fl: case_release(w, fl))]
+    cases += [("release, objstore, mpich", lambda w: case_release(w, "mpich", waves=4, objects=True))]
+    cases += [("release killed after deletions, recover, mpich",
+               lambda w: case_release_killed(w, "mpich", 1, "stream.release_deleted:3", "recover")),
+              ("release killed at base, job, openmpi",
+               lambda w: case_release_killed(w, "openmpi", 1, "stream.base_written:3", "job"))]
     sys.exit(suite.run(cases, only=a.only))
 
 

@@ -7,8 +7,12 @@ offsets as `paralog stream drain` of the same node-local root. Cases:
   one node, FP, FLAVOUR
                   real MPI ranks (api_producer.c: 3 ranks, collective
                   open and flush, MPICH or Open MPI) and a `stream
-                  produce` process killed -9 part-way append to one
-                  stream while a one-node `paralog server` drains it;
+                  produce` process append to one stream while a one-node
+                  `paralog server` drains it; the producer is killed -9
+                  while it produces (once it said it flushed 3,000 of the
+                  2,000,000 events it would append and the server died at
+                  its failpoint or recorded two rounds: checked that it
+                  was killed, not finished);
                   the server kills itself at failpoint FP (after its 3rd
                   cut is recorded, or before its watermark) or is killed
                   -9 at once (kill -9); the node-local root is copied;
@@ -75,7 +79,7 @@ from tests.lib.mpi import launcher, mpi_env
 from tests.lib.paths import BIN
 from tests.lib.proc import kill_tree, run
 from tests.lib.server import Server
-from tests.lib.streams import STREAM, cat, check_events, drain, local_rounds, produce, producer_report
+from tests.lib.streams import STREAM, cat, check_events, drain, local_rounds, produce
 from tests.stream.api import producers_of, program
 from tests.stream.nodes import cut_logs_equal, killed_job, one_node_redrain
 from tests.stream.run import segment_tree
@@ -83,7 +87,37 @@ from tests.stream.run import segment_tree
 RANKS = 3
 EVENTS = 6000
 FLUSH_EVERY = 200
-LONE = 40_000
+# The lone producer could append this many events: far more than it does
+# before it is killed, once it said it flushed KILL_AT (so the kill lands
+# while it produces, however fast the machine).
+LONE = 2_000_000
+KILL_AT = 3000
+
+
+def kill_producing(p, at, ready, timeout=120):
+    """Read a `stream produce` process's lines until it says it flushed at
+    least `at` events and `ready()` (looked at every 50 ms) holds, then
+    SIGKILL it: (its id, the last count it said it flushed, its exit
+    code)."""
+    lines = []
+    deadline = time.time() + timeout
+    looked, is_ready = 0.0, False
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if time.time() - looked > 0.05:
+            looked, is_ready = time.time(), ready()
+        if is_ready and line.startswith("flushed ") and int(line.split()[1]) >= at:
+            break
+    kill_tree(p, signal.SIGKILL)
+    out, err = p.communicate()
+    lines += out.splitlines(True)
+    ids = [x.split()[1] for x in lines if x.startswith("producer ")]
+    flushed = [int(x.split()[1]) for x in lines if x.startswith("flushed ")]
+    check(ids, f"the producer printed no id: {''.join(lines)[:200]} {err[-300:]}")
+    return ids[0], (flushed[-1] if flushed else 0), p.returncode
 
 
 def cuts(local):
@@ -116,10 +150,15 @@ def case_one_node(flavour, failpoint, objects=False):
                 exe, "produce", local, STREAM, "3", str(EVENTS), str(FLUSH_EVERY)]], env=mpi_env(),
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
             lone = produce(local, LONE, flush_every=100, payload_size=32)
-            # The lone producer is killed -9 part-way (its last flush may be
-            # torn); the server dies at its failpoint, or by kill -9 now.
-            time.sleep(0.6)
-            kill_tree(lone, signal.SIGKILL)
+            # The lone producer is killed -9 part-way, while it produces
+            # (its last flush may be torn), once the server died at its
+            # failpoint (its new batches make the rounds the failpoint
+            # counts), or recorded two rounds; then the server by kill -9.
+            ready = ((lambda: srv.p.poll() is not None) if failpoint  # noqa: E731
+                     else (lambda: local_rounds(local) >= 2))
+            lone_id, lone_flushed, lone_rc = kill_producing(lone, KILL_AT, ready)
+            check(lone_rc == -9 and KILL_AT <= lone_flushed < LONE,
+                  f"the lone producer was not killed while producing: exit {lone_rc}, {lone_flushed} flushed")
             if not failpoint:
                 kill_tree(srv.p, signal.SIGKILL)
             pout, perr = ranks.communicate(timeout=300)
@@ -131,7 +170,6 @@ def case_one_node(flavour, failpoint, objects=False):
             check(rc == -9, f"the server was not killed ({failpoint or 'kill -9'}): {rc} {srv.text()[-500:]}")
         finally:
             srv.kill()
-        lone_id, lone_flushed, _ = producer_report(lone)
         flushed = {p: EVENTS for p in producers_of(pout)}
         check(len(flushed) == RANKS, f"{RANKS} ranks printed {len(flushed)} producers: {pout[:300]}")
         flushed[lone_id] = lone_flushed

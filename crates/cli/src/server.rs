@@ -50,6 +50,12 @@ pub struct Args {
     /// [default: --remote; `paralog run` without one gives the prefix]
     #[arg(long, value_name = "URL")]
     stream_remote: Option<String>,
+    /// Local retention of the streams: once the drained segments of ended
+    /// producers plus the cut log amount to this many bytes, they are
+    /// deleted from the node(s) and the cut log rebased (docs/streams.md
+    /// "Local retention"); 0: never
+    #[arg(long, default_value = "64M", value_parser = parse_bytes, value_name = "BYTES")]
+    stream_release_bytes: u64,
 }
 
 /// How a server takes part in a server job (one server per node, started
@@ -126,6 +132,7 @@ impl ServerJobArgs {
             posix_writes: self.posix_writes.into(),
             sets: None,
             streams: None,
+            stream_release_bytes: paralog_stream::DrainOptions::default().release_bytes,
         })
     }
 }
@@ -222,6 +229,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         )?;
         cfg.sets = sets.clone();
         cfg.streams = streams;
+        cfg.stream_release_bytes = crate::stream::release_bytes(args.stream_release_bytes);
         let (totals, rank) = crate::cluster::run(mpi, cfg, Some(socket))?;
         return Ok(crate::cluster::report(&totals, rank, &root, "server"));
     }
@@ -247,7 +255,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         workers = t.workers,
         "server ready"
     );
-    let streams = crate::stream::server_drain(args.stream_remote.as_deref(), &remote, &root)?;
+    let streams = crate::stream::server_drain(
+        args.stream_remote.as_deref(),
+        &remote,
+        &root,
+        crate::stream::release_bytes(args.stream_release_bytes),
+    )?;
     let objects = crate::obj_publish::start(root.clone(), std::time::Duration::from_millis(200))?;
     server.wait_stop();
     let objects_failed = !objects.finish();

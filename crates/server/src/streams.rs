@@ -24,14 +24,17 @@ pub struct StreamDrain {
     thread: Option<JoinHandle<Drainer>>,
     local: PathBuf,
     remote: StreamPlace,
+    release_bytes: u64,
 }
 
 /// Start draining the streams under `local` to `remote`, a round every
-/// `interval`.
+/// `interval`; local retention once `release_bytes` can be released
+/// (`DrainOptions::release_bytes`; u64::MAX: never).
 pub fn start(
     local: PathBuf,
     remote: StreamPlace,
     interval: Duration,
+    release_bytes: u64,
 ) -> std::io::Result<StreamDrain> {
     let stop = Stop::default();
     let (l, r, s) = (local.clone(), remote.clone(), stop.clone());
@@ -41,7 +44,7 @@ pub fn start(
             let mut said = HashMap::new();
             let mut drainer = Drainer::default();
             loop {
-                round(false, &mut drainer, &l, &r, &mut said);
+                round(false, &mut drainer, &l, &r, release_bytes, &mut said);
                 if s.wait(interval) {
                     return drainer;
                 }
@@ -52,6 +55,7 @@ pub fn start(
         thread: Some(thread),
         local,
         remote,
+        release_bytes,
     })
 }
 
@@ -61,6 +65,7 @@ fn round(
     drainer: &mut Drainer,
     local: &std::path::Path,
     remote: &StreamPlace,
+    release_bytes: u64,
     said: &mut HashMap<String, String>,
 ) -> Vec<Result<DrainReport, (String, StreamError)>> {
     let remote = remote.remote();
@@ -71,7 +76,10 @@ fn round(
             return Vec::new();
         }
     };
-    let opts = DrainOptions::default();
+    let opts = DrainOptions {
+        release_bytes,
+        ..DrainOptions::default()
+    };
     let mut out = Vec::new();
     for s in streams {
         let r = if last {
@@ -119,9 +127,16 @@ impl StreamDrain {
             .and_then(|t| t.join().ok())
             .unwrap_or_default();
         let mut said = HashMap::new();
-        round(true, &mut drainer, &self.local, &self.remote, &mut said)
-            .into_iter()
-            .filter_map(Result::err)
-            .collect()
+        round(
+            true,
+            &mut drainer,
+            &self.local,
+            &self.remote,
+            self.release_bytes,
+            &mut said,
+        )
+        .into_iter()
+        .filter_map(Result::err)
+        .collect()
     }
 }

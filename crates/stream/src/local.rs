@@ -204,7 +204,11 @@ pub fn lock(path: &Path) -> Result<File> {
 /// Cut a torn tail off a segment at `at` (where its last committed batch
 /// ends) if its producer is gone (its lock can be taken): a flush that
 /// will never finish, whose bytes are never read. Returns whether it cut;
-/// a live producer's tail (a flush in progress) is left alone.
+/// a live producer's tail (a flush in progress) is left alone, and so is
+/// a segment that grew since the round listed it (`seg.len`): its
+/// producer finished that flush, and maybe more, before it ended, and
+/// the next round reads them (cutting at `at` would lose committed
+/// batches).
 pub fn cut_torn_tail(seg: &LocalSeg, at: u64) -> Result<bool> {
     let f = OpenOptions::new()
         .write(true)
@@ -218,7 +222,51 @@ pub fn cut_torn_tail(seg: &LocalSeg, at: u64) -> Result<bool> {
         }
         return Err(e).ctx("flock", &seg.path);
     }
+    if f.metadata().ctx("stat", &seg.path)?.len() != seg.len {
+        return Ok(false);
+    }
     f.set_len(at).ctx("truncate", &seg.path)?;
     f.sync_data().ctx("fdatasync", &seg.path)?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Partitioner, Producer};
+
+    /// A round lists a segment while its producer's flush is being
+    /// written (a torn tail at that length); the flush then completes and
+    /// the producer ends before the round takes the lock: the tail is not
+    /// cut, and the committed batch stays.
+    #[test]
+    fn a_tail_completed_after_the_listing_is_not_cut() {
+        let t = tempfile::tempdir().unwrap();
+        let local = t.path().join("l");
+        let mut p = Producer::open(&local, "s", 2, Partitioner::RoundRobin).unwrap();
+        p.append(None, b"one", None).unwrap();
+        p.flush().unwrap();
+        let dir = layout::stream_dir(&local, "s");
+        let first = segments(&dir, "s")
+            .unwrap()
+            .0
+            .into_values()
+            .next()
+            .unwrap()
+            .len;
+        p.append(None, b"two", None).unwrap();
+        p.flush().unwrap();
+        let (segs, _) = segments(&dir, "s").unwrap();
+        let mut seg = segs.into_values().next().unwrap();
+        let whole = seg.len;
+        // As listed in the middle of the second flush's write.
+        seg.len = whole - 10;
+        drop(p);
+        assert!(!cut_torn_tail(&seg, first).unwrap());
+        assert_eq!(std::fs::metadata(&seg.path).unwrap().len(), whole);
+        // Listed after it ended: a real torn tail is cut.
+        seg.len = whole;
+        assert!(cut_torn_tail(&seg, first).unwrap());
+        assert_eq!(std::fs::metadata(&seg.path).unwrap().len(), first);
+    }
 }

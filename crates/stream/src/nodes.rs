@@ -26,8 +26,11 @@ use crate::layout;
 use crate::local;
 use crate::segment;
 
+mod release;
+
 pub use crate::drain::after;
 pub use crate::publish::{apply_part, publish_watermark};
+pub use release::Releasable;
 
 /// A piece's header: range index, partition, events (u32 each), then the
 /// frames' length (u64).
@@ -69,7 +72,7 @@ impl NodeShare {
     /// of it yet: the cut log is kept on every node), marked as the job's
     /// before the job records anything ([`crate::job_root::mark`]: a
     /// one-node drain or recover neither applies its rounds nor releases
-    /// its segments). Reads the whole cut log once, checking its chain.
+    /// its segments: the job releases them, `nodes/release.rs`). Reads the whole cut log once, checking its chain.
     pub fn open(local: &Path, stream: &str, nodes: usize) -> Result<NodeShare> {
         format::valid_name("stream name", stream)?;
         let dir = layout::stream_dir(local, stream);
@@ -126,10 +129,15 @@ impl NodeShare {
         &self.state
     }
 
-    /// The last cut's record as stored (empty: none), for the servers to
-    /// compare their logs and to give a node that missed it.
+    /// The log's last record as stored (empty: none): its last cut, or
+    /// its base when no cut follows it; for the servers to compare their
+    /// logs and to give a node that missed it.
     pub fn last_record(&self) -> Vec<u8> {
-        self.last.as_ref().map(Cut::encode).unwrap_or_default()
+        match (&self.last, &self.base) {
+            (Some(c), _) => c.encode(),
+            (None, Some(b)) => b.encode(),
+            (None, None) => Vec::new(),
+        }
     }
 
     /// The partition count of this node's segments, checked against the

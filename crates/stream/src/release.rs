@@ -46,10 +46,10 @@ pub(crate) struct LogState<'a> {
 
 /// A segment that may go: its producer is gone (its lock is held here
 /// until the file is deleted) and a cut took all of it.
-struct Gone {
-    path: PathBuf,
-    id: u64,
-    len: u64,
+pub(crate) struct Gone {
+    pub path: PathBuf,
+    pub id: u64,
+    pub len: u64,
     _lock: File,
 }
 
@@ -64,34 +64,20 @@ pub(crate) fn release(
     min_bytes: u64,
 ) -> Result<Released> {
     // A server job's root never gets here: its one-node drain is refused
-    // (crate::job_root::refuse_marked).
+    // (crate::job_root::refuse_marked); the job releases with the same
+    // steps, agreed between them (crate::nodes::NodeShare::releasable).
     if min_bytes == u64::MAX || log.rounds == 0 {
         return Ok(Released::default());
     }
-    let mut gone = Vec::new();
-    for (id, seg) in segs {
-        // A segment no cut took from is empty past its header (a producer
-        // that ended without a batch, or right after a roll).
-        if log.taken.get(id).copied().unwrap_or(seg.header_len) != seg.len {
-            continue;
-        }
-        if let Some(g) = dead_and_taken(seg, *id)? {
-            gone.push(g);
-        }
-    }
+    let gone = gone(segs, log.taken)?;
     let bytes = gone.iter().map(|g| g.len).sum::<u64>() + *log.cuts_len;
     if (gone.is_empty() && log.rounds == *log.base_round) || bytes < min_bytes {
         return Ok(Released::default());
     }
-    let mut out = Released::default();
-    for g in &gone {
-        std::fs::remove_file(&g.path).ctx("delete drained segment", &g.path)?;
-        out.segments.push((g.path.clone(), g.len));
-    }
-    if !gone.is_empty() {
-        layout::sync_dir(dir)?;
-    }
-    crate::failpoint::hit("stream.release_deleted");
+    let mut out = Released {
+        segments: delete(dir, &gone)?,
+        base: None,
+    };
     for g in &gone {
         log.taken.remove(&g.id);
     }
@@ -105,10 +91,49 @@ pub(crate) fn release(
         parts: log.state.to_vec(),
         producers,
     };
-    *log.cuts_len = replace_log(log.cuts_path, &base.encode())?;
+    *log.cuts_len = write_base(log.cuts_path, &base)?;
     *log.base_round = log.rounds;
     out.base = Some(log.rounds);
     Ok(out)
+}
+
+/// The segments of `segs` that may go: a cut took every byte (`taken`;
+/// a segment no cut took from holds only its header: a producer that
+/// ended without a batch, or right after a roll) and their producer has
+/// ended. Each one's lock is held until it is deleted.
+pub(crate) fn gone(segs: &BTreeMap<u64, LocalSeg>, taken: &HashMap<u64, u64>) -> Result<Vec<Gone>> {
+    let mut out = Vec::new();
+    for (id, seg) in segs {
+        if taken.get(id).copied().unwrap_or(seg.header_len) != seg.len {
+            continue;
+        }
+        if let Some(g) = dead_and_taken(seg, *id)? {
+            out.push(g);
+        }
+    }
+    Ok(out)
+}
+
+/// Step 1: delete the segments that may go, then fsync their directory
+/// `dir` (the log still names them, in published rounds only).
+pub(crate) fn delete(dir: &Path, gone: &[Gone]) -> Result<Vec<(PathBuf, u64)>> {
+    let mut out = Vec::new();
+    for g in gone {
+        std::fs::remove_file(&g.path).ctx("delete drained segment", &g.path)?;
+        out.push((g.path.clone(), g.len));
+    }
+    if !gone.is_empty() {
+        layout::sync_dir(dir)?;
+    }
+    crate::failpoint::hit("stream.release_deleted");
+    Ok(out)
+}
+
+/// Step 2: replace the cut log `cuts_path` with `base` alone, atomically
+/// and durably (a temporary, fsync, rename, directory fsync). Returns the
+/// log's new length.
+pub(crate) fn write_base(cuts_path: &Path, base: &Base) -> Result<u64> {
+    replace_log(cuts_path, &base.encode())
 }
 
 /// `Some` if the segment's producer is gone (its lock can be taken) and

@@ -10,7 +10,8 @@ use paralog_stream::{drain_stream, DrainOptions, DrainReport};
 
 mod common;
 
-use common::{dirs, round_robin, walk, S};
+use common::job::{files, job_round};
+use common::{dirs, round_robin, S};
 
 const N: u32 = 3;
 
@@ -22,69 +23,6 @@ fn produce(local: &Path, events: usize, tag: &str) {
             .unwrap();
     }
     p.flush().unwrap();
-}
-
-fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut out: Vec<_> = walk(dir)
-        .into_iter()
-        .map(|e| {
-            let rel = e.strip_prefix(dir).unwrap().display().to_string();
-            (rel, std::fs::read(&e).unwrap())
-        })
-        .collect();
-    out.sort();
-    out
-}
-
-/// One round of the job over `shares` (node i = shares[i]) to the
-/// directory `remote`: cut, record everywhere, pieces to owners p mod
-/// nodes, each owner's batches written, the watermark. The frames' bytes
-/// sent between nodes.
-fn job_round(shares: &mut [NodeShare], remote: &Path) -> u64 {
-    let mut ranges = Vec::new();
-    let mut parts = N;
-    for s in shares.iter_mut() {
-        let (n, r) = s
-            .take_new(&DrainOptions::default(), &mut DrainReport::default())
-            .unwrap();
-        parts = n.unwrap_or(parts);
-        ranges.extend(r);
-    }
-    let state = match shares[0].state() {
-        [] => vec![Default::default(); parts as usize],
-        st => st.to_vec(),
-    };
-    let round = shares[0].rounds() + 1;
-    let cut = nodes::make_cut(round, &state, ranges, 64 << 20, S).unwrap();
-    for s in shares.iter_mut() {
-        s.record(&cut).unwrap();
-    }
-    let k = shares.len();
-    let owner = |p: u32| p as usize % k;
-    let mut sent = vec![Vec::new(); k];
-    let mut between = 0;
-    for (i, s) in shares.iter().enumerate() {
-        let (out, bytes) = s.pieces(&cut, k, &owner).unwrap();
-        between += bytes
-            .iter()
-            .enumerate()
-            .filter(|&(o, _)| o != i)
-            .map(|(_, b)| b)
-            .sum::<u64>();
-        for (o, b) in out.into_iter().enumerate() {
-            sent[o].push(b);
-        }
-    }
-    let rdir = paralog_stream::layout::stream_dir(remote, S);
-    std::fs::create_dir_all(&rdir).unwrap();
-    for (o, got) in sent.iter().enumerate() {
-        let got: Vec<&[u8]> = got.iter().map(Vec::as_slice).collect();
-        for (p, b) in nodes::assemble(&cut, &got, &|p| owner(p) == o, &rdir).unwrap() {
-            nodes::apply_part(&rdir, S, parts, p, &cut.parts[p as usize], &b).unwrap();
-        }
-    }
-    nodes::publish_watermark(&rdir, cut.round, &nodes::after(&cut)).unwrap();
-    between
 }
 
 /// Two nodes drained together over two rounds write the partitions'
@@ -192,12 +130,12 @@ fn what_does_not_fit_is_refused() {
     assert!(e.to_string().contains("does not follow"), "{e}");
 }
 
-/// Local retention is one node's only (docs/streams.md "Local
-/// retention"): a root a server job drained keeps its segments and its
-/// cut log (the job's, the same on every node): a one-node drain that
-/// would release everything it could is refused, naming the job's mark.
+/// A one-node drain never releases a server job's root (the job does,
+/// together: tests/nodes_release.rs): its cut log is the job's, the same
+/// on every node; a one-node drain that would release everything it
+/// could is refused, naming the job's mark, and changes nothing.
 #[test]
-fn a_server_jobs_root_releases_nothing() {
+fn a_one_node_drain_releases_nothing_of_a_server_jobs_root() {
     let (t, _, remote) = dirs();
     let roots = [t.path().join("n0"), t.path().join("n1")];
     produce(&roots[0], 20, "a");

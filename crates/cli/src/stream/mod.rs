@@ -93,6 +93,7 @@ pub fn server_drain(
     stream_remote: Option<&str>,
     remote: &paralog_server::remote::Remote,
     root: &std::path::Path,
+    release_bytes: u64,
 ) -> anyhow::Result<Option<paralog_server::streams::StreamDrain>> {
     let Some(dir) = stream_place_of(stream_remote, remote)? else {
         return Ok(None);
@@ -102,7 +103,19 @@ pub fn server_drain(
         root.to_path_buf(),
         dir,
         every,
+        release_bytes,
     )?))
+}
+
+/// A local retention threshold as given (`--release-bytes`,
+/// `--stream-release-bytes`): 0 is never (`DrainOptions::release_bytes`
+/// u64::MAX).
+pub fn release_bytes(n: u64) -> u64 {
+    if n == 0 {
+        u64::MAX
+    } else {
+        n
+    }
 }
 
 /// Where a server's streams drain: `--stream-remote URL`, else the

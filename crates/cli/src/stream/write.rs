@@ -99,11 +99,7 @@ pub fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {
     let remote = place.remote();
     let opts = DrainOptions {
         roll_bytes: a.roll_bytes.max(1),
-        release_bytes: if a.release_bytes == 0 {
-            u64::MAX
-        } else {
-            a.release_bytes
-        },
+        release_bytes: super::release_bytes(a.release_bytes),
         ..Default::default()
     };
     let mut drainer = paralog_stream::Drainer::default();

@@ -41,6 +41,7 @@ mod renamed;
 mod sets;
 mod streams;
 mod streams_apply;
+mod streams_release;
 mod streams_view;
 pub mod summary;
 #[cfg(test)]
@@ -86,6 +87,10 @@ pub struct ClusterConfig {
     /// Where the shared event streams drain (streams.rs); `None`: they
     /// are not drained.
     pub streams: Option<paralog_stream::StreamPlace>,
+    /// Local retention of the streams: once every node's drained segments
+    /// that may go plus the cut log amount to this many bytes, the job
+    /// releases them (streams_release.rs); `u64::MAX`: never.
+    pub stream_release_bytes: u64,
 }
 
 /// How the servers write the bytes of an epoch into a POSIX remote file.

@@ -16,7 +16,9 @@
 //! an agreement the leader publishes the watermark. Every step ends in an
 //! agreement, so that a failure anywhere stops the stream on every
 //! server at the same step; the next round starts again from the cut
-//! logs and the watermark.
+//! logs and the watermark. After a round that left every cut published,
+//! when the views say enough can go, the job releases the nodes' drained
+//! segments and rebases every cut log alike (streams_release.rs).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -40,8 +42,9 @@ pub(super) struct StreamRounds {
     failures: BTreeMap<String, u32>,
     /// Streams given up at the end of the job, and why.
     parked: BTreeMap<String, String>,
-    /// Per stream, the round of the last record this server sent whole.
-    sent: BTreeMap<String, u64>,
+    /// Per stream, the round of the last record this server sent whole
+    /// (and whether it was a base).
+    sent: BTreeMap<String, (u64, bool)>,
     /// Per stream, the round every server knows the remote published
     /// (checked or written in this job): an idle stream's round skips the
     /// leader's check.
@@ -91,6 +94,7 @@ impl Coordinator {
             }
             let per_node: Vec<Option<&View>> = views.iter().map(|v| v.get(name)).collect();
             let decision = streams_view::decide(name, &per_node);
+            let release = streams_view::release_due(&per_node, self.cfg.stream_release_bytes);
             let outcome = match decision {
                 Decision::Idle => Outcome::Nothing,
                 Decision::Skip => Outcome::Failed(
@@ -120,6 +124,16 @@ impl Coordinator {
                     };
                     self.stream_round(&place, go)?
                 }
+            };
+            // Every cut of every node's log is published now: release
+            // what that made redundant, when it is due.
+            let outcome = match outcome {
+                Outcome::Failed(_) => outcome,
+                _ if !release => outcome,
+                _ => match self.release_stream(name)? {
+                    None => Outcome::Worked,
+                    Some(why) => Outcome::Failed(why),
+                },
             };
             self.stream_outcome(name, outcome, finishing, round);
         }
@@ -175,7 +189,10 @@ impl Coordinator {
                 return out;
             }
         };
-        let opts = DrainOptions::default();
+        let opts = DrainOptions {
+            release_bytes: self.cfg.stream_release_bytes,
+            ..DrainOptions::default()
+        };
         let mut names: BTreeSet<String> = listed.into_iter().collect();
         names.extend(self.streams.shares.keys().cloned());
         for name in names {
@@ -203,9 +220,15 @@ impl Coordinator {
             0 => 0,
             n => u32::from_le_bytes(record[n - 4..].try_into().expect("4 bytes")),
         };
-        let rounds = share.rounds();
-        let whole = fresh || sent != Some(rounds);
-        self.streams.sent.insert(name.into(), rounds);
+        let (rounds, based) = (share.rounds(), share.based());
+        // What a release would give up (only counted when one may come).
+        let releasable = match opts.release_bytes {
+            u64::MAX => 0,
+            _ => share.releasable()?.bytes(),
+        };
+        let log_len = share.log_len();
+        let whole = fresh || sent != Some((rounds, based));
+        self.streams.sent.insert(name.into(), (rounds, based));
         for (path, at) in &report.cut {
             tracing::info!(segment = %path.display(), length = at, "a dead producer's torn tail cut off");
         }
@@ -215,6 +238,9 @@ impl Coordinator {
             rounds,
             last_crc,
             last: if whole { record } else { Vec::new() },
+            based,
+            releasable,
+            log_len,
             ranges,
         })
     }
@@ -235,18 +261,22 @@ impl Coordinator {
     fn stream_round(&mut self, place: &StreamPlace, go: Go<'_>) -> Result<Outcome, MpiError> {
         let me = self.comm.rank();
         let stream = go.stream;
-        // 1. A node that missed the last record copies it.
+        // 1. A node that missed the last record copies it: a cut (one round
+        // behind) or a base (the job's release stopped between rebases).
         if !go.behind.is_empty() {
-            let local = go.behind.contains(&me).then(|| {
-                self.share(stream)
-                    .and_then(|s| s.record_bytes(go.last))
-                    .err()
-            });
+            let local = go
+                .behind
+                .contains(&me)
+                .then(|| self.share(stream).and_then(|s| s.catch_up(go.last)).err());
             if let Some(f) = self.agree(local.flatten().map(failure))? {
                 return Ok(Outcome::Failed(f.message().into()));
             }
             if go.behind.contains(&me) {
-                tracing::info!(stream = %stream, round = go.rounds, "this node's cut log lacked the job's last round: copied from the others");
+                if go.last.starts_with(paralog_stream::format::MAGIC_BASE) {
+                    tracing::info!(stream = %stream, round = go.rounds, "this node's cut log was not rebased at the job's last round: the others' base copied");
+                } else {
+                    tracing::info!(stream = %stream, round = go.rounds, "this node's cut log lacked the job's last round: copied from the others");
+                }
             }
         }
         // 2. The leader checks the remote against its log; everyone learns

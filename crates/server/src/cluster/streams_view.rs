@@ -25,6 +25,12 @@ pub(super) struct View {
     /// sent it (or its share was opened again): what a node a round
     /// behind copies. An idle stream's view stays a few tens of bytes.
     pub last: Vec<u8>,
+    /// Its last record is a base (the log was rebased at its last round).
+    pub based: bool,
+    /// Bytes of its segments a release would delete now, and its cut
+    /// log's length: what decides that the job releases (streams_release.rs).
+    pub releasable: u64,
+    pub log_len: u64,
     pub ranges: Vec<NewRange>,
 }
 
@@ -41,6 +47,9 @@ pub(super) fn encode(views: &NodeViews) -> Vec<u8> {
         o.u64(v.rounds);
         o.u64(v.last_crc as u64);
         o.bytes(&v.last);
+        o.bool(v.based);
+        o.u64(v.releasable);
+        o.u64(v.log_len);
         o.u64(v.ranges.len() as u64);
         for r in &v.ranges {
             o.u64(r.producer);
@@ -67,6 +76,7 @@ pub(super) fn decode(b: &[u8], from: usize) -> Result<NodeViews, DecodeError> {
         let rounds = i.u64()?;
         let last_crc = i.u64()? as u32;
         let last = i.bytes()?;
+        let (based, releasable, log_len) = (i.bool()?, i.u64()?, i.u64()?);
         let ranges = i.list(|i| {
             let (producer, from, to) = (i.u64()?, i.u64()?, i.u64()?);
             let parts = i.list(|i| Ok((i.u64()?, i.u64()?)))?;
@@ -85,6 +95,9 @@ pub(super) fn decode(b: &[u8], from: usize) -> Result<NodeViews, DecodeError> {
                 rounds,
                 last_crc,
                 last,
+                based,
+                releasable,
+                log_len,
                 ranges,
             },
         );
@@ -145,7 +158,13 @@ pub(super) fn decide(stream: &str, views: &[Option<&View>]) -> Decision {
     let per_node = || {
         v.iter()
             .enumerate()
-            .map(|(i, x)| format!("node {i}: {}", x.rounds))
+            .map(|(i, x)| {
+                format!(
+                    "node {i}: {}{}",
+                    x.rounds,
+                    if x.based { " (base)" } else { "" }
+                )
+            })
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -157,7 +176,19 @@ pub(super) fn decide(stream: &str, views: &[Option<&View>]) -> Decision {
             per_node()
         ));
     }
-    let mut crcs = v.iter().filter(|x| x.rounds == rounds).map(|x| x.last_crc);
+    // A log rebased at its last round is ahead of one that is not (the
+    // job's release stopped between two nodes' rebases): the others copy
+    // the base. A base is written only after every node recorded and
+    // published its round, so no node is then a round behind.
+    let key = |x: &View| (x.rounds, x.based);
+    let top = v.iter().map(|x| key(x)).max().unwrap_or_default();
+    if top.1 && lowest < rounds {
+        return Decision::Refuse(format!(
+            "stream {stream}: a node's cut log starts at a base of round {rounds} and another's ends before it ({}): they were not drained together by one server job",
+            per_node()
+        ));
+    }
+    let mut crcs = v.iter().filter(|x| key(x) == top).map(|x| x.last_crc);
     let first = crcs.next();
     if crcs.any(|c| Some(c) != first) {
         return Decision::Refuse(format!(
@@ -169,13 +200,13 @@ pub(super) fn decide(stream: &str, views: &[Option<&View>]) -> Decision {
     // it, or every share was opened again after a failure or a restart).
     let source = v
         .iter()
-        .position(|x| x.rounds == rounds && !x.last.is_empty())
+        .position(|x| key(x) == top && !x.last.is_empty())
         .unwrap_or(0);
-    if rounds > lowest && v[source].last.is_empty() {
+    let behind: Vec<usize> = (0..v.len()).filter(|&i| key(v[i]) < top).collect();
+    if !behind.is_empty() && v[source].last.is_empty() {
         // Every server drops its share, so all send their records next round.
         return Decision::Skip;
     }
-    let behind = (0..v.len()).filter(|&i| v[i].rounds < rounds).collect();
     Decision::Go {
         partitions,
         rounds,
@@ -183,6 +214,29 @@ pub(super) fn decide(stream: &str, views: &[Option<&View>]) -> Decision {
         source,
         new,
     }
+}
+
+/// Whether the job releases the stream's drained segments after this
+/// round (streams_release.rs): every node's log at the same round, and
+/// rebased or not alike (nothing to copy), and what can be given up
+/// (every node's segments that may go, and the log) at least `threshold`
+/// bytes, as on one node (`paralog_stream::release`); a log that is a
+/// base already, with no segment to delete, is left alone.
+pub(super) fn release_due(views: &[Option<&View>], threshold: u64) -> bool {
+    let empty = View::default();
+    let v: Vec<&View> = views.iter().map(|x| x.unwrap_or(&empty)).collect();
+    let Some(first) = v.first().map(|x| (x.rounds, x.based)) else {
+        return false;
+    };
+    if threshold == u64::MAX
+        || first.0 == 0
+        || v.iter().any(|x| x.failed || (x.rounds, x.based) != first)
+    {
+        return false;
+    }
+    let gone: u64 = v.iter().map(|x| x.releasable).sum();
+    let log = v.iter().map(|x| x.log_len).max().unwrap_or(0);
+    !(gone == 0 && first.1) && gone + log >= threshold
 }
 
 #[cfg(test)]
@@ -196,6 +250,9 @@ mod tests {
             rounds,
             last_crc: crc(last),
             last: last.to_vec(),
+            based: false,
+            releasable: 0,
+            log_len: 100,
             ranges: (0..ranges as u64)
                 .map(|i| NewRange {
                     producer: i,
@@ -283,5 +340,72 @@ mod tests {
             ..View::default()
         };
         assert_eq!(decide("s", &[Some(&a), Some(&failed)]), Decision::Skip);
+    }
+
+    /// A log rebased at its last round is ahead of one that is not: the
+    /// others copy its base; a base ahead of a log a round behind cannot
+    /// come from one job.
+    #[test]
+    fn a_base_is_copied_to_the_nodes_not_rebased() {
+        let base = View {
+            based: true,
+            ..view(3, 4, b"b4", 0)
+        };
+        let cuts = view(3, 4, b"r4", 0);
+        assert_eq!(
+            decide("s", &[Some(&cuts), Some(&base), Some(&cuts)]),
+            Decision::Go {
+                partitions: 3,
+                rounds: 4,
+                behind: vec![0, 2],
+                source: 1,
+                new: false
+            }
+        );
+        // Rebased everywhere, then a new cut on one node only: copied.
+        let next = view(3, 5, b"r5", 0);
+        assert!(matches!(
+            decide("s", &[Some(&base), Some(&next)]),
+            Decision::Go { behind, .. } if behind == vec![0]
+        ));
+        assert!(matches!(
+            decide("s", &[Some(&base), Some(&view(3, 3, b"r3", 0))]),
+            Decision::Refuse(_)
+        ));
+        let other = View {
+            based: true,
+            ..view(3, 4, b"B4", 0)
+        };
+        assert!(matches!(
+            decide("s", &[Some(&base), Some(&other)]),
+            Decision::Refuse(_)
+        ));
+    }
+
+    #[test]
+    fn a_release_is_due_when_every_log_agrees_and_enough_can_go() {
+        let a = View {
+            releasable: 600,
+            ..view(3, 4, b"r4", 0)
+        };
+        let b = view(3, 4, b"r4", 0);
+        assert!(release_due(&[Some(&a), Some(&b)], 700));
+        assert!(!release_due(&[Some(&a), Some(&b)], 701));
+        assert!(!release_due(&[Some(&a), Some(&b)], u64::MAX));
+        // A node behind, or not rebased alike: not this round.
+        assert!(!release_due(&[Some(&a), Some(&view(3, 3, b"r3", 0))], 1));
+        let based = View {
+            based: true,
+            ..b.clone()
+        };
+        assert!(!release_due(&[Some(&a), Some(&based)], 1));
+        // A base with nothing to delete stays; with something, it goes.
+        assert!(!release_due(&[Some(&based), Some(&based)], 1));
+        let some = View {
+            releasable: 1,
+            ..based.clone()
+        };
+        assert!(release_due(&[Some(&based), Some(&some)], 1));
+        assert!(!release_due(&[Some(&view(0, 0, b"", 0)), None], 1));
     }
 }

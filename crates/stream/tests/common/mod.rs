@@ -3,6 +3,8 @@
 // Each test binary uses its own part of this module.
 #![allow(dead_code)]
 
+pub mod job;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
