@@ -97,3 +97,81 @@ impl SetWriter {
         Ok(Some(kept))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{container_name, Container, Extent};
+
+    fn member(path: &str, containers: &[u32]) -> Member {
+        Member {
+            path: path.as_bytes().to_vec(),
+            size: 10 * containers.len() as u64,
+            mode: 0o644,
+            extents: containers
+                .iter()
+                .enumerate()
+                .map(|(i, &c)| Extent {
+                    offset: 10 * i as u64,
+                    len: 10,
+                    container: c,
+                    container_offset: 0,
+                    crcs: vec![0],
+                })
+                .collect(),
+        }
+    }
+
+    /// Containers 0..5: 0 holds a (rewritten), 1 holds b, 2 and 3 share c,
+    /// 4 holds nothing, 5 holds d and e.
+    fn old() -> SetRecord {
+        SetRecord {
+            set: b"ckpt/s".to_vec(),
+            version: 1,
+            complete: true,
+            block_size: 4096,
+            align: 4096,
+            origin: [0; 16],
+            job: Vec::new(),
+            containers: (0..6)
+                .map(|k| Container {
+                    name: container_name(k, 1, 7),
+                    size: 10,
+                })
+                .collect(),
+            members: vec![
+                member("a", &[0]),
+                member("b", &[1]),
+                member("c", &[2, 3]),
+                member("d", &[5]),
+                member("e", &[5]),
+            ],
+        }
+    }
+
+    #[test]
+    fn only_whole_untouched_containers_with_members_are_listed_again() {
+        let touched = |p: &[u8]| p == b"a";
+        assert_eq!(
+            reusable_containers(&old(), &touched, usize::MAX),
+            vec![1, 5]
+        );
+        assert_eq!(reusable_containers(&old(), &touched, 1), vec![1]);
+        assert!(reusable_containers(&old(), &touched, 0).is_empty());
+        let touched = |p: &[u8]| p == b"e";
+        assert_eq!(
+            reusable_containers(&old(), &touched, usize::MAX),
+            vec![0, 1]
+        );
+    }
+
+    #[test]
+    fn kept_members_move_to_their_new_container() {
+        let kept = kept_members(&old(), 5, 1);
+        let paths: Vec<&[u8]> = kept.iter().map(|m| &m.path[..]).collect();
+        assert_eq!(paths, vec![&b"d"[..], b"e"]);
+        assert!(kept
+            .iter()
+            .all(|m| m.extents.iter().all(|e| e.container == 1)));
+    }
+}
