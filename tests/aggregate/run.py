@@ -60,6 +60,10 @@ directly. Cases:
   s3 nodes ...    the server job writing sets on S3 (a real MinIO): see
                   tests/aggregate/s3nodes.py
 
+  objstore nodes ...
+                  the server job writing sets on the object layout: see
+                  tests/aggregate/objnodes.py
+
 Usage: python3 -m tests.aggregate.run [--only SUBSTRING] [--keep]
 Ends with "aggregate: N passed, N failed".
 """
@@ -408,6 +412,8 @@ def main():
     cases += nodes.cases()
     from tests.aggregate import s3nodes
     cases += s3nodes.cases()
+    from tests.aggregate import objnodes
+    cases += objnodes.cases()
     sys.exit(suite.run(cases, only=a.only))
 
 

@@ -16,6 +16,16 @@ container is a multipart upload of several parts packed across members
                   restart job started without `--aggregate` (`paralog run`,
                   a new node-local directory) reads the members: EIO, with
                   one line per member naming its set and `paralog extract`
+  s3 nodes kept container
+                  K=2, then a second server job in which only node 0's
+                  ranks rewrite their members (CKPT_WRITERS=2): in each
+                  set's version 2 the container of node 1's members is the
+                  same key, the same size, as in version 1 (listed again,
+                  nothing copied: before, the server job copied node 1's
+                  members into the first container), and the one container
+                  written new holds no more than node 0's member bytes and
+                  their alignment; every member extracts equal to its
+                  run's (node 0's the second, node 1's the first)
   s3 nodes leader killed
                   a second server job (a restart job rewriting every
                   member) whose leader is killed (SIGKILL, failpoint
@@ -199,10 +209,65 @@ def case_killed(flavour, point, who):
     return case
 
 
+def containers_of(keys, pre, s):
+    """{key: size} of the container objects of set `s` among `keys`."""
+    return {k: n for k, n in keys.items() if k.startswith(f"{pre}/{s}/") and k.endswith(".plc")}
+
+
+def case_kept(flavour):
+    @with_minio
+    def case(work, minio):
+        k = 2
+        pre = f"kept-{flavour}"
+        url = f"s3://{BUCKET}/{pre}{QUERY}"
+        for label, extra in (("first", {}), ("second", {"CKPT_SALT": "5", "CKPT_WRITERS": str(RANKS_PER_NODE)})):
+            c = cluster(work / label, flavour, minio, url, k)
+            try:
+                write_job(c, flavour, extra)
+                c.wait(timeout=300)
+            finally:
+                c.stop()
+            if label == "first":
+                first = direct(work, "direct")
+                sets = [f"ckpt/{p.name}" for p in sorted((first / "ckpt").iterdir())]
+                v1 = {key: size for key, size in minio.keys(BUCKET, pre)}
+        second = direct(work, "direct2", salt="5")
+        check_clean(minio, pre, k, sets)
+        v2 = {key: size for key, size in minio.keys(BUCKET, pre)}
+        # What version 2 should hold: node 0's members rewritten, node 1's kept.
+        want = work / "want"
+        for s in sets:
+            (want / s).mkdir(parents=True)
+            for i in range(NP):
+                src = second if i < RANKS_PER_NODE else first
+                name = f"rank-{i:05d}.dat"
+                (want / s / name).write_bytes((src / s / name).read_bytes())
+        check_versions(minio, url, work, "v2", sets, want, 2)
+        written = 0
+        for s in sets:
+            now, before = containers_of(v2, pre, s), containers_of(v1, pre, s)
+            kept = {kk: sz for kk, sz in now.items() if before.get(kk) == sz}
+            new = {kk: sz for kk, sz in now.items() if kk not in before}
+            check(len(kept) == 1 and all("-v000001-" in kk for kk in kept) and len(new) == 1,
+                  f"{s}: containers of version 2 {sorted(now)}, of version 1 {sorted(before)}: not one "
+                  f"listed again unchanged and one written new")
+            mine = sum((second / s / f"rank-{i:05d}.dat").stat().st_size for i in range(RANKS_PER_NODE))
+            # Blocks of 1 MiB, each at a multiple of 64 KiB.
+            bound = mine + (mine // (1 << 20) + 2 * RANKS_PER_NODE) * (64 << 10)
+            got = sum(new.values())
+            check(mine <= got <= bound, f"{s}: {got} container bytes written for version 2; node 0's members "
+                                        f"are {mine} bytes (at most {bound} aligned): node 1's were copied")
+            written += got
+        return (f"{len(sets)} sets: version 2 lists node 1's container of version 1 again (same key and size) "
+                f"and writes {written} bytes new (node 0's members only); every member extracts equal")
+    return case
+
+
 def cases():
     return [
         ("s3 nodes mpich K=1", case_sets("mpich", 1)),
         ("s3 nodes openmpi K=2", case_sets("openmpi", 2)),
+        ("s3 nodes kept container", case_kept("mpich")),
         ("s3 nodes leader killed", case_killed("mpich", "aggregate.mid_transfer:6", "leader")),
         ("s3 nodes record writer killed", case_killed("openmpi", "aggregate.before_record", "record writer")),
     ]

@@ -10,9 +10,10 @@ use std::io::Read;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use paralog_backend::objstore::{ChunkWriter, ObjStore, Piece, Version};
+use paralog_backend::objstore::ObjStore;
 
 use crate::error::{AggError, Result};
+use crate::objcontainer::ObjContainer;
 use crate::objset;
 use crate::store::{ContainerSink, SetStore};
 
@@ -27,17 +28,10 @@ pub struct ContainerFile {
 
 /// Where a container's bytes go: a file of the set directory, or one chunk
 /// of the object layout (a layout block per set block) published as the
-/// object `SET/NAME` when it is made durable.
+/// object `SET/NAME` when it is made durable (`objcontainer`).
 enum Sink {
     File(File),
-    Chunk {
-        store: ObjStore,
-        object: Vec<u8>,
-        chunk: Option<ChunkWriter>,
-        chunk_path: PathBuf,
-        pieces: Vec<Piece>,
-        published: bool,
-    },
+    Chunk(Box<ObjContainer>),
     /// A container of a store reached through a client (S3: one
     /// multipart upload, or one PUT when it is small).
     Store(Box<dyn ContainerSink>),
@@ -68,21 +62,13 @@ impl ContainerFile {
 
     /// Create the container `name` of the set `set` on an object layout:
     /// a new chunk (random UUID: never an existing one).
+    /// Its layout blocks are the `block` of each `write_extent`.
     pub fn create_obj(store: &ObjStore, set: &[u8], name: Vec<u8>) -> Result<ContainerFile> {
-        let object = objset::object_name(set, &name);
-        let path = objset::display_path(store, &object);
-        let chunk = store.writer().map_err(objset::obj_err(&path))?;
+        let c = ObjContainer::create(store, set, &name, crate::format::DEFAULT_BLOCK)?;
         Ok(ContainerFile {
-            path,
+            path: c.path().to_path_buf(),
             name,
-            sink: Sink::Chunk {
-                store: store.clone(),
-                object,
-                chunk_path: chunk.path().to_path_buf(),
-                chunk: Some(chunk),
-                pieces: Vec::new(),
-                published: false,
-            },
+            sink: Sink::Chunk(Box::new(c)),
             end: 0,
         })
     }
@@ -147,14 +133,10 @@ impl ContainerFile {
                 Sink::File(f) => f
                     .write_all_at(chunk, at + done)
                     .map_err(AggError::io(&self.path, "write container"))?,
-                Sink::Chunk {
-                    chunk: Some(w),
-                    pieces,
-                    ..
-                } => {
+                Sink::Chunk(c) => {
                     let mut o = at + done;
                     for b in chunk.chunks(block as usize) {
-                        pieces.push(w.add(o, b).map_err(objset::obj_err(&self.path))?);
+                        c.add_block(o, b)?;
                         o += b.len() as u64;
                     }
                 }
@@ -163,12 +145,6 @@ impl ContainerFile {
                     return Err(AggError::Invalid {
                         path: self.path.clone(),
                         what: "a container kept from the replaced version is not written".into(),
-                    })
-                }
-                Sink::Chunk { chunk: None, .. } => {
-                    return Err(AggError::Invalid {
-                        path: self.path.clone(),
-                        what: "written after it was made durable".into(),
                     })
                 }
             }
@@ -193,34 +169,7 @@ impl ContainerFile {
                 f.sync_all()
                     .map_err(AggError::io(&self.path, "fsync container"))
             }
-            Sink::Chunk {
-                store,
-                object,
-                chunk,
-                pieces,
-                published,
-                ..
-            } => {
-                if let Some(w) = chunk.take() {
-                    w.finish().map_err(objset::obj_err(&self.path))?;
-                }
-                if !*published {
-                    let v = Version {
-                        number: 0,
-                        size: end,
-                        deleted: false,
-                        epoch: Default::default(),
-                        origin: [0; 16],
-                        name: Vec::new(),
-                        pieces: std::mem::take(pieces),
-                    };
-                    store
-                        .publish(object, v)
-                        .map_err(objset::obj_err(&self.path))?;
-                    *published = true;
-                }
-                Ok(())
-            }
+            Sink::Chunk(c) => c.finish(end),
             Sink::Store(w) => w.finish(end),
             Sink::Kept => Ok(()),
         }
@@ -235,18 +184,7 @@ impl ContainerFile {
             Sink::File(_) => {
                 let _ = std::fs::remove_file(&self.path);
             }
-            Sink::Chunk {
-                store,
-                object,
-                chunk_path,
-                published,
-                ..
-            } => {
-                if *published {
-                    let _ = remove_object(store, object);
-                }
-                let _ = std::fs::remove_file(chunk_path);
-            }
+            Sink::Chunk(c) => c.abandon(),
         }
     }
 }

@@ -11,6 +11,8 @@
 //!   record), `collect_orphans` (feature `writer`);
 //! - `objset`: sets on the object layout (`objstore://`): the record and
 //!   the containers as objects, published through the layout's own publish;
+//! - `objcontainer`: a container being written on the object layout (one
+//!   chunk, its marker until it is published; feature `writer`);
 //! - `objpublish`: the record's publish and orphan collection on the object
 //!   layout (feature `writer`);
 //! - `remove`: a set whose every member was deleted, removed (feature
@@ -33,6 +35,8 @@ pub mod stored;
 pub mod container;
 #[cfg(feature = "writer")]
 mod dirs;
+#[cfg(feature = "writer")]
+pub mod objcontainer;
 #[cfg(feature = "writer")]
 pub mod objpublish;
 #[cfg(feature = "writer")]

@@ -14,6 +14,7 @@ use paralog_backend::objstore::{ObjStore, Version};
 use crate::container::remove_object;
 use crate::error::{AggError, Result};
 use crate::format::{self, SetRecord};
+use crate::objcontainer::parse_marker;
 use crate::objset;
 
 /// `commit_record` on the object layout: the encoded record is one chunk,
@@ -63,10 +64,13 @@ pub fn commit_record_obj(
 }
 
 /// `collect_orphans` on the object layout: the container objects of the
-/// set that no kept version of its record lists (a crashed publish's).
-/// Only where no writer of this set is running; a record version that
-/// does not decode stops it before anything is removed. Returns the
-/// objects removed (as `objstore://ROOT/NAME`).
+/// set that no kept version of its record lists (a crashed publish's),
+/// then the chunks of containers never published (a writer killed while
+/// writing: their markers, `objcontainer`). Only where no writer of this
+/// set is running; a record version that does not decode stops it before
+/// anything is removed. Returns what was removed (as
+/// `objstore://ROOT/NAME`, and `objstore://ROOT/SET/NAME (unpublished
+/// chunk)`).
 pub fn collect_orphans_obj(store: &ObjStore, set: &[u8]) -> Result<Vec<PathBuf>> {
     let live: BTreeSet<Vec<u8>> = objset::kept_records(store, set)?
         .iter()
@@ -79,6 +83,7 @@ pub fn collect_orphans_obj(store: &ObjStore, set: &[u8]) -> Result<Vec<PathBuf>>
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(removed),
         Err(e) => return Err(AggError::io(&meta, "list set objects")(e)),
     };
+    let mut markers = Vec::new();
     for e in entries {
         let e = e.map_err(AggError::io(&meta, "list set objects"))?;
         let n = e.file_name();
@@ -87,6 +92,33 @@ pub fn collect_orphans_obj(store: &ObjStore, set: &[u8]) -> Result<Vec<PathBuf>>
             let name = objset::object_name(set, n);
             remove_object(store, &name)?;
             removed.push(objset::display_path(store, &name));
+        } else if let Some(m) = parse_marker(n) {
+            markers.push((e.path(), m));
+        }
+    }
+    for (marker, (dir, id, container)) in markers {
+        // A listed container's chunk is the record's: only its marker goes
+        // (a crash between the container's publish and the marker's
+        // removal left it).
+        if !live.contains(&container) {
+            let chunk = store.chunk_path(dir, &id);
+            match std::fs::remove_file(&chunk) {
+                Ok(()) => {
+                    let mut n = objset::object_name(set, &container);
+                    n.extend_from_slice(b" (unpublished chunk)");
+                    removed.push(objset::display_path(store, &n));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(AggError::io(&chunk, "remove an unpublished chunk")(e)),
+            }
+        }
+        match std::fs::remove_file(&marker) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(AggError::io(&marker, "remove a container's marker")(e)),
+        }
+        if store.durable() {
+            crate::publish::sync_dir(&meta)?;
         }
     }
     Ok(removed)

@@ -33,6 +33,7 @@ use crate::objset;
 use crate::store::SetStore;
 
 mod keep;
+pub use keep::{kept_members, reusable_containers};
 
 /// Where a crash can happen while a set is published, in order: the
 /// server's crash tests stop the process at each (`PARALOG_FAILPOINT`).

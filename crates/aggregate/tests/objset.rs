@@ -1,7 +1,8 @@
 //! Sets on the object layout: written through `SetWriter::new_obj`, read
 //! back byte for byte, K container objects plus one record object, a
 //! newer version replacing the old one's containers, a crashed attempt's
-//! containers collected, damage refused naming the chunk and offset.
+//! containers collected (also a killed writer's unpublished chunk, by its
+//! marker), damage refused naming the chunk and offset.
 
 use std::path::Path;
 
@@ -112,6 +113,91 @@ fn a_crashed_attempt_leaves_orphans_that_are_collected() {
         )]
     );
     assert_eq!(objects(d.path(), "ckpt/step-1").len(), 2);
+    let r = SetReader::open_obj(&s, b"ckpt/step-1").unwrap().unwrap();
+    assert_eq!(read_member(&r, b"rank-0.dat").unwrap(), bytes(1, 9000));
+}
+
+/// The chunk files under `data/`.
+fn chunks(root: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for d in std::fs::read_dir(root.join("data")).unwrap() {
+        for c in std::fs::read_dir(d.unwrap().path()).unwrap() {
+            out.push(c.unwrap().path());
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_writer_killed_mid_container_leaves_a_marked_chunk_that_is_collected() {
+    let d = tempfile::tempdir().unwrap();
+    let s = store(d.path());
+    write_set(&s, &[("rank-0.dat", bytes(1, 9000))], 1);
+    let before = chunks(d.path());
+    // A container being written when its writer was killed: its chunk is
+    // named by no version, only by its marker.
+    let name = paralog_aggregate::format::container_name(0, 2, 0xbeef);
+    let mut c = ContainerFile::create_obj(&s, b"ckpt/step-1", name.clone()).unwrap();
+    c.write_extent(0, 5, &mut &b"hello"[..], 4096, &mut vec![0u8; 8192])
+        .unwrap();
+    std::mem::forget(c);
+    assert_eq!(chunks(d.path()).len(), before.len() + 1);
+    let marker = objects(d.path(), "ckpt/step-1")
+        .into_iter()
+        .find(|n| n.starts_with(paralog_aggregate::objcontainer::MARKER))
+        .expect("a marker beside the set's objects");
+    assert!(marker.ends_with(std::str::from_utf8(&name).unwrap()));
+    // The layout does not take the marker for an object or a directory.
+    assert_eq!(
+        s.list_dir(b"ckpt/step-1").len(),
+        2,
+        "set.plr and one container"
+    );
+    let removed = collect_orphans_obj(&s, b"ckpt/step-1").unwrap();
+    assert_eq!(removed.len(), 1, "{removed:?}");
+    assert!(removed[0]
+        .to_string_lossy()
+        .ends_with("(unpublished chunk)"));
+    assert_eq!(chunks(d.path()), before);
+    let left = objects(d.path(), "ckpt/step-1");
+    assert!(
+        left.len() == 2 && left.iter().all(|n| !n.starts_with('.')),
+        "{left:?}"
+    );
+    let r = SetReader::open_obj(&s, b"ckpt/step-1").unwrap().unwrap();
+    assert_eq!(read_member(&r, b"rank-0.dat").unwrap(), bytes(1, 9000));
+}
+
+#[test]
+fn a_published_container_keeps_no_marker_and_a_stale_one_never_takes_its_chunk() {
+    let d = tempfile::tempdir().unwrap();
+    let s = store(d.path());
+    write_set(&s, &[("rank-0.dat", bytes(1, 9000))], 1);
+    let names = objects(d.path(), "ckpt/step-1");
+    assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
+    // A crash between a container's publish and its marker's removal: the
+    // marker names the live container's chunk, which must stay.
+    let r = SetReader::open_obj(&s, b"ckpt/step-1").unwrap().unwrap();
+    let live = r.record().containers[0].name.clone();
+    let v = s
+        .version(&objset::object_name(b"ckpt/step-1", &live), None)
+        .unwrap()
+        .unwrap();
+    let p = &v.pieces[0];
+    let hex: String = p.chunk.iter().map(|b| format!("{b:02x}")).collect();
+    let marker = format!(
+        "{}{}.{hex}.{}",
+        paralog_aggregate::objcontainer::MARKER,
+        p.dir,
+        String::from_utf8_lossy(&live)
+    );
+    std::fs::write(d.path().join("meta/ckpt/step-1").join(&marker), b"").unwrap();
+    assert_eq!(
+        collect_orphans_obj(&s, b"ckpt/step-1").unwrap(),
+        Vec::<std::path::PathBuf>::new()
+    );
+    assert!(!d.path().join("meta/ckpt/step-1").join(&marker).exists());
     let r = SetReader::open_obj(&s, b"ckpt/step-1").unwrap().unwrap();
     assert_eq!(read_member(&r, b"rank-0.dat").unwrap(), bytes(1, 9000));
 }

@@ -16,7 +16,9 @@
  * (MPI_File_write_at_all at MPI_Exscan offsets: the N-1 baseline of
  * bench/aggregate.py). CKPT_SPREAD=P makes sizes uneven by up to +-P %
  * (default 20; 0: all equal); CKPT_COMPUTE_MS=T sleeps T ms after each
- * step's barrier (the computation between checkpoints). */
+ * step's barrier (the computation between checkpoints); CKPT_WRITERS=N
+ * (MPI): only ranks below N write, the others only meet the barriers (a
+ * later job rewriting the members of some nodes only). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -224,8 +226,12 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &s);
     int rc = 0;
     const char *mpiio = getenv("CKPT_MPIIO"), *shared = getenv("CKPT_SHARED");
+    const char *writers = getenv("CKPT_WRITERS");
+    int writes = !writers || r < atoi(writers);
     for (unsigned step = 1; step <= steps; step++) {
-        if (shared && strcmp(shared, "1") == 0)
+        if (!writes)
+            ;
+        else if (shared && strcmp(shared, "1") == 0)
             rc |= write_shared(prefix, (unsigned)r, step * 100, mean);
         else if (mpiio && strcmp(mpiio, "1") == 0)
             rc |= write_rank_mpiio(prefix, (unsigned)r, step * 100, mean);

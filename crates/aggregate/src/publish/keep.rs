@@ -1,7 +1,9 @@
 //! A new version of a set on a store (S3) that lists a container of the
 //! replaced version again, unchanged, when none of its members is
 //! rewritten: its members move to the new version without a byte copied
-//! (docs/aggregate.md, "Sets on S3").
+//! (docs/aggregate.md, "Sets on S3"). The rule is here once, for the
+//! one-node writer (`SetWriter::keep_container`) and the server job's
+//! record writer (`kept_members`).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -9,7 +11,51 @@ use std::os::unix::ffi::OsStrExt;
 use super::SetWriter;
 use crate::container::ContainerFile;
 use crate::error::{AggError, Result};
-use crate::format::Member;
+use crate::format::{Member, SetRecord};
+
+/// The containers of `old` that a new version lists again unchanged, at
+/// most `room` of them, lowest index first: each holds a member, and every
+/// member with bytes in it is neither `touched` (rewritten or deleted by
+/// the new version) nor has bytes in another container.
+pub fn reusable_containers(
+    old: &SetRecord,
+    touched: &dyn Fn(&[u8]) -> bool,
+    room: usize,
+) -> Vec<u32> {
+    let mut out = Vec::new();
+    for k in 0..old.containers.len() as u32 {
+        if out.len() >= room {
+            break;
+        }
+        let mut in_k = old
+            .members
+            .iter()
+            .filter(|m| m.extents.iter().any(|e| e.container == k))
+            .peekable();
+        let held = in_k.peek().is_some();
+        if held && in_k.all(|m| !touched(&m.path) && m.extents.iter().all(|e| e.container == k)) {
+            out.push(k);
+        }
+    }
+    out
+}
+
+/// The members of container `k` of `old` (none of them with bytes
+/// elsewhere: `reusable_containers`), their extents moved to container
+/// `to` of the new version.
+pub fn kept_members(old: &SetRecord, k: u32, to: u32) -> Vec<Member> {
+    old.members
+        .iter()
+        .filter(|m| m.extents.iter().any(|e| e.container == k))
+        .cloned()
+        .map(|mut m| {
+            for e in &mut m.extents {
+                e.container = to;
+            }
+            m
+        })
+        .collect()
+}
 
 impl SetWriter {
     /// List container `k` of the replaced version again, unchanged, with
@@ -22,17 +68,16 @@ impl SetWriter {
         let Some(old) = &self.previous else {
             return Ok(None);
         };
-        let in_k = |m: &&Member| m.extents.iter().any(|e| e.container == k);
-        let members: Vec<Member> = old.members.iter().filter(in_k).cloned().collect();
         if self.containers.len() >= self.k as usize
-            || members
-                .iter()
-                .any(|m| m.extents.iter().any(|e| e.container != k))
+            || reusable_containers(old, &|_| false, usize::MAX)
+                .binary_search(&k)
+                .is_err()
         {
             return Ok(None);
         }
-        let c = &old.containers[k as usize];
         let idx = self.containers.len() as u32;
+        let members = kept_members(old, k, idx);
+        let c = &old.containers[k as usize];
         let path = self.dir.join(OsStr::from_bytes(&c.name));
         for m in &members {
             if !self.names.insert(m.path.clone()) {
@@ -45,13 +90,88 @@ impl SetWriter {
         self.containers
             .push(ContainerFile::kept(path, c.name.clone(), c.size));
         let mut kept = Vec::new();
-        for mut m in members {
-            for e in &mut m.extents {
-                e.container = idx;
-            }
+        for m in members {
             kept.push(m.path.clone());
             self.members.push(m);
         }
         Ok(Some(kept))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{container_name, Container, Extent};
+
+    fn member(path: &str, containers: &[u32]) -> Member {
+        Member {
+            path: path.as_bytes().to_vec(),
+            size: 10 * containers.len() as u64,
+            mode: 0o644,
+            extents: containers
+                .iter()
+                .enumerate()
+                .map(|(i, &c)| Extent {
+                    offset: 10 * i as u64,
+                    len: 10,
+                    container: c,
+                    container_offset: 0,
+                    crcs: vec![0],
+                })
+                .collect(),
+        }
+    }
+
+    /// Containers 0..5: 0 holds a (rewritten), 1 holds b, 2 and 3 share c,
+    /// 4 holds nothing, 5 holds d and e.
+    fn old() -> SetRecord {
+        SetRecord {
+            set: b"ckpt/s".to_vec(),
+            version: 1,
+            complete: true,
+            block_size: 4096,
+            align: 4096,
+            origin: [0; 16],
+            job: Vec::new(),
+            containers: (0..6)
+                .map(|k| Container {
+                    name: container_name(k, 1, 7),
+                    size: 10,
+                })
+                .collect(),
+            members: vec![
+                member("a", &[0]),
+                member("b", &[1]),
+                member("c", &[2, 3]),
+                member("d", &[5]),
+                member("e", &[5]),
+            ],
+        }
+    }
+
+    #[test]
+    fn only_whole_untouched_containers_with_members_are_listed_again() {
+        let touched = |p: &[u8]| p == b"a";
+        assert_eq!(
+            reusable_containers(&old(), &touched, usize::MAX),
+            vec![1, 5]
+        );
+        assert_eq!(reusable_containers(&old(), &touched, 1), vec![1]);
+        assert!(reusable_containers(&old(), &touched, 0).is_empty());
+        let touched = |p: &[u8]| p == b"e";
+        assert_eq!(
+            reusable_containers(&old(), &touched, usize::MAX),
+            vec![0, 1]
+        );
+    }
+
+    #[test]
+    fn kept_members_move_to_their_new_container() {
+        let kept = kept_members(&old(), 5, 1);
+        let paths: Vec<&[u8]> = kept.iter().map(|m| &m.path[..]).collect();
+        assert_eq!(paths, vec![&b"d"[..], b"e"]);
+        assert!(kept
+            .iter()
+            .all(|m| m.extents.iter().all(|e| e.container == 1)));
     }
 }

@@ -36,12 +36,11 @@ use crate::cluster::mpi::{Comm, MpiError, Reduce};
 use crate::drain::{lock_file_dir, DrainLock};
 use crate::remote::Remote;
 use crate::step;
-use paralog_backend::RemoteUrl;
 
-use super::jobroot::{ContainerOut, JobRoot};
+use super::jobroot::{ContainerOut, JobRoot, Reused};
 use super::nodes::SetPlan;
 use super::publish::member_source;
-use super::scan::{remote_root_of, scan_member, MemberFile};
+use super::scan::{scan_member, MemberFile};
 use super::transfer::{lead, send_members, Leader, Outgoing};
 use super::Sets;
 
@@ -134,12 +133,8 @@ pub(crate) fn publish(
         let r = (|| -> Result<(PathBuf, Option<SetRecord>), String> {
             let f = fresh.first().ok_or("no member file of the set here")?;
             // A POSIX root is shared (the prefix is known from a member's
-            // path); S3's is every server's own URL.
-            let root = if matches!(ctx.remote, Remote::Url(RemoteUrl::S3(_), _)) {
-                PathBuf::new()
-            } else {
-                remote_root_of(ctx.remote, &f.app_path, &f.rel).map_err(rel)?
-            };
+            // path); S3's and the object layout's are the job's URL.
+            let root = JobRoot::shared_dir(ctx.remote, &f.app_path, &f.rel)?;
             let prev = JobRoot::of(ctx.remote, root.clone())?.prepare(set)?;
             Ok((root, prev))
         })();
@@ -198,6 +193,8 @@ pub(crate) fn publish(
         return Ok(failed(fail, "another node could not start the set"));
     }
     let jr = jr.expect("every node opened the set's root");
+    let k = (ctx.sets.containers as usize).clamp(1, comm.size());
+    let reused = Reused::of(&jr, plan, old.as_ref().map(|o| o.record()), k);
 
     // 2. The transfer.
     let mut outgoing = Vec::new();
@@ -229,7 +226,7 @@ pub(crate) fn publish(
     if let Some(g) = plan.group_of(me) {
         if g.leader == me {
             if g.container == 0 {
-                outgoing.extend(keep_old(plan, old.as_ref()));
+                outgoing.extend(keep_old(plan, old.as_ref(), &reused));
             }
             let name = format::container_name(g.container, version, attempt);
             let out = match jr.create_container(set, &name) {
@@ -300,7 +297,8 @@ pub(crate) fn publish(
     let mut removed = false;
     if sums[0] == 0 && me == writer {
         let origin = fresh.first().map(|f| f.inv.origin()).unwrap_or([0; 16]);
-        let r = merge(plan, &dir, &all, &counts, origin).and_then(|rec| {
+        let r = merge(plan, &dir, &all, &counts, origin).and_then(|mut rec| {
+            reused.add_to(&mut rec);
             crate::failpoint::hit("aggregate.before_record");
             if rec.members.is_empty() {
                 // Its program deleted every member (`rm -r` of the set):
@@ -366,7 +364,7 @@ pub(crate) fn publish(
     if me == writer && c[0] & 2 != 0 {
         tracing::info!(set = %dir.display(), "checkpoint set removed by the server job: its program deleted every member");
     } else if me == writer {
-        tracing::info!(set = %dir.display(), version, containers = plan.groups.len(), bytes_between_nodes = out.between, "checkpoint set published by the server job");
+        tracing::info!(set = %dir.display(), version, containers = plan.groups.len() + reused.len(), kept_containers = reused.len(), bytes_between_nodes = out.between, "checkpoint set published by the server job");
     }
     Ok(out)
 }
@@ -386,8 +384,9 @@ fn agree_failed(comm: &Comm, mine: bool) -> Result<bool, MpiError> {
 }
 
 /// The previous version's members that no new epoch touched (nor the
-/// program deleted): copied into the first container, every block verified.
-fn keep_old(plan: &SetPlan, old: Option<&Arc<SetReader>>) -> Vec<Outgoing> {
+/// program deleted) and that are not in a container listed again
+/// (`reused`): copied into the first container, every block verified.
+fn keep_old(plan: &SetPlan, old: Option<&Arc<SetReader>>, reused: &Reused) -> Vec<Outgoing> {
     let Some(old) = old else {
         return Vec::new();
     };
@@ -400,7 +399,7 @@ fn keep_old(plan: &SetPlan, old: Option<&Arc<SetReader>>) -> Vec<Outgoing> {
     old.record()
         .members
         .iter()
-        .filter(|m| !touched.contains(&m.path[..]))
+        .filter(|m| !touched.contains(&m.path[..]) && !reused.holds(&m.path))
         .enumerate()
         .map(|(j, m)| {
             let ranges: Vec<(u64, u64)> = m.extents.iter().map(|e| (e.offset, e.len)).collect();

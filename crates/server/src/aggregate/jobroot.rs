@@ -1,12 +1,16 @@
 //! Where the server job's checkpoint sets go (docs/aggregate.md, "Many
-//! nodes"): a POSIX directory or S3. The publish of `across` is the same
-//! on both; this module is the one place that tells them apart, and it
-//! calls the one-node code of each remote (the POSIX publish's
-//! `collect_orphans`/`commit_record`/`remove_set`, the store's
+//! nodes"): a POSIX directory, S3 or an object layout. The publish of
+//! `across` is the same on all; this module is the one place that tells
+//! them apart, and it calls the one-node code of each remote (the POSIX
+//! publish's `collect_orphans`/`commit_record`/`remove_set`, the store's
 //! `collect_orphans_store`/`commit_record_store`/`remove_set_store` and
-//! S3's container upload), so that a crash leaves the same things behind
-//! and the same collection finds them.
+//! S3's container upload, the object layout's
+//! `collect_orphans_obj`/`commit_record_obj`/`remove_set_obj` and its
+//! `ObjContainer`), so that a crash leaves the same things behind and the
+//! same collection finds them. On S3 a new version lists the untouched
+//! containers of the previous one again (`Reused`, the one-node rule).
 
+use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
@@ -14,20 +18,27 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use paralog_aggregate::format::SetRecord;
-use paralog_aggregate::publish::{collect_orphans, commit_record, create_dirs};
+use paralog_aggregate::format::{self, Container, Member, SetRecord};
+use paralog_aggregate::objcontainer::ObjContainer;
+use paralog_aggregate::objpublish::{collect_orphans_obj, commit_record_obj};
+use paralog_aggregate::objset;
+use paralog_aggregate::publish::{
+    collect_orphans, commit_record, create_dirs, kept_members, reusable_containers,
+};
 use paralog_aggregate::reader::SetReader;
-use paralog_aggregate::remove::remove_set;
+use paralog_aggregate::remove::{remove_set, remove_set_obj};
 use paralog_aggregate::store::{
     collect_orphans_store, commit_record_store, remove_set_store, ContainerSink, ContainerSource,
     SetStore,
 };
+use paralog_backend::objstore::ObjStore;
 use paralog_backend::RemoteUrl;
 use paralog_s3::sets::S3Sets;
 
 use crate::remote::Remote;
 
-use super::scan::{s3_sets, SetsRoot};
+use super::nodes::SetPlan;
+use super::scan::{remote_root_of, s3_sets, SetsRoot};
 
 /// The remote of a server job's sets.
 pub(crate) enum JobRoot {
@@ -36,6 +47,9 @@ pub(crate) enum JobRoot {
     Dir(PathBuf),
     /// `s3://`: every server opens the client of the job's own URL.
     S3(S3Sets),
+    /// `objstore://`: every server opens the layout of the job's URL (its
+    /// root is a path every node reaches, as a POSIX remote's).
+    Obj(ObjStore),
 }
 
 fn rel(e: impl std::fmt::Display) -> String {
@@ -48,15 +62,33 @@ impl JobRoot {
     pub(crate) fn of(remote: &Remote, dir: PathBuf) -> Result<JobRoot, String> {
         match remote {
             Remote::Url(RemoteUrl::S3(u), _) => s3_sets(u).map(JobRoot::S3).map_err(rel),
+            Remote::Url(RemoteUrl::ObjStore(u), _) => Ok(JobRoot::Obj(ObjStore::new(u))),
             _ => Ok(JobRoot::Dir(dir)),
         }
     }
 
-    /// How messages name the set `set` (its directory, or its S3 prefix).
+    /// The directory the record writer shares (`dir` of `of`): a POSIX
+    /// root, known from a member's path `app_path` (`member_rel` below the
+    /// prefix); none for S3 and the object layout, which every server
+    /// opens from the job's URL.
+    pub(crate) fn shared_dir(
+        remote: &Remote,
+        app_path: &[u8],
+        member_rel: &[u8],
+    ) -> Result<PathBuf, String> {
+        match remote {
+            Remote::Url(RemoteUrl::S3(_) | RemoteUrl::ObjStore(_), _) => Ok(PathBuf::new()),
+            _ => remote_root_of(remote, app_path, member_rel).map_err(rel),
+        }
+    }
+
+    /// How messages name the set `set` (its directory, or its S3 prefix,
+    /// or `objstore://ROOT/SET`).
     pub(crate) fn display(&self, set: &[u8]) -> PathBuf {
         match self {
             JobRoot::Dir(r) => r.join(OsStr::from_bytes(set)),
             JobRoot::S3(s3) => s3.display(set, b""),
+            JobRoot::Obj(store) => objset::display_path(store, set),
         }
     }
 
@@ -72,6 +104,15 @@ impl JobRoot {
                 collect_orphans(&dir).map_err(rel)?
             }
             JobRoot::S3(s3) => collect_orphans_store(s3, set).map_err(rel)?,
+            JobRoot::Obj(store) => {
+                if !store.root().is_dir() {
+                    return Err(format!(
+                        "the object store directory {} does not exist",
+                        store.root().display()
+                    ));
+                }
+                collect_orphans_obj(store, set).map_err(rel)?
+            }
         };
         if !removed.is_empty() {
             tracing::info!(set = %dir.display(), removed = removed.len(), "removed orphaned containers");
@@ -79,6 +120,9 @@ impl JobRoot {
         match self {
             JobRoot::Dir(_) => paralog_aggregate::reader::read_record(&dir).map_err(rel),
             JobRoot::S3(s3) => s3.read_record(set).map_err(rel),
+            JobRoot::Obj(store) => objset::read_record(store, set)
+                .map(|r| r.map(|(r, _)| r))
+                .map_err(rel),
         }
     }
 
@@ -88,6 +132,7 @@ impl JobRoot {
         let r = match self {
             JobRoot::Dir(_) => SetReader::open(&self.display(set)),
             JobRoot::S3(s3) => s3.open_set(set),
+            JobRoot::Obj(store) => SetReader::open_obj(store, set),
         };
         r.map(|o| o.map(Arc::new)).map_err(rel)
     }
@@ -97,6 +142,7 @@ impl JobRoot {
         match self {
             JobRoot::Dir(r) => SetsRoot::Dir(r.clone()),
             JobRoot::S3(s3) => SetsRoot::S3(s3.clone()),
+            JobRoot::Obj(store) => SetsRoot::Obj(store.clone()),
         }
     }
 
@@ -116,6 +162,11 @@ impl JobRoot {
             JobRoot::S3(s3) => s3
                 .create_container(set, name)
                 .map(|sink| ContainerOut::Sink(Mutex::new(sink)))
+                .map_err(rel),
+            // One chunk, appended in offset order like an upload (its
+            // blocks are the set's: the layout's CRCs match the record's).
+            JobRoot::Obj(store) => ObjContainer::create(store, set, name, format::DEFAULT_BLOCK)
+                .map(|c| ContainerOut::Sink(Mutex::new(Box::new(c))))
                 .map_err(rel),
         }
     }
@@ -142,6 +193,7 @@ impl JobRoot {
                 committed,
             ),
             JobRoot::S3(s3) => commit_record_store(s3, rec, previous, hook, committed),
+            JobRoot::Obj(store) => commit_record_obj(store, rec, previous, hook, committed),
         }
         .map_err(rel)
     }
@@ -152,8 +204,63 @@ impl JobRoot {
         match self {
             JobRoot::Dir(_) => remove_set(&self.display(&previous.set), previous),
             JobRoot::S3(s3) => remove_set_store(s3, previous),
+            JobRoot::Obj(store) => remove_set_obj(store, previous),
         }
         .map_err(rel)
+    }
+}
+
+/// The containers of the published version that a new version lists
+/// again unchanged, with their members (on S3 only, as on one node:
+/// docs/aggregate.md, "Sets on S3"). Every server derives the same from
+/// the plan and the published record: the first group's leader does not
+/// copy these members, the record writer adds them to the record.
+#[derive(Debug, Default)]
+pub(crate) struct Reused {
+    containers: Vec<Container>,
+    members: Vec<Member>,
+}
+
+impl Reused {
+    /// The reuse of `plan`'s new version over `old` (`k`: the plan's
+    /// containers per set; the plan's groups each write one, the rest is
+    /// room for kept ones). A member is touched when a node has new
+    /// epochs of it (or deleted it).
+    pub(crate) fn of(root: &JobRoot, plan: &SetPlan, old: Option<&SetRecord>, k: usize) -> Reused {
+        let (JobRoot::S3(_), Some(old)) = (root, old) else {
+            return Reused::default();
+        };
+        let touched: BTreeSet<&[u8]> = plan
+            .members
+            .iter()
+            .filter(|(_, m)| m.pending)
+            .map(|(_, m)| &m.member[..])
+            .collect();
+        let room = k.saturating_sub(plan.groups.len());
+        let mut r = Reused::default();
+        for c in reusable_containers(old, &|m| touched.contains(m), room) {
+            let to = (plan.groups.len() + r.containers.len()) as u32;
+            r.containers.push(old.containers[c as usize].clone());
+            r.members.extend(kept_members(old, c, to));
+        }
+        r
+    }
+
+    /// Whether member `path` is in a container listed again (not copied).
+    pub(crate) fn holds(&self, path: &[u8]) -> bool {
+        self.members.iter().any(|m| m.path == path)
+    }
+
+    /// The kept containers after the groups' in `rec`, with their members.
+    pub(crate) fn add_to(&self, rec: &mut SetRecord) {
+        rec.containers.extend(self.containers.iter().cloned());
+        rec.members.extend(self.members.iter().cloned());
+        rec.members.sort_by(|a, b| a.path.cmp(&b.path));
+    }
+
+    /// How many containers are listed again.
+    pub(crate) fn len(&self) -> usize {
+        self.containers.len()
     }
 }
 

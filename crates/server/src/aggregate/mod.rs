@@ -179,14 +179,12 @@ impl Sets {
         })
     }
 
-    /// Refuse, before anything runs, a remote sets cannot be written to yet.
-    pub fn check_remote(url: Option<&RemoteUrl>, server_job: bool) -> Result<(), String> {
+    /// Refuse, before anything runs, a remote sets cannot be written to
+    /// (on one node, or by a server job). Every kind takes them now: a
+    /// POSIX directory, S3 and the object layout, either way.
+    pub fn check_remote(url: Option<&RemoteUrl>, _server_job: bool) -> Result<(), String> {
         match url {
-            None | Some(RemoteUrl::Posix(_) | RemoteUrl::S3(_)) => Ok(()),
-            Some(RemoteUrl::ObjStore(_)) if !server_job => Ok(()),
-            Some(other) => Err(format!(
-                "--aggregate in a server job writes checkpoint sets to a POSIX remote (a directory) or S3 so far, not to {other} (one node: paralog run or a single paralog server)"
-            )),
+            None | Some(RemoteUrl::Posix(_) | RemoteUrl::S3(_) | RemoteUrl::ObjStore(_)) => Ok(()),
         }
     }
 }
@@ -343,13 +341,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn object_layout_sets_are_one_node_only() {
-        let s3: RemoteUrl = "s3://bucket/pre".parse().unwrap();
-        assert_eq!(Sets::check_remote(Some(&s3), false), Ok(()));
-        assert_eq!(Sets::check_remote(Some(&s3), true), Ok(()));
-        let obj: RemoteUrl = "objstore:///tmp/x".parse().unwrap();
-        assert_eq!(Sets::check_remote(Some(&obj), false), Ok(()));
-        let e = Sets::check_remote(Some(&obj), true).unwrap_err();
-        assert!(e.contains("not to objstore:///tmp/x"), "{e}");
+    fn every_remote_takes_sets_on_one_node_and_in_a_server_job() {
+        for url in ["s3://bucket/pre", "objstore:///tmp/x", "file:///tmp/x"] {
+            let u: RemoteUrl = url.parse().unwrap();
+            for job in [false, true] {
+                assert_eq!(Sets::check_remote(Some(&u), job), Ok(()), "{url}");
+            }
+        }
     }
 }

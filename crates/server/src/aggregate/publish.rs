@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use paralog_aggregate::objpublish::collect_orphans_obj;
-use paralog_aggregate::publish::{collect_orphans, copy_member, SetWriter};
+use paralog_aggregate::publish::{collect_orphans, copy_member, reusable_containers, SetWriter};
 use paralog_aggregate::reader::{MemberReader, SetReader};
 use paralog_aggregate::store::{collect_orphans_store, ContainerSource};
 use paralog_aggregate::AggError;
@@ -136,21 +136,10 @@ pub(super) fn publish_set(
     // kept is listed again as it is: nothing copied (one container is
     // left for the new bytes, if any).
     if let (Some(old), SetsRoot::S3(_)) = (&old, &root) {
-        let touched: BTreeSet<u32> = old
-            .record()
-            .members
-            .iter()
-            .filter(|m| handled.contains(&m.path))
-            .flat_map(|m| m.extents.iter().map(|e| e.container))
-            .collect();
-        let mut room = sets.containers as usize - usize::from(items.iter().any(|i| i.bytes > 0));
-        for k in 0..old.record().containers.len() as u32 {
-            if room == 0 || touched.contains(&k) {
-                continue;
-            }
+        let room = sets.containers as usize - usize::from(items.iter().any(|i| i.bytes > 0));
+        for k in reusable_containers(old.record(), &|m| handled.contains(m), room) {
             if let Some(kept) = w.keep_container(k).map_err(set_error)? {
                 handled.extend(kept);
-                room -= 1;
             }
         }
     }

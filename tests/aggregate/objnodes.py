@@ -1,0 +1,204 @@
+"""Checkpoint sets on the object layout written by a server job
+(docs/aggregate.md, "On the object layout" and "Many nodes"): 2 simulated
+nodes (tests/lib/server.py's Cluster), 2 ranks each, members of 1.2 to
+1.8 MB (+-20 %), blocks of 1 MiB between nodes; the leaders' containers
+are chunks of the layout, the record writer publishes the set record
+through the layout.
+
+  objstore nodes mpich K=1, objstore nodes openmpi K=2
+                  the server job drains 3 checkpoints of 4 members (Open
+                  MPI: written with MPI-IO on MPI_COMM_SELF): every set is
+                  exactly K container objects + 1 record object, no chunk
+                  marker, no chunk that no version names; `paralog sets`
+                  lists them complete; `paralog extract` of every member
+                  and a restart under capture in a new job (the node-local
+                  logs deleted) equal the direct run byte for byte
+  objstore nodes leader killed
+                  a second server job (a restart job rewriting every
+                  member) whose leader is killed (SIGKILL, failpoint
+                  aggregate.mid_transfer) at its sixth block received, in
+                  the middle of its container's chunk: every set reads
+                  whole as its first version or its second; the unpublished
+                  chunk is left with its marker; `paralog recover` on every
+                  node (an MPI job) removes both and publishes every set's
+                  second version (equal to the second run), no orphan left
+  objstore nodes record writer killed
+                  the same, the record writer killed after every leader
+                  published its container and before the record
+                  (aggregate.before_record): container objects no record
+                  lists are left, the previous version reads whole;
+                  `recover` removes them and publishes the second version
+"""
+import json
+
+from tests.lib.check import check
+from tests.lib.compare import same_bytes
+from tests.lib.mpi import launcher
+from tests.lib.paths import BIN
+from tests.lib.proc import run
+from tests.lib.server import AS_NODE, RANKS_PER_NODE, Cluster
+
+from tests.aggregate import run as agg
+from tests.aggregate.nodes import job_died
+
+NODES = 2
+NP = NODES * RANKS_PER_NODE
+STEPS, MEAN = agg.STEPS, 1_500_000
+SERVER_ARGS = ["--buffer", "1M", "--agg-align", "64K", "--agg-buffers", "2"]
+MARKER = ".set.plr.chunk."
+
+
+def write_job(c, flavour, extra=None, check_rc=True):
+    env = c.capture_env(c.env({"RANKS_PER_NODE": str(RANKS_PER_NODE), **(extra or {})}))
+    cmd = launcher(flavour, NP) + [AS_NODE, agg.ckpt_mpi(flavour), c.prefix, NP, STEPS, MEAN]
+    return run(cmd, env=env, timeout=300, check=check_rc)
+
+
+def direct(work, name, salt="0"):
+    d = work / name
+    d.mkdir()
+    run([agg.ckpt(), d, NP, STEPS, MEAN], env=agg.clean_env({"CKPT_SALT": salt}))
+    return d
+
+
+def cluster(work, flavour, url, k, per_node_env=None):
+    args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--containers", str(k)]
+    c = Cluster(work, flavour, NODES, url, server_args=args)
+    c.start_servers(per_node_env)
+    return c
+
+
+def set_objects(store, s):
+    return sorted(p.name for p in (store / "meta" / s).iterdir())
+
+
+def chunk_of(vrec):
+    """The chunk (UUID in hex) of a version record's first piece
+    (docs/objstore.md: header length at 12, name length at 56, the piece's
+    chunk UUID 16 bytes into it); None for a version with no piece."""
+    first = int.from_bytes(vrec[12:16], "little") + int.from_bytes(vrec[56:58], "little")
+    uuid = vrec[first + 16:first + 32]
+    return uuid.hex() if len(uuid) == 16 else None
+
+
+def unreferenced_chunks(store):
+    """The chunk files under data/ that no version record names (every
+    container and record is one chunk, named by each of its pieces)."""
+    named = set()
+    for v in (store / "meta").rglob("v" + "[0-9]" * 10):
+        named.add(chunk_of(v.read_bytes()))
+    return sorted(p.name for p in store.glob("data/*/*") if p.name not in named)
+
+
+def check_clean(store, k, sets):
+    """K container objects + set.plr per set, no marker, no loose chunk."""
+    for s in sets:
+        names = set_objects(store, s)
+        containers = [n for n in names if n.endswith(".plc")]
+        check(len(containers) == k and names == sorted(containers + ["set.plr"]),
+              f"{s}: {names}, not {k} container objects + set.plr (a marker or an orphan left)")
+    loose = unreferenced_chunks(store)
+    check(not loose, f"chunks no version names: {loose}")
+
+
+def check_versions(url, work, label, sets, want, version, k):
+    """`paralog sets` lists every set complete at `version`; every member
+    extracted equals `want` (a dict set -> directory, or one directory)."""
+    rows = json.loads(run([BIN, "sets", url, "--json"]).stdout)
+    check([r["set"] for r in rows] == sets, f"{label}: paralog sets lists {rows}")
+    for r in rows:
+        v = version(r["set"]) if callable(version) else version
+        check(r["complete"] is True and r["members"] == NP and r["version"] == v and r["containers"] == k,
+              f"{label}: {r} (not complete version {v} of {NP} members in {k} containers)")
+    for s in sets:
+        out = work / label / s
+        run([BIN, "extract", url, s, out])
+        names = sorted(p.name for p in out.iterdir())
+        check(names == [f"rank-{i:05d}.dat" for i in range(NP)], f"{label} {s}: extracted {names}")
+        w = want(s) if callable(want) else want
+        for n in names:
+            same_bytes(w / s / n, out / n, f"{label}: {s}/{n}")
+
+
+def case_sets(flavour, k):
+    def case(work):
+        store = work / "store"
+        store.mkdir()
+        url = f"objstore://{store}"
+        c = cluster(work, flavour, url, k)
+        try:
+            write_job(c, flavour, {"CKPT_MPIIO": "1" if flavour == "openmpi" else "0"})
+            c.wait(timeout=300)
+        finally:
+            c.stop()
+        first = direct(work, "direct")
+        sets = [f"ckpt/{p.name}" for p in sorted((first / "ckpt").iterdir())]
+        check_clean(store, k, sets)
+        check_versions(url, work, "v1", sets, first, 1, k)
+        agg.restart(work, c.prefix, url, first, NP, MEAN)
+        return (f"{len(sets)} sets x {NP} members from {NODES} nodes as {k} container object(s) + 1 record "
+                f"each, no marker or loose chunk; extract and a restart under capture equal direct")
+    return case
+
+
+def case_killed(flavour, point, who):
+    def case(work):
+        k = 1
+        store = work / "store"
+        store.mkdir()
+        url = f"objstore://{store}"
+        c = cluster(work / "first", flavour, url, k)
+        try:
+            write_job(c, flavour)
+            c.wait(timeout=300)
+        finally:
+            c.stop()
+        first, second = direct(work, "direct"), direct(work, "direct2", salt="5")
+        sets = [f"ckpt/{p.name}" for p in sorted((first / "ckpt").iterdir())]
+        check_clean(store, k, sets)
+        # A restart job rewrites every member: each set's version 2.
+        fp = {n: {"PARALOG_FAILPOINT": point} for n in range(NODES)}
+        c = cluster(work / "second", flavour, url, k, fp)
+        try:
+            write_job(c, flavour, {"CKPT_SALT": "5"}, check_rc=False)
+            job_died(c, who, timeout=180)
+        finally:
+            c.stop()
+        # Complete or absent, never half: each set is its first version or
+        # its second, whole.
+        rows = {r["set"]: r["version"] for r in json.loads(run([BIN, "sets", url, "--json"]).stdout)}
+        check(sorted(rows) == sets and set(rows.values()) <= {1, 2}, f"after the crash: {rows}")
+        check(1 in rows.values(), f"every set got its second version although the {who} died: {rows}")
+        check_versions(url, work, "after the crash", sets, lambda s: first if rows[s] == 1 else second,
+                       lambda s: rows[s], k)
+        markers = [f"{s}/{n}" for s in sets for n in set_objects(store, s) if n.startswith(MARKER)]
+        containers = sum(1 for s in sets for n in set_objects(store, s) if n.endswith(".plc"))
+        loose = unreferenced_chunks(store)
+        if point.startswith("aggregate.mid_transfer"):
+            check(markers and loose, f"no unpublished chunk with its marker after the leader died "
+                                     f"mid-transfer: markers {markers}, loose chunks {loose}")
+            what = f"{len(loose)} unpublished chunk(s) with {len(markers)} marker(s)"
+        else:
+            check(containers > k * len(sets) and not markers,
+                  f"no orphan container object after the record writer died before the record: "
+                  f"{containers} containers, markers {markers}")
+            what = f"{containers - k * len(sets)} orphan container object(s)"
+        recover = [BIN, "recover", "--local", c.local, "--remote", url, "--job", "t", "--aggregate", agg.RULE,
+                   "--agg-align", "64K", "--containers", str(k)]
+        r = run(c.node_cmd(recover), env=c.env(), check=False, timeout=300)
+        check(r.returncode == 0, f"recover exited {r.returncode}: {(r.stdout + r.stderr)[-800:]}")
+        check_clean(store, k, sets)
+        check_versions(url, work, "after recover", sets, second, 2, k)
+        return (f"the {who} died: sets at versions {sorted(rows.values())}, each whole, {what} left; recover "
+                f"on every node collected them and published version 2 (equal to the second run), no orphan")
+    return case
+
+
+def cases():
+    return [
+        ("objstore nodes mpich K=1", case_sets("mpich", 1)),
+        ("objstore nodes openmpi K=2", case_sets("openmpi", 2)),
+        ("objstore nodes leader killed", case_killed("mpich", "aggregate.mid_transfer:6", "leader")),
+        ("objstore nodes record writer killed",
+         case_killed("openmpi", "aggregate.before_record", "record writer")),
+    ]
