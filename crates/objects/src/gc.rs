@@ -125,8 +125,9 @@ impl Store {
                 continue;
             }
             // A logged put committed on this node waits for its publisher
-            // (a torn commit record is no commit: collected as abandoned).
-            if crate::logged_record::committed(&dir) {
+            // (a torn commit record is no commit: collected as abandoned),
+            // and so does a share committed here for another node's put.
+            if crate::logged_record::committed(&dir) || crate::share::holds_shares(&dir) {
                 continue;
             }
             let id = dir
