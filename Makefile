@@ -127,6 +127,7 @@ test-objects: build setup-test
 	/usr/bin/python3 -m tests.objects.mpi
 	/usr/bin/python3 -m tests.objects.logged
 	/usr/bin/python3 -m tests.objects.crash
+	/usr/bin/python3 -m tests.objects.nodes
 	/usr/bin/python3 -m tests.objects.s3
 
 # Shared event streams on one node (docs/streams.md): 4 producer processes

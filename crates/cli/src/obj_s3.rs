@@ -191,8 +191,15 @@ pub fn run(cmd: &ObjCmd) -> anyhow::Result<Option<ExitCode>> {
                 )?;
             }
         }
-        ObjCmd::Put { local: Some(_), .. } => {
-            bail!("{url}: logged puts (--local) to s3:// are not supported yet; put directly")
+        ObjCmd::Put {
+            file,
+            array,
+            local: Some(local),
+            ..
+        } => {
+            let (store, name) = object(&url)?;
+            let line = crate::obj::logged_put(&store.url(), &name, file, &array.meta()?, local)?;
+            print(&mut stdout, &line)?;
         }
         ObjCmd::Put { file, array, .. } => {
             let (store, name) = object(&url)?;
