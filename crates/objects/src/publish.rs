@@ -240,12 +240,17 @@ fn publish_one(local: &Store, id: &VersionId, mark: Mark) -> Result<Option<Publi
                 }
             }
             let read = |i: u64, c: &Claim| read_logged(local, &name, id, &meta, i, c);
+            // Not durable copies (this node keeps its own until the
+            // publish): the chunk files' names synced once, before the
+            // commit, which makes the rest of the version durable.
+            let mut dirs = std::collections::BTreeSet::new();
             for (w, cl) in &mine {
-                remote.copy_share(&name, id, &meta, *w, cl, &read)?;
+                dirs.extend(remote.copy_share(&name, id, &meta, (w, cl), &read, false)?);
             }
             if remote.missing(&name, id, &meta, &claims)?.is_some() {
                 return Ok(None);
             }
+            remote.sync_chunk_dirs(&dirs)?;
             remote.commit(&name, id)?
         }
     };
@@ -295,7 +300,7 @@ fn copy_shares(local: &Store, id: &VersionId) -> Result<()> {
         // remote put anew.
         if remote.published(&s.name, id)?.is_none() {
             let read = |i: u64, c: &Claim| read_logged(local, &s.name, id, &s.meta, i, c);
-            remote.copy_share(&s.name, id, &s.meta, s.writer, &s.claims, &read)?;
+            remote.copy_share(&s.name, id, &s.meta, (&s.writer, &s.claims), &read, true)?;
         }
         // Whole and durable on the remote: this node's copy goes, the
         // record last (a crash before it copies again, which finds the

@@ -62,22 +62,41 @@ impl Remote {
         }
     }
 
-    /// Copy one writer's share (`claims`: chunk index and logged claim)
-    /// into the remote put `id`, made if no node made it yet; whole and
-    /// durable on return, its writer's mark last.
+    /// Copy one writer's share (`share`: the writer, its chunk indices
+    /// and logged claims) into the remote put `id`, made if no node made
+    /// it yet; whole on return, the writer's mark last. `durable`: and
+    /// durable (a share's node deletes its copy after). Else only the
+    /// chunk files' bytes are; their storage directories, returned, are
+    /// for the caller to sync once before its commit (the committing node
+    /// keeps its own copy until the publish).
     pub(crate) fn copy_share(
         &self,
         name: &str,
         id: &VersionId,
         meta: &ArrayMeta,
-        writer: [u8; 16],
-        claims: &[(u64, Claim)],
+        share: (&[u8; 16], &[(u64, Claim)]),
         read: &ReadChunk<'_>,
-    ) -> Result<()> {
+        durable: bool,
+    ) -> Result<BTreeSet<u32>> {
         match self {
-            Remote::Layout(s) => copy_share(s, name, id, meta, writer, claims, read),
-            Remote::S3(s) => s.copy_share(name, id, meta, writer, claims, read),
+            Remote::Layout(s) => copy_share(s, name, id, meta, share, read, durable),
+            Remote::S3(s) => s
+                .copy_share(name, id, meta, *share.0, share.1, read)
+                .map(|()| BTreeSet::new()),
         }
+    }
+
+    /// Make the storage directories `dirs` durable: the names of chunk
+    /// files [`Remote::copy_share`] copied, not durable.
+    pub(crate) fn sync_chunk_dirs(&self, dirs: &BTreeSet<u32>) -> Result<()> {
+        if let Remote::Layout(s) = self {
+            if s.os.durable() {
+                for d in dirs {
+                    s.os.sync_chunk_dir(*d)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Whether every claim of the commit record (`claims`, in chunk order)
@@ -149,24 +168,26 @@ fn remote_claims(s: &Store, name: &str, id: &VersionId, meta: &ArrayMeta) -> Res
     Ok(Some((claims, finished)))
 }
 
-/// The remote put `id` of `name`, made (its `begin` and `name` durable)
-/// if no node made it yet; two nodes making it at once both end up
-/// joining the one that was renamed into place first.
-fn ensure_put(s: &Store, name: &str, meta: &ArrayMeta, id: &VersionId) -> Result<()> {
+/// The remote put `id` of `name`, made (`durable`: its `begin` and `name`
+/// durable) if no node made it yet; two nodes making it at once both end
+/// up joining the one that was renamed into place first.
+fn ensure_put(
+    s: &Store,
+    name: &str,
+    meta: &ArrayMeta,
+    id: &VersionId,
+    durable: bool,
+) -> Result<()> {
     let dir = s.staging_dir(id);
     if !dir.join("begin").is_file() {
         let staging = s.root().join("staging");
         std::fs::create_dir_all(&staging).map_err(io_err(&staging, "create staging directory"))?;
         let tmp = staging.join(format!(".begin.{}.{}", id_hex(id), id_hex(&new_id())));
         std::fs::create_dir(&tmp).map_err(io_err(&tmp, "create"))?;
-        let write = if s.os.durable() {
-            write_synced
-        } else {
-            write_file
-        };
+        let write = if durable { write_synced } else { write_file };
         write(&tmp.join("begin"), &record::encode(id, meta))?;
         write(&tmp.join("name"), name.as_bytes())?;
-        if s.os.durable() {
+        if durable {
             sync_dir(&tmp)?;
         }
         if let Err(e) = std::fs::rename(&tmp, &dir) {
@@ -174,7 +195,7 @@ fn ensure_put(s: &Store, name: &str, meta: &ArrayMeta, id: &VersionId) -> Result
             if !dir.join("begin").is_file() {
                 return Err(io_err(&dir, "open the remote put")(e));
             }
-        } else if s.os.durable() {
+        } else if durable {
             sync_dir(&staging)?;
         }
     }
@@ -182,20 +203,34 @@ fn ensure_put(s: &Store, name: &str, meta: &ArrayMeta, id: &VersionId) -> Result
     same_meta(name, id, &there, meta)
 }
 
+/// The storage directories of the claims of `chunks` in the remote put's
+/// directory `dir` (a claim that does not read names none: the commit
+/// refuses it).
+fn claim_dirs(dir: &std::path::Path, chunks: impl Iterator<Item = u64>) -> BTreeSet<u32> {
+    chunks
+        .filter_map(|i| {
+            let cp = dir.join(format!("c{i:020}"));
+            let b = std::fs::read(&cp).ok()?;
+            decode_claim(&b, &cp).ok().map(|(_, rc)| rc.dir)
+        })
+        .collect()
+}
+
 fn copy_share(
     s: &Store,
     name: &str,
     id: &VersionId,
     meta: &ArrayMeta,
-    writer: [u8; 16],
-    claims: &[(u64, Claim)],
+    (writer, claims): (&[u8; 16], &[(u64, Claim)]),
     read: &ReadChunk<'_>,
-) -> Result<()> {
-    ensure_put(s, name, meta, id)?;
+    durable: bool,
+) -> Result<BTreeSet<u32>> {
+    let (writer, durable) = (*writer, durable && s.os.durable());
+    ensure_put(s, name, meta, id, durable)?;
     let dir = s.staging_dir(id);
     let mark = dir.join(format!("w{}", id_hex(&writer)));
     if mark.exists() {
-        return Ok(());
+        return Ok(claim_dirs(&dir, claims.iter().map(|(i, _)| *i)));
     }
     // What a copier of this share killed before left: the chunk file it
     // was writing (named by its intent) and a claim's temporary name.
@@ -216,21 +251,19 @@ fn copy_share(
     }
     let cb = meta.chunk_len();
     let mut put = s.join_writer(name, id, writer)?;
-    let mut kept = Vec::new();
     for (k, (i, c)) in claims.iter().enumerate() {
         let cp = dir.join(format!("c{i:020}"));
         match std::fs::read(&cp) {
             Ok(b) => {
                 let there = decode_claim(&b, &cp).ok().map(|(_, rc)| rc);
-                let good = there.filter(|rc| {
+                let good = there.is_some_and(|rc| {
                     rc.writer == writer
                         && rc.block_crc == c.block_crc
                         && std::fs::read(s.os.chunk_path(rc.dir, &rc.chunk)).is_ok_and(|f| {
                             crate::stored::check_stored(&f, cb, rc.block_crc).is_ok()
                         })
                 });
-                if let Some(rc) = good {
-                    kept.push((cp, rc.dir));
+                if good {
                     continue;
                 }
                 if let Some(rc) = there {
@@ -247,29 +280,24 @@ fn copy_share(
             crate::failpoint("objects.publish_mid_copy");
         }
     }
+    let dirs = claim_dirs(&dir, claims.iter().map(|(i, _)| *i));
+    if !durable {
+        write_file(&mark, b"")?;
+        return Ok(dirs);
+    }
     // Durable before the mark: the node deletes its own copy once the
     // mark is there. Each chunk file's bytes were synced at its write;
     // here their names (storage directories) and the claims.
-    let mut dirs: BTreeSet<u32> = kept.iter().map(|(_, d)| *d).collect();
-    dirs.extend(put.written().iter().map(|(_, c)| c.dir));
-    if s.os.durable() {
-        for d in dirs {
-            s.os.sync_chunk_dir(d)?;
-        }
-        let paths = kept.into_iter().map(|(p, _)| p).chain(
-            put.written()
-                .iter()
-                .map(|(i, _)| dir.join(format!("c{i:020}"))),
-        );
-        for p in paths {
-            std::fs::File::open(&p)
-                .and_then(|f| f.sync_all())
-                .map_err(io_err(&p, "fsync claim"))?;
-        }
-        write_synced(&mark, b"")?;
-        sync_dir(&dir)?;
-    } else {
-        write_file(&mark, b"")?;
+    for d in &dirs {
+        s.os.sync_chunk_dir(*d)?;
     }
-    Ok(())
+    for (i, _) in claims {
+        let p = dir.join(format!("c{i:020}"));
+        std::fs::File::open(&p)
+            .and_then(|f| f.sync_all())
+            .map_err(io_err(&p, "fsync claim"))?;
+    }
+    write_synced(&mark, b"")?;
+    sync_dir(&dir)?;
+    Ok(dirs)
 }
