@@ -11,7 +11,9 @@ copies its shares, and node 0's publishes.
                          servers start (node 1 then holds a share with its
                          2 writers' records, nothing is visible), the
                          second while both run: versions 1 and 2 in commit
-                         order, each equal to its array
+                         order, each equal to its array; and a whole
+                         logged put from the command line (`obj put
+                         --local`) on node 1, published by its server
                          (`obj get`; zarr-python and tensorstore through
                          the Zarr view; h5py, h5dump and a C program
                          through the HDF5 view on objstore://); both
@@ -178,12 +180,21 @@ def case_put(flavour, kind):
                   f"shares: node 0 {shares(locals_[0])}, node 1 {shares(locals_[1])}")
             servers = servers_on(work, remote, locals_)
             put_on_nodes(flavour, remote, "nodes/t", salts[1], locals_)
+            # A whole logged put from the command line (`obj put --local`)
+            # on node 1, published by its own server.
+            cli = work / "cli.bin"
+            cli.write_bytes(os.urandom(24 * 40 * 8))
+            said = remote.obj("put", at(remote.url, "cli/t"), cli, "--dtype", "float64", "--shape", "24,40",
+                              "--chunks", "8,16", "--local", locals_[1]).stdout
+            check("logged put" in said, said)
             wait_versions(remote, "nodes/t", [1, 2], servers)
+            wait_versions(remote, "cli/t", [1], servers)
+            check(remote.get("cli/t", 1) == cli.read_bytes(), "the logged command-line put is not its array")
             for s in servers:
                 s.drain_and_stop()
             servers = []
             each_equal(remote, "nodes/t", salts)
-            remote.holds_only(2)
+            remote.holds_only(2, extra=3 * 3 + 1)  # cli/t: 3 x 3 chunks and its array record
             view_checks(remote, "nodes/t", salts)
             for d in locals_:
                 check(left(d) == [], f"left in {d.name}: {left(d)}")
