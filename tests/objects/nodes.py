@@ -18,6 +18,9 @@ copies its shares, and node 0's publishes.
                          the Zarr view; h5py, h5dump and a C program
                          through the HDF5 view on objstore://); both
                          node-local stores empty once the servers stop
+  mpi4py [REMOTE]        tests/objects/py_writer.py (paralog.objects over
+                         mpi4py, Open MPI) on the 2 nodes, logged: one
+                         version, equal to its array
   share copier killed    node 1's server killed (SIGKILL) before the put,
                          or at the crash point objects.publish_mid_copy
                          after the first chunk of its share copied: the
@@ -45,7 +48,7 @@ from tests.lib.paths import BIN
 from tests.lib.proc import kill_tree, run
 from tests.lib.server import Server
 from tests.objects.crash import expect
-from tests.objects.mpi import FLAVOURS, program
+from tests.objects.mpi import FLAVOURS, PY_ENV, PY_WRITER, program
 from tests.objects.run import at, hdf5_read, store, zarr_read
 from tests.objects.s3 import BUCKET, S3
 
@@ -206,6 +209,37 @@ def case_put(flavour, kind):
     return go
 
 
+def case_mpi4py(kind):
+    """tests/objects/py_writer.py (paralog.objects over mpi4py, Open MPI)
+    on the 2 nodes, logged: published by the servers, equal."""
+    def go(work):
+        import numpy as np
+        remote, locals_ = Remote(work, kind), locals_of(work)
+        servers = []
+        try:
+            servers = servers_on(work, remote, locals_)
+            args = [sys.executable, PY_WRITER, remote.url, "py/t", str(ROWS), "5"]
+            cmd = [*launcher("openmpi", PER_NODE), *args, f"local={locals_[0]}"]
+            for d in locals_[1:]:
+                cmd += [":", "-n", str(PER_NODE), *args, f"local={d}"]
+            r = run(cmd, env=mpi_env({**remote.env, **PY_ENV}), check=False, timeout=300)
+            check(r.returncode == 0 and "logged" in r.stdout, f"mpi4py: exit {r.returncode}: {r.stdout}{r.stderr}")
+            wait_versions(remote, "py/t", [1], servers)
+            for s in servers:
+                s.drain_and_stop()
+            servers = []
+            want = (np.arange(ROWS * NODES * PER_NODE * 64, dtype="<f8") + 5).tobytes()
+            check(remote.get("py/t", 1) == want, "the mpi4py put is not its array")
+            for d in locals_:
+                check(left(d) == [], f"left in {d.name}: {left(d)}")
+        finally:
+            for s in servers:
+                s.kill()
+            remote.stop()
+        return "published from 2 nodes, equal"
+    return go
+
+
 def killed_server(work, remote, local, k, point):
     """Node k's server with the crash point `point`, started; its process."""
     log = work / f"server-n{k}.log"
@@ -309,6 +343,7 @@ def main():
     for kind in REMOTES:
         for flavour in FLAVOURS:
             cases.append((f"put [{flavour}, {kind}]", case_put(flavour, kind)))
+        cases.append((f"mpi4py [openmpi, {kind}]", case_mpi4py(kind)))
         cases.append((f"share copier killed before the put [openmpi, {kind}]",
                       case_share_killed("openmpi", kind, None)))
         cases.append((f"share copier killed mid copy [mpich, {kind}]",
