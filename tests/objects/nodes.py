@@ -21,6 +21,11 @@ copies its shares, and node 0's publishes.
   mpi4py [REMOTE]        tests/objects/py_writer.py (paralog.objects over
                          mpi4py, Open MPI) on the 2 nodes, logged: one
                          version, equal to its array
+  refusals [FLAVOUR]     a chunk outside the grid, and a chunk written on
+                         both nodes (refused at the commit, as an overlap):
+                         every rank fails with the same message; nothing
+                         published, no share or chunk left on either node
+                         (each share removed by its ranks), nothing staged
   share copier killed    node 1's server killed (SIGKILL) before the put,
                          or at the crash point objects.publish_mid_copy
                          after the first chunk of its share copied: the
@@ -48,7 +53,7 @@ from tests.lib.paths import BIN
 from tests.lib.proc import kill_tree, run
 from tests.lib.server import Server
 from tests.objects.crash import expect
-from tests.objects.mpi import FLAVOURS, PY_ENV, PY_WRITER, program
+from tests.objects.mpi import FLAVOURS, PY_ENV, PY_WRITER, program, rank_errors
 from tests.objects.run import at, hdf5_read, store, zarr_read
 from tests.objects.s3 import BUCKET, S3
 
@@ -107,14 +112,17 @@ def locals_of(work):
     return out
 
 
-def put_on_nodes(flavour, remote, name, salt, locals_):
+def put_on_nodes(flavour, remote, name, salt, locals_, mode="ok"):
     """mpi_put.c on NODES x PER_NODE ranks, node k's ranks logging under
-    locals_[k] (an MPMD launch, one application context per node)."""
-    prog, args = program(flavour), [remote.url, name, str(ROWS), str(salt), "ok"]
+    locals_[k] (an MPMD launch, one application context per node); `mode`
+    other than ok: the run (expected to fail)."""
+    prog, args = program(flavour), [remote.url, name, str(ROWS), str(salt), mode]
     cmd = [*launcher(flavour, PER_NODE), prog, *args, locals_[0]]
     for d in locals_[1:]:
         cmd += [":", "-n", str(PER_NODE), prog, *args, d]
     r = run(cmd, env=mpi_env(remote.env), check=False, timeout=300)
+    if mode != "ok":
+        return r
     check(r.returncode == 0 and "logged" in r.stdout, f"{flavour} {name}: exit {r.returncode}: {r.stdout}{r.stderr}")
 
 
@@ -240,6 +248,31 @@ def case_mpi4py(kind):
     return go
 
 
+def case_refusals(flavour):
+    """A chunk outside the grid (written on node 1), and rank 0's chunk
+    written again by the last rank (node 1): every rank fails with the
+    same message, naming the chunk; nothing published, no node keeps a
+    share or a chunk of it, nothing staged in the store."""
+    def go(work):
+        remote, locals_ = Remote(work, "objstore"), locals_of(work)
+        last = NODES * PER_NODE - 1
+        cases = (("outside", f"rank 0: r: put ", "1 of 4 chunks were not written (first: [[3, 0]])"),
+                 ("overlap", "rank 0: r: put ", "chunk [0, 0] was already written by another writer"))
+        for mode, said, also in cases:
+            r = put_on_nodes(flavour, remote, "r", 3, locals_, mode)
+            check(r.returncode != 0 and said in r.stdout and also in r.stdout, f"{mode}: {r.stdout}{r.stderr}")
+            errors = rank_errors(r.stdout)
+            check(sorted(errors) == list(range(last + 1)) and len(set(errors.values())) == 1,
+                  f"{mode}: not the same error on every rank: {errors}")
+            check(remote.versions("r") == [], f"{mode}: published")
+            for d in locals_:
+                check(left(d) == [], f"{mode}: left in {d.name}: {left(d)}")
+            staging = work / "store" / "staging"
+            check(not staging.exists() or list(staging.iterdir()) == [], f"{mode}: staged in the store")
+        return "refused on every rank, nothing left"
+    return go
+
+
 def killed_server(work, remote, local, k, point):
     """Node k's server with the crash point `point`, started; its process."""
     log = work / f"server-n{k}.log"
@@ -343,6 +376,8 @@ def main():
     for kind in REMOTES:
         for flavour in FLAVOURS:
             cases.append((f"put [{flavour}, {kind}]", case_put(flavour, kind)))
+            if kind == "objstore":
+                cases.append((f"refusals [{flavour}]", case_refusals(flavour)))
         cases.append((f"mpi4py [openmpi, {kind}]", case_mpi4py(kind)))
         cases.append((f"share copier killed before the put [openmpi, {kind}]",
                       case_share_killed("openmpi", kind, None)))

@@ -29,14 +29,20 @@ static int agree(MPI_Comm comm, int rc)
     return rc;
 }
 
-/* Rank 0 gives up the put after a failure, keeping the failure's message. */
-static void abort_put(int rank, paralog_obj_store *store, const char *name, const char *id)
+/* Rank 0 gives up the put after a failure, keeping the failure's message;
+ * after the writers finished (`shares`), every rank also removes its
+ * node's share of a logged put (a no-op elsewhere). */
+static void abort_put(int rank, paralog_obj_store *store, const char *name, const char *id,
+                      int shares)
 {
-    if (rank != 0 || !id[0])
+    if (!id[0] || (rank != 0 && !shares))
         return;
     char keep[MSG];
     snprintf(keep, sizeof keep, "%s", paralog_obj_errmsg());
-    paralog_obj_abort(store, name, id);
+    if (shares)
+        paralog_obj_discard_share(store, name, id);
+    if (rank == 0)
+        paralog_obj_abort(store, name, id);
     paralog_obj_set_error(keep);
 }
 
@@ -70,7 +76,7 @@ int paralog_obj_begin_mpi(MPI_Comm comm, paralog_obj_store *store, const char *n
     if (rc) {
         paralog_obj_discard(*writer);
         *writer = NULL;
-        abort_put(rank, store, name, id);
+        abort_put(rank, store, name, id, 0);
     }
     return rc;
 }
@@ -137,7 +143,7 @@ int paralog_obj_commit_mpi(MPI_Comm comm, paralog_obj_store *store, const char *
     /* Every rank has finished (or failed) here: the allreduce is the barrier. */
     if ((rc = agree(comm, rc))) {
         paralog_obj_share_free(share, len);
-        abort_put(rank, store, name, id);
+        abort_put(rank, store, name, id, 1);
         return rc;
     }
     uint8_t *all;
@@ -150,7 +156,7 @@ int paralog_obj_commit_mpi(MPI_Comm comm, paralog_obj_store *store, const char *
     free(all);
     /* A refused commit published nothing (abort refuses a published put). */
     if ((rc = agree(comm, rc))) {
-        abort_put(rank, store, name, id);
+        abort_put(rank, store, name, id, 1);
         return rc;
     }
     MPI_Bcast(&v, 1, MPI_UINT64_T, 0, comm);

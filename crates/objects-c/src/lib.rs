@@ -472,6 +472,24 @@ pub unsafe extern "C" fn paralog_obj_share_free(share: *mut u8, len: usize) {
     }
 }
 
+/// The MPI form's clean-up after a refused commit, on every rank: this
+/// node's share of a logged put removed (best effort); nothing otherwise.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_obj_discard_share(
+    s: *mut ObjStore,
+    name: *const c_char,
+    id: *const c_char,
+) {
+    let _ = guard(|| {
+        let (h, name) = (handle(s)?, text(name, "name")?);
+        let id = id_arg(id, name)?;
+        if let Some(l) = &h.logged {
+            l.discard_share(name, &id);
+        }
+        Ok(())
+    });
+}
+
 /// The MPI form's commit (rank 0): `paralog_obj_commit`, with the share
 /// records of the put's writers on other nodes (`len` bytes, one after
 /// the other, as gathered) on a logged store; on a direct store `len` is 0.

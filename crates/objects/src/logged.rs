@@ -279,6 +279,27 @@ impl LoggedStore {
         Ok(())
     }
 
+    /// After a refused commit (the MPI form, on every rank): this node's
+    /// share of the put `id`, if it has one, removed (its records first,
+    /// so its server stops copying it), best effort: a share the server
+    /// already copied stays in the remote's staging until `paralog obj
+    /// gc` there. Nothing happens on the committing node.
+    pub fn discard_share(&self, name: &str, id: &VersionId) {
+        let dir = self.local.staging_dir(id);
+        if !dir.join(share::MARK).exists() {
+            return;
+        }
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for e in entries.flatten() {
+                if share::writer_of(&e.file_name().to_string_lossy()).is_some() {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        // Another rank of this node may be removing it too.
+        let _ = self.local.abort(name, id);
+    }
+
     pub fn abort(&self, name: &str, id: &VersionId) -> Result<()> {
         if self.local.staging_dir(id).join("logged").exists() {
             return Err(Error::Put {

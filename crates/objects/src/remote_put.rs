@@ -178,6 +178,9 @@ fn ensure_put(
     id: &VersionId,
     durable: bool,
 ) -> Result<()> {
+    // The name comes from a node-local record: checked before it names
+    // anything in the store.
+    crate::store::check_name(name)?;
     let dir = s.staging_dir(id);
     if !dir.join("begin").is_file() {
         let staging = s.root().join("staging");

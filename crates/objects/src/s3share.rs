@@ -18,6 +18,7 @@ impl S3Store {
     /// The remote put `id` of `name`, made if no node made it yet (`begin`
     /// created only if absent: two nodes at once both join the first).
     fn ensure_put(&self, name: &str, meta: &ArrayMeta, id: &VersionId) -> Result<()> {
+        crate::store::check_name(name)?;
         let dir = format!("staging/{}", id_hex(id));
         if self.get(&format!("{dir}/begin"))?.is_none() {
             self.put_obj(&format!("{dir}/name"), name.as_bytes().to_vec(), false)?;

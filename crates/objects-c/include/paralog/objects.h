@@ -121,7 +121,8 @@ int paralog_obj_abort(paralog_obj_store *store, const char *name, const char *id
  * writer in a share commits it on this node and hands back its record
  * (*share, *len; NULL and 0 otherwise; freed by share_free). commit_shares
  * (rank 0): commit with the gathered share records (len 0 on a direct
- * store). */
+ * store). discard_share: after a refused commit, every rank: this node's
+ * share of the put removed (best effort; nothing on a direct store). */
 int paralog_obj_join_any(paralog_obj_store *store, const char *name, const char *id, int dtype,
                          int ndim, const uint64_t *shape, const uint64_t *chunks,
                          const char *attrs_json, paralog_obj_writer **writer);
@@ -129,6 +130,7 @@ int paralog_obj_finish_share(paralog_obj_writer *writer, uint8_t **share, size_t
 void paralog_obj_share_free(uint8_t *share, size_t len);
 int paralog_obj_commit_shares(paralog_obj_store *store, const char *name, const char *id,
                               const uint8_t *shares, size_t len, uint64_t *version);
+void paralog_obj_discard_share(paralog_obj_store *store, const char *name, const char *id);
 
 /* GET a hyperslab (start, count; both NULL: the whole array) of a version
  * (version < 0: the latest) into buf of nbytes (exactly the slab's size);
