@@ -118,8 +118,9 @@ test-aggregate: build setup-test
 # MPICH and Open MPI programs on 1, 2 and 4 ranks; the Python module;
 # logged puts published by the node server and by recover; kill -9 of a
 # writing rank, the committing rank and the server, then recover
-# (tests/objects/crash.py, about 30 s); puts and gets on s3:// against
-# MinIO (tests/objects/s3.py); what a version costs in fsyncs and views made
+# (tests/objects/crash.py, about 30 s); logged puts across 2 simulated
+# nodes on objstore:// and s3://, with servers killed (tests/objects/nodes.py,
+# about 60 s); puts and gets on s3:// against MinIO (tests/objects/s3.py); what a version costs in fsyncs and views made
 # after the commit (tests/objects/cost.py, about 15 s).
 test-objects: build setup-test
 	/usr/bin/python3 -m tests.objects.run
@@ -127,6 +128,7 @@ test-objects: build setup-test
 	/usr/bin/python3 -m tests.objects.mpi
 	/usr/bin/python3 -m tests.objects.logged
 	/usr/bin/python3 -m tests.objects.crash
+	/usr/bin/python3 -m tests.objects.nodes
 	/usr/bin/python3 -m tests.objects.s3
 
 # Shared event streams on one node (docs/streams.md): 4 producer processes

@@ -115,9 +115,11 @@ class Writer:
 
 class Store:
     """A store of array objects: objstore:///ROOT?dirs=N&keep=K, a
-    directory, or s3://BUCKET/STORE (made by `paralog obj init`; not logged). With `local` (the node server's --local directory), puts are
-    logged there and published by the node server: put and commit return
-    0, the version is numbered when published."""
+    directory, or s3://BUCKET/STORE (made by `paralog obj init`). With
+    `local` (the node server's --local directory), puts are logged there
+    and published by the node server: put and commit return 0, the version
+    is numbered when published; begin_mpi/commit_mpi's ranks may be on
+    several nodes, each with its own `local`."""
 
     def __init__(self, url, local=None):
         h = ctypes.c_void_p()

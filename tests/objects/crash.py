@@ -182,8 +182,8 @@ def logged_puts(work, url, local, n, rng, rows=64):
 def each_once(work, url, datas):
     """One version per put, in commit order, each equal to its put; the
     store holds their chunk files and records and nothing else that has
-    bytes (a remote put a killed publisher left was aborted with its
-    chunks)."""
+    bytes (a remote put a killed publisher left was resumed, its chunks
+    copied before the kill kept, not copied twice)."""
     vs = versions(url, "s")
     check(vs == list(range(1, len(datas) + 1)), f"versions {vs}, for {len(datas)} puts")
     for n, d in enumerate(datas, 1):

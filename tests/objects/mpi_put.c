@@ -3,9 +3,11 @@
  * chunk of ROWS x 4096, rank r at grid row r; values (global row * 4096 +
  * column + SALT). Rank 0 then reads the array back with paralog_obj_get.
  *
- *   mpi_put STORE_URL NAME ROWS SALT [ok|mismatch|dtype|outside [LOCAL]]
+ *   mpi_put STORE_URL NAME ROWS SALT [ok|mismatch|dtype|outside|overlap [LOCAL]]
  *   mismatch: rank 1 joins with another shape; dtype: with float32;
- *   outside: the last rank writes a chunk past the grid; killwriter: the
+ *   outside: the last rank writes a chunk past the grid; overlap: the last
+ *   rank writes rank 0's chunk (refused at its write on one node, at the
+ *   commit across nodes); killwriter: the
  *   last rank is killed (SIGKILL, the library's objects.mid_chunk crash
  *   point) after its chunk file is durable, before its claim, while the
  *   others go on to the commit (tests/objects/crash.py). LOCAL: a logged
@@ -63,6 +65,8 @@ int main(int argc, char **argv)
     uint64_t at[2] = {rank, 0};
     if (rank == size - 1 && !strcmp(mode, "outside"))
         at[0] = size;
+    if (rank == size - 1 && !strcmp(mode, "overlap"))
+        at[0] = 0;
     rc = paralog_obj_write_chunk(w, at, mine, rows * cols * 4);
     if (rc) /* reported, then the collective commit (which will refuse) */
         printf("rank %d: write error %d: %s\n", rank, rc, paralog_obj_errmsg());

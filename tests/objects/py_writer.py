@@ -2,8 +2,10 @@
 its communicator (tests/objects/mpi.py): each rank one chunk of ROWS x 64
 float64 values (global index + SALT); rank 0 reads it back and prints
 "version N" and "read back equal", or on an error "rank R: error CODE: MSG".
+`local=DIR`: a logged store (this rank's node-local directory: ranks of
+several simulated nodes each name their own); rank 0 prints "logged".
 
-Usage: mpirun -n N python3 py_writer.py STORE NAME ROWS SALT [mismatch]"""
+Usage: mpirun -n N python3 py_writer.py STORE NAME ROWS SALT [mismatch|local=DIR]"""
 import sys
 
 import numpy as np
@@ -16,7 +18,8 @@ def main():
     comm = MPI.COMM_WORLD
     url, name, rows, salt = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     shape = [rows * comm.size + (1 if sys.argv[5:] == ["mismatch"] and comm.rank == 1 else 0), 64]
-    s = po.Store(url)
+    local = next((a[len("local="):] for a in sys.argv[5:] if a.startswith("local=")), None)
+    s = po.Store(url, local=local)
     try:
         w = s.begin_mpi(comm, name, "float64", shape, (rows, 64), attrs={"writer": "py_writer"})
         mine = np.arange(rows * 64, dtype="f8").reshape(rows, 64) + comm.rank * rows * 64 + salt
@@ -25,7 +28,9 @@ def main():
     except po.ObjectError as e:
         print(f"rank {comm.rank}: error {e.code}: {e}", flush=True)
         return 3
-    if comm.rank == 0:
+    if comm.rank == 0 and local:
+        print("logged", flush=True)
+    elif comm.rank == 0:
         print(f"version {v}")
         got = s.get(name, version=v)
         want = np.arange(rows * comm.size * 64, dtype="f8").reshape(-1, 64) + salt

@@ -237,6 +237,25 @@ pub(crate) fn to_verify(
         .collect())
 }
 
+/// `obj put --local`: a whole array from `file`, logged under `local` for
+/// the store `store_url` (a directory layout or S3); the line to print.
+pub(crate) fn logged_put(
+    store_url: &str,
+    name: &str,
+    file: &std::path::Path,
+    meta: &ArrayMeta,
+    local: &std::path::Path,
+) -> anyhow::Result<String> {
+    let data = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let logged = paralog_objects::LoggedStore::open(store_url, local)?;
+    let id = logged.put(name, meta, &data)?;
+    Ok(format!(
+        "{name}: logged put {} committed in {}; published by the node server\n",
+        id_hex(&id),
+        local.display()
+    ))
+}
+
 pub(crate) fn print(out: &mut dyn Write, text: &str) -> anyhow::Result<()> {
     match out.write_all(text.as_bytes()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
@@ -405,18 +424,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             local: Some(local),
         } => {
             let (store, name) = object(&url)?;
-            let data =
-                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
-            let logged = paralog_objects::LoggedStore::open(&store.url(), &local)?;
-            let id = logged.put(&name, &array.meta()?, &data)?;
-            print(
-                &mut stdout,
-                &format!(
-                    "{name}: logged put {} committed in {}; published by the node server\n",
-                    id_hex(&id),
-                    local.display()
-                ),
-            )?;
+            let line = logged_put(&store.url(), &name, &file, &array.meta()?, &local)?;
+            print(&mut stdout, &line)?;
         }
         ObjCmd::Publish { local } => {
             for p in paralog_objects::publish_committed(&local)? {

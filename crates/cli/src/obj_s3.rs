@@ -1,8 +1,8 @@
 //! `paralog obj` on an S3 store (`s3://bucket/STORE[/NAME]`,
 //! crates/objects `s3store`, docs/objects.md "S3"): the same commands and
 //! output as on a directory, with the Zarr view (copies of the chunks
-//! under `zarr/`) and `gc`, but no HDF5 view, no logged puts and no
-//! `puts`. (The C and Python APIs open S3 stores through
+//! under `zarr/`), `gc` and logged puts (`put --local`), but no HDF5
+//! view and no `puts`. (The C and Python APIs open S3 stores through
 //! crates/objects-c/src/direct.rs.)
 
 use std::io::Write;
@@ -191,8 +191,15 @@ pub fn run(cmd: &ObjCmd) -> anyhow::Result<Option<ExitCode>> {
                 )?;
             }
         }
-        ObjCmd::Put { local: Some(_), .. } => {
-            bail!("{url}: logged puts (--local) to s3:// are not supported yet; put directly")
+        ObjCmd::Put {
+            file,
+            array,
+            local: Some(local),
+            ..
+        } => {
+            let (store, name) = object(&url)?;
+            let line = crate::obj::logged_put(&store.url(), &name, file, &array.meta()?, local)?;
+            print(&mut stdout, &line)?;
         }
         ObjCmd::Put { file, array, .. } => {
             let (store, name) = object(&url)?;

@@ -35,6 +35,10 @@ pub struct ObjStore {
 /// (the header says so).
 pub struct ObjWriter {
     put: Writer,
+    /// A logged store's writer: its `finish` also commits a share on a
+    /// node other than the put's committing one (docs/objects.md "Logged
+    /// mode across nodes").
+    logged: Option<&'static LoggedStore>,
 }
 
 /// The `paralog_obj_array` struct of the header (what `paralog_obj_info` fills).
@@ -213,8 +217,11 @@ pub unsafe extern "C" fn paralog_obj_open_logged(
     open_with(out_store, || {
         let (url, local) = (text(url, "url")?, text(local, "local")?);
         let logged = LoggedStore::open(url, Path::new(local))?;
+        let parsed: RemoteUrl = url
+            .parse()
+            .map_err(|e| Failure(errors::EURL, format!("{url}: {e}")))?;
         Ok(ObjStore {
-            direct: Direct::Layout(logged.remote().clone()),
+            direct: Direct::open(&parsed)?,
             logged: Some(logged),
         })
     })
@@ -325,7 +332,43 @@ pub unsafe extern "C" fn paralog_obj_join(
             Some(l) => Writer::Layout(l.join_as(name, &id, &m)?),
             None => h.direct.join_as(name, &id, &m)?,
         };
-        out(writer, Box::into_raw(Box::new(ObjWriter { put })));
+        let logged = h.logged.as_ref();
+        out(writer, Box::into_raw(Box::new(ObjWriter { put, logged })));
+        Ok(())
+    })
+}
+
+/// The MPI form's join: on a logged store, the put when it was begun on
+/// this node, else this node's share of it (with the put's attributes,
+/// which rank 0 broadcast); on a direct store, `paralog_obj_join`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn paralog_obj_join_any(
+    s: *mut ObjStore,
+    name: *const c_char,
+    id: *const c_char,
+    dtype: c_int,
+    nd: c_int,
+    shape: *const u64,
+    chunks: *const u64,
+    attrs: *const c_char,
+    writer: *mut *mut ObjWriter,
+) -> c_int {
+    guard(|| {
+        let (h, name) = (handle(s)?, text(name, "name")?);
+        let id = id_arg(id, name)?;
+        let m = meta(name, dtype, nd, shape, chunks, attrs)?;
+        if writer.is_null() {
+            return Err(invalid(format!("{name}: writer is NULL")));
+        }
+        // SAFETY: the store outlives its writers (the header's contract).
+        let h: &'static ObjStore = unsafe { &*(h as *const ObjStore) };
+        let put = match &h.logged {
+            Some(l) => Writer::Layout(l.join_share(name, &id, &m)?),
+            None => h.direct.join_as(name, &id, &m)?,
+        };
+        let logged = h.logged.as_ref();
+        out(writer, Box::into_raw(Box::new(ObjWriter { put, logged })));
         Ok(())
     })
 }
@@ -382,7 +425,104 @@ pub unsafe extern "C" fn paralog_obj_finish(w: *mut ObjWriter) -> c_int {
         }
         // SAFETY: a writer paralog_obj_join returned, freed here once.
         let w = unsafe { Box::from_raw(w) };
-        w.put.finish()?;
+        finish(*w)?;
+        Ok(())
+    })
+}
+
+/// Finish a writer; a logged share's record (None otherwise).
+fn finish(w: ObjWriter) -> paralog_objects::Result<Option<Vec<u8>>> {
+    match (w.logged, w.put) {
+        (Some(l), Writer::Layout(p)) => l.finish(p),
+        (_, p) => p.finish().map(|()| None),
+    }
+}
+
+/// The MPI form's finish: `paralog_obj_finish`, and the writer's share
+/// record (a logged put's writer on another node than the committing
+/// one's) in `*share` (`*len` bytes; NULL and 0 otherwise), for the
+/// commit's gather; freed by `paralog_obj_share_free`.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_obj_finish_share(
+    w: *mut ObjWriter,
+    share: *mut *mut u8,
+    len: *mut usize,
+) -> c_int {
+    guard(|| {
+        if w.is_null() || share.is_null() || len.is_null() {
+            return Err(invalid("the writer, share or len is NULL"));
+        }
+        out(share, std::ptr::null_mut());
+        out(len, 0);
+        // SAFETY: a writer paralog_obj_join returned, freed here once.
+        let w = unsafe { Box::from_raw(w) };
+        if let Some(bytes) = finish(*w)? {
+            out(len, bytes.len());
+            out(share, Box::into_raw(bytes.into_boxed_slice()) as *mut u8);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn paralog_obj_share_free(share: *mut u8, len: usize) {
+    if !share.is_null() {
+        // SAFETY: what paralog_obj_finish_share handed out, freed once.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(share, len)) });
+    }
+}
+
+/// The MPI form's clean-up after a refused commit, on every rank: this
+/// node's share of a logged put removed (best effort); nothing otherwise.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_obj_discard_share(
+    s: *mut ObjStore,
+    name: *const c_char,
+    id: *const c_char,
+) {
+    let _ = guard(|| {
+        let (h, name) = (handle(s)?, text(name, "name")?);
+        let id = id_arg(id, name)?;
+        if let Some(l) = &h.logged {
+            l.discard_share(name, &id);
+        }
+        Ok(())
+    });
+}
+
+/// The MPI form's commit (rank 0): `paralog_obj_commit`, with the share
+/// records of the put's writers on other nodes (`len` bytes, one after
+/// the other, as gathered) on a logged store; on a direct store `len` is 0.
+#[no_mangle]
+pub unsafe extern "C" fn paralog_obj_commit_shares(
+    s: *mut ObjStore,
+    name: *const c_char,
+    id: *const c_char,
+    shares: *const u8,
+    len: usize,
+    version: *mut u64,
+) -> c_int {
+    guard(|| {
+        let (h, name) = (handle(s)?, text(name, "name")?);
+        let id = id_arg(id, name)?;
+        let bytes: &[u8] = if len == 0 {
+            &[]
+        } else if shares.is_null() {
+            return Err(invalid(format!("{name}: shares is NULL")));
+        } else {
+            // SAFETY: the caller's buffer of len bytes.
+            unsafe { std::slice::from_raw_parts(shares, len) }
+        };
+        let number = match &h.logged {
+            Some(l) => l.commit_shares(name, &id, bytes).map(|()| 0)?,
+            None if bytes.is_empty() => h.direct.commit(name, &id)?.number,
+            None => {
+                return Err(invalid(format!(
+                    "{name}: shares given for a direct store (only logged puts have shares)"
+                )))
+            }
+        };
+        out(version, number);
         Ok(())
     })
 }

@@ -26,7 +26,9 @@ pub struct PutInProgress {
     /// The version it was published as, by a commit killed before its
     /// cleanup (looked for only when `publishing`).
     pub published: Option<u64>,
-    /// A logged put committed on this node (`logged`): the publisher's.
+    /// A logged put committed on this node (`logged`), or a share of one
+    /// committed on another node (a writer's `s<writer>` record): the
+    /// publisher's.
     pub logged: bool,
     /// Its `begin` or `name` is gone: what a commit killed while removing
     /// a published put's directory left (`obj gc` removes it).
@@ -98,7 +100,7 @@ impl Store {
                 publishing,
                 published,
                 half_removed,
-                logged: crate::logged_record::committed(&dir),
+                logged: crate::logged_record::committed(&dir) || crate::share::holds_shares(&dir),
                 idle: now.duration_since(newest(&dir)).unwrap_or_default(),
             });
         }
@@ -125,8 +127,9 @@ impl Store {
                 continue;
             }
             // A logged put committed on this node waits for its publisher
-            // (a torn commit record is no commit: collected as abandoned).
-            if crate::logged_record::committed(&dir) {
+            // (a torn commit record is no commit: collected as abandoned),
+            // and so does a share committed here for another node's put.
+            if crate::logged_record::committed(&dir) || crate::share::holds_shares(&dir) {
                 continue;
             }
             let id = dir

@@ -14,19 +14,32 @@
 //! exactly once: the
 //! remote version's origin is the put's id, so a publisher that died after
 //! the remote publish finds the version and only cleans up, and one that
-//! died while copying aborts the remote put it left and copies again.
+//! died while copying resumes the copy (crate::remote_put).
+//!
+//! Across nodes (crate::share): ranks on another node than the put's
+//! committing one log their chunks in their own node's store, in a share
+//! of the put (same id), each writer's claims committed there as one
+//! record at its `finish`; the commit gathers them (MPI) and names them
+//! in its record as away; each node's server copies its shares to the
+//! remote's staging, and the committing node's publisher commits there
+//! once every claim is present (crate::publish).
 
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
+use std::path::Path;
 
 use paralog_backend::RemoteUrl;
 
 use crate::error::{io_err, Error, Result};
-use crate::logged_record::{Commit, Mark};
-use crate::put::{Committed, Put};
+use crate::logged_record::Commit;
+use crate::put::Put;
 use crate::record::ArrayMeta;
-use crate::staging::{remove_staged_chunks, sync_dir, write_file, write_synced, Claim};
+use crate::remote_put::Remote;
+use crate::share::{self, Share};
+use crate::staging::{new_id, sync_dir, write_file, write_synced, Claim};
 use crate::store::Store;
-use crate::{id_hex, parse_id, VersionId};
+use crate::{id_hex, VersionId};
+
+pub use crate::publish::{publish_committed, Published};
 
 /// A store whose puts are logged on this node and published to `remote`
 /// later (by [`publish_committed`]: the node server, or `paralog obj
@@ -34,16 +47,7 @@ use crate::{id_hex, parse_id, VersionId};
 #[derive(Debug, Clone)]
 pub struct LoggedStore {
     local: Store,
-    remote: Store,
     remote_url: String,
-}
-
-/// A logged put published on its remote.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Published {
-    pub name: String,
-    pub remote: String,
-    pub committed: Committed,
 }
 
 /// The node-local store's directory under the node-local root: a runtime
@@ -52,7 +56,7 @@ pub struct Published {
 pub const LOCAL_DIR: &str = ".paralog-objects";
 
 /// The node-local store under `local` (created 0700).
-fn local_store(local: &Path) -> Result<Store> {
+pub(crate) fn local_store(local: &Path) -> Result<Store> {
     use std::os::unix::fs::DirBuilderExt;
     let root = local.join(LOCAL_DIR);
     std::fs::DirBuilder::new()
@@ -64,19 +68,13 @@ fn local_store(local: &Path) -> Result<Store> {
 }
 
 impl LoggedStore {
-    /// Puts to the store `remote_url` (which must exist), logged under the
-    /// node-local directory `local`.
+    /// Puts to the store `remote_url` (which must exist: a directory
+    /// layout or `s3://`), logged under the node-local directory `local`.
     pub fn open(remote_url: &str, local: &Path) -> Result<LoggedStore> {
         let url: RemoteUrl = remote_url.parse().map_err(|e| Error::Url {
             url: remote_url.to_owned(),
             why: format!("{e}"),
         })?;
-        if matches!(url, RemoteUrl::S3(_)) {
-            return Err(Error::Url {
-                url: remote_url.to_owned(),
-                why: "logged puts to s3:// are not supported yet (open the store directly)".into(),
-            });
-        }
         if matches!(&url, RemoteUrl::ObjStore(o) if !o.sync) {
             // The publisher deletes the logged chunks once published.
             return Err(Error::Url {
@@ -84,21 +82,24 @@ impl LoggedStore {
                 why: "sync=0 is for direct puts only: a logged put's node-local copy is deleted once published, so its store must be durable (remove sync=0)".into(),
             });
         }
+        // Opened once to refuse a store that is not there now, not at
+        // the publish.
+        Remote::open(remote_url)?;
         Ok(LoggedStore {
             local: local_store(local)?,
-            remote: Store::open(&url)?,
             remote_url: remote_url.to_owned(),
         })
     }
 
-    /// The remote store (reads go there: a logged put is visible once
-    /// published).
-    pub fn remote(&self) -> &Store {
-        &self.remote
+    /// The remote store's URL (reads go there: a logged put is visible
+    /// once published).
+    pub fn remote_url(&self) -> &str {
+        &self.remote_url
     }
 
     /// Begin a logged put; its id goes to the other writers, who
-    /// [`LoggedStore::join_as`] it on this node.
+    /// [`LoggedStore::join_as`] it on this node (or
+    /// [`LoggedStore::join_share`] on any node).
     pub fn begin(&self, name: &str, meta: &ArrayMeta) -> Result<Put<'_>> {
         let put = self.local.begin(name, meta)?;
         let dir = self.local.staging_dir(&put.id());
@@ -126,6 +127,62 @@ impl LoggedStore {
         self.local.join_as(name, id, meta)
     }
 
+    /// Join the put `id` as a writer on any node (the MPI form): the put
+    /// itself when it was begun on this node, else this node's share of
+    /// it, made by the first of its writers here (`meta` must be the
+    /// put's, attributes included: it is the share's record).
+    pub fn join_share(&self, name: &str, id: &VersionId, meta: &ArrayMeta) -> Result<Put<'_>> {
+        let dir = self.local.staging_dir(id);
+        if !dir.join("begin").is_file() {
+            crate::store::check_name(name)?;
+            meta.check(name)?;
+            let staging = self.local.root().join("staging");
+            let tmp = staging.join(format!(".share.{}.{}", id_hex(id), id_hex(&new_id())));
+            std::fs::create_dir_all(&tmp).map_err(io_err(&tmp, "create"))?;
+            // Not synced: each writer's share record holds all of it.
+            write_file(&tmp.join("begin"), &crate::record::encode(id, meta))?;
+            write_file(&tmp.join("name"), name.as_bytes())?;
+            write_file(&tmp.join("remote"), self.remote_url.as_bytes())?;
+            write_file(&tmp.join(share::MARK), b"")?;
+            // Another writer of this node renamed its share first: join it.
+            if std::fs::rename(&tmp, &dir).is_err() {
+                let _ = std::fs::remove_dir_all(&tmp);
+            }
+        }
+        self.local.join_as(name, id, meta)
+    }
+
+    /// Finish a writer. In a share (another node than the committing
+    /// one's), also commit its part here: its claims in one record,
+    /// durable (file, the put's directory, `staging/`), returned for the
+    /// commit ([`LoggedStore::commit_shares`]). `None`: a writer of the
+    /// put itself, whose claims the commit reads on this node.
+    pub fn finish(&self, put: Put<'_>) -> Result<Option<Vec<u8>>> {
+        let dir = put.dir().to_path_buf();
+        if !dir.join(share::MARK).exists() {
+            put.finish()?;
+            return Ok(None);
+        }
+        let mut claims = put.written().to_vec();
+        claims.sort_by_key(|(i, _)| *i);
+        let record = share::encode(
+            &put.id(),
+            &Share {
+                writer: put.writer(),
+                name: put_name(&dir)?,
+                remote: self.remote_url.clone(),
+                meta: put.meta().clone(),
+                claims,
+            },
+        );
+        let writer = put.writer();
+        put.finish()?;
+        write_synced(&dir.join(share::file_name(&writer)), &record)?;
+        sync_dir(&dir)?;
+        sync_dir(&self.local.root().join("staging"))?;
+        Ok(Some(record))
+    }
+
     /// The local commit: every chunk written by a writer that finished,
     /// then one record of the whole put, durable. The version is
     /// published (and numbered) by the publisher.
@@ -137,7 +194,66 @@ impl LoggedStore {
     /// name in the put's directory, and that directory's name in
     /// `staging/`: one fsync of a file and two of directories.
     pub fn commit(&self, name: &str, id: &VersionId) -> Result<()> {
-        let (meta, claims) = self.local.complete(name, id, false)?;
+        self.commit_shares(name, id, &[])
+    }
+
+    /// [`LoggedStore::commit`] of a put whose writers on other nodes
+    /// committed shares there: `shares` is their records one after the
+    /// other (as [`LoggedStore::finish`] returned them). Each must be of
+    /// this put (id, name, array, remote); a chunk claimed twice (here
+    /// and in a share, or in two shares) is refused as an overlap.
+    pub fn commit_shares(&self, name: &str, id: &VersionId, shares: &[u8]) -> Result<()> {
+        let (meta, mut claims, mut finished) = self.local.claims(name, id, false)?;
+        let perr = |why: String| Error::Put {
+            name: name.to_owned(),
+            id: id_hex(id),
+            why,
+        };
+        let mut away = BTreeSet::new();
+        let mut rest = shares;
+        while !rest.is_empty() {
+            let len = share::record_len(rest)
+                .filter(|&l| l <= rest.len())
+                .ok_or_else(|| perr("a rank's share record is cut short".into()))?;
+            let at = Path::new("(a rank's share record)");
+            let Some((sid, s)) = share::decode(&rest[..len], at)? else {
+                return Err(perr("a rank's share record fails its checksum".into()));
+            };
+            rest = &rest[len..];
+            if &sid != id || s.name != name || s.meta != meta || s.remote != self.remote_url {
+                return Err(perr(format!(
+                    "a share of writer {} is not of this put (its put {}, name {:?}, remote {:?}, or its array differs)",
+                    id_hex(&s.writer),
+                    id_hex(&sid),
+                    s.name,
+                    s.remote
+                )));
+            }
+            for (i, c) in s.claims {
+                if claims[i as usize].is_some() {
+                    return Err(Error::Overlap {
+                        name: name.to_owned(),
+                        id: id_hex(id),
+                        chunk: meta.coords(i),
+                    });
+                }
+                claims[i as usize] = Some(c);
+                away.insert(s.writer);
+            }
+            finished.insert(s.writer);
+        }
+        let claims = crate::staging::complete_claims(claims, &finished, &meta).map_err(perr)?;
+        self.write_commit(name, id, meta, claims, away.into_iter().collect())
+    }
+
+    fn write_commit(
+        &self,
+        name: &str,
+        id: &VersionId,
+        meta: ArrayMeta,
+        claims: Vec<Claim>,
+        away: Vec<[u8; 16]>,
+    ) -> Result<()> {
         let dir = self.local.staging_dir(id);
         crate::failpoint("objects.before_commit");
         // The commit's time in nanoseconds (file times are as coarse as a
@@ -153,6 +269,7 @@ impl LoggedStore {
                 remote: self.remote_url.clone(),
                 meta,
                 claims,
+                away,
             },
         );
         write_synced(&dir.join("logged"), &record)?;
@@ -160,6 +277,27 @@ impl LoggedStore {
         sync_dir(&self.local.root().join("staging"))?;
         crate::failpoint("objects.after_commit");
         Ok(())
+    }
+
+    /// After a refused commit (the MPI form, on every rank): this node's
+    /// share of the put `id`, if it has one, removed (its records first,
+    /// so its server stops copying it), best effort: a share the server
+    /// already copied stays in the remote's staging until `paralog obj
+    /// gc` there. Nothing happens on the committing node.
+    pub fn discard_share(&self, name: &str, id: &VersionId) {
+        let dir = self.local.staging_dir(id);
+        if !dir.join(share::MARK).exists() {
+            return;
+        }
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for e in entries.flatten() {
+                if share::writer_of(&e.file_name().to_string_lossy()).is_some() {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        // Another rank of this node may be removing it too.
+        let _ = self.local.abort(name, id);
     }
 
     pub fn abort(&self, name: &str, id: &VersionId) -> Result<()> {
@@ -174,200 +312,13 @@ impl LoggedStore {
     }
 }
 
-/// Publish every committed logged put under the node-local directory
-/// `local` to its remote, in the order of their local commits (the
-/// times in their `logged` marks), so versions are numbered as they were committed; puts not committed are left
-/// (their writers may still be writing; `paralog obj gc` removes abandoned
-/// ones). One publisher at a time per node (the node server, or `recover`
-/// when it is not running). Returns what was published, and the first
-/// error after trying every put.
-pub fn publish_committed(local: &Path) -> Result<Vec<Published>> {
-    let store = local_store(local)?;
-    let staging = store.root().join("staging");
-    // What a publisher killed while removing a published put left.
-    if let Ok(entries) = std::fs::read_dir(&staging) {
-        for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with(".published.") {
-                remove_tombstone(&store, &e.path())?;
-            }
-        }
-    }
-    let ids: Vec<VersionId> = match std::fs::read_dir(&staging) {
-        Ok(entries) => entries
-            .flatten()
-            .filter_map(|e| parse_id(&e.file_name().to_string_lossy()))
-            .collect(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(io_err(&staging, "list logged puts")(e)),
-    };
-    let mut done = Vec::new();
-    let mut first_err = None;
-    // Committed puts with their marks, in the order of their commits (a
-    // damaged mark is reported, after trying every other put).
-    let mut marks = Vec::new();
-    for id in ids {
-        match read_mark(&store, &id) {
-            Ok(Some((t, mark))) => marks.push((t, id, mark)),
-            Ok(None) => {}
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
-        }
-    }
-    marks.sort_by_key(|(t, id, _)| (*t, *id));
-    for (_, id, mark) in marks {
-        match publish_one(&store, &id, mark) {
-            Ok(p) => done.push(p),
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
-        }
-    }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(done),
-    }
-}
-
-/// Where a published put's staging directory goes to be removed: in
-/// `staging/`, under a name that is no put's id.
-fn tombstone(local: &Store, id: &VersionId) -> PathBuf {
-    local
-        .root()
-        .join("staging")
-        .join(format!(".published.{}", id_hex(id)))
-}
-
-/// A put's `logged` mark with its commit time: `None` if the put is not
-/// committed here (no mark, or a torn one).
-fn read_mark(local: &Store, id: &VersionId) -> Result<Option<(u64, Mark)>> {
-    let path = local.staging_dir(id).join("logged");
-    let b = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_err(&path, "read")(e)),
-    };
-    Ok(match crate::logged_record::decode(&b, id, &path)? {
-        Mark::Torn => None,
-        Mark::Time(t) => Some((t, Mark::Time(t))),
-        Mark::Record(c) => Some((c.time_ns, Mark::Record(c))),
-    })
-}
-
-fn remove_tombstone(local: &Store, tomb: &Path) -> Result<()> {
-    remove_staged_chunks(local, tomb);
-    // The chunks a commit record names (its claims' files need not have
-    // outlived a crash of the node).
-    let id = tomb
-        .file_name()
-        .and_then(|f| f.to_str())
-        .and_then(|f| f.strip_prefix(".published."))
-        .and_then(parse_id);
-    let path = tomb.join("logged");
-    if let (Some(id), Ok(b)) = (id, std::fs::read(&path)) {
-        if let Ok(Mark::Record(c)) = crate::logged_record::decode(&b, &id, &path) {
-            for claim in &c.claims {
-                let _ = std::fs::remove_file(local.os.chunk_path(claim.dir, &claim.chunk));
-            }
-        }
-    }
-    std::fs::remove_dir_all(tomb).map_err(io_err(tomb, "remove the published put"))
-}
-
-fn read_text(path: PathBuf) -> Result<String> {
-    let b = std::fs::read(&path).map_err(io_err(&path, "read"))?;
+/// The object name a put's staging directory holds.
+fn put_name(dir: &Path) -> Result<String> {
+    let p = dir.join("name");
+    let b = std::fs::read(&p).map_err(io_err(&p, "read"))?;
     String::from_utf8(b).map_err(|_| Error::Damaged {
-        path,
+        path: p,
         offset: 0,
         what: "not UTF-8".into(),
     })
-}
-
-fn publish_one(local: &Store, id: &VersionId, mark: Mark) -> Result<Published> {
-    let dir = local.staging_dir(id);
-    let (name, remote_url, put) = match mark {
-        Mark::Record(c) => (c.name, c.remote, Some((c.meta, c.claims))),
-        // Version 1: the put's own files, synced by its commit.
-        _ => (
-            read_text(dir.join("name"))?,
-            read_text(dir.join("remote"))?,
-            None,
-        ),
-    };
-    let url: RemoteUrl = remote_url.parse().map_err(|e| Error::Url {
-        url: remote_url.clone(),
-        why: format!("{e}"),
-    })?;
-    let remote = Store::open(&url)?;
-    let committed = match remote.published(&name, id)? {
-        // Published before the publisher died: the remote commit again,
-        // which finds the version by its id and makes the views a
-        // publisher killed right after the publish did not make (the crash
-        // test at a random time found version 2 without its Zarr view);
-        // then the local cleanup.
-        Some(_) => remote.commit(&name, id)?,
-        None => copy_and_commit(local, &remote, &name, id, put)?,
-    };
-    crate::failpoint("objects.publish_after_remote");
-    // Renamed out of the way first: a publisher killed while removing the
-    // directory file by file left claims without the `logged` mark and
-    // name beside them (the random-time kill test found one), which no
-    // later round would look at. A tombstone is removed by the next round.
-    let tomb = tombstone(local, id);
-    std::fs::rename(&dir, &tomb).map_err(io_err(&dir, "retire the published put"))?;
-    crate::failpoint("objects.publish_mid_cleanup");
-    remove_tombstone(local, &tomb)?;
-    Ok(Published {
-        name,
-        remote: remote_url,
-        committed,
-    })
-}
-
-/// Copy the put's chunks to a remote put of the same id, each checked
-/// against its claim's CRC-32C, and commit it there. A remote put left by
-/// a publisher that died while copying (not published: checked before)
-/// is aborted and made again: its writer never finished.
-fn copy_and_commit(
-    local: &Store,
-    remote: &Store,
-    name: &str,
-    id: &VersionId,
-    put: Option<(ArrayMeta, Vec<Claim>)>,
-) -> Result<Committed> {
-    let (meta, claims) = match put {
-        Some(p) => p,
-        None => local.complete(name, id, false)?,
-    };
-    if remote.staging_dir(id).join("begin").is_file() {
-        remote.abort(name, id)?;
-    }
-    let half = remote
-        .root()
-        .join("staging")
-        .join(format!(".begin.{}", id_hex(id)));
-    let _ = std::fs::remove_dir_all(half);
-    let mut put = remote.begin_id(name, &meta, *id)?;
-    let cb = meta.chunk_len() as usize;
-    for (i, c) in claims.iter().enumerate() {
-        let coords = meta.coords(i as u64);
-        let path = local.os.chunk_path(c.dir, &c.chunk);
-        let block = std::fs::read(&path).map_err(io_err(&path, "read logged chunk"))?;
-        if let Err(why) = crate::stored::check_stored(&block, cb as u64, c.block_crc) {
-            return Err(Error::Put {
-                name: name.to_owned(),
-                id: id_hex(id),
-                why: format!(
-                    "logged chunk {coords:?}: {}: {why}: fails its claim; not published",
-                    path.display()
-                ),
-            });
-        }
-        put.write_chunk(&coords, &block[..cb])?;
-        if i == 0 {
-            crate::failpoint("objects.publish_mid_copy");
-        }
-    }
-    put.finish()?;
-    remote.commit(name, id)
 }

@@ -7,7 +7,10 @@
 //!
 //! Version 1 of the mark was the commit's time as decimal text, the put's
 //! other files synced before it; such a mark is still published (from the
-//! put's files, as before).
+//! put's files, as before). Version 3 adds the writers whose shares are on
+//! other nodes (crate::share): the publisher copies every other claim from
+//! this node and waits for theirs in the remote's staging. Version 2 (no
+//! such list: every claim on this node) is still read.
 
 use std::path::Path;
 
@@ -17,7 +20,7 @@ use crate::staging::{decode_claim, encode_claim, Claim};
 use crate::VersionId;
 
 const MAGIC: &[u8; 8] = b"PLGLOGGD";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 /// Magic, version, reserved, id, time, four lengths.
 const HEAD: usize = 8 + 4 + 4 + 16 + 8 + 4 * 4;
 const CLAIM_LEN: usize = 60;
@@ -31,6 +34,9 @@ pub(crate) struct Commit {
     pub(crate) meta: ArrayMeta,
     /// Every chunk's claim, in chunk order.
     pub(crate) claims: Vec<Claim>,
+    /// The writers whose chunks are on other nodes (their shares, copied
+    /// to the remote by those nodes' servers), sorted.
+    pub(crate) away: Vec<[u8; 16]>,
 }
 
 /// A `logged` mark as found.
@@ -63,6 +69,10 @@ pub(crate) fn encode(id: &VersionId, c: &Commit) -> Vec<u8> {
     for (i, claim) in c.claims.iter().enumerate() {
         b.extend_from_slice(&encode_claim(i as u64, claim));
     }
+    b.extend_from_slice(&(c.away.len() as u32).to_le_bytes());
+    for w in &c.away {
+        b.extend_from_slice(w);
+    }
     let crc = paralog_checksum::crc32c(&b);
     b.extend_from_slice(&crc.to_le_bytes());
     b
@@ -91,7 +101,8 @@ pub(crate) fn decode(b: &[u8], id: &VersionId, path: &Path) -> Result<Mark> {
     if b.len() < HEAD + 4 || paralog_checksum::crc32c(&b[..b.len() - 4]) != u32_at(b.len() - 4) {
         return Ok(Mark::Torn);
     }
-    if u32_at(8) != VERSION || u32_at(12) != 0 {
+    let version = u32_at(8);
+    if !(version == 2 || version == VERSION) || u32_at(12) != 0 {
         return Err(damaged(8, "a logged commit record of another version"));
     }
     if &b[16..32] != id {
@@ -104,7 +115,20 @@ pub(crate) fn decode(b: &[u8], id: &VersionId, path: &Path) -> Result<Mark> {
         u32_at(48) as usize,
         u32_at(52) as usize,
     );
-    if HEAD + nl + rl + bl + n * CLAIM_LEN + 4 != b.len() {
+    let claims_end = HEAD + nl + rl + bl + n * CLAIM_LEN;
+    // Version 3: the away writers' count and ids after the claims.
+    let away_at = claims_end + 4;
+    let m = match version {
+        2 => 0,
+        _ if b.len() >= away_at + 4 => u32_at(claims_end) as usize,
+        _ => return Err(damaged(40, "lengths that do not add up to the record's")),
+    };
+    let end = if version == 2 {
+        claims_end
+    } else {
+        away_at + 16 * m
+    };
+    if end + 4 != b.len() {
         return Err(damaged(40, "lengths that do not add up to the record's"));
     }
     let text = |at: usize, len: usize, what: &str| {
@@ -132,12 +156,32 @@ pub(crate) fn decode(b: &[u8], id: &VersionId, path: &Path) -> Result<Mark> {
         }
         claims.push(c);
     }
+    let away: Vec<[u8; 16]> = (0..m)
+        .map(|k| {
+            b[away_at + 16 * k..away_at + 16 * (k + 1)]
+                .try_into()
+                .expect("16")
+        })
+        .collect();
+    if away.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(damaged(away_at, "away writers not sorted or repeated"));
+    }
+    if let Some(w) = away
+        .iter()
+        .find(|w| !claims.iter().any(|c| &c.writer == *w))
+    {
+        return Err(damaged(
+            away_at,
+            &format!("away writer {} claims no chunk", crate::id_hex(w)),
+        ));
+    }
     Ok(Mark::Record(Commit {
         time_ns,
         name,
         remote,
         meta,
         claims,
+        away,
     }))
 }
 
@@ -165,6 +209,10 @@ mod tests {
     use crate::grid::DType;
 
     fn fixed() -> (VersionId, Commit) {
+        fixed_away(Vec::new())
+    }
+
+    fn fixed_away(away: Vec<[u8; 16]>) -> (VersionId, Commit) {
         let id: VersionId = std::array::from_fn(|i| i as u8);
         let claims = (0..2u8)
             .map(|k| Claim {
@@ -180,37 +228,63 @@ mod tests {
             remote: "objstore:///scratch/objs?dirs=4".into(),
             meta: ArrayMeta::new(DType::I32, &[32, 4], &[16, 4]),
             claims,
+            away,
         };
         (id, c)
     }
 
-    /// The golden vector (docs/objects-format.md): `PARALOG_WRITE_VECTORS=1`
-    /// writes it (once, when the format is made).
+    fn same(got: &Commit, c: &Commit) {
+        assert_eq!(
+            (got.time_ns, &got.name, &got.remote, &got.meta, &got.away),
+            (c.time_ns, &c.name, &c.remote, &c.meta, &c.away)
+        );
+        assert_eq!(got.claims, c.claims);
+    }
+
+    /// The version 2 golden vector (docs/objects-format.md), written by the
+    /// previous binary: still read, as a put whose claims are all here.
     #[test]
-    fn golden_vector_v2() {
+    fn golden_vector_v2_still_reads() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/logged_v2.bin");
         let (id, c) = fixed();
+        let golden = std::fs::read(&path).unwrap();
+        assert_eq!(&golden[..8], b"PLGLOGGD");
+        assert_eq!(u32::from_le_bytes(golden[8..12].try_into().unwrap()), 2);
+        let Mark::Record(got) = decode(&golden, &id, &path).unwrap() else {
+            panic!("not a record")
+        };
+        same(&got, &c);
+    }
+
+    /// The version 3 golden vector: `PARALOG_WRITE_VECTORS=1` writes it
+    /// (once, when the format is made). Writer `21 21 …` is away.
+    #[test]
+    fn golden_vector_v3() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/logged_v3.bin");
+        let (id, c) = fixed_away(vec![[0x21; 16]]);
         if std::env::var_os("PARALOG_WRITE_VECTORS").is_some() {
             std::fs::write(&path, encode(&id, &c)).unwrap();
         }
         let golden = std::fs::read(&path).unwrap();
         assert_eq!(encode(&id, &c), golden);
         assert_eq!(&golden[..8], b"PLGLOGGD");
-        assert_eq!(u32::from_le_bytes(golden[8..12].try_into().unwrap()), 2);
+        assert_eq!(u32::from_le_bytes(golden[8..12].try_into().unwrap()), 3);
         assert_eq!(&golden[16..32], &id);
+        // The away list: after the claims, before the CRC.
+        let n = golden.len();
+        assert_eq!(&golden[n - 20..n - 4], &[0x21; 16]);
+        assert_eq!(
+            u32::from_le_bytes(golden[n - 24..n - 20].try_into().unwrap()),
+            1
+        );
         let Mark::Record(got) = decode(&golden, &id, &path).unwrap() else {
             panic!("not a record")
         };
-        assert_eq!(
-            (got.time_ns, &got.name, &got.remote, &got.meta),
-            (c.time_ns, &c.name, &c.remote, &c.meta)
-        );
-        let pairs = |v: &[Claim]| -> Vec<_> {
-            v.iter()
-                .map(|c| (c.chunk, c.dir, c.block_crc, c.writer))
-                .collect()
-        };
-        assert_eq!(pairs(&got.claims), pairs(&c.claims));
+        same(&got, &c);
+        // An away writer that claims nothing is damage.
+        let (id, c) = fixed_away(vec![[0x77; 16]]);
+        let e = decode(&encode(&id, &c), &id, &path).err().expect("refused");
+        assert!(e.to_string().contains("claims no chunk"), "{e}");
     }
 
     #[test]

@@ -35,6 +35,9 @@ use crate::staging::{
 use crate::store::{check_name, Store};
 use crate::{id_hex, parse_id, VersionId};
 
+/// The writers of a put that finished (their `w` marks).
+pub(crate) type Writers = BTreeSet<[u8; 16]>;
+
 /// What a commit published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Committed {
@@ -54,6 +57,9 @@ pub struct Put<'a> {
     /// The storage directories this writer put chunk files in: `finish`
     /// fsyncs each once (their names), not once per chunk.
     chunk_dirs: BTreeSet<u32>,
+    /// This writer's claims (chunk index, claim): a logged put's share on
+    /// another node is made of them (crate::share).
+    written: Vec<(u64, Claim)>,
 }
 
 impl Store {
@@ -89,20 +95,34 @@ impl Store {
             writer: new_id(),
             dir,
             chunk_dirs: BTreeSet::new(),
+            written: Vec::new(),
         })
     }
 
     /// Join the chunked PUT `id` of `name` as one more writer.
     pub fn join(&self, name: &str, id: &VersionId) -> Result<Put<'_>> {
+        self.join_writer(name, id, new_id())
+    }
+
+    /// [`Store::join`] as the writer `writer` (a logged put's share copied
+    /// to its remote keeps its writer's id, so that a copy resumed after a
+    /// crash knows its own claims).
+    pub(crate) fn join_writer(
+        &self,
+        name: &str,
+        id: &VersionId,
+        writer: [u8; 16],
+    ) -> Result<Put<'_>> {
         let (meta, dir) = self.staged(name, id, false)?;
         Ok(Put {
             store: self,
             name: name.to_owned(),
             id: *id,
             meta,
-            writer: new_id(),
+            writer,
             dir,
             chunk_dirs: BTreeSet::new(),
+            written: Vec::new(),
         })
     }
 
@@ -259,12 +279,26 @@ impl Store {
         id: &VersionId,
         sync: bool,
     ) -> Result<(ArrayMeta, Vec<Claim>)> {
+        let (meta, claims, finished) = self.claims(name, id, sync)?;
+        let claims = crate::staging::complete_claims(claims, &finished, &meta).map_err(|why| {
+            Error::Put {
+                name: name.to_owned(),
+                id: id_hex(id),
+                why,
+            }
+        })?;
+        Ok((meta, claims))
+    }
+
+    /// The put's array, the claims found (by chunk index) and the writers
+    /// that finished, each claim checked to be where it says.
+    pub(crate) fn claims(
+        &self,
+        name: &str,
+        id: &VersionId,
+        sync: bool,
+    ) -> Result<(ArrayMeta, Vec<Option<Claim>>, Writers)> {
         let (meta, dir) = self.staged(name, id, sync)?;
-        let perr = |why: String| Error::Put {
-            name: name.to_owned(),
-            id: id_hex(id),
-            why,
-        };
         let n = meta.n_chunks();
         let mut claims: Vec<Option<Claim>> = (0..n).map(|_| None).collect();
         let mut finished = BTreeSet::new();
@@ -290,8 +324,7 @@ impl Store {
             }
             claims[i as usize] = Some(c);
         }
-        let claims = crate::staging::complete_claims(claims, &finished, &meta).map_err(perr)?;
-        Ok((meta, claims))
+        Ok((meta, claims, finished))
     }
 
     /// Give up a chunked PUT: its chunks and staging directory are removed.
@@ -380,6 +413,19 @@ impl Put<'_> {
         &self.meta
     }
 
+    pub(crate) fn writer(&self) -> [u8; 16] {
+        self.writer
+    }
+
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// This writer's claims so far, in the order written.
+    pub(crate) fn written(&self) -> &[(u64, Claim)] {
+        &self.written
+    }
+
     /// Write one whole chunk (`chunk_len` bytes, row-major little-endian;
     /// an edge chunk with its padding) at grid coordinates `coords`; durable
     /// on return. Refused: a chunk outside the grid, a buffer of another
@@ -437,6 +483,9 @@ impl Put<'_> {
         }
         // Claimed (or removed): the intent is no longer needed.
         let _ = std::fs::remove_file(&intent);
+        if placed.is_ok() {
+            self.written.push((i, claim));
+        }
         if let Err(e) = placed {
             return Err(match e {
                 Error::Io { ref error, .. } if error.kind() == ErrorKind::AlreadyExists => {

@@ -42,13 +42,24 @@ impl S3Store {
 
     /// Join the chunked put `id` of `name` as one more writer.
     pub fn join(&self, name: &str, id: &VersionId) -> Result<S3Put<'_>> {
+        self.join_writer(name, id, new_id())
+    }
+
+    /// [`S3Store::join`] as the writer `writer` (a logged put's share,
+    /// copied under its writer's own id: crate::remote_put).
+    pub(crate) fn join_writer(
+        &self,
+        name: &str,
+        id: &VersionId,
+        writer: [u8; 16],
+    ) -> Result<S3Put<'_>> {
         let meta = self.staged(name, id)?;
         Ok(S3Put {
             store: self,
             name: name.to_owned(),
             id: *id,
             meta,
-            writer: new_id(),
+            writer,
         })
     }
 
@@ -60,7 +71,7 @@ impl S3Store {
         Ok(put)
     }
 
-    fn staged(&self, name: &str, id: &VersionId) -> Result<ArrayMeta> {
+    pub(crate) fn staged(&self, name: &str, id: &VersionId) -> Result<ArrayMeta> {
         check_name(name)?;
         let dir = format!("staging/{}", id_hex(id));
         let perr = |why: String| Error::Put {
@@ -93,7 +104,7 @@ impl S3Store {
     }
 
     /// The version a put published, if it did (found by its id).
-    fn published(&self, name: &str, id: &VersionId) -> Result<Option<u64>> {
+    pub(crate) fn published(&self, name: &str, id: &VersionId) -> Result<Option<u64>> {
         Ok(self
             .versions(name)?
             .into_iter()

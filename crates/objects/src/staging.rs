@@ -14,6 +14,7 @@ const CLAIM_MAGIC: &[u8; 8] = b"PLGCLAIM";
 const CLAIM_LEN: usize = 60;
 
 /// A chunk claimed by a writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Claim {
     pub(crate) chunk: [u8; 16],
     pub(crate) dir: u32,

@@ -4,7 +4,11 @@
 
 mod common;
 
-use paralog_objects::{publish_committed, ArrayMeta, DType, Error, LoggedStore};
+use paralog_objects::{publish_committed, ArrayMeta, DType, Error, LoggedStore, Store};
+
+fn remote(url: &str) -> Store {
+    Store::open(&url.parse().unwrap()).unwrap()
+}
 
 fn files_under(p: &std::path::Path) -> usize {
     std::fs::read_dir(p)
@@ -52,7 +56,7 @@ fn published_once_by_the_publisher() {
     ls.commit("run/t", &id).unwrap();
     // Logged, not published yet: the remote has no version.
     assert!(matches!(
-        ls.remote().array("run/t", None),
+        remote(&url).array("run/t", None),
         Err(Error::NotFound { .. })
     ));
     let err = ls.abort("run/t", &id).unwrap_err().to_string();
@@ -67,8 +71,8 @@ fn published_once_by_the_publisher() {
         (p.len(), p[0].committed.number, p[0].committed.id),
         (1, 1, id)
     );
-    let av = ls.remote().array("run/t", None).unwrap();
-    assert_eq!(av.read_all(ls.remote()).unwrap(), data);
+    let av = remote(&url).array("run/t", None).unwrap();
+    assert_eq!(av.read_all(&remote(&url)).unwrap(), data);
     assert_eq!(files_under(&local.path().join(".paralog-objects/data")), 0);
     assert!(publish_committed(local.path()).unwrap().is_empty());
 
@@ -76,7 +80,7 @@ fn published_once_by_the_publisher() {
     copy_tree(saved.path(), &local.path().join(".paralog-objects"));
     let p = publish_committed(local.path()).unwrap();
     assert_eq!((p.len(), p[0].committed.number), (1, 1), "published again");
-    assert_eq!(ls.remote().versions("run/t").unwrap().len(), 1);
+    assert_eq!(remote(&url).versions("run/t").unwrap().len(), 1);
 }
 
 #[test]
@@ -124,7 +128,7 @@ fn uncommitted_and_damaged_puts_are_not_published() {
             && err.contains("not published"),
         "{err}"
     );
-    assert!(ls.remote().versions("d").unwrap().is_empty());
+    assert!(remote(&url).versions("d").unwrap().is_empty());
     std::fs::write(&c0, good).unwrap();
     // Flip a byte of every logged chunk file: refused, nothing published.
     for f in &files {
@@ -137,7 +141,7 @@ fn uncommitted_and_damaged_puts_are_not_published() {
         err.contains("damaged (checksum mismatch") && err.contains("not published"),
         "{err}"
     );
-    assert!(ls.remote().versions("d").unwrap().is_empty());
+    assert!(remote(&url).versions("d").unwrap().is_empty());
 }
 
 /// A put committed with a version 1 mark (the commit's time as text, the
@@ -168,12 +172,12 @@ fn version_1_marks_are_published_and_torn_records_are_not() {
     let p = publish_committed(local.path()).unwrap();
     assert_eq!(p.len(), 1, "only the version 1 put: {p:?}");
     assert_eq!(p[0].name, "old");
-    let av = ls.remote().array("old", None).unwrap();
+    let av = remote(&url).array("old", None).unwrap();
     assert_eq!(
-        av.read_all(ls.remote()).unwrap(),
+        av.read_all(&remote(&url)).unwrap(),
         [[5u8; 8], [6u8; 8]].concat()
     );
-    assert!(ls.remote().versions("torn").unwrap().is_empty());
+    assert!(remote(&url).versions("torn").unwrap().is_empty());
     let node = paralog_objects::Store::open(&paralog_backend::RemoteUrl::Posix(
         local.path().join(paralog_objects::logged::LOCAL_DIR),
     ))

@@ -69,13 +69,14 @@ const char *paralog_obj_errmsg(void);
 void paralog_obj_set_error(const char *msg);
 
 /* A store: objstore:///ROOT?dirs=N&keep=K, /ROOT, file:///ROOT, or
-   s3://BUCKET/STORE (made by `paralog obj init`; not for logged opens). */
+   s3://BUCKET/STORE (made by `paralog obj init`). */
 int paralog_obj_open(const char *url, paralog_obj_store **store);
 /* A store whose puts are logged: chunks written to the node-local
  * directory `local` (the node server's --local), the commit made there;
  * the node server publishes the version (or `paralog recover`), so a
- * commit's *version is 0 (numbered when published). Reads go to `url`.
- * All writers of a logged put must be on the node that began it. */
+ * commit's *version is 0 (numbered when published). Reads go to `url`
+ * (a directory layout or s3://). Writers on other nodes than the one
+ * that began the put: the MPI form only (objects_mpi.h). */
 int paralog_obj_open_logged(const char *url, const char *local, paralog_obj_store **store);
 /* Closing a store waits for the views of its commits (as does the
  * process's exit); see paralog_obj_wait_views. */
@@ -112,6 +113,24 @@ void paralog_obj_discard(paralog_obj_writer *writer);
 int paralog_obj_commit(paralog_obj_store *store, const char *name, const char *id,
                        uint64_t *version);
 int paralog_obj_abort(paralog_obj_store *store, const char *name, const char *id);
+
+/* For the MPI form (objects_mpi.h), which calls them; a program calls the
+ * MPI form instead. join_any: on a logged store, join the put if it was
+ * begun on this node, else this node's share of it (attrs_json: the
+ * put's, as rank 0 gave them). finish_share: finish the writer; a logged
+ * writer in a share commits it on this node and hands back its record
+ * (*share, *len; NULL and 0 otherwise; freed by share_free). commit_shares
+ * (rank 0): commit with the gathered share records (len 0 on a direct
+ * store). discard_share: after a refused commit, every rank: this node's
+ * share of the put removed (best effort; nothing on a direct store). */
+int paralog_obj_join_any(paralog_obj_store *store, const char *name, const char *id, int dtype,
+                         int ndim, const uint64_t *shape, const uint64_t *chunks,
+                         const char *attrs_json, paralog_obj_writer **writer);
+int paralog_obj_finish_share(paralog_obj_writer *writer, uint8_t **share, size_t *len);
+void paralog_obj_share_free(uint8_t *share, size_t len);
+int paralog_obj_commit_shares(paralog_obj_store *store, const char *name, const char *id,
+                              const uint8_t *shares, size_t len, uint64_t *version);
+void paralog_obj_discard_share(paralog_obj_store *store, const char *name, const char *id);
 
 /* GET a hyperslab (start, count; both NULL: the whole array) of a version
  * (version < 0: the latest) into buf of nbytes (exactly the slab's size);

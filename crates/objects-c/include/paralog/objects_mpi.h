@@ -20,13 +20,18 @@
 extern "C" {
 #endif
 
-/* Rank 0 begins the put and broadcasts its id; every rank joins it with
- * its own idea of the array (a different type, shape or grid is refused). */
+/* Rank 0 begins the put and broadcasts its id (and attributes); every rank
+ * joins it with its own idea of the array (a different type, shape or grid
+ * is refused). On a logged store, ranks on other nodes (another `local`
+ * directory than rank 0's) log their chunks on their own node, as a share
+ * of the put that their node server copies to the store. */
 int paralog_obj_begin_mpi(MPI_Comm comm, paralog_obj_store *store, const char *name, int dtype,
                           int ndim, const uint64_t *shape, const uint64_t *chunks,
                           const char *attrs_json, paralog_obj_writer **writer);
-/* Every rank finishes its writer (freed), then rank 0 commits; *version
- * (if not NULL) on every rank. */
+/* Every rank finishes its writer (freed; on a logged store a rank on
+ * another node commits its share there), rank 0 gathers the shares and
+ * commits; *version (if not NULL) on every rank. A chunk written by ranks
+ * on two nodes is refused here (on one node: at its second write). */
 int paralog_obj_commit_mpi(MPI_Comm comm, paralog_obj_store *store, const char *name,
                            paralog_obj_writer *writer, uint64_t *version);
 /* The same for Fortran (paralog_objects.f90): the communicator's integer handle. */

@@ -1,0 +1,306 @@
+//! The remote side of publishing a logged put (docs/objects.md "Logged
+//! mode"): the remote store (a directory layout or S3) holds a chunked put
+//! of the logged put's id, into which each node copies its shares (each
+//! writer's claims, under the writer's own id); the committing node's
+//! publisher commits it once every claim of the commit record is there.
+//!
+//! A copy is resumable: a writer's `w` mark on the remote says its share
+//! is whole there (and durable: the node deletes its local copy after).
+//! Before it, a claim of the writer whose chunk checks against the logged
+//! claim's CRC-32C is kept; any other claim of the share's chunks (a bad
+//! copy, or a copier of an older binary, which drew a random writer) is
+//! removed with its chunk and written again.
+
+use std::collections::BTreeSet;
+use std::io::ErrorKind;
+
+use paralog_backend::RemoteUrl;
+
+use crate::error::{io_err, Error, Result};
+use crate::put::Committed;
+use crate::record::{self, ArrayMeta};
+use crate::s3store::S3Store;
+use crate::staging::{
+    decode_claim, new_id, remove_chunk_by_id, sync_dir, write_file, write_synced, Claim,
+};
+use crate::store::Store;
+use crate::{id_hex, VersionId};
+
+/// A logged put's remote store.
+pub(crate) enum Remote {
+    Layout(Store),
+    S3(S3Store),
+}
+
+/// Reads a share's chunk from the node-local store, checked against its
+/// claim: the chunk's `C` bytes.
+pub(crate) type ReadChunk<'a> = dyn Fn(u64, &Claim) -> Result<Vec<u8>> + 'a;
+
+impl Remote {
+    pub(crate) fn open(url: &str) -> Result<Remote> {
+        let parsed: RemoteUrl = url.parse().map_err(|e| Error::Url {
+            url: url.to_owned(),
+            why: format!("{e}"),
+        })?;
+        match &parsed {
+            RemoteUrl::S3(u) => S3Store::open(u).map(Remote::S3),
+            _ => Store::open(&parsed).map(Remote::Layout),
+        }
+    }
+
+    pub(crate) fn published(&self, name: &str, id: &VersionId) -> Result<Option<u64>> {
+        match self {
+            Remote::Layout(s) => s.published(name, id),
+            Remote::S3(s) => s.published(name, id),
+        }
+    }
+
+    pub(crate) fn commit(&self, name: &str, id: &VersionId) -> Result<Committed> {
+        match self {
+            Remote::Layout(s) => s.commit(name, id),
+            Remote::S3(s) => s.commit(name, id),
+        }
+    }
+
+    /// Copy one writer's share (`share`: the writer, its chunk indices
+    /// and logged claims) into the remote put `id`, made if no node made
+    /// it yet; whole on return, the writer's mark last. `durable`: and
+    /// durable (a share's node deletes its copy after). Else only the
+    /// chunk files' bytes are; their storage directories, returned, are
+    /// for the caller to sync once before its commit (the committing node
+    /// keeps its own copy until the publish).
+    pub(crate) fn copy_share(
+        &self,
+        name: &str,
+        id: &VersionId,
+        meta: &ArrayMeta,
+        share: (&[u8; 16], &[(u64, Claim)]),
+        read: &ReadChunk<'_>,
+        durable: bool,
+    ) -> Result<BTreeSet<u32>> {
+        match self {
+            Remote::Layout(s) => copy_share(s, name, id, meta, share, read, durable),
+            Remote::S3(s) => s
+                .copy_share(name, id, meta, *share.0, share.1, read)
+                .map(|()| BTreeSet::new()),
+        }
+    }
+
+    /// Make the storage directories `dirs` durable: the names of chunk
+    /// files [`Remote::copy_share`] copied, not durable.
+    pub(crate) fn sync_chunk_dirs(&self, dirs: &BTreeSet<u32>) -> Result<()> {
+        if let Remote::Layout(s) = self {
+            if s.os.durable() {
+                for d in dirs {
+                    s.os.sync_chunk_dir(*d)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether every claim of the commit record (`claims`, in chunk order)
+    /// is in the remote put, by its writer (its mark there) and with its
+    /// CRC-32C: `None` if so, else what is missing yet (other nodes'
+    /// shares not copied yet: the publisher waits).
+    pub(crate) fn missing(
+        &self,
+        name: &str,
+        id: &VersionId,
+        meta: &ArrayMeta,
+        claims: &[Claim],
+    ) -> Result<Option<String>> {
+        let found = match self {
+            Remote::Layout(s) => remote_claims(s, name, id, meta)?,
+            Remote::S3(s) => s.remote_claims(name, id, meta)?,
+        };
+        let Some((got, finished)) = found else {
+            return Ok(Some("no share copied yet".into()));
+        };
+        let absent: Vec<u64> = (0..claims.len() as u64)
+            .filter(|&i| {
+                let want = &claims[i as usize];
+                !got[i as usize].is_some_and(|c| {
+                    c.writer == want.writer
+                        && c.block_crc == want.block_crc
+                        && finished.contains(&c.writer)
+                })
+            })
+            .collect();
+        Ok((!absent.is_empty()).then(|| {
+            format!(
+                "{} of {} chunks not yet copied by their nodes (first: {:?})",
+                absent.len(),
+                claims.len(),
+                meta.coords(absent[0])
+            )
+        }))
+    }
+}
+
+/// What the remote put holds: its claims by chunk index and the writers
+/// finished; `None` if no node made it yet. Its array must be the logged
+/// put's (an equal record): anything else is refused, naming the put.
+pub(crate) type Found = Option<(Vec<Option<Claim>>, BTreeSet<[u8; 16]>)>;
+
+pub(crate) fn same_meta(
+    name: &str,
+    id: &VersionId,
+    there: &ArrayMeta,
+    meta: &ArrayMeta,
+) -> Result<()> {
+    if there != meta {
+        return Err(Error::Put {
+            name: name.to_owned(),
+            id: id_hex(id),
+            why: "the remote put's array record is not the logged one's; not published".into(),
+        });
+    }
+    Ok(())
+}
+
+fn remote_claims(s: &Store, name: &str, id: &VersionId, meta: &ArrayMeta) -> Result<Found> {
+    if !s.staging_dir(id).join("begin").is_file() {
+        return Ok(None);
+    }
+    let (there, claims, finished) = s.claims(name, id, false)?;
+    same_meta(name, id, &there, meta)?;
+    Ok(Some((claims, finished)))
+}
+
+/// The remote put `id` of `name`, made (`durable`: its `begin` and `name`
+/// durable) if no node made it yet; two nodes making it at once both end
+/// up joining the one that was renamed into place first.
+fn ensure_put(
+    s: &Store,
+    name: &str,
+    meta: &ArrayMeta,
+    id: &VersionId,
+    durable: bool,
+) -> Result<()> {
+    // The name comes from a node-local record: checked before it names
+    // anything in the store.
+    crate::store::check_name(name)?;
+    let dir = s.staging_dir(id);
+    if !dir.join("begin").is_file() {
+        let staging = s.root().join("staging");
+        std::fs::create_dir_all(&staging).map_err(io_err(&staging, "create staging directory"))?;
+        let tmp = staging.join(format!(".begin.{}.{}", id_hex(id), id_hex(&new_id())));
+        std::fs::create_dir(&tmp).map_err(io_err(&tmp, "create"))?;
+        let write = if durable { write_synced } else { write_file };
+        write(&tmp.join("begin"), &record::encode(id, meta))?;
+        write(&tmp.join("name"), name.as_bytes())?;
+        if durable {
+            sync_dir(&tmp)?;
+        }
+        if let Err(e) = std::fs::rename(&tmp, &dir) {
+            let _ = std::fs::remove_dir_all(&tmp);
+            if !dir.join("begin").is_file() {
+                return Err(io_err(&dir, "open the remote put")(e));
+            }
+        } else if durable {
+            sync_dir(&staging)?;
+        }
+    }
+    let (there, _) = s.staged(name, id, false)?;
+    same_meta(name, id, &there, meta)
+}
+
+/// The storage directories of the claims of `chunks` in the remote put's
+/// directory `dir` (a claim that does not read names none: the commit
+/// refuses it).
+fn claim_dirs(dir: &std::path::Path, chunks: impl Iterator<Item = u64>) -> BTreeSet<u32> {
+    chunks
+        .filter_map(|i| {
+            let cp = dir.join(format!("c{i:020}"));
+            let b = std::fs::read(&cp).ok()?;
+            decode_claim(&b, &cp).ok().map(|(_, rc)| rc.dir)
+        })
+        .collect()
+}
+
+fn copy_share(
+    s: &Store,
+    name: &str,
+    id: &VersionId,
+    meta: &ArrayMeta,
+    (writer, claims): (&[u8; 16], &[(u64, Claim)]),
+    read: &ReadChunk<'_>,
+    durable: bool,
+) -> Result<BTreeSet<u32>> {
+    let (writer, durable) = (*writer, durable && s.os.durable());
+    ensure_put(s, name, meta, id, durable)?;
+    let dir = s.staging_dir(id);
+    let mark = dir.join(format!("w{}", id_hex(&writer)));
+    if mark.exists() {
+        return Ok(claim_dirs(&dir, claims.iter().map(|(i, _)| *i)));
+    }
+    // What a copier of this share killed before left: the chunk file it
+    // was writing (named by its intent) and a claim's temporary name.
+    let me = id_hex(&writer);
+    for e in std::fs::read_dir(&dir).map_err(io_err(&dir, "list the remote put"))? {
+        let e = e.map_err(io_err(&dir, "list the remote put"))?;
+        let f = e.file_name().to_string_lossy().into_owned();
+        if f.starts_with(&format!(".intent.{me}.")) {
+            if let Ok(b) = std::fs::read(e.path()) {
+                if let Ok(chunk) = <[u8; 16]>::try_from(b.as_slice()) {
+                    remove_chunk_by_id(s, &chunk);
+                }
+            }
+            let _ = std::fs::remove_file(e.path());
+        } else if f.starts_with(&format!(".claim.{me}.")) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    let cb = meta.chunk_len();
+    let mut put = s.join_writer(name, id, writer)?;
+    for (k, (i, c)) in claims.iter().enumerate() {
+        let cp = dir.join(format!("c{i:020}"));
+        match std::fs::read(&cp) {
+            Ok(b) => {
+                let there = decode_claim(&b, &cp).ok().map(|(_, rc)| rc);
+                let good = there.is_some_and(|rc| {
+                    rc.writer == writer
+                        && rc.block_crc == c.block_crc
+                        && std::fs::read(s.os.chunk_path(rc.dir, &rc.chunk)).is_ok_and(|f| {
+                            crate::stored::check_stored(&f, cb, rc.block_crc).is_ok()
+                        })
+                });
+                if good {
+                    continue;
+                }
+                if let Some(rc) = there {
+                    let _ = std::fs::remove_file(s.os.chunk_path(rc.dir, &rc.chunk));
+                }
+                std::fs::remove_file(&cp).map_err(io_err(&cp, "remove a stale claim"))?;
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&cp, "read claim")(e)),
+        }
+        let data = read(*i, c)?;
+        put.write_chunk(&meta.coords(*i), &data)?;
+        if k == 0 {
+            crate::failpoint("objects.publish_mid_copy");
+        }
+    }
+    let dirs = claim_dirs(&dir, claims.iter().map(|(i, _)| *i));
+    if !durable {
+        write_file(&mark, b"")?;
+        return Ok(dirs);
+    }
+    // Durable before the mark: the node deletes its own copy once the
+    // mark is there. Each chunk file's bytes were synced at its write;
+    // here their names (storage directories) and the claims.
+    for d in &dirs {
+        s.os.sync_chunk_dir(*d)?;
+    }
+    for (i, _) in claims {
+        let p = dir.join(format!("c{i:020}"));
+        std::fs::File::open(&p)
+            .and_then(|f| f.sync_all())
+            .map_err(io_err(&p, "fsync claim"))?;
+    }
+    write_synced(&mark, b"")?;
+    sync_dir(&dir)?;
+    Ok(dirs)
+}

@@ -1,0 +1,223 @@
+//! Logged puts across nodes (docs/objects.md "Logged mode across nodes"),
+//! two node-local roots standing for two nodes: the writers of node B
+//! commit shares there, the commit on node A names them, and the version
+//! is published once both nodes' publishers ran, never before, once.
+
+mod common;
+
+use std::path::Path;
+
+use paralog_objects::{id_hex, publish_committed, ArrayMeta, DType, Error, LoggedStore, Store};
+
+const NAME: &str = "run/t";
+
+fn remote(url: &str) -> Store {
+    Store::open(&url.parse().unwrap()).unwrap()
+}
+
+fn files_under(p: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(d) = std::fs::read_dir(p) {
+        for e in d.flatten() {
+            if e.path().is_dir() {
+                out.extend(files_under(&e.path()));
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+/// A put of 4 chunks: rows 0 and 1 by two writers on node A (which
+/// begins), rows 2 and 3 by two writers on node B. Returns the id, the
+/// data and B's share records.
+fn put_on_two_nodes(
+    a: &LoggedStore,
+    b: &LoggedStore,
+    meta: &ArrayMeta,
+    seed: u64,
+) -> (paralog_objects::VersionId, Vec<u8>, Vec<u8>) {
+    let data = common::Rng(seed).bytes(64 * 8 * 4);
+    let id = a.begin(NAME, meta).unwrap().id();
+    let mut shares = Vec::new();
+    for w in 0..4u64 {
+        let node = if w < 2 { a } else { b };
+        let mut put = node.join_share(NAME, &id, meta).unwrap();
+        let at = (w * 16 * 8 * 4) as usize;
+        put.write_chunk(&[w, 0], &data[at..at + 512]).unwrap();
+        let share = node.finish(put).unwrap();
+        assert_eq!(
+            share.is_some(),
+            w >= 2,
+            "writer {w}: a share only on node B"
+        );
+        shares.extend(share.unwrap_or_default());
+    }
+    (id, data, shares)
+}
+
+#[test]
+fn published_once_when_every_node_copied_its_share() {
+    let (r, _) = common::objstore(2, 100);
+    let url = format!("objstore://{}?dirs=2&keep=100", r.path().display());
+    let (na, nb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = LoggedStore::open(&url, na.path()).unwrap();
+    let b = LoggedStore::open(&url, nb.path()).unwrap();
+    let meta = ArrayMeta::new(DType::I32, &[64, 8], &[16, 8]);
+    let (id, data, shares) = put_on_two_nodes(&a, &b, &meta, 3);
+    // Without B's shares the commit is refused: two chunks not written.
+    let err = a.commit(NAME, &id).unwrap_err().to_string();
+    assert!(err.contains("2 of 4 chunks were not written"), "{err}");
+    a.commit_shares(NAME, &id, &shares).unwrap();
+
+    // Node A alone: its share copied, the version waits for B's.
+    assert!(publish_committed(na.path()).unwrap().is_empty());
+    assert!(matches!(
+        remote(&url).array(NAME, None),
+        Err(Error::NotFound { .. })
+    ));
+    // B copies its shares; then A publishes, once.
+    assert!(publish_committed(nb.path()).unwrap().is_empty());
+    let p = publish_committed(na.path()).unwrap();
+    assert_eq!(
+        (p.len(), p[0].committed.number, p[0].committed.id),
+        (1, 1, id)
+    );
+    let s = remote(&url);
+    let av = s.array(NAME, None).unwrap();
+    assert_eq!(av.read_all(&s).unwrap(), data);
+    assert!(publish_committed(na.path()).unwrap().is_empty());
+    // B's next round sees the version and drops its (empty) share.
+    assert!(publish_committed(nb.path()).unwrap().is_empty());
+    for n in [na.path(), nb.path()] {
+        let left = files_under(&n.join(paralog_objects::logged::LOCAL_DIR));
+        assert!(
+            left.iter()
+                .all(|f| f.ends_with("meta/.store") || f.to_string_lossy().contains("/meta/")),
+            "left: {left:?}"
+        );
+    }
+    assert_eq!(s.versions(NAME).unwrap().len(), 1);
+    // The store holds exactly the version's chunk files.
+    let chunks = files_under(&r.path().join("data")).len();
+    assert_eq!(chunks as u64, meta.n_chunks() + 1, "chunk files");
+    assert!(!r.path().join("staging").join(id_hex(&id)).exists());
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let t = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_tree(&e.path(), &t);
+        } else {
+            std::fs::copy(e.path(), t).unwrap();
+        }
+    }
+}
+
+/// Node B's copier "killed" after it copied: its node-local shares as they
+/// were before, its writers' marks gone from the remote put, one copied
+/// chunk damaged and one claim lost. The next round resumes: the good
+/// copy kept, the others written again, nothing left over.
+#[test]
+fn an_interrupted_copy_resumes() {
+    let (r, _) = common::plain();
+    let url = r.path().to_str().unwrap().to_owned();
+    let (na, nb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = LoggedStore::open(&url, na.path()).unwrap();
+    let b = LoggedStore::open(&url, nb.path()).unwrap();
+    let meta = ArrayMeta::new(DType::I32, &[64, 8], &[16, 8]);
+    let (id, data, shares) = put_on_two_nodes(&a, &b, &meta, 9);
+    a.commit_shares(NAME, &id, &shares).unwrap();
+    let saved = tempfile::tempdir().unwrap();
+    let lb = nb.path().join(paralog_objects::logged::LOCAL_DIR);
+    copy_tree(&lb, saved.path());
+    assert!(publish_committed(nb.path()).unwrap().is_empty());
+    let rdir = r.path().join("staging").join(id_hex(&id));
+    let names = |p: &str| -> Vec<std::path::PathBuf> {
+        let mut v: Vec<_> = std::fs::read_dir(&rdir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(p))
+            .map(|e| e.path())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!((names("w").len(), names("c").len()), (2, 2), "B's copy");
+    for m in names("w") {
+        std::fs::remove_file(m).unwrap();
+    }
+    // Chunk [2]'s copy damaged (the data file its claim names), chunk
+    // [3]'s claim lost.
+    let before: std::collections::BTreeSet<_> =
+        files_under(&r.path().join("data")).into_iter().collect();
+    let c2 = before
+        .iter()
+        .find(|f| {
+            std::fs::read(f).unwrap().len() == 16 * 8 * 4 + 4 && {
+                let b = std::fs::read(f).unwrap();
+                b[..512] == data[2 * 512..3 * 512]
+            }
+        })
+        .unwrap()
+        .clone();
+    let mut bytes = std::fs::read(&c2).unwrap();
+    bytes[5] ^= 1;
+    std::fs::write(&c2, bytes).unwrap();
+    std::fs::remove_file(&names("c")[1]).unwrap();
+    std::fs::remove_dir_all(&lb).unwrap();
+    copy_tree(saved.path(), &lb);
+
+    assert!(publish_committed(nb.path()).unwrap().is_empty());
+    assert_eq!(
+        (names("w").len(), names("c").len()),
+        (2, 2),
+        "B's copy again"
+    );
+    let p = publish_committed(na.path()).unwrap();
+    assert_eq!((p.len(), p[0].committed.number), (1, 1));
+    let s = remote(&url);
+    assert_eq!(s.array(NAME, None).unwrap().read_all(&s).unwrap(), data);
+    s.array(NAME, None).unwrap().verify_chunks(&s).unwrap();
+    // The version's chunk files, and one more: the chunk of the lost
+    // claim, which nothing names any more (`recover --gc` collects such
+    // orphans); the damaged copy was removed.
+    let after = files_under(&r.path().join("data"));
+    assert!(!after.contains(&c2), "the damaged copy is removed");
+    assert_eq!(after.len() as u64, meta.n_chunks() + 2, "{after:?}");
+}
+
+#[test]
+fn a_chunk_written_on_two_nodes_is_refused_at_the_commit() {
+    let (r, _) = common::plain();
+    let url = r.path().to_str().unwrap().to_owned();
+    let (na, nb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = LoggedStore::open(&url, na.path()).unwrap();
+    let b = LoggedStore::open(&url, nb.path()).unwrap();
+    let meta = ArrayMeta::new(DType::U8, &[16], &[8]);
+    let id = a.begin(NAME, &meta).unwrap().id();
+    let mut pa = a.join_share(NAME, &id, &meta).unwrap();
+    pa.write_chunk(&[0], &[1; 8]).unwrap();
+    pa.write_chunk(&[1], &[2; 8]).unwrap();
+    assert!(a.finish(pa).unwrap().is_none());
+    let mut pb = b.join_share(NAME, &id, &meta).unwrap();
+    pb.write_chunk(&[1], &[3; 8]).unwrap();
+    let share = b.finish(pb).unwrap().expect("a share");
+    let err = a.commit_shares(NAME, &id, &share).unwrap_err();
+    assert!(
+        matches!(err, Error::Overlap { ref chunk, .. } if chunk == &vec![1]),
+        "{err}"
+    );
+    // Another put's share, or a share of another array, is refused too.
+    let other = ArrayMeta::new(DType::U8, &[24], &[8]);
+    let id2 = a.begin(NAME, &other).unwrap().id();
+    let mut pb = b.join_share(NAME, &id2, &meta).unwrap();
+    pb.write_chunk(&[2 - 1], &[3; 8]).unwrap();
+    let share = b.finish(pb).unwrap().unwrap();
+    let err = a.commit_shares(NAME, &id2, &share).unwrap_err().to_string();
+    assert!(err.contains("is not of this put"), "{err}");
+    assert!(publish_committed(na.path()).unwrap().is_empty());
+}

@@ -1,0 +1,393 @@
+#!/usr/bin/python3
+"""Logged array puts across nodes (docs/objects.md "Logged mode across
+nodes"): tests/objects/mpi_put.c on 2 simulated nodes x 2 ranks (an MPMD
+launch: each node's ranks get their own node-local root, local/n0 and
+local/n1), MPICH and Open MPI, on objstore:// and on s3:// (MinIO on
+loopback). Rank 0's node commits the put; node 1's ranks commit their
+shares on node 1; each node's server (`paralog server --local local/nK`)
+copies its shares, and node 0's publishes.
+
+  put [FLAVOUR, REMOTE]  two puts of one name, the first before the
+                         servers start (node 1 then holds a share with its
+                         2 writers' records, nothing is visible), the
+                         second while both run: versions 1 and 2 in commit
+                         order, each equal to its array; and a whole
+                         logged put from the command line (`obj put
+                         --local`) on node 1, published by its server
+                         (`obj get`; zarr-python and tensorstore through
+                         the Zarr view; h5py, h5dump and a C program
+                         through the HDF5 view on objstore://); both
+                         node-local stores empty once the servers stop
+  mpi4py [REMOTE]        tests/objects/py_writer.py (paralog.objects over
+                         mpi4py, Open MPI) on the 2 nodes, logged: one
+                         version, equal to its array
+  refusals [FLAVOUR]     a chunk outside the grid, and a chunk written on
+                         both nodes (refused at the commit, as an overlap):
+                         every rank fails with the same message; nothing
+                         published, no share or chunk left on either node
+                         (each share removed by its ranks), nothing staged
+  share copier killed    node 1's server killed (SIGKILL) before the put,
+                         or at the crash point objects.publish_mid_copy
+                         after the first chunk of its share copied: the
+                         version stays absent while node 0's server runs;
+                         `recover` on node 1 copies (resumes) the share,
+                         node 0's server publishes it, once
+  publisher killed       node 0's server killed before its remote publish
+                         (objects.before_commit) and after it
+                         (objects.publish_after_remote): `recover` on
+                         node 0 publishes it or only cleans up; one
+                         version, equal to the array; a second `recover`
+                         on each node publishes nothing
+
+Usage: python3 -m tests.objects.nodes [--only SUBSTRING] [--keep]
+Ends with "objects-nodes: N passed, N failed"."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+from tests.lib.check import Suite, check, suite_options
+from tests.lib.mpi import launcher, mpi_env
+from tests.lib.paths import BIN
+from tests.lib.proc import kill_tree, run
+from tests.lib.server import Server
+from tests.objects.crash import expect
+from tests.objects.mpi import FLAVOURS, PY_ENV, PY_WRITER, program, rank_errors
+from tests.objects.run import at, hdf5_read, store, zarr_read
+from tests.objects.s3 import BUCKET, S3
+
+NODES, PER_NODE, ROWS = 2, 2, 16
+REMOTES = ("objstore", "s3")
+
+
+class Remote:
+    """The store (objstore:// in the work directory, or s3:// on a MinIO)
+    and the environment its clients need."""
+
+    def __init__(self, work, kind):
+        self.work, self.s3 = work, S3(work) if kind == "s3" else None
+        self.url = self.s3.store if self.s3 else store(work, "objstore")
+        self.env = dict(self.s3.env if self.s3 else os.environ)
+
+    def obj(self, *args, check=True):
+        return run([BIN, "obj", *args], env=self.env, check=check, timeout=300)
+
+    def versions(self, name):
+        r = self.obj("info", at(self.url, name), "--json", check=False)
+        return [v["number"] for v in json.loads(r.stdout)["versions"]] if r.returncode == 0 else []
+
+    def get(self, name, n):
+        out = self.work / f"got-{name.replace('/', '_')}-{n}.bin"
+        self.obj("get", at(self.url, name), out, "--version", str(n))
+        return out.read_bytes()
+
+    def holds_only(self, n_versions, extra=0):
+        """The store holds the versions' chunks and array records (one per
+        rank and one per version) and `extra` more, and no staging: no copy
+        left over, no remote put left behind (the Zarr views on S3 are
+        copies, apart)."""
+        want = n_versions * (NODES * PER_NODE + 1) + extra
+        if self.s3:
+            data = self.s3.minio.keys(BUCKET, "store/data")
+            staging = self.s3.minio.keys(BUCKET, "store/staging")
+        else:
+            root = self.work / "store"
+            data = [p for p in (root / "data").rglob("*") if p.is_file() and p.stat().st_size]
+            staging = list((root / "staging").iterdir()) if (root / "staging").exists() else []
+        check(len(data) == want and staging == [], f"the store holds {len(data)} chunk objects (not {want}), "
+              f"staging {staging}")
+
+    def stop(self):
+        if self.s3:
+            self.s3.stop()
+
+
+def locals_of(work):
+    out = []
+    for n in range(NODES):
+        d = work / "local" / f"n{n}"
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        out.append(d)
+    return out
+
+
+def put_on_nodes(flavour, remote, name, salt, locals_, mode="ok"):
+    """mpi_put.c on NODES x PER_NODE ranks, node k's ranks logging under
+    locals_[k] (an MPMD launch, one application context per node); `mode`
+    other than ok: the run (expected to fail)."""
+    prog, args = program(flavour), [remote.url, name, str(ROWS), str(salt), mode]
+    cmd = [*launcher(flavour, PER_NODE), prog, *args, locals_[0]]
+    for d in locals_[1:]:
+        cmd += [":", "-n", str(PER_NODE), prog, *args, d]
+    r = run(cmd, env=mpi_env(remote.env), check=False, timeout=300)
+    if mode != "ok":
+        return r
+    check(r.returncode == 0 and "logged" in r.stdout, f"{flavour} {name}: exit {r.returncode}: {r.stdout}{r.stderr}")
+
+
+def left(local):
+    """What the node-local store still holds: puts, shares, chunk files."""
+    root = local / ".paralog-objects"
+    staging = sorted(p.name for p in (root / "staging").iterdir()) if (root / "staging").exists() else []
+    chunks = sorted(p.name for p in (root / "data").rglob("*") if p.is_file()) if (root / "data").exists() else []
+    return staging + chunks
+
+
+def shares(local):
+    """The share records (`s<writer>`) in a node-local store's puts."""
+    return sorted(p.name for p in (local / ".paralog-objects" / "staging").glob("*/s*") if len(p.name) == 33)
+
+
+def wait_versions(remote, name, want, servers, timeout=120):
+    deadline = time.time() + timeout
+    while remote.versions(name) != want and time.time() < deadline:
+        for s in servers:
+            died = s.died()
+            if died:
+                raise died
+        time.sleep(0.2)
+    check(remote.versions(name) == want, f"{name}: versions {remote.versions(name)}, not {want}")
+
+
+def each_equal(remote, name, salts):
+    for n, salt in enumerate(salts, 1):
+        check(remote.get(name, n) == expect(salt, NODES * PER_NODE, ROWS), f"{name} version {n} is not its put")
+        remote.obj("verify", at(remote.url, name), "--version", str(n))
+
+
+def view_checks(remote, name, salts):
+    checks = []
+    shape = [ROWS * NODES * PER_NODE, 4096]
+    for n, salt in enumerate(salts, 1):
+        want = remote.work / f"want-{salt}.bin"
+        want.write_bytes(expect(salt, NODES * PER_NODE, ROWS))
+        i = json.loads(remote.obj("info", at(remote.url, name), "--version", str(n), "--json").stdout)
+        checks.append({"view": i["zarr"], "file": i["hdf5"], "expect": str(want), "dtype": "int32",
+                       "shape": shape, "chunks": [ROWS, 4096], "attrs": {"writer": "mpi_put"},
+                       "slabs": [[[3, 7], [ROWS * 3, 100]], [[ROWS - 1, 0], [2, 4096]]]})
+    zarr_read(remote.work, checks, env=remote.env)
+    if not remote.s3:
+        hdf5_read(remote.work, checks)
+
+
+def servers_on(work, remote, locals_, envs=None):
+    return [Server(d, work / "remote", {**remote.env, **((envs or {}).get(k, {}))}, log=work / f"server-n{k}.log")
+            for k, d in enumerate(locals_)]
+
+
+def case_put(flavour, kind):
+    def go(work):
+        remote, locals_ = Remote(work, kind), locals_of(work)
+        servers = []
+        try:
+            salts = (11, 22)
+            # The first put before the servers start: node 0 holds the
+            # committed put, node 1 a share of it with its two writers'
+            # records; nothing is visible.
+            put_on_nodes(flavour, remote, "nodes/t", salts[0], locals_)
+            check(remote.versions("nodes/t") == [], "visible before it was published")
+            check(len(shares(locals_[1])) == PER_NODE and shares(locals_[0]) == [],
+                  f"shares: node 0 {shares(locals_[0])}, node 1 {shares(locals_[1])}")
+            servers = servers_on(work, remote, locals_)
+            put_on_nodes(flavour, remote, "nodes/t", salts[1], locals_)
+            # A whole logged put from the command line (`obj put --local`)
+            # on node 1, published by its own server.
+            cli = work / "cli.bin"
+            cli.write_bytes(os.urandom(24 * 40 * 8))
+            said = remote.obj("put", at(remote.url, "cli/t"), cli, "--dtype", "float64", "--shape", "24,40",
+                              "--chunks", "8,16", "--local", locals_[1]).stdout
+            check("logged put" in said, said)
+            wait_versions(remote, "nodes/t", [1, 2], servers)
+            wait_versions(remote, "cli/t", [1], servers)
+            check(remote.get("cli/t", 1) == cli.read_bytes(), "the logged command-line put is not its array")
+            for s in servers:
+                s.drain_and_stop()
+            servers = []
+            each_equal(remote, "nodes/t", salts)
+            remote.holds_only(2, extra=3 * 3 + 1)  # cli/t: 3 x 3 chunks and its array record
+            view_checks(remote, "nodes/t", salts)
+            for d in locals_:
+                check(left(d) == [], f"left in {d.name}: {left(d)}")
+        finally:
+            for s in servers:
+                s.kill()
+            remote.stop()
+        return "2 versions published from 2 nodes, each read equal"
+    return go
+
+
+def case_mpi4py(kind):
+    """tests/objects/py_writer.py (paralog.objects over mpi4py, Open MPI)
+    on the 2 nodes, logged: published by the servers, equal."""
+    def go(work):
+        import numpy as np
+        remote, locals_ = Remote(work, kind), locals_of(work)
+        servers = []
+        try:
+            servers = servers_on(work, remote, locals_)
+            args = [sys.executable, PY_WRITER, remote.url, "py/t", str(ROWS), "5"]
+            cmd = [*launcher("openmpi", PER_NODE), *args, f"local={locals_[0]}"]
+            for d in locals_[1:]:
+                cmd += [":", "-n", str(PER_NODE), *args, f"local={d}"]
+            r = run(cmd, env=mpi_env({**remote.env, **PY_ENV}), check=False, timeout=300)
+            check(r.returncode == 0 and "logged" in r.stdout, f"mpi4py: exit {r.returncode}: {r.stdout}{r.stderr}")
+            wait_versions(remote, "py/t", [1], servers)
+            for s in servers:
+                s.drain_and_stop()
+            servers = []
+            want = (np.arange(ROWS * NODES * PER_NODE * 64, dtype="<f8") + 5).tobytes()
+            check(remote.get("py/t", 1) == want, "the mpi4py put is not its array")
+            for d in locals_:
+                check(left(d) == [], f"left in {d.name}: {left(d)}")
+        finally:
+            for s in servers:
+                s.kill()
+            remote.stop()
+        return "published from 2 nodes, equal"
+    return go
+
+
+def case_refusals(flavour):
+    """A chunk outside the grid (written on node 1), and rank 0's chunk
+    written again by the last rank (node 1): every rank fails with the
+    same message, naming the chunk; nothing published, no node keeps a
+    share or a chunk of it, nothing staged in the store."""
+    def go(work):
+        remote, locals_ = Remote(work, "objstore"), locals_of(work)
+        last = NODES * PER_NODE - 1
+        cases = (("outside", f"rank 0: r: put ", "1 of 4 chunks were not written (first: [[3, 0]])"),
+                 ("overlap", "rank 0: r: put ", "chunk [0, 0] was already written by another writer"))
+        for mode, said, also in cases:
+            r = put_on_nodes(flavour, remote, "r", 3, locals_, mode)
+            check(r.returncode != 0 and said in r.stdout and also in r.stdout, f"{mode}: {r.stdout}{r.stderr}")
+            errors = rank_errors(r.stdout)
+            check(sorted(errors) == list(range(last + 1)) and len(set(errors.values())) == 1,
+                  f"{mode}: not the same error on every rank: {errors}")
+            check(remote.versions("r") == [], f"{mode}: published")
+            for d in locals_:
+                check(left(d) == [], f"{mode}: left in {d.name}: {left(d)}")
+            staging = work / "store" / "staging"
+            check(not staging.exists() or list(staging.iterdir()) == [], f"{mode}: staged in the store")
+        return "refused on every rank, nothing left"
+    return go
+
+
+def killed_server(work, remote, local, k, point):
+    """Node k's server with the crash point `point`, started; its process."""
+    log = work / f"server-n{k}.log"
+    with open(log, "ab") as f:
+        return subprocess.Popen([BIN, "server", "--local", local, "--job", "t", "--remote", work / "remote"],
+                                stdout=subprocess.DEVNULL, stderr=f, start_new_session=True,
+                                env={**remote.env, "PARALOG_FAILPOINT": point}), log
+
+
+def wait_killed(p, log, point):
+    try:
+        rc = p.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        kill_tree(p)
+        rc = None
+    text = log.read_text(errors="replace")
+    check(rc == -9 and f"failpoint {point} reached" in text, f"not killed at {point} ({rc}): {text[-600:]}")
+
+
+def recover(work, remote, local):
+    return run([BIN, "recover", "--local", local, "--remote", work / "remote"], env=remote.env,
+               timeout=300).stdout
+
+
+def case_share_killed(flavour, kind, point):
+    """Node 1's server killed: at `point` in its share's copy, or (None)
+    with SIGKILL before the put, so that it copies nothing."""
+    def go(work):
+        remote, locals_ = Remote(work, kind), locals_of(work)
+        servers = []
+        try:
+            if point:
+                p, log = killed_server(work, remote, locals_[1], 1, point)
+            else:
+                servers_on(work, remote, locals_[1:])[0].kill()
+            servers = servers_on(work, remote, locals_[:1])
+            put_on_nodes(flavour, remote, "k", 7, locals_)
+            if point:
+                wait_killed(p, log, point)
+            time.sleep(1.0)  # node 0's server has had rounds: the share is not whole there
+            check(remote.versions("k") == [], f"published without node 1's whole share: {remote.versions('k')}")
+            check(len(shares(locals_[1])) == PER_NODE, f"node 1's shares: {shares(locals_[1])}")
+            recover(work, remote, locals_[1])
+            wait_versions(remote, "k", [1], servers)
+            servers[0].drain_and_stop()
+            servers = []
+            for d in locals_:
+                check("published" not in recover(work, remote, d), f"a second recover on {d.name} published")
+            each_equal(remote, "k", (7,))
+            remote.holds_only(1)
+            for d in locals_:
+                check(left(d) == [], f"left in {d.name}: {left(d)}")
+        finally:
+            for s in servers:
+                s.kill()
+            remote.stop()
+        return "absent while node 1's share was not copied; published once after recover there"
+    return go
+
+
+def case_publisher_killed(flavour, kind, point):
+    def go(work):
+        remote, locals_ = Remote(work, kind), locals_of(work)
+        servers = []
+        try:
+            p, log = killed_server(work, remote, locals_[0], 0, point)
+            servers = servers_on(work, remote, locals_[1:])
+            put_on_nodes(flavour, remote, "p", 9, locals_)
+            wait_killed(p, log, point)
+            before = remote.versions("p")
+            check(before == ([] if point == "objects.before_commit" else [1]), f"after the kill: versions {before}")
+            said = recover(work, remote, locals_[0])
+            check("published logged array p version 1 " in said, said)
+            for s in servers:
+                s.drain_and_stop()
+            servers = []
+            for d in locals_:
+                check("published" not in recover(work, remote, d), f"a second recover on {d.name} published")
+            check(remote.versions("p") == [1], f"versions {remote.versions('p')}")
+            each_equal(remote, "p", (9,))
+            # Killed before its publish, the remote commit had written the
+            # version's array record; the retry writes its own, and the
+            # first is left for `recover --gc` (docs/objects-format.md
+            # `.intent.commit`: removing it in a retry could race another
+            # committer), as for a direct commit.
+            remote.holds_only(1, extra=1 if point == "objects.before_commit" else 0)
+            for d in locals_:
+                check(left(d) == [], f"left in {d.name}: {left(d)}")
+        finally:
+            for s in servers:
+                s.kill()
+            remote.stop()
+        return f"{'absent' if point == 'objects.before_commit' else 'published'} at the kill; once after recover"
+    return go
+
+
+def main():
+    a = suite_options().parse_args()
+    suite = Suite("objects-nodes", keep=a.keep)
+    cases = []
+    for kind in REMOTES:
+        for flavour in FLAVOURS:
+            cases.append((f"put [{flavour}, {kind}]", case_put(flavour, kind)))
+            if kind == "objstore":
+                cases.append((f"refusals [{flavour}]", case_refusals(flavour)))
+        cases.append((f"mpi4py [openmpi, {kind}]", case_mpi4py(kind)))
+        cases.append((f"share copier killed before the put [openmpi, {kind}]",
+                      case_share_killed("openmpi", kind, None)))
+        cases.append((f"share copier killed mid copy [mpich, {kind}]",
+                      case_share_killed("mpich", kind, "objects.publish_mid_copy")))
+        for point in ("objects.before_commit", "objects.publish_after_remote"):
+            cases.append((f"publisher killed at {point} [openmpi, {kind}]",
+                          case_publisher_killed("openmpi", kind, point)))
+    return suite.run(cases, only=a.only)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
