@@ -79,20 +79,10 @@ fn view(
     missing: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let numbers: Vec<Option<u64>> = if missing {
-        let mut v = Vec::new();
-        for i in store.versions(name)?.iter().filter(|i| !i.deleted) {
-            if !store.view_made(name, i.number)? {
-                v.push(Some(i.number));
-            }
-        }
-        if v.is_empty() {
-            print(out, &format!("{name}: no version kept misses its view\n"))?;
-        }
-        v
-    } else {
-        vec![version]
-    };
+    let numbers =
+        crate::obj_view::to_view(name, version, missing, store.versions(name)?, out, |n| {
+            Ok(!store.view_made(name, n)?)
+        })?;
     for n in numbers {
         let url = store.make_view(&store.array(name, n)?)?;
         print(out, &format!("{url}\n"))?;

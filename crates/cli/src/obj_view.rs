@@ -5,7 +5,7 @@ use std::io::Write;
 
 use std::path::PathBuf;
 
-use paralog_objects::{hdf5, views, zarr, ArrayVersion, Store, ViewState};
+use paralog_objects::{hdf5, views, zarr, ArrayVersion, Store, VersionInfo, ViewState};
 
 use crate::obj::print;
 
@@ -26,21 +26,9 @@ pub(crate) fn view(
     missing: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let numbers: Vec<Option<u64>> = if missing {
-        store
-            .versions(name)?
-            .iter()
-            .filter(|v| {
-                !v.deleted && matches!(store.view_state(name, v.number), ViewState::Missing(_))
-            })
-            .map(|v| Some(v.number))
-            .collect()
-    } else {
-        vec![version]
-    };
-    if missing && numbers.is_empty() {
-        print(out, &format!("{name}: no version kept misses its views\n"))?;
-    }
+    let numbers = to_view(name, version, missing, store.versions(name)?, out, |n| {
+        Ok(matches!(store.view_state(name, n), ViewState::Missing(_)))
+    })?;
     for n in numbers {
         let av = store.array(name, n)?;
         let (dir, h5) = views::make_views(store, &av)?;
@@ -54,6 +42,32 @@ pub(crate) fn view(
         }
     }
     Ok(())
+}
+
+/// The versions whose views `obj view` makes, on any store: the one asked
+/// for (`None`: the latest), or with `missing` every version kept whose
+/// views `lacks` (saying so when there is none).
+pub(crate) fn to_view(
+    name: &str,
+    version: Option<u64>,
+    missing: bool,
+    kept: Vec<VersionInfo>,
+    out: &mut dyn Write,
+    lacks: impl Fn(u64) -> anyhow::Result<bool>,
+) -> anyhow::Result<Vec<Option<u64>>> {
+    if !missing {
+        return Ok(vec![version]);
+    }
+    let mut numbers = Vec::new();
+    for v in kept.iter().filter(|v| !v.deleted) {
+        if lacks(v.number)? {
+            numbers.push(Some(v.number));
+        }
+    }
+    if numbers.is_empty() {
+        print(out, &format!("{name}: no version kept misses its views\n"))?;
+    }
+    Ok(numbers)
 }
 
 /// `obj verify`'s check of a version's views: the Zarr view's directory
