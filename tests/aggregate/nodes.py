@@ -17,6 +17,14 @@ MPI servers exchanging the members over MPI.
                   has no record (an orphaned container); `paralog recover`
                   on every node (an MPI job) publishes every set complete,
                   no orphan left
+  own region N K  the same with --agg-mode own: every node writes its own
+                  members into its own region of its group's container; the
+                  same checks, and no member byte between nodes (0) and no
+                  receive buffer at any leader
+  region writer   --agg-mode own: a node's server killed (SIGKILL) in the
+  killed          middle of its region of the second set: as "leader
+                  killed" (old sets whole, the interrupted one without
+                  record, recover on every node publishes it, no orphan)
   rank killed     an application rank of node n1 killed (SIGKILL) halfway
                   through its member of the last set (mpirun then ends the
                   others wherever they are): `paralog wait` names the set
@@ -106,12 +114,16 @@ def minimum_between(direct, nodes, k):
     return least
 
 
-def case_nodes(flavour, nodes, k):
+def case_nodes(flavour, nodes, k, mode="leader"):
+    """mode "own": each node writes its own region of the container, so
+    no member byte crosses between nodes (the counter must say 0) and no
+    leader holds receive buffers."""
     def case(work):
         remote = work / "remote"
         remote.mkdir()
         np = nodes * RANKS_PER_NODE
-        args = ["--aggregate", agg.RULE, *SERVER_ARGS] + (["--containers", str(k)] if k != nodes else [])
+        args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--agg-mode", mode] + \
+            (["--containers", str(k)] if k != nodes else [])
         c = written(work, flavour, nodes, remote, args)
         direct, total = check_sets(c, work, remote, k, np)
         between, sets = totals(c)
@@ -119,9 +131,13 @@ def case_nodes(flavour, nodes, k):
         peak, pool = int(sets[-1][1]), int(sets[-1][2])
         check(peak <= pool, f"a leader held {peak} bytes of receive buffers, more than its pool {pool}")
         sent = between[-1]
-        least = minimum_between(direct, nodes, k)
-        check(sent == least, f"{sent} bytes between nodes; the least for these groups is {least} "
-                             f"(every byte of a non-leader once, none of a leader's)")
+        if mode == "own":
+            check(sent == 0 and peak == 0, f"each node its own region, yet {sent} member bytes between nodes "
+                                           f"and {peak} bytes of receive buffers at a leader")
+        else:
+            least = minimum_between(direct, nodes, k)
+            check(sent == least, f"{sent} bytes between nodes; the least for these groups is {least} "
+                                 f"(every byte of a non-leader once, none of a leader's)")
         agg.restart(work, c.prefix, remote, direct, np, MEAN)
         return (f"{agg.STEPS} sets of {np} members in {k} container(s) each, {total} bytes, {sent} "
                 f"between nodes; leader buffers at most {peak} of {pool}; extract and restart equal direct")
@@ -141,21 +157,27 @@ def job_died(c, who, timeout=120):
     check("failpoint reached" in c.tail(100000), f"the {who}'s failpoint was not reached: {c.tail()}")
 
 
+KILL_POINTS = {"leader": "aggregate.mid_transfer", "sender": "aggregate.mid_send",
+               "region writer": "aggregate.mid_region"}
+
+
 def case_killed(flavour, who):
-    """who: "leader" (its writers, after the sixth block received) or
-    "sender" (after its sixth block sent): the second set's transfer."""
+    """who: "leader" (its writers, after the sixth block received),
+    "sender" (after its sixth block sent): the second set's transfer; or
+    "region writer" (--agg-mode own: a node after the sixth block it wrote
+    into its own region, the second set's)."""
     def case(work):
         nodes, k = 2, 1
         remote = work / "remote"
         remote.mkdir()
         np = nodes * RANKS_PER_NODE
-        args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--containers", str(k)]
+        mode = ["--agg-mode", "own"] if who == "region writer" else []
+        args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--containers", str(k), *mode]
         c = Cluster(work, flavour, nodes, str(remote), server_args=args)
-        # Only a leader's writers (a sender) reach this point: whichever node
-        # leads (sends) dies at its sixth block (a set takes 3 or 4: the
-        # second set's transfer, after the first set was published).
-        where = "aggregate.mid_transfer" if who == "leader" else "aggregate.mid_send"
-        point = {"PARALOG_FAILPOINT": f"{where}:6"}
+        # Only a leader's writers (a sender, a node writing its region) reach
+        # this point: whichever node does dies at its sixth block (a set takes
+        # 3 or 4: the second set's, after the first set was published).
+        point = {"PARALOG_FAILPOINT": f"{KILL_POINTS[who]}:6"}
         try:
             c.start_servers({n: point for n in range(nodes)})
             write_job(c, flavour, np)
@@ -182,7 +204,7 @@ def case_killed(flavour, who):
         check(whole >= 1, f"no set was published before the {who} died: {c.tail()}")
         check(orphans >= 1, f"the interrupted set left no container: the {who} did not die mid-transfer")
         r = run(c.node_cmd([BIN, "recover", "--local", c.local, "--remote", remote, "--job", "t",
-                            "--aggregate", agg.RULE, "--agg-align", "64K", "--containers", str(k)]),
+                            "--aggregate", agg.RULE, "--agg-align", "64K", "--containers", str(k), *mode]),
                 env=c.env(), check=False, timeout=300)
         check(r.returncode == 0, f"recover exited {r.returncode}: {r.stdout}{r.stderr}")
         check_sets(c, work, remote, k, np)
@@ -311,5 +333,9 @@ def cases():
         out.append((f"{flavour} leader killed", case_killed(flavour, "leader")))
         out.append((f"{flavour} sender killed", case_killed(flavour, "sender")))
         out.append((f"{flavour} rank killed", case_rank_killed(flavour)))
+        # Each node its own region (--agg-mode own): 2 and 4 nodes, K 1, 2.
+        for nodes, k in ((2, 1), (2, 2), (4, 1), (4, 2)):
+            out.append((f"{flavour} own region {nodes} nodes K={k}", case_nodes(flavour, nodes, k, "own")))
+        out.append((f"{flavour} region writer killed", case_killed(flavour, "region writer")))
         out.append((f"{flavour} set removed", case_removed(flavour)))
     return out
