@@ -157,6 +157,8 @@ pub(crate) fn write(
         let f = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
+            // Never: another node may have written its region already.
+            .truncate(false)
             .mode(0o644)
             .open(&path);
         match f {
