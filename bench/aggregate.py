@@ -30,7 +30,12 @@ Variants, each with and without the imbalance:
   paralog fpp    under capture, a server job of 4 nodes draining to the
                  mount, no aggregation
   paralog K=k    the same with --aggregate 'ckpt/{set}/rank-*.dat'
-                 --containers k, k = 1, 2, 4
+                 --containers k, k = 1, 2, 4 (--agg-mode leader: the other
+                 nodes of a group send their members to its leader)
+  paralog own    the same with --agg-mode own, k = 1, 2: each node writes
+    K=k          its own members into its own region of the container (no
+                 member byte between nodes; K = 4 is the same in both
+                 modes: every node is a group of its own)
 
 Measured per variant: remote files per checkpoint; application time (the
 launch of the ranks to their exit); total time (the launch until every
@@ -83,13 +88,20 @@ NP = NODES * RANKS_PER_NODE
 FLAVOUR = "openmpi"  # MPICH 4.0.2 hangs in MPI_Finalize across 3+ namespaces (tests/cluster/netns.py)
 RULE = "ckpt/{set}/rank-*.dat"
 SRC = ROOT / "tests/aggregate/progs/ckpt.c"
-VARIANTS = ["direct fpp", "direct N-1", "paralog fpp", "paralog K=1", "paralog K=2", "paralog K=4"]
+VARIANTS = ["direct fpp", "direct N-1", "paralog fpp", "paralog K=1", "paralog K=2", "paralog K=4",
+            "paralog own K=1", "paralog own K=2"]
+OWN_KS = (1, 2)
 SPREADS = (0, 20)
 
 
 def k_of(variant):
-    m = re.fullmatch(r"paralog K=(\d+)", variant)
+    m = re.fullmatch(r"paralog (?:own )?K=(\d+)", variant)
     return int(m.group(1)) if m else None
+
+
+def mode_of(variant):
+    """--agg-mode of a paralog variant with sets."""
+    return "own" if variant.startswith("paralog own") else "leader"
 
 
 def server_pids(net):
@@ -165,7 +177,8 @@ class Bench:
         on_host = self.bed.storage / tag  # the same directory, read without the link
         remote.mkdir()
         k = k_of(variant)
-        server_args = ["--nice", "0"] + (["--aggregate", RULE, "--containers", str(k)] if k else [])
+        server_args = ["--nice", "0"] + (["--aggregate", RULE, "--containers", str(k),
+                                          "--agg-mode", mode_of(variant)] if k else [])
         c = NetCluster(self.net, work, FLAVOUR, str(remote), RANKS_PER_NODE, server_args=server_args)
         out = {"variant": variant, "spread": spread, "round": r, "remote": str(on_host)}
         env = self.env(spread, variant)
@@ -254,7 +267,7 @@ def summarize(a, results, rev, when):
     print(f"\n{NODES} nodes x {RANKS_PER_NODE} ranks, {a.mib} MiB per rank, {a.steps} checkpoints, "
           f"{a.rate_mbit} Mbit/s storage link, {a.compute_ms} ms between checkpoints, {a.repeat} round(s), "
           f"commit {rev}, {when}")
-    print("variant      | imb | files/ckpt | app s | total s | MB/s | link MB | between MB (veth rx) | "
+    print("variant         | imb | files/ckpt | app s | total s | MB/s | link MB | between MB (veth rx) | "
           "rx buffers / pool | server RSS MiB | restart read s")
     table = {}
     for spread in SPREADS:
@@ -272,7 +285,7 @@ def summarize(a, results, rev, when):
             buf = (f"{row['rxbuf_peak'] / 2**20:.0f} / {row['pool'] / 2**20:.0f} MiB" if row["pool"] else "-")
             rss_s = f"{row['server_rss'] / 2**20:.0f}" if row["server_rss"] else "-"
             read = f"{row['read_s']:.2f}" if row["read_s"] is not None else "-"
-            print(f"{v:12} | {spread:3} | {','.join(map(str, row['files_per_ckpt'])):10} | {row['app_s']:5.2f} | "
+            print(f"{v:15} | {spread:3} | {','.join(map(str, row['files_per_ckpt'])):10} | {row['app_s']:5.2f} | "
                   f"{row['total_s']:7.2f} | {row['mbps']:4.1f} | {row['link_tx'] / 1e6:7.1f} | {between:20} | "
                   f"{buf:17} | {rss_s:14} | {read}")
     print("\nratios (targets of issue 16)")
@@ -304,6 +317,23 @@ def summarize(a, results, rev, when):
                     row["rxbuf_peak"] <= row["pool"])
             say(f"K={k} imb {spread}: restart read speed / N plain files", plain["read_s"] / row["read_s"],
                 ">= 0.9", plain["read_s"] / row["read_s"] >= 0.9)
+    for spread in SPREADS:
+        base = table[("paralog fpp", spread)]
+        for k in OWN_KS:
+            row, leader = table[(f"paralog own K={k}", spread)], table[(f"paralog K={k}", spread)]
+            say(f"own K={k} imb {spread}: files per checkpoint", max(row["files_per_ckpt"]), f"= {k + 1}",
+                row["files_per_ckpt"] == [k + 1])
+            say(f"own K={k} imb {spread}: throughput / paralog fpp", row["mbps"] / base["mbps"], ">= 0.9",
+                row["mbps"] / base["mbps"] >= 0.9)
+            say(f"own K={k} imb {spread}: application time / paralog fpp", row["app_s"] / base["app_s"],
+                "<= 1.03", row["app_s"] / base["app_s"] <= 1.03)
+            say(f"own K={k} imb {spread}: bytes between nodes (MB; none)", row["between"] / 1e6, "= 0",
+                row["between"] == 0)
+            say(f"own K={k} imb {spread}: total time / leader K={k}", row["total_s"] / leader["total_s"], "-",
+                True)
+            say(f"own K={k} imb {spread}: restart read speed / N plain files",
+                table[("direct fpp", spread)]["read_s"] / row["read_s"], ">= 0.9",
+                table[("direct fpp", spread)]["read_s"] / row["read_s"] >= 0.9)
     for v in VARIANTS:
         cost = table[(v, 20)]["total_s"] / table[(v, 0)]["total_s"]
         say(f"{v}: total time with +-20 % / without", cost, "<= 1.10" if k_of(v) else "-",
@@ -343,7 +373,7 @@ def main():
                 for v, s in order[shift:] + order[:shift]:
                     res = b.run_variant(r, v, s)
                     results.setdefault((v, s), []).append(res)
-                    print(f"round {r + 1} {v:12} imbalance {s:2}%: app {res['app_s']:.2f} s, total "
+                    print(f"round {r + 1} {v:15} imbalance {s:2}%: app {res['app_s']:.2f} s, total "
                           f"{res['total_s']:.2f} s, files/ckpt {res['files_per_ckpt']}, restart read "
                           f"{res.get('read_s', 0):.2f} s, load {os.getloadavg()[0]:.1f}", flush=True)
                 for s in SPREADS:
