@@ -25,6 +25,9 @@ MPI servers exchanging the members over MPI.
   killed          middle of its region of the second set: as "leader
                   killed" (old sets whole, the interrupted one without
                   record, recover on every node publishes it, no orphan)
+  own region      --agg-mode own, version 2: a later job rewrites node 0's
+  kept members    members only; the others are kept from version 1 by the
+                  record writer; every member equal to its run
   rank killed     an application rank of node n1 killed (SIGKILL) halfway
                   through its member of the last set (mpirun then ends the
                   others wherever they are): `paralog wait` names the set
@@ -322,6 +325,54 @@ def case_removed(flavour):
     return case
 
 
+def case_own_kept(flavour):
+    """--agg-mode own, a second version of every set: a later server job
+    (fresh prefix, new node-local logs) whose program rewrites only node
+    0's members (2 of 4, other bytes): version 2 holds those from the
+    second run and the 2 members no epoch touched kept from version 1 (the
+    record writer copies them into its own region, every block verified),
+    each byte for byte; K containers + 1 record per set, no member byte
+    between nodes."""
+    def case(work):
+        remote = work / "remote"
+        remote.mkdir()
+        nodes, k = 2, 1
+        np = nodes * RANKS_PER_NODE
+        args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--agg-mode", "own", "--containers", str(k)]
+        written(work / "first", flavour, nodes, remote, args)
+        c = Cluster(work / "second", flavour, nodes, str(remote), server_args=args)
+        try:
+            c.start_servers()
+            write_job(c, flavour, RANKS_PER_NODE, {"CKPT_SALT": "5"})
+            c.wait(timeout=300)
+        finally:
+            c.stop()
+        agg.check_layout(remote, k)
+        rows = json.loads(run([BIN, "sets", remote, "--json"]).stdout)
+        check(len(rows) == agg.STEPS and all(r["version"] == 2 and r["members"] == np and r["complete"]
+                                             for r in rows), f"after the second job: {rows}")
+        between, _ = totals(c)
+        check(between and between[-1] == 0, f"bytes between nodes in the second job: {between}")
+        first, second = work / "direct1", work / "direct2"
+        first.mkdir()
+        second.mkdir()
+        run([agg.ckpt(), first, np, agg.STEPS, MEAN], env=agg.clean_env())
+        run([agg.ckpt(), second, RANKS_PER_NODE, agg.STEPS, MEAN], env=agg.clean_env({"CKPT_SALT": "5"}))
+        for d in agg.set_dirs(remote):
+            out = work / "extract" / d.name
+            run([BIN, "extract", remote, f"ckpt/{d.name}", out])
+            for i in range(np):
+                name = f"rank-{i:05d}.dat"
+                want = (second if i < RANKS_PER_NODE else first) / "ckpt" / d.name / name
+                if i < RANKS_PER_NODE:
+                    check(want.read_bytes() != (first / "ckpt" / d.name / name).read_bytes(),
+                          "the second run wrote the same bytes as the first: the test proves nothing")
+                agg.same_bytes(want, out / name, f"version 2 of {d.name}: {name}")
+        return (f"{agg.STEPS} sets at version 2: {RANKS_PER_NODE} members rewritten, {np - RANKS_PER_NODE} kept "
+                f"from version 1, each equal to its run; 0 bytes between nodes")
+    return case
+
+
 def cases():
     out = []
     for flavour in ("mpich", "openmpi"):
@@ -337,5 +388,6 @@ def cases():
         for nodes, k in ((2, 1), (2, 2), (4, 1), (4, 2)):
             out.append((f"{flavour} own region {nodes} nodes K={k}", case_nodes(flavour, nodes, k, "own")))
         out.append((f"{flavour} region writer killed", case_killed(flavour, "region writer")))
+        out.append((f"{flavour} own region kept members", case_own_kept(flavour)))
         out.append((f"{flavour} set removed", case_removed(flavour)))
     return out
