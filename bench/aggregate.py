@@ -14,8 +14,10 @@ end, also on Ctrl-C, SIGTERM, SIGHUP):
 - The storage: sshd in a storage namespace serving a directory over SFTP,
   mounted with sshfs from a compute namespace (bench/e2e/testbed.py); the
   link between the two is a veth capped with tc tbf at --rate-mbit both
-  ways, the only throttle. Every node's processes see the mount, and every
-  byte to or from the remote crosses that link.
+  ways, the only throttle unless --node-mbit caps each node's own veth to
+  the bridge too (both ways; what the leader mode's transfer crosses).
+  Every node's processes see the mount, and every byte to or from the
+  remote crosses the storage link.
 
 The workload is tests/aggregate/progs/ckpt.c: every rank writes its member
 ckpt/step-NNNNNN/rank-RRRRR.dat (POSIX write, fsync, close) per checkpoint,
@@ -53,7 +55,7 @@ The verification is also the benchmark's check: every variant's members
 read back equal to what the ranks wrote (N-1: the file sizes only).
 
 Usage: bench/aggregate.py [--repeat 1] [--mib 4] [--steps 3] [--rate-mbit 200]
-         [--compute-ms 1000] [--dir /tmp] [--json OUT] [--keep]
+         [--node-mbit 0] [--compute-ms 1000] [--dir /tmp] [--json OUT] [--keep]
 Space: about 12 x 8 x MIB x STEPS MiB on --dir (every remote of a round is kept
 until the round ends).
 """
@@ -257,6 +259,15 @@ class Bench:
         return secs, self.bed.counters()[1] - rx0
 
 
+def cap_nodes(net, mbit):
+    """Each node's veth to the bridge limited both ways (its eth0's egress,
+    and the hub end's egress towards it), as the storage link is."""
+    for k, ns in enumerate(net.ns):
+        for where, dev in ((ns, "eth0"), (net.hub, f"v{k}")):
+            subprocess.run(["tc", "-n", where, "qdisc", "add", "dev", dev, "root", "tbf", "rate", f"{mbit}mbit",
+                            "burst", "256kb", "latency", "50ms"], check=True)
+
+
 def med(rows, key):
     vals = [x[key] for x in rows if key in x]
     return statistics.median(vals) if vals else None
@@ -264,8 +275,9 @@ def med(rows, key):
 
 def summarize(a, results, rev, when):
     """The table and the ratios of docs/benchmarks.md section 9."""
+    nodes_link = f", {a.node_mbit} Mbit/s node links" if a.node_mbit else ""
     print(f"\n{NODES} nodes x {RANKS_PER_NODE} ranks, {a.mib} MiB per rank, {a.steps} checkpoints, "
-          f"{a.rate_mbit} Mbit/s storage link, {a.compute_ms} ms between checkpoints, {a.repeat} round(s), "
+          f"{a.rate_mbit} Mbit/s storage link{nodes_link}, {a.compute_ms} ms between checkpoints, {a.repeat} round(s), "
           f"commit {rev}, {when}")
     print("variant         | imb | files/ckpt | app s | total s | MB/s | link MB | between MB (veth rx) | "
           "rx buffers / pool | server RSS MiB | restart read s")
@@ -350,6 +362,8 @@ def main():
     ap.add_argument("--mib", type=int, default=4, help="MiB per rank per checkpoint (mean)")
     ap.add_argument("--steps", type=int, default=3, help="checkpoints")
     ap.add_argument("--rate-mbit", type=int, default=200)
+    ap.add_argument("--node-mbit", type=int, default=0,
+                    help="cap each node's link to the others too (tc tbf both ways; 0: uncapped)")
     ap.add_argument("--compute-ms", type=int, default=1000)
     ap.add_argument("--dir", default="/tmp")
     ap.add_argument("--json")
@@ -366,6 +380,8 @@ def main():
     try:
         bed.start(s3=False)
         with Net(NODES, base) as net:
+            if a.node_mbit:
+                cap_nodes(net, a.node_mbit)
             b = Bench(a, base, bed, net)
             order = [(v, s) for s in SPREADS for v in VARIANTS]
             for r in range(a.repeat):
