@@ -28,6 +28,10 @@ MPI servers exchanging the members over MPI.
   own region      --agg-mode own, version 2: a later job rewrites node 0's
   kept members    members only; the others are kept from version 1 by the
                   record writer; every member equal to its run
+  own region      --agg-mode own, --peer-timeout 2, one node writing its
+  slower than     region for about 4 s: the heartbeat keeps the job alive,
+  the peer        every set published whole
+  timeout
   rank killed     an application rank of node n1 killed (SIGKILL) halfway
                   through its member of the last set (mpirun then ends the
                   others wherever they are): `paralog wait` names the set
@@ -373,6 +377,34 @@ def case_own_kept(flavour):
     return case
 
 
+def case_own_slow_region(flavour):
+    """--agg-mode own with --peer-timeout 2: node n1 writes its region
+    slowly (2 s after each block: about 4 s a set with its writer threads),
+    so node n0 waits for it longer than the timeout; the nodes' heartbeat
+    while they write keeps the job alive (without it n0 would wait in one
+    collective, and its watchdog end the job), and every set is published
+    whole."""
+    def case(work):
+        remote = work / "remote"
+        remote.mkdir()
+        nodes, k = 2, 1
+        np = nodes * RANKS_PER_NODE
+        args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--agg-mode", "own", "--containers", str(k)]
+        c = Cluster(work, flavour, nodes, str(remote), server_args=args)
+        try:
+            c.start_servers({1: {"PARALOG_FAILPOINT_REGION_DELAY_MS": "2000"}}, peer_timeout=2)
+            write_job(c, flavour, np)
+            c.wait(timeout=300)
+            rc = c.servers.wait(timeout=120)
+        finally:
+            c.stop()
+        check(rc == 0 and "no answer from the other servers" not in c.tail(100000),
+              f"the server job ended while a node wrote its region: {c.tail()}")
+        direct, total = check_sets(c, work, remote, k, np)
+        return f"{agg.STEPS} sets published whole while n1 took longer than --peer-timeout 2 s per region"
+    return case
+
+
 def cases():
     out = []
     for flavour in ("mpich", "openmpi"):
@@ -390,4 +422,5 @@ def cases():
         out.append((f"{flavour} region writer killed", case_killed(flavour, "region writer")))
         out.append((f"{flavour} own region kept members", case_own_kept(flavour)))
         out.append((f"{flavour} set removed", case_removed(flavour)))
+    out.append(("mpich own region slower than the peer timeout", case_own_slow_region("mpich")))
     return out

@@ -39,6 +39,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting { name: "PARALOG_LOG", help: "log level of `paralog server` and `run` (error, warn, info, debug, trace)", default: Some("info") },
     Setting { name: "PARALOG_FAILPOINT", help: "crash injection for the crash tests: the server (or the array objects' library) kills itself at NAME[:N] (docs/server.md)", default: None },
     Setting { name: "PARALOG_FAILPOINT_DELETE_DELAY_MS", help: "test hook: the server sleeps this long after deleting each rank's records of a drained epoch, widening the window the read tests probe (docs/server.md)", default: None },
+    Setting { name: "PARALOG_FAILPOINT_REGION_DELAY_MS", help: "test hook: a server job's node sleeps this long after each block it writes into its own region of a checkpoint set (--agg-mode own; docs/aggregate.md)", default: None },
     Setting { name: "PARALOG_AGGREGATE", help: "rules that drain matching files into checkpoint sets (`ckpt/{set}/rank-*.dat`, several separated by commas; docs/aggregate.md); read by `paralog run`, `server` and `recover`", default: None },
     Setting { name: "PARALOG_AGG_MODE", help: "a server job with PARALOG_AGGREGATE: `leader` (members sent to each group's leader) or `own` (each node writes its own region of the container; POSIX remotes) (docs/aggregate.md)", default: Some("leader") },
     Setting { name: "PARALOG_CONTAINERS", help: "containers per checkpoint set with PARALOG_AGGREGATE (docs/aggregate.md)", default: Some("1") },

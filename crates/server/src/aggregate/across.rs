@@ -269,7 +269,7 @@ pub(crate) fn publish(
             &dir,
             base(own::containers(a, version, attempt)),
             outgoing,
-        );
+        )?;
         mini = w.placements;
         opened = w.opened;
         if let Some(e) = w.error {

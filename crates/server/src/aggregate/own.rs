@@ -30,12 +30,14 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use paralog_aggregate::format::{self, Container, Extent, Member, SetRecord};
 use paralog_aggregate::regions::{self, Entry, Regions, Slot};
 
-use crate::cluster::mpi::MpiError;
+use crate::cluster::mpi::{MpiError, Reduce};
 
 use super::across::Ctx;
 use super::nodes::SetPlan;
@@ -128,14 +130,15 @@ pub(crate) fn containers(a: &Agreed, version: u64, attempt: u64) -> Vec<Containe
 
 /// Write this node's members `mine` into their regions of the containers
 /// in `dir` (threads over the members, each reading its member in `block`
-/// bytes), then fsync every container written and the directory.
+/// bytes), then fsync every container written and the directory. Only an
+/// MPI failure (of the heartbeat) returns `Err`.
 pub(crate) fn write(
     ctx: &Ctx<'_>,
     a: &Agreed,
     dir: &Path,
     base: SetRecord,
     mine: Vec<Outgoing>,
-) -> Wrote {
+) -> Result<Wrote, MpiError> {
     let me = ctx.comm.rank();
     let slots: BTreeMap<u32, Slot> = a
         .owners
@@ -167,8 +170,9 @@ pub(crate) fn write(
                 files.insert(s.container, (f, path));
             }
             Err(e) => {
+                // No return: this node still takes part in the heartbeat.
                 wrote.error = Some(format!("opening {}: {e}", path.display()));
-                return wrote;
+                break;
             }
         }
     }
@@ -178,39 +182,73 @@ pub(crate) fn write(
             .collect(),
     );
     let placed: Mutex<Vec<Member>> = Mutex::new(Vec::new());
-    let error: Mutex<Option<String>> = Mutex::new(None);
-    std::thread::scope(|s| {
-        for _ in 0..WRITERS {
-            s.spawn(|| {
-                let mut buf = vec![0u8; block];
-                loop {
-                    if lock(&error).is_some() {
-                        return;
-                    }
-                    let Some((m, slot)) = lock(&work).pop_front() else {
-                        return;
-                    };
-                    let f = &files[&slot.container].0;
-                    match write_member(f, m, slot, &mut buf) {
-                        Ok(member) => lock(&placed).push(member),
-                        Err(e) => {
-                            lock(&error).get_or_insert(e);
+    let error: Mutex<Option<String>> = Mutex::new(wrote.error.take());
+    let done = AtomicBool::new(false);
+    // The writes and the fsyncs on threads of their own; the MPI thread
+    // meanwhile beats with the others, so that no node waits for the
+    // slowest region in one collective (`heartbeat`).
+    let (beat, local) = std::thread::scope(|s| {
+        let local = s.spawn(|| {
+            std::thread::scope(|w| {
+                for _ in 0..WRITERS {
+                    w.spawn(|| {
+                        let mut buf = vec![0u8; block];
+                        loop {
+                            if lock(&error).is_some() {
+                                return;
+                            }
+                            let Some((m, slot)) = lock(&work).pop_front() else {
+                                return;
+                            };
+                            let f = &files[&slot.container].0;
+                            match write_member(f, m, slot, &mut buf) {
+                                Ok(member) => lock(&placed).push(member),
+                                Err(e) => {
+                                    lock(&error).get_or_insert(e);
+                                }
+                            }
                         }
-                    }
+                    });
                 }
             });
-        }
+            let mut err = lock(&error).take();
+            if err.is_none() {
+                err = durable(&files, dir).err();
+            }
+            done.store(true, Ordering::SeqCst);
+            err
+        });
+        let beat = heartbeat(ctx, &done);
+        (beat, local.join())
     });
-    wrote.error = error.into_inner().unwrap_or_else(|p| p.into_inner());
-    if wrote.error.is_none() {
-        wrote.error = durable(&files, dir).err();
-    }
+    beat?;
+    wrote.error = local.unwrap_or_else(|_| Some("a region writer thread panicked".into()));
     let mut members = placed.into_inner().unwrap_or_else(|p| p.into_inner());
     if wrote.error.is_none() && !members.is_empty() {
         members.sort_by(|a, b| a.path.cmp(&b.path));
         wrote.placements = SetRecord { members, ..base }.encode();
     }
-    wrote
+    Ok(wrote)
+}
+
+/// Between two beats of [`heartbeat`].
+const BEAT: Duration = Duration::from_millis(100);
+
+/// Until every node's region is written and durable: one allreduce of
+/// "still writing" per beat, each one watched. A node that finished waits
+/// for the slowest in steps the watchdog can time (a region that takes
+/// longer than `--peer-timeout` to write must not end the job), and a
+/// dead node still ends it. Every node makes the same number of calls:
+/// all stop at the first beat where nobody is writing.
+fn heartbeat(ctx: &Ctx<'_>, done: &AtomicBool) -> Result<(), MpiError> {
+    loop {
+        let mut v = [!done.load(Ordering::SeqCst) as i64];
+        ctx.w(|c| c.allreduce(&mut v, Reduce::Max))?;
+        if v[0] == 0 {
+            return Ok(());
+        }
+        std::thread::sleep(BEAT);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -241,6 +279,7 @@ fn write_member(f: &File, mut m: Outgoing, slot: Slot, buf: &mut [u8]) -> Result
                 .map_err(|e| format!("writing the container at {at}: {e}"))?;
             crcs.extend(data.chunks(crc_block).map(paralog_checksum::crc32c));
             crate::failpoint::hit("aggregate.mid_region");
+            crate::failpoint::region_delay();
             done += n as u64;
             at += n as u64;
         }
