@@ -14,8 +14,10 @@ end, also on Ctrl-C, SIGTERM, SIGHUP):
 - The storage: sshd in a storage namespace serving a directory over SFTP,
   mounted with sshfs from a compute namespace (bench/e2e/testbed.py); the
   link between the two is a veth capped with tc tbf at --rate-mbit both
-  ways, the only throttle. Every node's processes see the mount, and every
-  byte to or from the remote crosses that link.
+  ways, the only throttle unless --node-mbit caps each node's own veth to
+  the bridge too (both ways; what the leader mode's transfer crosses).
+  Every node's processes see the mount, and every byte to or from the
+  remote crosses the storage link.
 
 The workload is tests/aggregate/progs/ckpt.c: every rank writes its member
 ckpt/step-NNNNNN/rank-RRRRR.dat (POSIX write, fsync, close) per checkpoint,
@@ -30,7 +32,12 @@ Variants, each with and without the imbalance:
   paralog fpp    under capture, a server job of 4 nodes draining to the
                  mount, no aggregation
   paralog K=k    the same with --aggregate 'ckpt/{set}/rank-*.dat'
-                 --containers k, k = 1, 2, 4
+                 --containers k, k = 1, 2, 4 (--agg-mode leader: the other
+                 nodes of a group send their members to its leader)
+  paralog own    the same with --agg-mode own, k = 1, 2: each node writes
+    K=k          its own members into its own region of the container (no
+                 member byte between nodes; K = 4 is the same in both
+                 modes: every node is a group of its own)
 
 Measured per variant: remote files per checkpoint; application time (the
 launch of the ranks to their exit); total time (the launch until every
@@ -48,7 +55,7 @@ The verification is also the benchmark's check: every variant's members
 read back equal to what the ranks wrote (N-1: the file sizes only).
 
 Usage: bench/aggregate.py [--repeat 1] [--mib 4] [--steps 3] [--rate-mbit 200]
-         [--compute-ms 1000] [--dir /tmp] [--json OUT] [--keep]
+         [--node-mbit 0] [--compute-ms 1000] [--dir /tmp] [--json OUT] [--keep]
 Space: about 12 x 8 x MIB x STEPS MiB on --dir (every remote of a round is kept
 until the round ends).
 """
@@ -83,13 +90,20 @@ NP = NODES * RANKS_PER_NODE
 FLAVOUR = "openmpi"  # MPICH 4.0.2 hangs in MPI_Finalize across 3+ namespaces (tests/cluster/netns.py)
 RULE = "ckpt/{set}/rank-*.dat"
 SRC = ROOT / "tests/aggregate/progs/ckpt.c"
-VARIANTS = ["direct fpp", "direct N-1", "paralog fpp", "paralog K=1", "paralog K=2", "paralog K=4"]
+VARIANTS = ["direct fpp", "direct N-1", "paralog fpp", "paralog K=1", "paralog K=2", "paralog K=4",
+            "paralog own K=1", "paralog own K=2"]
+OWN_KS = (1, 2)
 SPREADS = (0, 20)
 
 
 def k_of(variant):
-    m = re.fullmatch(r"paralog K=(\d+)", variant)
+    m = re.fullmatch(r"paralog (?:own )?K=(\d+)", variant)
     return int(m.group(1)) if m else None
+
+
+def mode_of(variant):
+    """--agg-mode of a paralog variant with sets."""
+    return "own" if variant.startswith("paralog own") else "leader"
 
 
 def server_pids(net):
@@ -165,7 +179,8 @@ class Bench:
         on_host = self.bed.storage / tag  # the same directory, read without the link
         remote.mkdir()
         k = k_of(variant)
-        server_args = ["--nice", "0"] + (["--aggregate", RULE, "--containers", str(k)] if k else [])
+        server_args = ["--nice", "0"] + (["--aggregate", RULE, "--containers", str(k),
+                                          "--agg-mode", mode_of(variant)] if k else [])
         c = NetCluster(self.net, work, FLAVOUR, str(remote), RANKS_PER_NODE, server_args=server_args)
         out = {"variant": variant, "spread": spread, "round": r, "remote": str(on_host)}
         env = self.env(spread, variant)
@@ -244,6 +259,15 @@ class Bench:
         return secs, self.bed.counters()[1] - rx0
 
 
+def cap_nodes(net, mbit):
+    """Each node's veth to the bridge limited both ways (its eth0's egress,
+    and the hub end's egress towards it), as the storage link is."""
+    for k, ns in enumerate(net.ns):
+        for where, dev in ((ns, "eth0"), (net.hub, f"v{k}")):
+            subprocess.run(["tc", "-n", where, "qdisc", "add", "dev", dev, "root", "tbf", "rate", f"{mbit}mbit",
+                            "burst", "256kb", "latency", "50ms"], check=True)
+
+
 def med(rows, key):
     vals = [x[key] for x in rows if key in x]
     return statistics.median(vals) if vals else None
@@ -251,10 +275,11 @@ def med(rows, key):
 
 def summarize(a, results, rev, when):
     """The table and the ratios of docs/benchmarks.md section 9."""
+    nodes_link = f", {a.node_mbit} Mbit/s node links" if a.node_mbit else ""
     print(f"\n{NODES} nodes x {RANKS_PER_NODE} ranks, {a.mib} MiB per rank, {a.steps} checkpoints, "
-          f"{a.rate_mbit} Mbit/s storage link, {a.compute_ms} ms between checkpoints, {a.repeat} round(s), "
+          f"{a.rate_mbit} Mbit/s storage link{nodes_link}, {a.compute_ms} ms between checkpoints, {a.repeat} round(s), "
           f"commit {rev}, {when}")
-    print("variant      | imb | files/ckpt | app s | total s | MB/s | link MB | between MB (veth rx) | "
+    print("variant         | imb | files/ckpt | app s | total s | MB/s | link MB | between MB (veth rx) | "
           "rx buffers / pool | server RSS MiB | restart read s")
     table = {}
     for spread in SPREADS:
@@ -272,7 +297,7 @@ def summarize(a, results, rev, when):
             buf = (f"{row['rxbuf_peak'] / 2**20:.0f} / {row['pool'] / 2**20:.0f} MiB" if row["pool"] else "-")
             rss_s = f"{row['server_rss'] / 2**20:.0f}" if row["server_rss"] else "-"
             read = f"{row['read_s']:.2f}" if row["read_s"] is not None else "-"
-            print(f"{v:12} | {spread:3} | {','.join(map(str, row['files_per_ckpt'])):10} | {row['app_s']:5.2f} | "
+            print(f"{v:15} | {spread:3} | {','.join(map(str, row['files_per_ckpt'])):10} | {row['app_s']:5.2f} | "
                   f"{row['total_s']:7.2f} | {row['mbps']:4.1f} | {row['link_tx'] / 1e6:7.1f} | {between:20} | "
                   f"{buf:17} | {rss_s:14} | {read}")
     print("\nratios (targets of issue 16)")
@@ -304,6 +329,23 @@ def summarize(a, results, rev, when):
                     row["rxbuf_peak"] <= row["pool"])
             say(f"K={k} imb {spread}: restart read speed / N plain files", plain["read_s"] / row["read_s"],
                 ">= 0.9", plain["read_s"] / row["read_s"] >= 0.9)
+    for spread in SPREADS:
+        base = table[("paralog fpp", spread)]
+        for k in OWN_KS:
+            row, leader = table[(f"paralog own K={k}", spread)], table[(f"paralog K={k}", spread)]
+            say(f"own K={k} imb {spread}: files per checkpoint", max(row["files_per_ckpt"]), f"= {k + 1}",
+                row["files_per_ckpt"] == [k + 1])
+            say(f"own K={k} imb {spread}: throughput / paralog fpp", row["mbps"] / base["mbps"], ">= 0.9",
+                row["mbps"] / base["mbps"] >= 0.9)
+            say(f"own K={k} imb {spread}: application time / paralog fpp", row["app_s"] / base["app_s"],
+                "<= 1.03", row["app_s"] / base["app_s"] <= 1.03)
+            say(f"own K={k} imb {spread}: bytes between nodes (MB; none)", row["between"] / 1e6, "= 0",
+                row["between"] == 0)
+            say(f"own K={k} imb {spread}: total time / leader K={k}", row["total_s"] / leader["total_s"], "-",
+                True)
+            say(f"own K={k} imb {spread}: restart read speed / N plain files",
+                table[("direct fpp", spread)]["read_s"] / row["read_s"], ">= 0.9",
+                table[("direct fpp", spread)]["read_s"] / row["read_s"] >= 0.9)
     for v in VARIANTS:
         cost = table[(v, 20)]["total_s"] / table[(v, 0)]["total_s"]
         say(f"{v}: total time with +-20 % / without", cost, "<= 1.10" if k_of(v) else "-",
@@ -320,6 +362,8 @@ def main():
     ap.add_argument("--mib", type=int, default=4, help="MiB per rank per checkpoint (mean)")
     ap.add_argument("--steps", type=int, default=3, help="checkpoints")
     ap.add_argument("--rate-mbit", type=int, default=200)
+    ap.add_argument("--node-mbit", type=int, default=0,
+                    help="cap each node's link to the others too (tc tbf both ways; 0: uncapped)")
     ap.add_argument("--compute-ms", type=int, default=1000)
     ap.add_argument("--dir", default="/tmp")
     ap.add_argument("--json")
@@ -336,6 +380,8 @@ def main():
     try:
         bed.start(s3=False)
         with Net(NODES, base) as net:
+            if a.node_mbit:
+                cap_nodes(net, a.node_mbit)
             b = Bench(a, base, bed, net)
             order = [(v, s) for s in SPREADS for v in VARIANTS]
             for r in range(a.repeat):
@@ -343,7 +389,7 @@ def main():
                 for v, s in order[shift:] + order[:shift]:
                     res = b.run_variant(r, v, s)
                     results.setdefault((v, s), []).append(res)
-                    print(f"round {r + 1} {v:12} imbalance {s:2}%: app {res['app_s']:.2f} s, total "
+                    print(f"round {r + 1} {v:15} imbalance {s:2}%: app {res['app_s']:.2f} s, total "
                           f"{res['total_s']:.2f} s, files/ckpt {res['files_per_ckpt']}, restart read "
                           f"{res.get('read_s', 0):.2f} s, load {os.getloadavg()[0]:.1f}", flush=True)
                 for s in SPREADS:

@@ -17,6 +17,21 @@ MPI servers exchanging the members over MPI.
                   has no record (an orphaned container); `paralog recover`
                   on every node (an MPI job) publishes every set complete,
                   no orphan left
+  own region N K  the same with --agg-mode own: every node writes its own
+                  members into its own region of its group's container; the
+                  same checks, and no member byte between nodes (0) and no
+                  receive buffer at any leader
+  region writer   --agg-mode own: a node's server killed (SIGKILL) in the
+  killed          middle of its region of the second set: as "leader
+                  killed" (old sets whole, the interrupted one without
+                  record, recover on every node publishes it, no orphan)
+  own region      --agg-mode own, version 2: a later job rewrites node 0's
+  kept members    members only; the others are kept from version 1 by the
+                  record writer; every member equal to its run
+  own region      --agg-mode own, --peer-timeout 2, one node writing its
+  slower than     region for about 4 s: the heartbeat keeps the job alive,
+  the peer        every set published whole
+  timeout
   rank killed     an application rank of node n1 killed (SIGKILL) halfway
                   through its member of the last set (mpirun then ends the
                   others wherever they are): `paralog wait` names the set
@@ -106,12 +121,16 @@ def minimum_between(direct, nodes, k):
     return least
 
 
-def case_nodes(flavour, nodes, k):
+def case_nodes(flavour, nodes, k, mode="leader"):
+    """mode "own": each node writes its own region of the container, so
+    no member byte crosses between nodes (the counter must say 0) and no
+    leader holds receive buffers."""
     def case(work):
         remote = work / "remote"
         remote.mkdir()
         np = nodes * RANKS_PER_NODE
-        args = ["--aggregate", agg.RULE, *SERVER_ARGS] + (["--containers", str(k)] if k != nodes else [])
+        args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--agg-mode", mode] + \
+            (["--containers", str(k)] if k != nodes else [])
         c = written(work, flavour, nodes, remote, args)
         direct, total = check_sets(c, work, remote, k, np)
         between, sets = totals(c)
@@ -119,9 +138,13 @@ def case_nodes(flavour, nodes, k):
         peak, pool = int(sets[-1][1]), int(sets[-1][2])
         check(peak <= pool, f"a leader held {peak} bytes of receive buffers, more than its pool {pool}")
         sent = between[-1]
-        least = minimum_between(direct, nodes, k)
-        check(sent == least, f"{sent} bytes between nodes; the least for these groups is {least} "
-                             f"(every byte of a non-leader once, none of a leader's)")
+        if mode == "own":
+            check(sent == 0 and peak == 0, f"each node its own region, yet {sent} member bytes between nodes "
+                                           f"and {peak} bytes of receive buffers at a leader")
+        else:
+            least = minimum_between(direct, nodes, k)
+            check(sent == least, f"{sent} bytes between nodes; the least for these groups is {least} "
+                                 f"(every byte of a non-leader once, none of a leader's)")
         agg.restart(work, c.prefix, remote, direct, np, MEAN)
         return (f"{agg.STEPS} sets of {np} members in {k} container(s) each, {total} bytes, {sent} "
                 f"between nodes; leader buffers at most {peak} of {pool}; extract and restart equal direct")
@@ -141,21 +164,27 @@ def job_died(c, who, timeout=120):
     check("failpoint reached" in c.tail(100000), f"the {who}'s failpoint was not reached: {c.tail()}")
 
 
+KILL_POINTS = {"leader": "aggregate.mid_transfer", "sender": "aggregate.mid_send",
+               "region writer": "aggregate.mid_region"}
+
+
 def case_killed(flavour, who):
-    """who: "leader" (its writers, after the sixth block received) or
-    "sender" (after its sixth block sent): the second set's transfer."""
+    """who: "leader" (its writers, after the sixth block received),
+    "sender" (after its sixth block sent): the second set's transfer; or
+    "region writer" (--agg-mode own: a node after the sixth block it wrote
+    into its own region, the second set's)."""
     def case(work):
         nodes, k = 2, 1
         remote = work / "remote"
         remote.mkdir()
         np = nodes * RANKS_PER_NODE
-        args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--containers", str(k)]
+        mode = ["--agg-mode", "own"] if who == "region writer" else []
+        args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--containers", str(k), *mode]
         c = Cluster(work, flavour, nodes, str(remote), server_args=args)
-        # Only a leader's writers (a sender) reach this point: whichever node
-        # leads (sends) dies at its sixth block (a set takes 3 or 4: the
-        # second set's transfer, after the first set was published).
-        where = "aggregate.mid_transfer" if who == "leader" else "aggregate.mid_send"
-        point = {"PARALOG_FAILPOINT": f"{where}:6"}
+        # Only a leader's writers (a sender, a node writing its region) reach
+        # this point: whichever node does dies at its sixth block (a set takes
+        # 3 or 4: the second set's, after the first set was published).
+        point = {"PARALOG_FAILPOINT": f"{KILL_POINTS[who]}:6"}
         try:
             c.start_servers({n: point for n in range(nodes)})
             write_job(c, flavour, np)
@@ -182,7 +211,7 @@ def case_killed(flavour, who):
         check(whole >= 1, f"no set was published before the {who} died: {c.tail()}")
         check(orphans >= 1, f"the interrupted set left no container: the {who} did not die mid-transfer")
         r = run(c.node_cmd([BIN, "recover", "--local", c.local, "--remote", remote, "--job", "t",
-                            "--aggregate", agg.RULE, "--agg-align", "64K", "--containers", str(k)]),
+                            "--aggregate", agg.RULE, "--agg-align", "64K", "--containers", str(k), *mode]),
                 env=c.env(), check=False, timeout=300)
         check(r.returncode == 0, f"recover exited {r.returncode}: {r.stdout}{r.stderr}")
         check_sets(c, work, remote, k, np)
@@ -300,6 +329,82 @@ def case_removed(flavour):
     return case
 
 
+def case_own_kept(flavour):
+    """--agg-mode own, a second version of every set: a later server job
+    (fresh prefix, new node-local logs) whose program rewrites only node
+    0's members (2 of 4, other bytes): version 2 holds those from the
+    second run and the 2 members no epoch touched kept from version 1 (the
+    record writer copies them into its own region, every block verified),
+    each byte for byte; K containers + 1 record per set, no member byte
+    between nodes."""
+    def case(work):
+        remote = work / "remote"
+        remote.mkdir()
+        nodes, k = 2, 1
+        np = nodes * RANKS_PER_NODE
+        args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--agg-mode", "own", "--containers", str(k)]
+        written(work / "first", flavour, nodes, remote, args)
+        c = Cluster(work / "second", flavour, nodes, str(remote), server_args=args)
+        try:
+            c.start_servers()
+            write_job(c, flavour, RANKS_PER_NODE, {"CKPT_SALT": "5"})
+            c.wait(timeout=300)
+        finally:
+            c.stop()
+        agg.check_layout(remote, k)
+        rows = json.loads(run([BIN, "sets", remote, "--json"]).stdout)
+        check(len(rows) == agg.STEPS and all(r["version"] == 2 and r["members"] == np and r["complete"]
+                                             for r in rows), f"after the second job: {rows}")
+        between, _ = totals(c)
+        check(between and between[-1] == 0, f"bytes between nodes in the second job: {between}")
+        first, second = work / "direct1", work / "direct2"
+        first.mkdir()
+        second.mkdir()
+        run([agg.ckpt(), first, np, agg.STEPS, MEAN], env=agg.clean_env())
+        run([agg.ckpt(), second, RANKS_PER_NODE, agg.STEPS, MEAN], env=agg.clean_env({"CKPT_SALT": "5"}))
+        for d in agg.set_dirs(remote):
+            out = work / "extract" / d.name
+            run([BIN, "extract", remote, f"ckpt/{d.name}", out])
+            for i in range(np):
+                name = f"rank-{i:05d}.dat"
+                want = (second if i < RANKS_PER_NODE else first) / "ckpt" / d.name / name
+                if i < RANKS_PER_NODE:
+                    check(want.read_bytes() != (first / "ckpt" / d.name / name).read_bytes(),
+                          "the second run wrote the same bytes as the first: the test proves nothing")
+                agg.same_bytes(want, out / name, f"version 2 of {d.name}: {name}")
+        return (f"{agg.STEPS} sets at version 2: {RANKS_PER_NODE} members rewritten, {np - RANKS_PER_NODE} kept "
+                f"from version 1, each equal to its run; 0 bytes between nodes")
+    return case
+
+
+def case_own_slow_region(flavour):
+    """--agg-mode own with --peer-timeout 2: node n1 writes its region
+    slowly (2 s after each block: about 4 s a set with its writer threads),
+    so node n0 waits for it longer than the timeout; the nodes' heartbeat
+    while they write keeps the job alive (without it n0 would wait in one
+    collective, and its watchdog end the job), and every set is published
+    whole."""
+    def case(work):
+        remote = work / "remote"
+        remote.mkdir()
+        nodes, k = 2, 1
+        np = nodes * RANKS_PER_NODE
+        args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--agg-mode", "own", "--containers", str(k)]
+        c = Cluster(work, flavour, nodes, str(remote), server_args=args)
+        try:
+            c.start_servers({1: {"PARALOG_FAILPOINT_REGION_DELAY_MS": "2000"}}, peer_timeout=2)
+            write_job(c, flavour, np)
+            c.wait(timeout=300)
+            rc = c.servers.wait(timeout=120)
+        finally:
+            c.stop()
+        check(rc == 0 and "no answer from the other servers" not in c.tail(100000),
+              f"the server job ended while a node wrote its region: {c.tail()}")
+        direct, total = check_sets(c, work, remote, k, np)
+        return f"{agg.STEPS} sets published whole while n1 took longer than --peer-timeout 2 s per region"
+    return case
+
+
 def cases():
     out = []
     for flavour in ("mpich", "openmpi"):
@@ -311,5 +416,11 @@ def cases():
         out.append((f"{flavour} leader killed", case_killed(flavour, "leader")))
         out.append((f"{flavour} sender killed", case_killed(flavour, "sender")))
         out.append((f"{flavour} rank killed", case_rank_killed(flavour)))
+        # Each node its own region (--agg-mode own): 2 and 4 nodes, K 1, 2.
+        for nodes, k in ((2, 1), (2, 2), (4, 1), (4, 2)):
+            out.append((f"{flavour} own region {nodes} nodes K={k}", case_nodes(flavour, nodes, k, "own")))
+        out.append((f"{flavour} region writer killed", case_killed(flavour, "region writer")))
+        out.append((f"{flavour} own region kept members", case_own_kept(flavour)))
         out.append((f"{flavour} set removed", case_removed(flavour)))
+    out.append(("mpich own region slower than the peer timeout", case_own_slow_region("mpich")))
     return out

@@ -190,9 +190,9 @@ class Cluster(SimCluster):
             out += ["env", *(f"{k}={v}" for k, v in env.items()), *map(str, cmd)]
         return out
 
-    def start_servers(self, per_node_env=None):
+    def start_servers(self, per_node_env=None, peer_timeout=60):
         cmd = [BIN, "server", "--local", self.local, "--remote", self.remote, "--job", "t",
-               "--peer-timeout", "60", *self.server_args]
+               "--peer-timeout", str(peer_timeout), *self.server_args]
         self.log = open(self.server_log, "ab")
         self.servers = subprocess.Popen(self.node_cmd(cmd, per_node_env), stdout=self.log,
                                         stderr=subprocess.STDOUT, env=self.env(),

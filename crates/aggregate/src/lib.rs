@@ -21,6 +21,7 @@
 //!   `paralog-s3` implements it): ranged reads; with `writer`, containers,
 //!   the record's atomic put, listing, aborting uploads;
 //! - `stored`: a record decoded for the set it was read as (every store);
+//! - `regions`: the "own region" mode's placement, the same on every node;
 //! - `reader`: open a set, list members, verified reads; plain file I/O,
 //!   all the capture library links.
 
@@ -28,6 +29,7 @@ pub mod error;
 pub mod format;
 pub mod objset;
 pub mod reader;
+pub mod regions;
 pub mod store;
 pub mod stored;
 

@@ -1,4 +1,4 @@
-//! `--aggregate RULE`, `--containers K`, `--agg-align BYTES`: the options of
+//! `--aggregate RULE`, `--containers K`, `--agg-align BYTES`, `--agg-mode`: the options of
 //! `run`, `server` and `recover` that drain matching files into checkpoint
 //! sets (docs/aggregate.md). Parsed and checked here; the server does the
 //! work.
@@ -25,6 +25,12 @@ pub struct AggregateArgs {
     /// taken from --memory
     #[arg(long, default_value_t = paralog_server::aggregate::DEFAULT_BUFFERS, value_name = "N")]
     pub agg_buffers: usize,
+    /// A server job: who writes a set's containers: `leader` (the other
+    /// nodes of a group send their members to its leader over MPI) or `own`
+    /// (each node writes its own members into its own region of the
+    /// container; POSIX remotes) [env: PARALOG_AGG_MODE; default: leader]
+    #[arg(long, value_name = "MODE")]
+    pub agg_mode: Option<String>,
 }
 
 /// What the options say, checked.
@@ -36,6 +42,7 @@ pub struct Aggregate {
     pub containers_given: bool,
     pub align: u64,
     pub buffers: usize,
+    pub mode: paralog_server::aggregate::AggMode,
 }
 
 impl AggregateArgs {
@@ -72,11 +79,25 @@ impl AggregateArgs {
                 self.agg_align
             );
         }
+        let mode_env = std::env::var("PARALOG_AGG_MODE")
+            .ok()
+            .filter(|v| !v.is_empty());
+        let mode = match (&self.agg_mode, &mode_env) {
+            (Some(m), _) => Some(m.parse().map_err(|e| anyhow!("--agg-mode: {e}"))?),
+            (None, Some(v)) => Some(
+                v.parse()
+                    .map_err(|e| anyhow!("PARALOG_AGG_MODE={v}: {e}"))?,
+            ),
+            (None, None) => None,
+        };
         if values.is_empty() {
             if containers.is_some() {
                 bail!(
                     "--containers (PARALOG_CONTAINERS) needs --aggregate RULE (PARALOG_AGGREGATE)"
                 );
+            }
+            if mode.is_some() {
+                bail!("--agg-mode (PARALOG_AGG_MODE) needs --aggregate RULE (PARALOG_AGGREGATE)");
             }
             return Ok(None);
         }
@@ -87,6 +108,7 @@ impl AggregateArgs {
             containers_given: containers.is_some(),
             align: self.agg_align,
             buffers: self.agg_buffers,
+            mode: mode.unwrap_or_default(),
         }))
     }
 
@@ -122,9 +144,12 @@ impl AggregateArgs {
             crate::remote::Remote::Prefix => None,
         };
         paralog_server::aggregate::Sets::check_remote(url, server_job).map_err(|e| anyhow!(e))?;
+        paralog_server::aggregate::Sets::check_mode(url, server_job, agg.mode)
+            .map_err(|e| anyhow!(e))?;
         let sets = paralog_server::aggregate::Sets::new(agg.rules, agg.containers, agg.align);
         Ok(Some(if server_job {
             sets.for_server_job(!agg.containers_given, agg.buffers)
+                .with_mode(agg.mode)
         } else {
             sets
         }))
@@ -161,6 +186,8 @@ impl AggregateArgs {
         v.push(agg.containers.to_string());
         v.push("--agg-align".into());
         v.push(agg.align.to_string());
+        v.push("--agg-mode".into());
+        v.push(agg.mode.to_string());
         v
     }
 }

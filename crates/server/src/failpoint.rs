@@ -30,6 +30,22 @@ pub fn delete_delay() {
     }
 }
 
+/// `PARALOG_FAILPOINT_REGION_DELAY_MS=N`: sleep N ms after each block a
+/// node writes into its own region (`--agg-mode own`), so that a test can
+/// make one node's region outlast `--peer-timeout`.
+pub fn region_delay() {
+    static DELAY: OnceLock<Option<std::time::Duration>> = OnceLock::new();
+    let d = DELAY.get_or_init(|| {
+        std::env::var("PARALOG_FAILPOINT_REGION_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(std::time::Duration::from_millis)
+    });
+    if let Some(d) = d {
+        std::thread::sleep(*d);
+    }
+}
+
 pub fn hit(name: &str) {
     paralog_settings::failpoint::hit_then(name, || {
         tracing::warn!(point = name, "failpoint reached: killing the process")

@@ -8,7 +8,11 @@
 //! 2. in each group, the non-leaders send their members to the leader,
 //!    which writes them with its own into its container (transfer.rs) and
 //!    makes it durable; the first group's leader also copies the previous
-//!    version's members that no new epoch touched;
+//!    version's members that no new epoch touched. With `--agg-mode own`
+//!    the agreement of step 1 also gives every member's length, and each
+//!    node writes its own members into its own region of its group's
+//!    container and makes them durable (own.rs); the record writer keeps
+//!    the previous version's untouched members;
 //! 3. the leaders' placements go to the record writer; agreement (every
 //!    container durable, nothing failed);
 //! 4. the record writer commits the set record (temporary, fsync, rename:
@@ -28,9 +32,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use paralog_aggregate::format::{self, Container, SetRecord};
+use paralog_aggregate::format::{self, Container, Member, SetRecord};
 use paralog_aggregate::publish::new_attempt;
 use paralog_aggregate::reader::{ExtentsReader, SetReader};
+use paralog_backend::RemoteUrl;
 
 use crate::cluster::mpi::{Comm, MpiError, Reduce};
 use crate::drain::{lock_file_dir, DrainLock};
@@ -42,7 +47,7 @@ use super::nodes::SetPlan;
 use super::publish::member_source;
 use super::scan::{scan_member, MemberFile};
 use super::transfer::{lead, send_members, Leader, Outgoing};
-use super::Sets;
+use super::{own, AggMode, Sets};
 
 /// What the servers need for a publish.
 pub struct Ctx<'a> {
@@ -58,7 +63,7 @@ pub struct Ctx<'a> {
 
 impl Ctx<'_> {
     /// One MPI call under the watchdog.
-    fn w<T>(&self, f: impl FnOnce(&Comm) -> T) -> T {
+    pub(crate) fn w<T>(&self, f: impl FnOnce(&Comm) -> T) -> T {
         (self.peers)(true);
         let r = f(self.comm);
         (self.peers)(false);
@@ -189,41 +194,93 @@ pub(crate) fn publish(
         },
         _ => None,
     };
-    if ctx.w(|c| agree_failed(c, fail.is_some()))? {
-        return Ok(failed(fail, "another node could not start the set"));
-    }
-    let jr = jr.expect("every node opened the set's root");
     let k = (ctx.sets.containers as usize).clamp(1, comm.size());
-    let reused = Reused::of(&jr, plan, old.as_ref().map(|o| o.record()), k);
-
-    // 2. The transfer.
+    let reused = jr.as_ref().map_or_else(Reused::default, |jr| {
+        Reused::of(jr, plan, old.as_ref().map(|o| o.record()), k)
+    });
+    // The members this node places, each verified first (before the
+    // agreement: in the own-region mode their lengths are agreed on).
     let mut outgoing = Vec::new();
-    for f in fresh.iter().filter(|f| !f.pending.is_empty()) {
-        let index = plan
-            .members
-            .iter()
-            .position(|(n, m)| *n == me && m.member == f.member)
-            .expect("in the plan") as u32;
-        match member_source(old.as_ref(), &jr.sets_root(), f) {
-            Ok(Some(src)) => outgoing.push(Outgoing {
-                index,
-                member: src.member.clone(),
-                size: src.size,
-                mode: src.mode,
-                ranges: src.ranges.clone(),
-                src: Box::new(src),
-            }),
-            Ok(None) => {}
-            Err(e) => {
-                fail.get_or_insert(rel(e));
+    if let (Some(jr), None) = (&jr, &fail) {
+        for f in fresh.iter().filter(|f| !f.pending.is_empty()) {
+            let index = plan
+                .members
+                .iter()
+                .position(|(n, m)| *n == me && m.member == f.member)
+                .expect("in the plan") as u32;
+            match member_source(old.as_ref(), &jr.sets_root(), f) {
+                Ok(Some(src)) => outgoing.push(Outgoing {
+                    index,
+                    member: src.member.clone(),
+                    size: src.size,
+                    mode: src.mode,
+                    ranges: src.ranges.clone(),
+                    src: Box::new(src),
+                }),
+                Ok(None) => {}
+                Err(e) => {
+                    fail.get_or_insert(rel(e));
+                }
             }
         }
     }
+    if ctx.sets.mode == AggMode::Own
+        && matches!(
+            ctx.remote,
+            Remote::Url(RemoteUrl::S3(_) | RemoteUrl::ObjStore(_), _)
+        )
+    {
+        // Refused at start (`Sets::check_mode`); never write files there.
+        fail.get_or_insert("--agg-mode own writes to a POSIX remote only".into());
+    }
+    let agreed = if ctx.sets.mode == AggMode::Own {
+        // The record writer keeps the members no new epoch touched.
+        if me == writer && fail.is_none() {
+            outgoing.extend(keep_old(plan, old.as_ref(), &reused));
+        }
+        match own::agree(ctx, plan, fail.is_some(), &outgoing)? {
+            Some(a) => Some(a),
+            None => return Ok(failed(fail, "another node could not start the set")),
+        }
+    } else {
+        if ctx.w(|c| agree_failed(c, fail.is_some()))? {
+            return Ok(failed(fail, "another node could not start the set"));
+        }
+        None
+    };
+    let jr = jr.expect("every node opened the set's root");
+    let base = |containers| SetRecord {
+        set: set.clone(),
+        version,
+        complete: plan.complete,
+        block_size: format::DEFAULT_BLOCK,
+        align: ctx.sets.align,
+        origin: [0; 16],
+        job: job.as_bytes().to_vec(),
+        containers,
+        members: Vec::new(),
+    };
+
+    // 2. The transfer (or each node its own region).
     let mut sent = 0u64;
     let mut peak = 0u64;
     let mut mini = Vec::new();
     let mut container: Option<ContainerOut> = None;
-    if let Some(g) = plan.group_of(me) {
+    let mut opened = Vec::new();
+    if let Some(a) = &agreed {
+        let w = own::write(
+            ctx,
+            a,
+            &dir,
+            base(own::containers(a, version, attempt)),
+            outgoing,
+        )?;
+        mini = w.placements;
+        opened = w.opened;
+        if let Some(e) = w.error {
+            fail.get_or_insert(e);
+        }
+    } else if let Some(g) = plan.group_of(me) {
         if g.leader == me {
             if g.container == 0 {
                 outgoing.extend(keep_old(plan, old.as_ref(), &reused));
@@ -261,15 +318,8 @@ pub(crate) fn publish(
                 let mut members: Vec<_> = w.members.into_values().collect();
                 members.sort_by(|a, b| a.path.cmp(&b.path));
                 let rec = SetRecord {
-                    set: set.clone(),
-                    version,
-                    complete: plan.complete,
-                    block_size: format::DEFAULT_BLOCK,
-                    align: ctx.sets.align,
-                    origin: [0; 16],
-                    job: job.as_bytes().to_vec(),
-                    containers: vec![Container { name, size: w.end }],
                     members,
+                    ..base(vec![Container { name, size: w.end }])
                 };
                 mini = rec.encode();
             }
@@ -297,7 +347,20 @@ pub(crate) fn publish(
     let mut removed = false;
     if sums[0] == 0 && me == writer {
         let origin = fresh.first().map(|f| f.inv.origin()).unwrap_or([0; 16]);
-        let r = merge(plan, &dir, &all, &counts, origin).and_then(|mut rec| {
+        let merged = match &agreed {
+            Some(a) => own::merge(
+                &dir,
+                base(own::containers(a, version, attempt)),
+                &all,
+                &counts,
+            )
+            .and_then(|mut rec| {
+                rec.origin = origin;
+                unique(&rec.members).map(|()| rec)
+            }),
+            None => merge(plan, &dir, &all, &counts, origin),
+        };
+        let r = merged.and_then(|mut rec| {
             reused.add_to(&mut rec);
             crate::failpoint::hit("aggregate.before_record");
             if rec.members.is_empty() {
@@ -327,6 +390,7 @@ pub(crate) fn publish(
         if let Some(out) = &container {
             out.discard();
         }
+        own::discard(&opened);
     }
     if c[0] & 1 == 0 {
         let why = if sums[0] > 0 {
@@ -364,7 +428,10 @@ pub(crate) fn publish(
     if me == writer && c[0] & 2 != 0 {
         tracing::info!(set = %dir.display(), "checkpoint set removed by the server job: its program deleted every member");
     } else if me == writer {
-        tracing::info!(set = %dir.display(), version, containers = plan.groups.len() + reused.len(), kept_containers = reused.len(), bytes_between_nodes = out.between, "checkpoint set published by the server job");
+        let containers = agreed
+            .as_ref()
+            .map_or(plan.groups.len() + reused.len(), |a| a.regions.sizes.len());
+        tracing::info!(set = %dir.display(), version, containers, kept_containers = reused.len(), mode = %ctx.sets.mode, bytes_between_nodes = out.between, "checkpoint set published by the server job");
     }
     Ok(out)
 }
@@ -457,6 +524,15 @@ fn merge(
         .map(|(k, c)| c.ok_or(format!("container {k} has no placements")))
         .collect::<Result<_, _>>()?;
     members.sort_by(|a, b| a.path.cmp(&b.path));
+    unique(&members)?;
+    rec.members = members;
+    rec.origin = origin;
+    Ok(rec)
+}
+
+/// Members sorted by path are each once, and none is also the directory
+/// of another.
+fn unique(members: &[Member]) -> Result<(), String> {
     for w in members.windows(2) {
         if w[0].path == w[1].path
             || w[1].path.starts_with(&w[0].path) && w[1].path.get(w[0].path.len()) == Some(&b'/')
@@ -467,7 +543,5 @@ fn merge(
             ));
         }
     }
-    rec.members = members;
-    rec.origin = origin;
-    Ok(rec)
+    Ok(())
 }

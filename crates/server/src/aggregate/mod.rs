@@ -32,6 +32,7 @@ use crate::step;
 pub mod across;
 mod jobroot;
 pub mod nodes;
+mod own;
 mod publish;
 mod s3index;
 mod scan;
@@ -44,6 +45,42 @@ pub const DEFAULT_BUFFERS: usize = 4;
 
 use publish::{publish_set, Publish};
 use scan::{scan_job, sets_root_of, SetsRoot};
+
+/// How the servers of a job write a set's containers (`--agg-mode`,
+/// docs/aggregate.md): through one leader per group, or each node its own
+/// region. One node writes everything itself either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AggMode {
+    /// The seed's: non-leaders send their members to the group's leader
+    /// over MPI, the leader writes the container (`transfer.rs`).
+    #[default]
+    Leader,
+    /// Every node writes its own members into its own region of its
+    /// group's container (`own.rs`): no member byte between nodes.
+    Own,
+}
+
+impl std::str::FromStr for AggMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<AggMode, String> {
+        match s.trim() {
+            "leader" => Ok(AggMode::Leader),
+            "own" => Ok(AggMode::Own),
+            other => Err(format!(
+                "aggregation mode {other:?} is not one of leader, own"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for AggMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AggMode::Leader => "leader",
+            AggMode::Own => "own",
+        })
+    }
+}
 
 /// What `--aggregate`, `--containers` and `--agg-align` ask for.
 #[derive(Debug)]
@@ -62,6 +99,8 @@ pub struct Sets {
     pub per_node: bool,
     /// The server job: receive buffers of a set's leader (`--agg-buffers`).
     pub buffers: usize,
+    /// The server job: who writes the containers (`--agg-mode`).
+    pub mode: AggMode,
 }
 
 /// The "rule" of a member no rule matches, found in a published set (a
@@ -96,6 +135,7 @@ impl Sets {
             incomplete: false,
             per_node: false,
             buffers: DEFAULT_BUFFERS,
+            mode: AggMode::Leader,
         }
     }
 
@@ -105,6 +145,13 @@ impl Sets {
     pub fn for_server_job(mut self, per_node: bool, buffers: usize) -> Sets {
         self.per_node = per_node;
         self.buffers = buffers.max(1);
+        self
+    }
+
+    /// The server job's `--agg-mode` (one node writes everything itself:
+    /// the mode changes nothing there).
+    pub fn with_mode(mut self, mode: AggMode) -> Sets {
+        self.mode = mode;
         self
     }
 
@@ -177,6 +224,22 @@ impl Sets {
             set,
             member,
         })
+    }
+
+    /// Refuse, before anything runs, `--agg-mode own` where only one
+    /// writer per container can write: an S3 upload or an object layout's
+    /// chunk in a server job.
+    pub fn check_mode(
+        url: Option<&RemoteUrl>,
+        server_job: bool,
+        mode: AggMode,
+    ) -> Result<(), String> {
+        match (url, server_job, mode) {
+            (Some(u @ (RemoteUrl::S3(_) | RemoteUrl::ObjStore(_))), true, AggMode::Own) => Err(format!(
+                "--agg-mode own (PARALOG_AGG_MODE) writes checkpoint sets to a POSIX remote so far, not to {u}: use --agg-mode leader there (docs/aggregate.md)"
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Refuse, before anything runs, a remote sets cannot be written to
@@ -348,5 +411,30 @@ mod tests {
                 assert_eq!(Sets::check_remote(Some(&u), job), Ok(()), "{url}");
             }
         }
+    }
+
+    #[test]
+    fn own_regions_are_posix_only_in_a_server_job() {
+        let s3: RemoteUrl = "s3://bucket/pre".parse().unwrap();
+        let e = Sets::check_mode(Some(&s3), true, AggMode::Own).unwrap_err();
+        assert!(
+            e.contains("--agg-mode own") && e.contains("s3://bucket/pre"),
+            "{e}"
+        );
+        assert_eq!(Sets::check_mode(Some(&s3), true, AggMode::Leader), Ok(()));
+        // One node writes everything itself: the mode changes nothing.
+        assert_eq!(Sets::check_mode(Some(&s3), false, AggMode::Own), Ok(()));
+        // An object layout's container is one chunk, written by one node.
+        let obj: RemoteUrl = "objstore:///tmp/store".parse().unwrap();
+        let e = Sets::check_mode(Some(&obj), true, AggMode::Own).unwrap_err();
+        assert!(e.contains("objstore:///tmp/store"), "{e}");
+        let dir: RemoteUrl = "/tmp/remote".parse().unwrap();
+        assert_eq!(Sets::check_mode(Some(&dir), true, AggMode::Own), Ok(()));
+        assert_eq!(Sets::check_mode(None, true, AggMode::Own), Ok(()));
+        assert_eq!("own".parse(), Ok(AggMode::Own));
+        assert!("leaders"
+            .parse::<AggMode>()
+            .unwrap_err()
+            .contains("leader, own"));
     }
 }
