@@ -170,6 +170,9 @@ struct EpochState {
     /// Bytes of commit records in the data log (an epoch committed again
     /// after a failed agreement has its earlier records among its data).
     records: u64,
+    /// Bytes of the holes that place large writes as in the file
+    /// (`folio_aligned`): in the log's length, not data.
+    holes: u64,
     /// A failed write may have left bytes after the log's end that could
     /// not be cut off: the commit cuts them before its record.
     tail_unknown: bool,
@@ -366,7 +369,7 @@ impl RankLog {
     pub fn epoch_data_bytes(&self) -> u64 {
         self.cur
             .log_end
-            .saturating_sub(DATA_HEADER_LEN + self.cur.records)
+            .saturating_sub(DATA_HEADER_LEN + self.cur.records + self.cur.holes)
     }
 
     /// How this log's commits are made durable.
@@ -433,6 +436,7 @@ impl RankLog {
         // (docs/benchmarks.md §1, "No extra pass over the bytes").
         let crc = paralog_checksum::crc32c_append(seed.unwrap_or(0), data);
         self.write_log(data, pos, end)?;
+        self.cur.holes += pos - end;
         self.cur.log_end = pos + len;
         let (crc, joined_crc) = match seed {
             Some(_) => (None, Some(crc)),
