@@ -143,7 +143,6 @@ impl AggregateArgs {
             crate::remote::Remote::Url(u, _) => Some(u),
             crate::remote::Remote::Prefix => None,
         };
-        paralog_server::aggregate::Sets::check_remote(url, server_job).map_err(|e| anyhow!(e))?;
         paralog_server::aggregate::Sets::check_mode(url, server_job, agg.mode)
             .map_err(|e| anyhow!(e))?;
         let sets = paralog_server::aggregate::Sets::new(agg.rules, agg.containers, agg.align);

@@ -242,14 +242,6 @@ impl Sets {
         }
     }
 
-    /// Refuse, before anything runs, a remote sets cannot be written to
-    /// (on one node, or by a server job). Every kind takes them now: a
-    /// POSIX directory, S3 and the object layout, either way.
-    pub fn check_remote(url: Option<&RemoteUrl>, _server_job: bool) -> Result<(), String> {
-        match url {
-            None | Some(RemoteUrl::Posix(_) | RemoteUrl::S3(_) | RemoteUrl::ObjStore(_)) => Ok(()),
-        }
-    }
 }
 
 /// Drain every set of the job in `job_dir` that is complete (with `flush`:
@@ -402,16 +394,6 @@ pub fn recover_sets(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_remote_takes_sets_on_one_node_and_in_a_server_job() {
-        for url in ["s3://bucket/pre", "objstore:///tmp/x", "file:///tmp/x"] {
-            let u: RemoteUrl = url.parse().unwrap();
-            for job in [false, true] {
-                assert_eq!(Sets::check_remote(Some(&u), job), Ok(()), "{url}");
-            }
-        }
-    }
 
     #[test]
     fn own_regions_are_posix_only_in_a_server_job() {

@@ -198,14 +198,6 @@ pub(crate) fn sets_root_of(
             Ok(SetsRoot::Obj(paralog_backend::objstore::ObjStore::new(u)))
         }
         Remote::Url(RemoteUrl::S3(u), _) => s3_sets(u).map(SetsRoot::S3),
-        Remote::Url(url, _) if !matches!(url, RemoteUrl::Posix(_)) => {
-            Err(DrainError::Remote(BackendError {
-                kind: ErrorKind::Permanent,
-                target: url.to_string(),
-                op: "write checkpoint set",
-                message: Sets::check_remote(Some(url), false).unwrap_err(),
-            }))
-        }
         _ => remote_root_of(remote, app_path, rel).map(SetsRoot::Dir),
     }
 }
