@@ -77,9 +77,12 @@ def totals(c):
     return between, sets
 
 
-def write_job(c, flavour, np, extra=None, check_rc=True):
+def write_job(c, flavour, np, extra=None, check_rc=True, steps=None, mean=MEAN):
+    """The checkpoint program as an MPI job of `np` ranks on the cluster's
+    simulated nodes, under capture (`steps` sets of about `mean` bytes per
+    member; `extra`: more environment)."""
     env = c.capture_env(c.env({"RANKS_PER_NODE": str(RANKS_PER_NODE), **(extra or {})}))
-    cmd = launcher(flavour, np) + [AS_NODE, agg.ckpt_mpi(flavour), c.prefix, np, agg.STEPS, MEAN]
+    cmd = launcher(flavour, np) + [AS_NODE, agg.ckpt_mpi(flavour), c.prefix, np, steps or agg.STEPS, mean]
     return run(cmd, env=env, timeout=300, check=check_rc)
 
 

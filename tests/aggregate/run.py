@@ -166,11 +166,13 @@ def restart(work, prefix, remote, direct, n_ranks, mean=MEAN):
     check(not diff, f"restart copy differs: {diff}")
 
 
-def direct_run(work, n_ranks, salt=None):
-    direct = work / "direct"
+def direct_run(work, n_ranks, salt=None, name="direct", steps=STEPS, mean=MEAN):
+    """The direct run's files in work/NAME (the serial program writes the
+    bytes every rank of the MPI program writes)."""
+    direct = work / name
     direct.mkdir(exist_ok=True)
     env = clean_env({"CKPT_SALT": str(salt)} if salt else None)
-    run([ckpt(), direct, n_ranks, STEPS, MEAN], env=env)
+    run([ckpt(), direct, n_ranks, steps, mean], env=env)
     return direct
 
 

@@ -47,14 +47,14 @@ import json
 
 from tests.lib.check import check
 from tests.lib.compare import same_bytes
-from tests.lib.mpi import launcher
 from tests.lib.paralog import paralog_run
 from tests.lib.paths import BIN
 from tests.lib.proc import run
-from tests.lib.server import AS_NODE, RANKS_PER_NODE, Cluster
+from tests.lib.server import RANKS_PER_NODE, Cluster
 
 from tests.aggregate import run as agg
 from tests.aggregate import s3
+from tests.aggregate import nodes
 from tests.aggregate.nodes import job_died
 from tests.aggregate.s3 import BUCKET, MARK, RULE, QUERY, with_minio
 
@@ -66,17 +66,11 @@ SERVER_ARGS = ["--buffer", "1M", "--agg-align", "64K", "--agg-buffers", "2"]
 
 
 def write_job(c, flavour, extra=None, check_rc=True):
-    env = c.capture_env(c.env({"RANKS_PER_NODE": str(RANKS_PER_NODE), **(extra or {})}))
-    cmd = launcher(flavour, NP) + [AS_NODE, agg.ckpt_mpi(flavour), c.prefix, NP, STEPS, MEAN]
-    return run(cmd, env=env, timeout=300, check=check_rc)
+    return nodes.write_job(c, flavour, NP, extra, check_rc, steps=STEPS, mean=MEAN)
 
 
-def direct(work, name, salt="0"):
-    """The direct run's files (the serial program writes the same bytes)."""
-    d = work / name
-    d.mkdir()
-    run([agg.ckpt(), d, NP, STEPS, MEAN], env=agg.clean_env({"CKPT_SALT": salt}))
-    return d
+def direct(work, name, salt=None):
+    return agg.direct_run(work, NP, salt, name=name, steps=STEPS, mean=MEAN)
 
 
 def cluster(work, flavour, minio, url, k, per_node_env=None):
