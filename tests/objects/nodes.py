@@ -176,11 +176,42 @@ def servers_on(work, remote, locals_, envs=None):
             for k, d in enumerate(locals_)]
 
 
+class Trial:
+    """One case's remote, the nodes' local roots and the servers it runs;
+    leaving it kills every server still running and stops the remote."""
+
+    def __init__(self, work, kind):
+        self.work, self.remote, self.locals = work, Remote(work, kind), locals_of(work)
+        self.servers = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for s in self.servers:
+            s.kill()
+        self.remote.stop()
+
+    def start(self, locals_=None, envs=None):
+        """Servers on `locals_` (default: every node)."""
+        self.servers += servers_on(self.work, self.remote, self.locals if locals_ is None else locals_, envs)
+        return self.servers
+
+    def stop(self):
+        """Drain and stop every server."""
+        for s in self.servers:
+            s.drain_and_stop()
+        self.servers = []
+
+    def nothing_left(self, what=""):
+        for d in self.locals:
+            check(left(d) == [], f"{what}left in {d.name}: {left(d)}")
+
+
 def case_put(flavour, kind):
     def go(work):
-        remote, locals_ = Remote(work, kind), locals_of(work)
-        servers = []
-        try:
+        with Trial(work, kind) as trial:
+            remote, locals_ = trial.remote, trial.locals
             salts = (11, 22)
             # The first put before the servers start: node 0 holds the
             # committed put, node 1 a share of it with its two writers'
@@ -189,7 +220,7 @@ def case_put(flavour, kind):
             check(remote.versions("nodes/t") == [], "visible before it was published")
             check(len(shares(locals_[1])) == PER_NODE and shares(locals_[0]) == [],
                   f"shares: node 0 {shares(locals_[0])}, node 1 {shares(locals_[1])}")
-            servers = servers_on(work, remote, locals_)
+            servers = trial.start()
             put_on_nodes(flavour, remote, "nodes/t", salts[1], locals_)
             # A whole logged put from the command line (`obj put --local`)
             # on node 1, published by its own server.
@@ -201,18 +232,11 @@ def case_put(flavour, kind):
             wait_versions(remote, "nodes/t", [1, 2], servers)
             wait_versions(remote, "cli/t", [1], servers)
             check(remote.get("cli/t", 1) == cli.read_bytes(), "the logged command-line put is not its array")
-            for s in servers:
-                s.drain_and_stop()
-            servers = []
+            trial.stop()
             each_equal(remote, "nodes/t", salts)
             remote.holds_only(2, extra=3 * 3 + 1)  # cli/t: 3 x 3 chunks and its array record
             view_checks(remote, "nodes/t", salts)
-            for d in locals_:
-                check(left(d) == [], f"left in {d.name}: {left(d)}")
-        finally:
-            for s in servers:
-                s.kill()
-            remote.stop()
+            trial.nothing_left()
         return "2 versions published from 2 nodes, each read equal"
     return go
 
@@ -222,10 +246,9 @@ def case_mpi4py(kind):
     on the 2 nodes, logged: published by the servers, equal."""
     def go(work):
         import numpy as np
-        remote, locals_ = Remote(work, kind), locals_of(work)
-        servers = []
-        try:
-            servers = servers_on(work, remote, locals_)
+        with Trial(work, kind) as trial:
+            remote, locals_ = trial.remote, trial.locals
+            servers = trial.start()
             args = [sys.executable, PY_WRITER, remote.url, "py/t", str(ROWS), "5"]
             cmd = [*launcher("openmpi", PER_NODE), *args, f"local={locals_[0]}"]
             for d in locals_[1:]:
@@ -233,17 +256,10 @@ def case_mpi4py(kind):
             r = run(cmd, env=mpi_env({**remote.env, **PY_ENV}), check=False, timeout=300)
             check(r.returncode == 0 and "logged" in r.stdout, f"mpi4py: exit {r.returncode}: {r.stdout}{r.stderr}")
             wait_versions(remote, "py/t", [1], servers)
-            for s in servers:
-                s.drain_and_stop()
-            servers = []
+            trial.stop()
             want = (np.arange(ROWS * NODES * PER_NODE * 64, dtype="<f8") + 5).tobytes()
             check(remote.get("py/t", 1) == want, "the mpi4py put is not its array")
-            for d in locals_:
-                check(left(d) == [], f"left in {d.name}: {left(d)}")
-        finally:
-            for s in servers:
-                s.kill()
-            remote.stop()
+            trial.nothing_left()
         return "published from 2 nodes, equal"
     return go
 
@@ -301,14 +317,13 @@ def case_share_killed(flavour, kind, point):
     """Node 1's server killed: at `point` in its share's copy, or (None)
     with SIGKILL before the put, so that it copies nothing."""
     def go(work):
-        remote, locals_ = Remote(work, kind), locals_of(work)
-        servers = []
-        try:
+        with Trial(work, kind) as trial:
+            remote, locals_ = trial.remote, trial.locals
             if point:
                 p, log = killed_server(work, remote, locals_[1], 1, point)
             else:
                 servers_on(work, remote, locals_[1:])[0].kill()
-            servers = servers_on(work, remote, locals_[:1])
+            servers = trial.start(locals_[:1])
             put_on_nodes(flavour, remote, "k", 7, locals_)
             if point:
                 wait_killed(p, log, point)
@@ -317,38 +332,29 @@ def case_share_killed(flavour, kind, point):
             check(len(shares(locals_[1])) == PER_NODE, f"node 1's shares: {shares(locals_[1])}")
             recover(work, remote, locals_[1])
             wait_versions(remote, "k", [1], servers)
-            servers[0].drain_and_stop()
-            servers = []
+            trial.stop()
             for d in locals_:
                 check("published" not in recover(work, remote, d), f"a second recover on {d.name} published")
             each_equal(remote, "k", (7,))
             remote.holds_only(1)
-            for d in locals_:
-                check(left(d) == [], f"left in {d.name}: {left(d)}")
-        finally:
-            for s in servers:
-                s.kill()
-            remote.stop()
+            trial.nothing_left()
         return "absent while node 1's share was not copied; published once after recover there"
     return go
 
 
 def case_publisher_killed(flavour, kind, point):
     def go(work):
-        remote, locals_ = Remote(work, kind), locals_of(work)
-        servers = []
-        try:
+        with Trial(work, kind) as trial:
+            remote, locals_ = trial.remote, trial.locals
             p, log = killed_server(work, remote, locals_[0], 0, point)
-            servers = servers_on(work, remote, locals_[1:])
+            trial.start(locals_[1:])
             put_on_nodes(flavour, remote, "p", 9, locals_)
             wait_killed(p, log, point)
             before = remote.versions("p")
             check(before == ([] if point == "objects.before_commit" else [1]), f"after the kill: versions {before}")
             said = recover(work, remote, locals_[0])
             check("published logged array p version 1 " in said, said)
-            for s in servers:
-                s.drain_and_stop()
-            servers = []
+            trial.stop()
             for d in locals_:
                 check("published" not in recover(work, remote, d), f"a second recover on {d.name} published")
             check(remote.versions("p") == [1], f"versions {remote.versions('p')}")
@@ -359,12 +365,7 @@ def case_publisher_killed(flavour, kind, point):
             # `.intent.commit`: removing it in a retry could race another
             # committer), as for a direct commit.
             remote.holds_only(1, extra=1 if point == "objects.before_commit" else 0)
-            for d in locals_:
-                check(left(d) == [], f"left in {d.name}: {left(d)}")
-        finally:
-            for s in servers:
-                s.kill()
-            remote.stop()
+            trial.nothing_left()
         return f"{'absent' if point == 'objects.before_commit' else 'published'} at the kill; once after recover"
     return go
 
