@@ -241,7 +241,6 @@ impl Sets {
             _ => Ok(()),
         }
     }
-
 }
 
 /// Drain every set of the job in `job_dir` that is complete (with `flush`:
