@@ -221,14 +221,15 @@ impl EpochState {
 const FOLIO_MAX: u64 = 2 << 20;
 
 /// Where a large write of `len` bytes at file offset `off` that extends no
-/// range goes in a data log that ends at `end`: at the end, or past a hole (never read: no extent
-/// points into it) that gives it the place it has in the file modulo the
-/// largest folio it could fill, a power of two up to `len` and 2 MiB. Why:
-/// the page cache of ext4 (Linux 6.16 and later) and xfs builds folios as
-/// large as a write's alignment allows; 1 MiB writes 4 KiB past a 1 MiB
-/// boundary (after the header) cost 12% more CPU than the same writes on
-/// the boundary, and the log ran at 0.93x of raw `pwrite` on ext4
-/// (docs/benchmarks.md §1). The hole costs no block and is at most `len`.
+/// range goes in a data log that ends at `end`: at the end, or past a hole
+/// (never read: no extent points into it) that gives it the place it has
+/// in the file modulo the largest folio it could fill, a power of two up
+/// to `len` and 2 MiB. Why: the page cache of ext4 (Linux 6.16 and later)
+/// and xfs builds folios as large as a write's alignment allows; 1 MiB
+/// writes 4 KiB past a 1 MiB boundary (after the header) cost 12% more
+/// CPU than the same writes on the boundary, and the log ran at 0.93x of
+/// raw `pwrite` on ext4 (docs/benchmarks.md §1). The hole is shorter than
+/// `len` and takes no block on a file system with sparse files.
 fn folio_aligned(end: u64, off: u64, len: u64) -> u64 {
     let folio = FOLIO_MAX.min(1 << (63 - len.leading_zeros()));
     end + (off.wrapping_sub(end) & (folio - 1))
