@@ -10,34 +10,6 @@ fn remote(url: &str) -> Store {
     Store::open(&url.parse().unwrap()).unwrap()
 }
 
-fn files_under(p: &std::path::Path) -> usize {
-    std::fs::read_dir(p)
-        .map(|d| {
-            d.flatten()
-                .map(|e| {
-                    if e.path().is_dir() {
-                        files_under(&e.path())
-                    } else {
-                        1
-                    }
-                })
-                .sum()
-        })
-        .unwrap_or(0)
-}
-
-fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        let t = to.join(e.file_name());
-        if e.path().is_dir() {
-            copy_tree(&e.path(), &t);
-        } else {
-            std::fs::copy(e.path(), t).unwrap();
-        }
-    }
-}
-
 #[test]
 fn published_once_by_the_publisher() {
     let (_r, _) = common::objstore(4, 100);
@@ -65,7 +37,7 @@ fn published_once_by_the_publisher() {
     // A copy of the node-local log as it was: the publisher "dies" after
     // the remote publish, before its cleanup.
     let saved = tempfile::tempdir().unwrap();
-    copy_tree(&local.path().join(".paralog-objects"), saved.path());
+    common::copy_tree(&local.path().join(".paralog-objects"), saved.path());
     let p = publish_committed(local.path()).unwrap();
     assert_eq!(
         (p.len(), p[0].committed.number, p[0].committed.id),
@@ -73,11 +45,14 @@ fn published_once_by_the_publisher() {
     );
     let av = remote(&url).array("run/t", None).unwrap();
     assert_eq!(av.read_all(&remote(&url)).unwrap(), data);
-    assert_eq!(files_under(&local.path().join(".paralog-objects/data")), 0);
+    assert_eq!(
+        common::files_under(&local.path().join(".paralog-objects/data")).len(),
+        0
+    );
     assert!(publish_committed(local.path()).unwrap().is_empty());
 
     std::fs::remove_dir_all(local.path().join(".paralog-objects")).unwrap();
-    copy_tree(saved.path(), &local.path().join(".paralog-objects"));
+    common::copy_tree(saved.path(), &local.path().join(".paralog-objects"));
     let p = publish_committed(local.path()).unwrap();
     assert_eq!((p.len(), p[0].committed.number), (1, 1), "published again");
     assert_eq!(remote(&url).versions("run/t").unwrap().len(), 1);

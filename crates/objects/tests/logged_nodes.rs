@@ -5,28 +5,12 @@
 
 mod common;
 
-use std::path::Path;
-
 use paralog_objects::{id_hex, publish_committed, ArrayMeta, DType, Error, LoggedStore, Store};
 
 const NAME: &str = "run/t";
 
 fn remote(url: &str) -> Store {
     Store::open(&url.parse().unwrap()).unwrap()
-}
-
-fn files_under(p: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    if let Ok(d) = std::fs::read_dir(p) {
-        for e in d.flatten() {
-            if e.path().is_dir() {
-                out.extend(files_under(&e.path()));
-            } else {
-                out.push(e.path());
-            }
-        }
-    }
-    out
 }
 
 /// A put of 4 chunks: rows 0 and 1 by two writers on node A (which
@@ -91,7 +75,7 @@ fn published_once_when_every_node_copied_its_share() {
     // B's next round sees the version and drops its (empty) share.
     assert!(publish_committed(nb.path()).unwrap().is_empty());
     for n in [na.path(), nb.path()] {
-        let left = files_under(&n.join(paralog_objects::logged::LOCAL_DIR));
+        let left = common::files_under(&n.join(paralog_objects::logged::LOCAL_DIR));
         assert!(
             left.iter()
                 .all(|f| f.ends_with("meta/.store") || f.to_string_lossy().contains("/meta/")),
@@ -100,21 +84,9 @@ fn published_once_when_every_node_copied_its_share() {
     }
     assert_eq!(s.versions(NAME).unwrap().len(), 1);
     // The store holds exactly the version's chunk files.
-    let chunks = files_under(&r.path().join("data")).len();
+    let chunks = common::files_under(&r.path().join("data")).len();
     assert_eq!(chunks as u64, meta.n_chunks() + 1, "chunk files");
     assert!(!r.path().join("staging").join(id_hex(&id)).exists());
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        let t = to.join(e.file_name());
-        if e.path().is_dir() {
-            copy_tree(&e.path(), &t);
-        } else {
-            std::fs::copy(e.path(), t).unwrap();
-        }
-    }
 }
 
 /// Node B's copier "killed" after it copied: its node-local shares as they
@@ -133,7 +105,7 @@ fn an_interrupted_copy_resumes() {
     a.commit_shares(NAME, &id, &shares).unwrap();
     let saved = tempfile::tempdir().unwrap();
     let lb = nb.path().join(paralog_objects::logged::LOCAL_DIR);
-    copy_tree(&lb, saved.path());
+    common::copy_tree(&lb, saved.path());
     assert!(publish_committed(nb.path()).unwrap().is_empty());
     let rdir = r.path().join("staging").join(id_hex(&id));
     let names = |p: &str| -> Vec<std::path::PathBuf> {
@@ -152,8 +124,9 @@ fn an_interrupted_copy_resumes() {
     }
     // Chunk [2]'s copy damaged (the data file its claim names), chunk
     // [3]'s claim lost.
-    let before: std::collections::BTreeSet<_> =
-        files_under(&r.path().join("data")).into_iter().collect();
+    let before: std::collections::BTreeSet<_> = common::files_under(&r.path().join("data"))
+        .into_iter()
+        .collect();
     let c2 = before
         .iter()
         .find(|f| {
@@ -169,7 +142,7 @@ fn an_interrupted_copy_resumes() {
     std::fs::write(&c2, bytes).unwrap();
     std::fs::remove_file(&names("c")[1]).unwrap();
     std::fs::remove_dir_all(&lb).unwrap();
-    copy_tree(saved.path(), &lb);
+    common::copy_tree(saved.path(), &lb);
 
     assert!(publish_committed(nb.path()).unwrap().is_empty());
     assert_eq!(
@@ -185,7 +158,7 @@ fn an_interrupted_copy_resumes() {
     // The version's chunk files, and one more: the chunk of the lost
     // claim, which nothing names any more (`recover --gc` collects such
     // orphans); the damaged copy was removed.
-    let after = files_under(&r.path().join("data"));
+    let after = common::files_under(&r.path().join("data"));
     assert!(!after.contains(&c2), "the damaged copy is removed");
     assert_eq!(after.len() as u64, meta.n_chunks() + 2, "{after:?}");
 }

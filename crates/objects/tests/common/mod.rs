@@ -84,3 +84,31 @@ pub fn slab_of(data: &[u8], isz: usize, shape: &[u64], start: &[u64], count: &[u
     }
     out
 }
+
+/// Every file below `p` (none when it does not exist).
+pub fn files_under(p: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(d) = std::fs::read_dir(p) {
+        for e in d.flatten() {
+            if e.path().is_dir() {
+                out.extend(files_under(&e.path()));
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+/// Copy the tree `from` to `to` (a node-local store as it was).
+pub fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let t = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_tree(&e.path(), &t);
+        } else {
+            std::fs::copy(e.path(), t).unwrap();
+        }
+    }
+}
