@@ -101,9 +101,7 @@ def written(work, flavour, nodes, remote, args):
 
 def check_sets(c, work, remote, k, np):
     agg.check_layout(remote, k)
-    direct = work / "direct"
-    direct.mkdir(exist_ok=True)
-    run([agg.ckpt(), direct, np, agg.STEPS, MEAN], env=agg.clean_env())
+    direct = agg.direct_run(work, np, mean=MEAN)
     rows = agg.sets_json(remote, np, k)
     agg.extract_all(remote, work, direct, np)
     return direct, sum(r["bytes"] for r in rows)
@@ -196,9 +194,7 @@ def case_killed(flavour, who):
             c.stop()
         # Complete or absent, never half: a set with a record reads whole and
         # equal to the direct run; the interrupted one has no record.
-        direct = work / "direct"
-        direct.mkdir()
-        run([agg.ckpt(), direct, np, agg.STEPS, MEAN], env=agg.clean_env())
+        direct = agg.direct_run(work, np, mean=MEAN)
         whole, absent, orphans = 0, 0, 0
         for d in agg.set_dirs(remote):
             if (d / "set.plr").exists():
@@ -250,9 +246,7 @@ def case_rank_killed(flavour):
                 raise Failed(f"the server job did not end after paralog wait: {c.tail()}")
         finally:
             c.stop()
-        direct = work / "direct"
-        direct.mkdir()
-        run([agg.ckpt(), direct, np, agg.STEPS, MEAN], env=agg.clean_env())
+        direct = agg.direct_run(work, np, mean=MEAN)
 
         def earlier_sets_whole(when):
             sets = agg.set_dirs(remote)
@@ -360,11 +354,8 @@ def case_own_kept(flavour):
                                              for r in rows), f"after the second job: {rows}")
         between, _ = totals(c)
         check(between and between[-1] == 0, f"bytes between nodes in the second job: {between}")
-        first, second = work / "direct1", work / "direct2"
-        first.mkdir()
-        second.mkdir()
-        run([agg.ckpt(), first, np, agg.STEPS, MEAN], env=agg.clean_env())
-        run([agg.ckpt(), second, RANKS_PER_NODE, agg.STEPS, MEAN], env=agg.clean_env({"CKPT_SALT": "5"}))
+        first = agg.direct_run(work, np, name="direct1", mean=MEAN)
+        second = agg.direct_run(work, RANKS_PER_NODE, salt=5, name="direct2", mean=MEAN)
         for d in agg.set_dirs(remote):
             out = work / "extract" / d.name
             run([BIN, "extract", remote, f"ckpt/{d.name}", out])
