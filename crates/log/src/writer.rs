@@ -424,13 +424,13 @@ impl RankLog {
         self.flush()?;
         let end = self.cur.log_end;
         // A write that extends a range in both file and log stays with it
-        // (one extent); any other is placed as in the file.
-        let pos = match self.cur.extended(off, end) {
-            Some(_) => end,
-            None => folio_aligned(end, off, len),
+        // (one extent, its CRC continued); any other is placed as in the
+        // file, where nothing ends.
+        let (pos, seed) = match self.cur.extended(off, end) {
+            Some(l) => (end, l.crc),
+            None => (folio_aligned(end, off, len), None),
         };
         let phase = self.cur.phase;
-        let seed = self.cur.continued_crc(off, pos);
         // One pwrite of the whole write: checksumming and writing it in
         // cache-sized pieces saved up to 9% of the CPU time on tmpfs but
         // cost 10-25% more on ext4, where each pwrite is dearer
