@@ -4,7 +4,7 @@ directory, MPMD servers, tests/cluster/as_node.sh), 2 ranks per node, each
 rank writing its own member (sizes uneven by +-20 %), real MPICH and Open
 MPI servers exchanging the members over MPI.
 
-  nodes N K       the server job drains into K containers per set: the
+  nodes N K       --agg-mode leader: the server job drains into K containers per set: the
                   remote holds exactly K containers + 1 set record per set;
                   `paralog extract` of every set and a restart under capture
                   in a new job (local logs deleted) equal the direct run; the
@@ -20,7 +20,8 @@ MPI servers exchanging the members over MPI.
   own region N K  the same with --agg-mode own: every node writes its own
                   members into its own region of its group's container; the
                   same checks, and no member byte between nodes (0) and no
-                  receive buffer at any leader
+                  receive buffer at any leader; "(the default)": the same
+                  without --agg-mode (own is the default on POSIX remotes)
   region writer   --agg-mode own: a node's server killed (SIGKILL) in the
   killed          middle of its region of the second set: as "leader
                   killed" (old sets whole, the interrupted one without
@@ -125,12 +126,13 @@ def minimum_between(direct, nodes, k):
 def case_nodes(flavour, nodes, k, mode="leader"):
     """mode "own": each node writes its own region of the container, so
     no member byte crosses between nodes (the counter must say 0) and no
-    leader holds receive buffers."""
+    leader holds receive buffers. mode None: no --agg-mode, which on a
+    POSIX remote must be "own"."""
     def case(work):
         remote = work / "remote"
         remote.mkdir()
         np = nodes * RANKS_PER_NODE
-        args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--agg-mode", mode] + \
+        args = ["--aggregate", agg.RULE, *SERVER_ARGS] + (["--agg-mode", mode] if mode else []) + \
             (["--containers", str(k)] if k != nodes else [])
         c = written(work, flavour, nodes, remote, args)
         direct, total = check_sets(c, work, remote, k, np)
@@ -139,7 +141,7 @@ def case_nodes(flavour, nodes, k, mode="leader"):
         peak, pool = int(sets[-1][1]), int(sets[-1][2])
         check(peak <= pool, f"a leader held {peak} bytes of receive buffers, more than its pool {pool}")
         sent = between[-1]
-        if mode == "own":
+        if mode in ("own", None):
             check(sent == 0 and peak == 0, f"each node its own region, yet {sent} member bytes between nodes "
                                            f"and {peak} bytes of receive buffers at a leader")
         else:
@@ -179,7 +181,7 @@ def case_killed(flavour, who):
         remote = work / "remote"
         remote.mkdir()
         np = nodes * RANKS_PER_NODE
-        mode = ["--agg-mode", "own"] if who == "region writer" else []
+        mode = ["--agg-mode", "own" if who == "region writer" else "leader"]
         args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--containers", str(k), *mode]
         c = Cluster(work, flavour, nodes, str(remote), server_args=args)
         # Only a leader's writers (a sender, a node writing its region) reach
@@ -411,7 +413,9 @@ def cases():
         out.append((f"{flavour} sender killed", case_killed(flavour, "sender")))
         out.append((f"{flavour} rank killed", case_rank_killed(flavour)))
         # Each node its own region (--agg-mode own): 2 and 4 nodes, K 1, 2.
-        for nodes, k in ((2, 1), (2, 2), (4, 1), (4, 2)):
+        # 2 nodes K=1 without --agg-mode: own is the POSIX default.
+        out.append((f"{flavour} own region (the default) 2 nodes K=1", case_nodes(flavour, 2, 1, None)))
+        for nodes, k in ((2, 2), (4, 1), (4, 2)):
             out.append((f"{flavour} own region {nodes} nodes K={k}", case_nodes(flavour, nodes, k, "own")))
         out.append((f"{flavour} region writer killed", case_killed(flavour, "region writer")))
         out.append((f"{flavour} own region kept members", case_own_kept(flavour)))

@@ -28,7 +28,8 @@ pub struct AggregateArgs {
     /// A server job: who writes a set's containers: `leader` (the other
     /// nodes of a group send their members to its leader over MPI) or `own`
     /// (each node writes its own members into its own region of the
-    /// container; POSIX remotes) [env: PARALOG_AGG_MODE; default: leader]
+    /// container; POSIX remotes) [env: PARALOG_AGG_MODE; default: own on a
+    /// POSIX remote, leader on S3 and the object layout]
     #[arg(long, value_name = "MODE")]
     pub agg_mode: Option<String>,
 }
@@ -42,7 +43,8 @@ pub struct Aggregate {
     pub containers_given: bool,
     pub align: u64,
     pub buffers: usize,
-    pub mode: paralog_server::aggregate::AggMode,
+    /// `None`: the remote's default (`AggMode::default_for`).
+    pub mode: Option<paralog_server::aggregate::AggMode>,
 }
 
 impl AggregateArgs {
@@ -108,7 +110,7 @@ impl AggregateArgs {
             containers_given: containers.is_some(),
             align: self.agg_align,
             buffers: self.agg_buffers,
-            mode: mode.unwrap_or_default(),
+            mode,
         }))
     }
 
@@ -143,12 +145,15 @@ impl AggregateArgs {
             crate::remote::Remote::Url(u, _) => Some(u),
             crate::remote::Remote::Prefix => None,
         };
-        paralog_server::aggregate::Sets::check_mode(url, server_job, agg.mode)
+        let mode = agg
+            .mode
+            .unwrap_or_else(|| paralog_server::aggregate::AggMode::default_for(url));
+        paralog_server::aggregate::Sets::check_mode(url, server_job, mode)
             .map_err(|e| anyhow!(e))?;
         let sets = paralog_server::aggregate::Sets::new(agg.rules, agg.containers, agg.align);
         Ok(Some(if server_job {
             sets.for_server_job(!agg.containers_given, agg.buffers)
-                .with_mode(agg.mode)
+                .with_mode(mode)
         } else {
             sets
         }))
@@ -185,8 +190,10 @@ impl AggregateArgs {
         v.push(agg.containers.to_string());
         v.push("--agg-align".into());
         v.push(agg.align.to_string());
-        v.push("--agg-mode".into());
-        v.push(agg.mode.to_string());
+        if let Some(mode) = agg.mode {
+            v.push("--agg-mode".into());
+            v.push(mode.to_string());
+        }
         v
     }
 }

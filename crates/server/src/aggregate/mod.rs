@@ -49,15 +49,28 @@ use scan::{scan_job, sets_root_of, SetsRoot};
 /// How the servers of a job write a set's containers (`--agg-mode`,
 /// docs/aggregate.md): through one leader per group, or each node its own
 /// region. One node writes everything itself either way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AggMode {
     /// The seed's: non-leaders send their members to the group's leader
     /// over MPI, the leader writes the container (`transfer.rs`).
-    #[default]
     Leader,
     /// Every node writes its own members into its own region of its
     /// group's container (`own.rs`): no member byte between nodes.
     Own,
+}
+
+impl AggMode {
+    /// The mode when `--agg-mode` is not given: `own` where it can write
+    /// (a POSIX remote), since it moves no member byte between nodes and
+    /// was faster than the leader in every measured pair
+    /// (docs/benchmarks.md section 9); `leader` on S3 and the object
+    /// layout, where a container has one writer.
+    pub fn default_for(url: Option<&RemoteUrl>) -> AggMode {
+        match url {
+            Some(RemoteUrl::S3(_) | RemoteUrl::ObjStore(_)) => AggMode::Leader,
+            _ => AggMode::Own,
+        }
+    }
 }
 
 impl std::str::FromStr for AggMode {
@@ -417,5 +430,19 @@ mod tests {
             .parse::<AggMode>()
             .unwrap_err()
             .contains("leader, own"));
+    }
+
+    #[test]
+    fn the_default_mode_is_own_where_it_can_write() {
+        let urls = ["/tmp/remote", "s3://bucket/pre", "objstore:///tmp/store"];
+        let urls: Vec<RemoteUrl> = urls.iter().map(|u| u.parse().unwrap()).collect();
+        assert_eq!(AggMode::default_for(Some(&urls[0])), AggMode::Own);
+        assert_eq!(AggMode::default_for(None), AggMode::Own);
+        assert_eq!(AggMode::default_for(Some(&urls[1])), AggMode::Leader);
+        assert_eq!(AggMode::default_for(Some(&urls[2])), AggMode::Leader);
+        // The default never trips the start-up check.
+        for u in urls.iter().map(Some).chain([None]) {
+            assert_eq!(Sets::check_mode(u, true, AggMode::default_for(u)), Ok(()));
+        }
     }
 }
