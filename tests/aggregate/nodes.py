@@ -46,6 +46,10 @@ MPI servers exchanging the members over MPI.
                   the fix `paralog wait` said everything committed was
                   drained and exited 0: a set the server job parked had no
                   row in its status)
+  renamed into    members written under a temporary name and renamed into
+  place           place (CKPT_RENAME=1; MPICH in the own mode, Open MPI in
+                  the leader mode): extract and restart equal the direct
+                  run, K + 1 files per set
   set removed     a restart job (fresh prefix, new node-local logs, a
                   second server job): `rm -r` under capture on node 0 of
                   the oldest set succeeds, the set and its directory are
@@ -151,6 +155,31 @@ def case_nodes(flavour, nodes, k, mode="leader"):
         agg.restart(work, c.prefix, remote, direct, np, MEAN)
         return (f"{agg.STEPS} sets of {np} members in {k} container(s) each, {total} bytes, {sent} "
                 f"between nodes; leader buffers at most {peak} of {pool}; extract and restart equal direct")
+    return case
+
+
+def case_renamed(flavour, mode):
+    """Members renamed into place (CKPT_RENAME=1: written under a temporary
+    name, even ranks one the rule claims, odd ranks one outside it) in a
+    server job: extract and restart equal the direct run, K + 1 files per
+    set (no temporary file). Before the fix the members were published
+    empty."""
+    def case(work):
+        nodes, k = 2, 1
+        remote = work / "remote"
+        remote.mkdir()
+        np = nodes * RANKS_PER_NODE
+        args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--agg-mode", mode, "--containers", str(k)]
+        c = Cluster(work, flavour, nodes, str(remote), server_args=args)
+        try:
+            c.start_servers()
+            write_job(c, flavour, np, {"CKPT_RENAME": "1"})
+            c.wait(timeout=300)
+        finally:
+            c.stop()
+        direct, total = check_sets(c, work, remote, k, np)
+        agg.restart(work, c.prefix, remote, direct, np, MEAN)
+        return f"{agg.STEPS} sets of {np} members renamed into place ({mode}), {total} bytes, equal to direct"
     return case
 
 
@@ -420,5 +449,6 @@ def cases():
         out.append((f"{flavour} region writer killed", case_killed(flavour, "region writer")))
         out.append((f"{flavour} own region kept members", case_own_kept(flavour)))
         out.append((f"{flavour} set removed", case_removed(flavour)))
+        out.append((f"{flavour} renamed into place", case_renamed(flavour, "own" if flavour == "mpich" else "leader")))
     out.append(("mpich own region slower than the peer timeout", case_own_slow_region("mpich")))
     return out

@@ -43,6 +43,10 @@ directly. Cases:
                   collects the orphans (K + 1 files per set), leaves no local
                   record, and a second recover changes nothing
 
+  renamed into place K=2, numpy renamed, modes
+                  members written under a temporary name and renamed into
+                  place: see tests/aggregate/renames.py
+
   objstore K=2, objstore damage, objstore crash
                   sets on the object layout: see tests/aggregate/objstore.py
 
@@ -399,6 +403,9 @@ def main():
         ("killed rank", case_killed_rank),
     ]
     cases += [(f"crash at {p}", case_crash(p)) for p in CRASH_POINTS]
+    # Members renamed into place: tests/aggregate/renames.py.
+    from tests.aggregate import renames
+    cases += renames.cases(sys.modules[__name__])
     # The object layout: tests/aggregate/objstore.py; S3: s3.py.
     from tests.aggregate import objstore
     cases += objstore.cases(sys.modules[__name__])

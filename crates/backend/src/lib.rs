@@ -297,4 +297,9 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn chunked(&self) -> Option<&dyn ChunkedBackend> {
         None
     }
+    /// The object layout itself, where this remote is one (its checkpoint
+    /// sets are found through it: a drained file may be a set's member).
+    fn objstore(&self) -> Option<&objstore::ObjStore> {
+        None
+    }
 }

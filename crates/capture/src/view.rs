@@ -347,8 +347,9 @@ fn renamed_base(
 impl View {
     /// The file's permission bits in this view: the creation mode its
     /// epochs recorded, else the drained file's (a `chmod` reaches that
-    /// once the epochs are drained), else a rename source's; `None` when
-    /// nothing says (an object remote keeps no modes).
+    /// once the epochs are drained) or set member's, else a rename
+    /// source's; `None` when nothing says (an object remote keeps no
+    /// modes).
     pub fn mode(&self) -> Option<u32> {
         use std::os::unix::fs::PermissionsExt;
         if self.lf.mode.is_some() || self.lf.deleted {
@@ -360,6 +361,8 @@ impl View {
                 .filter(|m| m.is_file())
                 .map(|m| m.permissions().mode() & 0o7777),
             Opened::Renamed(v, _) => v.lock().ok().and_then(|v| v.mode()),
+            // A checkpoint set's member: the mode its set recorded.
+            Opened::Member(m) => m.lock().ok().map(|m| m.member().mode & 0o7777),
             _ => None,
         }
     }

@@ -24,7 +24,7 @@ use crate::drain::DrainError;
 
 /// Renames onto renames (a -> b -> c before any drain) are followed this
 /// deep; a longer chain is refused rather than followed without end.
-const MAX_CHAIN: usize = 64;
+pub(crate) const MAX_CHAIN: usize = 64;
 
 /// How many of `pending` (in order) the next group must take so that
 /// epochs before a rename away never reach the remote under this name,
@@ -62,7 +62,7 @@ pub fn collapse(file: &FileInventory, pending: &[EpochId]) -> Result<Option<usiz
 
 /// The other file of a rename, in the same job directory as `dir`; refused
 /// unless its path record is the one the reference names.
-fn other_file(dir: &Path, r: RenameRef) -> Result<FileInventory, DrainError> {
+pub(crate) fn other_file(dir: &Path, r: RenameRef) -> Result<FileInventory, DrainError> {
     let other = dir.parent().unwrap_or(dir).join(r.file_dir_name());
     if !other.is_dir() {
         // The other record of a rename is written a moment after this one
@@ -110,7 +110,7 @@ pub struct Source<'b> {
 /// progress record has moved on, and the target's drain goes again soon
 /// (it reads those bytes from the remote then). Anything else is what the
 /// error says (a data log missing with no drain behind it is damage).
-fn source_error(dir: &Path, seen: Option<EpochId>, e: LogError) -> DrainError {
+pub(crate) fn source_error(dir: &Path, seen: Option<EpochId>, e: LogError) -> DrainError {
     let vanished =
         matches!(&e, LogError::Io { error, .. } if error.kind() == std::io::ErrorKind::NotFound);
     if vanished {
@@ -132,6 +132,9 @@ enum Base<'b> {
     /// The drained file, as the remote lets this process read it.
     Remote(Box<dyn ReadBack + 'b>),
     Renamed(Box<Source<'b>>),
+    /// A checkpoint set's member (`mv ckpt/step-1/rank-0.dat keep/`): its
+    /// drained bytes are in the set's containers, not a file of its name.
+    Member(paralog_aggregate::MemberReader),
 }
 
 impl<'b> Source<'b> {
@@ -191,12 +194,13 @@ impl<'b> Source<'b> {
         let mode = lf.mode.or(match &base {
             Base::Renamed(s) => s.mode,
             Base::Remote(r) => r.mode(),
+            Base::Member(m) => Some(m.member().mode & 0o7777),
             Base::None => None,
         });
         let base_times = match &base {
             Base::Renamed(s) => s.times,
             Base::Remote(r) => r.times(),
-            Base::None => None,
+            Base::Member(_) | Base::None => None,
         };
         let times = lf.times_on(|| base_times);
         Ok(Source {
@@ -239,22 +243,74 @@ impl<'b> Source<'b> {
                     })
                 }
                 Base::Renamed(s) => s.read(at, dst),
+                Base::Member(m) => {
+                    let n = (m.size().saturating_sub(at) as usize).min(dst.len());
+                    dst[n..].fill(0);
+                    m.read_at(at, &mut dst[..n]).map_err(|e| LogError::Corrupt {
+                        path: m.set().dir().to_path_buf(),
+                        offset: at,
+                        what: format!(
+                            "the published member {}, the source of a rename: {e}",
+                            String::from_utf8_lossy(&m.member().path)
+                        ),
+                    })
+                }
             }
         };
         lf.read_at(reader, off, buf, *base_len, &mut base_read)
     }
 }
 
-/// The source's drained file, read back from the remote. Absent: nothing
-/// of it was drained.
+/// The source's drained file, read back from the remote: a file of its
+/// name, else its member in a checkpoint set. Absent: nothing of it was
+/// drained.
 fn drained_file<'b>(backend: &'b dyn Backend, rel: &[u8]) -> Result<(Base<'b>, u64), DrainError> {
-    match backend.read_back(rel).map_err(DrainError::Remote)? {
-        Some(r) => {
-            let n = r.size();
-            Ok((Base::Remote(r), n))
-        }
-        None => Ok((Base::None, 0)),
+    if let Some(r) = backend.read_back(rel).map_err(DrainError::Remote)? {
+        let n = r.size();
+        return Ok((Base::Remote(r), n));
     }
+    Ok(match set_member(backend, rel)? {
+        Some(m) => {
+            let n = m.size();
+            (Base::Member(m), n)
+        }
+        None => (Base::None, 0),
+    })
+}
+
+/// `rel` as the member of a published checkpoint set (a directory remote
+/// or the object layout; S3 keeps the job's records instead).
+fn set_member(
+    backend: &dyn Backend,
+    rel: &[u8],
+) -> Result<Option<paralog_aggregate::MemberReader>, DrainError> {
+    use paralog_aggregate::reader::SetReader;
+    use std::os::unix::ffi::OsStrExt;
+    let found = if let Some(store) = backend.objstore() {
+        paralog_aggregate::objset::find_set(store, rel)
+            .map(|(set, m)| (SetReader::open_obj(store, &set), m))
+    } else if let (Some(root), Some(_)) = (backend.root_dir(), backend.local_path(rel)) {
+        paralog_aggregate::reader::find_set(root, rel).map(|(set, m)| {
+            (
+                SetReader::open(&root.join(std::ffi::OsStr::from_bytes(&set))),
+                m,
+            )
+        })
+    } else {
+        None
+    };
+    let Some((reader, member)) = found else {
+        return Ok(None);
+    };
+    let reader = reader.map_err(|e| {
+        DrainError::Remote(paralog_backend::BackendError {
+            kind: paralog_backend::ErrorKind::Retryable,
+            target: backend.describe(rel),
+            op: "read the checkpoint set holding the source of a rename",
+            message: e.to_string(),
+        })
+    })?;
+    Ok(reader.and_then(|r| paralog_aggregate::MemberReader::new(std::sync::Arc::new(r), &member)))
 }
 
 /// Publish the version of a file whose epochs `lf` hold a rename onto it:

@@ -18,7 +18,11 @@
  * (default 20; 0: all equal); CKPT_COMPUTE_MS=T sleeps T ms after each
  * step's barrier (the computation between checkpoints); CKPT_WRITERS=N
  * (MPI): only ranks below N write, the others only meet the barriers (a
- * later job rewriting the members of some nodes only). */
+ * later job rewriting the members of some nodes only); CKPT_RENAME=1 writes
+ * each member under a temporary name in its set directory and renames it
+ * into place after the fsync (numpy's and torch's way): even ranks
+ * "rank-RRRRR.part.dat" (a name the rule claims too), odd ranks
+ * ".rank-RRRRR.tmp" (a name outside it). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -68,8 +72,19 @@ static int member_path(const char *prefix, unsigned rank, unsigned step, char *p
 static int write_rank(const char *prefix, unsigned rank, unsigned step, size_t mean) {
     char path[4200];
     if (member_path(prefix, rank, step, path, sizeof path)) return 1;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) { perror(path); return 1; }
+    const char *rename_env = getenv("CKPT_RENAME");
+    int renamed = rename_env && strcmp(rename_env, "1") == 0;
+    char tmp[4300];
+    if (renamed) {
+        char *slash = strrchr(path, '/');
+        if (rank % 2 == 0)
+            snprintf(tmp, sizeof tmp, "%.*s/rank-%05u.part.dat", (int)(slash - path), path, rank);
+        else
+            snprintf(tmp, sizeof tmp, "%.*s/.rank-%05u.tmp", (int)(slash - path), path, rank);
+    }
+    const char *target = renamed ? tmp : path;
+    int fd = open(target, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) { perror(target); return 1; }
     size_t n = size_of(rank, step, mean);
     /* CKPT_DIE=STEP:RANK: that rank is killed halfway through its file. */
     const char *die = getenv("CKPT_DIE");
@@ -93,6 +108,7 @@ static int write_rank(const char *prefix, unsigned rank, unsigned step, size_t m
     }
     if (fsync(fd) != 0) { perror("fsync"); return 1; }
     if (close(fd) != 0) { perror("close"); return 1; }
+    if (renamed && rename(tmp, path) != 0) { perror(path); return 1; }
     return 0;
 }
 

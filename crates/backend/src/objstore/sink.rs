@@ -82,6 +82,10 @@ impl Backend for ObjStore {
     fn chunked(&self) -> Option<&dyn ChunkedBackend> {
         Some(self)
     }
+
+    fn objstore(&self) -> Option<&ObjStore> {
+        Some(self)
+    }
 }
 
 /// The newest version of an object, read back (block checksums verified).

@@ -45,6 +45,7 @@ use crate::step;
 use super::jobroot::{ContainerOut, JobRoot, Reused};
 use super::nodes::SetPlan;
 use super::publish::member_source;
+use super::renamed;
 use super::scan::{scan_member, MemberFile};
 use super::transfer::{lead, send_members, Leader, Outgoing};
 use super::{own, AggMode, Sets};
@@ -201,6 +202,7 @@ pub(crate) fn publish(
     // The members this node places, each verified first (before the
     // agreement: in the own-region mode their lengths are agreed on).
     let mut outgoing = Vec::new();
+    let in_publish = renamed::Publishing::of(&fresh);
     if let (Some(jr), None) = (&jr, &fail) {
         for f in fresh.iter().filter(|f| !f.pending.is_empty()) {
             let index = plan
@@ -208,7 +210,15 @@ pub(crate) fn publish(
                 .iter()
                 .position(|(n, m)| *n == me && m.member == f.member)
                 .expect("in the plan") as u32;
-            match member_source(old.as_ref(), &jr.sets_root(), f) {
+            let root = jr.sets_root();
+            let at = renamed::Place {
+                sets: ctx.sets,
+                remote: ctx.remote,
+                old: old.as_ref(),
+                root: &root,
+            };
+            let source = renamed::may_leave(f, &in_publish).and_then(|()| member_source(&at, f));
+            match source {
                 Ok(Some(src)) => outgoing.push(Outgoing {
                     index,
                     member: src.member.clone(),

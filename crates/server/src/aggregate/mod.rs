@@ -34,6 +34,7 @@ mod jobroot;
 pub mod nodes;
 mod own;
 mod publish;
+mod renamed;
 mod s3index;
 mod scan;
 pub(crate) mod transfer;

@@ -24,12 +24,13 @@ use crate::drain::{lock_file_dir, DrainError, DrainLock, Drained};
 use crate::remote::Remote;
 use crate::step;
 
+use super::renamed;
 use super::scan::{corrupt, scan_member, sets_root, MemberFile, SetsRoot};
 use super::Sets;
 
 /// An error of the set's remote side, for the retry bookkeeping: damage of
 /// a published set stops it (`Permanent`), the rest is retried.
-fn set_error(e: AggError) -> DrainError {
+pub(super) fn set_error(e: AggError) -> DrainError {
     let kind = match &e {
         AggError::Io { .. } => ErrorKind::Retryable,
         AggError::Corrupt { .. } | AggError::Invalid { .. } => ErrorKind::Permanent,
@@ -101,21 +102,14 @@ pub(super) fn publish_set(
         Ok(_) => {}
         Err(e) => return Err(set_error(e)),
     }
-    let (old, w) = match &root {
-        SetsRoot::Dir(r) => (
-            SetReader::open(&set_dir),
-            SetWriter::new(r, set, sets.containers, sets.align),
-        ),
-        SetsRoot::Obj(store) => (
-            SetReader::open_obj(store, set),
-            SetWriter::new_obj(store, set, sets.containers, sets.align),
-        ),
-        SetsRoot::S3(s3) => (
-            s3.open_set(set),
-            SetWriter::new_store(Arc::new(s3.clone()), set, sets.containers, sets.align),
-        ),
+    let w = match &root {
+        SetsRoot::Dir(r) => SetWriter::new(r, set, sets.containers, sets.align),
+        SetsRoot::Obj(store) => SetWriter::new_obj(store, set, sets.containers, sets.align),
+        SetsRoot::S3(s3) => {
+            SetWriter::new_store(Arc::new(s3.clone()), set, sets.containers, sets.align)
+        }
     };
-    let old = old.map_err(set_error)?.map(Arc::new);
+    let old = root.open_set(set).map_err(set_error)?.map(Arc::new);
     let hook = |p: &str| crate::failpoint::hit(p);
     let mut w = w
         .map_err(set_error)?
@@ -125,9 +119,17 @@ pub(super) fn publish_set(
     // The members with new epochs, largest first (to even the containers).
     let mut items = Vec::new();
     let mut handled = BTreeSet::new();
+    let in_publish = renamed::Publishing::of(&files);
     for f in files.iter().filter(|f| !f.pending.is_empty()) {
         handled.insert(f.member.clone());
-        if let Some(src) = member_source(old.as_ref(), &root, f)? {
+        renamed::may_leave(f, &in_publish)?;
+        let at = renamed::Place {
+            sets,
+            remote,
+            old: old.as_ref(),
+            root: &root,
+        };
+        if let Some(src) = member_source(&at, f)? {
             items.push(src);
         }
     }
@@ -226,11 +228,12 @@ impl Read for MemberSource {
 }
 
 /// The member file `f` as the set will hold it (`None`: the program
-/// deleted it; it leaves the set). Every extent of its new epochs is
-/// verified first: a damaged one fails here, before a byte moves.
+/// deleted it, or renamed it away; it leaves the set). Every extent of its
+/// new epochs is verified first: a damaged one fails here, before a byte
+/// moves. A member renamed into place (`mv rank-0.tmp rank-0.dat`, numpy's
+/// and torch's way) starts from its source's content at the rename.
 pub(super) fn member_source(
-    old: Option<&Arc<SetReader>>,
-    root: &SetsRoot,
+    at: &renamed::Place<'_>,
     f: &MemberFile,
 ) -> Result<Option<MemberSource>, DrainError> {
     let lf = f.inv.logical_file(None).map_err(corrupt)?;
@@ -242,9 +245,14 @@ pub(super) fn member_source(
     if lf.deleted {
         return Ok(None);
     }
-    let base = Base::open(old, root, f)?;
+    let base = match lf.from {
+        Some((_, from)) => renamed::source(at, &f.inv.dir, from, 0)?,
+        None => Base::open(at.old, at.root, Some(&f.member), &f.rel)?,
+    };
     let size = lf.size.final_size(base.len());
-    let mode = base.mode();
+    // The mode it was created with, else its base's (a rename keeps its
+    // source's, as a plain file's drain does).
+    let mode = lf.mode.unwrap_or_else(|| base.mode());
     let ranges = data_ranges(&lf, &base);
     let bytes: u64 = ranges.iter().map(|r| r.1).sum();
     Ok(Some(MemberSource {
@@ -265,8 +273,9 @@ pub(super) fn member_source(
 
 /// A member's content before its new epochs: its member in the set's
 /// published version, else the plain file at its path on the remote (a
-/// run without aggregation left it), else nothing.
-enum Base {
+/// run without aggregation left it), else nothing; or, renamed into
+/// place, its source's content at the rename.
+pub(super) enum Base {
     None,
     Member(MemberReader),
     File(std::fs::File, u64, u32),
@@ -275,15 +284,22 @@ enum Base {
         paralog_backend::objstore::ObjStore,
         paralog_backend::objstore::Version,
     ),
+    Renamed(Box<renamed::Source>),
 }
 
 impl Base {
-    fn open(
+    /// The file at `rel` before its new epochs: as `member` (its name in
+    /// the set `old`) where `old` holds it, else as a plain file.
+    pub(super) fn open(
         old: Option<&Arc<SetReader>>,
         root: &SetsRoot,
-        f: &MemberFile,
+        member: Option<&[u8]>,
+        rel: &[u8],
     ) -> Result<Base, DrainError> {
-        if let Some(m) = old.and_then(|o| MemberReader::new(o.clone(), &f.member)) {
+        if let Some(m) = old
+            .zip(member)
+            .and_then(|(o, m)| MemberReader::new(o.clone(), m))
+        {
             return Ok(Base::Member(m));
         }
         let root = match root {
@@ -294,14 +310,14 @@ impl Base {
             SetsRoot::S3(_) => return Ok(Base::None),
             SetsRoot::Obj(store) => {
                 return Ok(
-                    match paralog_aggregate::objset::latest(store, &f.rel).map_err(set_error)? {
+                    match paralog_aggregate::objset::latest(store, rel).map_err(set_error)? {
                         Some(v) => Base::Object(store.clone(), v),
                         None => Base::None,
                     },
                 );
             }
         };
-        let p = root.join(OsStr::from_bytes(&f.rel));
+        let p = root.join(OsStr::from_bytes(rel));
         match std::fs::File::open(&p) {
             Ok(file) => {
                 let md = file
@@ -316,31 +332,34 @@ impl Base {
         }
     }
 
-    fn len(&self) -> u64 {
+    pub(super) fn len(&self) -> u64 {
         match self {
             Base::None => 0,
             Base::Member(m) => m.size(),
             Base::File(_, n, _) => *n,
             Base::Object(_, v) => v.size,
+            Base::Renamed(s) => s.size,
         }
     }
 
-    fn mode(&self) -> u32 {
+    pub(super) fn mode(&self) -> u32 {
         match self {
             Base::None => 0o644,
             Base::Member(m) => m.member().mode,
             Base::File(_, _, mode) => *mode,
             Base::Object(..) => 0o644,
+            Base::Renamed(s) => s.mode(),
         }
     }
 
-    fn read(&mut self, at: u64, dst: &mut [u8]) -> paralog_log::Result<()> {
+    pub(super) fn read(&mut self, at: u64, dst: &mut [u8]) -> paralog_log::Result<()> {
         use std::os::unix::fs::FileExt;
         match self {
             Base::None => {
                 dst.fill(0);
                 Ok(())
             }
+            Base::Renamed(s) => s.read(at, dst),
             Base::Member(m) => m.read_at(at, dst).map_err(|e| LogError::Corrupt {
                 path: m.set().dir().to_path_buf(),
                 offset: 0,
@@ -378,7 +397,7 @@ fn data_ranges(lf: &LogicalFile, base: &Base) -> Vec<(u64, u64)> {
                 }
             }
         }
-        Base::File(..) | Base::Object(..) => {
+        Base::File(..) | Base::Object(..) | Base::Renamed(_) => {
             if visible > 0 {
                 r.push((0, visible));
             }

@@ -166,6 +166,21 @@ pub(crate) enum SetsRoot {
     S3(paralog_s3::sets::S3Sets),
 }
 
+impl SetsRoot {
+    /// The published version of `set` here, if any.
+    pub(crate) fn open_set(
+        &self,
+        set: &[u8],
+    ) -> Result<Option<paralog_aggregate::reader::SetReader>, paralog_aggregate::AggError> {
+        use paralog_aggregate::reader::SetReader;
+        match self {
+            SetsRoot::Dir(r) => SetReader::open(&r.join(OsStr::from_bytes(set))),
+            SetsRoot::Obj(store) => SetReader::open_obj(store, set),
+            SetsRoot::S3(s3) => s3.open_set(set),
+        }
+    }
+}
+
 /// The S3 client of the sets under `url`, opened once per process (each
 /// opening starts a runtime and loads the AWS configuration).
 pub(crate) fn s3_sets(

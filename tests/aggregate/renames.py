@@ -1,0 +1,185 @@
+"""Members renamed into place (docs/aggregate.md, "Renames"), run by
+tests/aggregate/run.py. Before the fix a member written under a temporary
+name and renamed into place was published empty (0 bytes, "complete"),
+and a member created 0600 came back 0644.
+
+  renamed into place K=2
+                  ckpt with CKPT_RENAME=1: every member is written under a
+                  temporary name in its set directory (even ranks a name the
+                  rule claims, odd ranks a name outside it), fsynced and
+                  renamed into place: K containers + 1 record per set and no
+                  temporary file on the remote; `paralog extract` and a
+                  restart under capture in a new job equal the direct run
+  member renamed out posix|objstore
+                  a member of a published set renamed out of it in the same
+                  job (`mv ckpt/s1/rank-0.dat keep/`): the renamed file on
+                  the remote equals the direct run's (before the fix it was
+                  drained empty: its bytes are in the set's container, not
+                  in a file of its name), and the set it left is gone
+  numpy renamed, modes
+                  real numpy: `np.save` to a temporary name then `os.replace`
+                  (the usual checkpoint idiom), a member created 0600, a
+                  member renamed twice (a -> b -> member) and one written in
+                  place: every member's bytes and permission bits, through
+                  `paralog extract` and through `os.stat`/`np.load` under
+                  capture in a new job, equal those of the same script run
+                  directly
+"""
+import os
+import shutil
+import stat
+
+from tests.lib.check import check
+from tests.lib.compare import same_bytes
+from tests.lib.paralog import clean_env, paralog_run
+from tests.lib.paths import BIN, PY
+from tests.lib.proc import run
+
+NUMPY_WRITER = r'''
+import os, sys
+import numpy as np
+root = sys.argv[1]
+for s in range(2):
+    d = os.path.join(root, "ckpt", f"step-{s}")
+    os.makedirs(d, exist_ok=True)
+    for r in range(3):
+        a = np.arange(40000 + 5000 * r, dtype="i8") * (s + 1) + r
+        tmp = os.path.join(d, f"rank-{r}.npy.part")
+        np.save(tmp, a)  # writes rank-R.npy.part.npy, which the rule claims too
+        os.replace(tmp + ".npy", os.path.join(d, f"rank-{r}.npy"))
+    fd = os.open(os.path.join(d, "rank-private.npy"), os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        np.save(f, np.full(1000, s, dtype="f8"))
+    a, b = os.path.join(d, ".a.tmp"), os.path.join(d, ".b.tmp")
+    with open(a, "wb") as f:
+        f.write(bytes(range(256)) * 300)
+    os.rename(a, b)
+    os.rename(b, os.path.join(d, "rank-twice.npy"))
+'''
+
+READER = r'''
+import os, stat, sys, hashlib
+root = sys.argv[1]
+for dirpath, dirs, names in sorted(os.walk(root)):
+    dirs.sort()
+    for n in sorted(names):
+        p = os.path.join(dirpath, n)
+        st = os.stat(p)
+        with open(p, "rb") as f:
+            h = hashlib.sha256(f.read()).hexdigest()[:16]
+        print(os.path.relpath(p, root), oct(stat.S_IMODE(st.st_mode)), st.st_size, h)
+'''
+
+
+def case_ckpt(agg):
+    def case(work):
+        prefix, local = work / "prefix", work / "local"
+        prefix.mkdir()
+        k = 2
+        paralog_run(local, prefix, [agg.ckpt(), prefix, agg.RANKS, agg.STEPS, agg.MEAN],
+                    extra=("--aggregate", agg.RULE, "--containers", str(k)),
+                    env=clean_env({"CKPT_RENAME": "1"}))
+        direct = agg.direct_run(work, agg.RANKS)
+        agg.check_layout(prefix, k)
+        rows = agg.sets_json(prefix, agg.RANKS, k)
+        agg.extract_all(prefix, work, direct, agg.RANKS)
+        agg.restart(work, prefix, prefix, direct, agg.RANKS)
+        total = sum(r["bytes"] for r in rows)
+        return (f"{agg.STEPS} sets of {agg.RANKS} members renamed into place, {total} bytes, "
+                f"no temporary file on the remote, read back twice")
+    return case
+
+
+def listing(root, env=None, capture=None):
+    cmd = [PY, "-c", READER, root]
+    if capture is None:
+        return run(cmd, env=env).stdout
+    local, prefix, remote = capture
+    return paralog_run(local, prefix, cmd, remote=remote, job="restart").stdout
+
+
+def case_numpy(work):
+    rule = "ckpt/{set}/rank-*"
+    prefix, local, remote = work / "prefix", work / "local", work / "remote"
+    prefix.mkdir()
+    remote.mkdir()
+    script = work / "writer.py"
+    script.write_text(NUMPY_WRITER)
+    # The direct run, with the umask paralog's run has.
+    direct = work / "direct"
+    direct.mkdir()
+    run([PY, script, direct], env=clean_env())
+    want = listing(direct, env=clean_env())
+    paralog_run(local, prefix, [PY, script, prefix], remote=remote, extra=("--aggregate", rule))
+    sets = sorted(p.name for p in (remote / "ckpt").iterdir())
+    check(sets == ["step-0", "step-1"], f"sets on the remote: {sets}")
+    for s in sets:
+        names = sorted(p.name for p in (remote / "ckpt" / s).iterdir())
+        check("set.plr" in names and all(n == "set.plr" or n.endswith(".plc") for n in names),
+              f"ckpt/{s} on the remote holds {names}: a temporary file or a plain member beside the set")
+        run([BIN, "extract", remote, f"ckpt/{s}", work / "extract" / "ckpt" / s])
+    for p in sorted((direct / "ckpt").rglob("*")):
+        if p.is_file():
+            q = work / "extract" / p.relative_to(direct)
+            same_bytes(p, q, f"extracted {p.relative_to(direct)}")
+            a, b = stat.S_IMODE(p.stat().st_mode), stat.S_IMODE(q.stat().st_mode)
+            check(a == b, f"extracted {p.relative_to(direct)} has mode {oct(b)}, the direct run's {oct(a)}")
+    got = listing(work / "extract", env=clean_env())
+    check(got == want, f"extract differs from the direct run:\n{got}\nvs\n{want}")
+    # A restart in a new job: the prefix and the node-local log gone.
+    shutil.rmtree(prefix)
+    prefix.mkdir()
+    shutil.rmtree(local, ignore_errors=True)  # paralog run leaves its trash to a detached rm
+    got = listing(prefix, capture=(work / "local2", prefix, remote))
+    check(got == want, f"read back under capture differs from the direct run:\n{got}\nvs\n{want}")
+    private = [l for l in want.splitlines() if "rank-private" in l]
+    check(private and all(" 0o600 " in l for l in private), f"the private members' modes: {private}")
+    return f"{len(want.splitlines())} members (np.save + os.replace, 0600, renamed twice) equal in bytes and modes"
+
+
+RENAMED_OUT = r'''
+import os, sys, time
+root, wait = sys.argv[1], float(sys.argv[2])
+for s in (1, 2):
+    d = os.path.join(root, "ckpt", f"s{s}")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "rank-0.dat"), "wb") as f:
+        f.write(bytes(range(s, 256)) * 1000)
+time.sleep(wait)  # the server publishes s1 (s2 is newer) and drops its local records
+os.makedirs(os.path.join(root, "keep"), exist_ok=True)
+os.rename(os.path.join(root, "ckpt", "s1", "rank-0.dat"), os.path.join(root, "keep", "r0.dat"))
+'''
+
+
+def case_renamed_out(kind):
+    def case(work):
+        prefix, local = work / "prefix", work / "local"
+        prefix.mkdir()
+        store = work / "store"
+        store.mkdir()
+        url = str(store) if kind == "posix" else f"objstore://{store}"
+        script = work / "w.py"
+        script.write_text(RENAMED_OUT)
+        direct = work / "direct"
+        run([PY, script, direct, "0"], env=clean_env())
+        paralog_run(local, prefix, [PY, script, prefix, "2"], remote=url,
+                    extra=("--aggregate", "ckpt/{set}/rank-*"))
+        sets = run([BIN, "sets", url, "--json"]).stdout
+        check('"ckpt/s1"' not in sets and '"ckpt/s2"' in sets, f"paralog sets after s1 lost its member: {sets}")
+        got = work / "got.dat"
+        if kind == "posix":
+            got = store / "keep" / "r0.dat"
+        else:
+            run([BIN, "get", f"{url}/keep/r0.dat", got])
+        same_bytes(direct / "keep" / "r0.dat", got, "the member renamed out of its set")
+        out = work / "s2"
+        run([BIN, "extract", url, "ckpt/s2", out])
+        same_bytes(direct / "ckpt" / "s2" / "rank-0.dat", out / "rank-0.dat", "ckpt/s2 extracted")
+        return f"keep/r0.dat equal to direct ({got.stat().st_size} bytes); s1 gone, s2 whole"
+    return case
+
+
+def cases(agg):
+    return [("renamed into place K=2", case_ckpt(agg)), ("numpy renamed, modes", case_numpy),
+            ("member renamed out posix", case_renamed_out("posix")),
+            ("member renamed out objstore", case_renamed_out("objstore"))]
