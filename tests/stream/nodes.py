@@ -108,16 +108,16 @@ def start_producers(c, per_node=2, events=EVENTS, quota=None):
     return out
 
 
-def reports(procs, written=None):
+def reports(procs, wrote=None):
     """{producer id: flushed} and {producer id: node}, all producers done;
-    written: a dict given gets {producer id: bytes of its segment}."""
+    wrote: a dict given gets {producer id: bytes of its segment}."""
     flushed, node = {}, {}
     for n, p in procs:
         r = producer_result(p)
         check(r["rc"] == 0, f"producer on n{n} exited {r['rc']}")
         flushed[r["id"]], node[r["id"]] = r["flushed"], n
-        if written is not None:
-            written[r["id"]] = r["bytes"]
+        if wrote is not None:
+            wrote[r["id"]] = r["bytes"]
     return flushed, node
 
 
@@ -319,7 +319,7 @@ def case_release(work, flavour, waves=8, objects=False):
     c = Cluster(work, flavour, 2, str(remote), server_args=RELEASE)
     c.start_servers()
     flushed, peak, shrank, sizes = {}, [0, 0], [0, 0], [{}, {}]
-    last, written, node_of = [0, 0], {}, {}
+    last, wrote, node_of = [0, 0], {}, {}
 
     def sample():
         for n in range(2):
@@ -335,7 +335,7 @@ def case_release(work, flavour, waves=8, objects=False):
             procs = start_producers(c, per_node=2, events=600)
             while any(p.poll() is None for _, p in procs):
                 sample()
-            f, nodes = reports(procs, written)
+            f, nodes = reports(procs, wrote)
             flushed.update(f)
             node_of.update(nodes)
             # The job cuts the ended producers' last batches, publishes
@@ -345,7 +345,7 @@ def case_release(work, flavour, waves=8, objects=False):
                 sample()
             check(not any(held(c, n)[1] for n in range(2)),
                   f"wave {w}: segments still held 60 s after their producers ended: {c.tail()}")
-        counted = [released_status(c, n, node_of, written) for n in range(2)]
+        counted = [released_status(c, n, node_of, wrote) for n in range(2)]
         c.wait()
     finally:
         c.stop()
@@ -368,13 +368,13 @@ def case_release(work, flavour, waves=8, objects=False):
             f"status: released {counted[0]} / {counted[1]}")
 
 
-def released_status(c, n, node_of, written):
+def released_status(c, n, node_of, wrote):
     """Node n's `paralog status` once every segment its producers wrote is
     gone (none is on the node): per stream, the segments released equal
     to its producers, their bytes to what they wrote (`produce` says),
     nothing held. The (segments, bytes) seen."""
     mine = [p for p, m in node_of.items() if m == n]
-    want = (len(mine), sum(written[p] for p in mine))
+    want = (len(mine), sum(wrote[p] for p in mine))
     deadline = time.time() + 30
     while True:
         row = [r for r in c.status(n).get("streams", []) if r.get("stream") == STREAM]
