@@ -71,7 +71,12 @@ pub fn start(
     released: ReleaseCounts,
 ) -> std::io::Result<StreamDrain> {
     let stop = Stop::default();
-    let (l, r, s, c) = (local.clone(), remote.clone(), stop.clone(), released.clone());
+    let (l, r, s, c) = (
+        local.clone(),
+        remote.clone(),
+        stop.clone(),
+        released.clone(),
+    );
     let thread = std::thread::Builder::new()
         .name("streams".into())
         .spawn(move || {
@@ -130,7 +135,9 @@ fn round(
                     v.into_iter().last().unwrap_or_default()
                 })
         } else {
-            drainer.drain_to(local, &*remote, &s, opts).inspect(|r| released.count(r))
+            drainer
+                .drain_to(local, &*remote, &s, opts)
+                .inspect(|r| released.count(r))
         };
         match r {
             Ok(r) => {

@@ -46,7 +46,8 @@ fn main() {
         let local = t.path().join("local");
         for i in 0..n {
             let mut p = Producer::open(&local, S, PARTS, Partitioner::RoundRobin).unwrap();
-            p.append(None, format!("event {i}").as_bytes(), None).unwrap();
+            p.append(None, format!("event {i}").as_bytes(), None)
+                .unwrap();
             p.flush().unwrap();
         }
         // One cut takes every segment whole; the producers have ended.

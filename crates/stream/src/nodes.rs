@@ -157,7 +157,11 @@ impl NodeShare {
     /// (as ranges with their per-partition sizes), and, unless local
     /// retention is off (`opts.release_bytes` `u64::MAX`), the bytes of
     /// its segments a release would delete now ([`Self::releasable`]).
-    pub fn take_new(&mut self, opts: &DrainOptions, report: &mut DrainReport) -> Result<NewBatches> {
+    pub fn take_new(
+        &mut self,
+        opts: &DrainOptions,
+        report: &mut DrainReport,
+    ) -> Result<NewBatches> {
         let (segs, seg_parts) = local::segments(&self.dir, &self.stream)?;
         let n = match (self.n, seg_parts) {
             (Some(a), Some(b)) if a != b => {

@@ -344,7 +344,8 @@ fn a_release_is_due_when_one_node_reaches_the_threshold() {
     j.round();
     let v = views(&mut j.sa);
     assert!(v.iter().all(|x| x.releasable > 0), "{v:?}");
-    let each = |v: &[NodeRelease]| -> Vec<u64> { v.iter().map(|x| x.releasable + x.log_len).collect() };
+    let each =
+        |v: &[NodeRelease]| -> Vec<u64> { v.iter().map(|x| x.releasable + x.log_len).collect() };
     let t = each(&v).into_iter().max().unwrap() + 1;
     let together = v.iter().map(|x| x.releasable).sum::<u64>() + v[0].log_len;
     assert!(together >= t, "{v:?}");

@@ -53,7 +53,10 @@ impl Coordinator {
                 // This node's own, for its status (counted once deleted,
                 // whatever the job does next).
                 let b = d.iter().map(|x| x.1).sum();
-                self.ctl.lock().stream_released.add(stream, d.len() as u64, b);
+                self.ctl
+                    .lock()
+                    .stream_released
+                    .add(stream, d.len() as u64, b);
                 None
             }
             Err(e) => Some(Failure::Retry(e.to_string())),

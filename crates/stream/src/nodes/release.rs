@@ -62,8 +62,7 @@ pub fn release_due(nodes: &[NodeRelease], threshold: u64) -> bool {
     let Some(first) = nodes.first().map(|x| (x.rounds, x.based)) else {
         return false;
     };
-    if threshold == u64::MAX || first.0 == 0 || nodes.iter().any(|x| (x.rounds, x.based) != first)
-    {
+    if threshold == u64::MAX || first.0 == 0 || nodes.iter().any(|x| (x.rounds, x.based) != first) {
         return false;
     }
     if first.1 && nodes.iter().all(|x| x.releasable == 0) {
