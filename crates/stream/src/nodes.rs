@@ -311,8 +311,14 @@ impl NodeShare {
             let Some(seg) = segs.get(&r.producer) else {
                 continue;
             };
-            let batches =
-                segment::read_committed(&seg.file, &seg.path, r.from, r.to, KIND_LOCAL_BATCH, n)?;
+            let batches = segment::read_committed(
+                &seg.open()?,
+                &seg.path,
+                r.from,
+                r.to,
+                KIND_LOCAL_BATCH,
+                n,
+            )?;
             let mut by_part: BTreeMap<u32, Vec<&[u8]>> = BTreeMap::new();
             for b in &batches {
                 crate::take::check_producer(b, r.producer, &seg.path)?;
