@@ -214,16 +214,16 @@ class Cluster(SimCluster):
         cmd = launcher(self.flavour, np, DEFAULT_IO[self.flavour]) + [AS_NODE, program(self.flavour, prog), outdir, *args]
         return run(cmd, env=env, check=check_rc, timeout=timeout)
 
-    def status(self):
-        """`paralog status --json` of node n0's server of the job: the one
-        answer both drain engines give (docs/server.md), with the server
-        job's own block."""
+    def status(self, node=0):
+        """`paralog status --json` of node n{node}'s server of the job: the
+        one answer both drain engines give (docs/server.md), with the
+        server job's own block."""
         r = run([BIN, "status", "--local", self.local, "--job", "t", "--json", "--once"],
-                env=self.env({"PARALOG_NODE": "n0"}), check=False, timeout=60)
+                env=self.env({"PARALOG_NODE": f"n{node}"}), check=False, timeout=60)
         check(r.returncode == 0, f"paralog status exited {r.returncode}: {r.stderr.strip()[-300:]}")
         st = json.loads(r.stdout)
         cl = st.get("cluster")
-        check(cl and cl.get("nodes") == self.nodes and cl.get("node") == "n0",
+        check(cl and cl.get("nodes") == self.nodes and cl.get("node") == f"n{node}",
               f"status of a server job of {self.nodes} node(s) has cluster block {cl}")
         states = {"idle", "queued", "draining", "retrying", "damaged", "refused"}
         for f in st["files"]:

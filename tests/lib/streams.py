@@ -32,14 +32,25 @@ def produce(local, events, flush_every=500, payload_size=64, stream=STREAM, part
 
 
 def producer_report(p):
-    """(producer id, last flushed count) from a finished or killed producer."""
+    """(producer id, last flushed count, exit status) from a finished or
+    killed producer."""
+    r = producer_result(p)
+    return r["id"], r["flushed"], r["rc"]
+
+
+def producer_result(p):
+    """producer_report's, as a dict (id, flushed, rc), with `bytes`: the
+    bytes of its segment files, headers included, that `produce` says at
+    its end (None if it was killed before)."""
     out, err = p.communicate()
     lines = out.split("\n")
     ids = [x.split()[1] for x in lines if x.startswith("producer ")]
     pid = ids[0] if ids else None
     check(pid or p.returncode == -9, f"producer printed no id: {out[:200]} {err[-300:]}")
     flushed = [int(x.split()[1]) for x in lines if x.startswith("flushed ")]
-    return pid, (flushed[-1] if flushed else 0), p.returncode
+    written = [int(x.split()[1]) for x in lines if x.startswith("bytes ")]
+    return {"id": pid, "flushed": flushed[-1] if flushed else 0, "rc": p.returncode,
+            "bytes": written[-1] if written else None}
 
 
 def follow_drain(local, remote, interval_ms=20, env=None, roll_bytes=1 << 20):

@@ -48,7 +48,10 @@ partitions, drained to a directory. Cases, each with MPICH and Open MPI:
                      node's stream directory, sampled, shrinks after every
                      wave and never holds a third of what was written; after
                      `wait` no segment is left and both cut logs are the
-                     same base record; every flushed event once
+                     same base record; every flushed event once; before
+                     `wait`, each node's `paralog status` counts as released
+                     exactly its producers' segments and the bytes they
+                     wrote (`produce` says), nothing held
   release, objstore  the same (4 waves, MPICH) to the object layout
   release killed after deletions, recover (MPICH) / at base, job (Open MPI)
                      the same job killed at its 3rd release on n1: after
@@ -85,7 +88,7 @@ from tests.lib.paths import BIN
 from tests.lib.proc import run
 from tests.lib.server import Cluster
 from tests.lib.streams import (STREAM, cat_json, check_events, drain, frame_len, lazy_s3, local_rounds, produce,
-                               producer_report)
+                               producer_result)
 
 PARTS = 4
 EVENTS = 3000
@@ -105,13 +108,16 @@ def start_producers(c, per_node=2, events=EVENTS, quota=None):
     return out
 
 
-def reports(procs):
-    """{producer id: flushed} and {producer id: node}, all producers done."""
+def reports(procs, wrote=None):
+    """{producer id: flushed} and {producer id: node}, all producers done;
+    wrote: a dict given gets {producer id: bytes of its segment}."""
     flushed, node = {}, {}
     for n, p in procs:
-        pid, f, rc = producer_report(p)
-        check(rc == 0, f"producer on n{n} exited {rc}")
-        flushed[pid], node[pid] = f, n
+        r = producer_result(p)
+        check(r["rc"] == 0, f"producer on n{n} exited {r['rc']}")
+        flushed[r["id"]], node[r["id"]] = r["flushed"], n
+        if wrote is not None:
+            wrote[r["id"]] = r["bytes"]
     return flushed, node
 
 
@@ -313,7 +319,7 @@ def case_release(work, flavour, waves=8, objects=False):
     c = Cluster(work, flavour, 2, str(remote), server_args=RELEASE)
     c.start_servers()
     flushed, peak, shrank, sizes = {}, [0, 0], [0, 0], [{}, {}]
-    last = [0, 0]
+    last, wrote, node_of = [0, 0], {}, {}
 
     def sample():
         for n in range(2):
@@ -329,8 +335,9 @@ def case_release(work, flavour, waves=8, objects=False):
             procs = start_producers(c, per_node=2, events=600)
             while any(p.poll() is None for _, p in procs):
                 sample()
-            f, _ = reports(procs)
+            f, nodes = reports(procs, wrote)
             flushed.update(f)
+            node_of.update(nodes)
             # The job cuts the ended producers' last batches, publishes
             # them and releases their segments while it runs.
             deadline = time.time() + 60
@@ -338,6 +345,7 @@ def case_release(work, flavour, waves=8, objects=False):
                 sample()
             check(not any(held(c, n)[1] for n in range(2)),
                   f"wave {w}: segments still held 60 s after their producers ended: {c.tail()}")
+        counted = [released_status(c, n, node_of, wrote) for n in range(2)]
         c.wait()
     finally:
         c.stop()
@@ -356,7 +364,30 @@ def case_release(work, flavour, waves=8, objects=False):
     check(released >= waves, f"{released} release(s) logged for {waves} waves")
     return (f"{len(events)} events once from {len(flushed)} producers in {waves} waves; per node peak "
             f"{peak[0]}/{peak[1]} of {total[0]}/{total[1]} bytes written, shrank {shrank[0]}/{shrank[1]} "
-            f"times; {released} releases; no segment left, cut logs one base of {len(log)} bytes")
+            f"times; {released} releases; no segment left, cut logs one base of {len(log)} bytes; "
+            f"status: released {counted[0]} / {counted[1]}")
+
+
+def released_status(c, n, node_of, wrote):
+    """Node n's `paralog status` once every segment its producers wrote is
+    gone (none is on the node): per stream, the segments released equal
+    to its producers, their bytes to what they wrote (`produce` says),
+    nothing held. The (segments, bytes) seen."""
+    mine = [p for p, m in node_of.items() if m == n]
+    want = (len(mine), sum(wrote[p] for p in mine))
+    deadline = time.time() + 30
+    while True:
+        row = [r for r in c.status(n).get("streams", []) if r.get("stream") == STREAM]
+        got = (row[0]["released_segments"], row[0]["released_bytes"]) if row else None
+        if got == want or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    check(got == want, f"n{n}'s status says {got} (segments, bytes) released, its producers wrote {want}: {row}")
+    r = row[0]
+    check(r["held_bytes"] == 0 and r["drained_bytes"] == 0 and r["lag_bytes"] == 0 and r["producers"] == 0,
+          f"n{n} holds nothing of the stream, its status says {r}")
+    check(r["releases"] >= 1, f"n{n}: {r['releases']} releases")
+    return got
 
 
 def base_alone(c, n):

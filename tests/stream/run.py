@@ -50,7 +50,11 @@ under a node-local root, `paralog stream drain` to a POSIX remote, and
                   of the damaged batch
   bad commands    unknown stream (on a directory and on objstore://, to
                   cat and to trim), a partition count that
-                  differs from the node's: one line, exit 1
+                  differs from the node's: one line, exit 1; a bad local
+                  retention threshold (`server --stream-release-bytes
+                  lots`, PARALOG_STREAM_RELEASE_BYTES=-5 for `stream
+                  drain`) refused naming it, nothing drained; `drain
+                  --release-bytes 0` (never) drains
 
 Kills at random points (producers, the drain or a server, a reader, MinIO):
 tests/stream/kills.py.
@@ -332,6 +336,19 @@ def case_bad(work):
     p = produce(local, 10, parts=4)
     out, err = p.communicate()
     check(p.returncode == 1 and "has 3 partitions, not 4" in err, f"reopen with 4 partitions: {p.returncode} {err}")
+    # Local retention's threshold: a bad size is refused naming the
+    # option or the setting, before anything is drained; 0 (never) is a
+    # threshold, as the docs say.
+    drain_cmd = [BIN, "stream", "drain", "--local", local, "--remote", remote]
+    r = run([BIN, "server", "--local", local, "--remote", remote, "--stream-release-bytes", "lots"], check=False)
+    check(r.returncode == 2 and "--stream-release-bytes" in r.stderr and "not a size" in r.stderr,
+          f"server --stream-release-bytes lots: {r.returncode} {r.stderr}")
+    r = run(drain_cmd, env=dict(os.environ, PARALOG_STREAM_RELEASE_BYTES="-5"), check=False)
+    check(r.returncode == 1 and "PARALOG_STREAM_RELEASE_BYTES=-5" in r.stderr,
+          f"drain with PARALOG_STREAM_RELEASE_BYTES=-5: {r.returncode} {r.stderr}")
+    check(not (remote / ".paralog-streams").exists(), "a drain refused for its setting drained")
+    r = run(drain_cmd + ["--release-bytes", "0"], check=False)
+    check(r.returncode == 0 and "round 1:" in r.stdout, f"drain --release-bytes 0: {r.returncode} {r.stderr}")
 
 
 def main():

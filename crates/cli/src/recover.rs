@@ -35,6 +35,8 @@ pub struct Args {
     /// the server's `--stream-remote` (docs/streams.md) [default: --remote]
     #[arg(long, value_name = "URL")]
     stream_remote: Option<String>,
+    #[command(flatten)]
+    release: crate::stream::ReleaseArg,
 }
 
 /// `--json`: the files' report and the streams'.
@@ -51,6 +53,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let root = args.at.local.resolve_for(node.as_deref())?;
     let remote = args.remote.resolve_checked()?;
     let stream_remote = args.stream_remote.as_deref();
+    let release = args.release.resolve()?;
     if let Some(u) = stream_remote {
         // Before anything is drained (the place itself is made later).
         u.parse::<paralog_backend::RemoteUrl>()
@@ -86,6 +89,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         cfg.sets = sets.map(std::sync::Arc::new);
         let undrained = undrained_streams(&root, streams.is_none())?;
         cfg.streams = streams;
+        cfg.stream_release_bytes = release;
         let (totals, rank) = crate::cluster::run(mpi, cfg, None)?;
         let code = crate::cluster::report(&totals, rank, &root, "recover");
         if let Some(names) = undrained {
@@ -118,7 +122,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     .with_context(|| format!("scanning {}", root.display()))?;
     // After the files (as the server's last round): every stream. Its
     // place (an S3 client) only made when there is a stream.
-    let streams = crate::recover_streams::recover(&root, || {
+    let streams = crate::recover_streams::recover(&root, release, || {
         crate::stream::stream_place_of(stream_remote, &remote)
     })
     .with_context(|| format!("the streams of {}", root.display()))?;

@@ -26,6 +26,10 @@ pub struct StreamRecovery {
     pub events: u64,
     /// Torn tails of dead producers cut off (flushes that never returned).
     pub torn_cut: usize,
+    /// Drained segments local retention deleted, and their bytes
+    /// (`--stream-release-bytes`).
+    pub released_segments: u64,
+    pub released_bytes: u64,
     /// Why the stream was not (fully) drained; its local data is kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -33,9 +37,11 @@ pub struct StreamRecovery {
 
 /// Every stream under `root` drained to the place `place` makes, called
 /// once if there is a stream (`None`: no stream remote was given, and
-/// every stream is reported not drained).
+/// every stream is reported not drained); local retention at
+/// `release_bytes` (`DrainOptions::release_bytes`), as the server's.
 pub fn recover(
     root: &Path,
+    release_bytes: u64,
     place: impl FnOnce() -> anyhow::Result<Option<StreamPlace>>,
 ) -> anyhow::Result<Vec<StreamRecovery>> {
     let names = paralog_stream::drain::local_streams(root)?;
@@ -52,7 +58,7 @@ pub fn recover(
             remote: place.map(StreamPlace::describe),
             ..Default::default()
         };
-        if let Err(e) = recover_one(root, place, &mut drainer, &mut row) {
+        if let Err(e) = recover_one(root, place, release_bytes, &mut drainer, &mut row) {
             row.error = Some(e);
         }
         out.push(row);
@@ -63,6 +69,7 @@ pub fn recover(
 fn recover_one(
     root: &Path,
     place: Option<&StreamPlace>,
+    release_bytes: u64,
     drainer: &mut Drainer,
     row: &mut StreamRecovery,
 ) -> Result<(), String> {
@@ -95,8 +102,12 @@ fn recover_one(
             "{why}; one node alone must not apply or add rounds of the job's cut log: run `paralog recover` as an MPI job, one process per node, on the nodes of that server job (docs/cluster.md)"
         ));
     }
+    let opts = DrainOptions {
+        release_bytes,
+        ..DrainOptions::default()
+    };
     let reports = drainer
-        .drain_pending_to(root, &*remote, s, &DrainOptions::default())
+        .drain_pending_to(root, &*remote, s, &opts)
         .map_err(|e| e.to_string())?;
     let mut new_events = 0;
     for r in &reports {
@@ -104,6 +115,8 @@ fn recover_one(
         row.rounds += u64::from(r.round.is_some());
         new_events += r.events;
         row.torn_cut += r.cut.len();
+        row.released_segments += r.released.segments.len() as u64;
+        row.released_bytes += r.released.segments.iter().map(|s| s.1).sum::<u64>();
     }
     // The events this recovery stored, of recorded rounds and new ones:
     // what the published watermark gained.
@@ -149,6 +162,12 @@ pub fn print(rows: &[StreamRecovery]) {
             println!(
                 "  {} torn tail(s) of dead producers cut off (flushes that never returned)",
                 r.torn_cut
+            );
+        }
+        if r.released_segments > 0 {
+            println!(
+                "  {} drained local segment(s) released ({} bytes)",
+                r.released_segments, r.released_bytes
             );
         }
     }

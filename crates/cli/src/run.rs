@@ -57,6 +57,8 @@ pub struct Args {
     tuning: crate::server::Tuning,
     #[command(flatten)]
     aggregate: crate::aggregate_args::AggregateArgs,
+    #[command(flatten)]
+    release: crate::stream::ReleaseArg,
     /// The command, e.g. `mpirun.mpich -n 4 ./sim`.
     #[arg(required = true, value_name = "COMMAND")]
     command: Vec<String>,

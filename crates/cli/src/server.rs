@@ -50,12 +50,8 @@ pub struct Args {
     /// [default: --remote; `paralog run` without one gives the prefix]
     #[arg(long, value_name = "URL")]
     stream_remote: Option<String>,
-    /// Local retention of the streams: once the drained segments of ended
-    /// producers plus the cut log amount to this many bytes, they are
-    /// deleted from the node(s) and the cut log rebased (docs/streams.md
-    /// "Local retention"); 0: never
-    #[arg(long, default_value = "64M", value_parser = parse_bytes, value_name = "BYTES")]
-    stream_release_bytes: u64,
+    #[command(flatten)]
+    release: crate::stream::ReleaseArg,
 }
 
 /// How a server takes part in a server job (one server per node, started
@@ -193,6 +189,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .map_err(|e| anyhow::anyhow!("--job: {e}"))?;
     }
     let remote = args.remote.resolve_checked()?;
+    let release = args.release.resolve()?;
     let _lock = paralog_server::node::lock_server(&root, args.at.job.as_deref())?;
     let socket = args
         .socket
@@ -229,7 +226,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         )?;
         cfg.sets = sets.clone();
         cfg.streams = streams;
-        cfg.stream_release_bytes = crate::stream::release_bytes(args.stream_release_bytes);
+        cfg.stream_release_bytes = release;
         let (totals, rank) = crate::cluster::run(mpi, cfg, Some(socket))?;
         return Ok(crate::cluster::report(&totals, rank, &root, "server"));
     }
@@ -259,7 +256,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         args.stream_remote.as_deref(),
         &remote,
         &root,
-        crate::stream::release_bytes(args.stream_release_bytes),
+        release,
+        server.stream_releases(),
     )?;
     let objects = crate::obj_publish::start(root.clone(), std::time::Duration::from_millis(200))?;
     server.wait_stop();

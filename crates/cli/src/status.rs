@@ -266,7 +266,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             v["missed"] =
                 crate::missed::status_json(std::path::Path::new(&st.root), st.job.as_deref());
         }
-        v["streams"] = crate::stream::lag::status_json(std::path::Path::new(&st.root), &st.remote);
+        v["streams"] = crate::stream::lag::status_json(&st);
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -275,10 +275,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         st = status::request_status(&sock, &Request::Status)?;
     }
     print_table(&st);
-    crate::stream::lag::print(&crate::stream::lag::status_json(
-        std::path::Path::new(&st.root),
-        &st.remote,
-    ));
+    crate::stream::lag::print(&crate::stream::lag::status_json(&st));
     print_missed(&crate::missed::status_json(
         std::path::Path::new(&st.root),
         st.job.as_deref(),

@@ -16,6 +16,7 @@
 //!
 //! A request a server cannot answer gets `{"error":"..."}`.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -93,6 +94,21 @@ pub struct Status {
     /// Only in a server job: what the servers do together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterStatus>,
+    /// Per stream, what local retention released on this node since the
+    /// server started (docs/streams.md "Status"; the streams' other
+    /// numbers are read from the node-local root by `paralog status`).
+    #[serde(default)]
+    pub stream_released: BTreeMap<String, StreamReleased>,
+}
+
+/// What local retention gave back of one stream on this node: the
+/// drained segments deleted and their bytes (the files' lengths, headers
+/// included), and the releases that did it (each a rebase of the cut log).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamReleased {
+    pub segments: u64,
+    pub bytes: u64,
+    pub releases: u64,
 }
 
 /// What exists only in a server job (docs/cluster.md).
@@ -465,6 +481,14 @@ mod tests {
             finishing: false,
             files,
             cluster,
+            stream_released: BTreeMap::from([(
+                "tele".into(),
+                StreamReleased {
+                    segments: 3,
+                    bytes: 4096,
+                    releases: 1,
+                },
+            )]),
         }
         .summed()
     }
@@ -511,6 +535,7 @@ mod tests {
         );
         let v = serde_json::to_value(&job).unwrap();
         assert_eq!(v["cluster"]["parts_by_node"], serde_json::json!([1, 2, 0]));
+        assert_eq!(v["stream_released"]["tele"]["bytes"], 4096);
         for v in [one, v] {
             let back: Status = serde_json::from_value(v.clone()).unwrap();
             assert_eq!(serde_json::to_value(back).unwrap(), v);

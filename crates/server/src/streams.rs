@@ -10,14 +10,45 @@
 //! is logged once per distinct error and tried again next round; the other
 //! streams go on.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use paralog_stream::{DrainOptions, DrainReport, Drainer, StreamError, StreamPlace};
 
+use crate::status::StreamReleased;
 use crate::stop::Stop;
+
+/// What local retention released on this node, per stream, since the
+/// server started: counted by the drain (this thread, or a server job's
+/// rounds), read by `status`. A clone is a handle to the same counts.
+#[derive(Debug, Clone, Default)]
+pub struct ReleaseCounts(Arc<Mutex<BTreeMap<String, StreamReleased>>>);
+
+impl ReleaseCounts {
+    /// One release of `stream`: `segments` deleted, of `bytes` in all.
+    pub fn add(&self, stream: &str, segments: u64, bytes: u64) {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let c = m.entry(stream.into()).or_default();
+        c.segments += segments;
+        c.bytes += bytes;
+        c.releases += 1;
+    }
+
+    pub fn snapshot(&self) -> BTreeMap<String, StreamReleased> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// A drain report's release, if it did one.
+    fn count(&self, r: &DrainReport) {
+        if r.released.base.is_some() {
+            let bytes = r.released.segments.iter().map(|s| s.1).sum();
+            self.add(&r.stream, r.released.segments.len() as u64, bytes);
+        }
+    }
+}
 
 pub struct StreamDrain {
     stop: Stop,
@@ -25,26 +56,38 @@ pub struct StreamDrain {
     local: PathBuf,
     remote: StreamPlace,
     release_bytes: u64,
+    released: ReleaseCounts,
 }
 
 /// Start draining the streams under `local` to `remote`, a round every
 /// `interval`; local retention once `release_bytes` can be released
-/// (`DrainOptions::release_bytes`; u64::MAX: never).
+/// (`DrainOptions::release_bytes`; u64::MAX: never), each release
+/// counted in `released` (the server's status).
 pub fn start(
     local: PathBuf,
     remote: StreamPlace,
     interval: Duration,
     release_bytes: u64,
+    released: ReleaseCounts,
 ) -> std::io::Result<StreamDrain> {
     let stop = Stop::default();
-    let (l, r, s) = (local.clone(), remote.clone(), stop.clone());
+    let (l, r, s, c) = (
+        local.clone(),
+        remote.clone(),
+        stop.clone(),
+        released.clone(),
+    );
     let thread = std::thread::Builder::new()
         .name("streams".into())
         .spawn(move || {
             let mut said = HashMap::new();
             let mut drainer = Drainer::default();
+            let opts = DrainOptions {
+                release_bytes,
+                ..DrainOptions::default()
+            };
             loop {
-                round(false, &mut drainer, &l, &r, release_bytes, &mut said);
+                round(false, &mut drainer, &l, &r, &opts, &c, &mut said);
                 if s.wait(interval) {
                     return drainer;
                 }
@@ -56,16 +99,20 @@ pub fn start(
         local,
         remote,
         release_bytes,
+        released,
     })
 }
 
-/// One round of every stream; errors logged once per stream and message.
+/// One round of every stream (`last`: rounds until everything committed
+/// is drained); releases counted in `released`; errors logged once per
+/// stream and message.
 fn round(
     last: bool,
     drainer: &mut Drainer,
     local: &std::path::Path,
     remote: &StreamPlace,
-    release_bytes: u64,
+    opts: &DrainOptions,
+    released: &ReleaseCounts,
     said: &mut HashMap<String, String>,
 ) -> Vec<Result<DrainReport, (String, StreamError)>> {
     let remote = remote.remote();
@@ -76,19 +123,21 @@ fn round(
             return Vec::new();
         }
     };
-    let opts = DrainOptions {
-        release_bytes,
-        ..DrainOptions::default()
-    };
     let mut out = Vec::new();
     for s in streams {
         let r = if last {
-            // Everything committed, however many rounds it takes.
+            // Everything committed, however many rounds it takes (each
+            // round's release counted).
             drainer
-                .drain_pending_to(local, &*remote, &s, &opts)
-                .map(|mut v| v.pop().unwrap_or_default())
+                .drain_pending_to(local, &*remote, &s, opts)
+                .map(|v| {
+                    v.iter().for_each(|r| released.count(r));
+                    v.into_iter().last().unwrap_or_default()
+                })
         } else {
-            drainer.drain_to(local, &*remote, &s, &opts)
+            drainer
+                .drain_to(local, &*remote, &s, opts)
+                .inspect(|r| released.count(r))
         };
         match r {
             Ok(r) => {
@@ -127,12 +176,17 @@ impl StreamDrain {
             .and_then(|t| t.join().ok())
             .unwrap_or_default();
         let mut said = HashMap::new();
+        let opts = DrainOptions {
+            release_bytes: self.release_bytes,
+            ..DrainOptions::default()
+        };
         round(
             true,
             &mut drainer,
             &self.local,
             &self.remote,
-            self.release_bytes,
+            &opts,
+            &self.released,
             &mut said,
         )
         .into_iter()

@@ -43,6 +43,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting { name: "PARALOG_AGGREGATE", help: "rules that drain matching files into checkpoint sets (`ckpt/{set}/rank-*.dat`, several separated by commas; docs/aggregate.md); read by `paralog run`, `server` and `recover`", default: None },
     Setting { name: "PARALOG_AGG_MODE", help: "a server job with PARALOG_AGGREGATE: `leader` (members sent to each group's leader) or `own` (each node writes its own region of the container; POSIX remotes) (docs/aggregate.md)", default: Some("leader") },
     Setting { name: "PARALOG_CONTAINERS", help: "containers per checkpoint set with PARALOG_AGGREGATE (docs/aggregate.md)", default: Some("1") },
+    Setting { name: "PARALOG_STREAM_RELEASE_BYTES", help: "local retention of the shared event streams: drained segments of ended producers are deleted from the node once they and the cut log amount to this many bytes (K, M, G; 0: never); read by `paralog run`, `server`, `recover` and `stream drain` (docs/streams.md)", default: Some("64M") },
     Setting { name: "PARALOG_MPI", help: "MPI flavour the shim was built for (set by `paralog env`/`run`)", default: None },
     Setting { name: "PARALOG_H5VIEW", help: "the array objects' HDF5 view writer to run (docs/objects.md); default: paralog-h5view next to paralog or libparalog_obj.so", default: None },
     Setting { name: "PARALOG_LIB_DIR", help: "where Python's paralog.objects finds libparalog_obj.so (docs/objects.md); default: the source tree's target/release", default: None },

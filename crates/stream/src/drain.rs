@@ -158,7 +158,10 @@ impl Drainer {
 
     /// Rounds until one finds nothing new (a round takes about
     /// `max_round_bytes` at most): everything committed by now is drained.
-    /// The reports of the rounds that did something (at least one).
+    /// The reports of the rounds that did something (at least one): the
+    /// last one, with nothing new, only if it released (local retention
+    /// after the last new round's publication often comes then) or
+    /// trimmed.
     pub fn drain_pending(
         &mut self,
         local: &Path,
@@ -181,7 +184,8 @@ impl Drainer {
         loop {
             let r = self.drain_to(local, remote, stream, opts)?;
             let done = r.round.is_none();
-            if !done || out.is_empty() {
+            let did = r.released.base.is_some() || !r.trimmed.is_empty();
+            if !done || did || out.is_empty() {
                 out.push(r);
             }
             if done {

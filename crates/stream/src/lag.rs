@@ -17,8 +17,12 @@ pub struct LocalLag {
     pub segments: usize,
     /// Their bytes past their headers.
     pub bytes: u64,
-    /// Of those, the bytes that cuts took (drained, or recorded and about to be).
+    /// Of those, the bytes that cuts took (drained, or recorded and about
+    /// to be): what local retention releases once their producers ended.
     pub drained: u64,
+    /// The segment files' bytes, headers included: what the stream's
+    /// segments take on the node's disk (its cut log aside).
+    pub held: u64,
     /// Drain rounds recorded in the cut log.
     pub rounds: u64,
 }
@@ -39,6 +43,7 @@ pub fn local_lag(local: &Path, stream: &str) -> Result<LocalLag> {
     };
     for (id, s) in &segs {
         lag.bytes += s.len - s.header_len;
+        lag.held += s.len;
         lag.drained += taken.get(id).map_or(0, |t| t - s.header_len);
     }
     Ok(lag)

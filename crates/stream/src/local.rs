@@ -11,15 +11,27 @@ use crate::error::{corrupt, IoContext, Result, StreamError};
 use crate::format::{self, Base, Cut, Header, KIND_SEGMENT, MAGIC_BASE};
 use crate::layout;
 
-/// A producer's segment as a round found it.
+/// A producer's segment as a round found it. No descriptor is kept: a
+/// round may list thousands of segments, and holding one open each would
+/// run into the process's open-file limit (1,024 by default); the few it
+/// reads are opened when read ([`LocalSeg::open`]). A listed segment's
+/// path names the same file until the drain itself deletes it (segments
+/// are created under new names and never replaced).
 pub struct LocalSeg {
     pub path: PathBuf,
-    pub file: File,
     pub header_len: u64,
     /// The length when listed: a round reads no further.
     pub len: u64,
     /// The segment this one continues (its producer rolled), if any.
     pub pred: Option<u64>,
+}
+
+impl LocalSeg {
+    /// The segment opened for reading (and for the fdatasync a round
+    /// makes before it records a cut of it).
+    pub fn open(&self) -> Result<File> {
+        File::open(&self.path).ctx("open", &self.path)
+    }
 }
 
 /// The cut log's length (0: none yet).
@@ -42,8 +54,7 @@ pub fn segments(dir: &Path, stream: &str) -> Result<(BTreeMap<u64, LocalSeg>, Op
             continue;
         };
         let path = ent.path();
-        let file = File::open(&path).ctx("open", &path)?;
-        let len = file.metadata().ctx("stat", &path)?.len();
+        let len = std::fs::metadata(&path).ctx("stat", &path)?.len();
         let head = crate::producer::read_head(&path)?;
         if head.len() < 52 || (len as usize) < 52 + stream.len() {
             continue; // its producer is writing the header now
@@ -70,7 +81,6 @@ pub fn segments(dir: &Path, stream: &str) -> Result<(BTreeMap<u64, LocalSeg>, Op
             id,
             LocalSeg {
                 path,
-                file,
                 header_len: h.len(),
                 len,
                 pred: (h.kind == format::KIND_ROLLED_SEGMENT).then_some(h.first),

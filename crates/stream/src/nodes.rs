@@ -30,7 +30,7 @@ mod release;
 
 pub use crate::drain::after;
 pub use crate::publish::{apply_part, publish_watermark};
-pub use release::Releasable;
+pub use release::{release_due, NodeRelease, Releasable};
 
 /// A piece's header: range index, partition, events (u32 each), then the
 /// frames' length (u64).
@@ -44,6 +44,17 @@ pub struct NewRange {
     pub from: u64,
     pub to: u64,
     pub parts: Vec<(u64, u64)>,
+}
+
+/// What a node has for a round ([`NodeShare::take_new`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NewBatches {
+    /// The partition count its segments or cut log fix (`None`: neither yet).
+    pub partitions: Option<u32>,
+    pub ranges: Vec<NewRange>,
+    /// Bytes of its segments a release would delete now (0 with local
+    /// retention off).
+    pub releasable: u64,
 }
 
 /// One stream's drain state on this node, for a server job: its cut log
@@ -140,14 +151,17 @@ impl NodeShare {
         }
     }
 
-    /// The partition count of this node's segments, checked against the
-    /// cut log's, and every committed batch past the last cut within the
-    /// round's budget, as ranges with their per-partition sizes.
+    /// What this node has for the round, from one listing of its
+    /// segments: their partition count, checked against the cut log's,
+    /// every committed batch past the last cut within the round's budget
+    /// (as ranges with their per-partition sizes), and, unless local
+    /// retention is off (`opts.release_bytes` `u64::MAX`), the bytes of
+    /// its segments a release would delete now ([`Self::releasable`]).
     pub fn take_new(
         &mut self,
         opts: &DrainOptions,
         report: &mut DrainReport,
-    ) -> Result<(Option<u32>, Vec<NewRange>)> {
+    ) -> Result<NewBatches> {
         let (segs, seg_parts) = local::segments(&self.dir, &self.stream)?;
         let n = match (self.n, seg_parts) {
             (Some(a), Some(b)) if a != b => {
@@ -158,7 +172,7 @@ impl NodeShare {
                 })
             }
             (Some(a), _) | (None, Some(a)) => a,
-            (None, None) => return Ok((None, Vec::new())),
+            (None, None) => return Ok(NewBatches::default()),
         };
         let new = crate::take::take_new(&segs, &self.taken, self.rounds, n, opts, report)?;
         let ranges = new
@@ -181,7 +195,20 @@ impl NodeShare {
                 }
             })
             .collect();
-        Ok((Some(n), ranges))
+        // The same listing: a segment with new batches is not taken whole,
+        // so it is not among them.
+        let releasable = match opts.release_bytes {
+            u64::MAX => 0,
+            _ => crate::release::gone(&segs, &self.taken)?
+                .iter()
+                .map(|g| g.len)
+                .sum(),
+        };
+        Ok(NewBatches {
+            partitions: Some(n),
+            ranges,
+            releasable,
+        })
     }
 
     /// Record `cut` (the job's next round) in this node's cut log: one
@@ -284,8 +311,14 @@ impl NodeShare {
             let Some(seg) = segs.get(&r.producer) else {
                 continue;
             };
-            let batches =
-                segment::read_committed(&seg.file, &seg.path, r.from, r.to, KIND_LOCAL_BATCH, n)?;
+            let batches = segment::read_committed(
+                &seg.open()?,
+                &seg.path,
+                r.from,
+                r.to,
+                KIND_LOCAL_BATCH,
+                n,
+            )?;
             let mut by_part: BTreeMap<u32, Vec<&[u8]>> = BTreeMap::new();
             for b in &batches {
                 crate::take::check_producer(b, r.producer, &seg.path)?;

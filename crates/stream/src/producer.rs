@@ -59,6 +59,8 @@ pub struct Producer {
     quota: Option<Tracker>,
     /// Roll to a new segment past this size (local retention).
     roll_bytes: u64,
+    /// The bytes of the segments it rolled away from.
+    rolled: u64,
 }
 
 /// A producer's segment is rolled once it holds this many bytes: a
@@ -149,6 +151,7 @@ impl Producer {
             poisoned: false,
             quota: None,
             roll_bytes: ROLL_BYTES,
+            rolled: 0,
         })
     }
 
@@ -177,6 +180,7 @@ impl Producer {
         };
         // The old file closes here: its lock is free, its producer ended.
         self.file = file;
+        self.rolled += self.end;
         (self.id, self.path, self.end) = (id, path, end);
     }
 
@@ -308,6 +312,14 @@ impl Producer {
 
     pub fn durable(&self) -> u64 {
         self.durable
+    }
+
+    /// The bytes this producer wrote to its segment files, headers
+    /// included, over its rolls: what it took on the node's disk before
+    /// local retention gave any of it back (`paralog status` counts the
+    /// bytes released against this).
+    pub fn bytes_written(&self) -> u64 {
+        self.rolled + self.end
     }
 
     fn usable(&self) -> Result<()> {

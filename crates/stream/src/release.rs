@@ -97,13 +97,22 @@ pub(crate) fn release(
     Ok(out)
 }
 
-/// The segments of `segs` that may go: a cut took every byte (`taken`;
-/// a segment no cut took from holds only its header: a producer that
-/// ended without a batch, or right after a roll) and their producer has
-/// ended. Each one's lock is held until it is deleted.
+/// At most this many segments go in one release: each is held open
+/// (locked) until deleted, and a node may hold thousands of small ended
+/// segments below the threshold; the rest go at the next rounds (each
+/// round looks again), the base keeping their positions meanwhile.
+pub const MAX_GONE: usize = 128;
+
+/// The segments of `segs` that may go (at most [`MAX_GONE`]): a cut took
+/// every byte (`taken`; a segment no cut took from holds only its header:
+/// a producer that ended without a batch, or right after a roll) and
+/// their producer has ended. Each one's lock is held until it is deleted.
 pub(crate) fn gone(segs: &BTreeMap<u64, LocalSeg>, taken: &HashMap<u64, u64>) -> Result<Vec<Gone>> {
     let mut out = Vec::new();
     for (id, seg) in segs {
+        if out.len() == MAX_GONE {
+            break;
+        }
         if taken.get(id).copied().unwrap_or(seg.header_len) != seg.len {
             continue;
         }

@@ -39,10 +39,14 @@ pub(crate) fn take_new(
             continue;
         }
         let mut pos = taken.get(&id).copied().unwrap_or(seg.header_len);
+        if pos == seg.len {
+            continue; // nothing new: not even opened (past its end: damage, read_batch says so)
+        }
+        let file = seg.open()?;
         let mut got = Vec::new();
         let mut used = 0u64;
         while got.is_empty() || used < share {
-            match segment::read_batch(&seg.file, &seg.path, pos, seg.len, KIND_LOCAL_BATCH, n)? {
+            match segment::read_batch(&file, &seg.path, pos, seg.len, KIND_LOCAL_BATCH, n)? {
                 Next::Batch(b) => {
                     check_producer(&b, id, &seg.path)?;
                     pos = b.end;
@@ -63,7 +67,7 @@ pub(crate) fn take_new(
         if !got.is_empty() {
             // What the cut takes must survive a crash of the node even if
             // its producer's own fdatasync has not returned yet.
-            seg.file.sync_data().ctx("fdatasync", &seg.path)?;
+            file.sync_data().ctx("fdatasync", &seg.path)?;
             new.push((id, got));
         }
     }
@@ -121,7 +125,7 @@ pub(crate) fn read_ranges(
             ),
         })?;
         let batches =
-            segment::read_committed(&seg.file, &seg.path, r.from, r.to, KIND_LOCAL_BATCH, n)?;
+            segment::read_committed(&seg.open()?, &seg.path, r.from, r.to, KIND_LOCAL_BATCH, n)?;
         for b in &batches {
             check_producer(b, r.producer, &seg.path)?;
         }

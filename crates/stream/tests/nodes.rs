@@ -93,9 +93,10 @@ fn what_does_not_fit_is_refused() {
     let root = t.path().join("n0");
     produce(&root, 20, "a");
     let mut share = NodeShare::open(&root, S, 2).unwrap();
-    let (_, ranges) = share
+    let ranges = share
         .take_new(&DrainOptions::default(), &mut DrainReport::default())
-        .unwrap();
+        .unwrap()
+        .ranges;
     let state = vec![Default::default(); N as usize];
     let twice = [ranges.clone(), ranges.clone()].concat();
     let e = nodes::make_cut(1, &state, twice, 64 << 20, S).unwrap_err();

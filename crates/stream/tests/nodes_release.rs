@@ -9,8 +9,8 @@
 use std::path::{Path, PathBuf};
 
 use paralog_stream::format::Watermark;
-use paralog_stream::nodes::NodeShare;
-use paralog_stream::{layout, Producer};
+use paralog_stream::nodes::{release_due, NodeRelease, NodeShare};
+use paralog_stream::{layout, DrainOptions, DrainReport, Producer};
 
 mod common;
 
@@ -305,4 +305,66 @@ fn a_base_that_does_not_fit_is_refused() {
     let e = j.sa[1].catch_up(&other.encode()).unwrap_err().to_string();
     assert!(e.contains("ends at round 1"), "{e}");
     assert!(!j.sa[1].based(), "node 1's log is as it was");
+}
+
+/// What each node tells the others in a round with nothing new, taken
+/// as the server does (`NodeShare::take_new`: one listing of its
+/// segments for the new batches and what a release would delete).
+fn views(shares: &mut [NodeShare]) -> Vec<NodeRelease> {
+    shares
+        .iter_mut()
+        .map(|s| {
+            let new = s
+                .take_new(&DrainOptions::default(), &mut DrainReport::default())
+                .unwrap();
+            assert!(new.ranges.is_empty(), "a batch not cut yet");
+            assert_eq!(new.releasable, s.releasable().unwrap().bytes());
+            NodeRelease {
+                rounds: s.rounds(),
+                based: s.based(),
+                releasable: new.releasable,
+                log_len: s.log_len(),
+            }
+        })
+        .collect()
+}
+
+/// The threshold counts each node by itself (docs/streams.md "Local
+/// retention", "Many nodes"): two nodes that together hold more than it
+/// of drained segments, each less, do not release; once one node alone
+/// reaches it the job releases, and every node deletes its own. A
+/// function of the views: every server decides alike.
+#[test]
+fn a_release_is_due_when_one_node_reaches_the_threshold() {
+    let mut j = Twin::new();
+    // Node 1's share well below node 0's: still below the threshold
+    // after the next round's cut record lengthens the logs.
+    ended(&j.a[0], 80);
+    ended(&j.a[1], 20);
+    j.round();
+    let v = views(&mut j.sa);
+    assert!(v.iter().all(|x| x.releasable > 0), "{v:?}");
+    let each =
+        |v: &[NodeRelease]| -> Vec<u64> { v.iter().map(|x| x.releasable + x.log_len).collect() };
+    let t = each(&v).into_iter().max().unwrap() + 1;
+    let together = v.iter().map(|x| x.releasable).sum::<u64>() + v[0].log_len;
+    assert!(together >= t, "{v:?}");
+    assert!(!release_due(&v, t), "released for the nodes' sum: {v:?}");
+    assert!(release_due(&v, t - 1));
+    // Node 0 alone passes it, node 1 stays below: due, and node 1's
+    // ended segment goes with node 0's.
+    ended(&j.a[0], 400);
+    j.round();
+    let v = views(&mut j.sa);
+    let e = each(&v);
+    assert!(e[0] >= t && e[1] < t, "{v:?}");
+    assert!(release_due(&v, t));
+    let (base, gone) = job_release(&mut j.sa);
+    assert_eq!((base.round, gone.len()), (2, 3));
+    assert!(seg_ids(&j.a[0]).is_empty() && seg_ids(&j.a[1]).is_empty());
+    // Rebased with nothing left to delete: not due again.
+    let v = views(&mut j.sa);
+    assert!(v.iter().all(|x| x.based && x.releasable == 0), "{v:?}");
+    assert!(!release_due(&v, 1));
+    j.logs_equal();
 }

@@ -68,6 +68,7 @@ pub(super) fn start_server(
     if let Some(a) = args.aggregate.resolve()? {
         cmd.args(crate::aggregate_args::AggregateArgs::to_args(&a));
     }
+    cmd.args(crate::stream::ReleaseArg::to_args(args.release.resolve()?));
     // The server is not the program: no capture, no inherited settings that
     // would say otherwise.
     cmd.env_remove("LD_PRELOAD")

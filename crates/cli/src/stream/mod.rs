@@ -11,9 +11,12 @@ use paralog_stream::StreamPlace;
 
 pub mod lag;
 mod read;
+mod release_arg;
 mod time;
 mod trim;
 mod write;
+
+pub use release_arg::{threshold as release_threshold, ReleaseArg};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -94,6 +97,7 @@ pub fn server_drain(
     remote: &paralog_server::remote::Remote,
     root: &std::path::Path,
     release_bytes: u64,
+    released: paralog_server::streams::ReleaseCounts,
 ) -> anyhow::Result<Option<paralog_server::streams::StreamDrain>> {
     let Some(dir) = stream_place_of(stream_remote, remote)? else {
         return Ok(None);
@@ -104,18 +108,8 @@ pub fn server_drain(
         dir,
         every,
         release_bytes,
+        released,
     )?))
-}
-
-/// A local retention threshold as given (`--release-bytes`,
-/// `--stream-release-bytes`): 0 is never (`DrainOptions::release_bytes`
-/// u64::MAX).
-pub fn release_bytes(n: u64) -> u64 {
-    if n == 0 {
-        u64::MAX
-    } else {
-        n
-    }
 }
 
 /// Where a server's streams drain: `--stream-remote URL`, else the

@@ -27,9 +27,10 @@ pub struct DrainArgs {
     roll_bytes: u64,
     /// Local retention: delete the drained segments of ended producers and
     /// rebase the cut log once they and the log amount to this many bytes
-    /// (0: keep everything).
-    #[arg(long, default_value_t = 64 << 20)]
-    release_bytes: u64,
+    /// (K, M, G; 0: keep everything) [env: PARALOG_STREAM_RELEASE_BYTES;
+    /// default: 64M]
+    #[arg(long, value_parser = super::release_arg::parse, value_name = "BYTES")]
+    release_bytes: Option<u64>,
 }
 
 #[derive(clap::Args)]
@@ -99,7 +100,7 @@ pub fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {
     let remote = place.remote();
     let opts = DrainOptions {
         roll_bytes: a.roll_bytes.max(1),
-        release_bytes: super::release_bytes(a.release_bytes),
+        release_bytes: super::release_threshold(a.release_bytes)?,
         ..Default::default()
     };
     let mut drainer = paralog_stream::Drainer::default();
@@ -198,6 +199,14 @@ pub fn produce(a: ProduceArgs) -> anyhow::Result<ExitCode> {
             out.flush()?;
         }
     }
-    writeln!(out, "flushed {}", p.close()?)?;
+    p.set_roll_bytes(0); // as close: no new segment at the end
+    let flushed = p.flush()?;
+    // Its segment files' bytes, for tests that count what local
+    // retention gave back (the last flush wrote everything; close adds
+    // nothing).
+    let bytes = p.bytes_written();
+    p.close()?;
+    writeln!(out, "flushed {flushed}")?;
+    writeln!(out, "bytes {bytes}")?;
     Ok(ExitCode::SUCCESS)
 }

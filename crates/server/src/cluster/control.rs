@@ -38,6 +38,8 @@ pub(super) struct ControlState {
     pub(super) files: BTreeMap<FileKey, FileStatus>,
     /// What the rounds' exchanges cost this server.
     pub(super) round_cost: RoundCost,
+    /// What the job's releases deleted on this node (streams_release.rs).
+    pub(super) stream_released: crate::streams::ReleaseCounts,
 }
 
 impl Control {
@@ -148,6 +150,7 @@ impl Control {
                 stream_bytes_between_nodes: s.totals.stream_bytes_between_nodes,
                 round_cost: s.round_cost.clone(),
             }),
+            stream_released: s.stream_released.snapshot(),
             // The totals are derived (`summed`).
             ..Status::default()
         }

@@ -87,9 +87,9 @@ pub struct ClusterConfig {
     /// Where the shared event streams drain (streams.rs); `None`: they
     /// are not drained.
     pub streams: Option<paralog_stream::StreamPlace>,
-    /// Local retention of the streams: once every node's drained segments
-    /// that may go plus the cut log amount to this many bytes, the job
-    /// releases them (streams_release.rs); `u64::MAX`: never.
+    /// Local retention of the streams: once some node's drained segments
+    /// that may go plus its cut log amount to this many bytes, the job
+    /// releases every node's (streams_release.rs); `u64::MAX`: never.
     pub stream_release_bytes: u64,
 }
 

@@ -214,18 +214,15 @@ impl Coordinator {
         let sent = self.streams.sent.get(name).copied();
         let share = self.share(name)?;
         let mut report = DrainReport::default();
-        let (parts, ranges) = share.take_new(opts, &mut report)?;
+        // One listing of the segments gives the new batches and what a
+        // release would delete (only counted when one may come).
+        let new = share.take_new(opts, &mut report)?;
         let record = share.last_record();
         let last_crc = match record.len() {
             0 => 0,
             n => u32::from_le_bytes(record[n - 4..].try_into().expect("4 bytes")),
         };
         let (rounds, based) = (share.rounds(), share.based());
-        // What a release would give up (only counted when one may come).
-        let releasable = match opts.release_bytes {
-            u64::MAX => 0,
-            _ => share.releasable()?.bytes(),
-        };
         let log_len = share.log_len();
         let whole = fresh || sent != Some((rounds, based));
         self.streams.sent.insert(name.into(), (rounds, based));
@@ -234,14 +231,14 @@ impl Coordinator {
         }
         Ok(View {
             failed: false,
-            partitions: parts.unwrap_or(0),
+            partitions: new.partitions.unwrap_or(0),
             rounds,
             last_crc,
             last: if whole { record } else { Vec::new() },
             based,
-            releasable,
+            releasable: new.releasable,
             log_len,
-            ranges,
+            ranges: new.ranges,
         })
     }
 

@@ -1,10 +1,11 @@
 //! Local retention in the server job (docs/streams.md "Local retention"):
 //! after a stream's round that left every node's cut log at the same
-//! round, every cut of it published, and enough to give up (each round's
-//! views say how much: streams_view::release_due), the servers release
-//! together: each node's segments that may go and the producers it keeps
-//! exchanged (one allgather), each node deletes its own (an agreement),
-//! then every node writes the same base (an agreement). The node's steps
+//! round, every cut of it published, and enough to give up on some node
+//! (each round's views say how much: streams_view::release_due), the
+//! servers release together: each node's segments that may go and the
+//! producers it keeps exchanged (one allgather), each node deletes its
+//! own (an agreement; counted in its status), then every node writes the
+//! same base (an agreement). The node's steps
 //! are the one-node drain's (`paralog_stream::nodes::NodeShare`, over
 //! `paralog_stream::release`); a crash between them is repaired by the
 //! next job (a node whose log was not rebased copies the others' base).
@@ -47,7 +48,19 @@ impl Coordinator {
         // 2. Every node deletes its own; all must have before any rebases
         // (a base drops the positions of the producers deleted).
         let deleted = self.share(stream).and_then(|s| s.delete_released(mine));
-        let local = deleted.err().map(|e| Failure::Retry(e.to_string()));
+        let local = match deleted {
+            Ok(d) => {
+                // This node's own, for its status (counted once deleted,
+                // whatever the job does next).
+                let b = d.iter().map(|x| x.1).sum();
+                self.ctl
+                    .lock()
+                    .stream_released
+                    .add(stream, d.len() as u64, b);
+                None
+            }
+            Err(e) => Some(Failure::Retry(e.to_string())),
+        };
         if let Some(f) = self.agree(local)? {
             return Ok(Some(f.message().into()));
         }

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use paralog_stream::nodes::NewRange;
+use paralog_stream::nodes::{self, NewRange, NodeRelease};
 
 use super::wire::{DecodeError, In, Out};
 
@@ -217,26 +217,26 @@ pub(super) fn decide(stream: &str, views: &[Option<&View>]) -> Decision {
 }
 
 /// Whether the job releases the stream's drained segments after this
-/// round (streams_release.rs): every node's log at the same round, and
-/// rebased or not alike (nothing to copy), and what can be given up
-/// (every node's segments that may go, and the log) at least `threshold`
-/// bytes, as on one node (`paralog_stream::release`); a log that is a
-/// base already, with no segment to delete, is left alone.
+/// round (streams_release.rs): the rule is the stream crate's
+/// (`paralog_stream::nodes::release_due`: some node's segments that may
+/// go and its log reach `threshold`), from every node's view; not while a
+/// node could not read its share.
 pub(super) fn release_due(views: &[Option<&View>], threshold: u64) -> bool {
     let empty = View::default();
     let v: Vec<&View> = views.iter().map(|x| x.unwrap_or(&empty)).collect();
-    let Some(first) = v.first().map(|x| (x.rounds, x.based)) else {
-        return false;
-    };
-    if threshold == u64::MAX
-        || first.0 == 0
-        || v.iter().any(|x| x.failed || (x.rounds, x.based) != first)
-    {
+    if v.iter().any(|x| x.failed) {
         return false;
     }
-    let gone: u64 = v.iter().map(|x| x.releasable).sum();
-    let log = v.iter().map(|x| x.log_len).max().unwrap_or(0);
-    !(gone == 0 && first.1) && gone + log >= threshold
+    let each: Vec<NodeRelease> = v
+        .iter()
+        .map(|x| NodeRelease {
+            rounds: x.rounds,
+            based: x.based,
+            releasable: x.releasable,
+            log_len: x.log_len,
+        })
+        .collect();
+    nodes::release_due(&each, threshold)
 }
 
 #[cfg(test)]
@@ -391,6 +391,13 @@ mod tests {
         let b = view(3, 4, b"r4", 0);
         assert!(release_due(&[Some(&a), Some(&b)], 700));
         assert!(!release_due(&[Some(&a), Some(&b)], 701));
+        // Each node by itself: 400 + 400 on two nodes is not 700.
+        let c = View {
+            releasable: 300,
+            ..a.clone()
+        };
+        assert!(!release_due(&[Some(&c), Some(&c)], 401));
+        assert!(release_due(&[Some(&c), Some(&c)], 400));
         assert!(!release_due(&[Some(&a), Some(&b)], u64::MAX));
         // A node behind, or not rebased alike: not this round.
         assert!(!release_due(&[Some(&a), Some(&view(3, 3, b"r3", 0))], 1));

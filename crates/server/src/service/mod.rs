@@ -119,6 +119,8 @@ struct Inner {
     /// `wait_idle` and `wait_stop` wait here.
     changed: Condvar,
     started: Instant,
+    /// What the streams' drain released (crate::streams), for `status`.
+    stream_released: crate::streams::ReleaseCounts,
 }
 
 /// A handle on the running server; clones share it.
@@ -141,6 +143,7 @@ impl Server {
             work: Condvar::new(),
             changed: Condvar::new(),
             started: Instant::now(),
+            stream_released: Default::default(),
         });
         for i in 0..inner.cfg.workers.max(1) {
             let inner = inner.clone();
@@ -157,6 +160,11 @@ impl Server {
 
     pub fn config(&self) -> &Config {
         &self.inner.cfg
+    }
+
+    /// Where the streams' drain counts its releases (`crate::streams::start`).
+    pub fn stream_releases(&self) -> crate::streams::ReleaseCounts {
+        self.inner.stream_released.clone()
     }
 
     fn lock(&self) -> MutexGuard<'_, Sched> {
@@ -321,6 +329,7 @@ impl Server {
             finishing: s.finishing,
             files,
             cluster: None,
+            stream_released: self.inner.stream_released.snapshot(),
             // The totals are derived (`summed`).
             ..Status::default()
         }

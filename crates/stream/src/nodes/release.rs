@@ -32,6 +32,47 @@ use crate::layout;
 use crate::local;
 use crate::release::{self, Gone};
 
+/// What one node tells the others each round that decides a release
+/// (the server job's views carry it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeRelease {
+    /// Its cut log's last round, and whether the log is a base alone.
+    pub rounds: u64,
+    pub based: bool,
+    /// Bytes of its segments a release would delete now
+    /// ([`NodeShare::releasable`]).
+    pub releasable: u64,
+    /// Its cut log's length.
+    pub log_len: u64,
+}
+
+/// Whether the job releases a stream after this round: every node's log
+/// at the same round and rebased or not alike (nothing to copy), and
+/// **some node** whose segments that may go plus its cut log amount to
+/// `threshold` bytes, the one-node rule (`crate::release`) applied to
+/// each node; a log that is already a base, with nothing to delete on any
+/// node, stays. So each node holds at most about `threshold` of drained
+/// segments, as a one-node drain does, however many nodes the job has,
+/// and a node rewrites its log once per `threshold` of the busiest node's
+/// drained segments, not once per `threshold` of all nodes' together
+/// (which would rebase every node N times as often in a job of N alike
+/// nodes). A function of the exchanged views alone: the same on every
+/// server. `threshold` `u64::MAX`: never.
+pub fn release_due(nodes: &[NodeRelease], threshold: u64) -> bool {
+    let Some(first) = nodes.first().map(|x| (x.rounds, x.based)) else {
+        return false;
+    };
+    if threshold == u64::MAX || first.0 == 0 || nodes.iter().any(|x| (x.rounds, x.based) != first) {
+        return false;
+    }
+    if first.1 && nodes.iter().all(|x| x.releasable == 0) {
+        return false;
+    }
+    nodes
+        .iter()
+        .any(|x| x.releasable.saturating_add(x.log_len) >= threshold)
+}
+
 /// What this node gives up at the job's release.
 pub struct Releasable {
     /// Its segments that may go (their locks held until deleted).

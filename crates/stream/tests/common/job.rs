@@ -41,11 +41,11 @@ pub fn job_cut(shares: &mut [NodeShare]) -> Cut {
     let mut ranges = Vec::new();
     let mut parts = N;
     for s in shares.iter_mut() {
-        let (n, r) = s
+        let new = s
             .take_new(&DrainOptions::default(), &mut DrainReport::default())
             .unwrap();
-        parts = n.unwrap_or(parts);
-        ranges.extend(r);
+        parts = new.partitions.unwrap_or(parts);
+        ranges.extend(new.ranges);
     }
     let state = match shares[0].state() {
         [] => vec![Default::default(); parts as usize],
