@@ -10,6 +10,10 @@ and a member created 0600 came back 0644.
                   renamed into place: K containers + 1 record per set and no
                   temporary file on the remote; `paralog extract` and a
                   restart under capture in a new job equal the direct run
+  renamed into place s3
+                  the same on S3 (a real MinIO): K containers + 1 record per
+                  set in the bucket, every member extracted equal to the
+                  direct run
   member renamed out posix|objstore
                   a member of a published set renamed out of it in the same
                   job (`mv ckpt/s1/rank-0.dat keep/`): the renamed file on
@@ -88,6 +92,29 @@ def case_ckpt(agg):
         return (f"{agg.STEPS} sets of {agg.RANKS} members renamed into place, {total} bytes, "
                 f"no temporary file on the remote, read back twice")
     return case
+
+
+def case_ckpt_s3(agg):
+    from tests.aggregate import s3
+
+    def case(work, minio):
+        prefix, local = work / "prefix", work / "local"
+        prefix.mkdir()
+        k, ranks = 2, 4
+        url = f"s3://{s3.BUCKET}/ren"
+        env = s3.aws_env(minio)
+        paralog_run(local, prefix, [agg.ckpt(), prefix, ranks, agg.STEPS, agg.MEAN], remote=url,
+                    extra=("--aggregate", agg.RULE, "--containers", str(k)),
+                    env=clean_env({**env, "CKPT_RENAME": "1"}))
+        direct = agg.direct_run(work, ranks)
+        sets = sorted(f"ckpt/{d.name}" for d in (direct / "ckpt").iterdir())
+        s3.check_keys(minio, "ren", k, sets)
+        for name in sets:
+            out = s3.extract(url, clean_env(env), work, "extract", name)
+            for m in sorted((direct / name).iterdir()):
+                same_bytes(m, out / m.name, f"{name}/{m.name} extracted from S3")
+        return f"{len(sets)} sets of {ranks} members renamed into place, on S3, equal to direct"
+    return s3.with_minio(case)
 
 
 def listing(root, env=None, capture=None):
@@ -180,6 +207,7 @@ def case_renamed_out(kind):
 
 
 def cases(agg):
-    return [("renamed into place K=2", case_ckpt(agg)), ("numpy renamed, modes", case_numpy),
+    return [("renamed into place K=2", case_ckpt(agg)), ("renamed into place s3", case_ckpt_s3(agg)),
+            ("numpy renamed, modes", case_numpy),
             ("member renamed out posix", case_renamed_out("posix")),
             ("member renamed out objstore", case_renamed_out("objstore"))]

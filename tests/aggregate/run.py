@@ -43,9 +43,10 @@ directly. Cases:
                   collects the orphans (K + 1 files per set), leaves no local
                   record, and a second recover changes nothing
 
-  renamed into place K=2, numpy renamed, modes
+  renamed into place K=2|s3, numpy renamed, modes, member renamed out ...
                   members written under a temporary name and renamed into
-                  place: see tests/aggregate/renames.py
+                  place, or renamed out of a published set: see
+                  tests/aggregate/renames.py
 
   objstore K=2, objstore damage, objstore crash
                   sets on the object layout: see tests/aggregate/objstore.py
