@@ -11,6 +11,12 @@ run by tests/aggregate/run.py:
   objstore damage a flipped byte in a container's chunk: the restart read
                   fails with EIO naming the chunk and the offset, and
                   `paralog extract` refuses it the same way
+  objstore kept containers
+                  K=4, one member per container: a second job rewrites
+                  members 0 and 1; version 2 lists the container objects of
+                  members 2 and 3 again (the same objects: nothing copied),
+                  K + 1 objects per set, no loose chunk, extract equal
+                  (before, every kept member was copied into new containers)
   objstore crash at P
                   a second job's server killed at P while it publishes the
                   first set's second version: in the middle of its
@@ -191,10 +197,43 @@ def case_objstore_crash(agg, point):
     return case
 
 
+def case_objstore_kept(agg):
+    """K=4, one member per container: a second job rewrites members 0 and
+    1; the container objects of members 2 and 3 are listed again by
+    version 2 (the same objects, nothing copied), the others written new."""
+    def case(work):
+        ranks, k = 4, 4
+        prefix, local, store = work / "prefix", work / "local", work / "store"
+        prefix.mkdir()
+        store.mkdir()
+        url = f"objstore://{store}"
+        agg_args = ("--aggregate", RULE, "--containers", str(k))
+        paralog_run(local, prefix, [agg.ckpt(), prefix, ranks, STEPS, MEAN], remote=url, extra=agg_args)
+        first = agg.direct_run(work, ranks)
+        second = agg.direct_run(work, 2, salt=5, name="second")
+        sets = sorted(p.name for p in (first / "ckpt").iterdir())
+        v1 = {s: objects(store, s) for s in sets}
+        paralog_run(local, prefix, [agg.ckpt(), prefix, 2, STEPS, MEAN], remote=url, extra=agg_args, job="second",
+                    env=clean_env({"CKPT_SALT": "5"}))
+        check_clean(store, k, [f"ckpt/{s}" for s in sets])
+        for s in sets:
+            kept = sorted(set(v1[s]) & set(objects(store, s)) - {"set.plr"})
+            check(len(kept) == 2 and all("-v000001-" in n for n in kept),
+                  f"{s}: container objects listed again {kept} of {objects(store, s)}")
+            out = work / "v2" / s
+            run([BIN, "extract", url, f"ckpt/{s}", out])
+            for i in range(ranks):
+                name = f"rank-{i:05d}.dat"
+                same_bytes((second if i < 2 else first) / "ckpt" / s / name, out / name, f"version 2 of {s}/{name}")
+        return f"{len(sets)} sets: 2 of {k} container objects listed again unchanged by version 2, 2 written new"
+    return case
+
+
 def cases(agg):
     return [
         ("objstore K=2", case_objstore(agg, 2)),
         ("objstore damage", case_objstore_damage(agg)),
+        ("objstore kept containers", case_objstore_kept(agg)),
     ] + [
         (f"objstore crash at {p}", case_objstore_crash(agg, p))
         for p in ("aggregate.mid_containers", "aggregate.before_record", "aggregate.after_record")

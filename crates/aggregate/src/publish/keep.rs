@@ -1,7 +1,7 @@
-//! A new version of a set on a store (S3) that lists a container of the
-//! replaced version again, unchanged, when none of its members is
-//! rewritten: its members move to the new version without a byte copied
-//! (docs/aggregate.md, "Sets on S3"). The rule is here once, for the
+//! A new version of a set on S3 or the object layout that lists a
+//! container of the replaced version again, unchanged, when none of its
+//! members is rewritten: its members move to the new version without a
+//! byte copied (docs/aggregate.md, "Sets on S3"). The rule is here once, for the
 //! one-node writer (`containers_to_reuse`, `SetWriter::keep_container`)
 //! and the server job (`containers_to_reuse`, `kept_members`).
 
@@ -93,9 +93,10 @@ pub fn kept_members(old: &SetRecord, k: u32, to: u32) -> Vec<Member> {
 
 impl SetWriter {
     /// List container `k` of the replaced version again, unchanged, with
-    /// its members (none rewritten): nothing is copied (a store's
-    /// containers are immutable objects; `commit_record_store` deletes only
-    /// what the new record does not list). Returns the members kept, or
+    /// its members (none rewritten): nothing is copied (containers on S3
+    /// and the object layout are immutable objects; `commit_record_store`
+    /// and `commit_record_obj` delete only what the new record does not
+    /// list). Returns the members kept, or
     /// `None` when it cannot be kept: K containers exist already, or a
     /// member in it has bytes in another container too.
     pub fn keep_container(&mut self, k: u32) -> Result<Option<Vec<Vec<u8>>>> {

@@ -7,8 +7,9 @@
 //! S3's container upload, the object layout's
 //! `collect_orphans_obj`/`commit_record_obj`/`remove_set_obj` and its
 //! `ObjContainer`), so that a crash leaves the same things behind and the
-//! same collection finds them. On S3 a new version lists the untouched
-//! containers of the previous one again (`Reused`, the one-node rule).
+//! same collection finds them. On S3 and the object layout a new version
+//! lists the untouched containers of the previous one again (`Reused`,
+//! the one-node rule).
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
@@ -211,7 +212,8 @@ impl JobRoot {
 }
 
 /// The containers of the published version that a new version lists
-/// again unchanged, with their members (on S3 only, as on one node:
+/// again unchanged, with their members (on S3 and the object layout,
+/// whose containers are immutable objects, as on one node:
 /// docs/aggregate.md, "Sets on S3"). Every server derives the same from
 /// the plan and the published record: the first group's leader does not
 /// copy these members, the record writer adds them to the record.
@@ -230,7 +232,7 @@ impl Reused {
     /// that group has nothing new. A member is touched when a node has new
     /// epochs of it (or deleted it).
     pub(crate) fn of(root: &JobRoot, plan: &SetPlan, old: Option<&SetRecord>, k: usize) -> Reused {
-        let (JobRoot::S3(_), Some(old)) = (root, old) else {
+        let (JobRoot::S3(_) | JobRoot::Obj(_), Some(old)) = (root, old) else {
             return Reused::default();
         };
         let touched: BTreeSet<&[u8]> = plan

@@ -132,10 +132,10 @@ pub(super) fn publish_set(
         }
     }
     items.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.member.cmp(&b.member)));
-    // On S3 a container of the published version whose members are all
-    // kept is listed again as it is: nothing copied (room is left for the
-    // new bytes, if any, and for the members copied).
-    if let (Some(old), SetsRoot::S3(_)) = (&old, &root) {
+    // On S3 and the object layout a container of the published version
+    // whose members are all kept is listed again as it is: nothing copied
+    // (room is left for the new bytes, if any, and for the members copied).
+    if let (Some(old), SetsRoot::S3(_) | SetsRoot::Obj(_)) = (&old, &root) {
         let new = usize::from(items.iter().any(|i| i.bytes > 0));
         let most = sets.containers as usize;
         for k in containers_to_reuse(old.record(), &|m| handled.contains(m), most, new, new == 0) {
