@@ -26,6 +26,12 @@ MPI servers exchanging the members over MPI.
   killed          middle of its region of the second set: as "leader
                   killed" (old sets whole, the interrupted one without
                   record, recover on every node publishes it, no orphan)
+  own region      --agg-mode own, members with holes (CKPT_HOLES=1: each
+  holes           rank seeks past the end and writes, then grows its file
+                  with ftruncate): extract and a restart under capture equal
+                  the direct run, the holes read as zeros, and the
+                  containers do not store them (their size is the members'
+                  data, not their sizes, plus alignment)
   own region      --agg-mode own, version 2: a later job rewrites node 0's
   kept members    members only; the others are kept from version 1 by the
                   record writer; every member equal to its run
@@ -61,6 +67,7 @@ import subprocess
 
 from tests.lib.check import Failed, check
 from tests.lib.mpi import launcher
+from tests.lib.paralog import clean_env
 from tests.lib.paths import BIN
 from tests.lib.proc import run
 from tests.lib.server import AS_NODE, RANKS_PER_NODE, Cluster
@@ -402,6 +409,46 @@ def case_own_kept(flavour):
     return case
 
 
+def case_own_holes(flavour):
+    """--agg-mode own, 2 nodes, K=1, every member with two holes (its
+    second quarter, skipped with lseek, and its last, made by ftruncate):
+    the set reads back equal to the direct run (holes as zeros) and each
+    container holds only the members' data."""
+    def case(work):
+        remote = work / "remote"
+        remote.mkdir()
+        nodes, k = 2, 1
+        np = nodes * RANKS_PER_NODE
+        holes = {"CKPT_HOLES": "1"}
+        args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--agg-mode", "own", "--containers", str(k)]
+        c = Cluster(work, flavour, nodes, str(remote), server_args=args)
+        try:
+            c.start_servers()
+            write_job(c, flavour, np, holes)
+            c.wait(timeout=300)
+        finally:
+            c.stop()
+        agg.check_layout(remote, k)
+        direct = agg.direct_run(work, np, mean=MEAN, extra=holes)
+        agg.sets_json(remote, np, k)
+        agg.extract_all(remote, work, direct, np)
+        stored = 0
+        for d in agg.set_dirs(remote):
+            sizes = [(direct / "ckpt" / d.name / f"rank-{i:05d}.dat").stat().st_size for i in range(np)]
+            data = sum(2 * (n // 4) for n in sizes)
+            # Each member's two data ranges, each at most one alignment (64 KiB) of padding.
+            bound = data + 2 * np * (64 << 10)
+            got = sum(p.stat().st_size for p in d.glob("*.plc"))
+            check(data <= got <= bound < sum(sizes),
+                  f"{d.name}: containers of {got} bytes for {data} bytes of data (at most {bound} aligned) "
+                  f"in members of {sum(sizes)} bytes: the holes were stored")
+            stored += got
+        agg.restart(work, c.prefix, remote, direct, np, MEAN, env=clean_env(holes))
+        return (f"{agg.STEPS} sets of {np} members with holes: extract and a restart under capture equal "
+                f"direct (holes as zeros); containers {stored} bytes, the members' data only")
+    return case
+
+
 def case_own_slow_region(flavour):
     """--agg-mode own with --peer-timeout 2: node n1 writes its region
     slowly (2 s after each block: about 4 s a set with its writer threads),
@@ -448,6 +495,8 @@ def cases():
             out.append((f"{flavour} own region {nodes} nodes K={k}", case_nodes(flavour, nodes, k, "own")))
         out.append((f"{flavour} region writer killed", case_killed(flavour, "region writer")))
         out.append((f"{flavour} own region kept members", case_own_kept(flavour)))
+        if flavour == "mpich":
+            out.append(("mpich own region holes", case_own_holes(flavour)))
         out.append((f"{flavour} set removed", case_removed(flavour)))
         out.append((f"{flavour} renamed into place", case_renamed(flavour, "own" if flavour == "mpich" else "leader")))
     out.append(("mpich own region slower than the peer timeout", case_own_slow_region("mpich")))

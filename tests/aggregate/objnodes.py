@@ -13,6 +13,15 @@ through the layout.
                   lists them complete; `paralog extract` of every member
                   and a restart under capture in a new job (the node-local
                   logs deleted) equal the direct run byte for byte
+  objstore nodes kept container
+                  K=2, a second server job in which only node 0's ranks
+                  rewrite their members: version 2 lists node 1's container
+                  object of version 1 again (nothing copied), every member
+                  extracts equal to its run's
+  objstore nodes first group empty
+                  K=2, only node 1's ranks write: one container object and
+                  the record per set, nothing empty (before, the first group
+                  published an empty container object the record listed)
   objstore nodes leader killed
                   a second server job (a restart job rewriting every
                   member) whose leader is killed (SIGKILL, failpoint
@@ -189,10 +198,95 @@ def case_killed(flavour, point, who):
     return case
 
 
+def case_kept(flavour):
+    """K=2, then a second server job in which only node 0's ranks rewrite
+    their members (CKPT_WRITERS=2): each set's version 2 lists node 1's
+    container object of version 1 again (the same object, nothing copied)
+    and one container object written new; every member extracts equal to
+    its run's; no marker, no loose chunk."""
+    def case(work):
+        k = 2
+        store = work / "store"
+        store.mkdir()
+        url = f"objstore://{store}"
+        v1 = {}
+        for label, extra in (("first", {}), ("second", {"CKPT_SALT": "5", "CKPT_WRITERS": str(RANKS_PER_NODE)})):
+            c = cluster(work / label, flavour, url, k)
+            try:
+                write_job(c, flavour, extra)
+                c.wait(timeout=300)
+            finally:
+                c.stop()
+            if label == "first":
+                first = direct(work, "direct")
+                sets = [f"ckpt/{p.name}" for p in sorted((first / "ckpt").iterdir())]
+                v1 = {s: set_objects(store, s) for s in sets}
+        second = direct(work, "direct2", salt="5")
+        check_clean(store, k, sets)
+        check_versions(url, work, "v2", sets,
+                       lambda s: _mixed(work, s, first, second), 2, k)
+        for s in sets:
+            now = set_objects(store, s)
+            kept = sorted(set(v1[s]) & set(now) - {"set.plr"})
+            check(len(kept) == 1 and "-v000001-" in kept[0],
+                  f"{s}: container objects of version 2 {now}, of version 1 {v1[s]}: not one listed again")
+        return (f"{len(sets)} sets: version 2 lists node 1's container object of version 1 again and writes "
+                f"one new (node 0's members); every member extracts equal, no marker or loose chunk")
+    return case
+
+
+def case_first_group_empty(flavour):
+    """K=2, only node 1's ranks write (CKPT_SKIP=2): the first group has
+    nothing to write, so each set is one container object (node 1's) and
+    the record, nothing empty (before, the first group always wrote a
+    container: an empty object listed by the record)."""
+    def case(work):
+        k = 2
+        store = work / "store"
+        store.mkdir()
+        url = f"objstore://{store}"
+        c = cluster(work, flavour, url, k)
+        try:
+            write_job(c, flavour, {"CKPT_SKIP": str(RANKS_PER_NODE)})
+            c.wait(timeout=300)
+        finally:
+            c.stop()
+        want = direct(work, "direct")
+        sets = [f"ckpt/{p.name}" for p in sorted((want / "ckpt").iterdir())]
+        check_clean(store, 1, sets)
+        rows = json.loads(run([BIN, "sets", url, "--json"]).stdout)
+        check([(r["set"], r["members"], r["containers"]) for r in rows] == [(s, NP - RANKS_PER_NODE, 1) for s in sets],
+              f"paralog sets: {rows}")
+        for s in sets:
+            out = work / "x" / s
+            run([BIN, "extract", url, s, out])
+            names = sorted(p.name for p in out.iterdir())
+            check(names == [f"rank-{i:05d}.dat" for i in range(RANKS_PER_NODE, NP)], f"{s}: extracted {names}")
+            for n in names:
+                same_bytes(want / s / n, out / n, f"{s}/{n}")
+        return f"{len(sets)} sets of node 1's members: one container object + the record each, nothing empty"
+    return case
+
+
+def _mixed(work, s, first, second):
+    """A directory holding set `s` as version 2 should: node 0's members
+    from `second`, node 1's from `first`."""
+    want = work / "want"
+    if not (want / s).exists():
+        (want / s).mkdir(parents=True)
+        for i in range(NP):
+            name = f"rank-{i:05d}.dat"
+            src = second if i < RANKS_PER_NODE else first
+            (want / s / name).write_bytes((src / s / name).read_bytes())
+    return want
+
+
 def cases():
     return [
         ("objstore nodes mpich K=1", case_sets("mpich", 1)),
         ("objstore nodes openmpi K=2", case_sets("openmpi", 2)),
+        ("objstore nodes kept container", case_kept("mpich")),
+        ("objstore nodes first group empty", case_first_group_empty("openmpi")),
         ("objstore nodes leader killed", case_killed("mpich", "aggregate.mid_transfer:6", "leader")),
         ("objstore nodes record writer killed",
          case_killed("openmpi", "aggregate.before_record", "record writer")),

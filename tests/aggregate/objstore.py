@@ -11,22 +11,39 @@ run by tests/aggregate/run.py:
   objstore damage a flipped byte in a container's chunk: the restart read
                   fails with EIO naming the chunk and the offset, and
                   `paralog extract` refuses it the same way
-  objstore crash  a second job's server killed between its containers and
-                  its record (aggregate.before_record): every set reads
-                  whole as the first version, the killed publish's container
-                  objects are orphans; `paralog recover --aggregate` collects
-                  them and publishes the second (K + 1 objects per set, equal
-                  to the second direct run)
+  objstore kept containers
+                  K=4, one member per container: a second job rewrites
+                  members 0 and 1; version 2 lists the container objects of
+                  members 2 and 3 again (the same objects: nothing copied),
+                  K + 1 objects per set, no loose chunk, extract equal
+                  (before, every kept member was copied into new containers)
+  objstore crash at P
+                  a second job's server killed at P while it publishes the
+                  first set's second version: in the middle of its
+                  containers (aggregate.mid_containers: an unpublished chunk
+                  and its marker left), between its containers and its
+                  record (aggregate.before_record: orphaned container
+                  objects), or right after the record (aggregate.after_record:
+                  the replaced version's containers left); every set reads
+                  whole as its first version or its second, through `paralog
+                  extract` and through capture in a new job (os.walk copy);
+                  `paralog recover --aggregate` collects what was left and
+                  publishes the second: K + 1 objects per set, no marker, no
+                  chunk that no version names (before the fix, after
+                  aggregate.after_record the replaced version's containers
+                  stayed: its record is still a kept version)
 """
 import json
 import shutil
 from pathlib import Path
 
-from tests.lib.check import check
-from tests.lib.compare import same_bytes
+from tests.lib.check import Failed, check
+from tests.lib.compare import same_bytes, tree, tree_difference
 from tests.lib.paralog import clean_env, paralog_run
-from tests.lib.paths import BIN
+from tests.lib.paths import BIN, PY
 from tests.lib.proc import run
+
+from tests.aggregate.objnodes import MARKER, check_clean, unreferenced_chunks
 
 RULE = "ckpt/{set}/rank-*.dat"
 RANKS, STEPS, MEAN = 6, 3, 300_000
@@ -105,44 +122,110 @@ def case_objstore_damage(agg):
     return case
 
 
-def extract_equal(url, work, label, want, sets):
-    """Every set extracted: True when it equals the direct run `want`."""
-    same = []
+def versions_of(url, work, label, first, second, sets):
+    """Every set extracted: 1 or 2, the run it equals whole (Failed when
+    it is neither)."""
+    out = []
     for s in sets:
-        out = work / label / s
-        run([BIN, "extract", url, f"ckpt/{s}", out])
-        same.append(all((out / p.name).read_bytes() == p.read_bytes() for p in (want / "ckpt" / s).iterdir()))
-    return same
+        got = work / label / s
+        run([BIN, "extract", url, f"ckpt/{s}", got])
+        names = sorted(p.name for p in got.iterdir())
+        for v, want in ((1, first), (2, second)):
+            d = want / "ckpt" / s
+            if names == sorted(p.name for p in d.iterdir()) and \
+                    all((got / n).read_bytes() == (d / n).read_bytes() for n in names):
+                out.append(v)
+                break
+        else:
+            raise Failed(f"{s} extracted ({label}) is neither version whole: {names}")
+    return out
 
 
-def case_objstore_crash(agg):
+def read_under_capture(agg, work, prefix, url, label):
+    """The sets copied out through capture (os.walk, open, read) by a new
+    job with a node-local directory of its own."""
+    copy = work / label
+    # (Short names: the server's socket path must stay under 108 bytes.)
+    paralog_run(work / "rl", prefix, [PY, "-c", agg.COPY_OUT, prefix / "ckpt", copy], job="rd", remote=url)
+    return copy
+
+
+def case_objstore_crash(agg, point):
     def case(work):
         k = 2
         prefix, store, url = run_into_store(agg, work, k)
         first = agg.direct_run(work, RANKS)
+        second = agg.direct_run(work, RANKS, salt=5, name="second")
         sets = sorted(p.name for p in (first / "ckpt").iterdir())
         local = work / "local"
         shutil.rmtree(local, ignore_errors=True)
-        second = work / "second"
-        second.mkdir()
-        run([agg.ckpt(), second, RANKS, STEPS, MEAN], env=clean_env({"CKPT_SALT": "5"}))
-        env = clean_env({"PARALOG_FAILPOINT": "aggregate.before_record", "CKPT_SALT": "5"})
+        env = clean_env({"PARALOG_FAILPOINT": point, "CKPT_SALT": "5"})
         r = paralog_run(local, prefix, [agg.ckpt(), prefix, RANKS, STEPS, MEAN], remote=url, env=env,
                         extra=("--aggregate", RULE, "--containers", str(k)), check=False, job="second")
         check(r.returncode != 0, "the server did not die at the failpoint")
-        check(all(extract_equal(url, work, "after-crash", first, sets)),
-              "a set after the crash is not its first version whole")
-        containers = sum(1 for s in sets for n in objects(store, s) if n.endswith(".plc"))
-        check(containers > k * len(sets), f"no orphaned container object after the crash ({containers})")
+        # Complete or absent: each set whole, its first version or its second.
+        versions = versions_of(url, work, "after-crash", first, second, sets)
+        read = read_under_capture(agg, work, prefix, url, "read-after-crash")
+        for s, v in zip(sets, versions):
+            diff = tree_difference(tree((first, second)[v - 1] / "ckpt" / s), tree(read / s),
+                                   names=(f"version {v}", "read under capture"))
+            check(not diff, f"{s} read under capture after the crash: {diff}")
+        names = [n for s in sets for n in objects(store, s)]
+        markers = [n for n in names if n.startswith(MARKER)]
+        orphans = sum(1 for n in names if n.endswith(".plc")) - k * len(sets)
+        loose = unreferenced_chunks(store)
+        if point == "aggregate.mid_containers":
+            check(markers and loose and versions == [1] * len(sets),
+                  f"no unpublished chunk with its marker: markers {markers}, loose {loose}, versions {versions}")
+            left = f"{len(loose)} unpublished chunk(s) with {len(markers)} marker(s)"
+        elif point == "aggregate.before_record":
+            check(orphans > 0 and versions == [1] * len(sets),
+                  f"no orphaned container object after the crash ({names}, versions {versions})")
+            left = f"{orphans} orphaned container object(s)"
+        else:
+            check(2 in versions and orphans > 0,
+                  f"no set published with the replaced containers left: versions {versions}, {names}")
+            left = f"{orphans} container object(s) of a replaced version"
         r = run([BIN, "recover", "--local", local, "--remote", url, "--aggregate", RULE, "--containers", str(k)],
                 env=clean_env(), check=False)
         check(r.returncode == 0, f"recover failed: {r.stdout[-800:]} {r.stderr[-800:]}")
-        for s in sets:
-            names = objects(store, s)
-            check(len(names) == k + 1 and "set.plr" in names, f"{s} after recover: {names}")
-        check(all(extract_equal(url, work, "after-recover", second, sets)),
+        check_clean(store, k, [f"ckpt/{s}" for s in sets])
+        check(versions_of(url, work, "after-recover", first, second, sets) == [2] * len(sets),
               "a set after recover is not the second run's")
-        return f"{containers - k * len(sets)} orphaned container object(s) collected, every set the second version"
+        return (f"sets at versions {versions} after the crash, {left}; recover left K + 1 objects per set, "
+                f"no marker or loose chunk, all version 2")
+    return case
+
+
+def case_objstore_kept(agg):
+    """K=4, one member per container: a second job rewrites members 0 and
+    1; the container objects of members 2 and 3 are listed again by
+    version 2 (the same objects, nothing copied), the others written new."""
+    def case(work):
+        ranks, k = 4, 4
+        prefix, local, store = work / "prefix", work / "local", work / "store"
+        prefix.mkdir()
+        store.mkdir()
+        url = f"objstore://{store}"
+        agg_args = ("--aggregate", RULE, "--containers", str(k))
+        paralog_run(local, prefix, [agg.ckpt(), prefix, ranks, STEPS, MEAN], remote=url, extra=agg_args)
+        first = agg.direct_run(work, ranks)
+        second = agg.direct_run(work, 2, salt=5, name="second")
+        sets = sorted(p.name for p in (first / "ckpt").iterdir())
+        v1 = {s: objects(store, s) for s in sets}
+        paralog_run(local, prefix, [agg.ckpt(), prefix, 2, STEPS, MEAN], remote=url, extra=agg_args, job="second",
+                    env=clean_env({"CKPT_SALT": "5"}))
+        check_clean(store, k, [f"ckpt/{s}" for s in sets])
+        for s in sets:
+            kept = sorted(set(v1[s]) & set(objects(store, s)) - {"set.plr"})
+            check(len(kept) == 2 and all("-v000001-" in n for n in kept),
+                  f"{s}: container objects listed again {kept} of {objects(store, s)}")
+            out = work / "v2" / s
+            run([BIN, "extract", url, f"ckpt/{s}", out])
+            for i in range(ranks):
+                name = f"rank-{i:05d}.dat"
+                same_bytes((second if i < 2 else first) / "ckpt" / s / name, out / name, f"version 2 of {s}/{name}")
+        return f"{len(sets)} sets: 2 of {k} container objects listed again unchanged by version 2, 2 written new"
     return case
 
 
@@ -150,5 +233,8 @@ def cases(agg):
     return [
         ("objstore K=2", case_objstore(agg, 2)),
         ("objstore damage", case_objstore_damage(agg)),
-        ("objstore crash", case_objstore_crash(agg)),
+        ("objstore kept containers", case_objstore_kept(agg)),
+    ] + [
+        (f"objstore crash at {p}", case_objstore_crash(agg, p))
+        for p in ("aggregate.mid_containers", "aggregate.before_record", "aggregate.after_record")
     ]

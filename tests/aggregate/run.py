@@ -156,13 +156,14 @@ print(n, "files")
 '''
 
 
-def restart(work, prefix, remote, direct, n_ranks, mean=MEAN):
+def restart(work, prefix, remote, direct, n_ranks, mean=MEAN, env=None):
     """A new job, the first job's node-local log gone: the program's own
-    reads, then every file of the tree copied out through os.walk."""
+    reads, then every file of the tree copied out through os.walk (`env`:
+    the program's, e.g. CKPT_HOLES)."""
     local = work / "local2"
     shutil.rmtree(work / "local", ignore_errors=True)
     r = paralog_run(local, prefix, [ckpt(), prefix, n_ranks, STEPS, mean, "verify"], job="restart",
-                    remote=None if remote == prefix else remote)
+                    remote=None if remote == prefix else remote, env=env)
     check("verified" in r.stdout, f"restart read: {r.stdout[-800:]} {r.stderr[-800:]}")
     copy = work / "copied"
     paralog_run(local, prefix, [PY, "-c", COPY_OUT, prefix / "ckpt", copy], job="restart2",
@@ -171,12 +172,13 @@ def restart(work, prefix, remote, direct, n_ranks, mean=MEAN):
     check(not diff, f"restart copy differs: {diff}")
 
 
-def direct_run(work, n_ranks, salt=None, name="direct", steps=STEPS, mean=MEAN):
+def direct_run(work, n_ranks, salt=None, name="direct", steps=STEPS, mean=MEAN, extra=None):
     """The direct run's files in work/NAME (the serial program writes the
-    bytes every rank of the MPI program writes)."""
+    bytes every rank of the MPI program writes; `extra`: more of its
+    environment, e.g. CKPT_HOLES)."""
     direct = work / name
     direct.mkdir(exist_ok=True)
-    env = clean_env({"CKPT_SALT": str(salt)} if salt else None)
+    env = clean_env({**({"CKPT_SALT": str(salt)} if salt else {}), **(extra or {})})
     run([ckpt(), direct, n_ranks, steps, mean], env=env)
     return direct
 

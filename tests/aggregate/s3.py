@@ -17,6 +17,14 @@ multipart upload of several parts packed across members:
                   K=4 (a member per container), ranks 0-1 rewritten by a
                   second job: the containers of ranks 2-3 are the same keys
                   in version 2 (nothing copied), extracted equal
+  s3 smaller K    K=2, then a second job with K=1 that empties member 0 of
+                  every set (open "w", close): version 2 is one container
+                  holding the 3 members kept (copied) and member 0 empty;
+                  the bucket holds exactly that container and the record,
+                  nothing empty (before, a container of version 1 was
+                  listed again and the copies had no room: the publish
+                  failed with "every container is kept from the replaced
+                  version")
   s3 crash at P   a second job's server killed at P (aggregate.mid_containers:
                   an unfinished multipart upload is left, found through its
                   marker object;
@@ -309,6 +317,44 @@ def case_kept(work, minio):
     return f"{len(sets)} sets: 2 of {k} containers listed again unchanged by version 2, 2 written new"
 
 
+EMPTY = r'''
+import sys
+for p in sys.argv[1:]:
+    open(p, "w").close()
+'''
+
+
+@with_minio
+def case_smaller_k(work, minio):
+    from tests.aggregate.run import ckpt
+    from tests.lib.paths import PY
+    prefix, local = work / "prefix", work / "local"
+    prefix.mkdir()
+    pre, mean = "smaller", 300_000
+    url = f"s3://{BUCKET}/{pre}"
+    paralog_run(local, prefix, [ckpt(), prefix, RANKS, STEPS, mean], remote=url, env=minio.env(),
+                extra=("--aggregate", RULE, "--containers", "2"))
+    first = work / "first"
+    first.mkdir()
+    run([ckpt(), first, RANKS, STEPS, mean])
+    sets = [f"ckpt/{p.name}" for p in sorted((first / "ckpt").iterdir())]
+    check_keys(minio, pre, 2, sets)
+    paralog_run(local, prefix, [PY, "-c", EMPTY, *(prefix / s / "rank-00000.dat" for s in sets)], remote=url,
+                env=minio.env(), extra=("--aggregate", RULE, "--containers", "1"), job="second")
+    keys = check_keys(minio, pre, 1, sets)
+    sizes = {key: n for key, n in minio.keys(BUCKET, pre)}
+    check(all(n > 0 for n in sizes.values()), f"an empty object: {sizes}")
+    rows = json.loads(run([BIN, "sets", url, "--json"], env=minio.env()).stdout)
+    check(all(r["version"] == 2 and r["members"] == RANKS and r["containers"] == 1 for r in rows),
+          f"after the second job: {rows}")
+    empty = work / "empty"
+    empty.write_bytes(b"")
+    for s in sets:
+        out = extract(url, minio.env(), work, "v2", s)
+        check_members(out, lambda n, s=s: empty if n == "rank-00000.dat" else first / s / n, f"version 2 of {s}")
+    return f"{len(keys)} sets: version 2 in 1 container, member 0 emptied, the other {RANKS - 1} copied"
+
+
 def cases():
     return [
         ("s3 mpich K=1", case_mpi("mpich", 1)),
@@ -318,4 +364,5 @@ def cases():
         ("s3 damage", case_damage),
         ("s3 small", case_small),
         ("s3 kept containers", case_kept),
+        ("s3 smaller K", case_smaller_k),
     ]

@@ -26,6 +26,13 @@ container is a multipart upload of several parts packed across members
                   written new holds no more than node 0's member bytes and
                   their alignment; every member extracts equal to its
                   run's (node 0's the second, node 1's the first)
+  s3 nodes kept first container
+                  the same with node 1's ranks rewriting (CKPT_SKIP=2):
+                  node 0's container (the first group's) is listed again and
+                  the first group writes nothing; no empty object (before,
+                  the first group always wrote a container: it copied node
+                  0's members into a new one, and wrote an empty one when it
+                  had nothing at all)
   s3 nodes leader killed
                   a second server job (a restart job rewriting every
                   member) whose leader is killed (SIGKILL, failpoint
@@ -208,13 +215,18 @@ def containers_of(keys, pre, s):
     return {k: n for k, n in keys.items() if k.startswith(f"{pre}/{s}/") and k.endswith(".plc")}
 
 
-def case_kept(flavour):
+def case_kept(flavour, node=0):
+    """`node`: the node whose ranks rewrite their members in the second
+    job (the other's container is listed again)."""
     @with_minio
     def case(work, minio):
         k = 2
-        pre = f"kept-{flavour}"
+        pre = f"kept-{flavour}-{node}"
         url = f"s3://{BUCKET}/{pre}{QUERY}"
-        for label, extra in (("first", {}), ("second", {"CKPT_SALT": "5", "CKPT_WRITERS": str(RANKS_PER_NODE)})):
+        # Only `node`'s ranks write in the second job.
+        only = {"CKPT_WRITERS": str(RANKS_PER_NODE)} if node == 0 else {"CKPT_SKIP": str(RANKS_PER_NODE)}
+        rewritten = range(node * RANKS_PER_NODE, (node + 1) * RANKS_PER_NODE)
+        for label, extra in (("first", {}), ("second", {"CKPT_SALT": "5", **only})):
             c = cluster(work / label, flavour, minio, url, k)
             try:
                 write_job(c, flavour, extra)
@@ -228,12 +240,12 @@ def case_kept(flavour):
         second = direct(work, "direct2", salt="5")
         check_clean(minio, pre, k, sets)
         v2 = {key: size for key, size in minio.keys(BUCKET, pre)}
-        # What version 2 should hold: node 0's members rewritten, node 1's kept.
+        # What version 2 should hold: `node`'s members rewritten, the other's kept.
         want = work / "want"
         for s in sets:
             (want / s).mkdir(parents=True)
             for i in range(NP):
-                src = second if i < RANKS_PER_NODE else first
+                src = second if i in rewritten else first
                 name = f"rank-{i:05d}.dat"
                 (want / s / name).write_bytes((src / s / name).read_bytes())
         check_versions(minio, url, work, "v2", sets, want, 2)
@@ -245,15 +257,19 @@ def case_kept(flavour):
             check(len(kept) == 1 and all("-v000001-" in kk for kk in kept) and len(new) == 1,
                   f"{s}: containers of version 2 {sorted(now)}, of version 1 {sorted(before)}: not one "
                   f"listed again unchanged and one written new")
-            mine = sum((second / s / f"rank-{i:05d}.dat").stat().st_size for i in range(RANKS_PER_NODE))
+            # Nothing empty: every object is a container the record names.
+            check(all(sz > 0 for sz in now.values()), f"{s}: an empty container in version 2: {now}")
+            mine = sum((second / s / f"rank-{i:05d}.dat").stat().st_size for i in rewritten)
             # Blocks of 1 MiB, each at a multiple of 64 KiB.
             bound = mine + (mine // (1 << 20) + 2 * RANKS_PER_NODE) * (64 << 10)
             got = sum(new.values())
-            check(mine <= got <= bound, f"{s}: {got} container bytes written for version 2; node 0's members "
-                                        f"are {mine} bytes (at most {bound} aligned): node 1's were copied")
+            check(mine <= got <= bound, f"{s}: {got} container bytes written for version 2; node {node}'s "
+                                        f"members are {mine} bytes (at most {bound} aligned): the others' "
+                                        f"were copied")
             written += got
-        return (f"{len(sets)} sets: version 2 lists node 1's container of version 1 again (same key and size) "
-                f"and writes {written} bytes new (node 0's members only); every member extracts equal")
+        return (f"{len(sets)} sets: version 2 lists node {1 - node}'s container of version 1 again (same key "
+                f"and size) and writes {written} bytes new (node {node}'s members only); every member "
+                f"extracts equal")
     return case
 
 
@@ -262,6 +278,7 @@ def cases():
         ("s3 nodes mpich K=1", case_sets("mpich", 1)),
         ("s3 nodes openmpi K=2", case_sets("openmpi", 2)),
         ("s3 nodes kept container", case_kept("mpich")),
+        ("s3 nodes kept first container", case_kept("mpich", node=1)),
         ("s3 nodes leader killed", case_killed("mpich", "aggregate.mid_transfer:6", "leader")),
         ("s3 nodes record writer killed", case_killed("openmpi", "aggregate.before_record", "record writer")),
     ]

@@ -63,19 +63,38 @@ pub fn commit_record_obj(
     Ok(())
 }
 
+/// The containers a collection leaves: those of the latest record and of
+/// every kept record of the same set version or newer (another publisher
+/// of the same version at once: both succeed, neither replaces the
+/// other). A kept record of an older set version was replaced by the
+/// latest, whose commit removes its containers; a crash right after that
+/// commit (`aggregate.after_record`) leaves them, and they are orphans
+/// like any other (before, the kept record kept them until retention
+/// dropped it, and then nothing collected them). None when the latest
+/// version deletes the set (`remove_set_obj` killed before its
+/// containers went).
+fn live_containers(store: &ObjStore, set: &[u8]) -> Result<BTreeSet<Vec<u8>>> {
+    let Some((latest, _)) = objset::read_record(store, set)? else {
+        return Ok(BTreeSet::new());
+    };
+    Ok(objset::kept_records(store, set)?
+        .iter()
+        .filter(|r| r.version >= latest.version)
+        .flat_map(|r| r.containers.iter().map(|c| c.name.clone()))
+        .collect())
+}
+
 /// `collect_orphans` on the object layout: the container objects of the
-/// set that no kept version of its record lists (a crashed publish's),
-/// then the chunks of containers never published (a writer killed while
-/// writing: their markers, `objcontainer`). Only where no writer of this
-/// set is running; a record version that does not decode stops it before
+/// set that no live record lists (`live_containers`: a crashed publish's,
+/// or a replaced version's left by a crash after the commit), then the
+/// chunks of containers never published (a writer killed while writing:
+/// their markers, `objcontainer`). Only where no writer of this set is
+/// running; a record version that does not decode stops it before
 /// anything is removed. Returns what was removed (as
 /// `objstore://ROOT/NAME`, and `objstore://ROOT/SET/NAME (unpublished
 /// chunk)`).
 pub fn collect_orphans_obj(store: &ObjStore, set: &[u8]) -> Result<Vec<PathBuf>> {
-    let live: BTreeSet<Vec<u8>> = objset::kept_records(store, set)?
-        .iter()
-        .flat_map(|r| r.containers.iter().map(|c| c.name.clone()))
-        .collect();
+    let live = live_containers(store, set)?;
     let meta = store.root().join("meta").join(OsStr::from_bytes(set));
     let mut removed = Vec::new();
     let entries = match std::fs::read_dir(&meta) {

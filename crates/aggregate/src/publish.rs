@@ -33,7 +33,7 @@ use crate::objset;
 use crate::store::SetStore;
 
 mod keep;
-pub use keep::{kept_members, reusable_containers};
+pub use keep::{containers_to_reuse, kept_members, reusable_containers};
 
 /// Where a crash can happen while a set is published, in order: the
 /// server's crash tests stop the process at each (`PARALOG_FAILPOINT`).

@@ -247,6 +247,37 @@ fn two_publishers_at_once_lose_neither_set() {
     }
     let latest = SetReader::open_obj(&s, b"ckpt/step-1").unwrap().unwrap();
     assert_eq!(read_member(&latest, b"rank-0.dat").unwrap(), b);
+    // Neither is an orphan: both are version 1 of the set.
+    assert!(collect_orphans_obj(&s, b"ckpt/step-1").unwrap().is_empty());
+    assert_eq!(objects(d.path(), "ckpt/step-1").len(), 3);
+}
+
+#[test]
+fn a_crash_right_after_the_record_leaves_the_replaced_containers_to_collect() {
+    let d = tempfile::tempdir().unwrap();
+    let s = store(d.path());
+    write_set(&s, &[("rank-0.dat", bytes(1, 9000))], 1);
+    let b = bytes(2, 7000);
+    let mut w = SetWriter::new_obj(&s, b"ckpt/step-1", 1, 4096)
+        .unwrap()
+        .with_hook(|p| {
+            if p == "aggregate.after_record" {
+                panic!("killed at {p}")
+            }
+        });
+    w.add_member(b"rank-0.dat", b.len() as u64, 0o644, &mut &b[..])
+        .unwrap();
+    let killed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || w.publish(true)));
+    assert!(killed.is_err());
+    // Version 2 is the latest; version 1's container is still there (its
+    // kept record lists it) until a collection.
+    assert_eq!(objects(d.path(), "ckpt/step-1").len(), 3);
+    let removed = collect_orphans_obj(&s, b"ckpt/step-1").unwrap();
+    assert_eq!(removed.len(), 1, "{removed:?}");
+    assert_eq!(objects(d.path(), "ckpt/step-1").len(), 2);
+    let r = SetReader::open_obj(&s, b"ckpt/step-1").unwrap().unwrap();
+    assert_eq!(r.record().version, 2);
+    assert_eq!(read_member(&r, b"rank-0.dat").unwrap(), b);
 }
 
 #[test]

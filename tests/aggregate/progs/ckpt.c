@@ -18,7 +18,12 @@
  * (default 20; 0: all equal); CKPT_COMPUTE_MS=T sleeps T ms after each
  * step's barrier (the computation between checkpoints); CKPT_WRITERS=N
  * (MPI): only ranks below N write, the others only meet the barriers (a
- * later job rewriting the members of some nodes only); CKPT_RENAME=1 writes
+ * later job rewriting the members of some nodes only), CKPT_SKIP=N (MPI):
+ * ranks below N do not write (a later job rewriting the members of the
+ * other nodes only). CKPT_HOLES=1 (POSIX writes): each member's second
+ * and fourth quarters are holes, read as zeros: the rank writes the first
+ * quarter, seeks past the second (lseek) and writes the third, then
+ * grows the file over the fourth with ftruncate. CKPT_RENAME=1 writes
  * each member under a temporary name in its set directory and renames it
  * into place after the fsync (numpy's and torch's way): even ranks
  * "rank-RRRRR.part.dat" (a name the rule claims too), odd ranks
@@ -58,6 +63,27 @@ static size_t size_of(unsigned rank, unsigned step, size_t mean) {
     return (size_t)((long)mean + d);
 }
 
+/* CKPT_HOLES=1: whether byte i of a member of n bytes is in a hole (its
+ * second quarter, and from its fourth on). */
+static int holes(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *h = getenv("CKPT_HOLES");
+        on = h && strcmp(h, "1") == 0;
+    }
+    return on;
+}
+
+static int in_hole(size_t i, size_t n) {
+    size_t q = n / 4;
+    return holes() && ((i >= q && i < 2 * q) || i >= 3 * q);
+}
+
+/* The byte a member holds at i: zero in a hole. */
+static unsigned char expected(unsigned rank, unsigned step, size_t i, size_t n) {
+    return in_hole(i, n) ? 0 : byte_at(rank, step, i);
+}
+
 /* PREFIX/ckpt/step-STEP/rank-RANK.dat into path, its directories made. */
 static int member_path(const char *prefix, unsigned rank, unsigned step, char *path, size_t n) {
     char dir[4096];
@@ -92,6 +118,13 @@ static int write_rank(const char *prefix, unsigned rank, unsigned step, size_t m
     int dying = die && sscanf(die, "%u:%u", &die_step, &die_rank) == 2 && die_step == step && die_rank == rank;
     unsigned char buf[65536];
     for (size_t off = 0; off < n;) {
+        if (in_hole(off, n)) {
+            size_t q = n / 4;
+            if (off >= 3 * q) break; /* the tail: ftruncate below */
+            off = 2 * q;
+            if (lseek(fd, (off_t)off, SEEK_SET) < 0) { perror("lseek"); return 1; }
+            continue;
+        }
         if (dying && off >= n / 2) {
 #ifdef USE_MPI
             /* The other ranks finish (write, fsync, close) their members of
@@ -100,12 +133,15 @@ static int write_rank(const char *prefix, unsigned rank, unsigned step, size_t m
 #endif
             raise(SIGKILL);
         }
-        size_t k = n - off < sizeof buf ? n - off : sizeof buf;
+        /* Up to the next hole (or the end). */
+        size_t stop = !holes() ? n : off < n / 4 ? n / 4 : 3 * (n / 4);
+        size_t k = stop - off < sizeof buf ? stop - off : sizeof buf;
         for (size_t i = 0; i < k; i++) buf[i] = byte_at(rank, step, off + i);
         ssize_t w = write(fd, buf, k);
         if (w <= 0) { perror("write"); return 1; }
         off += (size_t)w;
     }
+    if (holes() && ftruncate(fd, (off_t)n) != 0) { perror("ftruncate"); return 1; }
     if (fsync(fd) != 0) { perror("fsync"); return 1; }
     if (close(fd) != 0) { perror("close"); return 1; }
     if (renamed && rename(tmp, path) != 0) { perror(path); return 1; }
@@ -155,14 +191,14 @@ static int verify(const char *prefix, unsigned nranks, unsigned steps, size_t me
                 if (k < 0) { perror("read"); bad++; break; }
                 if (k == 0) break;
                 for (ssize_t i = 0; i < k; i++)
-                    if (buf[i] != byte_at(r, step, off + (size_t)i)) { printf("%s: byte %zu differs\n", path, off + (size_t)i); bad++; i = k; off = n + 1; }
+                    if (buf[i] != expected(r, step, off + (size_t)i, n)) { printf("%s: byte %zu differs\n", path, off + (size_t)i); bad++; i = k; off = n + 1; }
                 off += (size_t)k;
             }
             if (off != n) { printf("%s: read %zu bytes, want %zu\n", path, off, n); bad++; }
             size_t at = n / 3;
             ssize_t k = pread(fd, buf, 1000, (off_t)at);
             if (k != 1000) { printf("%s: pread gave %ld\n", path, (long)k); bad++; }
-            else for (int i = 0; i < 1000; i++) if (buf[i] != byte_at(r, step, at + (size_t)i)) { printf("%s: pread byte %zu differs\n", path, at + (size_t)i); bad++; break; }
+            else for (int i = 0; i < 1000; i++) if (buf[i] != expected(r, step, at + (size_t)i, n)) { printf("%s: pread byte %zu differs\n", path, at + (size_t)i); bad++; break; }
             close(fd);
         }
     }
@@ -242,8 +278,8 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &s);
     int rc = 0;
     const char *mpiio = getenv("CKPT_MPIIO"), *shared = getenv("CKPT_SHARED");
-    const char *writers = getenv("CKPT_WRITERS");
-    int writes = !writers || r < atoi(writers);
+    const char *writers = getenv("CKPT_WRITERS"), *skip = getenv("CKPT_SKIP");
+    int writes = (!writers || r < atoi(writers)) && (!skip || r >= atoi(skip));
     for (unsigned step = 1; step <= steps; step++) {
         if (!writes)
             ;

@@ -1,9 +1,9 @@
-//! A new version of a set on a store (S3) that lists a container of the
-//! replaced version again, unchanged, when none of its members is
-//! rewritten: its members move to the new version without a byte copied
-//! (docs/aggregate.md, "Sets on S3"). The rule is here once, for the
-//! one-node writer (`SetWriter::keep_container`) and the server job's
-//! record writer (`kept_members`).
+//! A new version of a set on S3 or the object layout that lists a
+//! container of the replaced version again, unchanged, when none of its
+//! members is rewritten: its members move to the new version without a
+//! byte copied (docs/aggregate.md, "Sets on S3"). The rule is here once, for the
+//! one-node writer (`containers_to_reuse`, `SetWriter::keep_container`)
+//! and the server job (`containers_to_reuse`, `kept_members`).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -40,6 +40,40 @@ pub fn reusable_containers(
     out
 }
 
+/// The containers of `old` that a new version of at most `k` containers
+/// lists again, when `writing` containers take its new bytes (the one-node
+/// writer: one if it has any; the server job: the groups with new
+/// epochs): every reusable one (`reusable_containers`) when they fit
+/// beside those and no member of `old` is left to copy; otherwise as many
+/// as leave room for the copies, which go into a written container, or
+/// into one of their own when `copies_need_one` (none of the `writing`
+/// takes them). So a new version never needs more than `k` containers,
+/// and a container of `old` whose members are all kept is copied only when
+/// there is no room to list it again.
+pub fn containers_to_reuse(
+    old: &SetRecord,
+    touched: &dyn Fn(&[u8]) -> bool,
+    k: usize,
+    writing: usize,
+    copies_need_one: bool,
+) -> Vec<u32> {
+    let all = reusable_containers(old, touched, usize::MAX);
+    // A member with bytes outside every reusable container is copied.
+    let left = old.members.iter().any(|m| {
+        !touched(&m.path)
+            && m.extents
+                .first()
+                .is_some_and(|e| all.binary_search(&e.container).is_err())
+    });
+    let spare = usize::from(copies_need_one);
+    if writing + all.len() + if left { spare } else { 0 } <= k {
+        return all;
+    }
+    // Some reusable ones are copied after all: room for the copies.
+    let room = k.saturating_sub(writing + spare);
+    all.into_iter().take(room).collect()
+}
+
 /// The members of container `k` of `old` (none of them with bytes
 /// elsewhere: `reusable_containers`), their extents moved to container
 /// `to` of the new version.
@@ -59,9 +93,10 @@ pub fn kept_members(old: &SetRecord, k: u32, to: u32) -> Vec<Member> {
 
 impl SetWriter {
     /// List container `k` of the replaced version again, unchanged, with
-    /// its members (none rewritten): nothing is copied (a store's
-    /// containers are immutable objects; `commit_record_store` deletes only
-    /// what the new record does not list). Returns the members kept, or
+    /// its members (none rewritten): nothing is copied (containers on S3
+    /// and the object layout are immutable objects; `commit_record_store`
+    /// and `commit_record_obj` delete only what the new record does not
+    /// list). Returns the members kept, or
     /// `None` when it cannot be kept: K containers exist already, or a
     /// member in it has bytes in another container too.
     pub fn keep_container(&mut self, k: u32) -> Result<Option<Vec<Vec<u8>>>> {
@@ -162,6 +197,55 @@ mod tests {
         assert_eq!(
             reusable_containers(&old(), &touched, usize::MAX),
             vec![0, 1]
+        );
+    }
+
+    #[test]
+    fn every_untouched_container_is_listed_again_when_nothing_is_left_to_copy() {
+        // a and c (in 2 and 3) rewritten: 1 and 5 hold every member
+        // left, so both are listed again whenever they fit.
+        let touched = |p: &[u8]| p == b"a" || p == b"c";
+        assert_eq!(
+            containers_to_reuse(&old(), &touched, 3, 1, false),
+            vec![1, 5]
+        );
+        assert_eq!(
+            containers_to_reuse(&old(), &touched, 4, 2, true),
+            vec![1, 5]
+        );
+        assert_eq!(
+            containers_to_reuse(&old(), &touched, 3, 0, true),
+            vec![1, 5]
+        );
+        // Room for one: the other's members are copied into the written one.
+        assert_eq!(containers_to_reuse(&old(), &touched, 2, 1, false), vec![1]);
+        // ... or into one more, when no written container takes them:
+        // with K = 2 beside one written container, none.
+        assert!(containers_to_reuse(&old(), &touched, 2, 1, true).is_empty());
+        assert!(containers_to_reuse(&old(), &touched, 1, 0, true).is_empty());
+        assert_eq!(
+            containers_to_reuse(&old(), &touched, 2, 0, true),
+            vec![1, 5]
+        );
+    }
+
+    #[test]
+    fn room_is_left_for_the_members_that_must_be_copied() {
+        // Only a is rewritten: c (in 2 and 3) must be copied whatever is
+        // listed again, so one container is kept for it.
+        let touched = |p: &[u8]| p == b"a";
+        assert_eq!(containers_to_reuse(&old(), &touched, 2, 0, true), vec![1]);
+        assert_eq!(
+            containers_to_reuse(&old(), &touched, 3, 0, true),
+            vec![1, 5]
+        );
+        assert_eq!(
+            containers_to_reuse(&old(), &touched, 3, 1, false),
+            vec![1, 5]
+        );
+        assert_eq!(
+            containers_to_reuse(&old(), &touched, 1, 0, true),
+            Vec::<u32>::new()
         );
     }
 

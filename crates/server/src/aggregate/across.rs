@@ -537,6 +537,7 @@ fn merge(
     unique(&members)?;
     rec.members = members;
     rec.origin = origin;
+    super::jobroot::drop_empty_containers(&mut rec);
     Ok(rec)
 }
 

@@ -7,8 +7,9 @@
 //! S3's container upload, the object layout's
 //! `collect_orphans_obj`/`commit_record_obj`/`remove_set_obj` and its
 //! `ObjContainer`), so that a crash leaves the same things behind and the
-//! same collection finds them. On S3 a new version lists the untouched
-//! containers of the previous one again (`Reused`, the one-node rule).
+//! same collection finds them. On S3 and the object layout a new version
+//! lists the untouched containers of the previous one again (`Reused`,
+//! the one-node rule).
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
@@ -23,7 +24,7 @@ use paralog_aggregate::objcontainer::ObjContainer;
 use paralog_aggregate::objpublish::{collect_orphans_obj, commit_record_obj};
 use paralog_aggregate::objset;
 use paralog_aggregate::publish::{
-    collect_orphans, commit_record, create_dirs, kept_members, reusable_containers,
+    collect_orphans, commit_record, containers_to_reuse, create_dirs, kept_members,
 };
 use paralog_aggregate::reader::SetReader;
 use paralog_aggregate::remove::{remove_set, remove_set_obj};
@@ -211,23 +212,27 @@ impl JobRoot {
 }
 
 /// The containers of the published version that a new version lists
-/// again unchanged, with their members (on S3 only, as on one node:
+/// again unchanged, with their members (on S3 and the object layout,
+/// whose containers are immutable objects, as on one node:
 /// docs/aggregate.md, "Sets on S3"). Every server derives the same from
 /// the plan and the published record: the first group's leader does not
 /// copy these members, the record writer adds them to the record.
 #[derive(Debug, Default)]
 pub(crate) struct Reused {
-    containers: Vec<Container>,
-    members: Vec<Member>,
+    /// Each kept container with its members (their extents' container
+    /// index is set when they are added to the record).
+    kept: Vec<(Container, Vec<Member>)>,
 }
 
 impl Reused {
     /// The reuse of `plan`'s new version over `old` (`k`: the plan's
-    /// containers per set; the plan's groups each write one, the rest is
-    /// room for kept ones). A member is touched when a node has new
+    /// containers per set), by the one-node rule (`containers_to_reuse`):
+    /// the groups with new epochs write containers; the members left to
+    /// copy go into the first group's, which needs one of its own when
+    /// that group has nothing new. A member is touched when a node has new
     /// epochs of it (or deleted it).
     pub(crate) fn of(root: &JobRoot, plan: &SetPlan, old: Option<&SetRecord>, k: usize) -> Reused {
-        let (JobRoot::S3(_), Some(old)) = (root, old) else {
+        let (JobRoot::S3(_) | JobRoot::Obj(_), Some(old)) = (root, old) else {
             return Reused::default();
         };
         let touched: BTreeSet<&[u8]> = plan
@@ -236,31 +241,79 @@ impl Reused {
             .filter(|(_, m)| m.pending)
             .map(|(_, m)| &m.member[..])
             .collect();
-        let room = k.saturating_sub(plan.groups.len());
-        let mut r = Reused::default();
-        for c in reusable_containers(old, &|m| touched.contains(m), room) {
-            let to = (plan.groups.len() + r.containers.len()) as u32;
-            r.containers.push(old.containers[c as usize].clone());
-            r.members.extend(kept_members(old, c, to));
+        let writing: BTreeSet<u32> = plan
+            .members
+            .iter()
+            .filter(|(_, m)| m.pending)
+            .filter_map(|(n, _)| plan.group_of(*n).map(|g| g.container))
+            .collect();
+        let reuse = containers_to_reuse(
+            old,
+            &|m| touched.contains(m),
+            k,
+            writing.len(),
+            !writing.contains(&0),
+        );
+        Reused {
+            kept: reuse
+                .into_iter()
+                .map(|c| (old.containers[c as usize].clone(), kept_members(old, c, c)))
+                .collect(),
         }
-        r
     }
 
     /// Whether member `path` is in a container listed again (not copied).
     pub(crate) fn holds(&self, path: &[u8]) -> bool {
-        self.members.iter().any(|m| m.path == path)
+        self.kept
+            .iter()
+            .any(|(_, ms)| ms.iter().any(|m| m.path == path))
     }
 
     /// The kept containers after the groups' in `rec`, with their members.
     pub(crate) fn add_to(&self, rec: &mut SetRecord) {
-        rec.containers.extend(self.containers.iter().cloned());
-        rec.members.extend(self.members.iter().cloned());
+        for (c, members) in &self.kept {
+            let to = rec.containers.len() as u32;
+            rec.containers.push(c.clone());
+            rec.members.extend(members.iter().cloned().map(|mut m| {
+                for e in &mut m.extents {
+                    e.container = to;
+                }
+                m
+            }));
+        }
         rec.members.sort_by(|a, b| a.path.cmp(&b.path));
     }
 
     /// How many containers are listed again.
     pub(crate) fn len(&self) -> usize {
-        self.containers.len()
+        self.kept.len()
+    }
+}
+
+/// Leave out of `rec` the containers no extent is in (a leader's group had
+/// nothing new and nothing to copy: `ContainerOut::finish` did not write
+/// it), the others' indices moved down: a record never lists an empty
+/// container (on S3 an empty object, elsewhere an empty file).
+pub(crate) fn drop_empty_containers(rec: &mut SetRecord) {
+    let used: BTreeSet<u32> = rec
+        .members
+        .iter()
+        .flat_map(|m| m.extents.iter().map(|e| e.container))
+        .collect();
+    if used.len() == rec.containers.len() {
+        return;
+    }
+    let mut to = vec![0u32; rec.containers.len()];
+    let mut kept = Vec::new();
+    for (i, c) in std::mem::take(&mut rec.containers).into_iter().enumerate() {
+        if used.contains(&(i as u32)) {
+            to[i] = kept.len() as u32;
+            kept.push(c);
+        }
+    }
+    rec.containers = kept;
+    for e in rec.members.iter_mut().flat_map(|m| m.extents.iter_mut()) {
+        e.container = to[e.container as usize];
     }
 }
 
@@ -314,8 +367,14 @@ impl ContainerOut {
     }
 
     /// The container complete and durable, `end` bytes long (a file's
-    /// fsync; an upload's completion).
+    /// fsync; an upload's completion). An empty one (its group had nothing
+    /// new and nothing to copy) is not written at all: it is discarded,
+    /// and the record leaves it out (`drop_empty_containers`).
     pub(crate) fn finish(&self, end: u64) -> Result<(), String> {
+        if end == 0 {
+            self.discard();
+            return Ok(());
+        }
         match self {
             ContainerOut::File(f, _) => f.set_len(end).and_then(|()| f.sync_all()).map_err(rel),
             ContainerOut::Sink(s) => s
@@ -338,5 +397,70 @@ impl ContainerOut {
             ContainerOut::File(_, None) => {}
             ContainerOut::Sink(s) => s.lock().unwrap_or_else(|p| p.into_inner()).abandon(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use paralog_aggregate::format::Extent;
+
+    fn member(path: &str, container: Option<u32>) -> Member {
+        Member {
+            path: path.as_bytes().to_vec(),
+            size: 10,
+            mode: 0o644,
+            extents: container
+                .map(|c| Extent {
+                    offset: 0,
+                    len: 10,
+                    container: c,
+                    container_offset: 0,
+                    crcs: vec![0],
+                })
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn containers_that_hold_nothing_are_left_out_and_the_others_move_down() {
+        let mut rec = SetRecord {
+            set: b"ckpt/s".to_vec(),
+            version: 1,
+            complete: true,
+            block_size: format::DEFAULT_BLOCK,
+            align: 4096,
+            origin: [0; 16],
+            job: Vec::new(),
+            containers: [0u64, 10, 0, 10]
+                .iter()
+                .enumerate()
+                .map(|(k, &size)| Container {
+                    name: format::container_name(k as u32, 1, 7),
+                    size,
+                })
+                .collect(),
+            members: vec![
+                member("a", Some(1)),
+                member("b", Some(3)),
+                member("e", None),
+            ],
+        };
+        drop_empty_containers(&mut rec);
+        let names: Vec<_> = rec.containers.iter().map(|c| c.name.clone()).collect();
+        assert_eq!(
+            names,
+            vec![
+                format::container_name(1, 1, 7),
+                format::container_name(3, 1, 7)
+            ]
+        );
+        let at: Vec<Vec<u32>> = rec
+            .members
+            .iter()
+            .map(|m| m.extents.iter().map(|e| e.container).collect())
+            .collect();
+        assert_eq!(at, vec![vec![0], vec![1], vec![]]);
     }
 }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use paralog_aggregate::objpublish::collect_orphans_obj;
-use paralog_aggregate::publish::{collect_orphans, copy_member, reusable_containers, SetWriter};
+use paralog_aggregate::publish::{collect_orphans, containers_to_reuse, copy_member, SetWriter};
 use paralog_aggregate::reader::{MemberReader, SetReader};
 use paralog_aggregate::store::{collect_orphans_store, ContainerSource};
 use paralog_aggregate::AggError;
@@ -134,12 +134,13 @@ pub(super) fn publish_set(
         }
     }
     items.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.member.cmp(&b.member)));
-    // On S3 a container of the published version whose members are all
-    // kept is listed again as it is: nothing copied (one container is
-    // left for the new bytes, if any).
-    if let (Some(old), SetsRoot::S3(_)) = (&old, &root) {
-        let room = sets.containers as usize - usize::from(items.iter().any(|i| i.bytes > 0));
-        for k in reusable_containers(old.record(), &|m| handled.contains(m), room) {
+    // On S3 and the object layout a container of the published version
+    // whose members are all kept is listed again as it is: nothing copied
+    // (room is left for the new bytes, if any, and for the members copied).
+    if let (Some(old), SetsRoot::S3(_) | SetsRoot::Obj(_)) = (&old, &root) {
+        let new = usize::from(items.iter().any(|i| i.bytes > 0));
+        let most = sets.containers as usize;
+        for k in containers_to_reuse(old.record(), &|m| handled.contains(m), most, new, new == 0) {
             if let Some(kept) = w.keep_container(k).map_err(set_error)? {
                 handled.extend(kept);
             }
