@@ -119,6 +119,8 @@ struct Inner {
     /// `wait_idle` and `wait_stop` wait here.
     changed: Condvar,
     started: Instant,
+    /// The logged array puts' publisher reports here (crate::puts).
+    puts: crate::puts::Puts,
 }
 
 /// A handle on the running server; clones share it.
@@ -141,6 +143,7 @@ impl Server {
             work: Condvar::new(),
             changed: Condvar::new(),
             started: Instant::now(),
+            puts: crate::puts::Puts::default(),
         });
         for i in 0..inner.cfg.workers.max(1) {
             let inner = inner.clone();
@@ -157,6 +160,11 @@ impl Server {
 
     pub fn config(&self) -> &Config {
         &self.inner.cfg
+    }
+
+    /// Where the publisher of logged array puts reports its rounds.
+    pub fn puts(&self) -> crate::puts::Puts {
+        self.inner.puts.clone()
     }
 
     fn lock(&self) -> MutexGuard<'_, Sched> {
@@ -210,8 +218,11 @@ impl Server {
     }
 
     /// Wait until every committed epoch found by a fresh scan is drained, or
-    /// a file cannot progress (damaged), or `timeout` passes. Files that are
-    /// retrying after a remote failure keep this waiting.
+    /// a file cannot progress (damaged), or `timeout` passes; then until a
+    /// round of the logged puts' publisher begun after the call left
+    /// nothing that may still publish (crate::puts). Files that are
+    /// retrying after a remote failure keep this waiting, and so do puts
+    /// waiting for other nodes' shares.
     pub fn wait_idle(&self, timeout: Option<Duration>) -> Result<Status, paralog_log::LogError> {
         use std::sync::atomic::Ordering::SeqCst;
         self.inner.flush.fetch_add(1, SeqCst);
@@ -224,6 +235,7 @@ impl Server {
         &self,
         timeout: Option<Duration>,
     ) -> Result<Status, paralog_log::LogError> {
+        let puts_mark = self.inner.puts.mark();
         self.rescan()?;
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut s = self.lock();
@@ -256,6 +268,7 @@ impl Server {
                 .0;
         }
         drop(s);
+        self.inner.puts.wait_settled(puts_mark, deadline);
         Ok(self.status())
     }
 
@@ -273,6 +286,7 @@ impl Server {
     }
 
     pub fn status(&self) -> Status {
+        let (puts, puts_published) = self.inner.puts.snapshot();
         let s = self.lock();
         let now = Instant::now();
         let files: Vec<FileStatus> = s
@@ -320,6 +334,8 @@ impl Server {
             idle: s.idle(),
             finishing: s.finishing,
             files,
+            puts,
+            puts_published,
             cluster: None,
             // The totals are derived (`summed`).
             ..Status::default()
