@@ -15,6 +15,13 @@ server left, exactly once. Each on objstore:// and a plain directory.
            another while it runs, then `paralog wait`: it returns 0 only
            once both are published (read equal right after it returns,
            before anything else), saying so; the server then exits 0
+  damaged  a logged put whose chunk was damaged on the node: `paralog
+           wait` ends at once, exit 3, naming the array, the put id and
+           why (FAILED), `status` says so (the table: exit 2); the server
+           keeps it
+  run      `paralog run -- paralog obj put --local L` (the program makes a
+           logged put in run's node-local directory): published, equal,
+           when run returns; nothing left on the node
   chunked  `obj begin|write|commit --local`: two writer processes, a
            commit refused while a chunk is missing (nothing published),
            then committed; `paralog wait`: the version equal to the
@@ -143,6 +150,61 @@ def case_wait(kind):
     return go
 
 
+def case_damaged(kind):
+    def go(work):
+        url, local = store(work, kind), work / "local"
+        data = work / "d.bin"
+        data.write_bytes(os.urandom(32 * 16 * 8))
+        said = obj("put", at(url, "d"), data, "--dtype", "float64", "--shape", "32,16", "--chunks", "16,16",
+                   "--local", local).stdout
+        pid = said.split("logged put ")[1].split()[0]
+        chunk = sorted(p for p in (local / ".paralog-objects" / "data").rglob("*") if p.is_file())[0]
+        b = bytearray(chunk.read_bytes())
+        b[5] ^= 0xFF
+        chunk.write_bytes(bytes(b))
+        server = Server(local, work / "remote", os.environ.copy())
+        try:
+            t0 = time.time()
+            r = run([BIN, "wait", "--local", local, "--job", "t", "--timeout", "60"], check=False, timeout=300)
+            took = time.time() - t0
+            check(r.returncode == 3 and "not everything could be drained" in r.stderr
+                  and f"array d put {pid} (FAILED): not published: d: put {pid}: logged chunk" in r.stderr
+                  and "fails its claim" in r.stderr and took < 30,
+                  f"wait: exit {r.returncode} after {took:.1f} s: {r.stdout}{r.stderr}")
+            st = run([BIN, "status", "--local", local, "--job", "t", "--json"], check=False)
+            puts = [(p["name"], p["id"], p["state"]) for p in json.loads(st.stdout)["puts"]]
+            check(puts == [("d", pid, "failed")], f"status --json: {puts}")
+            table = run([BIN, "status", "--local", local, "--job", "t", "--once"], check=False)
+            check(table.returncode == 2 and f"array d put {pid} (FAILED)" in table.stdout,
+                  f"status: exit {table.returncode}: {table.stdout}")
+            check(server.p.poll() is None, "the server stopped with a put it could not publish")
+            check(versions_of(url, "d") == [] and pid in " ".join(staged(local)), "the damaged put was not kept")
+        finally:
+            server.kill()
+        return "wait ended at once naming the put; kept on the node"
+    return go
+
+
+def case_run(kind):
+    def go(work):
+        url, local, prefix = store(work, kind), work / "local", work / "prefix"
+        prefix.mkdir()
+        data = work / "run.bin"
+        data.write_bytes(os.urandom(1024 * 1024 * 8))
+        put = [BIN, "obj", "put", at(url, "r"), data, "--dtype", "float64", "--shape", "1024,1024", "--chunks",
+               "64,1024", "--local", local]
+        r = run([BIN, "run", "--mpi", "none", "--prefix", prefix, "--local", local, "--remote", work / "remote",
+                 "--", *put], check=False, timeout=300)
+        now = versions_of(url, "r")
+        check(r.returncode == 0 and now == [1], f"run: exit {r.returncode}, versions {now}: {r.stdout}{r.stderr}")
+        got = work / "got-r.bin"
+        obj("get", at(url, "r"), got)
+        check(got.read_bytes() == data.read_bytes(), "the logged put made under run is not its array")
+        check(staged(local) == [], f"left in the node-local log: {staged(local)}")
+        return "published when run returned"
+    return go
+
+
 def case_chunked(kind):
     def go(work):
         import numpy as np
@@ -191,7 +253,8 @@ def main():
     cases = []
     for kind in KINDS:
         cases += [(f"server [{kind}]", case_server(kind)), (f"recover [{kind}]", case_recover(kind)),
-                  (f"wait [{kind}]", case_wait(kind)), (f"chunked [{kind}]", case_chunked(kind))]
+                  (f"wait [{kind}]", case_wait(kind)), (f"chunked [{kind}]", case_chunked(kind)), (f"run [{kind}]", case_run(kind)),
+                  (f"damaged [{kind}]", case_damaged(kind))]
     return suite.run(cases, only=a.only)
 
 
