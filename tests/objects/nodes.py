@@ -32,6 +32,14 @@ copies its shares, and node 0's publishes.
                          version stays absent while node 0's server runs;
                          `recover` on node 1 copies (resumes) the share,
                          node 0's server publishes it, once
+  wait for a share      node 1's server not running: `obj publish` on
+                         node 0, node 0's server log, `paralog status`
+                         (table and --json) name node 1 (and the command
+                         that copies its share); `paralog wait` on node 0
+                         times out (exit 3) naming it; once node 1's
+                         server runs, `wait` there returns 0, then `wait`
+                         on node 0 returns 0 with the version published
+                         and equal right after
   publisher killed       node 0's server killed before its remote publish
                          (objects.before_commit) and after it
                          (objects.publish_after_remote): `recover` on
@@ -117,9 +125,11 @@ def put_on_nodes(flavour, remote, name, salt, locals_, mode="ok"):
     locals_[k] (an MPMD launch, one application context per node); `mode`
     other than ok: the run (expected to fail)."""
     prog, args = program(flavour), [remote.url, name, str(ROWS), str(salt), mode]
-    cmd = [*launcher(flavour, PER_NODE), prog, *args, locals_[0]]
-    for d in locals_[1:]:
-        cmd += [":", "-n", str(PER_NODE), prog, *args, d]
+    # Each node's ranks named as that node (PARALOG_NODE): a put waiting
+    # for a share names the node.
+    cmd = [*launcher(flavour, PER_NODE), "env", "PARALOG_NODE=n0", prog, *args, locals_[0]]
+    for k, d in enumerate(locals_[1:], 1):
+        cmd += [":", "-n", str(PER_NODE), "env", f"PARALOG_NODE=n{k}", prog, *args, d]
     r = run(cmd, env=mpi_env(remote.env), check=False, timeout=300)
     if mode != "ok":
         return r
@@ -342,6 +352,49 @@ def case_share_killed(flavour, kind, point):
     return go
 
 
+def paralog(remote, *args, timeout=300):
+    return run([BIN, *map(str, args)], env=remote.env, check=False, timeout=timeout)
+
+
+def case_wait_share(flavour, kind):
+    def go(work):
+        with Trial(work, kind) as trial:
+            remote, (l0, l1) = trial.remote, trial.locals
+            put_on_nodes(flavour, remote, "w", 5, trial.locals)
+            said = remote.obj("publish", l0).stdout
+            share = "waits for the share of node n1 (2 writer(s), node-local directory "
+            check(said.startswith("array w put ") and share in said and f"paralog server --local {l1}" in said, said)
+            node0 = trial.start([l0])[0]
+            r = paralog(remote, "wait", "--local", l0, "--job", "t", "--timeout", "2")
+            check(r.returncode == 3 and "the time ran out" in r.stderr and share in r.stderr,
+                  f"wait: exit {r.returncode}: {r.stdout}{r.stderr}")
+            check(remote.versions("w") == [], "published without node 1's share")
+            st = json.loads(paralog(remote, "status", "--local", l0, "--job", "t", "--json").stdout)
+            puts = [(p["name"], p["state"], p["waits_for"], p["share"]) for p in st["puts"]]
+            check(puts == [("w", "waiting", ["n1"], False)], f"status: {st['puts']}")
+            table = paralog(remote, "status", "--local", l0, "--job", "t", "--once").stdout
+            check("logged array puts: 0 published, 1 not published" in table and share in table, table)
+            check(share in node0.text(), f"the server's log: {node0.text()[-800:]}")
+            trial.start([l1])
+            r = paralog(remote, "wait", "--local", l1, "--job", "t", "--timeout", "60")
+            check(r.returncode == 0, f"wait on node 1: exit {r.returncode}: {r.stdout}{r.stderr}")
+            r = paralog(remote, "wait", "--local", l0, "--job", "t", "--timeout", "60")
+            now = remote.versions("w")
+            check(r.returncode == 0 and "1 logged array put(s) published" in r.stdout,
+                  f"wait on node 0: exit {r.returncode}: {r.stdout}{r.stderr}")
+            check(now == [1], f"published when wait returned: {now}")
+            for s in trial.servers:
+                check(s.p.wait(timeout=60) == 0, f"a server exited {s.p.returncode}")
+            trial.servers = []
+            each_equal(remote, "w", (5,))
+            # Node 1's share directory goes once the version is published:
+            # its next round (here `obj publish`, its server having exited).
+            check(remote.obj("publish", l1).stdout == "", "node 1 published")
+            trial.nothing_left()
+        return "node 1 named while its server did not run; wait returned once published"
+    return go
+
+
 def case_publisher_killed(flavour, kind, point):
     def go(work):
         with Trial(work, kind) as trial:
@@ -380,6 +433,7 @@ def main():
             if kind == "objstore":
                 cases.append((f"refusals [{flavour}]", case_refusals(flavour)))
         cases.append((f"mpi4py [openmpi, {kind}]", case_mpi4py(kind)))
+        cases.append((f"wait for a share [mpich, {kind}]", case_wait_share("mpich", kind)))
         cases.append((f"share copier killed before the put [openmpi, {kind}]",
                       case_share_killed("openmpi", kind, None)))
         cases.append((f"share copier killed mid copy [mpich, {kind}]",

@@ -17,6 +17,7 @@ mod inspect;
 mod materialize;
 mod missed;
 mod obj;
+mod obj_logged;
 mod obj_parse;
 mod obj_publish;
 mod obj_s3;

@@ -81,6 +81,10 @@ pub(crate) enum ObjCmd {
         url: String,
         #[command(flatten)]
         array: ArrayArgs,
+        /// Logged: the put is made in this node-local directory (its
+        /// writers and commit give the same --local); crate::obj_logged
+        #[arg(long)]
+        local: Option<PathBuf>,
     },
     /// As one writer of a chunked PUT: write whole chunks, given as grid
     /// coordinates, from a file holding their bytes in the order given.
@@ -91,11 +95,27 @@ pub(crate) enum ObjCmd {
         /// Grid coordinates of a chunk (repeatable), e.g. `--chunk 2,0`
         #[arg(long = "chunk", required = true)]
         chunks: Vec<String>,
+        /// Logged: the put begun with this --local
+        #[arg(long)]
+        local: Option<PathBuf>,
     },
-    /// Commit a chunked PUT once every writer is done; prints the version.
-    Commit { url: String, id: String },
+    /// Commit a chunked PUT once every writer is done; prints the version
+    /// (logged: commits on this node; the node server publishes it).
+    Commit {
+        url: String,
+        id: String,
+        /// Logged: the put begun with this --local
+        #[arg(long)]
+        local: Option<PathBuf>,
+    },
     /// Give up a chunked PUT: its chunks and staging directory removed.
-    Abort { url: String, id: String },
+    Abort {
+        url: String,
+        id: String,
+        /// Logged: the put begun with this --local
+        #[arg(long)]
+        local: Option<PathBuf>,
+    },
     /// Delete an object (a deletion becomes its latest version).
     Rm { url: String },
     /// The chunked puts in progress (never committed nor aborted): id,
@@ -158,7 +178,7 @@ fn parse_url(url: &str) -> anyhow::Result<RemoteUrl> {
 }
 
 /// The store and the object's name of `url`.
-fn object(url: &str) -> anyhow::Result<(Store, String)> {
+pub(crate) fn object(url: &str) -> anyhow::Result<(Store, String)> {
     let (store, name) = Store::locate(&parse_url(url)?)?;
     let name = name.ok_or_else(|| anyhow!("{url}: names a store, not an object (add /NAME)"))?;
     Ok((store, name))
@@ -305,6 +325,9 @@ pub(crate) fn version_json(
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(done) = crate::obj_logged::run(&args.cmd)? {
+        return Ok(done);
+    }
     if let Some(done) = crate::obj_s3::run(&args.cmd)? {
         return Ok(done);
     }
@@ -427,20 +450,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let line = logged_put(&store.url(), &name, &file, &array.meta()?, &local)?;
             print(&mut stdout, &line)?;
         }
-        ObjCmd::Publish { local } => {
-            for p in paralog_objects::publish_committed(&local)? {
-                print(
-                    &mut stdout,
-                    &format!(
-                        "{} version {} id {} published to {}\n",
-                        p.name,
-                        p.committed.number,
-                        id_hex(&p.committed.id),
-                        p.remote
-                    ),
-                )?;
-            }
-        }
+        ObjCmd::Publish { local } => crate::obj_publish::publish_command(&local, &mut stdout)?,
         ObjCmd::Put {
             url,
             file,
@@ -454,7 +464,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             print(&mut stdout, &committed_line(&name, &c))?;
             crate::obj_view::warn_views(&store, &name, c.number);
         }
-        ObjCmd::Begin { url, array } => {
+        ObjCmd::Begin { url, array, .. } => {
             let (store, name) = object(&url)?;
             let put = store.begin(&name, &array.meta()?)?;
             print(&mut stdout, &format!("{}\n", id_hex(&put.id())))?;
@@ -464,6 +474,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             id,
             file,
             chunks,
+            ..
         } => {
             let (store, name) = object(&url)?;
             let id = parse_id(&id).ok_or_else(|| anyhow!("{id}: not a put id (32 hex digits)"))?;
@@ -473,14 +484,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             put.finish()?;
         }
-        ObjCmd::Commit { url, id } => {
+        ObjCmd::Commit { url, id, .. } => {
             let (store, name) = object(&url)?;
             let id = parse_id(&id).ok_or_else(|| anyhow!("{id}: not a put id (32 hex digits)"))?;
             let c = store.commit(&name, &id)?;
             print(&mut stdout, &committed_line(&name, &c))?;
             crate::obj_view::warn_views(&store, &name, c.number);
         }
-        ObjCmd::Abort { url, id } => {
+        ObjCmd::Abort { url, id, .. } => {
             let (store, name) = object(&url)?;
             let id = parse_id(&id).ok_or_else(|| anyhow!("{id}: not a put id (32 hex digits)"))?;
             store.abort(&name, &id)?;

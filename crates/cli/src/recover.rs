@@ -101,17 +101,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Logged array puts committed on this node: published once each.
     let objects = crate::obj_publish::round(&root);
     match &objects {
-        Ok(done) if !args.json => {
-            for p in done {
+        Ok(r) if !args.json => {
+            for p in &r.published {
                 println!(
                     "published logged array {} version {} to {}",
                     p.name, p.committed.number, p.remote
                 );
             }
+            crate::obj_publish::print_left(&r.pending);
         }
         Ok(_) => {}
         Err(e) => eprintln!("paralog: logged array puts: {e}"),
     }
+    // Waiting for another node's share is not this node's failure.
+    let objects_failed = !objects
+        .as_ref()
+        .is_ok_and(|r| !crate::obj_publish::failed(r));
+    let objects_none = objects
+        .as_ref()
+        .is_ok_and(|r| r.published.is_empty() && r.pending.is_empty());
     let report = recover_node_sets(
         &root,
         args.at.job.as_deref(),
@@ -149,15 +157,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
         crate::recover_streams::print(&streams);
-        if report.files.is_empty()
-            && streams.is_empty()
-            && objects.as_ref().is_ok_and(|d| d.is_empty())
-        {
+        if report.files.is_empty() && streams.is_empty() && objects_none {
             println!("nothing to recover in {}", root.display());
         }
     }
     Ok(
-        if report.failed == 0 && objects.is_ok() && !streams_failed {
+        if report.failed == 0 && !objects_failed && !streams_failed {
             ExitCode::SUCCESS
         } else {
             ExitCode::from(1)

@@ -243,6 +243,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             sets,
         },
         &socket,
+        // Its publisher of logged array puts starts below.
+        true,
     )?;
     tracing::info!(
         root = %root.display(),
@@ -259,7 +261,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         release,
         server.stream_releases(),
     )?;
-    let objects = crate::obj_publish::start(root.clone(), std::time::Duration::from_millis(200))?;
+    let objects = crate::obj_publish::start(
+        root.clone(),
+        std::time::Duration::from_millis(200),
+        server.puts(),
+    )?;
     server.wait_stop();
     let objects_failed = !objects.finish();
     // After the files: a last round of every stream, so that every event

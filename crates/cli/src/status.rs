@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use paralog_server::puts::{PutState, PutStatus};
 use paralog_server::status::{self, FileState, Request, Status};
 
 #[derive(clap::Args)]
@@ -150,6 +151,7 @@ pub fn print_table(st: &Status) {
         st.epochs_pending,
         eta(st.eta_s)
     );
+    print_puts(st);
     if st.files.is_empty() {
         println!("no captured files yet");
         return;
@@ -225,6 +227,46 @@ fn live(sock: &std::path::Path) -> anyhow::Result<()> {
     }
 }
 
+/// ` and 2 logged array put(s) not published or copied`, or nothing.
+pub fn puts_left(st: &Status) -> String {
+    match st.puts.len() {
+        0 => String::new(),
+        n => format!(" and {n} logged array put(s) not published or copied"),
+    }
+}
+
+/// One logged put the server's publisher left: `array NAME put ID
+/// (waiting): why`.
+pub fn put_line(p: &PutStatus) -> String {
+    let state = match p.state {
+        PutState::Waiting => "waiting",
+        PutState::Retrying => "RETRYING",
+        PutState::Failed => "FAILED",
+    };
+    let kind = if p.share {
+        "this node's share of put"
+    } else {
+        "put"
+    };
+    format!("array {} {kind} {} ({state}): {}", p.name, p.id, p.message)
+}
+
+/// The logged array puts of this node (docs/objects.md "Waiting for
+/// logged puts"): how many were published, and a line per put left.
+fn print_puts(st: &Status) {
+    if st.puts.is_empty() && st.puts_published == 0 {
+        return;
+    }
+    println!(
+        "logged array puts: {} published, {} not published",
+        st.puts_published,
+        st.puts.len()
+    );
+    for p in &st.puts {
+        println!("  {}", put_line(p));
+    }
+}
+
 /// `, parts uploaded by node 3/1/0`, or nothing.
 pub fn parts_by_node(parts: &[u64]) -> String {
     if parts.is_empty() {
@@ -280,7 +322,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         std::path::Path::new(&st.root),
         st.job.as_deref(),
     ));
-    Ok(if st.damaged > 0 {
+    // A logged put that can never be published is as lost as a damaged file.
+    let failed_puts = st.puts.iter().any(|p| p.state == PutState::Failed);
+    Ok(if st.damaged > 0 || failed_puts {
         ExitCode::from(2)
     } else {
         ExitCode::SUCCESS

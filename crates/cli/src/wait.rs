@@ -1,6 +1,7 @@
 //! `paralog wait`: the end of a batch script. Asks this node's server (in a
-//! server job: all servers) to drain everything committed and stop, and
-//! returns once they did; non-zero with the reason when something could
+//! server job: all servers) to drain everything committed (a one-node
+//! server: and publish every logged array put committed here, or copy its
+//! shares) and stop, and returns once they did; non-zero with the reason when something could
 //! not be drained or the time ran out. Both engines answer with the same
 //! `WaitAnswer`.
 
@@ -48,16 +49,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         } else {
             String::new()
         };
+        let puts = if st.puts_published > 0 {
+            format!(", {} logged array put(s) published", st.puts_published)
+        } else {
+            String::new()
+        };
         println!(
-            "paralog wait: everything committed is drained ({nodes} node(s), {} epoch(s), {} bytes{between}{parts})",
+            "paralog wait: everything committed is drained ({nodes} node(s), {} epoch(s), {} bytes{between}{parts}{puts})",
             st.epochs_drained, st.bytes_drained
         );
         return Ok(ExitCode::SUCCESS);
     }
     if answer.timed_out {
         eprintln!(
-            "paralog wait: the time ran out with {} epoch(s) not drained; every local log is kept:",
-            st.epochs_pending
+            "paralog wait: the time ran out with {} epoch(s) not drained{}; every local log is kept:",
+            st.epochs_pending,
+            crate::status::puts_left(st)
         );
     } else {
         eprintln!("paralog wait: not everything could be drained; every local log is kept:");
@@ -73,6 +80,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 crate::status::state_name(state)
             ),
         }
+    }
+    for p in &st.puts {
+        eprintln!("  {}", crate::status::put_line(p));
     }
     Ok(ExitCode::from(3))
 }

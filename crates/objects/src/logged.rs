@@ -24,13 +24,13 @@
 //! remote's staging, and the committing node's publisher commits there
 //! once every claim is present (crate::publish).
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use paralog_backend::RemoteUrl;
 
 use crate::error::{io_err, Error, Result};
-use crate::logged_record::Commit;
+use crate::logged_record::{Away, Commit};
 use crate::put::Put;
 use crate::record::ArrayMeta;
 use crate::remote_put::Remote;
@@ -39,7 +39,7 @@ use crate::staging::{new_id, sync_dir, write_file, write_synced, Claim};
 use crate::store::Store;
 use crate::{id_hex, VersionId};
 
-pub use crate::publish::{publish_committed, Published};
+pub use crate::publish::{publish_committed, publish_round, Published};
 
 /// A store whose puts are logged on this node and published to `remote`
 /// later (by [`publish_committed`]: the node server, or `paralog obj
@@ -48,6 +48,11 @@ pub use crate::publish::{publish_committed, Published};
 pub struct LoggedStore {
     local: Store,
     remote_url: String,
+    /// Where this process runs (its node's name and node-local directory):
+    /// a share's record says it, so that a put waiting for the share names
+    /// the node whose server has not copied it.
+    node: String,
+    local_dir: String,
 }
 
 /// The node-local store's directory under the node-local root: a runtime
@@ -85,10 +90,27 @@ impl LoggedStore {
         // Opened once to refuse a store that is not there now, not at
         // the publish.
         Remote::open(remote_url)?;
+        // A node name that cannot be found is no reason to refuse a put:
+        // it only makes a waiting put's message less precise.
+        let node = paralog_settings::node_name(std::env::var("PARALOG_NODE").ok().as_deref())
+            .unwrap_or_else(|_| "?".into());
         Ok(LoggedStore {
             local: local_store(local)?,
             remote_url: remote_url.to_owned(),
+            node,
+            local_dir: std::path::absolute(local)
+                .unwrap_or_else(|_| local.to_path_buf())
+                .display()
+                .to_string(),
         })
+    }
+
+    /// The same store as seen from the node `node` (tests that stand for
+    /// several nodes in one process; a program's node is PARALOG_NODE,
+    /// else the host name).
+    pub fn on_node(mut self, node: &str) -> LoggedStore {
+        self.node = node.to_owned();
+        self
     }
 
     /// The remote store's URL (reads go there: a logged put is visible
@@ -125,6 +147,12 @@ impl LoggedStore {
 
     pub fn join_as(&self, name: &str, id: &VersionId, meta: &ArrayMeta) -> Result<Put<'_>> {
         self.local.join_as(name, id, meta)
+    }
+
+    /// Join the put `id` begun on this node, with its array (a writer
+    /// that does not know it: `paralog obj write --local`).
+    pub fn join(&self, name: &str, id: &VersionId) -> Result<Put<'_>> {
+        self.local.join(name, id)
     }
 
     /// Join the put `id` as a writer on any node (the MPI form): the put
@@ -173,6 +201,8 @@ impl LoggedStore {
                 remote: self.remote_url.clone(),
                 meta: put.meta().clone(),
                 claims,
+                node: self.node.clone(),
+                local: self.local_dir.clone(),
             },
         );
         let writer = put.writer();
@@ -209,7 +239,7 @@ impl LoggedStore {
             id: id_hex(id),
             why,
         };
-        let mut away = BTreeSet::new();
+        let mut away = BTreeMap::new();
         let mut rest = shares;
         while !rest.is_empty() {
             let len = share::record_len(rest)
@@ -238,12 +268,19 @@ impl LoggedStore {
                     });
                 }
                 claims[i as usize] = Some(c);
-                away.insert(s.writer);
+                away.insert(
+                    s.writer,
+                    Away {
+                        writer: s.writer,
+                        node: s.node.clone(),
+                        local: s.local.clone(),
+                    },
+                );
             }
             finished.insert(s.writer);
         }
         let claims = crate::staging::complete_claims(claims, &finished, &meta).map_err(perr)?;
-        self.write_commit(name, id, meta, claims, away.into_iter().collect())
+        self.write_commit(name, id, meta, claims, away.into_values().collect())
     }
 
     fn write_commit(
@@ -252,7 +289,7 @@ impl LoggedStore {
         id: &VersionId,
         meta: ArrayMeta,
         claims: Vec<Claim>,
-        away: Vec<[u8; 16]>,
+        away: Vec<Away>,
     ) -> Result<()> {
         let dir = self.local.staging_dir(id);
         crate::failpoint("objects.before_commit");

@@ -9,8 +9,11 @@
 //! other files synced before it; such a mark is still published (from the
 //! put's files, as before). Version 3 adds the writers whose shares are on
 //! other nodes (crate::share): the publisher copies every other claim from
-//! this node and waits for theirs in the remote's staging. Version 2 (no
-//! such list: every claim on this node) is still read.
+//! this node and waits for theirs in the remote's staging. Version 4
+//! names each away writer's node (its name and node-local directory, from
+//! its share record), so that a put waiting for a share says whose server
+//! has not copied it. Versions 2 (no such list: every claim on this node)
+//! and 3 (the away writers' ids alone) are still read.
 
 use std::path::Path;
 
@@ -20,7 +23,7 @@ use crate::staging::{decode_claim, encode_claim, Claim};
 use crate::VersionId;
 
 const MAGIC: &[u8; 8] = b"PLGLOGGD";
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 /// Magic, version, reserved, id, time, four lengths.
 const HEAD: usize = 8 + 4 + 4 + 16 + 8 + 4 * 4;
 const CLAIM_LEN: usize = 60;
@@ -35,8 +38,17 @@ pub(crate) struct Commit {
     /// Every chunk's claim, in chunk order.
     pub(crate) claims: Vec<Claim>,
     /// The writers whose chunks are on other nodes (their shares, copied
-    /// to the remote by those nodes' servers), sorted.
-    pub(crate) away: Vec<[u8; 16]>,
+    /// to the remote by those nodes' servers), sorted by writer.
+    pub(crate) away: Vec<Away>,
+}
+
+/// A writer whose chunks are on another node, and where it ran (empty in
+/// a version 3 record, and for a share record of version 1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Away {
+    pub(crate) writer: [u8; 16],
+    pub(crate) node: String,
+    pub(crate) local: String,
 }
 
 /// A `logged` mark as found.
@@ -70,8 +82,12 @@ pub(crate) fn encode(id: &VersionId, c: &Commit) -> Vec<u8> {
         b.extend_from_slice(&encode_claim(i as u64, claim));
     }
     b.extend_from_slice(&(c.away.len() as u32).to_le_bytes());
-    for w in &c.away {
-        b.extend_from_slice(w);
+    for a in &c.away {
+        b.extend_from_slice(&a.writer);
+        b.extend_from_slice(&(a.node.len() as u32).to_le_bytes());
+        b.extend_from_slice(&(a.local.len() as u32).to_le_bytes());
+        b.extend_from_slice(a.node.as_bytes());
+        b.extend_from_slice(a.local.as_bytes());
     }
     let crc = paralog_checksum::crc32c(&b);
     b.extend_from_slice(&crc.to_le_bytes());
@@ -102,7 +118,7 @@ pub(crate) fn decode(b: &[u8], id: &VersionId, path: &Path) -> Result<Mark> {
         return Ok(Mark::Torn);
     }
     let version = u32_at(8);
-    if !(version == 2 || version == VERSION) || u32_at(12) != 0 {
+    if !(2..=VERSION).contains(&version) || u32_at(12) != 0 {
         return Err(damaged(8, "a logged commit record of another version"));
     }
     if &b[16..32] != id {
@@ -116,20 +132,47 @@ pub(crate) fn decode(b: &[u8], id: &VersionId, path: &Path) -> Result<Mark> {
         u32_at(52) as usize,
     );
     let claims_end = HEAD + nl + rl + bl + n * CLAIM_LEN;
-    // Version 3: the away writers' count and ids after the claims.
-    let away_at = claims_end + 4;
-    let m = match version {
-        2 => 0,
-        _ if b.len() >= away_at + 4 => u32_at(claims_end) as usize,
-        _ => return Err(damaged(40, "lengths that do not add up to the record's")),
+    let short = || damaged(40, "lengths that do not add up to the record's");
+    // Versions 3 and 4: the away writers after the claims.
+    let (away_at, m) = match version {
+        2 => (claims_end, 0),
+        _ if b.len() >= claims_end + 8 => (claims_end + 4, u32_at(claims_end) as usize),
+        _ => return Err(short()),
     };
-    let end = if version == 2 {
-        claims_end
-    } else {
-        away_at + 16 * m
-    };
-    if end + 4 != b.len() {
-        return Err(damaged(40, "lengths that do not add up to the record's"));
+    let end = b.len() - 4;
+    let mut away = Vec::with_capacity(m.min(end));
+    let mut at = away_at;
+    for _ in 0..m {
+        let entry = if version == 3 { 16 } else { 24 };
+        if at + entry > end {
+            return Err(short());
+        }
+        let writer: [u8; 16] = b[at..at + 16].try_into().expect("16");
+        let (node, local) = if version == 3 {
+            (String::new(), String::new())
+        } else {
+            let (ln, ll) = (u32_at(at + 16) as usize, u32_at(at + 20) as usize);
+            if at + entry + ln + ll > end {
+                return Err(short());
+            }
+            let t = at + entry;
+            let utf8 = |r: std::ops::Range<usize>| {
+                String::from_utf8(b[r.clone()].to_vec())
+                    .map_err(|_| damaged(r.start, "an away writer's node that is not UTF-8"))
+            };
+            let texts = (utf8(t..t + ln)?, utf8(t + ln..t + ln + ll)?);
+            at += ln + ll;
+            texts
+        };
+        at += entry;
+        away.push(Away {
+            writer,
+            node,
+            local,
+        });
+    }
+    if at != end {
+        return Err(short());
     }
     let text = |at: usize, len: usize, what: &str| {
         String::from_utf8(b[at..at + len].to_vec()).map_err(|_| damaged(at, what))
@@ -156,23 +199,16 @@ pub(crate) fn decode(b: &[u8], id: &VersionId, path: &Path) -> Result<Mark> {
         }
         claims.push(c);
     }
-    let away: Vec<[u8; 16]> = (0..m)
-        .map(|k| {
-            b[away_at + 16 * k..away_at + 16 * (k + 1)]
-                .try_into()
-                .expect("16")
-        })
-        .collect();
-    if away.windows(2).any(|w| w[0] >= w[1]) {
+    if away.windows(2).any(|w| w[0].writer >= w[1].writer) {
         return Err(damaged(away_at, "away writers not sorted or repeated"));
     }
-    if let Some(w) = away
+    if let Some(a) = away
         .iter()
-        .find(|w| !claims.iter().any(|c| &c.writer == *w))
+        .find(|a| !claims.iter().any(|c| c.writer == a.writer))
     {
         return Err(damaged(
             away_at,
-            &format!("away writer {} claims no chunk", crate::id_hex(w)),
+            &format!("away writer {} claims no chunk", crate::id_hex(&a.writer)),
         ));
     }
     Ok(Mark::Record(Commit {
@@ -212,7 +248,7 @@ mod tests {
         fixed_away(Vec::new())
     }
 
-    fn fixed_away(away: Vec<[u8; 16]>) -> (VersionId, Commit) {
+    fn fixed_away(away: Vec<Away>) -> (VersionId, Commit) {
         let id: VersionId = std::array::from_fn(|i| i as u8);
         let claims = (0..2u8)
             .map(|k| Claim {
@@ -256,25 +292,51 @@ mod tests {
         same(&got, &c);
     }
 
-    /// The version 3 golden vector: `PARALOG_WRITE_VECTORS=1` writes it
-    /// (once, when the format is made). Writer `21 21 …` is away.
+    fn away(node: &str, local: &str) -> Vec<Away> {
+        vec![Away {
+            writer: [0x21; 16],
+            node: node.into(),
+            local: local.into(),
+        }]
+    }
+
+    /// The version 3 golden vector (writer `21 21 …` away, its node not
+    /// named), written by the previous binary: still read.
     #[test]
-    fn golden_vector_v3() {
+    fn golden_vector_v3_still_reads() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/logged_v3.bin");
-        let (id, c) = fixed_away(vec![[0x21; 16]]);
+        let (id, c) = fixed_away(away("", ""));
+        let golden = std::fs::read(&path).unwrap();
+        assert_eq!(u32::from_le_bytes(golden[8..12].try_into().unwrap()), 3);
+        let Mark::Record(got) = decode(&golden, &id, &path).unwrap() else {
+            panic!("not a record")
+        };
+        same(&got, &c);
+    }
+
+    /// The version 4 golden vector: `PARALOG_WRITE_VECTORS=1` writes it
+    /// (once, when the format is made). Writer `21 21 …` is away, on node
+    /// `n1` whose node-local directory is `/local/n1`.
+    #[test]
+    fn golden_vector_v4() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/logged_v4.bin");
+        let (id, c) = fixed_away(away("n1", "/local/n1"));
         if std::env::var_os("PARALOG_WRITE_VECTORS").is_some() {
             std::fs::write(&path, encode(&id, &c)).unwrap();
         }
         let golden = std::fs::read(&path).unwrap();
         assert_eq!(encode(&id, &c), golden);
         assert_eq!(&golden[..8], b"PLGLOGGD");
-        assert_eq!(u32::from_le_bytes(golden[8..12].try_into().unwrap()), 3);
+        assert_eq!(u32::from_le_bytes(golden[8..12].try_into().unwrap()), 4);
         assert_eq!(&golden[16..32], &id);
-        // The away list: after the claims, before the CRC.
+        // The away list: after the claims, before the CRC: its count, then
+        // the writer, the two lengths, the node's name and directory.
         let n = golden.len();
-        assert_eq!(&golden[n - 20..n - 4], &[0x21; 16]);
+        assert_eq!(&golden[n - 15..n - 4], b"n1/local/n1");
+        assert_eq!(&golden[n - 39..n - 23], &[0x21; 16]);
+        assert_eq!(&golden[n - 23..n - 15], &[2, 0, 0, 0, 9, 0, 0, 0]);
         assert_eq!(
-            u32::from_le_bytes(golden[n - 24..n - 20].try_into().unwrap()),
+            u32::from_le_bytes(golden[n - 43..n - 39].try_into().unwrap()),
             1
         );
         let Mark::Record(got) = decode(&golden, &id, &path).unwrap() else {
@@ -282,9 +344,19 @@ mod tests {
         };
         same(&got, &c);
         // An away writer that claims nothing is damage.
-        let (id, c) = fixed_away(vec![[0x77; 16]]);
+        let (id, mut c) = fixed_away(away("n1", "/l"));
+        c.away[0].writer = [0x77; 16];
         let e = decode(&encode(&id, &c), &id, &path).err().expect("refused");
         assert!(e.to_string().contains("claims no chunk"), "{e}");
+        // Lengths past the record's end are damage, not a panic.
+        let mut b = encode(&id, &fixed_away(away("n1", "/l")).1);
+        let at = b.len() - 4 - 4 - 8; // the node name's length
+        b[at..at + 4].copy_from_slice(&1000u32.to_le_bytes());
+        let crc = paralog_checksum::crc32c(&b[..b.len() - 4]);
+        let len = b.len();
+        b[len - 4..].copy_from_slice(&crc.to_le_bytes());
+        let e = decode(&b, &id, &path).err().expect("refused");
+        assert!(e.to_string().contains("do not add up"), "{e}");
     }
 
     #[test]

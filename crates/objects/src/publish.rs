@@ -9,12 +9,13 @@
 //! id, so a publisher that died after the remote publish finds the
 //! version and only cleans up.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::error::{io_err, Error, Result};
 use crate::logged::local_store;
-use crate::logged_record::Mark;
+use crate::logged_record::{Away, Mark};
+use crate::pending::{Node, Pending, Round, Why};
 use crate::put::Committed;
 use crate::record::ArrayMeta;
 use crate::remote_put::Remote;
@@ -38,8 +39,25 @@ pub struct Published {
 /// other nodes are not all copied yet waits, and so do the later puts of
 /// its name (their numbers follow the commits). One publisher at a time
 /// per node (the node server, or `recover` when it is not running).
-/// Returns what was published, and the first error after trying every put.
+/// Returns what was published, and the first error after trying every put
+/// ([`publish_round`] says what waits, and why).
 pub fn publish_committed(local: &Path) -> Result<Vec<Published>> {
+    let round = publish_round(local)?;
+    match round.pending.into_iter().find_map(|p| match p.why {
+        Why::Failed(e) => Some(e),
+        _ => None,
+    }) {
+        Some(e) => Err(e),
+        None => Ok(round.published),
+    }
+}
+
+/// [`publish_committed`]'s round, with what it left and why: each put
+/// committed here and not published (waiting for other nodes' shares,
+/// behind an earlier put of its name, or failed), and each share of this
+/// node whose copy failed. An error: the node-local store itself could
+/// not be read.
+pub fn publish_round(local: &Path) -> Result<Round> {
     let store = local_store(local)?;
     let staging = store.root().join("staging");
     // What a publisher killed while removing a published put left.
@@ -58,8 +76,13 @@ pub fn publish_committed(local: &Path) -> Result<Vec<Published>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(io_err(&staging, "list logged puts")(e)),
     };
-    let mut done = Vec::new();
-    let mut first_err = None;
+    let mut round = Round::default();
+    let failed = |id: VersionId, share: bool, e: Error| Pending {
+        name: name_of(&store, &id).unwrap_or_default(),
+        id,
+        share,
+        why: Why::Failed(e),
+    };
     // Committed puts with their marks, in the order of their commits (a
     // damaged mark is reported, after trying every other put); shares of
     // puts committed elsewhere copied first.
@@ -67,44 +90,76 @@ pub fn publish_committed(local: &Path) -> Result<Vec<Published>> {
     for id in ids {
         if store.staging_dir(&id).join(share::MARK).exists() {
             if let Err(e) = copy_shares(&store, &id) {
-                first_err.get_or_insert(e);
+                round.pending.push(failed(id, true, e));
             }
             continue;
         }
         match read_mark(&store, &id) {
             Ok(Some((t, mark))) => marks.push((t, id, mark)),
             Ok(None) => {}
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
+            Err(e) => round.pending.push(failed(id, false, e)),
         }
     }
     marks.sort_by_key(|(t, id, _)| (*t, *id));
-    let mut waiting = HashSet::new();
+    // The first waiting put of each name: the later ones follow it.
+    let mut waiting: HashMap<String, VersionId> = HashMap::new();
     for (_, id, mark) in marks {
         let name = match &mark {
             Mark::Record(c) => Some(c.name.clone()),
-            _ => std::fs::read(store.staging_dir(&id).join("name"))
-                .ok()
-                .and_then(|b| String::from_utf8(b).ok()),
+            _ => name_of(&store, &id),
         };
-        if name.as_ref().is_some_and(|n| waiting.contains(n)) {
+        if let Some(first) = name.as_ref().and_then(|n| waiting.get(n)) {
+            round.pending.push(Pending {
+                name: name.clone().unwrap_or_default(),
+                id,
+                share: false,
+                why: Why::Behind(*first),
+            });
             continue;
         }
         match publish_one(&store, &id, mark) {
-            Ok(Some(p)) => done.push(p),
-            Ok(None) => {
-                waiting.extend(name);
+            Ok(Ok(p)) => round.published.push(p),
+            Ok(Err(why)) => {
+                if let Some(n) = &name {
+                    waiting.insert(n.clone(), id);
+                }
+                round.pending.push(Pending {
+                    name: name.unwrap_or_default(),
+                    id,
+                    share: false,
+                    why,
+                });
             }
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
+            Err(e) => round.pending.push(failed(id, false, e)),
         }
     }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(done),
+    Ok(round)
+}
+
+/// The object name a put's (or share's) directory holds, if it reads.
+fn name_of(local: &Store, id: &VersionId) -> Option<String> {
+    std::fs::read(local.staging_dir(id).join("name"))
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+}
+
+/// The away writers of `writers`, by the node each ran on.
+fn nodes_of(away: &[Away], writers: &BTreeSet<[u8; 16]>) -> Vec<Node> {
+    let mut nodes: Vec<Node> = Vec::new();
+    for a in away.iter().filter(|a| writers.contains(&a.writer)) {
+        match nodes
+            .iter_mut()
+            .find(|n| !a.node.is_empty() && n.name == a.node && n.local == a.local)
+        {
+            Some(n) => n.writers.push(a.writer),
+            None => nodes.push(Node {
+                name: a.node.clone(),
+                local: a.local.clone(),
+                writers: vec![a.writer],
+            }),
+        }
     }
+    nodes
 }
 
 /// Where a published put's staging directory goes to be removed: in
@@ -203,9 +258,13 @@ fn read_logged(
     Ok(block)
 }
 
-/// Publish the put `id` committed here; `None`: it waits for shares other
-/// nodes have not copied yet.
-fn publish_one(local: &Store, id: &VersionId, mark: Mark) -> Result<Option<Published>> {
+/// Publish the put `id` committed here; `Err(why)`: it waits for shares
+/// other nodes have not copied yet.
+fn publish_one(
+    local: &Store,
+    id: &VersionId,
+    mark: Mark,
+) -> Result<std::result::Result<Published, Why>> {
     let dir = local.staging_dir(id);
     let (name, remote_url, put) = match mark {
         Mark::Record(c) => (c.name, c.remote, Some((c.meta, c.claims, c.away))),
@@ -235,7 +294,7 @@ fn publish_one(local: &Store, id: &VersionId, mark: Mark) -> Result<Option<Publi
             // This node's claims, one share per writer, copied.
             let mut mine: BTreeMap<[u8; 16], Vec<(u64, Claim)>> = BTreeMap::new();
             for (i, c) in claims.iter().enumerate() {
-                if !away.contains(&c.writer) {
+                if !away.iter().any(|a| a.writer == c.writer) {
                     mine.entry(c.writer).or_default().push((i as u64, *c));
                 }
             }
@@ -247,8 +306,11 @@ fn publish_one(local: &Store, id: &VersionId, mark: Mark) -> Result<Option<Publi
             for (w, cl) in &mine {
                 dirs.extend(remote.copy_share(&name, id, &meta, (w, cl), &read, false)?);
             }
-            if remote.missing(&name, id, &meta, &claims)?.is_some() {
-                return Ok(None);
+            if let Some((missing, writers)) = remote.missing(&name, id, &meta, &claims)? {
+                return Ok(Err(Why::Shares {
+                    missing,
+                    nodes: nodes_of(&away, &writers),
+                }));
             }
             remote.sync_chunk_dirs(&dirs)?;
             remote.commit(&name, id)?
@@ -256,7 +318,7 @@ fn publish_one(local: &Store, id: &VersionId, mark: Mark) -> Result<Option<Publi
     };
     crate::failpoint("objects.publish_after_remote");
     retire(local, id)?;
-    Ok(Some(Published {
+    Ok(Ok(Published {
         name,
         remote: remote_url,
         committed,

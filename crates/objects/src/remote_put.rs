@@ -101,21 +101,23 @@ impl Remote {
 
     /// Whether every claim of the commit record (`claims`, in chunk order)
     /// is in the remote put, by its writer (its mark there) and with its
-    /// CRC-32C: `None` if so, else what is missing yet (other nodes'
-    /// shares not copied yet: the publisher waits).
+    /// CRC-32C: `None` if so, else what is missing yet and the writers of
+    /// the chunks missing (other nodes' shares not copied yet: the
+    /// publisher waits).
     pub(crate) fn missing(
         &self,
         name: &str,
         id: &VersionId,
         meta: &ArrayMeta,
         claims: &[Claim],
-    ) -> Result<Option<String>> {
+    ) -> Result<Option<(String, BTreeSet<[u8; 16]>)>> {
         let found = match self {
             Remote::Layout(s) => remote_claims(s, name, id, meta)?,
             Remote::S3(s) => s.remote_claims(name, id, meta)?,
         };
         let Some((got, finished)) = found else {
-            return Ok(Some("no share copied yet".into()));
+            let writers = claims.iter().map(|c| c.writer).collect();
+            return Ok(Some(("no share copied yet".into(), writers)));
         };
         let absent: Vec<u64> = (0..claims.len() as u64)
             .filter(|&i| {
@@ -128,12 +130,14 @@ impl Remote {
             })
             .collect();
         Ok((!absent.is_empty()).then(|| {
-            format!(
+            let what = format!(
                 "{} of {} chunks not yet copied by their nodes (first: {:?})",
                 absent.len(),
                 claims.len(),
                 meta.coords(absent[0])
-            )
+            );
+            let writers = absent.iter().map(|&i| claims[i as usize].writer).collect();
+            (what, writers)
         }))
     }
 }

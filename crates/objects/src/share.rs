@@ -17,9 +17,11 @@ use crate::staging::{decode_claim, encode_claim, Claim};
 use crate::{id_hex, VersionId};
 
 const MAGIC: &[u8; 8] = b"PLGSHARE";
-const VERSION: u32 = 1;
-/// Magic, version, reserved, put id, writer id, four lengths.
-const HEAD: usize = 8 + 4 + 4 + 16 + 16 + 4 * 4;
+const VERSION: u32 = 2;
+/// Magic, version, reserved, put id, writer id, four lengths (version 1)
+/// or six (version 2: the node's name and directory too).
+const HEAD_V1: usize = 8 + 4 + 4 + 16 + 16 + 4 * 4;
+const HEAD: usize = HEAD_V1 + 2 * 4;
 const CLAIM_LEN: usize = 60;
 
 /// The file in a put's staging directory that makes it a share (begun by
@@ -35,6 +37,10 @@ pub(crate) struct Share {
     pub(crate) meta: ArrayMeta,
     /// (chunk index, claim), ascending by index.
     pub(crate) claims: Vec<(u64, Claim)>,
+    /// Where the writer ran: its node's name (PARALOG_NODE, else the host
+    /// name) and node-local directory; empty in a version 1 record.
+    pub(crate) node: String,
+    pub(crate) local: String,
 }
 
 /// The share record's file name in the put's directory.
@@ -61,19 +67,32 @@ pub(crate) fn holds_shares(dir: &Path) -> bool {
 
 pub(crate) fn encode(id: &VersionId, s: &Share) -> Vec<u8> {
     let begin = record::encode(id, &s.meta);
+    let texts = [
+        s.name.as_bytes(),
+        s.remote.as_bytes(),
+        s.node.as_bytes(),
+        s.local.as_bytes(),
+    ];
     let mut b = Vec::with_capacity(
-        HEAD + s.name.len() + s.remote.len() + begin.len() + CLAIM_LEN * s.claims.len() + 4,
+        HEAD + texts.iter().map(|t| t.len()).sum::<usize>()
+            + begin.len()
+            + CLAIM_LEN * s.claims.len()
+            + 4,
     );
     b.extend_from_slice(MAGIC);
     b.extend_from_slice(&VERSION.to_le_bytes());
     b.extend_from_slice(&0u32.to_le_bytes());
     b.extend_from_slice(id);
     b.extend_from_slice(&s.writer);
-    for n in [s.name.len(), s.remote.len(), begin.len(), s.claims.len()] {
+    for t in texts {
+        b.extend_from_slice(&(t.len() as u32).to_le_bytes());
+    }
+    for n in [begin.len(), s.claims.len()] {
         b.extend_from_slice(&(n as u32).to_le_bytes());
     }
-    b.extend_from_slice(s.name.as_bytes());
-    b.extend_from_slice(s.remote.as_bytes());
+    for t in texts {
+        b.extend_from_slice(t);
+    }
     b.extend_from_slice(&begin);
     for (i, c) in &s.claims {
         b.extend_from_slice(&encode_claim(*i, c));
@@ -83,14 +102,26 @@ pub(crate) fn encode(id: &VersionId, s: &Share) -> Vec<u8> {
     b
 }
 
+/// The header's size and its lengths (texts: name, remote, node, local;
+/// then the array record's and the claim count) of a record of `version`
+/// at the start of `b`; None: not even a header, or another version.
+fn header(b: &[u8]) -> Option<(usize, [usize; 4], usize, usize)> {
+    let u = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes")) as usize;
+    if b.len() < HEAD_V1 {
+        return None;
+    }
+    match u(8) as u32 {
+        1 => Some((HEAD_V1, [u(48), u(52), 0, 0], u(56), u(60))),
+        2 if b.len() >= HEAD => Some((HEAD, [u(48), u(52), u(56), u(60)], u(64), u(68))),
+        _ => None,
+    }
+}
+
 /// The length of the share record at the start of `b`, from its header
 /// (None: not even a header): how the commit splits the gathered shares.
 pub(crate) fn record_len(b: &[u8]) -> Option<usize> {
-    if b.len() < HEAD {
-        return None;
-    }
-    let u = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes")) as usize;
-    Some(HEAD + u(48) + u(52) + u(56) + CLAIM_LEN * u(60) + 4)
+    let (head, texts, bl, n) = header(b)?;
+    Some(head + texts.iter().sum::<usize>() + bl + CLAIM_LEN * n + 4)
 }
 
 /// Decode a share record. `None`: torn (short, or its CRC-32C fails): a
@@ -99,7 +130,7 @@ pub(crate) fn record_len(b: &[u8]) -> Option<usize> {
 /// naming the file (or the rank's bytes) and the offset.
 pub(crate) fn decode(b: &[u8], path: &Path) -> Result<Option<(VersionId, Share)>> {
     let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-    if b.len() < HEAD + 4 || paralog_checksum::crc32c(&b[..b.len() - 4]) != u32_at(b.len() - 4) {
+    if b.len() < HEAD_V1 + 4 || paralog_checksum::crc32c(&b[..b.len() - 4]) != u32_at(b.len() - 4) {
         return Ok(None);
     }
     let damaged = |offset: usize, what: &str| Error::Damaged {
@@ -110,26 +141,26 @@ pub(crate) fn decode(b: &[u8], path: &Path) -> Result<Option<(VersionId, Share)>
     if &b[..8] != MAGIC {
         return Err(damaged(0, "not a share record (magic)"));
     }
-    if u32_at(8) != VERSION || u32_at(12) != 0 {
+    let Some((head, lens, bl, n)) = header(b).filter(|_| u32_at(12) == 0) else {
         return Err(damaged(8, "a share record of another version"));
-    }
+    };
     let id: VersionId = b[16..32].try_into().expect("16");
     let writer: [u8; 16] = b[32..48].try_into().expect("16");
     if record_len(b) != Some(b.len()) {
         return Err(damaged(48, "lengths that do not add up to the record's"));
     }
-    let (nl, rl, bl, n) = (
-        u32_at(48) as usize,
-        u32_at(52) as usize,
-        u32_at(56) as usize,
-        u32_at(60) as usize,
-    );
-    let text = |at: usize, len: usize, what: &str| {
-        String::from_utf8(b[at..at + len].to_vec()).map_err(|_| damaged(at, what))
-    };
-    let name = text(HEAD, nl, "a name that is not UTF-8")?;
-    let remote = text(HEAD + nl, rl, "a remote URL that is not UTF-8")?;
-    let at = HEAD + nl + rl;
+    let mut at = head;
+    let mut texts = Vec::with_capacity(4);
+    for (len, what) in lens.iter().zip([
+        "a name that is not UTF-8",
+        "a remote URL that is not UTF-8",
+        "a node name that is not UTF-8",
+        "a node-local directory that is not UTF-8",
+    ]) {
+        texts.push(String::from_utf8(b[at..at + len].to_vec()).map_err(|_| damaged(at, what))?);
+        at += len;
+    }
+    let [name, remote, node, local]: [String; 4] = texts.try_into().expect("4 texts");
     let (rid, meta) = record::decode(&b[at..at + bl], path)?;
     if rid != id {
         return Err(damaged(at + 16, "the array record's id is not the share's"));
@@ -157,6 +188,8 @@ pub(crate) fn decode(b: &[u8], path: &Path) -> Result<Option<(VersionId, Share)>
             remote,
             meta,
             claims,
+            node,
+            local,
         },
     )))
 }
@@ -189,15 +222,40 @@ mod tests {
             remote: "objstore:///scratch/objs?dirs=4".into(),
             meta: ArrayMeta::new(DType::I32, &[64, 4], &[16, 4]),
             claims,
+            node: "n1".into(),
+            local: "/local/n1".into(),
         };
         (id, s)
     }
 
-    /// The golden vector (docs/objects-format.md "A share"):
+    fn same(got: &Share, s: &Share) {
+        assert_eq!(
+            (&got.writer, &got.name, &got.remote, &got.meta, &got.claims),
+            (&s.writer, &s.name, &s.remote, &s.meta, &s.claims)
+        );
+        assert_eq!((&got.node, &got.local), (&s.node, &s.local));
+    }
+
+    /// The version 1 golden vector, written by the previous binary: still
+    /// read, its writer's node unknown.
+    #[test]
+    fn golden_vector_v1_still_reads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/share_v1.bin");
+        let (id, mut s) = fixed();
+        (s.node, s.local) = (String::new(), String::new());
+        let golden = std::fs::read(&path).unwrap();
+        assert_eq!(u32::from_le_bytes(golden[8..12].try_into().unwrap()), 1);
+        assert_eq!(record_len(&golden), Some(golden.len()));
+        let (gid, got) = decode(&golden, &path).unwrap().expect("whole");
+        assert_eq!(gid, id);
+        same(&got, &s);
+    }
+
+    /// The version 2 golden vector (docs/objects-format.md "A share"):
     /// `PARALOG_WRITE_VECTORS=1` writes it (once, when the format is made).
     #[test]
-    fn golden_vector_v1() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/share_v1.bin");
+    fn golden_vector_v2() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/share_v2.bin");
         let (id, s) = fixed();
         if std::env::var_os("PARALOG_WRITE_VECTORS").is_some() {
             std::fs::write(&path, encode(&id, &s)).unwrap();
@@ -205,16 +263,16 @@ mod tests {
         let golden = std::fs::read(&path).unwrap();
         assert_eq!(encode(&id, &s), golden);
         assert_eq!(&golden[..8], b"PLGSHARE");
-        assert_eq!(u32::from_le_bytes(golden[8..12].try_into().unwrap()), 1);
+        assert_eq!(u32::from_le_bytes(golden[8..12].try_into().unwrap()), 2);
         assert_eq!(&golden[16..32], &id);
         assert_eq!(&golden[32..48], &s.writer);
+        // The texts after the six lengths: name, remote, node, local.
+        let texts = b"run/tobjstore:///scratch/objs?dirs=4n1/local/n1";
+        assert_eq!(&golden[72..72 + texts.len()], texts);
         assert_eq!(record_len(&golden), Some(golden.len()));
         let (gid, got) = decode(&golden, &path).unwrap().expect("whole");
         assert_eq!(gid, id);
-        assert_eq!(
-            (&got.writer, &got.name, &got.remote, &got.meta, &got.claims),
-            (&s.writer, &s.name, &s.remote, &s.meta, &s.claims)
-        );
+        same(&got, &s);
     }
 
     #[test]
@@ -222,7 +280,7 @@ mod tests {
         let (id, s) = fixed();
         let b = encode(&id, &s);
         let p = Path::new("staging/x/s21");
-        for cut in [0, 8, 63, b.len() - 1] {
+        for cut in [0, 8, 63, 71, b.len() - 1] {
             assert!(decode(&b[..cut], p).unwrap().is_none(), "cut at {cut}");
         }
         let mut flipped = b.clone();

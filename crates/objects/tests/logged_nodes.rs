@@ -5,7 +5,9 @@
 
 mod common;
 
-use paralog_objects::{id_hex, publish_committed, ArrayMeta, DType, Error, LoggedStore, Store};
+use paralog_objects::{
+    id_hex, publish_committed, publish_round, ArrayMeta, DType, Error, LoggedStore, Store,
+};
 
 const NAME: &str = "run/t";
 
@@ -47,7 +49,7 @@ fn published_once_when_every_node_copied_its_share() {
     let url = format!("objstore://{}?dirs=2&keep=100", r.path().display());
     let (na, nb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let a = LoggedStore::open(&url, na.path()).unwrap();
-    let b = LoggedStore::open(&url, nb.path()).unwrap();
+    let b = LoggedStore::open(&url, nb.path()).unwrap().on_node("nB");
     let meta = ArrayMeta::new(DType::I32, &[64, 8], &[16, 8]);
     let (id, data, shares) = put_on_two_nodes(&a, &b, &meta, 3);
     // Without B's shares the commit is refused: two chunks not written.
@@ -55,7 +57,28 @@ fn published_once_when_every_node_copied_its_share() {
     assert!(err.contains("2 of 4 chunks were not written"), "{err}");
     a.commit_shares(NAME, &id, &shares).unwrap();
 
-    // Node A alone: its share copied, the version waits for B's.
+    // Node A alone: its share copied, the version waits for B's, and the
+    // round says so, naming node B (its name and directory, from its
+    // writers' share records) and its two writers.
+    let round = publish_round(na.path()).unwrap();
+    assert!(round.published.is_empty());
+    let [p] = &round.pending[..] else {
+        panic!("pending: {:?}", round.pending)
+    };
+    assert_eq!(
+        (p.name.as_str(), p.id, p.share, p.lasting()),
+        (NAME, id, false, false)
+    );
+    assert_eq!(p.waits_for(), ["nB"]);
+    let m = p.message();
+    let dir = std::path::absolute(nb.path()).unwrap();
+    assert!(
+        m.contains(&format!(
+            "node nB (2 writer(s), node-local directory {})",
+            dir.display()
+        )) && m.contains("2 of 4 chunks not yet copied"),
+        "{m}"
+    );
     assert!(publish_committed(na.path()).unwrap().is_empty());
     assert!(matches!(
         remote(&url).array(NAME, None),

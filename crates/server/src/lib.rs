@@ -11,6 +11,7 @@ pub mod limit;
 pub mod node;
 pub mod pool;
 pub mod priority;
+pub mod puts;
 pub mod recover;
 pub mod remote;
 pub mod rename;

@@ -109,9 +109,15 @@ pub fn lock_server(root: &Path, job: Option<&str>) -> Result<ServerLock, StartEr
 
 /// Start the one-node service: its workers, the watcher on the root
 /// (inotify, on a thread of its own) and the status socket at `socket`.
-pub fn start(cfg: Config, socket: &Path) -> Result<Server, StartError> {
+/// `logged_puts`: a publisher of logged array puts will report to it
+/// (`Server::puts`, crate::puts), so that a `wait` or `drain` that comes
+/// before its first round waits for that round.
+pub fn start(cfg: Config, socket: &Path, logged_puts: bool) -> Result<Server, StartError> {
     let root = cfg.root.clone();
     let server = Server::start(cfg);
+    if logged_puts {
+        server.puts().attach();
+    }
     let watcher = Watcher::new(server.clone()).map_err(io(&root, "watching (inotify)"))?;
     status::serve(server.clone(), socket)?;
     std::thread::Builder::new()

@@ -5,8 +5,9 @@
 //!
 //! - `{"cmd":"status"}`: a [`Status`].
 //! - `{"cmd":"drain","timeout_s":T}` (one-node service): waits until every
-//!   committed epoch is drained (or a file is damaged, or T seconds pass;
-//!   no T: no limit), then a [`Status`].
+//!   committed epoch is drained and every logged array put committed here
+//!   published (crate::puts) (or a file is damaged, or T seconds pass; no
+//!   T: no limit), then a [`Status`].
 //! - `{"cmd":"finish"}`: `{"finishing":true}` at once; the server drains
 //!   everything committed, then stops.
 //! - `{"cmd":"wait","timeout_s":T}`: `finish`, answered when the drain is
@@ -91,6 +92,14 @@ pub struct Status {
     /// stops once everything committed is drained.
     pub finishing: bool,
     pub files: Vec<FileStatus>,
+    /// Logged array puts committed on this node and not published yet,
+    /// and those published so far (the one-node server's publisher;
+    /// docs/objects.md "Waiting for logged puts"): `wait` and `drain`
+    /// wait for them too.
+    #[serde(default)]
+    pub puts: Vec<crate::puts::PutStatus>,
+    #[serde(default)]
+    pub puts_published: u64,
     /// Only in a server job: what the servers do together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterStatus>,
@@ -374,7 +383,10 @@ fn answer(server: &Server, req: Request, client: &Client) -> std::io::Result<()>
                 Ok(s) => s,
                 Err(e) => return client.reply(&error_answer(e)),
             };
-            let drained = status.idle && status.damaged == 0 && status.retrying == 0;
+            let drained = status.idle
+                && status.damaged == 0
+                && status.retrying == 0
+                && status.puts.is_empty();
             let timed_out = !drained && timeout.is_some_and(|t| started.elapsed() >= t);
             // Answer first: the process may exit as soon as it stops.
             client.reply(&WaitAnswer {
@@ -480,6 +492,8 @@ mod tests {
             retrying: 0,
             finishing: false,
             files,
+            puts: Vec::new(),
+            puts_published: 0,
             cluster,
             stream_released: BTreeMap::from([(
                 "tele".into(),

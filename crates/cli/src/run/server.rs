@@ -169,7 +169,13 @@ pub(super) fn wait_drained(
                 timeout_s: Some(slice),
             },
         )?;
-        let done = st.idle && (st.epochs_pending == 0 || st.damaged > 0);
+        // Logged array puts too (docs/objects.md "Waiting for logged
+        // puts"): done when none may still publish.
+        let puts_done = st
+            .puts
+            .iter()
+            .all(|p| p.state == paralog_server::puts::PutState::Failed);
+        let done = st.idle && (st.epochs_pending == 0 || st.damaged > 0) && puts_done;
         if done || left.is_some_and(|l| l <= slice) {
             return Ok(st);
         }

@@ -121,6 +121,8 @@ struct Inner {
     started: Instant,
     /// What the streams' drain released (crate::streams), for `status`.
     stream_released: crate::streams::ReleaseCounts,
+    /// The logged array puts' publisher reports here (crate::puts).
+    puts: crate::puts::Puts,
 }
 
 /// A handle on the running server; clones share it.
@@ -144,6 +146,7 @@ impl Server {
             changed: Condvar::new(),
             started: Instant::now(),
             stream_released: Default::default(),
+            puts: crate::puts::Puts::default(),
         });
         for i in 0..inner.cfg.workers.max(1) {
             let inner = inner.clone();
@@ -165,6 +168,11 @@ impl Server {
     /// Where the streams' drain counts its releases (`crate::streams::start`).
     pub fn stream_releases(&self) -> crate::streams::ReleaseCounts {
         self.inner.stream_released.clone()
+    }
+
+    /// Where the publisher of logged array puts reports its rounds.
+    pub fn puts(&self) -> crate::puts::Puts {
+        self.inner.puts.clone()
     }
 
     fn lock(&self) -> MutexGuard<'_, Sched> {
@@ -218,8 +226,11 @@ impl Server {
     }
 
     /// Wait until every committed epoch found by a fresh scan is drained, or
-    /// a file cannot progress (damaged), or `timeout` passes. Files that are
-    /// retrying after a remote failure keep this waiting.
+    /// a file cannot progress (damaged), or `timeout` passes; then until a
+    /// round of the logged puts' publisher begun after the call left
+    /// nothing that may still publish (crate::puts). Files that are
+    /// retrying after a remote failure keep this waiting, and so do puts
+    /// waiting for other nodes' shares.
     pub fn wait_idle(&self, timeout: Option<Duration>) -> Result<Status, paralog_log::LogError> {
         use std::sync::atomic::Ordering::SeqCst;
         self.inner.flush.fetch_add(1, SeqCst);
@@ -232,6 +243,7 @@ impl Server {
         &self,
         timeout: Option<Duration>,
     ) -> Result<Status, paralog_log::LogError> {
+        let puts_mark = self.inner.puts.mark();
         self.rescan()?;
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut s = self.lock();
@@ -264,6 +276,7 @@ impl Server {
                 .0;
         }
         drop(s);
+        self.inner.puts.wait_settled(puts_mark, deadline);
         Ok(self.status())
     }
 
@@ -281,6 +294,7 @@ impl Server {
     }
 
     pub fn status(&self) -> Status {
+        let (puts, puts_published) = self.inner.puts.snapshot();
         let s = self.lock();
         let now = Instant::now();
         let files: Vec<FileStatus> = s
@@ -328,6 +342,8 @@ impl Server {
             idle: s.idle(),
             finishing: s.finishing,
             files,
+            puts,
+            puts_published,
             cluster: None,
             stream_released: self.inner.stream_released.snapshot(),
             // The totals are derived (`summed`).
