@@ -166,12 +166,13 @@ def restart(work, prefix, remote, direct, n_ranks, mean=MEAN):
     check(not diff, f"restart copy differs: {diff}")
 
 
-def direct_run(work, n_ranks, salt=None, name="direct", steps=STEPS, mean=MEAN):
+def direct_run(work, n_ranks, salt=None, name="direct", steps=STEPS, mean=MEAN, spread=None):
     """The direct run's files in work/NAME (the serial program writes the
-    bytes every rank of the MPI program writes)."""
+    bytes every rank of the MPI program writes; `spread`: CKPT_SPREAD)."""
     direct = work / name
     direct.mkdir(exist_ok=True)
-    env = clean_env({"CKPT_SALT": str(salt)} if salt else None)
+    env = clean_env({**({"CKPT_SALT": str(salt)} if salt else {}),
+                     **({"CKPT_SPREAD": str(spread)} if spread is not None else {})} or None)
     run([ckpt(), direct, n_ranks, steps, mean], env=env)
     return direct
 

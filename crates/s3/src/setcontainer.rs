@@ -5,6 +5,13 @@
 //! when it is no larger than one part. An upload marker object is written
 //! before the multipart upload is created and deleted once it is complete
 //! or aborted, so that what a crash left is found (`MARK`).
+//!
+//! The same writer uploads one node's region of a container that several
+//! nodes upload together (`--agg-mode own`, docs/aggregate.md): the upload
+//! created by the set's record writer (`S3Sets::start_shared`), the
+//! region's parts numbered and cut as the placement says
+//! (`paralog_aggregate::regions::place_parts`), reported to the record
+//! writer, which completes the upload (`S3Sets::complete_shared`).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -12,14 +19,15 @@ use std::sync::Arc;
 
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumType, CompletedPart};
+use paralog_aggregate::regions::PartRule;
 use paralog_aggregate::store::ContainerSink;
 use paralog_aggregate::AggError;
-use paralog_backend::BackendError;
+use paralog_backend::{BackendError, PartDone};
 use tokio::task::JoinHandle;
 
 use crate::errors::s3_error;
 use crate::integrity::{crc_b64, whole_crc};
-use crate::sets::agg;
+use crate::sets::{agg, S3Sets};
 use crate::S3Backend;
 
 /// The marker object `SET/.set.plr.upload-<container>`, written before a
@@ -57,6 +65,16 @@ pub(crate) struct S3Container {
     /// (part number, CRC32C, length) of every part sent.
     crcs: Vec<(i32, u32, u64)>,
     completed: bool,
+    /// A node's region of a shared upload; `None`: the whole container.
+    region: Option<Region>,
+}
+
+/// One node's region of a container whose upload several nodes share.
+struct Region {
+    /// The number of its first part.
+    first: i32,
+    /// Its parts' lengths, as placed.
+    parts: Vec<u64>,
 }
 
 impl S3Container {
@@ -75,6 +93,7 @@ impl S3Container {
             parts: Vec::new(),
             crcs: Vec::new(),
             completed: false,
+            region: None,
         }
     }
 
@@ -84,13 +103,23 @@ impl S3Container {
 
     /// The size of the part being filled: the URL's part size, doubled
     /// after each sixteenth of the part-count limit.
+    /// A region's: the placed length (0: past the region).
     fn part_size(&self) -> u64 {
-        growing_part(self.be.min_part, self.be.max_parts, self.crcs.len() as u64)
+        match &self.region {
+            Some(r) => r.parts.get(self.crcs.len()).copied().unwrap_or(0),
+            None => growing_part(self.be.min_part, self.be.max_parts, self.crcs.len() as u64),
+        }
     }
 
     fn push(&mut self, mut data: &[u8]) -> paralog_aggregate::Result<()> {
         while !data.is_empty() {
             let part = self.part_size() as usize;
+            if part == 0 {
+                return Err(AggError::Invalid {
+                    path: self.path.clone(),
+                    what: format!("written at {} past the end of this node's region", self.end),
+                });
+            }
             if self.buf.capacity() < part {
                 self.buf.reserve_exact(part - self.buf.len());
             }
@@ -112,22 +141,7 @@ impl S3Container {
         let id = match &self.upload {
             Some(id) => id.clone(),
             None => {
-                be.put_object(&self.mark, Vec::new(), false)
-                    .map_err(self.err("write an upload marker"))?;
-                let out = be
-                    .rt
-                    .block_on(
-                        be.client
-                            .create_multipart_upload()
-                            .bucket(&be.bucket)
-                            .key(&self.key)
-                            .checksum_algorithm(ChecksumAlgorithm::Crc32C)
-                            .checksum_type(ChecksumType::FullObject)
-                            .send(),
-                    )
-                    .map_err(|e| s3_error(&be.bucket, &self.key, "create multipart upload", &e))
-                    .map_err(self.err("write container"))?;
-                let id = out.upload_id().unwrap_or_default().to_owned();
+                let id = start_upload(&be, &self.key, &self.mark, &self.path)?;
                 self.upload = Some(id.clone());
                 id
             }
@@ -136,7 +150,8 @@ impl S3Container {
             self.wait_one()?;
         }
         let data = std::mem::take(&mut self.buf);
-        let number = self.crcs.len() as i32 + 1;
+        let first = self.region.as_ref().map_or(1, |r| r.first);
+        let number = self.crcs.len() as i32 + first;
         let crc = paralog_checksum::crc32c(&data);
         self.crcs.push((number, crc, data.len() as u64));
         let req = be
@@ -216,6 +231,9 @@ impl ContainerSink for S3Container {
             return Ok(());
         }
         self.write(end, &[])?;
+        if self.region.is_some() {
+            return self.finish_region();
+        }
         if self.upload.is_none() {
             // Smaller than one part: one PUT with its CRC32C.
             let body = std::mem::take(&mut self.buf);
@@ -262,13 +280,238 @@ impl ContainerSink for S3Container {
         for h in self.inflight.drain(..) {
             let _ = self.be.rt.block_on(h);
         }
-        if self.completed {
+        if self.region.is_some() {
+            // The shared upload is its creator's to abort.
+        } else if self.completed {
             if let Err(e) = self.be.delete_key(&self.key) {
                 tracing::warn!(key = %self.key, error = %e, "could not delete an abandoned container; the next publish or `paralog recover` collects it");
             }
         } else if let Some(id) = self.upload.take() {
             self.be.abort_upload(&self.key, &id);
             self.unmark();
+        }
+    }
+}
+
+/// Write `mark`, then create the multipart upload of `key` (CRC32C per
+/// part, the whole object's checked at completion); its id. `path` names
+/// the container in messages.
+fn start_upload(
+    be: &S3Backend,
+    key: &str,
+    mark: &str,
+    path: &std::path::Path,
+) -> paralog_aggregate::Result<String> {
+    let err = |op| agg(path.to_path_buf(), op);
+    be.put_object(mark, Vec::new(), false)
+        .map_err(err("write an upload marker"))?;
+    let out = be
+        .rt
+        .block_on(
+            be.client
+                .create_multipart_upload()
+                .bucket(&be.bucket)
+                .key(key)
+                .checksum_algorithm(ChecksumAlgorithm::Crc32C)
+                .checksum_type(ChecksumType::FullObject)
+                .send(),
+        )
+        .map_err(|e| s3_error(&be.bucket, key, "create multipart upload", &e))
+        .map_err(err("write container"))?;
+    Ok(out.upload_id().unwrap_or_default().to_owned())
+}
+
+impl S3Container {
+    /// A region: every placed part sent (the padding is written by
+    /// `finish`), none past it, and every upload answered.
+    fn finish_region(&mut self) -> paralog_aggregate::Result<()> {
+        if !self.buf.is_empty() {
+            // Only a region of no placed part gets here with bytes.
+            return Err(AggError::Invalid {
+                path: self.path.clone(),
+                what: format!("its region ends at {}, not at a part's end", self.end),
+            });
+        }
+        while !self.inflight.is_empty() {
+            self.wait_one()?;
+        }
+        let placed = self.region.as_ref().map_or(0, |r| r.parts.len());
+        if self.crcs.len() != placed {
+            return Err(AggError::Invalid {
+                path: self.path.clone(),
+                what: format!(
+                    "{} of this node's {placed} parts written: its region ends at {}",
+                    self.crcs.len(),
+                    self.end
+                ),
+            });
+        }
+        self.completed = true;
+        Ok(())
+    }
+}
+
+/// One node's region of a container that several nodes upload: bytes in
+/// increasing container offsets from the region's start (the gaps as
+/// zeros), cut into the parts placed for it, two uploads in flight.
+pub struct RegionUpload(S3Container);
+
+impl RegionUpload {
+    pub fn write(&mut self, at: u64, data: &[u8]) -> paralog_aggregate::Result<()> {
+        self.0.write(at, data)
+    }
+
+    /// Pad to `end` (the region's end), wait for every part; the parts'
+    /// reports for the upload's completion.
+    pub fn finish(&mut self, end: u64) -> paralog_aggregate::Result<Vec<PartDone>> {
+        self.0.finish(end)?;
+        let tags: std::collections::BTreeMap<i32, String> = self
+            .0
+            .parts
+            .iter()
+            .map(|p| {
+                (
+                    p.part_number().unwrap_or_default(),
+                    p.e_tag().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        Ok(self
+            .0
+            .crcs
+            .iter()
+            .map(|&(number, crc, len)| PartDone {
+                index: (number - 1) as u64,
+                tag: tags.get(&number).cloned().unwrap_or_default(),
+                crc32c: Some(crc),
+                len,
+            })
+            .collect())
+    }
+
+    /// Stop: the uploads in flight answered (the upload is its creator's
+    /// to abort).
+    pub fn abandon(&mut self) {
+        self.0.abandon()
+    }
+}
+
+/// A container several nodes upload (`--agg-mode own`): the record writer
+/// starts it, each node uploads its region's parts, the record writer
+/// completes it from every node's reports, or aborts it.
+impl S3Sets {
+    /// How the URL's parts are placed: at least S3's minimum but the last,
+    /// the URL's part size, at most its `max_parts` parts of S3's largest.
+    pub fn part_rule(&self) -> PartRule {
+        PartRule {
+            min: paralog_backend::url::S3_MIN_PART,
+            size: self.be.min_part,
+            max_parts: self.be.max_parts,
+            max_part: MAX_PART,
+        }
+    }
+
+    /// The marker, then the upload of container `name` of `set`; its id.
+    pub fn start_shared(&self, set: &[u8], name: &[u8]) -> paralog_aggregate::Result<String> {
+        let (key, mark, path) = self.container_keys(set, name);
+        start_upload(&self.be, &key, &mark, &path)
+    }
+
+    /// This node's region of the shared upload `id` of container `name`:
+    /// from `start`, its parts numbered from `first_part`, of `parts`
+    /// bytes each.
+    pub fn region(
+        &self,
+        set: &[u8],
+        name: &[u8],
+        id: &str,
+        start: u64,
+        first_part: u32,
+        parts: Vec<u64>,
+    ) -> RegionUpload {
+        let (key, mark, path) = self.container_keys(set, name);
+        let mut c = S3Container::new(self.be.clone(), key, mark, path);
+        c.upload = Some(id.to_owned());
+        c.end = start;
+        c.region = Some(Region {
+            first: first_part as i32,
+            parts,
+        });
+        RegionUpload(c)
+    }
+
+    /// Complete the shared upload `id` of container `name` (`size` bytes,
+    /// `count` parts) from every node's part reports: each part once, the
+    /// lengths adding up to `size`, the whole object's CRC32C from the
+    /// parts' (checked by S3); then its marker goes. A container of no
+    /// part (its members hold no byte) is an empty object.
+    pub fn complete_shared(
+        &self,
+        set: &[u8],
+        name: &[u8],
+        id: &str,
+        size: u64,
+        count: u32,
+        mut parts: Vec<PartDone>,
+    ) -> paralog_aggregate::Result<()> {
+        let (key, mark, path) = self.container_keys(set, name);
+        parts.sort_by_key(|p| p.index);
+        let indexes: Vec<u64> = parts.iter().map(|p| p.index).collect();
+        let bytes: u64 = parts.iter().map(|p| p.len).sum();
+        if indexes != (0..u64::from(count)).collect::<Vec<_>>() || bytes != size {
+            // The nodes' placements differ: a bug, never completed.
+            return Err(AggError::Invalid {
+                path,
+                what: format!(
+                    "the nodes reported parts {indexes:?} of {bytes} bytes, not each of 1..={count} once making {size}"
+                ),
+            });
+        }
+        if count == 0 {
+            self.be.abort_upload(&key, id);
+            self.be
+                .put_object(&Self::rel(set, name), Vec::new(), false)
+                .map_err(agg(path, "write container"))?;
+        } else {
+            let mut crcs = Vec::with_capacity(parts.len());
+            let mut done = Vec::with_capacity(parts.len());
+            for p in parts {
+                let number = p.index as i32 + 1;
+                let crc = p.crc32c.unwrap_or_default();
+                crcs.push((number, crc, p.len));
+                done.push(
+                    CompletedPart::builder()
+                        .part_number(number)
+                        .e_tag(p.tag)
+                        .checksum_crc32_c(crc_b64(crc))
+                        .build(),
+                );
+            }
+            let whole = whole_crc(&mut crcs);
+            self.be
+                .complete_upload(&key, id, size, done, Some(whole))
+                .map_err(agg(path, "complete container upload"))?;
+        }
+        if let Err(e) = self.be.delete_object(&mark) {
+            tracing::warn!(key = %mark, error = %e, "could not delete an upload marker; the next publish or `paralog recover` collects it");
+        }
+        Ok(())
+    }
+
+    /// Best effort, nothing of container `name` left: its upload aborted
+    /// and its marker deleted, or (`completed`) the object deleted. What is
+    /// left the next publish or `recover` collects.
+    pub fn abandon_shared(&self, set: &[u8], name: &[u8], id: &str, completed: bool) {
+        let (key, mark, _) = self.container_keys(set, name);
+        if completed {
+            if let Err(e) = self.be.delete_key(&key) {
+                tracing::warn!(key = %key, error = %e, "could not delete an abandoned container; the next publish or `paralog recover` collects it");
+            }
+            return;
+        }
+        self.be.abort_upload(&key, id);
+        if let Err(e) = self.be.delete_object(&mark) {
+            tracing::warn!(key = %mark, error = %e, "could not delete an upload marker; the next publish or `paralog recover` collects it");
         }
     }
 }

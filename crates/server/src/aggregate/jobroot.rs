@@ -219,6 +219,8 @@ impl JobRoot {
 pub(crate) struct Reused {
     containers: Vec<Container>,
     members: Vec<Member>,
+    /// The index the first kept container was given in `members`.
+    first: u32,
 }
 
 impl Reused {
@@ -237,7 +239,10 @@ impl Reused {
             .map(|(_, m)| &m.member[..])
             .collect();
         let room = k.saturating_sub(plan.groups.len());
-        let mut r = Reused::default();
+        let mut r = Reused {
+            first: plan.groups.len() as u32,
+            ..Reused::default()
+        };
         for c in reusable_containers(old, &|m| touched.contains(m), room) {
             let to = (plan.groups.len() + r.containers.len()) as u32;
             r.containers.push(old.containers[c as usize].clone());
@@ -251,10 +256,19 @@ impl Reused {
         self.members.iter().any(|m| m.path == path)
     }
 
-    /// The kept containers after the groups' in `rec`, with their members.
+    /// The kept containers after the groups' in `rec`, with their members
+    /// (their extents renumbered after `rec`'s containers: the own-region
+    /// mode writes a container per group holding new bytes, which may be
+    /// fewer than the plan's groups).
     pub(crate) fn add_to(&self, rec: &mut SetRecord) {
+        let at = rec.containers.len() as u32;
         rec.containers.extend(self.containers.iter().cloned());
-        rec.members.extend(self.members.iter().cloned());
+        rec.members.extend(self.members.iter().cloned().map(|mut m| {
+            for e in &mut m.extents {
+                e.container = e.container - self.first + at;
+            }
+            m
+        }));
         rec.members.sort_by(|a, b| a.path.cmp(&b.path));
     }
 
