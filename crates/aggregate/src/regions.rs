@@ -149,9 +149,8 @@ pub fn place_parts(entries: &[Entry], align: u64, rule: PartRule) -> Result<Part
     let mut runs: Vec<(u64, u64, Vec<usize>, u64)> = Vec::new();
     for &i in &order {
         let e = entries[i];
-        match runs.last_mut() {
-            Some((g, n, ..)) if *g == e.group && *n == e.node => {}
-            _ => runs.push((e.group, e.node, Vec::new(), 0)),
+        if !matches!(runs.last(), Some((g, n, ..)) if *g == e.group && *n == e.node) {
+            runs.push((e.group, e.node, Vec::new(), 0));
         }
         let (_, _, members, end) = runs.last_mut().expect("pushed");
         let at = end.next_multiple_of(align);

@@ -348,9 +348,11 @@ pub(crate) fn publish(
 
     // 3. The placements to the record writer; every container durable.
     let (all, counts) = ctx.w(|c| c.gather_bytes(&mini, Some(writer)))?;
-    let parts = match shared {
-        Some(_) => Some(ctx.w(|c| c.gather_bytes(&reports, Some(writer)))?),
-        None => None,
+    // On S3 (own regions) the parts each node uploaded, for the completion.
+    let parts = if shared.is_some() {
+        Some(ctx.w(|c| c.gather_bytes(&reports, Some(writer)))?)
+    } else {
+        None
     };
     let mut sums = [fail.is_some() as i64, sent as i64];
     ctx.w(|c| c.allreduce(&mut sums, Reduce::Sum))?;
