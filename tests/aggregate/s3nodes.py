@@ -54,7 +54,9 @@ container is a multipart upload of several parts packed across members
                   containers + 1 record per set, each container exactly
                   the size and part count the placement rule gives, no
                   marker or upload left, 0 member bytes between nodes (the
-                  servers' counter), `paralog extract` equals the direct run
+                  servers' counter), `paralog extract` equals the direct run;
+                  Open MPI: then the restart job's reads fail with EIO
+                  naming the set and `paralog extract` (as above)
   s3 own region writer killed
                   --agg-mode own, a node's server killed (SIGKILL, failpoint
                   aggregate.mid_region) in the middle of its region of the
@@ -155,13 +157,13 @@ def case_sets(flavour, k):
     return case
 
 
-def restart_refused(work, minio, prefix, pre, url, sets):
+def restart_refused(work, minio, prefix, pre, url, sets, mean=MEAN):
     """A restart job started WITHOUT --aggregate (`paralog run`, a new
     node-local directory) reading the members back: capture cannot read S3,
     so each read fails with EIO and one line naming the set and `paralog
     extract` (before, such a job listed no sets and the reads found no
     file: ENOENT, as if the checkpoint did not exist)."""
-    r = paralog_run(work / "restart-local", prefix, [agg.ckpt(), prefix, NP, STEPS, MEAN, "verify"], job="r",
+    r = paralog_run(work / "restart-local", prefix, [agg.ckpt(), prefix, NP, STEPS, mean, "verify"], job="r",
                     remote=url, env=minio.env(), check=False)
     check(r.returncode != 0, "a restart read of a member on S3 succeeded")
     said = r.stdout + r.stderr
@@ -333,7 +335,7 @@ def check_own(minio, pre, k, sets, direct, c, marked=()):
     return want
 
 
-def case_own(flavour, k, mean, extra=None):
+def case_own(flavour, k, mean, extra=None, restart=False):
     @with_minio
     def case(work, minio):
         pre = f"own-{flavour}-k{k}"
@@ -349,8 +351,11 @@ def case_own(flavour, k, mean, extra=None):
         sets = [f"ckpt/{p.name}" for p in sorted((first / "ckpt").iterdir())]
         want = check_own(minio, pre, k, sets, first, c)
         check_versions(minio, url, work, "own", sets, first, 1)
+        if restart:
+            restart_refused(work, minio, c.prefix, pre, url, sets, mean)
         return (f"{len(sets)} sets x {NP} members from {NODES} nodes, containers (bytes, parts) {want}, "
-                f"0 bytes between nodes, K + 1 keys, no upload left, extract equals direct")
+                f"0 bytes between nodes, K + 1 keys, no upload left, extract equals direct"
+                + ("; a restart: EIO naming the set and paralog extract" if restart else ""))
     return case
 
 
@@ -402,6 +407,6 @@ def cases():
         ("s3 nodes leader killed", case_killed("mpich", "aggregate.mid_transfer:6", "leader")),
         ("s3 nodes record writer killed", case_killed("openmpi", "aggregate.before_record", "record writer")),
         ("s3 own region mpich K=1", case_own("mpich", 1, 2_500_000)),
-        ("s3 own region openmpi K=2", case_own("openmpi", 2, 4_000_000, {"CKPT_MPIIO": "1"})),
+        ("s3 own region openmpi K=2", case_own("openmpi", 2, 4_000_000, {"CKPT_MPIIO": "1"}, restart=True)),
         ("s3 own region writer killed", case_own_killed("mpich")),
     ]

@@ -352,7 +352,10 @@ mod tests {
                 assert_eq!(r.start % align, 0);
                 for (q, &len) in r.parts.iter().enumerate() {
                     let last = j + 1 == regions.len() && q + 1 == r.parts.len();
-                    assert!(last || len >= rule.min, "part {len} under the minimum: {p:?}");
+                    assert!(
+                        last || len >= rule.min,
+                        "part {len} under the minimum: {p:?}"
+                    );
                     assert!(len <= rule.max_part);
                 }
                 at = r.end();
@@ -462,7 +465,16 @@ mod tests {
     #[test]
     fn uneven_regions_always_make_valid_parts() {
         // Many mixes of small and large regions over 2 groups.
-        let lens = [0, 1, 4 * MIB, 5 * MIB, 5 * MIB + 1, 9 * MIB, 10 * MIB + 3, 23 * MIB];
+        let lens = [
+            0,
+            1,
+            4 * MIB,
+            5 * MIB,
+            5 * MIB + 1,
+            9 * MIB,
+            10 * MIB + 3,
+            23 * MIB,
+        ];
         for a in lens {
             for b in lens {
                 for c in lens {

@@ -227,8 +227,7 @@ pub(crate) fn publish(
             }
         }
     }
-    if ctx.sets.mode == AggMode::Own
-        && matches!(ctx.remote, Remote::Url(RemoteUrl::ObjStore(_), _))
+    if ctx.sets.mode == AggMode::Own && matches!(ctx.remote, Remote::Url(RemoteUrl::ObjStore(_), _))
     {
         // Refused at start (`Sets::check_mode`); never write files there.
         fail.get_or_insert("--agg-mode own writes to a POSIX remote or S3 only".into());

@@ -263,12 +263,13 @@ impl Reused {
     pub(crate) fn add_to(&self, rec: &mut SetRecord) {
         let at = rec.containers.len() as u32;
         rec.containers.extend(self.containers.iter().cloned());
-        rec.members.extend(self.members.iter().cloned().map(|mut m| {
-            for e in &mut m.extents {
-                e.container = e.container - self.first + at;
-            }
-            m
-        }));
+        rec.members
+            .extend(self.members.iter().cloned().map(|mut m| {
+                for e in &mut m.extents {
+                    e.container = e.container - self.first + at;
+                }
+                m
+            }));
         rec.members.sort_by(|a, b| a.path.cmp(&b.path));
     }
 

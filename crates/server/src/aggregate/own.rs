@@ -215,31 +215,31 @@ pub(crate) fn write(
     let error: Mutex<Option<String>> = Mutex::new(wrote.error.take());
     let local = beside_beats(ctx, || {
         std::thread::scope(|w| {
-                for _ in 0..WRITERS {
-                    w.spawn(|| {
-                        let mut buf = vec![0u8; block];
-                        loop {
-                            if lock(&error).is_some() {
-                                return;
-                            }
-                            let Some((m, slot)) = lock(&work).pop_front() else {
-                                return;
-                            };
-                            let f = &files[&slot.container].0;
-                            let mut put = |at: u64, data: &[u8]| {
-                                f.write_all_at(data, at)
-                                    .map_err(|e| format!("writing the container at {at}: {e}"))
-                            };
-                            match write_member(&mut put, m, slot, &mut buf) {
-                                Ok(member) => lock(&placed).push(member),
-                                Err(e) => {
-                                    lock(&error).get_or_insert(e);
-                                }
+            for _ in 0..WRITERS {
+                w.spawn(|| {
+                    let mut buf = vec![0u8; block];
+                    loop {
+                        if lock(&error).is_some() {
+                            return;
+                        }
+                        let Some((m, slot)) = lock(&work).pop_front() else {
+                            return;
+                        };
+                        let f = &files[&slot.container].0;
+                        let mut put = |at: u64, data: &[u8]| {
+                            f.write_all_at(data, at)
+                                .map_err(|e| format!("writing the container at {at}: {e}"))
+                        };
+                        match write_member(&mut put, m, slot, &mut buf) {
+                            Ok(member) => lock(&placed).push(member),
+                            Err(e) => {
+                                lock(&error).get_or_insert(e);
                             }
                         }
-                    });
-                }
-            });
+                    }
+                });
+            }
+        });
         let mut err = lock(&error).take();
         if err.is_none() {
             err = durable(&files, dir).err();
@@ -306,12 +306,15 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Writes bytes at a container offset (see `write_member`).
+pub(crate) type Put<'a> = dyn FnMut(u64, &[u8]) -> Result<(), String> + 'a;
+
 /// One member's ranges one after the other from `slot.offset`, one extent
 /// each, a CRC-32C per record block (`block` is a multiple of it); `put`
 /// writes bytes at a container offset (a file's `pwrite`, or an upload
 /// taking them in order).
 pub(crate) fn write_member(
-    put: &mut dyn FnMut(u64, &[u8]) -> Result<(), String>,
+    put: &mut Put<'_>,
     mut m: Outgoing,
     slot: Slot,
     buf: &mut [u8],
