@@ -57,6 +57,10 @@ container is a multipart upload of several parts packed across members
                   servers' counter), `paralog extract` equals the direct run;
                   Open MPI: then the restart job's reads fail with EIO
                   naming the set and `paralog extract` (as above)
+  s3 own region kept container
+                  "s3 nodes kept container" with --agg-mode own (Open MPI):
+                  node 1's container listed again, node 0's members in the
+                  one container uploaded new
   s3 own region writer killed
                   --agg-mode own, a node's server killed (SIGKILL, failpoint
                   aggregate.mid_region) in the middle of its region of the
@@ -96,8 +100,8 @@ def direct(work, name, salt=None):
     return agg.direct_run(work, NP, salt, name=name, steps=STEPS, mean=MEAN)
 
 
-def cluster(work, flavour, minio, url, k, per_node_env=None):
-    args = ["--aggregate", RULE, *SERVER_ARGS, "--containers", str(k)]
+def cluster(work, flavour, minio, url, k, per_node_env=None, mode="leader"):
+    args = ["--aggregate", RULE, *SERVER_ARGS, "--containers", str(k), "--agg-mode", mode]
     c = Cluster(work, flavour, NODES, url, aws_env=s3.aws_env(minio), server_args=args)
     c.start_servers(per_node_env)
     return c
@@ -231,14 +235,14 @@ def containers_of(keys, pre, s):
     return {k: n for k, n in keys.items() if k.startswith(f"{pre}/{s}/") and k.endswith(".plc")}
 
 
-def case_kept(flavour):
+def case_kept(flavour, mode="leader"):
     @with_minio
     def case(work, minio):
         k = 2
-        pre = f"kept-{flavour}"
+        pre = f"kept-{flavour}-{mode}"
         url = f"s3://{BUCKET}/{pre}{QUERY}"
         for label, extra in (("first", {}), ("second", {"CKPT_SALT": "5", "CKPT_WRITERS": str(RANKS_PER_NODE)})):
-            c = cluster(work / label, flavour, minio, url, k)
+            c = cluster(work / label, flavour, minio, url, k, mode=mode)
             try:
                 write_job(c, flavour, extra)
                 c.wait(timeout=300)
@@ -312,13 +316,6 @@ def own_expected(direct, k, part=5 * MIB):
     return out
 
 
-def own_cluster(work, flavour, minio, url, k, per_node_env=None):
-    args = ["--aggregate", RULE, *SERVER_ARGS, "--agg-mode", "own", "--containers", str(k)]
-    c = Cluster(work, flavour, NODES, url, aws_env=s3.aws_env(minio), server_args=args)
-    c.start_servers(per_node_env)
-    return c
-
-
 def check_own(minio, pre, k, sets, direct, c, marked=()):
     """K containers + 1 record per set of the sizes and part counts the
     placement rule gives, no upload left, 0 member bytes between nodes."""
@@ -340,7 +337,7 @@ def case_own(flavour, k, mean, extra=None, restart=False):
     def case(work, minio):
         pre = f"own-{flavour}-k{k}"
         url = f"s3://{BUCKET}/{pre}{QUERY}"
-        c = own_cluster(work, flavour, minio, url, k)
+        c = cluster(work, flavour, minio, url, k, mode="own")
         try:
             nodes.write_job(c, flavour, NP, {"CKPT_SPREAD": str(OWN_SPREAD), **(extra or {})},
                             steps=STEPS, mean=mean)
@@ -369,7 +366,7 @@ def case_own_killed(flavour):
         # 10 to 12: whichever node reaches its 12th block dies in the
         # middle of its region of the second set.
         fp = {n: {"PARALOG_FAILPOINT": "aggregate.mid_region:12"} for n in range(NODES)}
-        c = own_cluster(work, flavour, minio, url, k, fp)
+        c = cluster(work, flavour, minio, url, k, fp, mode="own")
         try:
             nodes.write_job(c, flavour, NP, {"CKPT_SPREAD": str(OWN_SPREAD)}, check_rc=False,
                             steps=STEPS, mean=mean)
@@ -409,4 +406,5 @@ def cases():
         ("s3 own region mpich K=1", case_own("mpich", 1, 2_500_000)),
         ("s3 own region openmpi K=2", case_own("openmpi", 2, 4_000_000, {"CKPT_MPIIO": "1"}, restart=True)),
         ("s3 own region writer killed", case_own_killed("mpich")),
+        ("s3 own region kept container", case_kept("openmpi", "own")),
     ]
