@@ -20,8 +20,8 @@ use paralog_aggregate::{AggError, SetReader};
 use paralog_backend::{BackendError, S3Url};
 
 use crate::errors::{chain, s3_error};
-pub use crate::setcontainer::RegionUpload;
 use crate::setcontainer::{S3Container, MARK};
+pub use crate::setregion::RegionUpload;
 use crate::S3Backend;
 
 /// The sets under an `s3://BUCKET/PREFIX` remote.
