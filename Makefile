@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-stream-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench bench-aggregate bench-rounds bench-objects bench-streams bench-streams-nodes
+.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-stream-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench bench-aggregate bench-aggregate-s3 bench-rounds bench-objects bench-streams bench-streams-nodes
 
 all: build
 
@@ -241,6 +241,12 @@ bench-cluster: build setup-test
 # section 9. AGG_FLAGS="--repeat 3 --mib 16 --steps 3" for the full run.
 bench-aggregate: build setup-test setup-bench
 	/usr/bin/python3 bench/aggregate.py $(AGG_FLAGS)
+
+# Checkpoint sets on S3 (MinIO on loopback) by a server job of simulated
+# nodes: --agg-mode leader against own (docs/benchmarks.md section 9, "On
+# S3"; a few minutes).
+bench-aggregate-s3: build setup-test
+	/usr/bin/python3 bench/aggregate_s3.py $(AGG_S3_FLAGS)
 
 # What a round of the server job costs against nodes and pending epochs
 # (simulated nodes: servers of one mpirun on this machine; a few minutes):

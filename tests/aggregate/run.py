@@ -172,13 +172,14 @@ def restart(work, prefix, remote, direct, n_ranks, mean=MEAN, env=None):
     check(not diff, f"restart copy differs: {diff}")
 
 
-def direct_run(work, n_ranks, salt=None, name="direct", steps=STEPS, mean=MEAN, extra=None):
+def direct_run(work, n_ranks, salt=None, name="direct", steps=STEPS, mean=MEAN, extra=None, spread=None):
     """The direct run's files in work/NAME (the serial program writes the
     bytes every rank of the MPI program writes; `extra`: more of its
-    environment, e.g. CKPT_HOLES)."""
+    environment, e.g. CKPT_HOLES; `spread`: CKPT_SPREAD)."""
     direct = work / name
     direct.mkdir(exist_ok=True)
-    env = clean_env({**({"CKPT_SALT": str(salt)} if salt else {}), **(extra or {})})
+    env = clean_env({**({"CKPT_SALT": str(salt)} if salt else {}),
+                     **({"CKPT_SPREAD": str(spread)} if spread is not None else {}), **(extra or {})})
     run([ckpt(), direct, n_ranks, steps, mean], env=env)
     return direct
 

@@ -49,6 +49,33 @@ container is a multipart upload of several parts packed across members
                   PUT (aggregate.before_record): complete orphan containers
                   are left, the previous version reads whole; `recover`
                   deletes them and publishes the second version
+  s3 own region mpich K=1, s3 own region openmpi K=2
+                  --agg-mode own: each node uploads its own members as its
+                  own parts of its group's container upload, members of
+                  +-80 % (CKPT_SPREAD) so that regions are uneven and some
+                  under S3's 5 MiB part minimum (MPICH: both nodes' regions
+                  of the first set, so the smaller is the container's last
+                  part and the other padded to 5 MiB; Open MPI, MPI-IO:
+                  node 0's region of the second set is two parts, node 1's
+                  container of the first set one part of 4.2 MiB): K
+                  containers + 1 record per set, each container exactly
+                  the size and part count the placement rule gives, no
+                  marker or upload left, 0 member bytes between nodes (the
+                  servers' counter), `paralog extract` equals the direct run;
+                  Open MPI: then the restart job's reads fail with EIO
+                  naming the set and `paralog extract` (as above)
+  s3 own region kept container
+                  "s3 nodes kept container" with --agg-mode own (Open MPI):
+                  node 1's container listed again, node 0's members in the
+                  one container uploaded new
+  s3 own region writer killed
+                  --agg-mode own, a node's server killed (SIGKILL, failpoint
+                  aggregate.mid_region) in the middle of its region of the
+                  second set: the first set reads whole, the second has no
+                  record and leaves its open upload(s) and marker(s);
+                  `paralog recover --agg-mode own` on every node aborts
+                  them and publishes it whole: K + 1 keys per set, no
+                  upload left, every member equal to the direct run
 """
 import json
 
@@ -80,8 +107,8 @@ def direct(work, name, salt=None):
     return agg.direct_run(work, NP, salt, name=name, steps=STEPS, mean=MEAN)
 
 
-def cluster(work, flavour, minio, url, k, per_node_env=None):
-    args = ["--aggregate", RULE, *SERVER_ARGS, "--containers", str(k)]
+def cluster(work, flavour, minio, url, k, per_node_env=None, mode="leader"):
+    args = ["--aggregate", RULE, *SERVER_ARGS, "--containers", str(k), "--agg-mode", mode]
     c = Cluster(work, flavour, NODES, url, aws_env=s3.aws_env(minio), server_args=args)
     c.start_servers(per_node_env)
     return c
@@ -141,13 +168,13 @@ def case_sets(flavour, k):
     return case
 
 
-def restart_refused(work, minio, prefix, pre, url, sets):
+def restart_refused(work, minio, prefix, pre, url, sets, mean=MEAN):
     """A restart job started WITHOUT --aggregate (`paralog run`, a new
     node-local directory) reading the members back: capture cannot read S3,
     so each read fails with EIO and one line naming the set and `paralog
     extract` (before, such a job listed no sets and the reads found no
     file: ENOENT, as if the checkpoint did not exist)."""
-    r = paralog_run(work / "restart-local", prefix, [agg.ckpt(), prefix, NP, STEPS, MEAN, "verify"], job="r",
+    r = paralog_run(work / "restart-local", prefix, [agg.ckpt(), prefix, NP, STEPS, mean, "verify"], job="r",
                     remote=url, env=minio.env(), check=False)
     check(r.returncode != 0, "a restart read of a member on S3 succeeded")
     said = r.stdout + r.stderr
@@ -215,19 +242,19 @@ def containers_of(keys, pre, s):
     return {k: n for k, n in keys.items() if k.startswith(f"{pre}/{s}/") and k.endswith(".plc")}
 
 
-def case_kept(flavour, node=0):
+def case_kept(flavour, node=0, mode="leader"):
     """`node`: the node whose ranks rewrite their members in the second
-    job (the other's container is listed again)."""
+    job (the other's container is listed again); `mode`: --agg-mode."""
     @with_minio
     def case(work, minio):
         k = 2
-        pre = f"kept-{flavour}-{node}"
+        pre = f"kept-{flavour}-{node}-{mode}"
         url = f"s3://{BUCKET}/{pre}{QUERY}"
         # Only `node`'s ranks write in the second job.
         only = {"CKPT_WRITERS": str(RANKS_PER_NODE)} if node == 0 else {"CKPT_SKIP": str(RANKS_PER_NODE)}
         rewritten = range(node * RANKS_PER_NODE, (node + 1) * RANKS_PER_NODE)
         for label, extra in (("first", {}), ("second", {"CKPT_SALT": "5", **only})):
-            c = cluster(work / label, flavour, minio, url, k)
+            c = cluster(work / label, flavour, minio, url, k, mode=mode)
             try:
                 write_job(c, flavour, extra)
                 c.wait(timeout=300)
@@ -273,6 +300,118 @@ def case_kept(flavour, node=0):
     return case
 
 
+# --agg-mode own: members of +-80 %, so that node regions are uneven and
+# some are under S3's 5 MiB minimum part (`own_sizes`).
+OWN_SPREAD = 80
+MIB = 1 << 20
+ALIGN = 64 << 10
+
+
+def own_expected(direct, k, part=5 * MIB):
+    """{set: [(size, parts)] per container}: the placement rule of
+    docs/aggregate.md (each node's region a whole number of parts; the
+    smallest region under 5 MiB last, other regions padded to 5 MiB and to
+    the alignment), computed here from the direct run's sizes."""
+    up = lambda n, a: -(-n // a) * a  # noqa: E731
+    out = {}
+    for step in sorted((direct / "ckpt").iterdir()):
+        regions = {}
+        for f in sorted(step.iterdir()):
+            node = int(f.stem.split("-")[1]) // RANKS_PER_NODE
+            end = regions.get(node, 0)
+            regions[node] = (up(end, ALIGN) if end else 0) + f.stat().st_size
+        containers = []
+        for g in range(k):
+            live = [(n, r) for n, r in sorted(regions.items()) if n * k // NODES == g and r > 0]
+            small = min((x for x in live if x[1] < 5 * MIB), key=lambda x: (x[1], x[0]), default=None)
+            if small:
+                live = [x for x in live if x != small] + [small]
+            rooms = [up(max(r, 5 * MIB), ALIGN) for _, r in live[:-1]] + [live[-1][1]]
+            containers.append((sum(rooms), sum(max(1, r // part) for r in rooms)))
+        out[f"ckpt/{step.name}"] = containers
+    return out
+
+
+def check_own(minio, pre, k, sets, direct, c, marked=()):
+    """K containers + 1 record per set of the sizes and part counts the
+    placement rule gives, no upload left, 0 member bytes between nodes."""
+    keys = check_clean(minio, pre, k, sets, marked)
+    sizes = dict(minio.keys(BUCKET, pre))
+    want = own_expected(direct, k)
+    for d in sets:
+        got = [(sizes[f"{pre}/{d}/{n}"], s3.parts(minio, f"{pre}/{d}/{n}"))
+               for n in keys[d] if n.endswith(".plc")]
+        # A single part shows as a multipart object of 1 part.
+        check(got == want[d], f"{d}: containers (size, parts) {got}, the rule gives {want[d]}")
+    between, _ = nodes.totals(c)
+    check(between and between[-1] == 0, f"member bytes between nodes: {between} (each node its own parts)")
+    return want
+
+
+def case_own(flavour, k, mean, extra=None, restart=False):
+    @with_minio
+    def case(work, minio):
+        pre = f"own-{flavour}-k{k}"
+        url = f"s3://{BUCKET}/{pre}{QUERY}"
+        c = cluster(work, flavour, minio, url, k, mode="own")
+        try:
+            nodes.write_job(c, flavour, NP, {"CKPT_SPREAD": str(OWN_SPREAD), **(extra or {})},
+                            steps=STEPS, mean=mean)
+            c.wait(timeout=300)
+        finally:
+            c.stop()
+        first = agg.direct_run(work, NP, name="direct", steps=STEPS, mean=mean, spread=OWN_SPREAD)
+        sets = [f"ckpt/{p.name}" for p in sorted((first / "ckpt").iterdir())]
+        want = check_own(minio, pre, k, sets, first, c)
+        check_versions(minio, url, work, "own", sets, first, 1)
+        if restart:
+            restart_refused(work, minio, c.prefix, pre, url, sets, mean)
+        return (f"{len(sets)} sets x {NP} members from {NODES} nodes, containers (bytes, parts) {want}, "
+                f"0 bytes between nodes, K + 1 keys, no upload left, extract equals direct"
+                + ("; a restart: EIO naming the set and paralog extract" if restart else ""))
+    return case
+
+
+def case_own_killed(flavour):
+    @with_minio
+    def case(work, minio):
+        k, mean = 1, 4_000_000
+        pre = f"own-killed-{flavour}"
+        url = f"s3://{BUCKET}/{pre}{QUERY}"
+        # The first set takes each node 5 to 7 blocks of 1 MiB, the second
+        # 10 to 12: whichever node reaches its 12th block dies in the
+        # middle of its region of the second set.
+        fp = {n: {"PARALOG_FAILPOINT": "aggregate.mid_region:12"} for n in range(NODES)}
+        c = cluster(work, flavour, minio, url, k, fp, mode="own")
+        try:
+            nodes.write_job(c, flavour, NP, {"CKPT_SPREAD": str(OWN_SPREAD)}, check_rc=False,
+                            steps=STEPS, mean=mean)
+            job_died(c, "region writer", timeout=180)
+        finally:
+            c.stop()
+        first = agg.direct_run(work, NP, name="direct", steps=STEPS, mean=mean, spread=OWN_SPREAD)
+        sets = [f"ckpt/{p.name}" for p in sorted((first / "ckpt").iterdir())]
+        # The first set whole, the second without record; its open
+        # upload(s) and marker(s) left.
+        check_versions(minio, url, work, "after the crash", sets[:1], first, 1)
+        keys = s3.set_keys(minio, pre)
+        check("set.plr" not in keys.get(sets[1], []), f"{sets[1]} has a record after the crash: {keys}")
+        marks = [f"{pre}/{d}/{n.removeprefix(MARK)}" for d, names in keys.items() for n in names
+                 if n.startswith(MARK)]
+        left = [u for key in marks for u in minio.uploads(BUCKET, key)]
+        check(marks and left, f"no open upload (with its marker) after a region writer died: {keys}")
+        recover = [BIN, "recover", "--local", c.local, "--remote", url, "--job", "t", "--aggregate", RULE,
+                   "--agg-align", "64K", "--containers", str(k), "--agg-mode", "own"]
+        r = run(c.node_cmd(recover), env=c.env(), check=False, timeout=300)
+        check(r.returncode == 0, f"recover exited {r.returncode}: {(r.stdout + r.stderr)[-800:]}")
+        check_clean(minio, pre, k, sets, marks)
+        check_versions(minio, url, work, "after recover", sets, first, 1)
+        return (f"a region writer died in the second set: the first read whole, {len(left)} open upload(s) "
+                f"and {len(marks)} marker(s) left; recover on every node aborted them and published the "
+                f"second set whole, K + 1 keys per set, no upload left")
+    return case
+
+
 def cases():
     return [
         ("s3 nodes mpich K=1", case_sets("mpich", 1)),
@@ -281,4 +420,8 @@ def cases():
         ("s3 nodes kept first container", case_kept("mpich", node=1)),
         ("s3 nodes leader killed", case_killed("mpich", "aggregate.mid_transfer:6", "leader")),
         ("s3 nodes record writer killed", case_killed("openmpi", "aggregate.before_record", "record writer")),
+        ("s3 own region mpich K=1", case_own("mpich", 1, 2_500_000)),
+        ("s3 own region openmpi K=2", case_own("openmpi", 2, 4_000_000, {"CKPT_MPIIO": "1"}, restart=True)),
+        ("s3 own region writer killed", case_own_killed("mpich")),
+        ("s3 own region kept container", case_kept("openmpi", mode="own")),
     ]

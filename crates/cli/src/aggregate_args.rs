@@ -28,8 +28,8 @@ pub struct AggregateArgs {
     /// A server job: who writes a set's containers: `leader` (the other
     /// nodes of a group send their members to its leader over MPI) or `own`
     /// (each node writes its own members into its own region of the
-    /// container; POSIX remotes) [env: PARALOG_AGG_MODE; default: own on a
-    /// POSIX remote, leader on S3 and the object layout]
+    /// container; POSIX remotes and S3) [env: PARALOG_AGG_MODE; default: own
+    /// on a POSIX remote, leader on S3 and the object layout]
     #[arg(long, value_name = "MODE")]
     pub agg_mode: Option<String>,
 }

@@ -46,6 +46,7 @@ mod integrity;
 mod objcopy;
 mod objects;
 mod setcontainer;
+mod setregion;
 pub mod sets;
 mod sink;
 mod upload;

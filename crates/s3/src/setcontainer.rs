@@ -5,6 +5,12 @@
 //! when it is no larger than one part. An upload marker object is written
 //! before the multipart upload is created and deleted once it is complete
 //! or aborted, so that what a crash left is found (`MARK`).
+//!
+//! The same writer uploads one node's region of a container that several
+//! nodes upload together (`--agg-mode own`, docs/aggregate.md): the upload
+//! created by the set's record writer, the region's parts numbered and cut
+//! as the placement says (`paralog_aggregate::regions::place_parts`),
+//! reported to the record writer, which completes the upload (setregion.rs).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -14,7 +20,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumType, CompletedPart};
 use paralog_aggregate::store::ContainerSink;
 use paralog_aggregate::AggError;
-use paralog_backend::BackendError;
+use paralog_backend::{BackendError, PartDone};
 use tokio::task::JoinHandle;
 
 use crate::errors::s3_error;
@@ -29,7 +35,7 @@ use crate::S3Backend;
 /// prefix listing of the set does not find them there).
 pub(crate) const MARK: &str = ".set.plr.upload-";
 /// S3's largest part.
-const MAX_PART: u64 = 5 << 30;
+pub(crate) const MAX_PART: u64 = 5 << 30;
 /// Part uploads of one container in flight at once.
 const INFLIGHT: usize = 2;
 
@@ -57,6 +63,16 @@ pub(crate) struct S3Container {
     /// (part number, CRC32C, length) of every part sent.
     crcs: Vec<(i32, u32, u64)>,
     completed: bool,
+    /// A node's region of a shared upload; `None`: the whole container.
+    region: Option<Region>,
+}
+
+/// One node's region of a container whose upload several nodes share.
+struct Region {
+    /// The number of its first part.
+    first: i32,
+    /// Its parts' lengths, as placed.
+    parts: Vec<u64>,
 }
 
 impl S3Container {
@@ -75,6 +91,7 @@ impl S3Container {
             parts: Vec::new(),
             crcs: Vec::new(),
             completed: false,
+            region: None,
         }
     }
 
@@ -84,13 +101,23 @@ impl S3Container {
 
     /// The size of the part being filled: the URL's part size, doubled
     /// after each sixteenth of the part-count limit.
+    /// A region's: the placed length (0: past the region).
     fn part_size(&self) -> u64 {
-        growing_part(self.be.min_part, self.be.max_parts, self.crcs.len() as u64)
+        match &self.region {
+            Some(r) => r.parts.get(self.crcs.len()).copied().unwrap_or(0),
+            None => growing_part(self.be.min_part, self.be.max_parts, self.crcs.len() as u64),
+        }
     }
 
     fn push(&mut self, mut data: &[u8]) -> paralog_aggregate::Result<()> {
         while !data.is_empty() {
             let part = self.part_size() as usize;
+            if part == 0 {
+                return Err(AggError::Invalid {
+                    path: self.path.clone(),
+                    what: format!("written at {} past the end of this node's region", self.end),
+                });
+            }
             if self.buf.capacity() < part {
                 self.buf.reserve_exact(part - self.buf.len());
             }
@@ -112,22 +139,7 @@ impl S3Container {
         let id = match &self.upload {
             Some(id) => id.clone(),
             None => {
-                be.put_object(&self.mark, Vec::new(), false)
-                    .map_err(self.err("write an upload marker"))?;
-                let out = be
-                    .rt
-                    .block_on(
-                        be.client
-                            .create_multipart_upload()
-                            .bucket(&be.bucket)
-                            .key(&self.key)
-                            .checksum_algorithm(ChecksumAlgorithm::Crc32C)
-                            .checksum_type(ChecksumType::FullObject)
-                            .send(),
-                    )
-                    .map_err(|e| s3_error(&be.bucket, &self.key, "create multipart upload", &e))
-                    .map_err(self.err("write container"))?;
-                let id = out.upload_id().unwrap_or_default().to_owned();
+                let id = start_upload(&be, &self.key, &self.mark, &self.path)?;
                 self.upload = Some(id.clone());
                 id
             }
@@ -136,7 +148,8 @@ impl S3Container {
             self.wait_one()?;
         }
         let data = std::mem::take(&mut self.buf);
-        let number = self.crcs.len() as i32 + 1;
+        let first = self.region.as_ref().map_or(1, |r| r.first);
+        let number = self.crcs.len() as i32 + first;
         let crc = paralog_checksum::crc32c(&data);
         self.crcs.push((number, crc, data.len() as u64));
         let req = be
@@ -216,6 +229,9 @@ impl ContainerSink for S3Container {
             return Ok(());
         }
         self.write(end, &[])?;
+        if self.region.is_some() {
+            return self.finish_region();
+        }
         if self.upload.is_none() {
             // Smaller than one part: one PUT with its CRC32C.
             let body = std::mem::take(&mut self.buf);
@@ -262,7 +278,9 @@ impl ContainerSink for S3Container {
         for h in self.inflight.drain(..) {
             let _ = self.be.rt.block_on(h);
         }
-        if self.completed {
+        if self.region.is_some() {
+            // The shared upload is its creator's to abort.
+        } else if self.completed {
             if let Err(e) = self.be.delete_key(&self.key) {
                 tracing::warn!(key = %self.key, error = %e, "could not delete an abandoned container; the next publish or `paralog recover` collects it");
             }
@@ -270,6 +288,107 @@ impl ContainerSink for S3Container {
             self.be.abort_upload(&self.key, &id);
             self.unmark();
         }
+    }
+}
+
+/// Write `mark`, then create the multipart upload of `key` (CRC32C per
+/// part, the whole object's checked at completion); its id. `path` names
+/// the container in messages.
+pub(crate) fn start_upload(
+    be: &S3Backend,
+    key: &str,
+    mark: &str,
+    path: &std::path::Path,
+) -> paralog_aggregate::Result<String> {
+    let err = |op| agg(path.to_path_buf(), op);
+    be.put_object(mark, Vec::new(), false)
+        .map_err(err("write an upload marker"))?;
+    let out = be
+        .rt
+        .block_on(
+            be.client
+                .create_multipart_upload()
+                .bucket(&be.bucket)
+                .key(key)
+                .checksum_algorithm(ChecksumAlgorithm::Crc32C)
+                .checksum_type(ChecksumType::FullObject)
+                .send(),
+        )
+        .map_err(|e| s3_error(&be.bucket, key, "create multipart upload", &e))
+        .map_err(err("write container"))?;
+    Ok(out.upload_id().unwrap_or_default().to_owned())
+}
+
+impl S3Container {
+    /// One node's region of the shared upload `id`: from container offset
+    /// `start`, parts numbered from `first`, of `parts` bytes each.
+    pub(crate) fn region(
+        be: Arc<S3Backend>,
+        key: String,
+        path: PathBuf,
+        id: &str,
+        (start, first, parts): (u64, u32, Vec<u64>),
+    ) -> Self {
+        let mut c = S3Container::new(be, key, String::new(), path);
+        c.upload = Some(id.to_owned());
+        c.end = start;
+        c.region = Some(Region {
+            first: first as i32,
+            parts,
+        });
+        c
+    }
+
+    /// Every part sent, as the upload's completion needs it (after
+    /// `finish`).
+    pub(crate) fn reports(&self) -> Vec<PartDone> {
+        let tags: std::collections::BTreeMap<i32, String> = self
+            .parts
+            .iter()
+            .map(|p| {
+                (
+                    p.part_number().unwrap_or_default(),
+                    p.e_tag().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        self.crcs
+            .iter()
+            .map(|&(number, crc, len)| PartDone {
+                index: (number - 1) as u64,
+                tag: tags.get(&number).cloned().unwrap_or_default(),
+                crc32c: Some(crc),
+                len,
+            })
+            .collect()
+    }
+
+    /// A region: every placed part sent (the padding is written by
+    /// `finish`), none past it, and every upload answered.
+    fn finish_region(&mut self) -> paralog_aggregate::Result<()> {
+        if !self.buf.is_empty() {
+            // Only a region of no placed part gets here with bytes.
+            return Err(AggError::Invalid {
+                path: self.path.clone(),
+                what: format!("its region ends at {}, not at a part's end", self.end),
+            });
+        }
+        while !self.inflight.is_empty() {
+            self.wait_one()?;
+        }
+        let placed = self.region.as_ref().map_or(0, |r| r.parts.len());
+        if self.crcs.len() != placed {
+            return Err(AggError::Invalid {
+                path: self.path.clone(),
+                what: format!(
+                    "{} of this node's {placed} parts written: its region ends at {}",
+                    self.crcs.len(),
+                    self.end
+                ),
+            });
+        }
+        self.completed = true;
+        Ok(())
     }
 }
 

@@ -21,12 +21,13 @@ use paralog_backend::{BackendError, S3Url};
 
 use crate::errors::{chain, s3_error};
 use crate::setcontainer::{S3Container, MARK};
+pub use crate::setregion::RegionUpload;
 use crate::S3Backend;
 
 /// The sets under an `s3://BUCKET/PREFIX` remote.
 #[derive(Debug, Clone)]
 pub struct S3Sets {
-    be: Arc<S3Backend>,
+    pub(crate) be: Arc<S3Backend>,
     /// The last range read: blocks are read one by one (each verified),
     /// a GET brings `WINDOW` bytes for the next ones.
     window: Arc<Mutex<Window>>,
@@ -61,13 +62,26 @@ impl S3Sets {
     }
 
     /// The key of `SET/NAME`, relative to the prefix.
-    fn rel(set: &[u8], name: &[u8]) -> String {
+    pub(crate) fn rel(set: &[u8], name: &[u8]) -> String {
         let mut r = String::from_utf8_lossy(set).into_owned();
         if !name.is_empty() {
             r.push('/');
             r.push_str(&String::from_utf8_lossy(name));
         }
         r
+    }
+
+    /// Container `name` of `set`: its key, its upload marker's key
+    /// relative to the prefix (`MARK`), and how messages name it.
+    pub(crate) fn container_keys(&self, set: &[u8], name: &[u8]) -> (String, String, PathBuf) {
+        (
+            self.be.key(Self::rel(set, name).as_bytes()),
+            Self::rel(
+                set,
+                format!("{MARK}{}", String::from_utf8_lossy(name)).as_bytes(),
+            ),
+            self.display(set, name),
+        )
     }
 
     /// The set `set`, read through ranged GETs; `None` when it has no
@@ -221,15 +235,8 @@ impl SetStore for S3Sets {
         set: &[u8],
         name: &[u8],
     ) -> paralog_aggregate::Result<Box<dyn ContainerSink>> {
-        Ok(Box::new(S3Container::new(
-            self.be.clone(),
-            self.be.key(Self::rel(set, name).as_bytes()),
-            Self::rel(
-                set,
-                format!("{MARK}{}", String::from_utf8_lossy(name)).as_bytes(),
-            ),
-            self.display(set, name),
-        )))
+        let (key, mark, path) = self.container_keys(set, name);
+        Ok(Box::new(S3Container::new(self.be.clone(), key, mark, path)))
     }
 
     fn put_record(&self, record: &SetRecord) -> paralog_aggregate::Result<()> {

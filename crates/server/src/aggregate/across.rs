@@ -11,12 +11,15 @@
 //!    version's members that no new epoch touched. With `--agg-mode own`
 //!    the agreement of step 1 also gives every member's length, and each
 //!    node writes its own members into its own region of its group's
-//!    container and makes them durable (own.rs); the record writer keeps
-//!    the previous version's untouched members;
+//!    container and makes them durable (own.rs; on S3 uploads its region's
+//!    parts of the container's upload, which the record writer created:
+//!    own_s3.rs); the record writer keeps the previous version's untouched
+//!    members;
 //! 3. the leaders' placements go to the record writer; agreement (every
 //!    container durable, nothing failed);
 //! 4. the record writer commits the set record (temporary, fsync, rename:
-//!    the commit point), or, when the program deleted every member, removes
+//!    the commit point; S3's own-region mode first completes the uploads
+//!    from every node's part reports), or, when the program deleted every member, removes
 //!    the set (`paralog_aggregate::remove`) and the leaders their new
 //!    containers; agreement;
 //! 5. only then every server writes its members' progress records and
@@ -48,7 +51,7 @@ use super::publish::member_source;
 use super::renamed;
 use super::scan::{scan_member, MemberFile};
 use super::transfer::{lead, send_members, Leader, Outgoing};
-use super::{own, AggMode, Sets};
+use super::{own, own_s3, AggMode, Sets};
 
 /// What the servers need for a publish.
 pub struct Ctx<'a> {
@@ -234,24 +237,34 @@ pub(crate) fn publish(
             }
         }
     }
-    if ctx.sets.mode == AggMode::Own
-        && matches!(
-            ctx.remote,
-            Remote::Url(RemoteUrl::S3(_) | RemoteUrl::ObjStore(_), _)
-        )
+    if ctx.sets.mode == AggMode::Own && matches!(ctx.remote, Remote::Url(RemoteUrl::ObjStore(_), _))
     {
         // Refused at start (`Sets::check_mode`); never write files there.
-        fail.get_or_insert("--agg-mode own writes to a POSIX remote only".into());
+        fail.get_or_insert("--agg-mode own writes to a POSIX remote or S3 only".into());
     }
+    // On S3 the own-region mode places whole parts of one upload.
+    let s3 = match &jr {
+        Some(JobRoot::S3(s3)) if ctx.sets.mode == AggMode::Own => Some(s3.clone()),
+        _ => None,
+    };
+    let mut shared = None;
     let agreed = if ctx.sets.mode == AggMode::Own {
         // The record writer keeps the members no new epoch touched.
         if me == writer && fail.is_none() {
             outgoing.extend(keep_old(plan, old.as_ref(), &reused));
         }
-        match own::agree(ctx, plan, fail.is_some(), &outgoing)? {
-            Some(a) => Some(a),
-            None => return Ok(failed(fail, "another node could not start the set")),
+        let rule = s3.as_ref().map(|s| s.part_rule());
+        let a = match own::agree(ctx, plan, fail.is_some(), &outgoing, rule)? {
+            Ok(a) => a,
+            Err(e) => return Ok(failed(fail, &e)),
+        };
+        if let Some(s3) = &s3 {
+            match own_s3::start(ctx, s3, set, &own::containers(&a, version, attempt), writer)? {
+                Ok(sh) => shared = Some(sh),
+                Err(e) => return Ok(failed(fail, &e)),
+            }
         }
+        Some(a)
     } else {
         if ctx.w(|c| agree_failed(c, fail.is_some()))? {
             return Ok(failed(fail, "another node could not start the set"));
@@ -277,16 +290,16 @@ pub(crate) fn publish(
     let mut mini = Vec::new();
     let mut container: Option<ContainerOut> = None;
     let mut opened = Vec::new();
+    let mut reports = Vec::new();
     if let Some(a) = &agreed {
-        let w = own::write(
-            ctx,
-            a,
-            &dir,
-            base(own::containers(a, version, attempt)),
-            outgoing,
-        )?;
+        let rec = base(own::containers(a, version, attempt));
+        let w = match (&s3, &shared) {
+            (Some(s3), Some(sh)) => own_s3::write(ctx, s3, set, a, sh, rec, outgoing)?,
+            _ => own::write(ctx, a, &dir, rec, outgoing)?,
+        };
         mini = w.placements;
         opened = w.opened;
+        reports = w.reports;
         if let Some(e) = w.error {
             fail.get_or_insert(e);
         }
@@ -344,6 +357,12 @@ pub(crate) fn publish(
 
     // 3. The placements to the record writer; every container durable.
     let (all, counts) = ctx.w(|c| c.gather_bytes(&mini, Some(writer)))?;
+    // On S3 (own regions) the parts each node uploaded, for the completion.
+    let parts = if shared.is_some() {
+        Some(ctx.w(|c| c.gather_bytes(&reports, Some(writer)))?)
+    } else {
+        None
+    };
     let mut sums = [fail.is_some() as i64, sent as i64];
     ctx.w(|c| c.allreduce(&mut sums, Reduce::Sum))?;
     let mut max = [peak as i64];
@@ -367,6 +386,13 @@ pub(crate) fn publish(
             .and_then(|mut rec| {
                 rec.origin = origin;
                 unique(&rec.members).map(|()| rec)
+            })
+            .and_then(|rec| match (&s3, &mut shared, &parts) {
+                // Every upload complete before the record names it.
+                (Some(s3), Some(sh), Some((all, counts))) => {
+                    own_s3::complete(s3, set, a, sh, all, counts).map(|()| rec)
+                }
+                _ => Ok(rec),
             }),
             None => merge(plan, &dir, &all, &counts, origin),
         };
@@ -401,6 +427,9 @@ pub(crate) fn publish(
             out.discard();
         }
         own::discard(&opened);
+        if let (Some(s3), Some(sh), true) = (&s3, &shared, me == writer) {
+            own_s3::discard(s3, set, sh);
+        }
     }
     if c[0] & 1 == 0 {
         let why = if sums[0] > 0 {
@@ -440,7 +469,8 @@ pub(crate) fn publish(
     } else if me == writer {
         let containers = agreed
             .as_ref()
-            .map_or(plan.groups.len() + reused.len(), |a| a.regions.sizes.len());
+            .map_or(plan.groups.len(), |a| a.regions.sizes.len())
+            + reused.len();
         tracing::info!(set = %dir.display(), version, containers, kept_containers = reused.len(), mode = %ctx.sets.mode, bytes_between_nodes = out.between, "checkpoint set published by the server job");
     }
     Ok(out)

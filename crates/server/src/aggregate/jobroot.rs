@@ -269,7 +269,10 @@ impl Reused {
             .any(|(_, ms)| ms.iter().any(|m| m.path == path))
     }
 
-    /// The kept containers after the groups' in `rec`, with their members.
+    /// The kept containers after the groups' in `rec`, with their members
+    /// (their extents renumbered after `rec`'s containers: the own-region
+    /// mode writes a container per group holding new bytes, which may be
+    /// fewer than the plan's groups).
     pub(crate) fn add_to(&self, rec: &mut SetRecord) {
         for (c, members) in &self.kept {
             let to = rec.containers.len() as u32;

@@ -22,6 +22,10 @@
 //! left, so no file of that name holds anything to keep or to mistake for
 //! ours. Nobody truncates or sets the length: the last byte written is the
 //! container's end (regions::place leaves no trailing hole).
+//!
+//! On S3 a container is one multipart upload several nodes upload parts
+//! of (`own_s3.rs`); the agreement, the placements and the commit are the
+//! same, the placement cut into parts (`regions::place_parts`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsStr;
@@ -35,7 +39,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use paralog_aggregate::format::{self, Container, Extent, Member, SetRecord};
-use paralog_aggregate::regions::{self, Entry, Regions, Slot};
+use paralog_aggregate::regions::{self, Entry, PartRegion, PartRule, Regions, Slot};
 
 use crate::cluster::mpi::{MpiError, Reduce};
 
@@ -48,23 +52,35 @@ pub(crate) struct Agreed {
     pub regions: Regions,
     /// Per entry of `regions` (same order): its node and plan index.
     pub owners: Vec<(usize, u32)>,
+    /// On S3: every node's region as parts of its container's upload.
+    pub parts: Vec<PartRegion>,
 }
 
 /// The publish's first agreement in this mode: whether any node failed,
 /// and each node's (plan index, bytes) per member it will write (the
-/// record writer's also the members a new version keeps). `None`: some
-/// node failed (every node returns it alike).
+/// record writer's also the members a new version keeps), placed by
+/// `rule`'s parts on S3. `Err`: some node failed, or the placement is
+/// refused (every node returns it alike).
 pub(crate) fn agree(
     ctx: &Ctx<'_>,
     plan: &SetPlan,
     failed: bool,
     mine: &[Outgoing],
-) -> Result<Option<Agreed>, MpiError> {
+    rule: Option<PartRule>,
+) -> Result<Result<Agreed, String>, MpiError> {
+    const OTHER: &str = "another node could not start the set";
+    // In plan order (by member path), so that the placement is a function
+    // of the set, not of the order this node scanned its files in.
+    let mut list: Vec<(u32, u64)> = mine
+        .iter()
+        .map(|m| (m.index, m.ranges.iter().map(|r| r.1).sum()))
+        .collect();
+    list.sort_unstable();
     let mut out = vec![failed as u8];
-    out.extend_from_slice(&(mine.len() as u32).to_le_bytes());
-    for m in mine {
-        out.extend_from_slice(&m.index.to_le_bytes());
-        out.extend_from_slice(&m.ranges.iter().map(|r| r.1).sum::<u64>().to_le_bytes());
+    out.extend_from_slice(&(list.len() as u32).to_le_bytes());
+    for (index, len) in list {
+        out.extend_from_slice(&index.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
     }
     let (all, counts) = ctx.w(|c| c.gather_bytes(&out, None))?;
     let mut entries = Vec::new();
@@ -76,17 +92,17 @@ pub(crate) fn agree(
         // Every node decodes the same bytes: a malformed list (never sent
         // by this binary) fails the attempt everywhere alike.
         if b.len() < 5 || b[0] != 0 {
-            return Ok(None);
+            return Ok(Err(OTHER.into()));
         }
         let n = u32::from_le_bytes(b[1..5].try_into().expect("4")) as usize;
         if b.len() != 5 + 12 * n {
-            return Ok(None);
+            return Ok(Err(OTHER.into()));
         }
         let Some(group) = plan.group_of(node) else {
             if n == 0 {
                 continue;
             }
-            return Ok(None);
+            return Ok(Err(OTHER.into()));
         };
         for e in b[5..].chunks_exact(12) {
             entries.push(Entry {
@@ -97,10 +113,29 @@ pub(crate) fn agree(
             owners.push((node, u32::from_le_bytes(e[..4].try_into().expect("4"))));
         }
     }
-    Ok(Some(Agreed {
-        regions: regions::place(&entries, ctx.sets.align),
+    let (regions, parts) = match rule {
+        None => (regions::place(&entries, ctx.sets.align), Vec::new()),
+        Some(rule) => match regions::place_parts(&entries, ctx.sets.align, rule) {
+            Ok(p) => (p.regions, p.parts),
+            Err(e) => return Ok(Err(e)),
+        },
+    };
+    Ok(Ok(Agreed {
+        regions,
         owners,
+        parts,
     }))
+}
+
+/// This node's members in `a`: (plan index → slot).
+pub(crate) fn my_slots(ctx: &Ctx<'_>, a: &Agreed) -> BTreeMap<u32, Slot> {
+    let me = ctx.comm.rank();
+    a.owners
+        .iter()
+        .zip(&a.regions.slots)
+        .filter(|((n, _), _)| *n == me)
+        .map(|((_, i), s)| (*i, *s))
+        .collect()
 }
 
 /// What this node wrote.
@@ -112,6 +147,8 @@ pub(crate) struct Wrote {
     /// The containers it opened (removed again when the set is not
     /// committed).
     pub opened: Vec<PathBuf>,
+    /// On S3: its parts' reports (`PartDone::encode_all`).
+    pub reports: Vec<u8>,
     pub error: Option<String>,
 }
 
@@ -139,14 +176,7 @@ pub(crate) fn write(
     base: SetRecord,
     mine: Vec<Outgoing>,
 ) -> Result<Wrote, MpiError> {
-    let me = ctx.comm.rank();
-    let slots: BTreeMap<u32, Slot> = a
-        .owners
-        .iter()
-        .zip(&a.regions.slots)
-        .filter(|((n, _), _)| *n == me)
-        .map(|((_, i), s)| (*i, *s))
-        .collect();
+    let slots = my_slots(ctx, a);
     let block = ctx.block;
     let mut wrote = Wrote::default();
     let mut files: BTreeMap<u32, (File, PathBuf)> = BTreeMap::new();
@@ -183,45 +213,39 @@ pub(crate) fn write(
     );
     let placed: Mutex<Vec<Member>> = Mutex::new(Vec::new());
     let error: Mutex<Option<String>> = Mutex::new(wrote.error.take());
-    let done = AtomicBool::new(false);
-    // The writes and the fsyncs on threads of their own; the MPI thread
-    // meanwhile beats with the others, so that no node waits for the
-    // slowest region in one collective (`heartbeat`).
-    let (beat, local) = std::thread::scope(|s| {
-        let local = s.spawn(|| {
-            std::thread::scope(|w| {
-                for _ in 0..WRITERS {
-                    w.spawn(|| {
-                        let mut buf = vec![0u8; block];
-                        loop {
-                            if lock(&error).is_some() {
-                                return;
-                            }
-                            let Some((m, slot)) = lock(&work).pop_front() else {
-                                return;
-                            };
-                            let f = &files[&slot.container].0;
-                            match write_member(f, m, slot, &mut buf) {
-                                Ok(member) => lock(&placed).push(member),
-                                Err(e) => {
-                                    lock(&error).get_or_insert(e);
-                                }
+    let local = beside_beats(ctx, || {
+        std::thread::scope(|w| {
+            for _ in 0..WRITERS {
+                w.spawn(|| {
+                    let mut buf = vec![0u8; block];
+                    loop {
+                        if lock(&error).is_some() {
+                            return;
+                        }
+                        let Some((m, slot)) = lock(&work).pop_front() else {
+                            return;
+                        };
+                        let f = &files[&slot.container].0;
+                        let mut put = |at: u64, data: &[u8]| {
+                            f.write_all_at(data, at)
+                                .map_err(|e| format!("writing the container at {at}: {e}"))
+                        };
+                        match write_member(&mut put, m, slot, &mut buf) {
+                            Ok(member) => lock(&placed).push(member),
+                            Err(e) => {
+                                lock(&error).get_or_insert(e);
                             }
                         }
-                    });
-                }
-            });
-            let mut err = lock(&error).take();
-            if err.is_none() {
-                err = durable(&files, dir).err();
+                    }
+                });
             }
-            done.store(true, Ordering::SeqCst);
-            err
         });
-        let beat = heartbeat(ctx, &done);
-        (beat, local.join())
-    });
-    beat?;
+        let mut err = lock(&error).take();
+        if err.is_none() {
+            err = durable(&files, dir).err();
+        }
+        err
+    })?;
     wrote.error = local.unwrap_or_else(|_| Some("a region writer thread panicked".into()));
     let mut members = placed.into_inner().unwrap_or_else(|p| p.into_inner());
     if wrote.error.is_none() && !members.is_empty() {
@@ -233,6 +257,33 @@ pub(crate) fn write(
 
 /// Between two beats of [`heartbeat`].
 const BEAT: Duration = Duration::from_millis(100);
+
+/// Run `work` on a thread of its own while the MPI thread beats with the
+/// others (`heartbeat`), so that no node waits for the slowest region in
+/// one collective. The beats stop when `work` returns or panics (its
+/// `Err`).
+pub(crate) fn beside_beats<T: Send>(
+    ctx: &Ctx<'_>,
+    work: impl FnOnce() -> T + Send,
+) -> Result<std::thread::Result<T>, MpiError> {
+    let done = AtomicBool::new(false);
+    /// Sets `done` however the work ends.
+    struct Done<'a>(&'a AtomicBool);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let (beat, local) = std::thread::scope(|s| {
+        let local = s.spawn(|| {
+            let _done = Done(&done);
+            work()
+        });
+        let beat = heartbeat(ctx, &done);
+        (beat, local.join())
+    });
+    beat.map(|()| local)
+}
 
 /// Until every node's region is written and durable: one allreduce of
 /// "still writing" per beat, each one watched. A node that finished waits
@@ -251,13 +302,23 @@ fn heartbeat(ctx: &Ctx<'_>, done: &AtomicBool) -> Result<(), MpiError> {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Writes bytes at a container offset (see `write_member`).
+pub(crate) type Put<'a> = dyn FnMut(u64, &[u8]) -> Result<(), String> + 'a;
+
 /// One member's ranges one after the other from `slot.offset`, one extent
-/// each, a CRC-32C per record block (`block` is a multiple of it).
-fn write_member(f: &File, mut m: Outgoing, slot: Slot, buf: &mut [u8]) -> Result<Member, String> {
+/// each, a CRC-32C per record block (`block` is a multiple of it); `put`
+/// writes bytes at a container offset (a file's `pwrite`, or an upload
+/// taking them in order).
+pub(crate) fn write_member(
+    put: &mut Put<'_>,
+    mut m: Outgoing,
+    slot: Slot,
+    buf: &mut [u8],
+) -> Result<Member, String> {
     let crc_block = format::DEFAULT_BLOCK as usize;
     let mut at = slot.offset;
     let mut extents = Vec::new();
@@ -275,8 +336,7 @@ fn write_member(f: &File, mut m: Outgoing, slot: Slot, buf: &mut [u8]) -> Result
                     off + done
                 )
             })?;
-            f.write_all_at(data, at)
-                .map_err(|e| format!("writing the container at {at}: {e}"))?;
+            put(at, data)?;
             crcs.extend(data.chunks(crc_block).map(paralog_checksum::crc32c));
             crate::failpoint::hit("aggregate.mid_region");
             crate::failpoint::region_delay();
