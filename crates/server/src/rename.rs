@@ -104,6 +104,42 @@ pub struct Source<'b> {
     seen: Option<EpochId>,
 }
 
+/// The source `r` names (for the file in `dir`) and its content at the
+/// rename from its local records, every extent verified: what the content
+/// lies on is the caller's to find (a plain drain's remote file, a set's
+/// member).
+pub(crate) struct SourceContent {
+    pub(crate) inv: FileInventory,
+    pub(crate) lf: LogicalFile,
+    pub(crate) reader: SourceReader,
+    /// How far the source was drained when its records were read.
+    pub(crate) seen: Option<EpochId>,
+}
+
+pub(crate) fn source_content(
+    dir: &Path,
+    r: RenameRef,
+    whole: bool,
+) -> Result<SourceContent, DrainError> {
+    let inv = other_file(dir, r)?;
+    let seen = inv.progress.as_ref().map(|p| p.id());
+    let lf = inv
+        .content_at(r.at, whole)
+        .map_err(|e| source_error(&inv.dir, seen, e))?;
+    let mut reader = SourceReader::default();
+    for (_, _, p) in lf.pieces() {
+        reader
+            .verify(&lf.sources[p.source])
+            .map_err(|e| source_error(&inv.dir, seen, e))?;
+    }
+    Ok(SourceContent {
+        inv,
+        lf,
+        reader,
+        seen,
+    })
+}
+
 /// An error reading a source's records. The source drains on its own: its
 /// worker may have moved the epochs this drain was reading to the remote
 /// and deleted them meanwhile. Then the data log is gone and the source's
@@ -157,18 +193,13 @@ impl<'b> Source<'b> {
         whole: bool,
         depth: usize,
     ) -> Result<Source<'b>, DrainError> {
-        let inv = other_file(dir, r)?;
+        let SourceContent {
+            inv,
+            lf,
+            reader,
+            seen,
+        } = source_content(dir, r, whole)?;
         let rel = inv.record.as_ref().expect("checked").rel.clone();
-        let seen = inv.progress.as_ref().map(|p| p.id());
-        let lf = inv
-            .content_at(r.at, whole)
-            .map_err(|e| source_error(&inv.dir, seen, e))?;
-        let mut reader = SourceReader::default();
-        for (_, _, p) in lf.pieces() {
-            reader
-                .verify(&lf.sources[p.source])
-                .map_err(|e| source_error(&inv.dir, seen, e))?;
-        }
         let (base, base_len) = match lf.from {
             Some((_, from)) if depth < MAX_CHAIN => {
                 let s = Self::open_chain(&inv.dir, from, backend, whole, depth + 1)?;

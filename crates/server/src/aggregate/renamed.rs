@@ -24,7 +24,7 @@ use paralog_log::{EpochId, LogError, LogicalFile};
 
 use crate::drain::DrainError;
 use crate::remote::Remote;
-use crate::rename::{other_file, source_error, MAX_CHAIN};
+use crate::rename::{other_file, source_content, source_error, SourceContent, MAX_CHAIN};
 
 use super::publish::Base;
 use super::scan::{corrupt, MemberFile, SetsRoot};
@@ -86,21 +86,16 @@ pub(super) fn source(
     r: RenameRef,
     depth: usize,
 ) -> Result<Base, DrainError> {
-    let inv = other_file(dir, r)?;
-    let rec = inv.record.clone().expect("other_file checks its record");
     // S3 cannot be read back: the server keeps a job's records there, so
     // the source's content comes from its first epoch (as for plain files).
     let whole = matches!(at.root, SetsRoot::S3(_));
-    let seen = inv.progress.map(|p| p.id());
-    let lf = inv
-        .content_at(r.at, whole)
-        .map_err(|e| source_error(&inv.dir, seen, e))?;
-    let mut reader = SourceReader::default();
-    for (_, _, p) in lf.pieces() {
-        reader
-            .verify(&lf.sources[p.source])
-            .map_err(|e| source_error(&inv.dir, seen, e))?;
-    }
+    let SourceContent {
+        inv,
+        lf,
+        reader,
+        seen,
+    } = source_content(dir, r, whole)?;
+    let rec = inv.record.clone().expect("other_file checks its record");
     let base = match lf.from {
         Some((_, from)) if depth < MAX_CHAIN => source(at, &inv.dir, from, depth + 1)?,
         Some(_) => {
