@@ -326,7 +326,12 @@ pub fn drain_sets(
                     outcome.members = members;
                 }
                 Err(e) => {
-                    tracing::warn!(set = %name, error = %e, "publishing a checkpoint set failed; its members' local data is kept");
+                    if matches!(e, DrainError::Waiting(_)) {
+                        // A member renamed away waits for its target: not a failure.
+                        tracing::debug!(set = %name, why = %e, "checkpoint set waits");
+                    } else {
+                        tracing::warn!(set = %name, error = %e, "publishing a checkpoint set failed; its members' local data is kept");
+                    }
                     outcome.waiting = Some(e.to_string());
                     outcome.error = Some(e);
                 }
