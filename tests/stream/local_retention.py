@@ -159,10 +159,11 @@ def case_ranks(flavour, np=2):
     return case
 
 
-def python_producer(local):
-    """A Python producer's program: 12,000 events, a flush every 40, a
-    roll at 64 KB; `local` None: PARALOG_LOCAL (under `paralog run`).
-    It prints "ids FIRST LAST" (its id before and after the rolls)."""
+def python_producer(local, pause=0.002):
+    """A Python producer's program: 12,000 events, a flush every 40 and
+    `pause` seconds after it, a roll at 64 KB; `local` None: PARALOG_LOCAL
+    (under `paralog run`). It prints "ids FIRST LAST" (its id before and
+    after the rolls)."""
     return ("import time, paralog.stream as ps\n"
             f"p = ps.Producer({STREAM!r}, 3, local={str(local) if local else None!r}, roll={ROLL})\n"
             "first = p.id\n"
@@ -170,7 +171,7 @@ def python_producer(local):
             "    p.append(f'{first}:{i}:py'.encode())\n"
             "    if (i + 1) % 40 == 0:\n"
             "        p.flush()\n"
-            "        time.sleep(0.002)\n"
+            f"        time.sleep({pause})\n"
             "print('ids', first, p.id)\n"
             "p.close()\n")
 
@@ -199,14 +200,18 @@ def case_paralog_run(how):
         local, prefix = work / "local", work / "prefix"
         prefix.mkdir()
         cmd = [BIN, "run", "--prefix", prefix, "--local", local, "--job", "t"]
+        # 10 ms after each flush (300 flushes, about 3 s): the run's server
+        # releases once per round, so a producer done in a few rounds (2 ms
+        # pauses took 0.8 s in CI) could outrun it and the peak would
+        # measure the pace, not the release.
         if how == "option":
             env = dict(os.environ, PYTHONPATH=str(PYPATH))
-            cmd += ["--mpi", "none", "--stream-release-bytes", "1", "--", PY, "-c", python_producer(None)]
+            cmd += ["--mpi", "none", "--stream-release-bytes", "1", "--", PY, "-c", python_producer(None, 0.01)]
             producers = 1
         else:
             env = mpi_env({"PARALOG_STREAM_RELEASE_BYTES": "1"})
             cmd += ["--mpi", "mpich", "--", *launcher("mpich", 2), program("mpich"), "produce", "-", STREAM, "3",
-                    str(EVENTS), "40", str(ROLL), "2000"]
+                    str(EVENTS), "40", str(ROLL), "10000"]
             producers = 2
         try:
             out, most, most_segs = run_watching(local, cmd, env)
