@@ -59,6 +59,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -324,8 +325,12 @@ def run_paralog(a, tools, work, n, p, tag, rate=0):
     if not rate:
         # The drained stream read again from the start by a new group (the
         # drain stopped): the reader's own rate, to compare partitions.
+        # Its CPU time too: steadier than its wall time on a shared machine.
+        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         rr = subprocess.run(nice_cmd(["nice", tools.loadgen, "read", remote, "s", "reread", count,
                                       120]), capture_output=True, text=True)
+        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        reread_cpu = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
         if rr.returncode != 0:
             sys.exit(f"loadgen read (again) failed: {rr.stderr}")
         again = json.loads(rr.stdout)
@@ -341,6 +346,7 @@ def run_paralog(a, tools, work, n, p, tag, rate=0):
            "drain_rss_mb": (rss or 0) / 1024}
     if not rate:
         out["reread_events_s"] = reread
+        out["reread_cpu_ns_per_event"] = reread_cpu * 1e9 / max(total, 1)
     if rd["events"] != total:
         out["error"] = f"the reader got {rd['events']} of {total} events"
     if not a.keep:
@@ -577,6 +583,13 @@ def report(a, methods, producers, partitions, results, rev, elapsed, write=True)
             log(f"| {n} | " + " | ".join("–" if v[p] is None else f"{v[p] / 1e3:.0f}" for p in partitions)
                 + " | " + " | ".join("–" if v[p] is None else f"{v[p] / v[p1]:.2f}" for p in partitions[1:])
                 + " |")
+        if any("reread_cpu_ns_per_event" in r for r in results):
+            log(f"\nThe same reads' CPU time (user + system of the reading process), ns per event:\n")
+            log("| producers | " + " | ".join(f"P={p}" for p in partitions) + " |")
+            log("|---:|" + "---:|" * len(partitions))
+            for n in producers:
+                c = {p: med(n, p, "paralog", "reread_cpu_ns_per_event") for p in partitions}
+                log(f"| {n} | " + " | ".join("–" if c[p] is None else f"{c[p]:.0f}" for p in partitions) + " |")
     if any(m.startswith("kafka") for m in methods):
         rss = max((r.get("broker_rss_mb", 0) for r in results), default=0)
         log(f"\nKafka broker max RSS: {rss:.0f} MB (heap -Xmx1g)")

@@ -162,6 +162,30 @@ fn rounds_roll_groups_and_redrain() {
         .all(|w| (w[0].round, w[0].partition, w[0].offset)
             < (w[1].round, w[1].partition, w[1].offset)));
     let mut by_time = read_all(&remote, None, From::Earliest, Order::Time);
+    // Time order is a merge of the partitions (each in offset order) that
+    // hands out, each time, the least (event time, partition, offset) of
+    // the partitions' next events: the reader must give exactly what a
+    // plain scan for that least head gives.
+    let mut heads: Vec<std::collections::VecDeque<&Delivered>> = vec![Default::default(); 3];
+    let mut in_offsets = got.clone();
+    in_offsets.sort_by_key(|d| (d.partition, d.offset));
+    for d in &in_offsets {
+        heads[d.partition as usize].push_back(d);
+    }
+    let mut merged = Vec::new();
+    while let Some(q) = (0..heads.len())
+        .filter(|&q| !heads[q].is_empty())
+        .min_by_key(|&q| {
+            let d = heads[q][0];
+            (d.event.time_ns, d.partition, d.offset)
+        })
+    {
+        merged.push(heads[q].pop_front().unwrap().clone());
+    }
+    assert_eq!(
+        by_time, merged,
+        "time order is not the merge of the partitions"
+    );
     by_time.sort_by_key(|d| (d.partition, d.offset));
     let mut sorted = got.clone();
     sorted.sort_by_key(|d| (d.partition, d.offset));
