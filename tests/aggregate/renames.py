@@ -28,6 +28,10 @@ and a member created 0600 came back 0644.
                   new name) and leaves no local record (before the fix the
                   first recover kept the set waiting for the renamed file
                   and exited 1; a second one published it)
+  member renamed out, crash, posix, server job
+                  the same, recover run as a server job of one node
+                  (mpirun.mpich -n 1): its rounds drain the plain files
+                  before the sets, so it needed no change
   numpy renamed, modes
                   real numpy: `np.save` to a temporary name then `os.replace`
                   (the usual checkpoint idiom), a member created 0600, a
@@ -43,6 +47,7 @@ import shutil
 import stat
 
 from tests.lib.check import check
+from tests.lib.mpi import launcher
 from tests.lib.compare import same_bytes
 from tests.lib.paralog import clean_env, paralog_run
 from tests.lib.paths import BIN, PY
@@ -231,10 +236,11 @@ def case_renamed_out(kind):
     return case
 
 
-def case_renamed_out_crash(kind):
+def case_renamed_out_crash(kind, mpi=None):
     """The server killed in the drain of the renamed file (before its
     fsync: nothing of the rename is remote), after s1 was published; then
-    one recover must do it all."""
+    one recover must do it all (mpi: recover as a server job of one node,
+    started by that MPI's launcher: the server job's rounds)."""
     def case(work):
         prefix, local = work / "prefix", work / "local"
         prefix.mkdir()
@@ -250,7 +256,11 @@ def case_renamed_out_crash(kind):
         check(r.returncode != 0, f"the server did not die at its failpoint: {r.stdout[-400:]}{r.stderr[-400:]}")
         sets = run([BIN, "sets", url, "--json"]).stdout
         check('"ckpt/s1"' in sets, f"s1 is not on the remote before recover (not the crash window): {sets}")
-        r = run([BIN, "recover", "--local", local, "--remote", url, *rule], env=clean_env(), check=False)
+        recover = [BIN, "recover", "--local", local, "--remote", url, *rule]
+        if mpi:
+            recover = launcher(mpi, 1) + recover
+        r = run(recover, env=clean_env(), check=False, timeout=300)
+        said = r.stdout + r.stderr
         check(r.returncode == 0, f"one recover did not finish (exit {r.returncode}): {r.stdout[-800:]}{r.stderr[-400:]}")
         size = check_renamed_out(kind, work, store, url, direct)
         if kind == "posix":
@@ -262,6 +272,9 @@ def case_renamed_out_crash(kind):
         r = run([BIN, "recover", "--local", local, "--remote", url, *rule, "--json"], env=clean_env())
         rows = json.loads(r.stdout)["files"]
         check(all(row["drained_epochs"] == 0 for row in rows), f"a second recover drained again: {rows}")
+        if mpi:
+            check("paralog recover: 1 node(s)" in said, f"recover did not run as a server job: {said[-600:]}")
+            return f"one recover as a server job ({mpi}): keep/r0.dat equal to direct ({size} bytes), s1 gone, s2 whole"
         return f"one recover after the crash: keep/r0.dat equal to direct ({size} bytes), s1 gone, s2 whole"
     return case
 
@@ -272,4 +285,5 @@ def cases(agg):
             ("member renamed out posix", case_renamed_out("posix")),
             ("member renamed out objstore", case_renamed_out("objstore")),
             ("member renamed out, crash, posix", case_renamed_out_crash("posix")),
-            ("member renamed out, crash, objstore", case_renamed_out_crash("objstore"))]
+            ("member renamed out, crash, objstore", case_renamed_out_crash("objstore")),
+            ("member renamed out, crash, posix, server job", case_renamed_out_crash("posix", "mpich"))]
