@@ -388,10 +388,9 @@ pub(crate) fn publish(
             )
             .and_then(|mut rec| {
                 rec.origin = origin;
-                if s3.is_none() {
-                    // A group of empty members only wrote no file.
-                    super::jobroot::drop_empty_containers(&mut rec);
-                }
+                // A group of empty members only wrote no file (on S3 its
+                // upload is abandoned, `own_s3::complete`).
+                super::jobroot::drop_empty_containers(&mut rec);
                 unique(&rec.members).map(|()| rec)
             })
             .and_then(|rec| match (&s3, &mut shared, &parts) {
