@@ -35,6 +35,13 @@ MPI servers exchanging the members over MPI.
   own region      --agg-mode own, version 2: a later job rewrites node 0's
   kept members    members only; the others are kept from version 1 by the
                   record writer; every member equal to its run
+  own region      --agg-mode own, 2 nodes, K=2, node n1's ranks writing
+  empty group     empty members (CKPT_EMPTY, created 0600): one container
+                  (n0's) + 1 record per set, no empty container file, the
+                  servers' log line counts 1 container; extract (bytes and
+                  modes) and a restart under capture (sizes 0, mode 0600)
+                  equal the direct run (before, group 1 got an empty
+                  container file the record listed)
   own region      --agg-mode own, --peer-timeout 2, one node writing its
   slower than     region for about 4 s: the heartbeat keeps the job alive,
   the peer        every set published whole
@@ -63,6 +70,7 @@ MPI servers exchanging the members over MPI.
 """
 import json
 import re
+import stat
 import subprocess
 
 from tests.lib.check import Failed, check
@@ -449,6 +457,49 @@ def case_own_holes(flavour):
     return case
 
 
+def case_own_empty_group(flavour):
+    """--agg-mode own, 2 nodes, K=2, every member of node n1 (group 1)
+    empty: that group writes no container and the record lists only n0's;
+    the empty members are still there, 0 bytes and mode 0600."""
+    def case(work):
+        remote = work / "remote"
+        remote.mkdir()
+        nodes, k = 2, 2
+        np = nodes * RANKS_PER_NODE
+        empty = {"CKPT_EMPTY": str(RANKS_PER_NODE)}
+        args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--agg-mode", "own", "--containers", str(k)]
+        c = Cluster(work, flavour, nodes, str(remote), server_args=args)
+        try:
+            c.start_servers()
+            write_job(c, flavour, np, empty)
+            c.wait(timeout=300)
+        finally:
+            c.stop()
+        # One container (group 0's) and the record per set: nothing empty.
+        agg.check_layout(remote, 1)
+        for d in agg.set_dirs(remote):
+            sizes = [p.stat().st_size for p in d.glob("*.plc")]
+            check(all(sizes), f"{d.name}: an empty container: {sizes}")
+        agg.sets_json(remote, np, 1)
+        published = [line for line in c.server_log.read_text(errors="replace").splitlines()
+                     if "checkpoint set published by the server job" in line]
+        counts = [int(m) for line in published for m in re.findall(r"\bcontainers=(\d+)", line)]
+        check(len(counts) == agg.STEPS and set(counts) == {1},
+              f"the servers' log counts containers {counts} for {agg.STEPS} sets of one container each")
+        direct = agg.direct_run(work, np, mean=MEAN, extra=empty)
+        agg.extract_all(remote, work, direct, np)
+        for d in agg.set_dirs(remote):
+            for i in range(np):
+                name = f"rank-{i:05d}.dat"
+                want = stat.S_IMODE((direct / "ckpt" / d.name / name).stat().st_mode)
+                got = stat.S_IMODE((work / "extract" / d.name / name).stat().st_mode)
+                check(want == got, f"extracted {d.name}/{name} has mode {oct(got)}, the direct run's {oct(want)}")
+        agg.restart(work, c.prefix, remote, direct, np, MEAN, env=clean_env(empty))
+        return (f"{agg.STEPS} sets, group 1's {RANKS_PER_NODE} members empty: one container each, "
+                f"none empty; extract (bytes, modes 0600) and restart equal direct")
+    return case
+
+
 def case_own_slow_region(flavour):
     """--agg-mode own with --peer-timeout 2: node n1 writes its region
     slowly (2 s after each block: about 4 s a set with its writer threads),
@@ -497,6 +548,7 @@ def cases():
         out.append((f"{flavour} own region kept members", case_own_kept(flavour)))
         if flavour == "mpich":
             out.append(("mpich own region holes", case_own_holes(flavour)))
+            out.append(("mpich own region empty group", case_own_empty_group(flavour)))
         out.append((f"{flavour} set removed", case_removed(flavour)))
         out.append((f"{flavour} renamed into place", case_renamed(flavour, "own" if flavour == "mpich" else "leader")))
     out.append(("mpich own region slower than the peer timeout", case_own_slow_region("mpich")))

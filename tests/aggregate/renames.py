@@ -20,6 +20,18 @@ and a member created 0600 came back 0644.
                   the remote equals the direct run's (before the fix it was
                   drained empty: its bytes are in the set's container, not
                   in a file of its name), and the set it left is gone
+  member renamed out, crash, posix|objstore
+                  the same, the server killed (failpoint drain.before_fsync)
+                  in the drain of the renamed file, after the rename was
+                  committed: one `paralog recover` brings the remote to the
+                  direct run (the set without the member, its bytes at the
+                  new name) and leaves no local record (before the fix the
+                  first recover kept the set waiting for the renamed file
+                  and exited 1; a second one published it)
+  member renamed out, crash, posix, server job
+                  the same, recover run as a server job of one node
+                  (mpirun.mpich -n 1): its rounds drain the plain files
+                  before the sets, so it needed no change
   numpy renamed, modes
                   real numpy: `np.save` to a temporary name then `os.replace`
                   (the usual checkpoint idiom), a member created 0600, a
@@ -29,11 +41,13 @@ and a member created 0600 came back 0644.
                   capture in a new job, equal those of the same script run
                   directly
 """
+import json
 import os
 import shutil
 import stat
 
 from tests.lib.check import check
+from tests.lib.mpi import launcher
 from tests.lib.compare import same_bytes
 from tests.lib.paralog import clean_env, paralog_run
 from tests.lib.paths import BIN, PY
@@ -173,36 +187,95 @@ for s in (1, 2):
     with open(os.path.join(d, "rank-0.dat"), "wb") as f:
         f.write(bytes(range(s, 256)) * 1000)
 time.sleep(wait)  # the server publishes s1 (s2 is newer) and drops its local records
+if len(sys.argv) > 3:  # or until s1's record is on the remote
+    deadline = time.time() + 120
+    while not os.path.exists(sys.argv[3]) and time.time() < deadline:
+        time.sleep(0.05)
 os.makedirs(os.path.join(root, "keep"), exist_ok=True)
 os.rename(os.path.join(root, "ckpt", "s1", "rank-0.dat"), os.path.join(root, "keep", "r0.dat"))
 '''
+
+
+def renamed_out_remote(kind, work):
+    """(store, url) of a renamed-out case: a directory or an object layout."""
+    store = work / "store"
+    store.mkdir()
+    return store, str(store) if kind == "posix" else f"objstore://{store}"
+
+
+def check_renamed_out(kind, work, store, url, direct):
+    """The remote after the renamed-out script: s1 gone (its one member
+    left), keep/r0.dat and s2 equal to the direct run."""
+    sets = run([BIN, "sets", url, "--json"]).stdout
+    check('"ckpt/s1"' not in sets and '"ckpt/s2"' in sets, f"paralog sets after s1 lost its member: {sets}")
+    got = work / "got.dat"
+    if kind == "posix":
+        got = store / "keep" / "r0.dat"
+    else:
+        run([BIN, "get", f"{url}/keep/r0.dat", got])
+    same_bytes(direct / "keep" / "r0.dat", got, "the member renamed out of its set")
+    out = work / "s2"
+    run([BIN, "extract", url, "ckpt/s2", out])
+    same_bytes(direct / "ckpt" / "s2" / "rank-0.dat", out / "rank-0.dat", "ckpt/s2 extracted")
+    return got.stat().st_size
 
 
 def case_renamed_out(kind):
     def case(work):
         prefix, local = work / "prefix", work / "local"
         prefix.mkdir()
-        store = work / "store"
-        store.mkdir()
-        url = str(store) if kind == "posix" else f"objstore://{store}"
+        store, url = renamed_out_remote(kind, work)
         script = work / "w.py"
         script.write_text(RENAMED_OUT)
         direct = work / "direct"
         run([PY, script, direct, "0"], env=clean_env())
         paralog_run(local, prefix, [PY, script, prefix, "2"], remote=url,
                     extra=("--aggregate", "ckpt/{set}/rank-*"))
+        size = check_renamed_out(kind, work, store, url, direct)
+        return f"keep/r0.dat equal to direct ({size} bytes); s1 gone, s2 whole"
+    return case
+
+
+def case_renamed_out_crash(kind, mpi=None):
+    """The server killed in the drain of the renamed file (before its
+    fsync: nothing of the rename is remote), after s1 was published; then
+    one recover must do it all (mpi: recover as a server job of one node,
+    started by that MPI's launcher: the server job's rounds)."""
+    def case(work):
+        prefix, local = work / "prefix", work / "local"
+        prefix.mkdir()
+        store, url = renamed_out_remote(kind, work)
+        script = work / "w.py"
+        script.write_text(RENAMED_OUT)
+        direct = work / "direct"
+        run([PY, script, direct, "0"], env=clean_env())
+        record = store / ("ckpt" if kind == "posix" else "meta/ckpt") / "s1" / "set.plr"
+        rule = ("--aggregate", "ckpt/{set}/rank-*")
+        r = paralog_run(local, prefix, [PY, script, prefix, "0", record], remote=url, extra=rule,
+                        env=clean_env({"PARALOG_FAILPOINT": "drain.before_fsync"}), check=False)
+        check(r.returncode != 0, f"the server did not die at its failpoint: {r.stdout[-400:]}{r.stderr[-400:]}")
         sets = run([BIN, "sets", url, "--json"]).stdout
-        check('"ckpt/s1"' not in sets and '"ckpt/s2"' in sets, f"paralog sets after s1 lost its member: {sets}")
-        got = work / "got.dat"
+        check('"ckpt/s1"' in sets, f"s1 is not on the remote before recover (not the crash window): {sets}")
+        recover = [BIN, "recover", "--local", local, "--remote", url, *rule]
+        if mpi:
+            recover = launcher(mpi, 1) + recover
+        r = run(recover, env=clean_env(), check=False, timeout=300)
+        said = r.stdout + r.stderr
+        check(r.returncode == 0, f"one recover did not finish (exit {r.returncode}): {r.stdout[-800:]}{r.stderr[-400:]}")
+        size = check_renamed_out(kind, work, store, url, direct)
         if kind == "posix":
-            got = store / "keep" / "r0.dat"
-        else:
-            run([BIN, "get", f"{url}/keep/r0.dat", got])
-        same_bytes(direct / "keep" / "r0.dat", got, "the member renamed out of its set")
-        out = work / "s2"
-        run([BIN, "extract", url, "ckpt/s2", out])
-        same_bytes(direct / "ckpt" / "s2" / "rank-0.dat", out / "rank-0.dat", "ckpt/s2 extracted")
-        return f"keep/r0.dat equal to direct ({got.stat().st_size} bytes); s1 gone, s2 whole"
+            names = sorted(p.name for p in (store / "keep").iterdir())
+            check(names == ["r0.dat"], f"keep/ on the remote holds {names}: the crashed drain's temporary")
+        left = sorted(str(p.relative_to(local)) for p in local.rglob("e*.data"))
+        check(not left, f"local records left after recover: {left[:3]}")
+        # A second recover finds nothing to do.
+        r = run([BIN, "recover", "--local", local, "--remote", url, *rule, "--json"], env=clean_env())
+        rows = json.loads(r.stdout)["files"]
+        check(all(row["drained_epochs"] == 0 for row in rows), f"a second recover drained again: {rows}")
+        if mpi:
+            check("paralog recover: 1 node(s)" in said, f"recover did not run as a server job: {said[-600:]}")
+            return f"one recover as a server job ({mpi}): keep/r0.dat equal to direct ({size} bytes), s1 gone, s2 whole"
+        return f"one recover after the crash: keep/r0.dat equal to direct ({size} bytes), s1 gone, s2 whole"
     return case
 
 
@@ -210,4 +283,7 @@ def cases(agg):
     return [("renamed into place K=2", case_ckpt(agg)), ("renamed into place s3", case_ckpt_s3(agg)),
             ("numpy renamed, modes", case_numpy),
             ("member renamed out posix", case_renamed_out("posix")),
-            ("member renamed out objstore", case_renamed_out("objstore"))]
+            ("member renamed out objstore", case_renamed_out("objstore")),
+            ("member renamed out, crash, posix", case_renamed_out_crash("posix")),
+            ("member renamed out, crash, objstore", case_renamed_out_crash("objstore")),
+            ("member renamed out, crash, posix, server job", case_renamed_out_crash("posix", "mpich"))]

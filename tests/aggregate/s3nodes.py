@@ -76,6 +76,13 @@ container is a multipart upload of several parts packed across members
                   `paralog recover --agg-mode own` on every node aborts
                   them and publishes it whole: K + 1 keys per set, no
                   upload left, every member equal to the direct run
+  s3 own region empty group
+                  --agg-mode own, K=2, node n1's members all empty (and
+                  0600: CKPT_EMPTY): one container + 1 record per set (no
+                  empty object), no marker or upload left, `paralog
+                  extract` equals the direct run, the empty members with
+                  mode 0600 (before, group 1's container was completed as
+                  an empty object the record listed)
 """
 import json
 
@@ -412,6 +419,36 @@ def case_own_killed(flavour):
     return case
 
 
+def case_own_empty_group(flavour):
+    @with_minio
+    def case(work, minio):
+        pre = f"own-empty-{flavour}"
+        url = f"s3://{BUCKET}/{pre}{QUERY}"
+        empty = {"CKPT_EMPTY": str(RANKS_PER_NODE)}
+        c = cluster(work, flavour, minio, url, 2, mode="own")
+        try:
+            write_job(c, flavour, empty)
+            c.wait(timeout=300)
+        finally:
+            c.stop()
+        first = agg.direct_run(work, NP, name="direct", steps=STEPS, mean=MEAN, extra=empty)
+        sets = [f"ckpt/{p.name}" for p in sorted((first / "ckpt").iterdir())]
+        keys = check_clean(minio, pre, 1, sets)
+        sizes = dict(minio.keys(BUCKET, pre))
+        got = [sizes[f"{pre}/{d}/{n}"] for d in sets for n in keys[d] if n.endswith(".plc")]
+        check(all(got), f"an empty container object: {got}")
+        check_versions(minio, url, work, "own", sets, first, 1)
+        for d in sets:
+            out = work / "own" / d.replace("/", "_")
+            for i in range(RANKS_PER_NODE, NP):
+                m = out / f"rank-{i:05d}.dat"
+                check(m.stat().st_size == 0 and m.stat().st_mode & 0o7777 == 0o600,
+                      f"{d}/{m.name}: {m.stat().st_size} bytes, mode {oct(m.stat().st_mode & 0o7777)}")
+        return (f"{len(sets)} sets, node n1's members empty: one container object each ({got} bytes), "
+                f"no empty object, no upload left, extract equals direct (empty members 0600)")
+    return case
+
+
 def cases():
     return [
         ("s3 nodes mpich K=1", case_sets("mpich", 1)),
@@ -424,4 +461,5 @@ def cases():
         ("s3 own region openmpi K=2", case_own("openmpi", 2, 4_000_000, {"CKPT_MPIIO": "1"}, restart=True)),
         ("s3 own region writer killed", case_own_killed("mpich")),
         ("s3 own region kept container", case_kept("openmpi", mode="own")),
+        ("s3 own region empty group", case_own_empty_group("mpich")),
     ]

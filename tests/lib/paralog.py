@@ -83,10 +83,11 @@ def keep_server_log(local, job="t"):
 
 
 def status(local, job=None, env=None):
-    """`paralog status --json --once`, parsed; None if no server answered."""
+    """`paralog status --json --once`, parsed; None if no server answered
+    (exit 2 still answers: a damaged or refused file, docs/server.md)."""
     args = [BIN, "status", "--local", local, "--json", "--once"] + (["--job", job] if job else [])
     r = run(args, env=env, check=False, timeout=60)
-    return json.loads(r.stdout) if r.returncode == 0 else None
+    return json.loads(r.stdout) if r.returncode in (0, 2) else None
 
 
 def inspect(local):

@@ -14,7 +14,8 @@ POSIX remote while they run, results compared byte for byte.
              started afterwards (start-up scan), and nothing is left locally
   damaged    a flipped bit in a committed epoch: that epoch and the later
              ones stay local, the error names file, rank, epoch and offset,
-             earlier epochs are drained, status says DAMAGED
+             earlier epochs are drained, status says DAMAGED and exits 2,
+             as a table and with --json alike (before, --json exited 0)
   remote     the remote fails (full, then read-only: a real tmpfs mount) while
              the program runs: the server retries, status shows why, local
              data is kept, and the drain completes once the remote is back
@@ -147,7 +148,21 @@ def case_damaged(work):
     pos = data_end - 100
     raw[pos] ^= 0x40
     data[0].write_bytes(raw)
-    st = drain_once(work, local, remote)
+    srv = Server(local, remote, None, log=work / "server.log")
+    try:
+        st = srv.ask({"cmd": "drain", "timeout_s": 60}, timeout=90)
+        # Both forms of `paralog status` exit 2: a file will not be drained.
+        at = ["--local", local, "--job", srv.job, "--once"]
+        table = run([BIN, "status", *at], check=False)
+        js = run([BIN, "status", *at, "--json"], check=False)
+        check(table.returncode == 2 and "DAMAGED" in table.stdout,
+              f"status (table) exited {table.returncode}, not 2: {table.stdout[-400:]}{table.stderr[-300:]}")
+        check(js.returncode == 2 and json.loads(js.stdout)["damaged"] == 1,
+              f"status --json exited {js.returncode}, not 2: {js.stdout[-400:]}{js.stderr[-300:]}")
+        srv.ask({"cmd": "stop"})
+        srv.p.wait(timeout=60)
+    finally:
+        srv.kill()
     f = st["files"][0]
     check(f["state"] == "damaged", f"state {f['state']}, want damaged")
     msg = f["message"] or ""
@@ -160,7 +175,8 @@ def case_damaged(work):
     r = run([BIN, "recover", "--local", local, "--remote", remote], check=False)
     check(r.returncode != 0 and "refusing" in r.stdout + r.stderr, f"recover did not refuse the damaged epoch: {r.stdout}{r.stderr}")
     check(want.read_bytes() == (remote / "d.bin").read_bytes(), "recover changed the remote past the damage")
-    return "damaged epoch 2 refused (named with offset), epoch 1 drained, epochs 2-4 kept"
+    return ("damaged epoch 2 refused (named with offset), epoch 1 drained, epochs 2-4 kept; "
+            "status exits 2 as a table and with --json")
 
 
 def mount_tmpfs(path, size):

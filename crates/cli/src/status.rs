@@ -16,6 +16,9 @@ use paralog_server::status::{self, FileState, Request, Status};
 
 #[derive(clap::Args)]
 #[command(mut_arg("job", |a| a.help("The server of this job [default: the server of every job, else PARALOG_JOB's]")))]
+#[command(
+    after_help = "Exit status (the table, the live view and --json alike): 0; 2 when a file is damaged or refused (it will not be drained) or a logged array put failed; 1 when no server answers or the request fails."
+)]
 pub struct Args {
     #[command(flatten)]
     server: crate::ServerSocket,
@@ -298,6 +301,18 @@ fn print_missed(m: &serde_json::Value) {
     }
 }
 
+/// The exit status for `st`, whatever the output's form: 2 when
+/// something committed will not reach the remote (a damaged or refused
+/// file; a logged put that can never be published is as lost).
+fn exit_code(st: &Status) -> ExitCode {
+    let failed_puts = st.puts.iter().any(|p| p.state == PutState::Failed);
+    if st.damaged > 0 || failed_puts {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let sock = args.server.find()?;
     let mut st = status::request_status(&sock, &Request::Status)?;
@@ -310,7 +325,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         v["streams"] = crate::stream::lag::status_json(&st);
         println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(exit_code(&st));
     }
     if !args.once && std::io::stdout().is_terminal() {
         live(&sock).with_context(|| format!("following {}", sock.display()))?;
@@ -322,11 +337,5 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         std::path::Path::new(&st.root),
         st.job.as_deref(),
     ));
-    // A logged put that can never be published is as lost as a damaged file.
-    let failed_puts = st.puts.iter().any(|p| p.state == PutState::Failed);
-    Ok(if st.damaged > 0 || failed_puts {
-        ExitCode::from(2)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(exit_code(&st))
 }

@@ -42,6 +42,10 @@ pub struct FileRecovery {
     /// Why the file could not be (fully) recovered; its local data is kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The error is a wait for the other file of a rename (which a later
+    /// round of the same recovery may drain).
+    #[serde(skip)]
+    pub waiting: bool,
 }
 
 /// What recovery did on this node.
@@ -71,7 +75,8 @@ pub fn recover_node(
 
 /// [`recover_node`] with `--aggregate`: the members of checkpoint sets are
 /// recovered set by set (`aggregate::recover_sets`), the other files one
-/// by one.
+/// by one, in rounds while renames make them wait for each other
+/// (`recover_job`).
 pub fn recover_node_sets(
     root: &Path,
     job: Option<&str>,
@@ -83,41 +88,10 @@ pub fn recover_node_sets(
     let pool = BufferPool::new(64 << 20, 8 << 20);
     let mut report = Report::default();
     for j in inv.jobs.iter().filter(|j| job.is_none_or(|n| n == j.name)) {
-        if let Some(sets) = sets {
-            for mut row in crate::aggregate::recover_sets(sets, remote, j) {
-                row.job = j.name.clone();
-                report.failed += usize::from(row.error.is_some());
-                report.files.push(row);
-            }
-        }
-        // A file renamed away waits for its target (`rename.rs`): passes
-        // over the waiting ones while a pass gets one further.
-        let mut todo: Vec<&FileInventory> = j
-            .files
-            .iter()
-            .filter(|f| sets.is_none_or(|s| s.claims(&f.dir, remote).is_none()))
-            .collect();
-        loop {
-            let mut waiting = Vec::new();
-            for file in todo.iter().copied() {
-                let (mut row, wait) = recover_file(remote, &pool, file, gc);
-                if wait {
-                    waiting.push((file, row));
-                    continue;
-                }
-                row.job = j.name.clone();
-                report.failed += usize::from(row.error.is_some());
-                report.files.push(row);
-            }
-            if waiting.is_empty() || waiting.len() == todo.len() {
-                for (_, mut row) in waiting {
-                    row.job = j.name.clone();
-                    report.failed += 1;
-                    report.files.push(row);
-                }
-                break;
-            }
-            todo = waiting.into_iter().map(|(f, _)| f).collect();
+        for mut row in recover_job(remote, &pool, j, gc, sets) {
+            row.job = j.name.clone();
+            report.failed += usize::from(row.error.is_some());
+            report.files.push(row);
         }
     }
     // What crashed drains left on the remote that nothing refers to.
@@ -133,22 +107,107 @@ pub fn recover_node_sets(
     Ok(report)
 }
 
+/// One job's sets and plain files, in rounds: the sets (with
+/// `--aggregate`), then the plain files, then again those that waited for
+/// a rename's other file, for as long as a round drains something.
+///
+/// Why rounds and not one fixed order: a rename makes either kind wait
+/// for the other. A member renamed out of a published set (`mv
+/// ckpt/s1/rank-0.dat keep/`) keeps its set waiting until the plain file
+/// `keep/rank-0.dat` is drained, and a plain file renamed into a set
+/// waits until that set is published; chains (a set's member renamed to
+/// a plain file renamed into another set) alternate. Ordering by the
+/// renames would mean reading every rename record of the job first to
+/// build that graph; a round that drains nothing ends the loop, and every
+/// other round drains at least one epoch, so the rounds are bounded by
+/// the epochs and cost nothing when no rename is waiting (one round).
+fn recover_job(
+    remote: &Remote,
+    pool: &BufferPool,
+    job: &paralog_log::reader::JobInventory,
+    gc: bool,
+    sets: Option<&crate::aggregate::Sets>,
+) -> Vec<FileRecovery> {
+    let mut rows = Vec::new();
+    // A member file's latest row (a set that waited in one round may be
+    // published in the next).
+    let mut set_rows: std::collections::BTreeMap<String, FileRecovery> = Default::default();
+    let mut sets_left = sets.is_some();
+    // Each plain file with its row of the round before (none yet).
+    let mut files: Vec<(&FileInventory, Option<FileRecovery>)> = job
+        .files
+        .iter()
+        .filter(|f| sets.is_none_or(|s| s.claims(&f.dir, remote).is_none()))
+        .map(|f| (f, None))
+        .collect();
+    loop {
+        let mut drained = 0;
+        let mut sets_waiting = false;
+        if let (Some(sets), true) = (sets, sets_left) {
+            for row in crate::aggregate::recover_sets(sets, remote, job) {
+                drained += row.drained_epochs;
+                sets_waiting |= row.waiting;
+                let row = match set_rows.remove(&row.path) {
+                    Some(before) => after_round(before, row),
+                    None => row,
+                };
+                set_rows.insert(row.path.clone(), row);
+            }
+        }
+        let mut waiting = Vec::new();
+        for (file, before) in files {
+            let row = recover_file(remote, pool, file, gc);
+            drained += row.drained_epochs;
+            let row = match before {
+                Some(before) => after_round(before, row),
+                None => row,
+            };
+            if row.waiting {
+                waiting.push((file, Some(row)));
+            } else {
+                rows.push(row);
+            }
+        }
+        if drained == 0 || !sets_waiting && waiting.is_empty() {
+            rows.extend(waiting.into_iter().filter_map(|(_, row)| row));
+            break;
+        }
+        sets_left = sets_waiting;
+        files = waiting;
+    }
+    set_rows.into_values().chain(rows).collect()
+}
+
+/// A file's row of a later round, with what the rounds before drained.
+fn after_round(before: FileRecovery, mut row: FileRecovery) -> FileRecovery {
+    if before.drained_epochs > 0 {
+        row.drained = if row.drained_epochs == 0 {
+            before.drained
+        } else {
+            format!("{}, {}", before.drained, row.drained)
+        };
+        row.drained_epochs += before.drained_epochs;
+        row.bytes += before.bytes;
+    }
+    row.aborted_uploads += before.aborted_uploads;
+    row
+}
+
 fn recover_file(
     remote: &Remote,
     pool: &BufferPool,
     file: &FileInventory,
     gc: bool,
-) -> (FileRecovery, bool) {
+) -> FileRecovery {
     let mut row = FileRecovery {
         path: file.display_name(),
         drained: fmt_ids(&[]),
         ..FileRecovery::default()
     };
-    let mut waiting = false;
-    if let Err(e) = recover_into(&mut row, remote, pool, file, gc, &mut waiting) {
+    if let Err(e) = recover_into(&mut row, remote, pool, file, gc) {
         row.error = Some(e);
     }
-    (row, waiting)
+    row
 }
 
 fn recover_into(
@@ -157,7 +216,6 @@ fn recover_into(
     pool: &BufferPool,
     file: &FileInventory,
     gc: bool,
-    waiting: &mut bool,
 ) -> Result<(), String> {
     // The drain lock first, then a fresh look: a server may have drained
     // some of it since the inventory was taken.
@@ -189,7 +247,7 @@ fn recover_into(
     });
     row.drained = fmt_ids(&drained);
     row.drained_epochs = drained.len();
-    *waiting = matches!(result, Err(crate::drain::DrainError::Waiting(_)));
+    row.waiting = matches!(result, Err(crate::drain::DrainError::Waiting(_)));
     result.map_err(|e| e.to_string())?;
     // What is left: epochs that are not committed (and never will be).
     let job_dir = file.dir.parent();
@@ -212,4 +270,52 @@ fn recover_into(
         row.removed = Some(r.removed.len());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(ids: &[u64], bytes: u64, waiting: bool) -> FileRecovery {
+        let ids: Vec<paralog_log::EpochId> = ids
+            .iter()
+            .map(|&i| paralog_log::EpochId::new(1, i))
+            .collect();
+        FileRecovery {
+            path: "a".into(),
+            drained: fmt_ids(&ids),
+            drained_epochs: ids.len(),
+            bytes,
+            waiting,
+            error: waiting.then(|| "waiting".into()),
+            ..FileRecovery::default()
+        }
+    }
+
+    #[test]
+    fn a_later_round_keeps_what_the_rounds_before_drained() {
+        let both = after_round(row(&[1, 2], 10, true), row(&[3], 5, false));
+        assert_eq!((both.drained_epochs, both.bytes, both.error), (3, 15, None));
+        assert_eq!(
+            both.drained,
+            format!(
+                "{}, {}",
+                row(&[1, 2], 0, false).drained,
+                row(&[3], 0, false).drained
+            )
+        );
+        // Nothing more drained: the earlier epochs, and the later row's wait.
+        let still = after_round(row(&[1], 4, true), row(&[], 0, true));
+        assert_eq!(
+            (still.drained_epochs, still.bytes, still.waiting),
+            (1, 4, true)
+        );
+        assert_eq!(still.drained, row(&[1], 0, false).drained);
+        // Nothing before: the later row as it is.
+        let only = after_round(row(&[], 0, true), row(&[2], 3, false));
+        assert_eq!(
+            (only.drained_epochs, only.drained),
+            (1, row(&[2], 0, false).drained)
+        );
+    }
 }

@@ -27,7 +27,8 @@
  * each member under a temporary name in its set directory and renames it
  * into place after the fsync (numpy's and torch's way): even ranks
  * "rank-RRRRR.part.dat" (a name the rule claims too), odd ranks
- * ".rank-RRRRR.tmp" (a name outside it). */
+ * ".rank-RRRRR.tmp" (a name outside it). CKPT_EMPTY=N: ranks from N on
+ * write empty members, created 0600 (a group of nodes with no byte). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -55,7 +56,14 @@ static unsigned char byte_at(unsigned rank, unsigned step, unsigned long i) {
     return (unsigned char)(x * 0x9E37u >> 7);
 }
 
+/* CKPT_EMPTY=N: rank's member is empty (and created 0600). */
+static int empty_rank(unsigned rank) {
+    const char *e = getenv("CKPT_EMPTY");
+    return e && rank >= (unsigned)atoi(e);
+}
+
 static size_t size_of(unsigned rank, unsigned step, size_t mean) {
+    if (empty_rank(rank)) return 0;
     const char *p = getenv("CKPT_SPREAD");
     long spread = (long)mean * (p ? atol(p) : 20) / 100;
     if (spread <= 0) return mean;
@@ -109,7 +117,7 @@ static int write_rank(const char *prefix, unsigned rank, unsigned step, size_t m
             snprintf(tmp, sizeof tmp, "%.*s/.rank-%05u.tmp", (int)(slash - path), path, rank);
     }
     const char *target = renamed ? tmp : path;
-    int fd = open(target, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = open(target, O_WRONLY | O_CREAT | O_TRUNC, empty_rank(rank) ? 0600 : 0644);
     if (fd < 0) { perror(target); return 1; }
     size_t n = size_of(rank, step, mean);
     /* CKPT_DIE=STEP:RANK: that rank is killed halfway through its file. */
@@ -179,6 +187,7 @@ static int verify(const char *prefix, unsigned nranks, unsigned steps, size_t me
             struct stat st;
             if (stat(path, &st) != 0) { perror(path); bad++; continue; }
             if ((size_t)st.st_size != n || !S_ISREG(st.st_mode)) { printf("%s: stat size %ld, want %zu\n", path, (long)st.st_size, n); bad++; }
+            if (empty_rank(r) && (st.st_mode & 07777) != 0600) { printf("%s: mode %o, want 600\n", path, (unsigned)(st.st_mode & 07777)); bad++; }
             int fd = open(path, O_RDONLY);
             if (fd < 0) { perror(path); bad++; continue; }
             off_t end = lseek(fd, 0, SEEK_END);
@@ -196,9 +205,11 @@ static int verify(const char *prefix, unsigned nranks, unsigned steps, size_t me
             }
             if (off != n) { printf("%s: read %zu bytes, want %zu\n", path, off, n); bad++; }
             size_t at = n / 3;
+            /* A member too short for it (CKPT_EMPTY): a pread at 0 must give nothing. */
+            ssize_t want = n < at + 1000 ? (ssize_t)(n - at) : 1000;
             ssize_t k = pread(fd, buf, 1000, (off_t)at);
-            if (k != 1000) { printf("%s: pread gave %ld\n", path, (long)k); bad++; }
-            else for (int i = 0; i < 1000; i++) if (buf[i] != expected(r, step, at + (size_t)i, n)) { printf("%s: pread byte %zu differs\n", path, at + (size_t)i); bad++; break; }
+            if (k != want) { printf("%s: pread gave %ld, not %ld\n", path, (long)k, (long)want); bad++; }
+            else if (want == 1000) for (int i = 0; i < 1000; i++) if (buf[i] != expected(r, step, at + (size_t)i, n)) { printf("%s: pread byte %zu differs\n", path, at + (size_t)i); bad++; break; }
             close(fd);
         }
     }

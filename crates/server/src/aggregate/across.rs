@@ -374,6 +374,9 @@ pub(crate) fn publish(
     };
     let mut committed = false;
     let mut removed = false;
+    // The containers the record lists (for the log line: what was written
+    // or kept, never a container left out).
+    let mut listed = 0usize;
     if sums[0] == 0 && me == writer {
         let origin = fresh.first().map(|f| f.inv.origin()).unwrap_or([0; 16]);
         let merged = match &agreed {
@@ -385,6 +388,9 @@ pub(crate) fn publish(
             )
             .and_then(|mut rec| {
                 rec.origin = origin;
+                // A group of empty members only wrote no file (on S3 its
+                // upload is abandoned, `own_s3::complete`).
+                super::jobroot::drop_empty_containers(&mut rec);
                 unique(&rec.members).map(|()| rec)
             })
             .and_then(|rec| match (&s3, &mut shared, &parts) {
@@ -398,6 +404,7 @@ pub(crate) fn publish(
         };
         let r = merged.and_then(|mut rec| {
             reused.add_to(&mut rec);
+            listed = rec.containers.len();
             crate::failpoint::hit("aggregate.before_record");
             if rec.members.is_empty() {
                 // Its program deleted every member (`rm -r` of the set):
@@ -467,11 +474,7 @@ pub(crate) fn publish(
     if me == writer && c[0] & 2 != 0 {
         tracing::info!(set = %dir.display(), "checkpoint set removed by the server job: its program deleted every member");
     } else if me == writer {
-        let containers = agreed
-            .as_ref()
-            .map_or(plan.groups.len(), |a| a.regions.sizes.len())
-            + reused.len();
-        tracing::info!(set = %dir.display(), version, containers, kept_containers = reused.len(), mode = %ctx.sets.mode, bytes_between_nodes = out.between, "checkpoint set published by the server job");
+        tracing::info!(set = %dir.display(), version, containers = listed, kept_containers = reused.len(), mode = %ctx.sets.mode, bytes_between_nodes = out.between, "checkpoint set published by the server job");
     }
     Ok(out)
 }

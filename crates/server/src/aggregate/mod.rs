@@ -385,12 +385,11 @@ pub fn recover_sets(
         if ids.is_empty() && left.is_empty() {
             continue;
         }
+        let outcome = outcomes.iter().find(|o| o.set == set_name);
         let error = if left.is_empty() {
             None
         } else {
-            let why = outcomes
-                .iter()
-                .find(|o| o.set == set_name)
+            let why = outcome
                 .and_then(|o| o.waiting.clone())
                 .or_else(|| scan_error.clone())
                 .unwrap_or_else(|| "not published".into());
@@ -404,6 +403,10 @@ pub fn recover_sets(
             drained: fmt_ids(&ids),
             drained_epochs: ids.len(),
             bytes,
+            // A member renamed away waits for its target's drain, which
+            // the same recovery may do next (`recover::recover_job`).
+            waiting: error.is_some()
+                && outcome.is_some_and(|o| matches!(o.error, Some(DrainError::Waiting(_)))),
             error,
             ..FileRecovery::default()
         });

@@ -181,7 +181,10 @@ pub(crate) fn write(
     let mut wrote = Wrote::default();
     let mut files: BTreeMap<u32, (File, PathBuf)> = BTreeMap::new();
     for s in slots.values() {
-        if files.contains_key(&s.container) {
+        // A group whose members are all empty has a container of no
+        // byte: never created (the record leaves it out, as the leader
+        // mode does: `jobroot::drop_empty_containers`).
+        if files.contains_key(&s.container) || a.regions.sizes[s.container as usize] == 0 {
             continue;
         }
         let path = dir.join(OsStr::from_bytes(
@@ -225,10 +228,13 @@ pub(crate) fn write(
                         let Some((m, slot)) = lock(&work).pop_front() else {
                             return;
                         };
-                        let f = &files[&slot.container].0;
-                        let mut put = |at: u64, data: &[u8]| {
-                            f.write_all_at(data, at)
-                                .map_err(|e| format!("writing the container at {at}: {e}"))
+                        let f = files.get(&slot.container).map(|(f, _)| f);
+                        let mut put = |at: u64, data: &[u8]| match f {
+                            Some(f) => f
+                                .write_all_at(data, at)
+                                .map_err(|e| format!("writing the container at {at}: {e}")),
+                            // Not opened: its placement has no byte.
+                            None => Err(format!("a member byte at {at} in a container of 0 bytes")),
                         };
                         match write_member(&mut put, m, slot, &mut buf) {
                             Ok(member) => lock(&placed).push(member),

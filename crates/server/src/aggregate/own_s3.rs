@@ -216,6 +216,13 @@ pub(crate) fn complete(
             .extend(parts);
     }
     for (k, name) in shared.names.iter().enumerate() {
+        if a.regions.sizes[k] == 0 {
+            // A group of empty members only: no part, and no empty
+            // object either (the record leaves the container out:
+            // `jobroot::drop_empty_containers`).
+            s3.abandon_shared(set, name, &shared.ids[k], false);
+            continue;
+        }
         let count: usize = a
             .parts
             .iter()
