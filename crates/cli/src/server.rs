@@ -269,7 +269,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         release,
         server.stream_releases(),
     )?;
-    let objects = crate::obj_publish::start(root.clone(), crate::obj_publish::EVERY, server.puts())?;
+    let objects =
+        crate::obj_publish::start(root.clone(), crate::obj_publish::EVERY, server.puts())?;
     server.wait_stop();
     let objects_failed = !objects.finish();
     // After the files: a last round of every stream, so that every event

@@ -291,11 +291,7 @@ impl Coordinator {
             // Finished when nothing drainable is left: every file drained or
             // parked, and no logged put that may still be published. Every
             // server sees the same plan and agreement, so all stop together.
-            if finishing
-                && !round.worked
-                && round.pending == 0
-                && round.retrying == 0
-                && puts_done
+            if finishing && !round.worked && round.pending == 0 && round.retrying == 0 && puts_done
             {
                 break;
             }

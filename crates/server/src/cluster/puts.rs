@@ -49,7 +49,7 @@ pub(super) struct PutRounds {
     pub(super) published: u64,
     /// Whether the job's puts let it end (what the last finishing round
     /// agreed).
-    pub(super) done: bool,
+    done: bool,
 }
 
 impl PutRounds {
@@ -60,7 +60,8 @@ impl PutRounds {
         self.left
             .iter()
             .filter(move |p| {
-                p.state == PutState::Failed || (recover && self.done && p.state != PutState::Waiting)
+                p.state == PutState::Failed
+                    || (recover && self.done && p.state != PutState::Waiting)
             })
             .map(line)
     }
@@ -149,11 +150,11 @@ impl Coordinator {
         }
         let now = puts.since(self.puts.mark.unwrap_or(u64::MAX));
         let changed = self.puts.sent != Some(now.generation);
-        let waiting = finishing
-            && !self.puts.done
-            && !(if recover { now.ended } else { now.settled });
+        let waiting =
+            finishing && !self.puts.done && !(if recover { now.ended } else { now.settled });
         let mut v = [changed as i64, waiting as i64];
-        self.dog.watch(|| self.comm.allreduce(&mut v, Reduce::Max))?;
+        self.dog
+            .watch(|| self.comm.allreduce(&mut v, Reduce::Max))?;
         if v[0] != 0 {
             let mine = encode(&self.cfg.node, now.published, &now.pending);
             let (all, counts) = self.dog.watch(|| self.comm.gather_bytes(&mine, None))?;
