@@ -19,11 +19,12 @@ Cluster), not one-node servers. The put is tests/objects/mpi_put.c on
                          on n0 ends 3 naming n2; once `recover` on n2
                          copied its share, `wait` on n1 returns 0 with the
                          version readable
-  killed mid-publish [openmpi]  node 0's server killed (SIGKILL) at
-                         objects.publish_mid_copy, which ends the job:
-                         nothing visible; `recover` as a server job
-                         publishes the version once, whole; a second one
-                         publishes nothing
+  killed mid-publish [openmpi: node 0; mpich: node 1]  that node's
+                         server killed (SIGKILL) at objects.publish_mid_copy
+                         (node 0: its own writers' chunks; node 1: its
+                         share), which ends the job: nothing visible;
+                         `recover` as a server job publishes the version
+                         once, whole; a second one publishes nothing
 """
 import json
 import subprocess
@@ -139,11 +140,13 @@ def case_status_wait(flavour):
     return go
 
 
-def case_killed(flavour):
+def case_killed(flavour, node):
+    """Node `node`'s server killed after the first chunk it copied: node
+    0's own writers' chunks, or node 1's share (node 0 cannot publish)."""
     def go(work):
         remote, locals_ = Remote(work, "objstore"), locals_of(work)
         point = "objects.publish_mid_copy"
-        c = job(work, flavour, {0: {"PARALOG_FAILPOINT": point}})
+        c = job(work, flavour, {node: {"PARALOG_FAILPOINT": point}})
         try:
             put_on_nodes(flavour, remote, "k", 7, locals_)
             try:
@@ -173,5 +176,8 @@ def case_killed(flavour):
 def cases(flavours):
     out = [(f"server job [{f}]", case_job(f)) for f in flavours]
     out.append(("server job: status and wait [mpich]", case_status_wait("mpich")))
-    out.append(("server job killed mid-publish, recover as a server job [openmpi]", case_killed("openmpi")))
+    out.append(("server job killed mid-publish on node 0, recover as a server job [openmpi]",
+                case_killed("openmpi", 0)))
+    out.append(("server job killed mid-copy of node 1's share, recover as a server job [mpich]",
+                case_killed("mpich", 1)))
     return out
