@@ -19,6 +19,10 @@ Cluster), not one-node servers. The put is tests/objects/mpi_put.c on
                          on n0 ends 3 naming n2; once `recover` on n2
                          copied its share, `wait` on n1 returns 0 with the
                          version readable
+  damaged [mpich]        a logged put whose chunk was damaged on node 0:
+                         `wait` on node 1 ends 3 naming the put, node n0
+                         and why (FAILED); the servers end NOT DRAINED;
+                         the put is kept on node 0
   killed mid-publish [openmpi: node 0; mpich: node 1]  that node's
                          server killed (SIGKILL) at objects.publish_mid_copy
                          (node 0: its own writers' chunks; node 1: its
@@ -27,6 +31,7 @@ Cluster), not one-node servers. The put is tests/objects/mpi_put.c on
                          once, whole; a second one publishes nothing
 """
 import json
+import os
 import subprocess
 import time
 
@@ -36,6 +41,7 @@ from tests.lib.proc import run
 from tests.lib.server import Cluster
 from tests.objects.nodes import (NODES, Remote, each_equal, left, locals_of, put_on_nodes,
                                  view_checks)
+from tests.objects.run import at
 
 
 def job(work, flavour, per_node_env=None):
@@ -173,9 +179,42 @@ def case_killed(flavour, node):
     return go
 
 
+def case_damaged(flavour):
+    """A logged put (`obj put --local`, node 0) whose chunk was damaged on
+    the node: the job's `wait` (sent to node 1) ends 3, naming the put,
+    its node and why; the servers end 3 (NOT DRAINED); the put is kept."""
+    def go(work):
+        remote, (l0, l1) = Remote(work, "objstore"), locals_of(work)
+        data = work / "d.bin"
+        data.write_bytes(os.urandom(32 * 16 * 8))
+        said = remote.obj("put", at(remote.url, "d"), data, "--dtype", "float64", "--shape", "32,16",
+                          "--chunks", "16,16", "--local", l0).stdout
+        pid = said.split("logged put ")[1].split()[0]
+        chunk = sorted(p for p in (l0 / ".paralog-objects" / "data").rglob("*") if p.is_file())[0]
+        b = bytearray(chunk.read_bytes())
+        b[5] ^= 0xFF
+        chunk.write_bytes(bytes(b))
+        c = job(work, flavour)
+        try:
+            r = wait_on(c, 1, timeout=60)
+            rc = c.servers.wait(timeout=60)
+        finally:
+            c.stop()
+        check(r.returncode == 3 and "not everything could be drained" in r.stderr
+              and f"array d (node n0) put {pid} (FAILED): not published: d: put {pid}: logged chunk" in r.stderr
+              and "fails its claim" in r.stderr, f"wait: exit {r.returncode}: {r.stdout}{r.stderr}")
+        check(rc != 0 and f"NOT DRAINED: logged array d put {pid} (node n0): " in c.tail(4000),
+              f"the server job exited {rc}: {c.tail()}")
+        check(remote.versions("d") == [] and left(l0) != [] and left(l1) == [],
+              f"versions {remote.versions('d')}, left on n0 {left(l0)}, on n1 {left(l1)}")
+        return "wait and the servers ended 3 naming the damaged put and its node; kept on node 0"
+    return go
+
+
 def cases(flavours):
     out = [(f"server job [{f}]", case_job(f)) for f in flavours]
     out.append(("server job: status and wait [mpich]", case_status_wait("mpich")))
+    out.append(("server job: a damaged put [mpich]", case_damaged("mpich")))
     out.append(("server job killed mid-publish on node 0, recover as a server job [openmpi]",
                 case_killed("openmpi", 0)))
     out.append(("server job killed mid-copy of node 1's share, recover as a server job [mpich]",
