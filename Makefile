@@ -119,8 +119,9 @@ test-aggregate: build setup-test
 # logged puts published by the node server and by recover; kill -9 of a
 # writing rank, the committing rank and the server, then recover
 # (tests/objects/crash.py, about 30 s); logged puts across 2 simulated
-# nodes on objstore:// and s3://, with servers killed (tests/objects/nodes.py,
-# about 60 s); puts and gets on s3:// against MinIO (tests/objects/s3.py); what a version costs in fsyncs and views made
+# nodes on objstore:// and s3://, with servers killed, and published by a
+# server job (tests/objects/nodes.py with tests/objects/nodes_job.py,
+# about 75 s + 15 s); puts and gets on s3:// against MinIO (tests/objects/s3.py); what a version costs in fsyncs and views made
 # after the commit (tests/objects/cost.py, about 15 s).
 test-objects: build setup-test
 	/usr/bin/python3 -m tests.objects.run

@@ -47,6 +47,10 @@ copies its shares, and node 0's publishes.
                          version, equal to the array; a second `recover`
                          on each node publishes nothing
 
+And the cases of tests/objects/nodes_job.py: the nodes' servers as one
+server job (`mpirun ... paralog server`), `paralog wait` and `status`
+across it, `recover` as a server job.
+
 Usage: python3 -m tests.objects.nodes [--only SUBSTRING] [--keep]
 Ends with "objects-nodes: N passed, N failed"."""
 import json
@@ -120,16 +124,18 @@ def locals_of(work):
     return out
 
 
-def put_on_nodes(flavour, remote, name, salt, locals_, mode="ok"):
+def put_on_nodes(flavour, remote, name, salt, locals_, mode="ok", names=None):
     """mpi_put.c on NODES x PER_NODE ranks, node k's ranks logging under
-    locals_[k] (an MPMD launch, one application context per node); `mode`
-    other than ok: the run (expected to fail)."""
+    locals_[k] (an MPMD launch, one application context per node) and
+    named names[k] (default nK); `mode` other than ok: the run (expected
+    to fail)."""
     prog, args = program(flavour), [remote.url, name, str(ROWS), str(salt), mode]
+    names = names or [f"n{k}" for k in range(len(locals_))]
     # Each node's ranks named as that node (PARALOG_NODE): a put waiting
     # for a share names the node.
-    cmd = [*launcher(flavour, PER_NODE), "env", "PARALOG_NODE=n0", prog, *args, locals_[0]]
-    for k, d in enumerate(locals_[1:], 1):
-        cmd += [":", "-n", str(PER_NODE), "env", f"PARALOG_NODE=n{k}", prog, *args, d]
+    cmd = [*launcher(flavour, PER_NODE), "env", f"PARALOG_NODE={names[0]}", prog, *args, locals_[0]]
+    for d, n in zip(locals_[1:], names[1:]):
+        cmd += [":", "-n", str(PER_NODE), "env", f"PARALOG_NODE={n}", prog, *args, d]
     r = run(cmd, env=mpi_env(remote.env), check=False, timeout=300)
     if mode != "ok":
         return r
@@ -441,6 +447,9 @@ def main():
         for point in ("objects.before_commit", "objects.publish_after_remote"):
             cases.append((f"publisher killed at {point} [openmpi, {kind}]",
                           case_publisher_killed("openmpi", kind, point)))
+    # The same puts published by a server job (tests/objects/nodes_job.py).
+    from tests.objects.nodes_job import cases as job_cases
+    cases += job_cases(FLAVOURS)
     return suite.run(cases, only=a.only)
 
 

@@ -2,6 +2,7 @@
 //! process per node: the servers act together (docs/cluster.md).
 
 use paralog_server::cluster::{ClusterConfig, Totals};
+use paralog_server::puts::PutState;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -84,6 +85,18 @@ pub fn report(t: &Totals, rank: usize, root: &Path, what: &str) -> ExitCode {
                 "paralog {what}: {} checkpoint set(s) published; a leader held at most {} bytes of receive buffers (pool {})",
                 t.sets_published, t.set_leader_peak, t.set_leader_pool
             );
+        }
+        if t.puts_published > 0 || !t.puts_left.is_empty() {
+            println!(
+                "paralog {what}: {} logged array put(s) published, {} not published",
+                t.puts_published,
+                t.puts_left.len()
+            );
+        }
+        // Those that may still be published (another node's share, not
+        // in this job); the others are in `failed`.
+        for p in t.puts_left.iter().filter(|p| p.state == PutState::Waiting) {
+            println!("paralog {what}: logged {}", crate::status::put_line(p));
         }
         for f in &t.failed {
             println!("paralog {what}: NOT DRAINED: {f}");

@@ -1,7 +1,8 @@
 //! The node server's publisher of logged array puts (docs/objects.md,
 //! "Logged mode"): a thread that publishes every committed logged put
 //! under the node-local root each interval, and a last round when the
-//! server stops; `paralog recover` and `paralog obj publish` run one round.
+//! server stops; the same in each server of a server job, on its own
+//! node (docs/objects.md "Logged puts in a server job"); `paralog recover` and `paralog obj publish` run one round.
 //! Each round's result goes to the server (`paralog_server::puts`), whose
 //! status shows what waits and whose `wait`/`drain` wait for it
 //! (docs/objects.md "Waiting for logged puts"). Each line is logged once
@@ -50,6 +51,7 @@ fn put_status(p: &Pending) -> PutStatus {
         state,
         waits_for: p.waits_for(),
         message: p.message(),
+        node: None,
     }
 }
 
@@ -145,6 +147,7 @@ fn logged_round(root: &Path, said: &mut HashSet<String>, puts: &Puts) -> bool {
                 state: PutState::Retrying,
                 waits_for: Vec::new(),
                 message: m,
+                node: None,
             };
             puts.end_round(n, 0, vec![failed]);
             false
@@ -181,7 +184,26 @@ pub fn start(root: PathBuf, every: Duration, puts: Puts) -> std::io::Result<Publ
     })
 }
 
+/// How often a server's publisher makes a round.
+pub const EVERY: Duration = Duration::from_millis(200);
+
+/// The publisher of a server of a server job (or of `recover` started as
+/// one): it reports to a board of its own, attached before its first
+/// round, which the job's rounds read ([`Publisher::puts`];
+/// paralog_server's cluster/puts.rs: the job ends only once every node's
+/// publisher left nothing that may still publish).
+pub fn start_for_job(root: PathBuf) -> std::io::Result<Publisher> {
+    let puts = Puts::default();
+    puts.attach();
+    start(root, EVERY, puts)
+}
+
 impl Publisher {
+    /// The board its rounds report to.
+    pub fn puts(&self) -> Puts {
+        self.puts.clone()
+    }
+
     /// Stop after a last round; whether that round published everything.
     pub fn finish(mut self) -> bool {
         self.stop.stop();

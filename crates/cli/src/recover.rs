@@ -1,7 +1,7 @@
 //! `paralog recover`: parses, calls the server crate's recovery (one node:
 //! `paralog_server::recover`, then the streams' drain, `recover_streams`;
 //! across nodes: the server job with everything to finish now, streams
-//! included), prints its report.
+//! and logged array puts included), prints its report.
 
 use std::process::ExitCode;
 
@@ -90,7 +90,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let undrained = undrained_streams(&root, streams.is_none())?;
         cfg.streams = streams;
         cfg.stream_release_bytes = release;
+        // The node's logged array puts, as the server job publishes them;
+        // the job ends after two rounds of every node's publisher (the
+        // shares copied, then the versions published; docs/objects.md
+        // "Logged puts in a server job").
+        let objects = crate::obj_publish::start_for_job(root.clone())?;
+        cfg.puts = Some(objects.puts());
         let (totals, rank) = crate::cluster::run(mpi, cfg, None)?;
+        objects.finish();
         let code = crate::cluster::report(&totals, rank, &root, "recover");
         if let Some(names) = undrained {
             println!("paralog recover: streams {names} of {} NOT DRAINED: no stream remote: give --stream-remote URL (the server's) or --remote URL", root.display());

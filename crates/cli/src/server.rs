@@ -129,6 +129,7 @@ impl ServerJobArgs {
             sets: None,
             streams: None,
             stream_release_bytes: paralog_stream::DrainOptions::default().release_bytes,
+            puts: None,
         })
     }
 }
@@ -227,7 +228,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         cfg.sets = sets.clone();
         cfg.streams = streams;
         cfg.stream_release_bytes = release;
+        // This node's logged array puts, as a one-node server publishes
+        // them; the job's rounds wait for every node's (docs/objects.md
+        // "Logged puts in a server job").
+        let objects = crate::obj_publish::start_for_job(root.clone())?;
+        cfg.puts = Some(objects.puts());
         let (totals, rank) = crate::cluster::run(mpi, cfg, Some(socket))?;
+        // A last round: the share directories of versions published.
+        objects.finish();
         return Ok(crate::cluster::report(&totals, rank, &root, "server"));
     }
     let server = paralog_server::node::start(
@@ -261,11 +269,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         release,
         server.stream_releases(),
     )?;
-    let objects = crate::obj_publish::start(
-        root.clone(),
-        std::time::Duration::from_millis(200),
-        server.puts(),
-    )?;
+    let objects =
+        crate::obj_publish::start(root.clone(), crate::obj_publish::EVERY, server.puts())?;
     server.wait_stop();
     let objects_failed = !objects.finish();
     // After the files: a last round of every stream, so that every event

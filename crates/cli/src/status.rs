@@ -239,23 +239,27 @@ pub fn puts_left(st: &Status) -> String {
 }
 
 /// One logged put the server's publisher left: `array NAME put ID
-/// (waiting): why`.
+/// (waiting): why` (in a server job: `array NAME (node n0) put ID …`,
+/// `array NAME node n1's share of put ID …`).
 pub fn put_line(p: &PutStatus) -> String {
     let state = match p.state {
         PutState::Waiting => "waiting",
         PutState::Retrying => "RETRYING",
         PutState::Failed => "FAILED",
     };
-    let kind = if p.share {
-        "this node's share of put"
-    } else {
-        "put"
+    // A server job's status lists every node's puts, each with its node.
+    let kind = match (&p.node, p.share) {
+        (None, true) => "this node's share of put".to_owned(),
+        (None, false) => "put".to_owned(),
+        (Some(n), true) => format!("node {n}'s share of put"),
+        (Some(n), false) => format!("(node {n}) put"),
     };
     format!("array {} {kind} {} ({state}): {}", p.name, p.id, p.message)
 }
 
-/// The logged array puts of this node (docs/objects.md "Waiting for
-/// logged puts"): how many were published, and a line per put left.
+/// The logged array puts of this node, or of every node of a server job
+/// (docs/objects.md "Waiting for logged puts"): how many were
+/// published, and a line per put left.
 fn print_puts(st: &Status) {
     if st.puts.is_empty() && st.puts_published == 0 {
         return;

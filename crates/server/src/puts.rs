@@ -1,11 +1,13 @@
-//! Logged array puts in the one-node server's drain (docs/objects.md
-//! "Waiting for logged puts"). The publisher of logged puts is the CLI's
+//! Logged array puts in the server's drain (docs/objects.md "Waiting for
+//! logged puts"). The publisher of logged puts is the CLI's
 //! (`crates/cli/src/obj_publish.rs`: this crate does not know array
 //! objects); it reports each round here, and the server's status and its
 //! `drain`/`wait` answers read it: a wait is over when the file drain is
 //! idle AND a publisher round that began after the request left nothing
 //! that may still publish. One mechanism for both: the same wait, the same
-//! status, the same timeout.
+//! status, the same timeout. A server of a server job reads it in its
+//! rounds instead of blocking on it (cluster/puts.rs: [`Puts::since`]),
+//! so that the job's end waits for every node's publisher.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -39,6 +41,10 @@ pub struct PutStatus {
     /// The nodes whose shares it waits for, by name.
     pub waits_for: Vec<String>,
     pub message: String,
+    /// In a server job's status: the node whose publisher reported it
+    /// (cluster/puts.rs); a one-node server's are all its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// What the publisher's rounds found; clones share it.
@@ -54,6 +60,9 @@ struct Board {
     ended: u64,
     published: u64,
     pending: Vec<PutStatus>,
+    /// Counts the rounds that changed `published` or `pending`: a server
+    /// job sends its node's puts to the others only when it moved.
+    generation: u64,
     /// A round is wanted now (a wait began, or the publisher stops).
     kicked: bool,
 }
@@ -86,6 +95,9 @@ impl Puts {
     pub fn end_round(&self, n: u64, published: u64, pending: Vec<PutStatus>) {
         let mut b = self.lock();
         b.ended = n;
+        if published > 0 || b.pending != pending {
+            b.generation += 1;
+        }
         b.published += published;
         b.pending = pending;
         self.0 .1.notify_all();
@@ -121,6 +133,20 @@ impl Puts {
         self.lock().begun
     }
 
+    /// Where the rounds stand for a wait that started at `mark` (a
+    /// server job's agreement, cluster/puts.rs, which cannot block).
+    pub(crate) fn since(&self, mark: u64) -> Since {
+        let b = self.lock();
+        let ended = b.ended > mark;
+        Since {
+            generation: b.generation,
+            ended: ended || !b.attached,
+            settled: settled(&b, mark),
+            published: b.published,
+            pending: b.pending.clone(),
+        }
+    }
+
     /// Wait until a round begun after `mark` left nothing that may still
     /// be published (failed puts do not count: waiting does not help
     /// them), or no publisher runs, or `deadline` passes: whether settled.
@@ -128,9 +154,7 @@ impl Puts {
         self.kick();
         let mut b = self.lock();
         loop {
-            if !b.attached
-                || (b.ended > mark && b.pending.iter().all(|p| p.state == PutState::Failed))
-            {
+            if settled(&b, mark) {
                 return true;
             }
             let left = match deadline {
@@ -150,6 +174,27 @@ impl Puts {
     }
 }
 
+/// No publisher, or a round begun after `mark` left nothing that may
+/// still be published (failed puts do not count: waiting does not help
+/// them).
+fn settled(b: &Board, mark: u64) -> bool {
+    !b.attached || (b.ended > mark && b.pending.iter().all(|p| p.state == PutState::Failed))
+}
+
+/// The rounds since a mark ([`Puts::since`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Since {
+    /// Changes when a round publishes or leaves other puts.
+    pub generation: u64,
+    /// A round begun after the mark ended (or no publisher runs).
+    pub ended: bool,
+    /// ... and left nothing that may still publish.
+    pub settled: bool,
+    /// Published so far, and what the last round left.
+    pub published: u64,
+    pub pending: Vec<PutStatus>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,6 +207,7 @@ mod tests {
             state,
             waits_for: vec!["n1".into()],
             message: "waits".into(),
+            node: None,
         }
     }
 
@@ -209,5 +255,35 @@ mod tests {
         puts.wait_settled(puts.mark(), Some(Instant::now()));
         t.join().unwrap();
         assert!(started.elapsed() < Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_server_jobs_view_of_the_rounds_since_its_mark() {
+        let puts = Puts::default();
+        puts.attach();
+        let mark = puts.mark();
+        let s = puts.since(mark);
+        assert!(!s.ended && !s.settled);
+        // A round that leaves a put waiting: ended, not settled; what it
+        // left changed the generation.
+        let n = puts.begin_round();
+        puts.end_round(n, 0, vec![put(PutState::Waiting)]);
+        let s = puts.since(mark);
+        assert!(s.ended && !s.settled && s.pending.len() == 1);
+        // The same left again: nothing new to send to the other servers.
+        let n = puts.begin_round();
+        puts.end_round(n, 0, vec![put(PutState::Waiting)]);
+        assert_eq!(puts.since(mark).generation, s.generation);
+        // Published: settled, and a new generation.
+        let n = puts.begin_round();
+        puts.end_round(n, 1, Vec::new());
+        let t = puts.since(mark);
+        assert!(t.settled && t.published == 1 && t.generation > s.generation);
+        // A later mark needs a later round.
+        assert!(!puts.since(puts.mark()).ended);
+        // No publisher: nothing to wait for.
+        puts.detach();
+        let s = puts.since(puts.mark());
+        assert!(s.ended && s.settled);
     }
 }

@@ -11,7 +11,8 @@
 //! - `{"cmd":"finish"}`: `{"finishing":true}` at once; the server drains
 //!   everything committed, then stops.
 //! - `{"cmd":"wait","timeout_s":T}`: `finish`, answered when the drain is
-//!   over (or T seconds passed) with a [`WaitAnswer`].
+//!   over, logged array puts included (or T seconds passed) with a
+//!   [`WaitAnswer`].
 //! - `{"cmd":"stop"}` (one-node service): `{"stopping":true}`; the server
 //!   exits once no worker is mid-epoch.
 //!
@@ -92,10 +93,11 @@ pub struct Status {
     /// stops once everything committed is drained.
     pub finishing: bool,
     pub files: Vec<FileStatus>,
-    /// Logged array puts committed on this node and not published yet,
-    /// and those published so far (the one-node server's publisher;
-    /// docs/objects.md "Waiting for logged puts"): `wait` and `drain`
-    /// wait for them too.
+    /// Logged array puts committed on this node and not published yet
+    /// (this node's shares not copied yet), and those published so far
+    /// (docs/objects.md "Waiting for logged puts"): `wait` and `drain`
+    /// wait for them too. A server job's: every node's, each naming its
+    /// node, as the last round saw them (cluster/puts.rs).
     #[serde(default)]
     pub puts: Vec<crate::puts::PutStatus>,
     #[serde(default)]

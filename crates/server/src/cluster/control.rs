@@ -151,6 +151,9 @@ impl Control {
                 round_cost: s.round_cost.clone(),
             }),
             stream_released: s.stream_released.snapshot(),
+            // Every node's, as the last round's agreement saw them.
+            puts: s.totals.puts_left.clone(),
+            puts_published: s.totals.puts_published,
             // The totals are derived (`summed`).
             ..Status::default()
         }
@@ -172,7 +175,8 @@ pub fn answer(ctl: &Control, req: Request, client: &Client) -> std::io::Result<(
             let done = ctl.wait_done(timeout_s.map(Duration::from_secs_f64));
             let status = ctl.snapshot();
             let r = client.reply(&WaitAnswer {
-                drained: done && status.damaged == 0,
+                // Once done, a put left can never be published as it is.
+                drained: done && status.damaged == 0 && status.puts.is_empty(),
                 timed_out: !done,
                 status,
             });

@@ -37,6 +37,7 @@ pub mod parts;
 pub mod plan;
 mod planner;
 mod posix;
+mod puts;
 mod renamed;
 mod sets;
 mod streams;
@@ -91,6 +92,10 @@ pub struct ClusterConfig {
     /// that may go plus its cut log amount to this many bytes, the job
     /// releases every node's (streams_release.rs); `u64::MAX`: never.
     pub stream_release_bytes: u64,
+    /// Where this node's publisher of logged array puts reports its
+    /// rounds (puts.rs); `None`: none runs, the job does not wait for
+    /// puts.
+    pub puts: Option<crate::puts::Puts>,
 }
 
 /// How the servers write the bytes of an epoch into a POSIX remote file.
@@ -133,6 +138,10 @@ pub struct Totals {
     pub stream_events_by_node: Vec<u64>,
     /// Event frames' bytes one server sent another (each at most once).
     pub stream_bytes_between_nodes: u64,
+    /// Logged array puts the nodes' publishers published, and what they
+    /// left, each naming its node (puts.rs).
+    pub puts_published: u64,
+    pub puts_left: Vec<crate::puts::PutStatus>,
 }
 
 /// What one round found and did, the same on every server.
@@ -175,6 +184,8 @@ pub struct Coordinator {
     sets: sets::SetRounds,
     /// The streams' rounds (streams.rs).
     streams: streams::StreamRounds,
+    /// The logged puts' agreement (puts.rs).
+    puts: puts::PutRounds,
     /// What the rounds' exchanges cost (exchange.rs), for `status`.
     round_cost: crate::status::RoundCost,
     /// What this server last sent, and every server's summary as received
@@ -228,6 +239,7 @@ impl Coordinator {
             active: Duration::ZERO,
             sets: sets::SetRounds::default(),
             streams: streams::StreamRounds::default(),
+            puts: puts::PutRounds::default(),
             round_cost: crate::status::RoundCost::default(),
             outbox: delta::Outbox::default(),
             copies,
@@ -274,10 +286,13 @@ impl Coordinator {
             }
             self.drain_sets(finishing, &mut round)?;
             self.drain_streams(finishing, &mut round)?;
+            let puts_done = self.agree_puts(finishing)?;
             self.publish(&round);
             // Finished when nothing drainable is left: every file drained or
-            // parked. Every server sees the same plan, so all stop together.
-            if finishing && !round.worked && round.pending == 0 && round.retrying == 0 {
+            // parked, and no logged put that may still be published. Every
+            // server sees the same plan and agreement, so all stop together.
+            if finishing && !round.worked && round.pending == 0 && round.retrying == 0 && puts_done
+            {
                 break;
             }
             if !round.worked {
@@ -480,7 +495,10 @@ impl Coordinator {
             })
             .chain(self.sets.failed())
             .chain(self.streams.failed())
+            .chain(self.puts.failed(self.cfg.finish_now))
             .collect();
+        self.totals.puts_published = self.puts.published;
+        self.totals.puts_left = self.puts.left.clone();
         let mut s = self.ctl.lock();
         s.files.extend(self.sets.parked_rows());
         s.totals = self.totals.clone();
