@@ -417,25 +417,33 @@ def case_own_kept(flavour):
     return case
 
 
+def own_mode_job(work, flavour, nodes, k, env):
+    """One checkpoint job of ckpt.c (with `env`) under a server job in
+    --agg-mode own with K containers, to a fresh directory remote: the
+    remote and the (stopped) cluster."""
+    remote = work / "remote"
+    remote.mkdir()
+    args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--agg-mode", "own", "--containers", str(k)]
+    c = Cluster(work, flavour, nodes, str(remote), server_args=args)
+    try:
+        c.start_servers()
+        write_job(c, flavour, nodes * RANKS_PER_NODE, env)
+        c.wait(timeout=300)
+    finally:
+        c.stop()
+    return remote, c
+
+
 def case_own_holes(flavour):
     """--agg-mode own, 2 nodes, K=1, every member with two holes (its
     second quarter, skipped with lseek, and its last, made by ftruncate):
     the set reads back equal to the direct run (holes as zeros) and each
     container holds only the members' data."""
     def case(work):
-        remote = work / "remote"
-        remote.mkdir()
         nodes, k = 2, 1
         np = nodes * RANKS_PER_NODE
         holes = {"CKPT_HOLES": "1"}
-        args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--agg-mode", "own", "--containers", str(k)]
-        c = Cluster(work, flavour, nodes, str(remote), server_args=args)
-        try:
-            c.start_servers()
-            write_job(c, flavour, np, holes)
-            c.wait(timeout=300)
-        finally:
-            c.stop()
+        remote, c = own_mode_job(work, flavour, nodes, k, holes)
         agg.check_layout(remote, k)
         direct = agg.direct_run(work, np, mean=MEAN, extra=holes)
         agg.sets_json(remote, np, k)
@@ -462,19 +470,10 @@ def case_own_empty_group(flavour):
     empty: that group writes no container and the record lists only n0's;
     the empty members are still there, 0 bytes and mode 0600."""
     def case(work):
-        remote = work / "remote"
-        remote.mkdir()
         nodes, k = 2, 2
         np = nodes * RANKS_PER_NODE
         empty = {"CKPT_EMPTY": str(RANKS_PER_NODE)}
-        args = ["--aggregate", agg.RULE, *SERVER_ARGS, "--agg-mode", "own", "--containers", str(k)]
-        c = Cluster(work, flavour, nodes, str(remote), server_args=args)
-        try:
-            c.start_servers()
-            write_job(c, flavour, np, empty)
-            c.wait(timeout=300)
-        finally:
-            c.stop()
+        remote, c = own_mode_job(work, flavour, nodes, k, empty)
         # One container (group 0's) and the record per set: nothing empty.
         agg.check_layout(remote, 1)
         for d in agg.set_dirs(remote):

@@ -220,15 +220,22 @@ def check_renamed_out(kind, work, store, url, direct):
     return got.stat().st_size
 
 
+def renamed_out_setup(kind, work):
+    """The renamed-out cases' directories, remote and script, and the
+    direct run they compare with."""
+    prefix, local = work / "prefix", work / "local"
+    prefix.mkdir()
+    store, url = renamed_out_remote(kind, work)
+    script = work / "w.py"
+    script.write_text(RENAMED_OUT)
+    direct = work / "direct"
+    run([PY, script, direct, "0"], env=clean_env())
+    return prefix, local, store, url, script, direct
+
+
 def case_renamed_out(kind):
     def case(work):
-        prefix, local = work / "prefix", work / "local"
-        prefix.mkdir()
-        store, url = renamed_out_remote(kind, work)
-        script = work / "w.py"
-        script.write_text(RENAMED_OUT)
-        direct = work / "direct"
-        run([PY, script, direct, "0"], env=clean_env())
+        prefix, local, store, url, script, direct = renamed_out_setup(kind, work)
         paralog_run(local, prefix, [PY, script, prefix, "2"], remote=url,
                     extra=("--aggregate", "ckpt/{set}/rank-*"))
         size = check_renamed_out(kind, work, store, url, direct)
@@ -242,13 +249,7 @@ def case_renamed_out_crash(kind, mpi=None):
     one recover must do it all (mpi: recover as a server job of one node,
     started by that MPI's launcher: the server job's rounds)."""
     def case(work):
-        prefix, local = work / "prefix", work / "local"
-        prefix.mkdir()
-        store, url = renamed_out_remote(kind, work)
-        script = work / "w.py"
-        script.write_text(RENAMED_OUT)
-        direct = work / "direct"
-        run([PY, script, direct, "0"], env=clean_env())
+        prefix, local, store, url, script, direct = renamed_out_setup(kind, work)
         record = store / ("ckpt" if kind == "posix" else "meta/ckpt") / "s1" / "set.plr"
         rule = ("--aggregate", "ckpt/{set}/rank-*")
         r = paralog_run(local, prefix, [PY, script, prefix, "0", record], remote=url, extra=rule,
