@@ -17,6 +17,7 @@ use crate::logged::local_store;
 use crate::logged_record::{Away, Mark};
 use crate::pending::{Node, Pending, Round, Why};
 use crate::put::Committed;
+use crate::read::ArrayVersion;
 use crate::record::ArrayMeta;
 use crate::remote_put::Remote;
 use crate::staging::{remove_staged_chunks, Claim};
@@ -101,12 +102,77 @@ pub fn publish_round(local: &Path) -> Result<Round> {
         }
     }
     marks.sort_by_key(|(t, id, _)| (*t, *id));
+    if marks.is_empty() {
+        return Ok(round);
+    }
+    // Each put's views and local cleanup on a second thread, in commit
+    // order, while this one copies the next put: on a network file system
+    // the views were a large part of each version's publish (docs/objects.md
+    // "What a version costs"). The round ends when both are done.
+    let store = &store;
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::channel::<Finish>();
+        let finisher = scope.spawn(move || {
+            rx.into_iter()
+                .map(|f| {
+                    let (id, name) = (f.id, f.published.name.clone());
+                    finish(store, f).map_err(|e| (id, name, e))
+                })
+                .collect::<Vec<_>>()
+        });
+        publish_marks(store, marks, &tx, &mut round);
+        drop(tx);
+        let finished = finisher
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        for r in finished {
+            match r {
+                Ok(p) => round.published.push(p),
+                Err((id, name, e)) => round.pending.push(Pending {
+                    name,
+                    id,
+                    share: false,
+                    why: Why::Failed(e),
+                }),
+            }
+        }
+    });
+    Ok(round)
+}
+
+/// A put published on its remote, whose views and local cleanup are left
+/// to the round's second thread.
+struct Finish {
+    id: VersionId,
+    remote: Remote,
+    views: Option<ArrayVersion>,
+    published: Published,
+}
+
+/// The views of a published put, then its local copy retired.
+fn finish(local: &Store, f: Finish) -> Result<Published> {
+    if let Some(av) = &f.views {
+        f.remote.make_views(av);
+    }
+    crate::failpoint("objects.publish_after_remote");
+    retire(local, &f.id)?;
+    Ok(f.published)
+}
+
+/// Publish the committed puts `marks` (in commit order), each one
+/// published handed to `done`; what waits or fails goes to `round`.
+fn publish_marks(
+    store: &Store,
+    marks: Vec<(u64, VersionId, Mark)>,
+    done: &std::sync::mpsc::Sender<Finish>,
+    round: &mut Round,
+) {
     // The first waiting put of each name: the later ones follow it.
     let mut waiting: HashMap<String, VersionId> = HashMap::new();
     for (_, id, mark) in marks {
         let name = match &mark {
             Mark::Record(c) => Some(c.name.clone()),
-            _ => name_of(&store, &id),
+            _ => name_of(store, &id),
         };
         if let Some(first) = name.as_ref().and_then(|n| waiting.get(n)) {
             round.pending.push(Pending {
@@ -117,8 +183,11 @@ pub fn publish_round(local: &Path) -> Result<Round> {
             });
             continue;
         }
-        match publish_one(&store, &id, mark) {
-            Ok(Ok(p)) => round.published.push(p),
+        match publish_one(store, &id, mark) {
+            Ok(Ok(f)) => {
+                // The finisher lives until `done` is dropped.
+                let _ = done.send(f);
+            }
             Ok(Err(why)) => {
                 if let Some(n) = &name {
                     waiting.insert(n.clone(), id);
@@ -130,10 +199,14 @@ pub fn publish_round(local: &Path) -> Result<Round> {
                     why,
                 });
             }
-            Err(e) => round.pending.push(failed(id, false, e)),
+            Err(e) => round.pending.push(Pending {
+                name: name_of(store, &id).unwrap_or_default(),
+                id,
+                share: false,
+                why: Why::Failed(e),
+            }),
         }
     }
-    Ok(round)
 }
 
 /// The object name a put's (or share's) directory holds, if it reads.
@@ -258,13 +331,14 @@ fn read_logged(
     Ok(block)
 }
 
-/// Publish the put `id` committed here; `Err(why)`: it waits for shares
-/// other nodes have not copied yet.
+/// Publish the put `id` committed here (its views and local cleanup
+/// left to [`finish`]); `Err(why)`: it waits for shares other nodes have
+/// not copied yet.
 fn publish_one(
     local: &Store,
     id: &VersionId,
     mark: Mark,
-) -> Result<std::result::Result<Published, Why>> {
+) -> Result<std::result::Result<Finish, Why>> {
     let dir = local.staging_dir(id);
     let (name, remote_url, put) = match mark {
         Mark::Record(c) => (c.name, c.remote, Some((c.meta, c.claims, c.away))),
@@ -276,7 +350,7 @@ fn publish_one(
         ),
     };
     let remote = Remote::open(&remote_url)?;
-    let committed = match remote.published(&name, id)? {
+    let (committed, views) = match remote.published(&name, id)? {
         // Published before the publisher died: the remote commit again,
         // which finds the version by its id and makes the views a
         // publisher killed right after the publish did not make (the crash
@@ -302,27 +376,71 @@ fn publish_one(
             // Not durable copies (this node keeps its own until the
             // publish): the chunk files' names synced once, before the
             // commit, which makes the rest of the version durable.
-            let mut dirs = std::collections::BTreeSet::new();
-            for (w, cl) in &mine {
-                dirs.extend(remote.copy_share(&name, id, &meta, (w, cl), &read, false)?);
-            }
-            if let Some((missing, writers)) = remote.missing(&name, id, &meta, &claims)? {
-                return Ok(Err(Why::Shares {
-                    missing,
-                    nodes: nodes_of(&away, &writers),
-                }));
+            let dirs = copy_writers(&remote, (&name, id, &meta), &mine, &read)?;
+            // Other nodes' shares: in the remote put yet? (With none, every
+            // claim was copied just now; the commit checks them all.)
+            if !away.is_empty() {
+                if let Some((missing, writers)) = remote.missing(&name, id, &meta, &claims)? {
+                    return Ok(Err(Why::Shares {
+                        missing,
+                        nodes: nodes_of(&away, &writers),
+                    }));
+                }
             }
             remote.sync_chunk_dirs(&dirs)?;
             remote.commit(&name, id)?
         }
     };
-    crate::failpoint("objects.publish_after_remote");
-    retire(local, id)?;
-    Ok(Ok(Published {
-        name,
-        remote: remote_url,
-        committed,
+    Ok(Ok(Finish {
+        id: *id,
+        remote,
+        views,
+        published: Published {
+            name,
+            remote: remote_url,
+            committed,
+        },
     }))
+}
+
+/// How many writers' shares are copied at once, and the bytes of chunks
+/// they may hold together.
+const COPIERS: u64 = 8;
+const COPY_BYTES: u64 = 256 << 20;
+
+/// Copy this node's writers' shares (`mine`) into the remote put, several
+/// writers at once: on a network file system a copy is mostly round
+/// trips (create, write, fsync, link, one at a time), which then overlap.
+/// The storage directories written, for the caller to sync.
+fn copy_writers(
+    remote: &Remote,
+    (name, id, meta): (&str, &VersionId, &ArrayMeta),
+    mine: &BTreeMap<[u8; 16], Vec<(u64, Claim)>>,
+    read: &crate::remote_put::ReadChunk<'_>,
+) -> Result<BTreeSet<u32>> {
+    let at_once = (COPY_BYTES / meta.chunk_len().max(1)).clamp(1, COPIERS) as usize;
+    // Made (or found) once, not by each copier at once.
+    let opened = Some(remote.open_put(name, id, meta)?);
+    let shares: Vec<_> = mine.iter().collect();
+    let mut dirs = BTreeSet::new();
+    for group in shares.chunks(at_once) {
+        let copied: Vec<Result<BTreeSet<u32>>> = std::thread::scope(|s| {
+            let copiers: Vec<_> = group
+                .iter()
+                .map(|&(w, cl)| {
+                    s.spawn(move || remote.copy_share(name, id, meta, (w, cl), read, false, opened))
+                })
+                .collect();
+            copiers
+                .into_iter()
+                .map(|c| c.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        for c in copied {
+            dirs.extend(c?);
+        }
+    }
+    Ok(dirs)
 }
 
 /// Copy this node's shares of the put `id` (committed on another node) to
@@ -362,7 +480,8 @@ fn copy_shares(local: &Store, id: &VersionId) -> Result<()> {
         // remote put anew.
         if remote.published(&s.name, id)?.is_none() {
             let read = |i: u64, c: &Claim| read_logged(local, &s.name, id, &s.meta, i, c);
-            remote.copy_share(&s.name, id, &s.meta, (&s.writer, &s.claims), &read, true)?;
+            let share = (&s.writer, s.claims.as_slice());
+            remote.copy_share(&s.name, id, &s.meta, share, &read, true, None)?;
         }
         // Whole and durable on the remote: this node's copy goes, the
         // record last (a crash before it copies again, which finds the
