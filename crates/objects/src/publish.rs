@@ -108,19 +108,32 @@ pub fn publish_round(local: &Path) -> Result<Round> {
     // Each put's views and local cleanup on a second thread, in commit
     // order, while this one copies the next put: on a network file system
     // the views were a large part of each version's publish (docs/objects.md
-    // "What a version costs"). The round ends when both are done.
-    let store = &store;
+    // "What a version costs"). The next put's remote commit waits until
+    // they are done, so versions are published one after the other as
+    // before (a version's views and cleanup come before the next version),
+    // and the round ends when both threads are.
+    let (store, handed) = (&store, &Handed::default());
     std::thread::scope(|scope| {
         let (tx, rx) = std::sync::mpsc::channel::<Finish>();
         let finisher = scope.spawn(move || {
             rx.into_iter()
                 .map(|f| {
                     let (id, name) = (f.id, f.published.name.clone());
-                    finish(store, f).map_err(|e| (id, name, e))
+                    let r =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| finish(store, f)))
+                            .unwrap_or_else(|_| {
+                                Err(Error::Put {
+                                    name: name.clone(),
+                                    id: id_hex(&id),
+                                    why: "its views and clean-up failed (a bug: a panic)".into(),
+                                })
+                            });
+                    handed.done();
+                    r.map_err(|e| (id, name, e))
                 })
                 .collect::<Vec<_>>()
         });
-        publish_marks(store, marks, &tx, &mut round);
+        publish_marks(store, marks, (&tx, handed), &mut round);
         drop(tx);
         let finished = finisher
             .join()
@@ -138,6 +151,39 @@ pub fn publish_round(local: &Path) -> Result<Round> {
         }
     });
     Ok(round)
+}
+
+/// How many published puts went to the round's second thread, and how
+/// many it finished.
+#[derive(Default)]
+struct Handed {
+    count: std::sync::Mutex<(u64, u64)>,
+    changed: std::sync::Condvar,
+}
+
+impl Handed {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, u64)> {
+        self.count.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn sent(&self) {
+        self.lock().0 += 1;
+    }
+
+    fn done(&self) {
+        self.lock().1 += 1;
+        self.changed.notify_all();
+    }
+
+    /// Return once every put sent is finished.
+    fn wait_idle(&self) {
+        let g = self.lock();
+        drop(
+            self.changed
+                .wait_while(g, |(sent, done)| done < sent)
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+    }
 }
 
 /// A put published on its remote, whose views and local cleanup are left
@@ -164,7 +210,7 @@ fn finish(local: &Store, f: Finish) -> Result<Published> {
 fn publish_marks(
     store: &Store,
     marks: Vec<(u64, VersionId, Mark)>,
-    done: &std::sync::mpsc::Sender<Finish>,
+    (done, handed): (&std::sync::mpsc::Sender<Finish>, &Handed),
     round: &mut Round,
 ) {
     // The first waiting put of each name: the later ones follow it.
@@ -183,9 +229,10 @@ fn publish_marks(
             });
             continue;
         }
-        match publish_one(store, &id, mark) {
+        match publish_one(store, &id, mark, &|| handed.wait_idle()) {
             Ok(Ok(f)) => {
                 // The finisher lives until `done` is dropped.
+                handed.sent();
                 let _ = done.send(f);
             }
             Ok(Err(why)) => {
@@ -332,12 +379,14 @@ fn read_logged(
 }
 
 /// Publish the put `id` committed here (its views and local cleanup
-/// left to [`finish`]); `Err(why)`: it waits for shares other nodes have
-/// not copied yet.
+/// left to [`finish`]; `before_commit`: returns once the puts before it
+/// are finished); `Err(why)`: it waits for shares other nodes have not
+/// copied yet.
 fn publish_one(
     local: &Store,
     id: &VersionId,
     mark: Mark,
+    before_commit: &dyn Fn(),
 ) -> Result<std::result::Result<Finish, Why>> {
     let dir = local.staging_dir(id);
     let (name, remote_url, put) = match mark {
@@ -356,7 +405,10 @@ fn publish_one(
         // publisher killed right after the publish did not make (the crash
         // test at a random time found version 2 without its Zarr view);
         // then the local cleanup.
-        Some(_) => remote.commit(&name, id)?,
+        Some(_) => {
+            before_commit();
+            remote.commit(&name, id)?
+        }
         None => {
             let (meta, claims, away) = match put {
                 Some(p) => p,
@@ -388,6 +440,7 @@ fn publish_one(
                 }
             }
             remote.sync_chunk_dirs(&dirs)?;
+            before_commit();
             remote.commit(&name, id)?
         }
     };
