@@ -119,37 +119,8 @@ fn helper_failed(av: &ArrayVersion, what: &str, out: &std::process::Output) -> E
     }
 }
 
-/// A private directory of this process in the node's temporary directory
-/// (`TMPDIR`, else /tmp; 0700), removed when dropped.
-struct LocalTemp(PathBuf);
-
-impl LocalTemp {
-    fn new() -> Result<LocalTemp> {
-        use std::os::unix::fs::DirBuilderExt;
-        let p = std::env::temp_dir().join(format!(
-            "paralog-h5view.{}.{}",
-            std::process::id(),
-            crate::id_hex(uuid::Uuid::new_v4().as_bytes())
-        ));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&p)
-            .map_err(io_err(&p, "create a temporary directory for the HDF5 view"))?;
-        Ok(LocalTemp(p))
-    }
-}
-
-impl Drop for LocalTemp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Make the HDF5 view of a version if it does not exist; `None` without
-/// the helper. The helper writes it in a local temporary directory (HDF5
-/// makes many small writes and reads: through a network mount each one
-/// was a round trip, docs/objects.md "What a version costs"), then it is
-/// copied beside its place in one sequential write and renamed there.
+/// the helper. Written under a temporary directory, then renamed.
 pub fn make_view(store: &Store, av: &ArrayVersion) -> Result<Option<PathBuf>> {
     let Some(helper) = helper() else {
         return Ok(None);
@@ -158,7 +129,6 @@ pub fn make_view(store: &Store, av: &ArrayVersion) -> Result<Option<PathBuf>> {
     if file.is_file() {
         return Ok(Some(file));
     }
-    let local = LocalTemp::new()?;
     let tmp = crate::zarr::temp_beside(&file, av.number)?;
     std::fs::create_dir(&tmp).map_err(io_err(&tmp, "create view"))?;
     let made = (|| {
@@ -170,7 +140,7 @@ pub fn make_view(store: &Store, av: &ArrayVersion) -> Result<Option<PathBuf>> {
             input.extend_from_slice(f.as_os_str().as_encoded_bytes());
             input.push(b'\n');
         }
-        let out_file = local.0.join("v.h5");
+        let out_file = tmp.join("v.h5");
         let mut cmd = Command::new(&helper);
         cmd.arg("make")
             .arg(&out_file)
@@ -200,9 +170,7 @@ pub fn make_view(store: &Store, av: &ArrayVersion) -> Result<Option<PathBuf>> {
         if !out.status.success() {
             return Err(helper_failed(av, "make", &out));
         }
-        let beside = tmp.join("v.h5");
-        std::fs::copy(&out_file, &beside).map_err(io_err(&beside, "copy view"))?;
-        std::fs::rename(&beside, &file).map_err(io_err(&file, "place view"))
+        std::fs::rename(&out_file, &file).map_err(io_err(&file, "place view"))
     })();
     let _ = std::fs::remove_dir_all(&tmp);
     made.map(|()| Some(file))
