@@ -456,42 +456,22 @@ fn publish_one(
     }))
 }
 
-/// How many writers' shares are copied at once, and the bytes of chunks
-/// they may hold together.
-const COPIERS: u64 = 8;
-const COPY_BYTES: u64 = 256 << 20;
-
-/// Copy this node's writers' shares (`mine`) into the remote put, several
-/// writers at once: on a network file system a copy is mostly round
-/// trips (create, write, fsync, link, one at a time), which then overlap.
-/// The storage directories written, for the caller to sync.
+/// Copy this node's writers' shares (`mine`) into the remote put, made
+/// once first (and, made now, not searched for what a killed copier
+/// left). One writer after the other: several at once were measured no
+/// faster on the limited remote, whose link time dominates a version of
+/// a few MB (docs/objects.md "A logged publish on sshfs"). The storage
+/// directories written, for the caller to sync.
 fn copy_writers(
     remote: &Remote,
     (name, id, meta): (&str, &VersionId, &ArrayMeta),
     mine: &BTreeMap<[u8; 16], Vec<(u64, Claim)>>,
     read: &crate::remote_put::ReadChunk<'_>,
 ) -> Result<BTreeSet<u32>> {
-    let at_once = (COPY_BYTES / meta.chunk_len().max(1)).clamp(1, COPIERS) as usize;
-    // Made (or found) once, not by each copier at once.
     let opened = Some(remote.open_put(name, id, meta)?);
-    let shares: Vec<_> = mine.iter().collect();
     let mut dirs = BTreeSet::new();
-    for group in shares.chunks(at_once) {
-        let copied: Vec<Result<BTreeSet<u32>>> = std::thread::scope(|s| {
-            let copiers: Vec<_> = group
-                .iter()
-                .map(|&(w, cl)| {
-                    s.spawn(move || remote.copy_share(name, id, meta, (w, cl), read, false, opened))
-                })
-                .collect();
-            copiers
-                .into_iter()
-                .map(|c| c.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                .collect()
-        });
-        for c in copied {
-            dirs.extend(c?);
-        }
+    for (w, cl) in mine {
+        dirs.extend(remote.copy_share(name, id, meta, (w, cl), read, false, opened)?);
     }
     Ok(dirs)
 }

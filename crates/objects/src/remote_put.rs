@@ -35,7 +35,7 @@ pub(crate) enum Remote {
 
 /// Reads a share's chunk from the node-local store, checked against its
 /// claim: the chunk's `C` bytes.
-pub(crate) type ReadChunk<'a> = dyn Fn(u64, &Claim) -> Result<Vec<u8>> + Sync + 'a;
+pub(crate) type ReadChunk<'a> = dyn Fn(u64, &Claim) -> Result<Vec<u8>> + 'a;
 
 impl Remote {
     pub(crate) fn open(url: &str) -> Result<Remote> {
@@ -79,9 +79,9 @@ impl Remote {
     }
 
     /// Make the remote put `id` of `name` if no node made it yet (not
-    /// durable: for [`Remote::copy_share`]s with `durable` false), before
-    /// several writers' shares are copied into it at once: whether it was
-    /// made now, empty (on S3 each copy opens it).
+    /// durable: for [`Remote::copy_share`]s with `durable` false), once
+    /// before this node's writers' shares are copied into it: whether it
+    /// was made now, empty (on S3 each copy opens it).
     pub(crate) fn open_put(&self, name: &str, id: &VersionId, meta: &ArrayMeta) -> Result<bool> {
         match self {
             Remote::Layout(s) => ensure_put(s, name, meta, id, false),
