@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-stream-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench bench-aggregate bench-aggregate-s3 bench-rounds bench-objects bench-streams bench-streams-nodes
+.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-stream-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench bench-aggregate bench-aggregate-s3 bench-rounds bench-objects bench-objects-cost bench-streams bench-streams-nodes
 
 all: build
 
@@ -220,6 +220,12 @@ bench-micro: build setup-bench
 # section 11; about 10 minutes (OBJ_FLAGS=--quick: a few).
 bench-objects: build setup-test setup-bench
 	/usr/bin/python3 bench/objects/run.py $(OBJ_FLAGS)
+
+# One logged put's publish on that remote, system call by system call
+# (strace): docs/objects.md "A logged publish on sshfs"; about 2 minutes
+# (OBJ_COST_FLAGS='--bin DIR': another build's binaries).
+bench-objects-cost: build setup-test setup-bench
+	/usr/bin/python3 bench/objects/publish_cost.py $(OBJ_COST_FLAGS)
 
 # Shared event streams against Apache Kafka (one KRaft broker on loopback),
 # raw append + fdatasync and (as root) a shared file on the sshfs remote:

@@ -22,6 +22,7 @@ mod obj_parse;
 mod obj_publish;
 mod obj_s3;
 mod obj_view;
+mod obj_watch;
 mod recover;
 mod recover_streams;
 mod remote;

@@ -1,8 +1,11 @@
 //! The node server's publisher of logged array puts (docs/objects.md,
 //! "Logged mode"): a thread that publishes every committed logged put
-//! under the node-local root each interval, and a last round when the
-//! server stops; the same in each server of a server job, on its own
-//! node (docs/objects.md "Logged puts in a server job"); `paralog recover` and `paralog obj publish` run one round.
+//! under the node-local root, a round at once when a put commits
+//! (`obj_watch`), again at once after a round that published (more may
+//! have committed meanwhile), else each interval; and a last round when
+//! the server stops; the same in each server of a server job, on its own
+//! node (docs/objects.md "Logged puts in a server job"); `paralog
+//! recover` and `paralog obj publish` run one round.
 //! Each round's result goes to the server (`paralog_server::puts`), whose
 //! status shows what waits and whose `wait`/`drain` wait for it
 //! (docs/objects.md "Waiting for logged puts"). Each line is logged once
@@ -104,9 +107,17 @@ pub fn publish_command(local: &Path, out: &mut dyn std::io::Write) -> anyhow::Re
     Ok(())
 }
 
+/// What a round of the server's publisher did.
+struct Done {
+    /// Nothing failed.
+    ok: bool,
+    /// It published at least one put.
+    published: bool,
+}
+
 /// A round: its puts published and left reported to `puts`, each line
-/// logged once per distinct text; whether nothing failed.
-fn logged_round(root: &Path, said: &mut HashSet<String>, puts: &Puts) -> bool {
+/// logged once per distinct text.
+fn logged_round(root: &Path, said: &mut HashSet<String>, puts: &Puts) -> Done {
     let n = puts.begin_round();
     // Failures as errors, waiting puts as warnings.
     let mut once = |error: bool, m: String| {
@@ -135,7 +146,10 @@ fn logged_round(root: &Path, said: &mut HashSet<String>, puts: &Puts) -> bool {
             }
             puts.end_round(n, r.published.len() as u64, left);
             // Waiting for another node is no failure of this server.
-            !failed(&r)
+            Done {
+                ok: !failed(&r),
+                published: !r.published.is_empty(),
+            }
         }
         Err(e) => {
             let m = format!("logged array puts: {e} (tried again)");
@@ -150,15 +164,23 @@ fn logged_round(root: &Path, said: &mut HashSet<String>, puts: &Puts) -> bool {
                 node: None,
             };
             puts.end_round(n, 0, vec![failed]);
-            false
+            Done {
+                ok: false,
+                published: false,
+            }
         }
     }
 }
 
-/// Start publishing the logged puts under `root`, a round every `every`,
-/// each reported to `puts` (the server's, started with `logged_puts`, so
-/// attached already: a wait before the first round waits for it).
+/// Start publishing the logged puts under `root`, each round reported to
+/// `puts` (the server's, started with `logged_puts`, so attached already:
+/// a wait before the first round waits for it): a round when a put
+/// commits (the watch), right after a round that published, else every
+/// `every` (puts waiting for other nodes' shares, or retried).
 pub fn start(root: PathBuf, every: Duration, puts: Puts) -> std::io::Result<Publisher> {
+    if let Err(e) = crate::obj_watch::start(root.clone(), puts.clone()) {
+        tracing::warn!(error = %e, "cannot watch for logged array puts (inotify): published every {every:?} only");
+    }
     let stop = Stop::default();
     let (s, p) = (stop.clone(), puts.clone());
     let thread = std::thread::Builder::new()
@@ -166,12 +188,16 @@ pub fn start(root: PathBuf, every: Duration, puts: Puts) -> std::io::Result<Publ
         .spawn(move || {
             let mut said = HashSet::new();
             loop {
-                logged_round(&root, &mut said, &p);
-                // Woken early by a wait (a round now) or the stop.
-                p.nap(every);
+                let done = logged_round(&root, &mut said, &p);
+                // A round that published may have let later commits wait:
+                // the next one at once. Else a nap, cut short by a commit
+                // (the watch), a wait or the stop.
+                if !done.published {
+                    p.nap(every);
+                }
                 if s.wait(Duration::ZERO) {
                     // The last round: every put committed before the stop.
-                    let ok = logged_round(&root, &mut said, &p);
+                    let ok = logged_round(&root, &mut said, &p).ok;
                     p.detach();
                     return ok;
                 }

@@ -15,6 +15,7 @@ mod error;
 mod gc;
 mod grid;
 pub mod hdf5;
+mod input;
 pub mod logged;
 mod logged_record;
 pub mod pending;

@@ -133,7 +133,7 @@ impl LoggedStore {
     /// A whole array by one process, logged and committed on this node;
     /// returns the put's id (its version is numbered when published).
     pub fn put(&self, name: &str, meta: &ArrayMeta, data: &[u8]) -> Result<VersionId> {
-        crate::put::check_whole(name, meta, data)?;
+        crate::input::check_whole(name, meta, data)?;
         let mut put = self.begin(name, meta)?;
         let id = put.id();
         if let Err(e) = put.write_whole(data) {

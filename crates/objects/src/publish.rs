@@ -17,6 +17,7 @@ use crate::logged::local_store;
 use crate::logged_record::{Away, Mark};
 use crate::pending::{Node, Pending, Round, Why};
 use crate::put::Committed;
+use crate::read::ArrayVersion;
 use crate::record::ArrayMeta;
 use crate::remote_put::Remote;
 use crate::staging::{remove_staged_chunks, Claim};
@@ -101,12 +102,123 @@ pub fn publish_round(local: &Path) -> Result<Round> {
         }
     }
     marks.sort_by_key(|(t, id, _)| (*t, *id));
+    if marks.is_empty() {
+        return Ok(round);
+    }
+    // Each put's views and local cleanup on a second thread, in commit
+    // order, while this one copies the next put: on a network file system
+    // the views were a large part of each version's publish (docs/objects.md
+    // "What a version costs"). The next put's remote commit waits until
+    // they are done, so versions are published one after the other as
+    // before (a version's views and cleanup come before the next version),
+    // and the round ends when both threads are.
+    let (store, handed) = (&store, &Handed::default());
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::channel::<Finish>();
+        let finisher = scope.spawn(move || {
+            rx.into_iter()
+                .map(|f| {
+                    let (id, name) = (f.id, f.published.name.clone());
+                    let r =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| finish(store, f)))
+                            .unwrap_or_else(|_| {
+                                Err(Error::Put {
+                                    name: name.clone(),
+                                    id: id_hex(&id),
+                                    why: "its views and clean-up failed (a bug: a panic)".into(),
+                                })
+                            });
+                    handed.done();
+                    r.map_err(|e| (id, name, e))
+                })
+                .collect::<Vec<_>>()
+        });
+        publish_marks(store, marks, (&tx, handed), &mut round);
+        drop(tx);
+        let finished = finisher
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        for r in finished {
+            match r {
+                Ok(p) => round.published.push(p),
+                Err((id, name, e)) => round.pending.push(Pending {
+                    name,
+                    id,
+                    share: false,
+                    why: Why::Failed(e),
+                }),
+            }
+        }
+    });
+    Ok(round)
+}
+
+/// How many published puts went to the round's second thread, and how
+/// many it finished.
+#[derive(Default)]
+struct Handed {
+    count: std::sync::Mutex<(u64, u64)>,
+    changed: std::sync::Condvar,
+}
+
+impl Handed {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, u64)> {
+        self.count.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn sent(&self) {
+        self.lock().0 += 1;
+    }
+
+    fn done(&self) {
+        self.lock().1 += 1;
+        self.changed.notify_all();
+    }
+
+    /// Return once every put sent is finished.
+    fn wait_idle(&self) {
+        let g = self.lock();
+        drop(
+            self.changed
+                .wait_while(g, |(sent, done)| done < sent)
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+    }
+}
+
+/// A put published on its remote, whose views and local cleanup are left
+/// to the round's second thread.
+struct Finish {
+    id: VersionId,
+    remote: Remote,
+    views: Option<ArrayVersion>,
+    published: Published,
+}
+
+/// The views of a published put, then its local copy retired.
+fn finish(local: &Store, f: Finish) -> Result<Published> {
+    if let Some(av) = &f.views {
+        f.remote.make_views(av);
+    }
+    crate::failpoint("objects.publish_after_remote");
+    retire(local, &f.id)?;
+    Ok(f.published)
+}
+
+/// Publish the committed puts `marks` (in commit order), each one
+/// published handed to `done`; what waits or fails goes to `round`.
+fn publish_marks(
+    store: &Store,
+    marks: Vec<(u64, VersionId, Mark)>,
+    (done, handed): (&std::sync::mpsc::Sender<Finish>, &Handed),
+    round: &mut Round,
+) {
     // The first waiting put of each name: the later ones follow it.
     let mut waiting: HashMap<String, VersionId> = HashMap::new();
     for (_, id, mark) in marks {
         let name = match &mark {
             Mark::Record(c) => Some(c.name.clone()),
-            _ => name_of(&store, &id),
+            _ => name_of(store, &id),
         };
         if let Some(first) = name.as_ref().and_then(|n| waiting.get(n)) {
             round.pending.push(Pending {
@@ -117,8 +229,12 @@ pub fn publish_round(local: &Path) -> Result<Round> {
             });
             continue;
         }
-        match publish_one(&store, &id, mark) {
-            Ok(Ok(p)) => round.published.push(p),
+        match publish_one(store, &id, mark, &|| handed.wait_idle()) {
+            Ok(Ok(f)) => {
+                // The finisher lives until `done` is dropped.
+                handed.sent();
+                let _ = done.send(f);
+            }
             Ok(Err(why)) => {
                 if let Some(n) = &name {
                     waiting.insert(n.clone(), id);
@@ -130,10 +246,14 @@ pub fn publish_round(local: &Path) -> Result<Round> {
                     why,
                 });
             }
-            Err(e) => round.pending.push(failed(id, false, e)),
+            Err(e) => round.pending.push(Pending {
+                name: name_of(store, &id).unwrap_or_default(),
+                id,
+                share: false,
+                why: Why::Failed(e),
+            }),
         }
     }
-    Ok(round)
 }
 
 /// The object name a put's (or share's) directory holds, if it reads.
@@ -258,13 +378,16 @@ fn read_logged(
     Ok(block)
 }
 
-/// Publish the put `id` committed here; `Err(why)`: it waits for shares
-/// other nodes have not copied yet.
+/// Publish the put `id` committed here (its views and local cleanup
+/// left to [`finish`]; `before_commit`: returns once the puts before it
+/// are finished); `Err(why)`: it waits for shares other nodes have not
+/// copied yet.
 fn publish_one(
     local: &Store,
     id: &VersionId,
     mark: Mark,
-) -> Result<std::result::Result<Published, Why>> {
+    before_commit: &dyn Fn(),
+) -> Result<std::result::Result<Finish, Why>> {
     let dir = local.staging_dir(id);
     let (name, remote_url, put) = match mark {
         Mark::Record(c) => (c.name, c.remote, Some((c.meta, c.claims, c.away))),
@@ -276,13 +399,16 @@ fn publish_one(
         ),
     };
     let remote = Remote::open(&remote_url)?;
-    let committed = match remote.published(&name, id)? {
+    let (committed, views) = match remote.published(&name, id)? {
         // Published before the publisher died: the remote commit again,
         // which finds the version by its id and makes the views a
         // publisher killed right after the publish did not make (the crash
         // test at a random time found version 2 without its Zarr view);
         // then the local cleanup.
-        Some(_) => remote.commit(&name, id)?,
+        Some(_) => {
+            before_commit();
+            remote.commit(&name, id)?
+        }
         None => {
             let (meta, claims, away) = match put {
                 Some(p) => p,
@@ -302,27 +428,52 @@ fn publish_one(
             // Not durable copies (this node keeps its own until the
             // publish): the chunk files' names synced once, before the
             // commit, which makes the rest of the version durable.
-            let mut dirs = std::collections::BTreeSet::new();
-            for (w, cl) in &mine {
-                dirs.extend(remote.copy_share(&name, id, &meta, (w, cl), &read, false)?);
-            }
-            if let Some((missing, writers)) = remote.missing(&name, id, &meta, &claims)? {
-                return Ok(Err(Why::Shares {
-                    missing,
-                    nodes: nodes_of(&away, &writers),
-                }));
+            let dirs = copy_writers(&remote, (&name, id, &meta), &mine, &read)?;
+            // Other nodes' shares: in the remote put yet? (With none, every
+            // claim was copied just now; the commit checks them all.)
+            if !away.is_empty() {
+                if let Some((missing, writers)) = remote.missing(&name, id, &meta, &claims)? {
+                    return Ok(Err(Why::Shares {
+                        missing,
+                        nodes: nodes_of(&away, &writers),
+                    }));
+                }
             }
             remote.sync_chunk_dirs(&dirs)?;
+            before_commit();
             remote.commit(&name, id)?
         }
     };
-    crate::failpoint("objects.publish_after_remote");
-    retire(local, id)?;
-    Ok(Ok(Published {
-        name,
-        remote: remote_url,
-        committed,
+    Ok(Ok(Finish {
+        id: *id,
+        remote,
+        views,
+        published: Published {
+            name,
+            remote: remote_url,
+            committed,
+        },
     }))
+}
+
+/// Copy this node's writers' shares (`mine`) into the remote put, made
+/// once first (and, made now, not searched for what a killed copier
+/// left). One writer after the other: several at once were measured no
+/// faster on the limited remote, whose link time dominates a version of
+/// a few MB (docs/objects.md "A logged publish on sshfs"). The storage
+/// directories written, for the caller to sync.
+fn copy_writers(
+    remote: &Remote,
+    (name, id, meta): (&str, &VersionId, &ArrayMeta),
+    mine: &BTreeMap<[u8; 16], Vec<(u64, Claim)>>,
+    read: &crate::remote_put::ReadChunk<'_>,
+) -> Result<BTreeSet<u32>> {
+    let opened = Some(remote.open_put(name, id, meta)?);
+    let mut dirs = BTreeSet::new();
+    for (w, cl) in mine {
+        dirs.extend(remote.copy_share(name, id, meta, (w, cl), read, false, opened)?);
+    }
+    Ok(dirs)
 }
 
 /// Copy this node's shares of the put `id` (committed on another node) to
@@ -362,7 +513,8 @@ fn copy_shares(local: &Store, id: &VersionId) -> Result<()> {
         // remote put anew.
         if remote.published(&s.name, id)?.is_none() {
             let read = |i: u64, c: &Claim| read_logged(local, &s.name, id, &s.meta, i, c);
-            remote.copy_share(&s.name, id, &s.meta, (&s.writer, &s.claims), &read, true)?;
+            let share = (&s.writer, s.claims.as_slice());
+            remote.copy_share(&s.name, id, &s.meta, share, &read, true, None)?;
         }
         // Whole and durable on the remote: this node's copy goes, the
         // record last (a crash before it copies again, which finds the

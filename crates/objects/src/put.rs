@@ -26,6 +26,7 @@ use paralog_backend::objstore::{Piece, Version};
 
 use crate::error::{io_err, Error, Result};
 use crate::grid::{for_each_chunk, Element};
+use crate::input::{check_whole, chunk_index, same_array};
 use crate::read::ArrayVersion;
 use crate::record::{self, ArrayMeta, Attrs};
 use crate::staging::{
@@ -101,19 +102,24 @@ impl Store {
 
     /// Join the chunked PUT `id` of `name` as one more writer.
     pub fn join(&self, name: &str, id: &VersionId) -> Result<Put<'_>> {
-        self.join_writer(name, id, new_id())
+        self.join_writer(name, id, new_id(), None)
     }
 
     /// [`Store::join`] as the writer `writer` (a logged put's share copied
     /// to its remote keeps its writer's id, so that a copy resumed after a
-    /// crash knows its own claims).
+    /// crash knows its own claims); `known`: the put's array, which the
+    /// caller has just checked (not read again).
     pub(crate) fn join_writer(
         &self,
         name: &str,
         id: &VersionId,
         writer: [u8; 16],
+        known: Option<&ArrayMeta>,
     ) -> Result<Put<'_>> {
-        let (meta, dir) = self.staged(name, id, false)?;
+        let (meta, dir) = match known {
+            Some(m) => (m.clone(), self.staging_dir(id)),
+            None => self.staged(name, id, false)?,
+        };
         Ok(Put {
             store: self,
             name: name.to_owned(),
@@ -180,6 +186,21 @@ impl Store {
     /// chunk is missing or its writer did not finish. A commit retried
     /// after it published returns the same version.
     pub fn commit(&self, name: &str, id: &VersionId) -> Result<Committed> {
+        let (committed, views) = self.commit_views_later(name, id)?;
+        if let Some(av) = views {
+            self.views_after_commit(av);
+        }
+        Ok(committed)
+    }
+
+    /// [`Store::commit`], leaving the views to the caller: the version
+    /// whose views are to be made (`None`: dropped by retention since).
+    /// The logged puts' publisher makes them while it copies the next put.
+    pub(crate) fn commit_views_later(
+        &self,
+        name: &str,
+        id: &VersionId,
+    ) -> Result<(Committed, Option<ArrayVersion>)> {
         // Whether an earlier commit of this put may have published: its
         // directory is gone, or it got as far as its `publishing` mark.
         // Only then are the versions' records searched for the id (one
@@ -193,12 +214,12 @@ impl Store {
         {
             let _ = std::fs::remove_dir_all(&staging);
             // The views a crash after the publish left out (or made).
-            match self.array(name, Some(number)) {
-                Ok(av) => self.views_after_commit(av),
-                Err(Error::NotFound { .. }) => {} // dropped by retention since
+            let av = match self.array(name, Some(number)) {
+                Ok(av) => Some(av),
+                Err(Error::NotFound { .. }) => None, // dropped by retention since
                 Err(e) => return Err(e),
-            }
-            return Ok(Committed { number, id: *id });
+            };
+            return Ok((Committed { number, id: *id }, av));
         }
         let (meta, claims) = self.complete(name, id, false)?;
         let dir = self.staging_dir(id);
@@ -259,14 +280,14 @@ impl Store {
         // The views, from what this commit knows (nothing read back),
         // after the version is durable; never failing the commit.
         (v.number, v.name) = (number, name.as_bytes().to_vec());
-        self.views_after_commit(ArrayVersion {
+        let av = ArrayVersion {
             name: name.to_owned(),
             number,
             id: *id,
             meta,
             record: v,
-        });
-        Ok(Committed { number, id: *id })
+        };
+        Ok((Committed { number, id: *id }, Some(av)))
     }
 
     /// The checks of a commit: the put's array and each chunk's claim,
@@ -371,37 +392,6 @@ impl Store {
             &bytes,
         )
     }
-}
-
-/// The linear index of the chunk at `coords` of `meta`'s grid, refusing a
-/// chunk outside it or a buffer that is not one whole chunk (every store's
-/// chunk write checks this first).
-pub(crate) fn chunk_index(
-    meta: &ArrayMeta,
-    name: &str,
-    coords: &[u64],
-    data: &[u8],
-) -> Result<u64> {
-    let invalid = |why: String| Error::Invalid {
-        name: name.to_owned(),
-        why,
-    };
-    let Some(i) = meta.linear(coords) else {
-        return Err(invalid(format!(
-            "chunk {coords:?} is outside the chunk grid {:?}",
-            meta.grid()
-        )));
-    };
-    let cb = meta.chunk_len();
-    if data.len() as u64 != cb {
-        return Err(invalid(format!(
-            "chunk {coords:?}: {} bytes given, a chunk of {:?} {} has {cb}",
-            data.len(),
-            meta.chunks,
-            meta.dtype.name()
-        )));
-    }
-    Ok(i)
 }
 
 impl Put<'_> {
@@ -547,44 +537,4 @@ impl Put<'_> {
         self.finish()?;
         store.commit(&name, &id)
     }
-}
-
-/// A whole array's bytes must be its type and shape's.
-pub(crate) fn check_whole(name: &str, meta: &ArrayMeta, data: &[u8]) -> Result<()> {
-    meta.check(name)?;
-    if data.len() as u64 != meta.array_len() {
-        return Err(Error::Invalid {
-            name: name.to_owned(),
-            why: format!(
-                "{} bytes given for {} {:?} ({} bytes)",
-                data.len(),
-                meta.dtype.name(),
-                meta.shape,
-                meta.array_len()
-            ),
-        });
-    }
-    Ok(())
-}
-
-/// A writer joining put `id` of `name` with the array `mine` must have the
-/// put's type, shape and grid (`put`).
-pub(crate) fn same_array(
-    name: &str,
-    id: &VersionId,
-    put: &ArrayMeta,
-    mine: &ArrayMeta,
-) -> Result<()> {
-    let (a, b) = (put, mine);
-    if (a.dtype, &a.shape, &a.chunks) != (b.dtype, &b.shape, &b.chunks) {
-        return Err(Error::Put {
-            name: name.to_owned(),
-            id: id_hex(id),
-            why: format!(
-                "this writer's array ({} {:?} in chunks of {:?}) is not the put's ({} {:?} in chunks of {:?})",
-                b.dtype.name(), b.shape, b.chunks, a.dtype.name(), a.shape, a.chunks
-            ),
-        });
-    }
-    Ok(())
 }

@@ -18,6 +18,7 @@ use paralog_backend::RemoteUrl;
 
 use crate::error::{io_err, Error, Result};
 use crate::put::Committed;
+use crate::read::ArrayVersion;
 use crate::record::{self, ArrayMeta};
 use crate::s3store::S3Store;
 use crate::staging::{
@@ -55,20 +56,48 @@ impl Remote {
         }
     }
 
-    pub(crate) fn commit(&self, name: &str, id: &VersionId) -> Result<Committed> {
+    /// Commit the remote put; on a directory layout its views are left to
+    /// [`Remote::make_views`] (the publisher makes them while it copies
+    /// the next put), on S3 they are made here.
+    pub(crate) fn commit(
+        &self,
+        name: &str,
+        id: &VersionId,
+    ) -> Result<(Committed, Option<ArrayVersion>)> {
         match self {
-            Remote::Layout(s) => s.commit(name, id),
-            Remote::S3(s) => s.commit(name, id),
+            Remote::Layout(s) => s.commit_views_later(name, id),
+            Remote::S3(s) => s.commit(name, id).map(|c| (c, None)),
+        }
+    }
+
+    /// Make the views of a version [`Remote::commit`] left: never an
+    /// error (a failure is in the version's mark, as after any commit).
+    pub(crate) fn make_views(&self, av: &ArrayVersion) {
+        if let Remote::Layout(s) = self {
+            let _ = crate::views::make(s, av);
+        }
+    }
+
+    /// Make the remote put `id` of `name` if no node made it yet (not
+    /// durable: for [`Remote::copy_share`]s with `durable` false), once
+    /// before this node's writers' shares are copied into it: whether it
+    /// was made now, empty (on S3 each copy opens it).
+    pub(crate) fn open_put(&self, name: &str, id: &VersionId, meta: &ArrayMeta) -> Result<bool> {
+        match self {
+            Remote::Layout(s) => ensure_put(s, name, meta, id, false),
+            Remote::S3(_) => Ok(false),
         }
     }
 
     /// Copy one writer's share (`share`: the writer, its chunk indices
     /// and logged claims) into the remote put `id`, made if no node made
-    /// it yet; whole on return, the writer's mark last. `durable`: and
-    /// durable (a share's node deletes its copy after). Else only the
-    /// chunk files' bytes are; their storage directories, returned, are
-    /// for the caller to sync once before its commit (the committing node
-    /// keeps its own copy until the publish).
+    /// it yet (`opened`: [`Remote::open_put`] made or found it, and
+    /// whether it was made then); whole on return, the writer's mark
+    /// last. `durable`: and durable (a share's node deletes its copy
+    /// after). Else only the chunk files' bytes are; their storage
+    /// directories, returned, are for the caller to sync once before its
+    /// commit (the committing node keeps its own copy until the publish).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn copy_share(
         &self,
         name: &str,
@@ -77,9 +106,10 @@ impl Remote {
         share: (&[u8; 16], &[(u64, Claim)]),
         read: &ReadChunk<'_>,
         durable: bool,
+        opened: Option<bool>,
     ) -> Result<BTreeSet<u32>> {
         match self {
-            Remote::Layout(s) => copy_share(s, name, id, meta, share, read, durable),
+            Remote::Layout(s) => copy_share(s, name, id, meta, share, read, (durable, opened)),
             Remote::S3(s) => s
                 .copy_share(name, id, meta, *share.0, share.1, read)
                 .map(|()| BTreeSet::new()),
@@ -174,14 +204,15 @@ fn remote_claims(s: &Store, name: &str, id: &VersionId, meta: &ArrayMeta) -> Res
 
 /// The remote put `id` of `name`, made (`durable`: its `begin` and `name`
 /// durable) if no node made it yet; two nodes making it at once both end
-/// up joining the one that was renamed into place first.
+/// up joining the one that was renamed into place first. Whether it was
+/// made here, now (empty: no claim, no mark, nothing a killed copier left).
 fn ensure_put(
     s: &Store,
     name: &str,
     meta: &ArrayMeta,
     id: &VersionId,
     durable: bool,
-) -> Result<()> {
+) -> Result<bool> {
     // The name comes from a node-local record: checked before it names
     // anything in the store.
     crate::store::check_name(name)?;
@@ -202,12 +233,17 @@ fn ensure_put(
             if !dir.join("begin").is_file() {
                 return Err(io_err(&dir, "open the remote put")(e));
             }
-        } else if durable {
-            sync_dir(&staging)?;
+        } else {
+            if durable {
+                sync_dir(&staging)?;
+            }
+            // Made here, of `meta`: nothing to read back.
+            return Ok(true);
         }
     }
     let (there, _) = s.staged(name, id, false)?;
-    same_meta(name, id, &there, meta)
+    same_meta(name, id, &there, meta)?;
+    Ok(false)
 }
 
 /// The storage directories of the claims of `chunks` in the remote put's
@@ -230,20 +266,31 @@ fn copy_share(
     meta: &ArrayMeta,
     (writer, claims): (&[u8; 16], &[(u64, Claim)]),
     read: &ReadChunk<'_>,
-    durable: bool,
+    (durable, opened): (bool, Option<bool>),
 ) -> Result<BTreeSet<u32>> {
     let (writer, durable) = (*writer, durable && s.os.durable());
-    ensure_put(s, name, meta, id, durable)?;
+    // A put made just now holds nothing of this writer: no mark, no
+    // claim, nothing a killed copier left (not looked for).
+    let fresh = match opened {
+        Some(fresh) => fresh,
+        None => ensure_put(s, name, meta, id, durable)?,
+    };
     let dir = s.staging_dir(id);
     let mark = dir.join(format!("w{}", id_hex(&writer)));
-    if mark.exists() {
+    if !fresh && mark.exists() {
         return Ok(claim_dirs(&dir, claims.iter().map(|(i, _)| *i)));
     }
     // What a copier of this share killed before left: the chunk file it
     // was writing (named by its intent) and a claim's temporary name.
     let me = id_hex(&writer);
-    for e in std::fs::read_dir(&dir).map_err(io_err(&dir, "list the remote put"))? {
-        let e = e.map_err(io_err(&dir, "list the remote put"))?;
+    let left = if fresh {
+        Vec::new()
+    } else {
+        std::fs::read_dir(&dir)
+            .and_then(|d| d.collect::<std::io::Result<Vec<_>>>())
+            .map_err(io_err(&dir, "list the remote put"))?
+    };
+    for e in left {
         let f = e.file_name().to_string_lossy().into_owned();
         if f.starts_with(&format!(".intent.{me}.")) {
             if let Ok(b) = std::fs::read(e.path()) {
@@ -257,10 +304,19 @@ fn copy_share(
         }
     }
     let cb = meta.chunk_len();
-    let mut put = s.join_writer(name, id, writer)?;
+    // The put's array was checked by `ensure_put` just now.
+    let mut put = s.join_writer(name, id, writer, Some(meta))?;
+    // The storage directories of the claims kept and written (known, not
+    // read back).
+    let mut dirs = BTreeSet::new();
     for (k, (i, c)) in claims.iter().enumerate() {
         let cp = dir.join(format!("c{i:020}"));
-        match std::fs::read(&cp) {
+        let found = if fresh {
+            Err(ErrorKind::NotFound.into())
+        } else {
+            std::fs::read(&cp)
+        };
+        match found {
             Ok(b) => {
                 let there = decode_claim(&b, &cp).ok().map(|(_, rc)| rc);
                 let good = there.is_some_and(|rc| {
@@ -271,6 +327,7 @@ fn copy_share(
                         })
                 });
                 if good {
+                    dirs.extend(there.map(|rc| rc.dir));
                     continue;
                 }
                 if let Some(rc) = there {
@@ -287,7 +344,7 @@ fn copy_share(
             crate::failpoint("objects.publish_mid_copy");
         }
     }
-    let dirs = claim_dirs(&dir, claims.iter().map(|(i, _)| *i));
+    dirs.extend(put.written().iter().map(|(_, c)| c.dir));
     if !durable {
         write_file(&mark, b"")?;
         return Ok(dirs);

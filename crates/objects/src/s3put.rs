@@ -9,7 +9,8 @@ use paralog_backend::objstore::{Piece, Version};
 
 use crate::error::{Error, Result};
 use crate::grid::for_each_chunk;
-use crate::put::{chunk_index, Committed};
+use crate::input::chunk_index;
+use crate::put::Committed;
 use crate::read::checked_array;
 use crate::record::{self, ArrayMeta};
 use crate::s3store::S3Store;
@@ -67,7 +68,7 @@ impl S3Store {
     /// shape, grid) differs from the put's.
     pub fn join_as(&self, name: &str, id: &VersionId, meta: &ArrayMeta) -> Result<S3Put<'_>> {
         let put = self.join(name, id)?;
-        crate::put::same_array(name, id, &put.meta, meta)?;
+        crate::input::same_array(name, id, &put.meta, meta)?;
         Ok(put)
     }
 
@@ -282,7 +283,7 @@ impl S3Store {
 
     /// PUT a whole array (row-major little-endian bytes) by one process.
     pub fn put(&self, name: &str, meta: &ArrayMeta, data: &[u8]) -> Result<Committed> {
-        crate::put::check_whole(name, meta, data)?;
+        crate::input::check_whole(name, meta, data)?;
         let mut put = self.begin(name, meta)?;
         let id = put.id;
         let written = put.write_whole(data).and_then(|()| put.finish());
