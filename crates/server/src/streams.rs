@@ -179,6 +179,9 @@ impl StreamDrain {
             .take()
             .and_then(|t| t.join().ok())
             .unwrap_or_default();
+        // The last rounds list every stream's segments and check the
+        // remote, whatever the idle rounds relied on.
+        drainer.relist();
         let mut said = HashMap::new();
         let opts = DrainOptions {
             release_bytes: self.release_bytes,
