@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 TARGET := target/release
 
-.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-stream-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench bench-aggregate bench-aggregate-s3 bench-rounds bench-objects bench-objects-cost bench-streams bench-streams-nodes
+.PHONY: all setup build shims demo test test-rust test-capture test-server test-aggregate test-objects test-stream test-crash-long test-stream-long test-shared-stress test-remote test-cluster test-slurm setup-test lint bench-log clean bench bench-quick bench-e2e bench-micro setup-bench bench-aggregate bench-aggregate-s3 bench-rounds bench-objects bench-objects-cost bench-streams bench-streams-nodes bench-streams-idle
 
 all: build
 
@@ -233,6 +233,12 @@ bench-objects-cost: build setup-test setup-bench
 # about 6). Not part of `make test`.
 bench-streams: build setup-bench
 	/usr/bin/python3 bench/streams/run.py $(STREAMS_FLAGS)
+
+# What 100 idle streams cost the one-node server in CPU over a minute
+# (docs/benchmarks.md section 12, "Idle streams"); before and after a
+# change: STREAMS_IDLE_FLAGS="--before /path/to/an/earlier/paralog".
+bench-streams-idle: build
+	/usr/bin/python3 bench/streams/idle.py $(STREAMS_IDLE_FLAGS)
 
 # The SLoG shapes across 1, 2 and 4 simulated nodes (a server job):
 # docs/benchmarks.md section 12, "Across nodes" (about 5 minutes).

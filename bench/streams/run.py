@@ -38,6 +38,13 @@ the methods rotated from round to round:
                  ms) on the sshfs mount of the end-to-end harness
                  (bench/e2e/testbed.py, --rate-mbit Mbit/s tbf)
 
+--pin: the producers (paralog's, paralog-nodrain's and -paced's, raw's,
+the shared file's, Kafka's ProducerPerformance JVMs) run on CPU 0 and
+everything that serves or reads them (the drain, the reader groups, the
+Kafka broker and its ConsumerPerformance) on CPU 1 (taskset), so that the
+producers' cost against raw is seen apart from the drain's CPU (the
+disk stays shared).
+
 Throughput: the sum over producers of events / that producer's own time
 (ProducerPerformance's records/sec for Kafka, which excludes JVM start-up).
 Memory: the max RSS (VmHWM) of the drain and of the broker. The machine is
@@ -52,7 +59,7 @@ Usage: bench/streams/run.py [--quick] [--producers 1,2,4,8]
          [--methods paralog,paralog-nodrain,paralog-paced,raw,kafka,kafka-fsync]
          [--paced-rate 1000]
          [--remote-dir /dev/shm]
-         [--no-sshfs] [--rate-mbit 200] [--tmp /var/tmp]
+         [--no-sshfs] [--rate-mbit 200] [--tmp /var/tmp] [--pin]
          [--json target/bench/streams.json] [--keep]
 """
 import argparse
@@ -75,8 +82,26 @@ KAFKA_LIB = ROOT / "target/kafka/lib"
 ALL_METHODS = ["paralog", "paralog-nodrain", "paralog-paced", "raw", "kafka", "kafka-fsync", "sshfs-shared"]
 
 
+# --pin: where the producers run, and where what serves or reads them runs.
+PRODUCER_CPU, SERVICE_CPU = 0, 1
+PIN = {"on": False}
+
+
 def log(*a):
     print(*a, flush=True)
+
+
+def pinned(cmd, cpu):
+    """cmd on one CPU (taskset) when --pin is on, else as it is."""
+    return (["taskset", "-c", str(cpu)] + list(cmd)) if PIN["on"] else list(cmd)
+
+
+def producer(cmd):
+    return pinned(cmd, PRODUCER_CPU)
+
+
+def service(cmd):
+    return pinned(cmd, SERVICE_CPU)
 
 
 def free_port():
@@ -111,7 +136,7 @@ def stop(p, timeout=20):
 
 def loadgens(cmds, what):
     """Run the load generators at once; each one's JSON report."""
-    prods = [subprocess.Popen(nice_cmd(c), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    prods = [subprocess.Popen(nice_cmd(producer(c)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for c in cmds]
     res = []
     for pr in prods:
@@ -187,8 +212,8 @@ class Kafka:
         subprocess.run(self.java("kafka.tools.StorageTool", "format", "-t", cid, "-c", self.props),
                        check=True, capture_output=True, text=True)
         self.log = open(self.base / "broker.log", "wb")
-        cmd = ["nice", "java", "-Xmx1g", "-Xms1g", "-cp", self.cp,
-               f"-Dlog4j2.configurationFile={self.base / 'log4j2.yaml'}", "kafka.Kafka", self.props]
+        cmd = service(["nice", "java", "-Xmx1g", "-Xms1g", "-cp", self.cp,
+                       f"-Dlog4j2.configurationFile={self.base / 'log4j2.yaml'}", "kafka.Kafka", self.props])
         (self.base / "log4j2.yaml").write_text(
             "Configuration:\n  Appenders:\n    Console:\n      name: STDOUT\n"
             "      PatternLayout:\n        Pattern: \"[%d] %p %m (%c)%n\"\n"
@@ -240,14 +265,14 @@ def run_kafka(a, kafka, n, p, fsync, tag, guess):
     prods = []
     for i in range(n):
         prods.append(subprocess.Popen(
-            kafka.java("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
-                       "--num-records", records, "--record-size", a.size, "--throughput", -1,
-                       "--producer-props", f"bootstrap.servers={kafka.bootstrap}"),
+            producer(kafka.java("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+                                "--num-records", records, "--record-size", a.size, "--throughput", -1,
+                                "--producer-props", f"bootstrap.servers={kafka.bootstrap}")),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True))
     cons = subprocess.Popen(
-        kafka.java("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server",
-                   kafka.bootstrap, "--topic", topic, "--messages", records * n, "--group",
-                   f"g{tag}", "--timeout", 30000),
+        service(kafka.java("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server",
+                           kafka.bootstrap, "--topic", topic, "--messages", records * n, "--group",
+                           f"g{tag}", "--timeout", 30000)),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     rates, lat, outs = [], [], []
     for pr in prods:
@@ -297,15 +322,15 @@ def run_paralog(a, tools, work, n, p, tag, rate=0):
     remote = Path(tempfile.mkdtemp(prefix=f"remote{tag}-", dir=a.remote_base))
     count = d / "count"
     dlog = open(d / "drain.log", "wb")
-    drain = subprocess.Popen(nice_cmd(["nice", tools.paralog, "stream", "drain", "--local", local,
-                                       "--remote", remote, "--follow", "--interval-ms", 100]),
+    drain = subprocess.Popen(nice_cmd(service(["nice", tools.paralog, "stream", "drain", "--local", local,
+                                               "--remote", remote, "--follow", "--interval-ms", 100])),
                              stdout=dlog, stderr=subprocess.STDOUT, start_new_session=True)
-    reader = subprocess.Popen(nice_cmd(["nice", tools.loadgen, "read", remote, "s", "bench", count,
-                                        a.seconds + 120]),
+    reader = subprocess.Popen(nice_cmd(service(["nice", tools.loadgen, "read", remote, "s", "bench", count,
+                                                a.seconds + 120])),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               start_new_session=True)
-    prods = [subprocess.Popen(nice_cmd(["nice", tools.loadgen, "paralog", local, "s", p, a.seconds,
-                                        a.size, a.flush_ms] + ([rate] if rate else [])),
+    prods = [subprocess.Popen(nice_cmd(producer(["nice", tools.loadgen, "paralog", local, "s", p, a.seconds,
+                                                 a.size, a.flush_ms] + ([rate] if rate else []))),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(n)]
     # Every process of every method runs under nice (the broker, the JVM
@@ -327,8 +352,8 @@ def run_paralog(a, tools, work, n, p, tag, rate=0):
         # drain stopped): the reader's own rate, to compare partitions.
         # Its CPU time too: steadier than its wall time on a shared machine.
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        rr = subprocess.run(nice_cmd(["nice", tools.loadgen, "read", remote, "s", "reread", count,
-                                      120]), capture_output=True, text=True)
+        rr = subprocess.run(nice_cmd(service(["nice", tools.loadgen, "read", remote, "s", "reread", count,
+                                              120])), capture_output=True, text=True)
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         reread_cpu = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
         if rr.returncode != 0:
@@ -400,6 +425,10 @@ def main():
                          "than the producers' disk, as a PFS would be)")
     ap.add_argument("--json", default=str(ROOT / "target/bench/streams.json"))
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--pin", action="store_true",
+                    help=f"producers (paralog's, raw's, the shared file's, Kafka's) on CPU {PRODUCER_CPU}; "
+                         f"the drain, the readers, Kafka's broker and consumer on CPU {SERVICE_CPU} (taskset): "
+                         "the producers' cost against raw apart from the drain's CPU")
     ap.add_argument("--report", metavar="JSON",
                     help="print the tables of an earlier run's JSON and stop")
     a = ap.parse_args()
@@ -415,6 +444,10 @@ def main():
         return
     if a.quick:
         a.producers, a.partitions, a.rounds, a.seconds = "1,4,8", "1,64", 1, 3.0
+    if a.pin:
+        if not {PRODUCER_CPU, SERVICE_CPU} <= os.sched_getaffinity(0) or not shutil.which("taskset"):
+            sys.exit(f"--pin needs CPUs {PRODUCER_CPU} and {SERVICE_CPU} and taskset (util-linux)")
+        PIN["on"] = True
     producers = [int(x) for x in a.producers.split(",")]
     partitions = [int(x) for x in a.partitions.split(",")]
     methods = [m for m in a.methods.split(",") if m]
@@ -446,7 +479,9 @@ def main():
             bed.start(s3=False)
             log(f"sshfs {bed.mnt} over a {a.rate_mbit:g} Mbit/s tbf link")
         log(f"paralog {tools.rev}; {a.size}-byte events, flush every {a.flush_ms:g} ms, "
-            f"{a.seconds:g} s per run, {a.rounds} round(s); methods {','.join(methods)}")
+            f"{a.seconds:g} s per run, {a.rounds} round(s); methods {','.join(methods)}"
+            + (f"; pinned: producers on CPU {PRODUCER_CPU}, drain, readers and broker on CPU {SERVICE_CPU}"
+               if a.pin else ""))
         guess = {"kafka": 20000.0, "kafka-fsync": 2000.0}
         k = 0
         for rnd in range(a.rounds):
@@ -510,7 +545,9 @@ def report(a, methods, producers, partitions, results, rev, elapsed, write=True)
             # What the drain and the reader moved end to end: every event
             # over the producers' time plus the reader's catch-up after it.
             r["delivered_mb_s"] = r["events"] * a.size / 1e6 / (a.seconds + r["reader_catch_up_s"])
-    log(f"\n{len(results)} runs in {elapsed:.0f} s; JSON: {a.json}")
+    log(f"\n{len(results)} runs in {elapsed:.0f} s; JSON: {a.json}"
+        + (f"; pinned (producers on CPU {PRODUCER_CPU}, the rest on CPU {SERVICE_CPU})"
+           if getattr(a, "pin", False) else ""))
     cell = {}
     for r in results:
         cell.setdefault((r["producers"], r["partitions"], r["method"]), []).append(r)

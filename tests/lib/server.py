@@ -38,9 +38,10 @@ class Server:
     """`paralog server --job J` of our own (its own session), its stderr in a
     log file (default: server-J.log beside the local directory). Ready once
     it answers a status request on its socket (its own: the pid it reports
-    is this process's, not a crashed predecessor's)."""
+    is this process's, not a crashed predecessor's). preexec: run in the
+    child before it starts (a lowered limit)."""
 
-    def __init__(self, local, remote, env, job="t", extra=(), log=None, timeout=20):
+    def __init__(self, local, remote, env, job="t", extra=(), log=None, timeout=20, preexec=None):
         self.local, self.job, self.remote = Path(local), job, remote
         self.local.mkdir(parents=True, exist_ok=True)
         os.chmod(self.local, 0o700)
@@ -49,7 +50,7 @@ class Server:
         with open(self.log, "ab") as logf:
             self.p = subprocess.Popen([str(BIN), "server", "--local", str(local), "--job", job, "--remote", str(remote),
                                        *map(str, extra)], stdout=subprocess.DEVNULL, stderr=logf, env=env,
-                                      start_new_session=True)
+                                      start_new_session=True, preexec_fn=preexec)
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.sock.exists():

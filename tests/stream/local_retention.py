@@ -36,18 +36,30 @@ published what it holds. Cases:
                   produce` says), holds the live one's segment file
                   (drained, not released), then, once it ended, released
                   it too and holds nothing; every event once
+  open-file limit 300 ended producers' segments (one event each) drained
+                  with local retention at every round by `paralog stream
+                  drain` and by `paralog server`, each started with a soft
+                  open-file limit of 96 (below the 128 segments one
+                  release holds locked; the hard limit unchanged): both
+                  raise it and release every segment (the cut log a
+                  base), and the remote's stream is byte for byte what a
+                  drain of a copy of the root, taken before, writes with
+                  no limit and no release
 
 Usage: python3 -m tests.stream.local_retention [--only SUBSTRING] [--keep]
 Ends with "stream-local-retention: N passed, N failed".
 """
 import json
 import os
+import resource
+import shutil
 import subprocess
 import sys
 import time
 from collections import defaultdict
 
 from tests.lib.check import Suite, check, suite_options
+from tests.lib.compare import tree, tree_difference
 from tests.lib.mpi import launcher, mpi_env
 from tests.lib.paralog import keep_server_log
 from tests.lib.proc import kill_tree, run
@@ -305,12 +317,86 @@ def case_status(work):
             f"{row['releases']} releases by then; {live_bytes} held by the live producer before it ended")
 
 
+ENDED = 300
+SOFT_LIMIT = 96
+
+
+def lowered_open_files():
+    """For preexec_fn: a soft open-file limit of SOFT_LIMIT, the hard one
+    as it is."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (SOFT_LIMIT, hard))
+
+
+def case_open_files(work):
+    """More ended producers' segments than a lowered soft open-file limit
+    (a release holds up to 128 locked): `stream drain` and `paralog
+    server` raise it at start and release them all; the remote's bytes
+    are a drain of a copy of the root without the limit."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    check(hard == resource.RLIM_INFINITY or hard > 4 * SOFT_LIMIT, f"hard open-file limit {hard}: too low to test")
+    code = ("import sys, paralog.stream as ps\n"
+            f"for i in range({ENDED}):\n"
+            f"    p = ps.Producer({STREAM!r}, 3, local=sys.argv[1])\n"
+            "    p.append(f'{p.id}:0:ended'.encode())\n"
+            "    p.flush()\n"
+            "    p.close()\n")
+    env = dict(os.environ, PYTHONPATH=str(PYPATH))
+    made = {}
+    for how in ("drain", "server"):
+        local = work / how / "local"
+        local.mkdir(parents=True)
+        os.chmod(local, 0o700)
+        run([PY, "-c", code, local], env=env)
+        check(len(seg_sizes(local)) == ENDED, f"{how}: {len(seg_sizes(local))} segments made, not {ENDED}")
+        # The reference: a copy drained with no limit and no release.
+        copy, direct = work / how / "copy", work / how / "direct"
+        shutil.copytree(local, copy)
+        direct.mkdir()
+        run(drain_cmd(copy, direct) + ["--release-bytes", "0"])
+        remote = work / how / "remote"
+        remote.mkdir()
+        if how == "drain":
+            # A round takes every segment and releases 128; each later
+            # one releases 128 more.
+            for _ in range(5):
+                r = subprocess.run([str(c) for c in drain_cmd(local, remote)] + ["--release-bytes", "1"],
+                                   capture_output=True, text=True, preexec_fn=lowered_open_files)
+                check(r.returncode == 0, f"stream drain under a soft limit of {SOFT_LIMIT}: {r.returncode} "
+                                         f"{r.stderr[-500:]}")
+                if not seg_sizes(local):
+                    break
+        else:
+            srv = Server(local, remote, dict(os.environ), job="t", extra=["--stream-release-bytes", "1"],
+                         preexec=lowered_open_files)
+            try:
+                deadline = time.time() + 60
+                while seg_sizes(local) and time.time() < deadline:
+                    time.sleep(0.1)
+                srv.drain_and_stop()
+            finally:
+                srv.kill()
+            check(srv.p.returncode == 0, f"the server exited {srv.p.returncode}: {srv.text()[-500:]}")
+        left = seg_sizes(local)
+        check(not left, f"{how}: {len(left)} segments left under a soft limit of {SOFT_LIMIT}")
+        cuts = (local / ".paralog-streams" / STREAM / "cuts").read_bytes()
+        check(cuts[:8] == b"PLSTBASE", f"{how}: the cut log starts with {cuts[:8]!r}")
+        want, got = tree(direct / ".paralog-streams"), tree(remote / ".paralog-streams")
+        diff = tree_difference(want, got, ("drained from the copy", f"drained by {how}"))
+        check(diff is None, f"{how}: {diff}")
+        made[how] = sum(len(v) for v in got.values() if isinstance(v, bytes))
+    check_stream(cat_json(f"{work / 'server' / 'remote'}/{STREAM}", "--from", "earliest"), ENDED, 1)
+    return (f"{ENDED} segments released under a soft limit of {SOFT_LIMIT} by stream drain and by the server; "
+            f"remote streams of {made['drain']} and {made['server']} bytes equal to a drain of the copy")
+
+
 def main():
     a = suite_options().parse_args()
     suite = Suite("stream-local-retention", keep=a.keep)
     cases = [("mpich", case_ranks("mpich")), ("openmpi", case_ranks("openmpi")), ("python", case_python),
              ("paralog run, option", case_paralog_run("option")),
-             ("paralog run, setting", case_paralog_run("setting")), ("status", case_status)]
+             ("paralog run, setting", case_paralog_run("setting")), ("status", case_status),
+             ("open-file limit", case_open_files)]
     sys.exit(suite.run(cases, only=a.only))
 
 

@@ -48,6 +48,8 @@ struct JsonReport<'a> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    crate::server::init_tracing_if_asked();
+    paralog_server::open_files::raise_soft_limit();
     let (node, mpi) = args.job_of_servers.resolve()?;
     let aggregate = args.aggregate.resolve()?;
     let root = args.at.local.resolve_for(node.as_deref())?;

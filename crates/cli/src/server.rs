@@ -177,8 +177,18 @@ pub fn init_tracing() {
         .try_init();
 }
 
+/// [`init_tracing`] only when `PARALOG_LOG` is set: for the commands that
+/// print their own report (`paralog recover` on one node, `paralog stream
+/// drain`), whose stderr gains no log lines unless asked.
+pub fn init_tracing_if_asked() {
+    if std::env::var_os("PARALOG_LOG").is_some() {
+        init_tracing();
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_tracing();
+    paralog_server::open_files::raise_soft_limit();
     // Before any thread exists: every thread created later (the S3
     // runtime's, the status threads) inherits the lowered priorities.
     paralog_server::priority::lower(args.tuning.nice);

@@ -9,6 +9,7 @@ pub mod drain;
 pub mod failpoint;
 pub mod limit;
 pub mod node;
+pub mod open_files;
 pub mod pool;
 pub mod priority;
 pub mod puts;

@@ -41,11 +41,15 @@ impl ReleaseCounts {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// A drain report's release, if it did one.
+    /// A drain report's release, if it did one; logged at debug, the
+    /// history of releases (the counts are this server's only:
+    /// docs/streams.md "Status").
     fn count(&self, r: &DrainReport) {
-        if r.released.base.is_some() {
+        if let Some(base) = r.released.base {
             let bytes = r.released.segments.iter().map(|s| s.1).sum();
-            self.add(&r.stream, r.released.segments.len() as u64, bytes);
+            let segments = r.released.segments.len() as u64;
+            tracing::debug!(stream = %r.stream, segments, bytes, base, "drained local segments released");
+            self.add(&r.stream, segments, bytes);
         }
     }
 }
@@ -175,6 +179,9 @@ impl StreamDrain {
             .take()
             .and_then(|t| t.join().ok())
             .unwrap_or_default();
+        // The last rounds list every stream's segments and check the
+        // remote, whatever the idle rounds relied on.
+        drainer.relist();
         let mut said = HashMap::new();
         let opts = DrainOptions {
             release_bytes: self.release_bytes,

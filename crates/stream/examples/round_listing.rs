@@ -5,6 +5,9 @@
 //! it took before (`take_new` for the batches, then `releasable`, which
 //! listed the segments again), with ended producers' segments all taken
 //! whole by the cut log and not released yet (a threshold not reached).
+//! Since the idle rounds (`listing.rs`), a round lists the segments only
+//! until the directory settles (2 s after its last change), then `stat`s
+//! them: the numbers are a mix of both once a run lasts that long.
 //!
 //! `cargo run --release -p paralog-stream --example round_listing --
 //! [SEGMENTS ...] [--dir DIR]` (default 1000 and 5000 segments, in a
@@ -52,7 +55,12 @@ fn main() {
         }
         // One cut takes every segment whole; the producers have ended.
         let mut share = NodeShare::open(&local, S, 1).unwrap();
-        let on = DrainOptions::default();
+        // A threshold of 1 byte: the release look is made every round
+        // (below the threshold a round skips it: `NodeShare::take_new`).
+        let on = DrainOptions {
+            release_bytes: 1,
+            ..DrainOptions::default()
+        };
         let new = share.take_new(&on, &mut DrainReport::default()).unwrap();
         let state = vec![Default::default(); PARTS as usize];
         let cut = nodes::make_cut(1, &state, new.ranges, 64 << 20, S).unwrap();

@@ -16,14 +16,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::error::{corrupt, Result, StreamError};
-use crate::format::{self, BatchHeader, Cut, PartCut, PartMark, Range};
-use crate::format::{BATCH_HEADER_LEN, COMMIT_LEN, KIND_REMOTE_BATCH};
+use crate::format::{self, Cut, PartMark, Range};
 use crate::layout;
+use crate::listing::Listing;
 use crate::local::{self, LocalSeg};
-use crate::publish::header_len;
 use crate::remote::{PosixRemote, RoundWrite, StreamRemote};
-use crate::segment::Batch;
+use crate::round_plan::{encode_parts, frame_sizes, part_frames};
 use crate::take::{read_ranges, take_new};
+
+pub use crate::round_plan::after;
+pub(crate) use crate::round_plan::{encode_part, plan};
 
 pub use crate::lag::{local_lag, LocalLag};
 
@@ -122,10 +124,13 @@ struct Known {
 
 /// Drains streams round after round (the server, `drain --follow`),
 /// remembering each stream's state so that a round costs what is new,
-/// not the length of the history.
+/// not the length of the history, and its segments
+/// (`listing.rs`) so that a round of an idle stream costs a `stat` per
+/// segment.
 #[derive(Default)]
 pub struct Drainer {
     known: HashMap<String, Known>,
+    listings: HashMap<String, Listing>,
 }
 
 impl Drainer {
@@ -149,11 +154,72 @@ impl Drainer {
         stream: &str,
         opts: &DrainOptions,
     ) -> Result<DrainReport> {
-        let r = self.round(local, remote, stream, opts);
+        let r = match self.idle_round(local, remote, stream, opts) {
+            Ok(Some(r)) => Ok(r),
+            Ok(None) => self.round(local, remote, stream, opts),
+            Err(e) => Err(e),
+        };
         if r.is_err() {
             self.known.remove(stream);
+            self.listings.remove(stream);
         }
         r
+    }
+
+    /// The next round of every stream lists its segments and checks the
+    /// remote (what a last round does: the server's when it stops).
+    pub fn relist(&mut self) {
+        self.listings.clear();
+    }
+
+    /// A round of a stream with nothing to do, when that is sure from
+    /// the node alone: its last round here succeeded, its segments as
+    /// listed now (`listing.rs`: a `stat` each) hold nothing past what
+    /// the cuts took (so no flush since: a flush appends), its cut log
+    /// is as that round left it, and no release can be due (the
+    /// segments and the log are below the threshold). Then no lock is
+    /// taken and the remote is not read (its watermark is checked again
+    /// at the next round with work); only an object remote's pending
+    /// trim request is looked for, under the lock. `None`: a full round.
+    fn idle_round(
+        &mut self,
+        local: &Path,
+        remote: &dyn StreamRemote,
+        stream: &str,
+        opts: &DrainOptions,
+    ) -> Result<Option<DrainReport>> {
+        let (Some(k), Some(listing)) = (self.known.get(stream), self.listings.get_mut(stream))
+        else {
+            return Ok(None);
+        };
+        let dir = layout::stream_dir(local, stream);
+        if k.rdir != remote.stream_dir(stream) || listing.refresh(&dir, stream).is_err() {
+            // A full round says what is wrong, if anything is.
+            self.listings.remove(stream);
+            return Ok(None);
+        }
+        let segs = &listing.segs;
+        let untaken =
+            |(id, s): (&u64, &LocalSeg)| *k.taken.get(id).unwrap_or(&s.header_len) != s.len;
+        let held: u64 = segs.values().map(|s| s.len).sum();
+        let release = opts.release_bytes != u64::MAX
+            && k.rounds > 0
+            && held.saturating_add(k.cuts_len) >= opts.release_bytes;
+        if segs.iter().any(untaken)
+            || release
+            || local::log_len(&dir.join(layout::CUTS))? != k.cuts_len
+        {
+            return Ok(None);
+        }
+        let mut report = DrainReport {
+            stream: stream.into(),
+            ..Default::default()
+        };
+        if remote.works_after_rounds() {
+            let _lock = local::lock(&dir.join(layout::DRAIN_LOCK))?;
+            report.trimmed = remote.after_round(stream, k.n)?;
+        }
+        Ok(Some(report))
     }
 
     /// Rounds until one finds nothing new (a round takes about
@@ -204,11 +270,33 @@ impl Drainer {
         let dir = layout::existing_local_stream(local, stream)?;
         let _lock = local::lock(&dir.join(layout::DRAIN_LOCK))?;
         crate::job_root::refuse_marked(&dir, stream)?;
+        let listing = match self.listings.remove(stream) {
+            Some(mut l) => l.refresh(&dir, stream).map(|()| l)?,
+            None => Listing::read(&dir, stream)?,
+        };
+        let report = self.locked_round(remote, stream, opts, &dir, &listing)?;
+        // Segments deleted by a release: listed again next round.
+        if report.released.segments.is_empty() {
+            self.listings.insert(stream.into(), listing);
+        }
+        Ok(report)
+    }
+
+    /// A round under the stream's drain lock, from the segments as listed
+    /// now.
+    fn locked_round(
+        &mut self,
+        remote: &dyn StreamRemote,
+        stream: &str,
+        opts: &DrainOptions,
+        dir: &Path,
+        listing: &Listing,
+    ) -> Result<DrainReport> {
         let mut report = DrainReport {
             stream: stream.into(),
             ..Default::default()
         };
-        let (segs, seg_parts) = local::segments(&dir, stream)?;
+        let (segs, seg_parts) = (&listing.segs, listing.parts);
         let cuts_path = dir.join(layout::CUTS);
         let cuts_len = local::log_len(&cuts_path)?;
         let rdir = remote.stream_dir(stream);
@@ -221,7 +309,7 @@ impl Drainer {
         };
         let known = match cached {
             Some(k) => Some(k),
-            None => replay(remote, stream, &segs, seg_parts, &cuts_path, &mut report)?,
+            None => replay(remote, stream, segs, seg_parts, &cuts_path, &mut report)?,
         };
         let Some(mut k) = known else {
             return Ok(report);
@@ -233,10 +321,10 @@ impl Drainer {
                 asked: p,
             });
         }
-        let new = take_new(&segs, &k.taken, k.rounds, k.n, opts, &mut report)?;
+        let new = take_new(segs, &k.taken, k.rounds, k.n, opts, &mut report)?;
         if new.is_empty() {
             report.trimmed = remote.after_round(stream, k.n)?;
-            report.released = release(&dir, &segs, &cuts_path, &mut k, opts)?;
+            report.released = release(dir, segs, &cuts_path, &mut k, opts)?;
             self.known.insert(stream.into(), k);
             return Ok(report);
         }
@@ -283,7 +371,7 @@ impl Drainer {
         report.events = cut.parts.iter().map(|p| p.count).sum();
         report.bytes = cut.parts.iter().map(|p| p.len).sum();
         report.trimmed = remote.after_round(stream, k.n)?;
-        report.released = release(&dir, &segs, &cuts_path, &mut k, opts)?;
+        report.released = release(dir, segs, &cuts_path, &mut k, opts)?;
         self.known.insert(stream.into(), k);
         Ok(report)
     }
@@ -409,130 +497,4 @@ fn replay(
         taken,
         state,
     }))
-}
-
-/// Each partition's state once `cut` is applied.
-pub fn after(cut: &Cut) -> Vec<PartMark> {
-    cut.parts
-        .iter()
-        .map(|p| PartMark {
-            next: p.first + p.count,
-            seg_first: p.seg_first,
-            seg_end: p.pos + p.len,
-        })
-        .collect()
-}
-
-/// Each partition's (events, frame bytes) in this round.
-fn frame_sizes(frames: &[Vec<&[u8]>]) -> Vec<(u64, u64)> {
-    frames
-        .iter()
-        .map(|f| (f.len() as u64, f.iter().map(|x| x.len() as u64).sum()))
-        .collect()
-}
-
-/// Where each partition's batch of this round goes, given its (events,
-/// frame bytes): after the last batch of its current segment, or at the
-/// start of a new segment (the first, or once the current one holds
-/// `roll` bytes).
-pub(crate) fn plan(
-    state: &[PartMark],
-    sizes: &[(u64, u64)],
-    roll: u64,
-    stream: &str,
-) -> Vec<PartCut> {
-    state
-        .iter()
-        .zip(sizes)
-        .map(|(s, &(count, body))| {
-            let len = if count == 0 {
-                0
-            } else {
-                BATCH_HEADER_LEN as u64 + COMMIT_LEN as u64 + body
-            };
-            let (seg_first, pos) = if count == 0 {
-                (s.seg_first, s.seg_end)
-            } else if s.seg_end == 0 {
-                (s.seg_first, header_len(stream))
-            } else if s.seg_end >= roll {
-                (s.next, header_len(stream))
-            } else {
-                (s.seg_first, s.seg_end)
-            };
-            PartCut {
-                first: s.next,
-                count,
-                seg_first,
-                pos,
-                len,
-            }
-        })
-        .collect()
-}
-
-/// Each partition's frames in cut order: producers by id, batches and
-/// events in the order their producer wrote them.
-fn part_frames(batches: &[(u64, Vec<Batch>)], n: u32) -> Vec<Vec<&[u8]>> {
-    let mut out = vec![Vec::new(); n as usize];
-    for b in batches.iter().flat_map(|(_, v)| v) {
-        for i in 0..b.frames.len() {
-            let f = b.frame(i);
-            let p = u32::from_le_bytes(f[4..8].try_into().unwrap());
-            out[p as usize].push(f);
-        }
-    }
-    out
-}
-
-/// The remote batch of each partition (empty if it has no events this
-/// round); its length must be what the cut recorded.
-fn encode_parts(cut: &Cut, frames: &[Vec<&[u8]>], rdir: &Path) -> Result<Vec<Vec<u8>>> {
-    frames
-        .iter()
-        .enumerate()
-        .map(|(p, f)| encode_part(cut, p as u32, f, rdir))
-        .collect()
-}
-
-/// Partition `p`'s remote batch of `cut` from its frames in cut order
-/// (empty if it has none this round). Its events and bytes must be what
-/// the cut recorded: anything else is damage of the segments or of the
-/// cut log, refused.
-pub(crate) fn encode_part(cut: &Cut, p: u32, f: &[&[u8]], rdir: &Path) -> Result<Vec<u8>> {
-    let part = &cut.parts[p as usize];
-    let disagree = |what: &str, recorded: u64, found: String| {
-        corrupt(
-            rdir,
-            0,
-            format!(
-                "round {} recorded {recorded} {what} for partition {p}, the segments {found}",
-                cut.round
-            ),
-        )
-    };
-    if f.len() as u64 != part.count {
-        return Err(disagree("events", part.count, format!("hold {}", f.len())));
-    }
-    if f.is_empty() {
-        return Ok(Vec::new());
-    }
-    let body: usize = f.iter().map(|x| x.len()).sum();
-    let mut b = Vec::with_capacity(BATCH_HEADER_LEN + body + COMMIT_LEN);
-    BatchHeader {
-        kind: KIND_REMOTE_BATCH,
-        body: body as u64,
-        count: f.len() as u32,
-        partition: p,
-        first: part.first,
-        round: cut.round,
-    }
-    .encode(&mut b);
-    for x in f {
-        b.extend_from_slice(x);
-    }
-    format::encode_commit(&mut b, 0, part.pos, f.len() as u32);
-    if b.len() as u64 != part.len {
-        return Err(disagree("bytes", part.len, format!("make {}", b.len())));
-    }
-    Ok(b)
 }

@@ -46,8 +46,18 @@ pub fn log_len(path: &Path) -> Result<u64> {
 /// The segments of a stream on this node, by producer, and their
 /// partition count (they must agree).
 pub fn segments(dir: &Path, stream: &str) -> Result<(BTreeMap<u64, LocalSeg>, Option<u32>)> {
+    list_segments(dir, stream).map(|(segs, parts, _)| (segs, parts))
+}
+
+/// [`segments`], and whether a segment was skipped because its producer
+/// is writing its header now (it is listed once it has one).
+pub(crate) fn list_segments(
+    dir: &Path,
+    stream: &str,
+) -> Result<(BTreeMap<u64, LocalSeg>, Option<u32>, bool)> {
     let mut out = BTreeMap::new();
     let mut parts: Option<u32> = None;
+    let mut skipped = false;
     for ent in std::fs::read_dir(dir).ctx("list", dir)? {
         let ent = ent.ctx("list", dir)?;
         let Some(id) = layout::parse_segment_name(&ent.file_name().to_string_lossy()) else {
@@ -57,6 +67,7 @@ pub fn segments(dir: &Path, stream: &str) -> Result<(BTreeMap<u64, LocalSeg>, Op
         let len = std::fs::metadata(&path).ctx("stat", &path)?.len();
         let head = crate::producer::read_head(&path)?;
         if head.len() < 52 || (len as usize) < 52 + stream.len() {
+            skipped = true;
             continue; // its producer is writing the header now
         }
         let h = Header::decode(&head, KIND_SEGMENT, &path)?;
@@ -87,7 +98,7 @@ pub fn segments(dir: &Path, stream: &str) -> Result<(BTreeMap<u64, LocalSeg>, Op
             },
         );
     }
-    Ok((out, parts))
+    Ok((out, parts, skipped))
 }
 
 /// The cut log as read: its base (when earlier rounds were released), the

@@ -23,6 +23,7 @@ use crate::drain::{self, DrainOptions, DrainReport};
 use crate::error::{corrupt, Result, StreamError};
 use crate::format::{self, Cut, PartMark, Watermark, KIND_LOCAL_BATCH};
 use crate::layout;
+use crate::listing::Listing;
 use crate::local;
 use crate::segment;
 
@@ -53,7 +54,8 @@ pub struct NewBatches {
     pub partitions: Option<u32>,
     pub ranges: Vec<NewRange>,
     /// Bytes of its segments a release would delete now (0 with local
-    /// retention off).
+    /// retention off, and when its segments taken whole and its cut log
+    /// are below the threshold: no release can be due on this node).
     pub releasable: u64,
 }
 
@@ -75,6 +77,9 @@ pub struct NodeShare {
     last: Option<Cut>,
     /// The log's base record, if it starts with one.
     base: Option<format::Base>,
+    /// The segments as the last round listed them (`listing.rs`: an idle
+    /// stream's round `stat`s them, no more).
+    listing: Option<Listing>,
 }
 
 impl NodeShare {
@@ -105,6 +110,7 @@ impl NodeShare {
             state: Vec::new(),
             last: None,
             base: None,
+            listing: None,
         };
         if let Some(b) = &log.base {
             // A one-node drain released this root's history before it
@@ -162,7 +168,25 @@ impl NodeShare {
         opts: &DrainOptions,
         report: &mut DrainReport,
     ) -> Result<NewBatches> {
-        let (segs, seg_parts) = local::segments(&self.dir, &self.stream)?;
+        let listing = match self.listing.take() {
+            Some(mut l) => l.refresh(&self.dir, &self.stream).map(|()| l)?,
+            None => Listing::read(&self.dir, &self.stream)?,
+        };
+        let r = self.take_listed(&listing, opts, report);
+        // Kept only after a round that worked (a failed one lists again).
+        if r.is_ok() {
+            self.listing = Some(listing);
+        }
+        r
+    }
+
+    fn take_listed(
+        &self,
+        listing: &Listing,
+        opts: &DrainOptions,
+        report: &mut DrainReport,
+    ) -> Result<NewBatches> {
+        let (segs, seg_parts) = (&listing.segs, listing.parts);
         let n = match (self.n, seg_parts) {
             (Some(a), Some(b)) if a != b => {
                 return Err(StreamError::PartitionMismatch {
@@ -174,7 +198,7 @@ impl NodeShare {
             (Some(a), _) | (None, Some(a)) => a,
             (None, None) => return Ok(NewBatches::default()),
         };
-        let new = crate::take::take_new(&segs, &self.taken, self.rounds, n, opts, report)?;
+        let new = crate::take::take_new(segs, &self.taken, self.rounds, n, opts, report)?;
         let ranges = new
             .iter()
             .map(|(id, batches)| {
@@ -196,10 +220,21 @@ impl NodeShare {
             })
             .collect();
         // The same listing: a segment with new batches is not taken whole,
-        // so it is not among them.
+        // so it is not among them. Looked at (a lock tried on each segment
+        // taken whole) only when this node's segments taken whole and its
+        // log could reach the threshold: below it, this node's own count
+        // cannot make a release due (`release_due`), and 0 decides the
+        // same (when every log is a base alone, the logs are the same
+        // record, so no node's log reaches it either).
+        let whole: u64 = segs
+            .iter()
+            .filter(|&(id, s)| *self.taken.get(id).unwrap_or(&s.header_len) == s.len)
+            .map(|(_, s)| s.len)
+            .sum();
         let releasable = match opts.release_bytes {
             u64::MAX => 0,
-            _ => crate::release::gone(&segs, &self.taken)?
+            t if whole.saturating_add(self.cuts_len) < t => 0,
+            _ => crate::release::gone(segs, &self.taken)?
                 .iter()
                 .map(|g| g.len)
                 .sum(),

@@ -207,9 +207,18 @@ impl<S: ObjectStore> StreamRemote for ObjectRemote<S> {
     }
 
     /// Apply a trim request (`object_trim.rs`): here, because only the
-    /// drain PUTs the index.
+    /// drain PUTs the index. The request is looked for first: an idle
+    /// round costs one GET, not two.
     fn after_round(&self, stream: &str, n: u32) -> Result<Vec<Trimmed>> {
+        if !crate::object_trim::pending(&self.store, stream)? {
+            return Ok(Vec::new());
+        }
         let mut ix = self.index(stream, n)?;
         crate::object_trim::apply_request(&self.store, stream, &mut ix)
+    }
+
+    /// A trim request may wait for any round, idle or not.
+    fn works_after_rounds(&self) -> bool {
+        true
     }
 }

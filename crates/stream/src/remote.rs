@@ -42,6 +42,13 @@ pub trait StreamRemote {
     fn after_round(&self, _stream: &str, _partitions: u32) -> Result<Vec<Trimmed>> {
         Ok(Vec::new())
     }
+
+    /// Whether [`StreamRemote::after_round`] can do anything: a round of
+    /// an idle stream (`Drainer`'s, with nothing new and nothing to
+    /// release) takes the drain lock to call it only then.
+    fn works_after_rounds(&self) -> bool {
+        false
+    }
 }
 
 /// What one round puts on a remote: its cut, each partition's encoded

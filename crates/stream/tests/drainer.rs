@@ -1,8 +1,9 @@
 //! The drainer that remembers each stream between rounds (the server's,
 //! `drain --follow`'s): it must write what a fresh drain would, also when
 //! another drain ran in between, and `drain_pending` must leave nothing
-//! behind however small a round is. And a watermark past the data is
-//! refused by readers.
+//! behind however small a round is; an idle stream's rounds look at
+//! little and miss no flush. And a watermark past the data is refused by
+//! readers.
 
 use std::path::Path;
 
@@ -87,6 +88,72 @@ fn remembered_state_writes_what_a_fresh_drain_writes() {
         files(&fresh) == files(&remote),
         "the remembering drainer wrote other bytes than a replay"
     );
+}
+
+/// Rounds of an idle stream (`listing.rs`): once its directory settled,
+/// a round neither lists it nor reads the remote (a damaged segment file
+/// slipped in with the directory's mtime put back goes unseen), yet a
+/// flush to a known segment is drained at the next round (seen by its
+/// length) and a new producer's segment too (seen by the directory's
+/// mtime), byte for byte what a fresh drain writes.
+#[test]
+fn idle_rounds_take_every_flush_at_once() {
+    let (t, local, remote) = dirs();
+    let opts = DrainOptions::default();
+    let dir = paralog_stream::layout::stream_dir(&local, S);
+    let settle = || {
+        let past = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        std::fs::File::open(&dir)
+            .unwrap()
+            .set_modified(past)
+            .unwrap();
+    };
+    let mut p = round_robin(&local, 2);
+    p.append(None, b"one", None).unwrap();
+    p.flush().unwrap();
+    let mut d = Drainer::default();
+    assert_eq!(d.drain(&local, &remote, S, &opts).unwrap().round, Some(1));
+    settle();
+    assert_eq!(d.drain(&local, &remote, S, &opts).unwrap().round, None);
+
+    // Not listed, the remote not read: a damaged segment and a damaged
+    // watermark go unseen while nothing changes.
+    let mtime = std::fs::metadata(&dir).unwrap().modified().unwrap();
+    let bad = dir.join(paralog_stream::layout::segment_name(0xdead));
+    std::fs::write(&bad, vec![0x55u8; 200]).unwrap();
+    std::fs::File::open(&dir)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    let wm = remote.join(".paralog-streams").join(S).join("watermark");
+    let good = std::fs::read(&wm).unwrap();
+    std::fs::write(&wm, b"damaged").unwrap();
+    for _ in 0..3 {
+        assert_eq!(d.drain(&local, &remote, S, &opts).unwrap().round, None);
+    }
+    std::fs::write(&wm, &good).unwrap();
+
+    // A flush: drained at the next round (the directory still unlisted).
+    p.append(None, b"two", None).unwrap();
+    p.flush().unwrap();
+    let r = d.drain(&local, &remote, S, &opts).unwrap();
+    assert_eq!((r.round, r.events), (Some(2), 1));
+    assert_eq!(read_count(&remote).unwrap(), 2);
+
+    // A new producer: its segment changes the directory's mtime, so the
+    // next round lists it (and would refuse the damaged file).
+    std::fs::remove_file(&bad).unwrap();
+    let mut q = round_robin(&local, 2);
+    q.append(None, b"three", None).unwrap();
+    q.flush().unwrap();
+    let r = d.drain(&local, &remote, S, &opts).unwrap();
+    assert_eq!((r.round, r.events), (Some(3), 1));
+    assert_eq!(read_count(&remote).unwrap(), 3);
+
+    let fresh = t.path().join("fresh");
+    std::fs::create_dir(&fresh).unwrap();
+    drain_stream(&local, &fresh, S, &opts).unwrap();
+    assert!(files(&fresh) == files(&remote));
 }
 
 #[test]

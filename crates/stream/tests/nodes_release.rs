@@ -308,17 +308,27 @@ fn a_base_that_does_not_fit_is_refused() {
 }
 
 /// What each node tells the others in a round with nothing new, taken
-/// as the server does (`NodeShare::take_new`: one listing of its
-/// segments for the new batches and what a release would delete).
-fn views(shares: &mut [NodeShare]) -> Vec<NodeRelease> {
+/// as the server does with local retention's `threshold`
+/// (`NodeShare::take_new`: one listing of its segments for the new
+/// batches and what a release would delete: counted exactly when the
+/// node's segments taken whole and its log reach the threshold, else 0).
+fn views(shares: &mut [NodeShare], threshold: u64) -> Vec<NodeRelease> {
     shares
         .iter_mut()
         .map(|s| {
-            let new = s
-                .take_new(&DrainOptions::default(), &mut DrainReport::default())
-                .unwrap();
+            let opts = DrainOptions {
+                release_bytes: threshold,
+                ..DrainOptions::default()
+            };
+            let new = s.take_new(&opts, &mut DrainReport::default()).unwrap();
             assert!(new.ranges.is_empty(), "a batch not cut yet");
-            assert_eq!(new.releasable, s.releasable().unwrap().bytes());
+            let exact = s.releasable().unwrap().bytes();
+            assert!(
+                new.releasable == exact || (new.releasable == 0 && exact + s.log_len() < threshold),
+                "releasable {} of {exact}, log {}, threshold {threshold}",
+                new.releasable,
+                s.log_len()
+            );
             NodeRelease {
                 rounds: s.rounds(),
                 based: s.based(),
@@ -342,7 +352,8 @@ fn a_release_is_due_when_one_node_reaches_the_threshold() {
     ended(&j.a[0], 80);
     ended(&j.a[1], 20);
     j.round();
-    let v = views(&mut j.sa);
+    // Exact counts (a threshold of 1 byte: every node looks).
+    let v = views(&mut j.sa, 1);
     assert!(v.iter().all(|x| x.releasable > 0), "{v:?}");
     let each =
         |v: &[NodeRelease]| -> Vec<u64> { v.iter().map(|x| x.releasable + x.log_len).collect() };
@@ -351,19 +362,29 @@ fn a_release_is_due_when_one_node_reaches_the_threshold() {
     assert!(together >= t, "{v:?}");
     assert!(!release_due(&v, t), "released for the nodes' sum: {v:?}");
     assert!(release_due(&v, t - 1));
+    // The views the servers take with the threshold decide alike (a node
+    // below it looks at nothing and says 0).
+    assert!(!release_due(&views(&mut j.sa, t), t));
+    assert!(release_due(&views(&mut j.sa, t - 1), t - 1));
     // Node 0 alone passes it, node 1 stays below: due, and node 1's
     // ended segment goes with node 0's.
     ended(&j.a[0], 400);
     j.round();
-    let v = views(&mut j.sa);
+    let v = views(&mut j.sa, 1);
     let e = each(&v);
     assert!(e[0] >= t && e[1] < t, "{v:?}");
     assert!(release_due(&v, t));
+    let vt = views(&mut j.sa, t);
+    assert!(
+        vt[0].releasable == v[0].releasable && vt[1].releasable == 0,
+        "{vt:?}"
+    );
+    assert!(release_due(&vt, t));
     let (base, gone) = job_release(&mut j.sa);
     assert_eq!((base.round, gone.len()), (2, 3));
     assert!(seg_ids(&j.a[0]).is_empty() && seg_ids(&j.a[1]).is_empty());
     // Rebased with nothing left to delete: not due again.
-    let v = views(&mut j.sa);
+    let v = views(&mut j.sa, 1);
     assert!(v.iter().all(|x| x.based && x.releasable == 0), "{v:?}");
     assert!(!release_due(&v, 1));
     j.logs_equal();

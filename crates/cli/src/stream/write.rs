@@ -95,6 +95,8 @@ pub struct ProduceArgs {
 }
 
 pub fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {
+    crate::server::init_tracing_if_asked();
+    paralog_server::open_files::raise_soft_limit();
     let local = a.local.resolve()?;
     let place = super::place(&a.remote)?;
     let remote = place.remote();

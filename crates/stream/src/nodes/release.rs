@@ -112,6 +112,8 @@ impl NodeShare {
     /// (and fsync the directory). Only once every node's log holds the
     /// last round and the remote published it.
     pub fn delete_released(&mut self, r: Releasable) -> Result<Vec<(PathBuf, u64)>> {
+        // The next round lists the segments again.
+        self.listing = None;
         release::delete(&self.dir, &r.gone)
     }
 
