@@ -144,6 +144,32 @@ def case_paralog_run(work):
     return f"{desc['round']} drain rounds"
 
 
+def case_paralog_run_not_drained(work):
+    """A stream that cannot drain at the end of `paralog run` (its remote
+    directory missing): the run exits 3, says NOT DRAINED with the
+    server's error, keeps the server's log and the segments; `recover`,
+    the remote made, stores every flushed event. (The run used to exit 0
+    and remove the log.)"""
+    local, prefix, remote = work / "local", work / "prefix", work / "remote"
+    prefix.mkdir()
+    prod = f"{BIN} stream produce --stream {STREAM} --partitions {PARTS} --events 3000 --flush-every 100"
+    r = run([BIN, "run", "--local", local, "--prefix", prefix, "--remote", remote, "--mpi", "none", "--",
+             "sh", "-c", prod], check=False)
+    err = r.stderr
+    check(r.returncode == 3, f"paralog run exited {r.returncode}, not 3: {err[-600:]}")
+    check("NOT DRAINED: the server ended" in err and "stream not drained" in err and str(remote) in err,
+          f"the run did not say why: {err[-600:]}")
+    logs = list(local.glob(".paralog-server-*.log"))
+    check(len(logs) == 1 and "stream not drained" in logs[0].read_text(), f"the server's log was not kept: {logs}")
+    check("paralog recover" in err, f"no recover hint: {err[-400:]}")
+    flushed = {line.split()[1]: 3000 for line in r.stdout.splitlines() if line.startswith("producer ")}
+    check(len(flushed) == 1, f"producer said: {r.stdout[:300]}")
+    remote.mkdir()
+    run([BIN, "recover", "--local", local, "--remote", remote])
+    check_events(cat(remote, "--from", "earliest"), flushed)
+    return "exit 3 naming the stream's error, log kept; recover stored all 3000 events"
+
+
 def case_kill_mid_write(work):
     local, remote = work / "local", work / "remote"
     remote.mkdir()
@@ -357,7 +383,7 @@ def main():
     cases = [("4x3x50000", case_big)]
     cases += [(f"crash at {p}", case_crash(p)) for p in
               ("stream.torn_cut", "stream.after_cut", "stream.mid_apply", "stream.before_watermark")]
-    cases += [("kill mid-write", case_kill_mid_write), ("reader killed", case_reader_killed), ("paralog run", case_paralog_run), ("one fdatasync per flush", case_fdatasync), ("corrupt local", case_corrupt_local),
+    cases += [("kill mid-write", case_kill_mid_write), ("reader killed", case_reader_killed), ("paralog run", case_paralog_run), ("paralog run, stream not drained", case_paralog_run_not_drained), ("one fdatasync per flush", case_fdatasync), ("corrupt local", case_corrupt_local),
               ("corrupt remote", case_corrupt_remote), ("bad commands", case_bad)]
     sys.exit(suite.run(cases, only=a.only))
 

@@ -391,11 +391,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(if code == 0 { 3 } else { code }));
         }
     };
-    if let Ok(st) = server_exit {
-        if !st.success() {
-            tracing::warn!(status = %st, log = %server.log.display(), "server exit");
-        }
-    }
+    // The files drained, the server can still fail at its end: a
+    // stream's last round or a logged put not published. Then the job is
+    // not complete: said, its log kept, exit 3.
+    let server_failed = match &server_exit {
+        Ok(st) if st.success() => None,
+        Ok(st) => Some(st.to_string()),
+        Err(e) => Some(format!("not waited for: {e}")),
+    };
     summary(
         &args,
         code,
@@ -408,7 +411,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let complete = final_status.idle
         && final_status.epochs_pending == 0
         && final_status.damaged == 0
-        && final_status.retrying == 0;
+        && final_status.retrying == 0
+        && server_failed.is_none();
+    if let Some(st) = &server_failed {
+        eprintln!(
+            "paralog: NOT DRAINED: the server ended with {st} (log: {}, kept)",
+            server.log.display()
+        );
+        for line in server_errors(&server.log) {
+            eprintln!("paralog:   {line}");
+        }
+    }
     // A refused epoch is lost output even if the program ignored the error.
     for line in &counters.refused {
         eprintln!("paralog: REFUSED: {line}");
@@ -465,6 +478,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         recover_hint(&root, &job, remote_url.as_deref(), &args)
     );
     Ok(ExitCode::from(if code == 0 { 3 } else { code }))
+}
+
+/// The server log's distinct ERROR lines, without their time stamps
+/// (what the user needs to see why the server failed), at most 5.
+fn server_errors(log: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut out: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let Some((_, rest)) = line.split_once(" ERROR ") else {
+            continue;
+        };
+        if !out.iter().any(|l| l == rest) {
+            out.push(rest.to_owned());
+        }
+    }
+    out.truncate(5);
+    out
 }
 
 fn has_streams(root: &Path) -> bool {
