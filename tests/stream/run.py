@@ -75,6 +75,7 @@ from pathlib import Path
 from tests.lib.check import Suite, check, fail, suite_options
 from tests.lib.paths import BIN
 from tests.lib.proc import kill_tree, run
+from tests.lib.server import Server
 from tests.lib.streams import PARTS, STREAM, cat, check_events, drain, follow_drain, produce, producer_report, stop
 
 def segment_tree(remote):
@@ -168,6 +169,44 @@ def case_paralog_run_not_drained(work):
     run([BIN, "recover", "--local", local, "--remote", remote])
     check_events(cat(remote, "--from", "earliest"), flushed)
     return "exit 3 naming the stream's error, log kept; recover stored all 3000 events"
+
+
+def case_wait_streams(work):
+    """`paralog wait` on a one-node server covers the streams: with the
+    stream's remote missing it exits 3 naming the stream (it used to say
+    "everything committed is drained" and the events stayed on the node);
+    with the remote there, every flushed event is on it when wait returns
+    (it used to be drained only at the stop, after wait's answer)."""
+    out = []
+    for made in (False, True):
+        local, remote = work / f"local-{made}", work / f"remote-{made}"
+        if made:
+            remote.mkdir()
+        srv = Server(local, remote, env=None, job="w")
+        try:
+            p = produce(local, 2000, flush_every=100)
+            p.wait(timeout=120)
+            pid, n, rc = producer_report(p)
+            check(rc == 0 and n == 2000, f"producer: exit {rc}, {n} flushed")
+            flushed = {pid: n}
+            r = run([BIN, "wait", "--local", local, "--job", "w", "--timeout", "60"], check=False)
+            if made:
+                check(r.returncode == 0, f"wait exited {r.returncode}: {r.stderr[-400:]}")
+                check_events(cat(remote, "--from", "earliest"), flushed)
+                check(srv.p.wait(timeout=30) == 0, f"server exited {srv.p.returncode}: {srv.text()[-400:]}")
+                out.append("drained before wait returned")
+            else:
+                check(r.returncode == 3, f"wait exited {r.returncode}, not 3: {r.stdout}{r.stderr[-400:]}")
+                check(f"stream {STREAM}: not drained" in r.stderr and str(remote) in r.stderr,
+                      f"wait did not name the stream: {r.stderr[-400:]}")
+                check(srv.p.wait(timeout=30) == 1, f"server exited {srv.p.returncode}, not 1")
+                remote.mkdir()
+                run([BIN, "recover", "--local", local, "--remote", remote])
+                check_events(cat(remote, "--from", "earliest"), flushed)
+                out.append("missing remote: wait 3 naming the stream, recover stored every event")
+        finally:
+            srv.kill()
+    return "; ".join(out)
 
 
 def case_kill_mid_write(work):
@@ -383,7 +422,7 @@ def main():
     cases = [("4x3x50000", case_big)]
     cases += [(f"crash at {p}", case_crash(p)) for p in
               ("stream.torn_cut", "stream.after_cut", "stream.mid_apply", "stream.before_watermark")]
-    cases += [("kill mid-write", case_kill_mid_write), ("reader killed", case_reader_killed), ("paralog run", case_paralog_run), ("paralog run, stream not drained", case_paralog_run_not_drained), ("one fdatasync per flush", case_fdatasync), ("corrupt local", case_corrupt_local),
+    cases += [("kill mid-write", case_kill_mid_write), ("reader killed", case_reader_killed), ("paralog run", case_paralog_run), ("paralog run, stream not drained", case_paralog_run_not_drained), ("paralog wait covers streams", case_wait_streams), ("one fdatasync per flush", case_fdatasync), ("corrupt local", case_corrupt_local),
               ("corrupt remote", case_corrupt_remote), ("bad commands", case_bad)]
     sys.exit(suite.run(cases, only=a.only))
 

@@ -272,20 +272,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         workers = t.workers,
         "server ready"
     );
-    let streams = crate::stream::server_drain(
+    // Its last rounds run at the first `wait` that finds the files done,
+    // else at the stop.
+    let streams = server.streams_end();
+    streams.set(crate::stream::server_drain(
         args.stream_remote.as_deref(),
         &remote,
         &root,
         release,
         server.stream_releases(),
-    )?;
+    )?);
     let objects =
         crate::obj_publish::start(root.clone(), crate::obj_publish::EVERY, server.puts())?;
     server.wait_stop();
     let objects_failed = !objects.finish();
     // After the files: a last round of every stream, so that every event
     // flushed before the program ended is on the remote.
-    let streams_failed = streams.is_some_and(|s| !s.finish().is_empty());
+    let streams_failed = !streams.finish().is_empty();
     let _ = std::fs::remove_file(&socket);
     let st = server.status();
     tracing::info!(

@@ -84,5 +84,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for p in &st.puts {
         eprintln!("  {}", crate::status::put_line(p));
     }
+    for (stream, why) in &answer.streams_failed {
+        eprintln!("  stream {stream}: not drained: {why} (its events stay on the node; `paralog recover` drains them)");
+    }
     Ok(ExitCode::from(3))
 }

@@ -183,6 +183,10 @@ pub struct WaitAnswer {
     /// The time given ran out first; the servers go on draining.
     pub timed_out: bool,
     pub status: Status,
+    /// Streams whose last rounds failed (stream, why): their events stay
+    /// on the node (a one-node server; a server job says so in `status`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub streams_failed: Vec<(String, String)>,
 }
 
 impl Status {
@@ -385,18 +389,29 @@ fn answer(server: &Server, req: Request, client: &Client) -> std::io::Result<()>
                 Ok(s) => s,
                 Err(e) => return client.reply(&error_answer(e)),
             };
-            let drained = status.idle
+            let files_done = status.idle
                 && status.damaged == 0
                 && status.retrying == 0
                 && status.puts.is_empty();
-            let timed_out = !drained && timeout.is_some_and(|t| started.elapsed() >= t);
+            // Then the streams' last rounds: every event flushed by now on
+            // the remote, or the streams that could not be (the server
+            // stops either way: their events stay on the node for
+            // `recover`).
+            let streams_failed = if files_done {
+                server.streams_end().finish()
+            } else {
+                Vec::new()
+            };
+            let drained = files_done && streams_failed.is_empty();
+            let timed_out = !files_done && timeout.is_some_and(|t| started.elapsed() >= t);
             // Answer first: the process may exit as soon as it stops.
             client.reply(&WaitAnswer {
                 drained,
                 timed_out,
                 status,
+                streams_failed,
             })?;
-            if drained {
+            if files_done {
                 server.request_stop();
             }
             Ok(())
@@ -560,8 +575,10 @@ mod tests {
             drained: false,
             timed_out: true,
             status: job,
+            streams_failed: vec![("tele".into(), "remote gone".into())],
         };
         let back: WaitAnswer = serde_json::from_str(&serde_json::to_string(&w).unwrap()).unwrap();
         assert!(back.timed_out && back.status.cluster.is_some_and(|c| c.nodes == 3));
+        assert_eq!(back.streams_failed, w.streams_failed);
     }
 }

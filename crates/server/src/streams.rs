@@ -201,3 +201,46 @@ impl StreamDrain {
         .collect()
     }
 }
+
+/// The streams' last rounds, run once, by whichever comes first: a
+/// `paralog wait` (its answer then names the streams that could not be
+/// drained, instead of saying "drained" while their events are still on
+/// the node) or the server's stop. Clones share it.
+#[derive(Clone, Default)]
+pub struct StreamsEnd(Arc<Mutex<EndState>>);
+
+#[derive(Default)]
+struct EndState {
+    drain: Option<StreamDrain>,
+    /// The last rounds' failures (stream, why), once they ran.
+    failed: Option<Vec<(String, String)>>,
+}
+
+impl StreamsEnd {
+    /// The drain whose last rounds these are (the server starts it after
+    /// the service, which a `wait` may ask already).
+    pub fn set(&self, drain: Option<StreamDrain>) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).drain = drain;
+    }
+
+    /// Stop the rounds and run the last ones (the first call; later calls
+    /// answer what it found): the streams not drained, with why.
+    pub fn finish(&self) -> Vec<(String, String)> {
+        let mut st = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = &st.failed {
+            return f.clone();
+        }
+        let failed: Vec<(String, String)> = st
+            .drain
+            .take()
+            .map(|d| {
+                d.finish()
+                    .into_iter()
+                    .map(|(s, e)| (s, e.to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        st.failed = Some(failed.clone());
+        failed
+    }
+}

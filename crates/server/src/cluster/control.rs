@@ -179,6 +179,8 @@ pub fn answer(ctl: &Control, req: Request, client: &Client) -> std::io::Result<(
                 drained: done && status.damaged == 0 && status.puts.is_empty(),
                 timed_out: !done,
                 status,
+                // A server job's streams: part of `done` (docs/streams.md).
+                streams_failed: Vec::new(),
             });
             ctl.waiter(-1);
             r

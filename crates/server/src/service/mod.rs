@@ -123,6 +123,8 @@ struct Inner {
     stream_released: crate::streams::ReleaseCounts,
     /// The logged array puts' publisher reports here (crate::puts).
     puts: crate::puts::Puts,
+    /// The streams' last rounds, which a `wait` runs (crate::streams).
+    streams_end: crate::streams::StreamsEnd,
 }
 
 /// A handle on the running server; clones share it.
@@ -147,6 +149,7 @@ impl Server {
             started: Instant::now(),
             stream_released: Default::default(),
             puts: crate::puts::Puts::default(),
+            streams_end: Default::default(),
         });
         for i in 0..inner.cfg.workers.max(1) {
             let inner = inner.clone();
@@ -173,6 +176,12 @@ impl Server {
     /// Where the publisher of logged array puts reports its rounds.
     pub fn puts(&self) -> crate::puts::Puts {
         self.inner.puts.clone()
+    }
+
+    /// The streams' last rounds: a `wait` whose files and puts are done
+    /// runs them (the server's stop runs them otherwise).
+    pub fn streams_end(&self) -> crate::streams::StreamsEnd {
+        self.inner.streams_end.clone()
     }
 
     fn lock(&self) -> MutexGuard<'_, Sched> {
