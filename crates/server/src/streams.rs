@@ -230,16 +230,17 @@ impl StreamsEnd {
         if let Some(f) = &st.failed {
             return f.clone();
         }
-        let failed: Vec<(String, String)> = st
-            .drain
-            .take()
-            .map(|d| {
-                d.finish()
-                    .into_iter()
-                    .map(|(s, e)| (s, e.to_string()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        // No drain (yet: a `wait` before the server set it, or none at
+        // all): nothing to finish, and nothing remembered, so that a
+        // drain set later still gets its last rounds.
+        let Some(d) = st.drain.take() else {
+            return Vec::new();
+        };
+        let failed: Vec<(String, String)> = d
+            .finish()
+            .into_iter()
+            .map(|(s, e)| (s, e.to_string()))
+            .collect();
         st.failed = Some(failed.clone());
         failed
     }
