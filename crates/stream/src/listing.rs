@@ -136,10 +136,7 @@ mod tests {
     fn flushes_and_new_segments_are_seen_and_a_settled_listing_is_not_redone() {
         let t = tempfile::tempdir().unwrap();
         let local = t.path().join("l");
-        let mut p = Producer::open(&local, "s", 2, Partitioner::RoundRobin).unwrap();
-        p.append(None, b"one", None).unwrap();
-        p.flush().unwrap();
-        let dir = layout::stream_dir(&local, "s");
+        let (mut p, dir) = crate::local::tests::one_flushed(&local);
         // Just made: not settled.
         let mut l = Listing::read(&dir, "s").unwrap();
         assert!(!l.settled());

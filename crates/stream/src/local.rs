@@ -252,9 +252,19 @@ pub fn cut_torn_tail(seg: &LocalSeg, at: u64) -> Result<bool> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::{Partitioner, Producer};
+
+    /// A producer of stream `s` (2 partitions) under `local` with one event
+    /// flushed, and the stream's directory (the set-up of the listing tests
+    /// too).
+    pub(crate) fn one_flushed(local: &Path) -> (Producer, PathBuf) {
+        let mut p = Producer::open(local, "s", 2, Partitioner::RoundRobin).unwrap();
+        p.append(None, b"one", None).unwrap();
+        p.flush().unwrap();
+        (p, layout::stream_dir(local, "s"))
+    }
 
     /// A round lists a segment while its producer's flush is being
     /// written (a torn tail at that length); the flush then completes and
@@ -264,10 +274,7 @@ mod tests {
     fn a_tail_completed_after_the_listing_is_not_cut() {
         let t = tempfile::tempdir().unwrap();
         let local = t.path().join("l");
-        let mut p = Producer::open(&local, "s", 2, Partitioner::RoundRobin).unwrap();
-        p.append(None, b"one", None).unwrap();
-        p.flush().unwrap();
-        let dir = layout::stream_dir(&local, "s");
+        let (mut p, dir) = one_flushed(&local);
         let first = segments(&dir, "s")
             .unwrap()
             .0
