@@ -3,7 +3,8 @@ puts in a server job"): the cases of tests/objects/nodes.py's suite in
 which the 2 simulated nodes' servers are one MPI job (`mpirun ... paralog
 server`, an MPMD launch naming each node; tests/lib/server.py's
 Cluster), not one-node servers. The put is tests/objects/mpi_put.c on
-2 nodes x 2 ranks, to objstore://.
+2 nodes x 2 ranks, to objstore:// (and the first case also to s3://, a
+MinIO on loopback).
 
   server job [FLAVOUR]   a put committed before the job starts and one
                          while it runs; `paralog wait` sent to node 1's
@@ -44,11 +45,13 @@ from tests.objects.nodes import (NODES, Remote, each_equal, left, locals_of, put
 from tests.objects.run import at
 
 
-def job(work, flavour, per_node_env=None):
+def job(work, flavour, per_node_env=None, remote=None):
     """The server job on nodes n0 and n1 (node-local roots local/nK, the
-    ones locals_of makes), started."""
+    ones locals_of makes), started; with the S3 environment of `remote`
+    when the store is on S3 (the servers publish there)."""
     (work / "remote").mkdir(exist_ok=True)
-    c = Cluster(work, flavour, NODES, work / "remote")
+    aws = remote.env if remote is not None and remote.s3 else None
+    c = Cluster(work, flavour, NODES, work / "remote", aws_env=aws)
     c.start_servers(per_node_env)
     return c
 
@@ -68,25 +71,28 @@ def nothing_left(locals_):
         check(left(d) == [], f"left in {d.name}: {left(d)}")
 
 
-def case_job(flavour):
+def case_job(flavour, kind="objstore"):
     def go(work):
-        remote, locals_ = Remote(work, "objstore"), locals_of(work)
-        salts = (31, 32)
-        put_on_nodes(flavour, remote, "job/t", salts[0], locals_)
-        c = job(work, flavour)
+        remote, locals_ = Remote(work, kind), locals_of(work)
         try:
-            put_on_nodes(flavour, remote, "job/t", salts[1], locals_)
-            r = wait_on(c, 1)
-            now = remote.versions("job/t")
-            said = c.waited(r)
+            salts = (31, 32)
+            put_on_nodes(flavour, remote, "job/t", salts[0], locals_)
+            c = job(work, flavour, remote=remote)
+            try:
+                put_on_nodes(flavour, remote, "job/t", salts[1], locals_)
+                r = wait_on(c, 1)
+                now = remote.versions("job/t")
+                said = c.waited(r)
+            finally:
+                c.stop()
+            check(now == [1, 2], f"versions when wait returned: {now}")
+            check("2 logged array put(s) published" in said, said)
+            each_equal(remote, "job/t", salts)
+            view_checks(remote, "job/t", salts)
+            remote.holds_only(2)
+            nothing_left(locals_)
         finally:
-            c.stop()
-        check(now == [1, 2], f"versions when wait returned: {now}")
-        check("2 logged array put(s) published" in said, said)
-        each_equal(remote, "job/t", salts)
-        view_checks(remote, "job/t", salts)
-        remote.holds_only(2)
-        nothing_left(locals_)
+            remote.stop()
         return "2 versions published by the server job, readable when wait on node 1 returned"
     return go
 
@@ -213,6 +219,7 @@ def case_damaged(flavour):
 
 def cases(flavours):
     out = [(f"server job [{f}]", case_job(f)) for f in flavours]
+    out.append(("server job, s3:// [mpich]", case_job("mpich", "s3")))
     out.append(("server job: status and wait [mpich]", case_status_wait("mpich")))
     out.append(("server job: a damaged put [mpich]", case_damaged("mpich")))
     out.append(("server job killed mid-publish on node 0, recover as a server job [openmpi]",
