@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 use std::fs::OpenOptions;
 use std::io::{self, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -13,7 +14,8 @@ impl ObjStore {
     /// hard-linked into place, which fails if the number is taken, so two
     /// publishers at once never replace each other: the one that lost the
     /// number takes the next one (both versions are kept; the later
-    /// publish is the latest). Returns the number.
+    /// publish is the latest). Returns the number. The number is chosen
+    /// under the name's lock ([`ObjStore::lock_numbers`]).
     pub fn publish(&self, name: &[u8], mut v: Version) -> Result<u64, ObjError> {
         let dir = self.meta_dir(name);
         std::fs::create_dir_all(&dir).map_err(io_err(&dir, "create metadata directory"))?;
@@ -24,6 +26,7 @@ impl ObjStore {
             hex(&uuid::Uuid::new_v4().into_bytes())
         ));
         let result = (|| {
+            let _numbers = self.lock_numbers(&dir)?;
             for _ in 0..1000 {
                 v.number = self.versions(name)?.last().copied().unwrap_or(0) + 1;
                 let mut f = OpenOptions::new()
@@ -139,6 +142,7 @@ impl ObjStore {
     /// chunks they used that no kept version uses (a chunk belongs to one
     /// object: it is written for one epoch of one file).
     fn retain(&self, name: &[u8]) -> Result<(), ObjError> {
+        let _numbers = self.lock_numbers(&self.meta_dir(name))?;
         let all = self.versions(name)?;
         if all.len() as u64 <= self.keep {
             return Ok(());
@@ -172,4 +176,47 @@ impl ObjStore {
         }
         Ok(())
     }
+
+    /// The exclusive lock on the version numbers of the name whose
+    /// metadata directory is `dir` (its file `.lock`: no name component
+    /// starts with '.'), held by a publish from the listing that picks its
+    /// number to the link that takes it, and by retention from its listing
+    /// to its last removal. Why: a directory listing is not a snapshot. A
+    /// publisher listing while another one linked the new latest and its
+    /// retention removed the old latest could see neither, and take a
+    /// number that retention had freed long before (version 1 again after
+    /// 39, dropped at once as the oldest: a lost version), and retention
+    /// reading a kept record that a second retention had just removed
+    /// failed the publish. A file system without `flock` (some NFS or
+    /// Lustre mounts) gets no lock: there, publishers of one name racing
+    /// with retention keep that hazard (docs/objstore.md, "Publishing a
+    /// version").
+    fn lock_numbers(&self, dir: &Path) -> Result<NumberLock, ObjError> {
+        let path = dir.join(".lock");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .open(&path)
+            .map_err(io_err(&path, "open the version numbers' lock"))?;
+        loop {
+            // SAFETY: flock on a descriptor this function owns.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(NumberLock(Some(file)));
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::ENOSYS) => {
+                    return Ok(NumberLock(None))
+                }
+                _ => return Err(io_err(&path, "lock the version numbers")(e)),
+            }
+        }
+    }
 }
+
+/// Held while it lives; closing the file releases the lock.
+struct NumberLock(#[allow(dead_code)] Option<std::fs::File>);

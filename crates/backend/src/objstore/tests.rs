@@ -374,3 +374,47 @@ fn settings_come_from_the_url() {
     let s = store("/a?dirs=8&keep=5");
     assert_eq!((s.dirs, s.keep), (8, 5));
 }
+
+/// Publishers of one name racing with each other's retention never reuse
+/// a number: each publish gets the next one, and the last is the latest.
+/// A directory listing is not a snapshot: without the name's lock, one
+/// that ran while another publisher linked the new latest and its
+/// retention removed the old one could see neither, and took a number
+/// retention had freed (version 1 again after 39, then dropped at once
+/// as the oldest).
+#[test]
+fn racing_publishers_with_retention_never_reuse_a_number() {
+    let d = tempfile::tempdir().unwrap();
+    let s = store(&format!("{}?keep=1&sync=0", d.path().display()));
+    let (threads, each) = (4u64, 150u64);
+    let mut got: Vec<u64> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let s = &s;
+                sc.spawn(move || {
+                    (0..each)
+                        .map(|i| {
+                            let v = Version {
+                                number: 0,
+                                size: 0,
+                                deleted: false,
+                                epoch: EpochId::default(),
+                                origin: [
+                                    t as u8, i as u8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+                                ],
+                                name: Vec::new(),
+                                pieces: Vec::new(),
+                            };
+                            s.publish(b"n", v).unwrap()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    got.sort_unstable();
+    let want: Vec<u64> = (1..=threads * each).collect();
+    assert_eq!(got, want, "version numbers handed out");
+    assert_eq!(s.versions(b"n").unwrap(), vec![threads * each]);
+}
