@@ -300,6 +300,14 @@ fn copy_share(
             }
             let _ = std::fs::remove_file(e.path());
         } else if f.starts_with(&format!(".claim.{me}.")) {
+            // It names the chunk file its copier was writing (a claim
+            // placed too is checked below, and written again if its
+            // chunk is gone).
+            if let Ok(b) = std::fs::read(e.path()) {
+                if let Ok((_, c)) = decode_claim(&b, &e.path()) {
+                    let _ = std::fs::remove_file(s.os.chunk_path(c.dir, &c.chunk));
+                }
+            }
             let _ = std::fs::remove_file(e.path());
         }
     }
