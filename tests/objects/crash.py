@@ -120,15 +120,19 @@ def case_writer(flavour, logged, point):
         check(len(listed) == 1 and listed[0].startswith(f"{staged(where)[0]} k: ")
               and f"/{RANKS} chunks" in listed[0] and f"{RANKS}/{RANKS} chunks" not in listed[0],
               f"obj puts: {listed}")
+        # The chunk files that claims under their temporary names name (the
+        # dead rank's; at objects.claim_staged still empty, which
+        # chunk_files does not count).
+        named = [where / "data" / str(int.from_bytes(b[32:36], "little")) / b[16:32].hex()
+                 for b in (p.read_bytes() for p in (where / "staging").glob("*/.claim.*"))]
+        check(point != "objects.claim_staged" or any(p.is_file() for p in named),
+              f"no claim under its temporary name names the dead rank's chunk file: {named}")
         said = obj("gc", where, "--older-than", "0").stdout
         check("removed 1 abandoned puts" in said, said)
         check(staged(where) == [] and chunk_files(where) == [],
               f"left after gc: {staged(where)} {chunk_files(where)[:4]}")
-        if point == "objects.claim_staged":
-            # Killed before a byte: its empty chunk file is named by the
-            # claim's temporary name, so gc removes it too.
-            left = [p for p in (where / "data").rglob("*") if p.is_file()]
-            check(left == [], f"empty chunk files left after gc: {left}")
+        left = [p for p in named if p.exists()]
+        check(left == [], f"chunk files named by claims' temporary names left after gc: {left}")
         out = mpi_put(flavour, RANKS, url, "k", ROWS, 4, **lg).stdout
         if logged:
             check(recover(work, local).count("published logged array k version 1") == 1, "not published")
