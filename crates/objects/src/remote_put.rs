@@ -281,7 +281,8 @@ fn copy_share(
         return Ok(claim_dirs(&dir, claims.iter().map(|(i, _)| *i)));
     }
     // What a copier of this share killed before left: the chunk file it
-    // was writing (named by its intent) and a claim's temporary name.
+    // was writing, named by the claim's temporary name (by an intent, if
+    // an older binary was copying).
     let me = id_hex(&writer);
     let left = if fresh {
         Vec::new()
