@@ -23,9 +23,10 @@ ROWS (16, 32, 64) and ranks (1, 2, 4, MPICH), side by side:
                 durability hdf5-direct and zarr give (the page cache)
   obj-logged    the same on a logged store (node-local log on --tmp), the
                 versions published by a `paralog server` meanwhile
-  obj-*@before  with --before DIR: obj-direct and obj-logged again with the
-                binaries in DIR (paralog, its libraries, paralog-h5view: an
-                older build), in the same run, right after the current ones
+  obj-*@before  with --before DIR: obj-direct, obj-nosync and obj-logged
+                again with the binaries in DIR (paralog, its libraries,
+                paralog-h5view: an older build), in the same run, each
+                right after the current build's run of the method
 
 Measured: the time in output phases (rank 0, barrier to barrier), the
 program's wall time, the end-to-end time (paralog run until drained;
@@ -259,10 +260,11 @@ def table(results):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="rows 16,64, ranks 1,4, 20 cycles (a few minutes)")
-    ap.add_argument("--rows", default="16,32,64")
-    ap.add_argument("--ranks", default="1,2,4")
-    ap.add_argument("--cycles", type=int, default=40)
+    ap.add_argument("--quick", action="store_true",
+                    help="rows 16,64, ranks 1,4, 20 cycles (a few minutes); --rows, --ranks, --cycles given win")
+    ap.add_argument("--rows")
+    ap.add_argument("--ranks")
+    ap.add_argument("--cycles", type=int)
     ap.add_argument("--every", type=int, default=5)
     ap.add_argument("--compute-ratio", type=float, default=3.0,
                     help="compute per output interval / (one phase's bytes at the link rate)")
@@ -272,18 +274,21 @@ def main():
     ap.add_argument("--cpu-shares", type=int, default=32768)
     ap.add_argument("--tmp", default="/var/tmp")
     ap.add_argument("--json", default=str(ROOT / "target/bench/objects.json"))
-    ap.add_argument("--before", help="a directory of older binaries: obj-direct and obj-logged run with "
-                    "them too (methods obj-direct@before, obj-logged@before)")
+    ap.add_argument("--before", help="a directory of older binaries: obj-direct, obj-nosync and obj-logged "
+                    "run with them too, each right after its current run (methods obj-direct@before, ...)")
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
-    if a.quick:
-        a.rows, a.ranks, a.cycles = "16,64", "1,4", 20
+    quick, full = ("16,64", "1,4", 20), ("16,32,64", "1,2,4", 40)
+    a.rows, a.ranks, a.cycles = (given if given is not None else default for given, default in
+                                 zip((a.rows, a.ranks, a.cycles), quick if a.quick else full))
     a.rows = [int(x) for x in a.rows.split(",")]
     a.ranks = [int(x) for x in a.ranks.split(",")]
     a.targets = a.targets.split(",")
     a.methods = a.methods.split(",")
     if a.before:
-        a.methods += [f"{m}@before" for m in ("obj-direct", "obj-logged") if m in a.methods]
+        # Each right after its current build's run: before and after side by side.
+        a.methods = [x for m in a.methods
+                     for x in ([m, f"{m}@before"] if m in ("obj-direct", "obj-nosync", "obj-logged") else [m])]
     if "hdf5-direct" not in a.methods or any(m.partition("@")[0] not in METHODS for m in a.methods):
         ap.error(f"methods: some of {METHODS}, hdf5-direct included (the baseline)")
     if os.geteuid() != 0:

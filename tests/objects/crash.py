@@ -12,7 +12,10 @@ server, plus one at a random time:
              claim (the others reach the commit; mpirun ends the job):
              nothing published; `obj gc` removes the put and every chunk
              file (the dead rank's too); the program run again publishes
-             version 1. Direct (objstore://) and logged.
+             version 1. Direct (objstore://) and logged. Also killed
+             after its claim's temporary name, before any byte of its
+             chunk file: `obj gc` removes that empty file too (the
+             temporary name names it).
   committer  rank 0 killed in the commit, before and after it publishes.
              Direct (the id from `obj puts`, which shows the put complete
              and publishing or published): before, nothing is visible and
@@ -76,9 +79,9 @@ def staged(root):
 
 def chunk_files(root):
     """The store's chunk files and records that hold bytes. A rank that
-    mpirun kills between creating a chunk file and writing its intent
-    leaves an empty file no put names (docs/objects.md: `recover --gc`
-    collects it after an hour): not counted."""
+    mpirun kills between creating a chunk file and writing its claim's
+    temporary name leaves an empty file no put names (docs/objects.md:
+    `recover --gc` collects it after an hour): not counted."""
     return sorted(p for p in (root / "data").rglob("*") if p.is_file() and p.stat().st_size)
 
 
@@ -99,25 +102,43 @@ def only_version_is(work, url, name, salt):
     obj("verify", at(url, name))
 
 
-def case_writer(flavour, logged):
+WRITER_KILLS = {"objects.mid_chunk": "killwriter", "objects.claim_staged": "killclaim"}
+
+
+def case_writer(flavour, logged, point):
     def go(work):
         url, root, local = store(work, "objstore"), work / "store", work / "local"
         lg = dict(local=str(local)) if logged else {}
-        r = mpi_put(flavour, RANKS, url, "k", ROWS, 3, mode="killwriter", check_rc=False, **lg)
-        killed(r, "objects.mid_chunk")
+        r = mpi_put(flavour, RANKS, url, "k", ROWS, 3, mode=WRITER_KILLS[point], check_rc=False, **lg)
+        killed(r, point)
         where = local / ".paralog-objects" if logged else root
         if logged:
             check("published" not in recover(work, local), "recover published a put whose writer died")
         check(versions(url, "k") == [], "a put whose writer died is visible")
-        check(len(staged(where)) == 1 and chunk_files(where), f"the dead put: {staged(where)}")
+        # At objects.claim_staged no rank may have written a byte yet (mpirun
+        # kills the others at once): the dead rank's empty file is checked
+        # below instead.
+        check(len(staged(where)) == 1 and (chunk_files(where) or point == "objects.claim_staged"),
+              f"the dead put: {staged(where)}")
         listed = obj("puts", where).stdout.splitlines()
         check(len(listed) == 1 and listed[0].startswith(f"{staged(where)[0]} k: ")
               and f"/{RANKS} chunks" in listed[0] and f"{RANKS}/{RANKS} chunks" not in listed[0],
               f"obj puts: {listed}")
+        # The chunk files that claims under their temporary names name (the
+        # dead rank's; at objects.claim_staged still empty, which
+        # chunk_files does not count). A temporary name torn by mpirun's
+        # kill of another rank names none (its chunk file is still empty).
+        named = [where / "data" / str(int.from_bytes(b[32:36], "little")) / b[16:32].hex()
+                 for b in (p.read_bytes() for p in (where / "staging").glob("*/.claim.*"))
+                 if len(b) == 60 and b.startswith(b"PLGCLAIM")]
+        check(point != "objects.claim_staged" or any(p.is_file() for p in named),
+              f"no claim under its temporary name names the dead rank's chunk file: {named}")
         said = obj("gc", where, "--older-than", "0").stdout
         check("removed 1 abandoned puts" in said, said)
         check(staged(where) == [] and chunk_files(where) == [],
               f"left after gc: {staged(where)} {chunk_files(where)[:4]}")
+        left = [p for p in named if p.exists()]
+        check(left == [], f"chunk files named by claims' temporary names left after gc: {left}")
         out = mpi_put(flavour, RANKS, url, "k", ROWS, 4, **lg).stdout
         if logged:
             check(recover(work, local).count("published logged array k version 1") == 1, "not published")
@@ -162,6 +183,10 @@ def case_committer(flavour, point, logged):
             check("version 1" in said, f"commit again: {said}")
         only_version_is(work, url, "c", 5)
         check(staged(root) == [], f"left staged: {staged(root)}")
+        # The retried commit wrote the array record again under the same
+        # name (the put's id): no second one is left over.
+        check(len(chunk_files(root)) == RANKS + 1,
+              f"the store holds {len(chunk_files(root))} files, not the version's {RANKS} chunks and record")
         return "published once by `obj commit URL ID`"
     return go
 
@@ -250,7 +275,8 @@ def main():
     for flavour in FLAVOURS:
         for logged in (False, True):
             how = "logged" if logged else "direct"
-            cases.append((f"writer killed [{flavour}, {how}]", case_writer(flavour, logged)))
+            for point in WRITER_KILLS:
+                cases.append((f"writer killed at {point} [{flavour}, {how}]", case_writer(flavour, logged, point)))
             for point in ("objects.before_commit", "objects.after_commit"):
                 cases.append((f"committer killed at {point} [{flavour}, {how}]",
                               case_committer(flavour, point, logged)))

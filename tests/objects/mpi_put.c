@@ -10,7 +10,9 @@
  *   commit across nodes); killwriter: the
  *   last rank is killed (SIGKILL, the library's objects.mid_chunk crash
  *   point) after its chunk file is durable, before its claim, while the
- *   others go on to the commit (tests/objects/crash.py). LOCAL: a logged
+ *   others go on to the commit (tests/objects/crash.py); killclaim: the
+ *   same at objects.claim_staged, after the claim's temporary name and
+ *   before any byte of the chunk file. LOCAL: a logged
  *   store (paralog_obj_open_logged): rank 0 prints "logged" instead.
  * Prints "version N" and "read back equal" (rank 0), or on an error
  * "rank R: error CODE: MESSAGE" and exits 3. */
@@ -62,6 +64,8 @@ int main(int argc, char **argv)
             mine[r * cols + c] = (int32_t)((rank * rows + r) * cols + c) + salt;
     if (rank == size - 1 && !strcmp(mode, "killwriter"))
         setenv("PARALOG_FAILPOINT", "objects.mid_chunk", 1); /* read at the first crash point */
+    if (rank == size - 1 && !strcmp(mode, "killclaim"))
+        setenv("PARALOG_FAILPOINT", "objects.claim_staged", 1);
     uint64_t at[2] = {rank, 0};
     if (rank == size - 1 && !strcmp(mode, "outside"))
         at[0] = size;

@@ -372,7 +372,8 @@ def case_killed(kind):
         check(obj("ls", url).stdout == "", "a refused commit published something")
         obj("abort", name, pid)
         # Every chunk file the writer made is gone (an empty one may stay if
-        # the kill fell between its creation and its intent: microseconds).
+        # the kill fell between its creation and its claim's temporary
+        # name: microseconds).
         data = [f for f in (work / "store" / "data").rglob("*") if f.is_file() and f.stat().st_size]
         check(data == [], f"{len(data)} chunk files left after abort")
         obj("put", name, part, "--dtype", "int32", "--shape", shape, "--chunks", "4,4096")

@@ -20,7 +20,8 @@ pub struct PutInProgress {
     pub chunks: u64,
     /// Writers that finished.
     pub finished: u64,
-    /// A commit got as far as its publish (`publishing`): committing it
+    /// A commit got as far as its publish (its array record, or an older
+    /// binary's `publishing` mark): committing it
     /// again publishes it, or finds it published.
     pub publishing: bool,
     /// The version it was published as, by a commit killed before its
@@ -85,7 +86,8 @@ impl Store {
                     finished += 1;
                 }
             }
-            let publishing = dir.join("publishing").exists();
+            let publishing =
+                self.array_record_path(&id).exists() || dir.join("publishing").exists();
             let published = if publishing && !half_removed {
                 self.published(&name, &id)?
             } else {

@@ -58,6 +58,7 @@ pub use views::ViewState;
 /// after the remote publish, before the node-local put is removed, and
 /// while it is removed.
 pub const CRASH_POINTS: &[&str] = &[
+    "objects.claim_staged",
     "objects.mid_chunk",
     "objects.before_commit",
     "objects.after_commit",

@@ -488,7 +488,7 @@ fn copy_shares(local: &Store, id: &VersionId) -> Result<()> {
     for e in std::fs::read_dir(&dir).map_err(io_err(&dir, "list the share"))? {
         let e = e.map_err(io_err(&dir, "list the share"))?;
         let f = e.file_name().to_string_lossy().into_owned();
-        if f.starts_with('c') || f.starts_with(".intent.") {
+        if f.starts_with('c') || f.starts_with(".claim.") || f.starts_with(".intent.") {
             pending = true;
         }
         let Some(writer) = share::writer_of(&f) else {

@@ -30,8 +30,7 @@ use crate::input::{check_whole, chunk_index, same_array};
 use crate::read::ArrayVersion;
 use crate::record::{self, ArrayMeta, Attrs};
 use crate::staging::{
-    decode_claim, encode_claim, new_id, read_file, remove_chunk_by_id, remove_staged_chunks,
-    sync_dir, write_file, Claim,
+    decode_claim, encode_claim, new_id, read_file, remove_staged_chunks, write_file, Claim,
 };
 use crate::store::{check_name, Store};
 use crate::{id_hex, parse_id, VersionId};
@@ -202,11 +201,14 @@ impl Store {
         id: &VersionId,
     ) -> Result<(Committed, Option<ArrayVersion>)> {
         // Whether an earlier commit of this put may have published: its
-        // directory is gone, or it got as far as its `publishing` mark.
-        // Only then are the versions' records searched for the id (one
-        // read per version kept: a plain directory keeps them all).
+        // directory is gone, or it got as far as its array record (or, an
+        // older binary's, its `publishing` mark). Only then are the
+        // versions' records searched for the id (one read per version
+        // kept: a plain directory keeps them all).
         let staging = self.staging_dir(id);
-        let maybe = !staging.join("begin").is_file() || staging.join("publishing").exists();
+        let maybe = !staging.join("begin").is_file()
+            || self.array_record_path(id).exists()
+            || staging.join("publishing").exists();
         if let Some(number) = maybe
             .then(|| self.published(name, id))
             .transpose()?
@@ -222,34 +224,22 @@ impl Store {
             return Ok((Committed { number, id: *id }, av));
         }
         let (meta, claims) = self.complete(name, id, false)?;
-        let dir = self.staging_dir(id);
         let (n, cb) = (meta.n_chunks(), meta.chunk_len());
         // What the version needs durable before its record is linked: its
-        // chunk files with their names (each writer's `finish`), the array
-        // record (below), and the `publishing` mark, so that a commit
-        // retried after a crash of the node finds the version by its id
-        // instead of publishing it twice. The claims and marks are read
-        // from the page cache and need no fsync of their own.
+        // chunk files with their names (each writer's `finish`) and the
+        // array record, whose chunk file is named by the put's id: found
+        // by that id alone, it is also the mark that this commit may have
+        // published, so that a commit retried after a crash of the node
+        // finds the version by its id instead of publishing it twice, and
+        // the abort (or gc) that drops a put whose commit was killed
+        // before its publish removes it. Its directory's fsync makes both
+        // durable at once. The claims and marks are read from the page
+        // cache and need no fsync of their own.
         let head = record::encode(id, &meta);
-        let mut w = self.os.writer()?;
-        // Named by an intent before it holds a byte, as a writer's chunk
-        // is: a commit killed before its publish leaves this chunk, and
-        // the abort (or gc) that drops the put must find it (a killed
-        // publisher's remote put left one behind: found by the random-time
-        // kill test).
-        let intent = dir.join(format!(".intent.commit.{}", id_hex(&w.id())));
-        if let Err(e) = std::fs::write(&intent, w.id()) {
-            remove_chunk_by_id(self, &w.id());
-            return Err(io_err(&intent, "write")(e));
-        }
+        let mut w = self.os.writer_with_id(*id)?;
         let hp = w.add(n * cb, &head)?;
         w.finish_file()?;
         self.os.sync_chunk_dir(hp.dir)?;
-        let mark = dir.join("publishing");
-        std::fs::write(&mark, b"").map_err(io_err(&mark, "mark the publish"))?;
-        if self.os.durable() {
-            sync_dir(&dir)?;
-        }
         let mut pieces: Vec<Piece> = claims
             .iter()
             .enumerate()
@@ -276,7 +266,7 @@ impl Store {
         crate::failpoint("objects.after_commit");
         // Published: the staging directory is only bookkeeping now (a crash
         // here leaves it, and a retried commit finds the version by its id).
-        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&staging);
         // The views, from what this commit knows (nothing read back),
         // after the version is durable; never failing the commit.
         (v.number, v.name) = (number, name.as_bytes().to_vec());
@@ -424,15 +414,26 @@ impl Put<'_> {
         let i = chunk_index(&self.meta, &self.name, coords, data)?;
         let (block, crc) = crate::stored::stored_block(data);
         let mut w = self.store.os.writer()?;
-        // An intent names the chunk file before any byte goes into it, so
-        // that abort and gc find it if this writer dies before its claim
-        // (the only window left is between the file's creation and this
-        // line: an empty orphan, which `recover --gc` collects).
-        let intent = self
+        // The claim (and so the version) records the CRC-32C of the chunk's
+        // bytes, not the block's (the residue, the same for every chunk):
+        // it names which bytes this chunk is.
+        let claim = Claim {
+            chunk: w.id(),
+            dir: w.dir(),
+            block_crc: crc,
+            writer: self.writer,
+        };
+        // The claim under its temporary name before any byte goes into the
+        // chunk file: it names the file, so that abort and gc find it if
+        // this writer dies before the claim is placed (the only window left
+        // is between the file's creation and this line: an empty orphan,
+        // which `recover --gc` collects). Not synced: a direct commit reads
+        // claims from the page cache, and a logged commit records them.
+        let tmp = self
             .dir
-            .join(format!(".intent.{}.{i}", id_hex(&self.writer)));
-        if let Err(e) = std::fs::write(&intent, w.id()) {
-            remove_chunk_by_id(self.store, &w.id());
+            .join(format!(".claim.{}.{i}", id_hex(&self.writer)));
+        if let Err(e) = std::fs::write(&tmp, encode_claim(i, &claim)) {
+            let _ = std::fs::remove_file(w.path());
             return Err(if e.kind() == ErrorKind::NotFound {
                 Error::Put {
                     name: self.name.clone(),
@@ -440,39 +441,23 @@ impl Put<'_> {
                     why: "no such put in progress (committed or aborted)".into(),
                 }
             } else {
-                io_err(&intent, "write")(e)
+                io_err(&tmp, "write")(e)
             });
         }
+        crate::failpoint("objects.claim_staged");
         let p = w.add(i * self.meta.chunk_len(), &block)?;
         // The bytes now (the file is open); its name at `finish`, once for
         // every chunk this writer put in that storage directory.
         w.finish_file()?;
         self.chunk_dirs.insert(p.dir);
         crate::failpoint("objects.mid_chunk");
-        // The claim (and so the version) records the CRC-32C of the chunk's
-        // bytes, not the block's (the residue, the same for every chunk):
-        // it names which bytes this chunk is.
-        let claim = Claim {
-            chunk: p.chunk,
-            dir: p.dir,
-            block_crc: crc,
-            writer: self.writer,
-        };
-        let tmp = self
-            .dir
-            .join(format!(".claim.{}.{i}", id_hex(&self.writer)));
-        // Not synced: a direct commit reads claims from the page cache, and
-        // a logged commit syncs them (`complete`).
-        let placed = write_file(&tmp, &encode_claim(i, &claim)).and_then(|()| {
-            let to = self.dir.join(format!("c{i:020}"));
-            std::fs::hard_link(&tmp, &to).map_err(io_err(&to, "claim chunk"))
-        });
-        let _ = std::fs::remove_file(&tmp);
+        let to = self.dir.join(format!("c{i:020}"));
+        let placed = std::fs::hard_link(&tmp, &to).map_err(io_err(&to, "claim chunk"));
         if placed.is_err() {
             let _ = std::fs::remove_file(self.store.os.chunk_path(p.dir, &p.chunk));
         }
-        // Claimed (or removed): the intent is no longer needed.
-        let _ = std::fs::remove_file(&intent);
+        // Placed (or its chunk removed): the temporary name goes.
+        let _ = std::fs::remove_file(&tmp);
         if placed.is_ok() {
             self.written.push((i, claim));
         }

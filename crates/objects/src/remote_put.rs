@@ -281,7 +281,8 @@ fn copy_share(
         return Ok(claim_dirs(&dir, claims.iter().map(|(i, _)| *i)));
     }
     // What a copier of this share killed before left: the chunk file it
-    // was writing (named by its intent) and a claim's temporary name.
+    // was writing, named by the claim's temporary name (by an intent, if
+    // an older binary was copying).
     let me = id_hex(&writer);
     let left = if fresh {
         Vec::new()
@@ -300,6 +301,14 @@ fn copy_share(
             }
             let _ = std::fs::remove_file(e.path());
         } else if f.starts_with(&format!(".claim.{me}.")) {
+            // It names the chunk file its copier was writing (a claim
+            // placed too is checked below, and written again if its
+            // chunk is gone).
+            if let Ok(b) = std::fs::read(e.path()) {
+                if let Ok((_, c)) = decode_claim(&b, &e.path()) {
+                    let _ = std::fs::remove_file(s.os.chunk_path(c.dir, &c.chunk));
+                }
+            }
             let _ = std::fs::remove_file(e.path());
         }
     }

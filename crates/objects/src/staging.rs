@@ -7,8 +7,8 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::error::{io_err, Error, Result};
-use crate::id_hex;
 use crate::store::Store;
+use crate::{id_hex, parse_id};
 
 const CLAIM_MAGIC: &[u8; 8] = b"PLGCLAIM";
 const CLAIM_LEN: usize = 60;
@@ -88,8 +88,10 @@ pub(crate) fn complete_claims(
 }
 
 /// Remove the chunk files of a put that is not published: those its
-/// claims name, and those its writers' intents name (a writer that died
-/// before its claim). Claims that do not decode name none.
+/// claims name, placed or under their temporary names (a writer that died
+/// before placing its claim), those an older binary's intents name, and
+/// the array record a commit killed before its publish wrote. Claims that
+/// do not decode name none.
 pub(crate) fn remove_staged_chunks(store: &Store, dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -104,6 +106,10 @@ pub(crate) fn remove_staged_chunks(store: &Store, dir: &Path) {
         } else if let Ok((_, c)) = decode_claim(&b, &p) {
             let _ = std::fs::remove_file(store.os.chunk_path(c.dir, &c.chunk));
         }
+    }
+    let put = dir.file_name().and_then(|f| f.to_str()).and_then(parse_id);
+    if let Some(id) = put {
+        let _ = std::fs::remove_file(store.array_record_path(&id));
     }
 }
 

@@ -315,6 +315,13 @@ impl Store {
     pub(crate) fn staging_dir(&self, id: &VersionId) -> PathBuf {
         self.root.join("staging").join(id_hex(id))
     }
+
+    /// The chunk file of the array record a direct commit of the put `id`
+    /// writes before its publish, named by the put's id (docs/
+    /// objects-format.md "A chunked PUT in progress").
+    pub(crate) fn array_record_path(&self, id: &VersionId) -> PathBuf {
+        self.os.chunk_path(self.os.dir_of(id), id)
+    }
 }
 
 /// The version that deletes `name` (a fresh origin, no bytes); refused

@@ -126,6 +126,46 @@ fn abort_removes_the_put_and_its_chunks() {
     assert!(store.commit("ab", &id).is_err());
 }
 
+/// A put whose writer finished and whose commit was killed after writing
+/// the array record, before its publish: the record's chunk file, named
+/// by the put's id (here a torn one), is in `data/0/`.
+fn killed_before_publish(
+    store: &Store,
+    root: &std::path::Path,
+    name: &str,
+) -> paralog_objects::VersionId {
+    let meta = ArrayMeta::new(DType::U8, &[4], &[2]);
+    let mut p = store.begin(name, &meta).unwrap();
+    p.write_chunk(&[0], &[1, 2]).unwrap();
+    p.write_chunk(&[1], &[3, 4]).unwrap();
+    let id = p.id();
+    p.finish().unwrap();
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(root.join("data/0").join(hex), b"PLGARRAY torn").unwrap();
+    id
+}
+
+#[test]
+fn a_commit_killed_before_its_publish_is_retried_or_aborted_by_its_id() {
+    let (t, store) = objstore(1, 3);
+    let files = || std::fs::read_dir(t.path().join("data/0")).unwrap().count();
+    // Retried: the record is written again under the same name (no second
+    // one left over) and the version reads back.
+    let id = killed_before_publish(&store, t.path(), "re");
+    assert_eq!(files(), 3);
+    let c = store.commit("re", &id).unwrap();
+    assert_eq!(c.number, 1);
+    assert_eq!(store.commit("re", &id).unwrap().number, 1, "a second retry");
+    let av = store.array("re", None).unwrap();
+    assert_eq!(av.read_all(&store).unwrap(), vec![1, 2, 3, 4]);
+    assert_eq!(files(), 3, "2 chunks and 1 array record");
+    // Aborted: the record goes with the chunks.
+    let id = killed_before_publish(&store, t.path(), "ab");
+    assert_eq!(files(), 6);
+    store.abort("ab", &id).unwrap();
+    assert_eq!(files(), 3, "the aborted put's chunks or record left");
+}
+
 /// The file of chunk `coords` of the latest version of `name`, found
 /// through its Zarr view (a hard link to it).
 fn chunk_file(store: &Store, name: &str, coords: &str) -> std::path::PathBuf {

@@ -76,15 +76,32 @@ impl ObjStore {
 
     /// A new chunk for one writer of a chunked PUT.
     pub fn writer(&self) -> Result<ChunkWriter, ObjError> {
+        self.chunk_writer(*uuid::Uuid::new_v4().as_bytes(), true)
+    }
+
+    /// The storage directory a chunk named `id` is placed in.
+    pub fn dir_of(&self, id: &[u8; 16]) -> u32 {
+        (fnv(id) % self.dirs as u64) as u32
+    }
+
+    /// A chunk whose UUID the caller chose (unique to it, e.g. a put's own
+    /// id), so that its existence can be looked up by that id alone; made
+    /// anew, truncated, when it exists (a retried writer of it).
+    pub fn writer_with_id(&self, id: [u8; 16]) -> Result<ChunkWriter, ObjError> {
+        self.chunk_writer(id, false)
+    }
+
+    fn chunk_writer(&self, id: [u8; 16], new: bool) -> Result<ChunkWriter, ObjError> {
         self.check_root()?;
-        let id = *uuid::Uuid::new_v4().as_bytes();
-        let dir = (fnv(&id) % self.dirs as u64) as u32;
+        let dir = self.dir_of(&id);
         let path = self.chunk_path(dir, &id);
         let parent = path.parent().expect("chunk paths have a directory");
         std::fs::create_dir_all(parent).map_err(io_err(parent, "create storage directory"))?;
         let file = OpenOptions::new()
             .write(true)
-            .create_new(true)
+            .create_new(new)
+            .create(!new)
+            .truncate(!new)
             .mode(0o644)
             .open(&path)
             .map_err(io_err(&path, "create chunk"))?;
@@ -113,6 +130,11 @@ pub struct ChunkWriter {
 impl ChunkWriter {
     pub fn id(&self) -> [u8; 16] {
         self.id
+    }
+
+    /// The storage directory the chunk is in (known before a byte is added).
+    pub fn dir(&self) -> u32 {
+        self.dir
     }
 
     /// The chunk's file (a writer that gives up removes it).
