@@ -23,6 +23,9 @@ that logs each start of the program (its pid and mode) and execs it.
                no co-process outlives the program
   fork         a child forked after a put makes its own version's views
                with the one-shot program (never the parent's co-process)
+  older        a program that does not serve (an older paralog-h5view, as
+               a wrapper refusing `serve`): tried once, then every view
+               made by the one-shot program
   mpi          an mpi4py program (2 ranks, Open MPI): its views made, no
                co-process left once mpirun returns
 
@@ -295,6 +298,26 @@ def case_fork(work):
     return "the child's view by the one-shot program, the parent's by its co-process"
 
 
+def case_older(work):
+    url, root = new_store(work)
+    p = Program(work, url)
+    older = work / "older-h5view"
+    older.write_text(f"#!/bin/sh\necho \"$$ $1\" >> {p.log}\n"
+                     f"[ \"$1\" = serve ] && {{ echo 'usage: make|list' >&2; exit 1; }}\nexec {H5VIEW} \"$@\"\n")
+    older.chmod(0o755)
+    (work / "h5view").write_text(f"#!/bin/sh\nexec {older} \"$@\"\n")
+    try:
+        p.do("put t 3")
+    finally:
+        err = p.end()
+    check(p.p.returncode == 0, f"the program: exit {p.p.returncode}: {err}")
+    check(len(p.starts()) == 1 and len(p.starts("make")) == 3,
+          f"starts: serve {p.starts()}, make {p.starts('make')} (want 1 and 3)")
+    obj("verify", at(url, "t"), "--all")
+    h5py_read(work, root, "t", [1, 2, 3])
+    return "serve tried once, 3 views by the one-shot program"
+
+
 def case_mpi(work):
     url, root = new_store(work)
     mark = uuid.uuid4().hex
@@ -312,7 +335,7 @@ def main():
     a = suite_options().parse_args()
     suite = Suite("objects-views", keep=a.keep)
     cases = [("many", case_many), ("killed", case_killed), ("failed", case_failed), ("protocol", case_protocol),
-             ("exit-thread", case_exit_thread), ("fork", case_fork), ("mpi", case_mpi)]
+             ("exit-thread", case_exit_thread), ("fork", case_fork), ("older", case_older), ("mpi", case_mpi)]
     return suite.run(cases, only=a.only)
 
 
