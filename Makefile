@@ -122,10 +122,12 @@ test-aggregate: build setup-test
 # nodes on objstore:// and s3://, with servers killed, and published by a
 # server job (tests/objects/nodes.py with tests/objects/nodes_job.py,
 # about 75 s + 15 s); puts and gets on s3:// against MinIO (tests/objects/s3.py); what a version costs in fsyncs and views made
-# after the commit (tests/objects/cost.py, about 15 s).
+# after the commit (tests/objects/cost.py, about 15 s); the HDF5 view's
+# co-process: restarted, failures, exits (tests/objects/views.py, about 10 s).
 test-objects: build setup-test
 	/usr/bin/python3 -m tests.objects.run
 	/usr/bin/python3 -m tests.objects.cost
+	/usr/bin/python3 -m tests.objects.views
 	/usr/bin/python3 -m tests.objects.mpi
 	/usr/bin/python3 -m tests.objects.logged
 	/usr/bin/python3 -m tests.objects.crash

@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use paralog_objects::logged::{publish_round, LOCAL_DIR};
+use paralog_objects::logged::{publish_round, publish_round_with, LOCAL_DIR};
 use paralog_objects::pending::Why;
-use paralog_objects::{id_hex, Pending, Round};
+use paralog_objects::{id_hex, Pending, Round, ViewServer};
 use paralog_server::puts::{PutState, PutStatus, Puts};
 use paralog_server::stop::Stop;
 
@@ -30,12 +30,12 @@ pub struct Publisher {
 
 /// One round: what was published and what was left, or why the node-local
 /// store could not be read. Nothing to do when no logged put was ever made
-/// here.
-pub fn round(root: &Path) -> Result<Round, paralog_objects::Error> {
+/// here. The HDF5 views by `h5`'s co-process.
+pub fn round(root: &Path, h5: &ViewServer) -> Result<Round, paralog_objects::Error> {
     if !root.join(LOCAL_DIR).join("staging").is_dir() {
         return Ok(Round::default());
     }
-    publish_round(root)
+    publish_round_with(root, h5)
 }
 
 /// How the server reports a put the round left.
@@ -117,7 +117,7 @@ struct Done {
 
 /// A round: its puts published and left reported to `puts`, each line
 /// logged once per distinct text.
-fn logged_round(root: &Path, said: &mut HashSet<String>, puts: &Puts) -> Done {
+fn logged_round(root: &Path, said: &mut HashSet<String>, puts: &Puts, h5: &ViewServer) -> Done {
     let n = puts.begin_round();
     // Failures as errors, waiting puts as warnings.
     let mut once = |error: bool, m: String| {
@@ -129,7 +129,7 @@ fn logged_round(root: &Path, said: &mut HashSet<String>, puts: &Puts) -> Done {
             }
         }
     };
-    match round(root) {
+    match round(root, h5) {
         Ok(r) => {
             for p in &r.published {
                 tracing::info!(name = %p.name, version = p.committed.number, remote = %p.remote,
@@ -187,8 +187,11 @@ pub fn start(root: PathBuf, every: Duration, puts: Puts) -> std::io::Result<Publ
         .name("objects".into())
         .spawn(move || {
             let mut said = HashSet::new();
+            // One HDF5 view co-process for every round, ended with the
+            // thread.
+            let h5 = ViewServer::new();
             loop {
-                let done = logged_round(&root, &mut said, &p);
+                let done = logged_round(&root, &mut said, &p, &h5);
                 // A round that published may have let later commits wait:
                 // the next one at once. Else a nap, cut short by a commit
                 // (the watch), a wait or the stop.
@@ -197,7 +200,7 @@ pub fn start(root: PathBuf, every: Duration, puts: Puts) -> std::io::Result<Publ
                 }
                 if s.wait(Duration::ZERO) {
                     // The last round: every put committed before the stop.
-                    let ok = logged_round(&root, &mut said, &p).ok;
+                    let ok = logged_round(&root, &mut said, &p, &h5).ok;
                     p.detach();
                     return ok;
                 }

@@ -108,7 +108,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(code);
     }
     // Logged array puts committed on this node: published once each.
-    let objects = crate::obj_publish::round(&root);
+    let objects = crate::obj_publish::round(&root, &paralog_objects::ViewServer::new());
     match &objects {
         Ok(r) if !args.json => {
             for p in &r.published {

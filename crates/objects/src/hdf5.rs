@@ -8,7 +8,9 @@
 //! The file is written and listed by `paralog-h5view`
 //! (crates/objects/h5view, built by the Makefile with Debian's HDF5), so
 //! this crate links no HDF5. Without the helper no HDF5 view is made (and
-//! `view_file` says so); the Zarr view does not depend on it.
+//! `view_file` says so); the Zarr view does not depend on it. A view
+//! maker that makes many (a store's views thread, a server's publisher)
+//! keeps the program running between views (crate::h5serve).
 //!
 //! HDF5 checks no checksum, and reads a truncated external file's missing
 //! tail as zeros: `paralog obj verify` reads every chunk (its CRC-32C) and
@@ -20,6 +22,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use crate::error::{io_err, Error, Result};
+use crate::h5serve::{Served, ViewServer};
 use crate::read::ArrayVersion;
 use crate::store::Store;
 
@@ -107,21 +110,26 @@ fn chunk_file(store: &Store, av: &ArrayVersion, i: usize) -> Result<PathBuf> {
     Ok(abs)
 }
 
-fn helper_failed(av: &ArrayVersion, what: &str, out: &std::process::Output) -> Error {
+fn helper_failed(av: &ArrayVersion, what: &str, how: &str, said: &str) -> Error {
     Error::Invalid {
         name: av.name.clone(),
         why: format!(
-            "version {}: {HELPER} {what} failed ({}): {}",
+            "version {}: {HELPER} {what} failed ({how}): {}",
             av.number,
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
+            said.trim()
         ),
     }
 }
 
 /// Make the HDF5 view of a version if it does not exist; `None` without
-/// the helper. Written under a temporary directory, then renamed.
-pub fn make_view(store: &Store, av: &ArrayVersion) -> Result<Option<PathBuf>> {
+/// the helper. Written under a temporary directory, then renamed. By
+/// `server`'s co-process if given (and it can serve), else by the
+/// one-shot program.
+pub fn make_view(
+    store: &Store,
+    av: &ArrayVersion,
+    server: Option<&ViewServer>,
+) -> Result<Option<PathBuf>> {
     let Some(helper) = helper() else {
         return Ok(None);
     };
@@ -141,39 +149,65 @@ pub fn make_view(store: &Store, av: &ArrayVersion) -> Result<Option<PathBuf>> {
             input.push(b'\n');
         }
         let out_file = tmp.join("v.h5");
-        let mut cmd = Command::new(&helper);
-        cmd.arg("make")
-            .arg(&out_file)
-            .arg(m.dtype.name())
-            .arg(m.ndim().to_string())
-            .args(m.shape.iter().chain(&m.chunks).map(|x| x.to_string()))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|e| Error::Invalid {
-            name: av.name.clone(),
-            why: format!(
-                "version {}: the HDF5 view was not made: its program {} cannot be run ({e}){}",
-                av.number,
-                helper.display(),
-                match std::env::var_os("PARALOG_H5VIEW") {
-                    Some(_) => " (named by PARALOG_H5VIEW: set it to paralog-h5view, or unset it)",
-                    None => "",
-                }
-            ),
-        })?;
-        let mut stdin = child.stdin.take().expect("piped");
-        // The helper stops reading at a failure; its stderr says why.
-        let _ = stdin.write_all(&input);
-        drop(stdin);
-        let out = child.wait_with_output().map_err(io_err(&helper, "run"))?;
-        if !out.status.success() {
-            return Err(helper_failed(av, "make", &out));
+        let args: Vec<Vec<u8>> = [
+            out_file.as_os_str().as_encoded_bytes().to_vec(),
+            m.dtype.name().into(),
+            m.ndim().to_string().into(),
+        ]
+        .into_iter()
+        .chain(
+            m.shape
+                .iter()
+                .chain(&m.chunks)
+                .map(|x| x.to_string().into()),
+        )
+        .collect();
+        let served = match server {
+            Some(s) => s.make(&helper, &args, &input, &out_file),
+            None => Served::Unavailable,
+        };
+        match served {
+            Served::Made => {}
+            Served::Failed(said) => return Err(helper_failed(av, "make", "serving", &said)),
+            Served::Unavailable => make_once(av, &helper, &args, &input)?,
         }
         std::fs::rename(&out_file, &file).map_err(io_err(&file, "place view"))
     })();
     let _ = std::fs::remove_dir_all(&tmp);
     made.map(|()| Some(file))
+}
+
+/// The one-shot `paralog-h5view make`: a process for this view alone.
+fn make_once(av: &ArrayVersion, helper: &Path, args: &[Vec<u8>], input: &[u8]) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut cmd = Command::new(helper);
+    cmd.arg("make")
+        .args(args.iter().map(|a| std::ffi::OsStr::from_bytes(a)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| Error::Invalid {
+        name: av.name.clone(),
+        why: format!(
+            "version {}: the HDF5 view was not made: its program {} cannot be run ({e}){}",
+            av.number,
+            helper.display(),
+            match std::env::var_os("PARALOG_H5VIEW") {
+                Some(_) => " (named by PARALOG_H5VIEW: set it to paralog-h5view, or unset it)",
+                None => "",
+            }
+        ),
+    })?;
+    let mut stdin = child.stdin.take().expect("piped");
+    // The helper stops reading at a failure; its stderr says why.
+    let _ = stdin.write_all(input);
+    drop(stdin);
+    let out = child.wait_with_output().map_err(io_err(helper, "run"))?;
+    if !out.status.success() {
+        let said = String::from_utf8_lossy(&out.stderr);
+        return Err(helper_failed(av, "make", &out.status.to_string(), &said));
+    }
+    Ok(())
 }
 
 /// Check the HDF5 view of a version, if it has one: every mapping is its
@@ -199,7 +233,8 @@ pub fn check_view(store: &Store, av: &ArrayVersion) -> Result<Option<PathBuf>> {
         .output()
         .map_err(io_err(&helper, "run"))?;
     if !out.status.success() {
-        return Err(helper_failed(av, "list", &out));
+        let said = String::from_utf8_lossy(&out.stderr);
+        return Err(helper_failed(av, "list", &out.status.to_string(), &said));
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let mut lines = text.lines();

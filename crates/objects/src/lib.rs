@@ -14,6 +14,7 @@
 mod error;
 mod gc;
 mod grid;
+mod h5serve;
 pub mod hdf5;
 mod input;
 pub mod logged;
@@ -39,6 +40,7 @@ pub mod zarr;
 pub use error::{Error, Result};
 pub use gc::PutInProgress;
 pub use grid::{DType, Element};
+pub use h5serve::ViewServer;
 pub use logged::{publish_committed, publish_round, LoggedStore, Published};
 pub use pending::{Pending, Round};
 pub use put::{Committed, Put};

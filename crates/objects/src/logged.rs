@@ -39,7 +39,7 @@ use crate::staging::{new_id, sync_dir, write_file, write_synced, Claim};
 use crate::store::Store;
 use crate::{id_hex, VersionId};
 
-pub use crate::publish::{publish_committed, publish_round, Published};
+pub use crate::publish::{publish_committed, publish_round, publish_round_with, Published};
 
 /// A store whose puts are logged on this node and published to `remote`
 /// later (by [`publish_committed`]: the node server, or `paralog obj

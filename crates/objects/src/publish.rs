@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::error::{io_err, Error, Result};
+use crate::h5serve::ViewServer;
 use crate::logged::local_store;
 use crate::logged_record::{Away, Mark};
 use crate::pending::{Node, Pending, Round, Why};
@@ -57,8 +58,15 @@ pub fn publish_committed(local: &Path) -> Result<Vec<Published>> {
 /// committed here and not published (waiting for other nodes' shares,
 /// behind an earlier put of its name, or failed), and each share of this
 /// node whose copy failed. An error: the node-local store itself could
-/// not be read.
+/// not be read. The HDF5 views by a co-process of this round only
+/// ([`publish_round_with`] keeps one across rounds).
 pub fn publish_round(local: &Path) -> Result<Round> {
+    publish_round_with(local, &ViewServer::new())
+}
+
+/// [`publish_round`], its HDF5 views made by `h5`'s co-process: the node
+/// server's publisher keeps one for all its rounds.
+pub fn publish_round_with(local: &Path, h5: &ViewServer) -> Result<Round> {
     let store = local_store(local)?;
     let staging = store.root().join("staging");
     // What a publisher killed while removing a published put left.
@@ -119,15 +127,16 @@ pub fn publish_round(local: &Path) -> Result<Round> {
             rx.into_iter()
                 .map(|f| {
                     let (id, name) = (f.id, f.published.name.clone());
-                    let r =
-                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| finish(store, f)))
-                            .unwrap_or_else(|_| {
-                                Err(Error::Put {
-                                    name: name.clone(),
-                                    id: id_hex(&id),
-                                    why: "its views and clean-up failed (a bug: a panic)".into(),
-                                })
-                            });
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        finish(store, f, h5)
+                    }))
+                    .unwrap_or_else(|_| {
+                        Err(Error::Put {
+                            name: name.clone(),
+                            id: id_hex(&id),
+                            why: "its views and clean-up failed (a bug: a panic)".into(),
+                        })
+                    });
                     handed.done();
                     r.map_err(|e| (id, name, e))
                 })
@@ -196,9 +205,9 @@ struct Finish {
 }
 
 /// The views of a published put, then its local copy retired.
-fn finish(local: &Store, f: Finish) -> Result<Published> {
+fn finish(local: &Store, f: Finish, h5: &ViewServer) -> Result<Published> {
     if let Some(av) = &f.views {
-        f.remote.make_views(av);
+        f.remote.make_views(av, h5);
     }
     crate::failpoint("objects.publish_after_remote");
     retire(local, &f.id)?;

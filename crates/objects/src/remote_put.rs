@@ -72,9 +72,9 @@ impl Remote {
 
     /// Make the views of a version [`Remote::commit`] left: never an
     /// error (a failure is in the version's mark, as after any commit).
-    pub(crate) fn make_views(&self, av: &ArrayVersion) {
+    pub(crate) fn make_views(&self, av: &ArrayVersion, h5: &crate::h5serve::ViewServer) {
         if let Remote::Layout(s) = self {
-            let _ = crate::views::make(s, av);
+            let _ = crate::views::make(s, av, Some(h5));
         }
     }
 

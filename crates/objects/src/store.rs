@@ -140,7 +140,7 @@ impl Store {
                 w.queue(&plain, av);
             }
             None => {
-                let _ = crate::views::make(self, &av);
+                let _ = crate::views::make(self, &av, None);
             }
         }
     }

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, Once, Weak};
 use std::thread::JoinHandle;
 
 use crate::error::{io_err, Result};
+use crate::h5serve::ViewServer;
 use crate::read::ArrayVersion;
 use crate::store::Store;
 
@@ -107,8 +108,17 @@ fn write_mark(store: &Store, av: &ArrayVersion, text: &str) -> Result<()> {
 /// mark; a failure is written in its mark and returned. The Zarr view's
 /// directory, and the HDF5 view's file (none without its program).
 pub fn make_views(store: &Store, av: &ArrayVersion) -> Result<(PathBuf, Option<PathBuf>)> {
+    make_views_by(store, av, None)
+}
+
+/// [`make_views`], the HDF5 view by `h5`'s co-process if given.
+fn make_views_by(
+    store: &Store,
+    av: &ArrayVersion,
+    h5: Option<&ViewServer>,
+) -> Result<(PathBuf, Option<PathBuf>)> {
     let made = crate::zarr::make_view(store, av)
-        .and_then(|z| crate::hdf5::make_view(store, av).map(|h| (z, h)));
+        .and_then(|z| crate::hdf5::make_view(store, av, h5).map(|h| (z, h)));
     let mark = store.views_mark(&av.name, av.number);
     match made {
         Ok(m) => {
@@ -132,9 +142,14 @@ pub fn make_views(store: &Store, av: &ArrayVersion) -> Result<(PathBuf, Option<P
 
 /// The views of a version just committed, never an error of the commit:
 /// the failure's message (also in the version's mark). A version that
-/// retention dropped meanwhile needs none.
-pub(crate) fn make(store: &Store, av: &ArrayVersion) -> std::result::Result<(), String> {
-    let made = make_views(store, av).map(drop);
+/// retention dropped meanwhile needs none. `h5`: the caller's HDF5 view
+/// co-process (a maker of many views), else the one-shot program.
+pub(crate) fn make(
+    store: &Store,
+    av: &ArrayVersion,
+    h5: Option<&ViewServer>,
+) -> std::result::Result<(), String> {
+    let made = make_views_by(store, av, h5).map(drop);
     let result = match made {
         Err(_) if matches!(store.record(&av.name, av.number), Ok(None)) => {
             let _ = std::fs::remove_file(store.views_mark(&av.name, av.number));
@@ -163,7 +178,12 @@ pub(crate) fn prune_all(store: &Store, name: &str) -> Result<()> {
 
 enum Job {
     Make(Box<Store>, Box<ArrayVersion>),
-    Flush(Sender<()>),
+    /// Answer once every job before is done; `end`: and the HDF5 view's
+    /// co-process ended (the process exits).
+    Flush {
+        done: Sender<()>,
+        end: bool,
+    },
 }
 
 /// The background thread of a store opened with
@@ -192,14 +212,16 @@ static AT_EXIT: Once = Once::new();
 /// At the process's exit (`exit`, the end of `main`, of a Python
 /// interpreter), the views still queued are made: a program that never
 /// closes its store (the thread would die with it) loses no view. Only a
-/// kill or `_exit` leaves a version pending (`paralog obj view`).
+/// kill or `_exit` leaves a version pending (`paralog obj view`). Then
+/// each thread's HDF5 view co-process is ended, so none outlives the
+/// program.
 extern "C" fn flush_at_exit() {
     let workers: Vec<Arc<Worker>> = WORKERS
         .lock()
         .map(|w| w.iter().filter_map(Weak::upgrade).collect())
         .unwrap_or_default();
     for w in workers {
-        w.flush();
+        w.flush_then(true);
     }
 }
 
@@ -215,16 +237,23 @@ impl Worker {
         let thread = std::thread::Builder::new()
             .name("paralog-views".into())
             .spawn(move || {
+                // Owned by this thread, which a forked child does not
+                // have: only this process talks to it. Dropped (ended)
+                // when the thread ends.
+                let h5 = ViewServer::new();
                 for job in rx {
                     match job {
                         // The message is in the version's mark (`paralog
                         // obj info` shows it); this process has no log.
                         Job::Make(store, av) => {
-                            if let Err(why) = make(&store, &av) {
+                            if let Err(why) = make(&store, &av, Some(&h5)) {
                                 eprintln!("paralog objects: {why}");
                             }
                         }
-                        Job::Flush(done) => {
+                        Job::Flush { done, end } => {
+                            if end {
+                                h5.end();
+                            }
                             let _ = done.send(());
                         }
                     }
@@ -262,14 +291,19 @@ impl Worker {
             && self.send(Job::Make(Box::new(store.clone()), Box::new(av.clone())));
         if !queued {
             // No mark or no thread: made now, as without a worker.
-            let _ = make(store, &av);
+            let _ = make(store, &av, None);
         }
     }
 
     /// Return once every view queued so far is made (or failed).
     pub(crate) fn flush(&self) {
-        let (tx, rx) = channel();
-        if self.send(Job::Flush(tx)) {
+        self.flush_then(false);
+    }
+
+    /// [`Worker::flush`], then, if `end`, the thread's co-process ended.
+    fn flush_then(&self, end: bool) {
+        let (done, rx) = channel();
+        if self.send(Job::Flush { done, end }) {
             let _ = rx.recv();
         }
     }
