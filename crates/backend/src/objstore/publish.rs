@@ -25,8 +25,8 @@ impl ObjStore {
             std::process::id(),
             hex(&uuid::Uuid::new_v4().into_bytes())
         ));
+        let numbers = self.lock_numbers(&dir)?;
         let result = (|| {
-            let _numbers = self.lock_numbers(&dir)?;
             for _ in 0..1000 {
                 v.number = self.versions(name)?.last().copied().unwrap_or(0) + 1;
                 let mut f = OpenOptions::new()
@@ -56,7 +56,7 @@ impl ObjStore {
         let _ = std::fs::remove_file(&tmp);
         let n = result?;
         self.sync_dir(&dir)?;
-        self.retain(name)?;
+        self.retain(name, &numbers)?;
         Ok(n)
     }
 
@@ -141,8 +141,8 @@ impl ObjStore {
     /// Keep the last K versions of `name`: delete older records, then the
     /// chunks they used that no kept version uses (a chunk belongs to one
     /// object: it is written for one epoch of one file).
-    fn retain(&self, name: &[u8]) -> Result<(), ObjError> {
-        let _numbers = self.lock_numbers(&self.meta_dir(name))?;
+    /// `_numbers`: the name's lock, held by the caller (the publish).
+    fn retain(&self, name: &[u8], _numbers: &NumberLock) -> Result<(), ObjError> {
         let all = self.versions(name)?;
         if all.len() as u64 <= self.keep {
             return Ok(());
@@ -180,8 +180,8 @@ impl ObjStore {
     /// The exclusive lock on the version numbers of the name whose
     /// metadata directory is `dir` (its file `.lock`: no name component
     /// starts with '.'), held by a publish from the listing that picks its
-    /// number to the link that takes it, and by retention from its listing
-    /// to its last removal. Why: a directory listing is not a snapshot. A
+    /// number to the link that takes it, and on through retention (its listing
+    /// to its last removal). Why: a directory listing is not a snapshot. A
     /// publisher listing while another one linked the new latest and its
     /// retention removed the old latest could see neither, and take a
     /// number that retention had freed long before (version 1 again after
@@ -193,14 +193,19 @@ impl ObjStore {
     /// version").
     fn lock_numbers(&self, dir: &Path) -> Result<NumberLock, ObjError> {
         let path = dir.join(".lock");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o644)
-            .open(&path)
-            .map_err(io_err(&path, "open the version numbers' lock"))?;
+        // Opened without O_CREAT when it exists (every publish but a
+        // name's first): a creation is a journal entry.
+        let file = match OpenOptions::new().read(true).write(true).open(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o644)
+                .open(&path),
+            other => other,
+        }
+        .map_err(io_err(&path, "open the version numbers' lock"))?;
         loop {
             // SAFETY: flock on a descriptor this function owns.
             if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
