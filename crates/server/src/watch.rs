@@ -21,6 +21,7 @@ use crate::tree_watch::{Overflow, Policy, TreeWatch};
 const FILE_DEPTH: usize = 2;
 const RANK_DEPTH: usize = 4;
 
+/// The server's epoch watcher: a tree watch with the epochs' policy.
 pub struct Watcher(TreeWatch<Epochs>);
 
 impl Watcher {
