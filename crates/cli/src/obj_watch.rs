@@ -2,39 +2,34 @@
 //! put commits on this node, instead of at its next round (up to 200 ms
 //! later: on the bandwidth-limited remote of docs/benchmarks.md section 11
 //! that wait was a large part of each version's publish). A thread of the
-//! server watches, with inotify, the node-local object log
+//! server watches, with the server's tree watch (inotify,
+//! `paralog_server::tree_watch`), the node-local object log
 //! `ROOT/.paralog-objects/staging/` and each put's directory in it; a
 //! commit record (`logged`) or a share record (`s<writer>`) closed after
 //! writing kicks the publisher (`Puts::kick`). The rounds still come every
 //! interval without it: a watch that cannot be made only costs latency.
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 use paralog_objects::logged::LOCAL_DIR;
 use paralog_server::puts::Puts;
+use paralog_server::tree_watch::{Overflow, Policy, TreeWatch};
 
 /// Depth below the node-local root: 0 the root, 1 the object log, 2 its
 /// `staging/`, 3 a put's directory.
 const PUT_DEPTH: usize = 3;
 
-struct Watch {
-    ino: Inotify,
+/// Kicks `puts` once for all the commits of one read of events.
+struct Commits {
     puts: Puts,
-    dirs: HashMap<WatchDescriptor, (PathBuf, usize)>,
+    kick: bool,
 }
 
 /// Start watching `root` for logged commits, kicking `puts`. The thread
 /// lives as long as the server (it blocks in inotify).
 pub fn start(root: PathBuf, puts: Puts) -> std::io::Result<()> {
-    let mut w = Watch {
-        ino: Inotify::init()?,
-        puts,
-        dirs: HashMap::new(),
-    };
-    w.add(&root, 0)?;
+    let w = TreeWatch::new(root, Commits { puts, kick: false })?;
     std::thread::Builder::new()
         .name("objects-watch".into())
         .spawn(move || {
@@ -45,94 +40,53 @@ pub fn start(root: PathBuf, puts: Puts) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The one child that matters at depths 0 and 1 (any directory below).
-fn wanted(depth: usize, name: &OsStr) -> bool {
-    match depth {
-        0 => name == LOCAL_DIR,
-        1 => name == "staging",
-        _ => true,
-    }
-}
-
 /// A file whose closing commits something the publisher acts on.
 fn commits(name: &OsStr) -> bool {
     let n = name.to_string_lossy();
     n == "logged" || (n.len() == 33 && n.starts_with('s'))
 }
 
-impl Watch {
-    fn run(mut self) -> std::io::Result<()> {
-        let mut buf = vec![0u8; 16 << 10];
-        loop {
-            let events: Vec<(WatchDescriptor, EventMask, Option<std::ffi::OsString>)> = self
-                .ino
-                .read_events_blocking(&mut buf)?
-                .map(|e| (e.wd, e.mask, e.name.map(OsStr::to_owned)))
-                .collect();
-            let mut kick = false;
-            for (wd, mask, name) in events {
-                if mask.contains(EventMask::Q_OVERFLOW) {
-                    kick = true;
-                    continue;
-                }
-                if mask.contains(EventMask::IGNORED) {
-                    self.dirs.remove(&wd);
-                    continue;
-                }
-                let (Some((dir, depth)), Some(name)) = (self.dirs.get(&wd).cloned(), name) else {
-                    continue;
-                };
-                if mask.contains(EventMask::ISDIR) {
-                    if depth < PUT_DEPTH && wanted(depth, &name) {
-                        self.add(&dir.join(&name), depth + 1)?;
-                        kick = true;
-                    }
-                } else if depth == PUT_DEPTH && commits(&name) {
-                    kick = true;
-                }
-            }
-            if kick {
-                self.puts.kick();
-            }
+impl Policy for Commits {
+    const LEAF_DEPTH: usize = PUT_DEPTH;
+
+    /// The one directory that matters at depths 1 and 2; any put below.
+    fn wants(&self, dir: &Path, depth: usize) -> bool {
+        let name = dir.file_name().unwrap_or_default();
+        match depth {
+            1 => name == LOCAL_DIR,
+            2 => name == "staging",
+            _ => true,
         }
     }
 
-    /// Watch `dir` (at `depth`), then what is below it already (a watch
-    /// first, then the listing: nothing made in between is missed).
-    fn add(&mut self, dir: &Path, depth: usize) -> std::io::Result<()> {
-        let mask = if depth == PUT_DEPTH {
-            WatchMask::CLOSE_WRITE | WatchMask::MOVED_TO | WatchMask::ONLYDIR
-        } else {
-            WatchMask::CREATE | WatchMask::MOVED_TO | WatchMask::ONLYDIR
-        };
-        let wd = match self.ino.watches().add(dir, mask) {
-            Ok(wd) => wd,
-            // Gone meanwhile (a published put's directory), or not a
-            // directory: nothing to watch.
-            Err(e)
-                if e.kind() == std::io::ErrorKind::NotFound
-                    || e.raw_os_error() == Some(libc::ENOTDIR) =>
-            {
-                return Ok(())
-            }
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
-                tracing::warn!(dir = %dir.display(), "out of inotify watches: logged puts below are found by the publisher's rounds only");
-                return Ok(());
-            }
-            Err(e) => return Err(e),
-        };
-        self.dirs.insert(wd, (dir.to_path_buf(), depth));
-        if depth < PUT_DEPTH {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                return Ok(());
-            };
-            for e in entries.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) && wanted(depth, &e.file_name()) {
-                    self.add(&e.path(), depth + 1)?;
-                }
-            }
+    /// A put renamed into place may hold its commit record already (no
+    /// event for it): a round looks. The start-up scan needs no kick, the
+    /// publisher's first round comes anyway.
+    fn appeared(&mut self, _dir: &Path, _depth: usize) {
+        self.kick = true;
+    }
+
+    fn file(&mut self, _put: &Path, name: &OsStr) {
+        if commits(name) {
+            self.kick = true;
         }
-        Ok(())
+    }
+
+    /// Commits may have been missed: a round finds them; the watches stay
+    /// (a put missed is found by the rounds, only later).
+    fn overflow(&mut self) -> Overflow {
+        self.kick = true;
+        Overflow::Keep
+    }
+
+    fn out_of_watches(&mut self, dir: &Path) {
+        tracing::warn!(dir = %dir.display(), "out of inotify watches: logged puts below are found by the publisher's rounds only");
+    }
+
+    fn batch_done(&mut self) {
+        if std::mem::take(&mut self.kick) {
+            self.puts.kick();
+        }
     }
 }
 

@@ -24,4 +24,5 @@ pub mod stop;
 pub mod stream_store;
 pub mod streams;
 pub mod timeline;
+pub mod tree_watch;
 pub mod watch;

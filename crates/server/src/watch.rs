@@ -1,135 +1,86 @@
-//! Finding committed epochs as they appear: inotify on the node-local tree
-//! (root, jobs, files, opens, ranks). A data log closed after writing (a
-//! format-2 local commit closes it after its commit record), a format-1
-//! manifest renamed into place or a commit mark written under a file's
-//! directory queues that file; a new
-//! directory gets its own watch and is scanned at once (what was created
-//! before the watch existed is not missed). A queue overflow, or any doubt,
-//! falls back to a full scan. The server's own writes (progress records)
-//! and deletions are not events.
+//! Finding committed epochs as they appear: the server's policy for the
+//! tree watch (`tree_watch.rs`) of the node-local tree (root, jobs,
+//! files, opens, ranks). A data log closed after writing (a format-2
+//! local commit closes it after its commit record), a format-1 manifest
+//! renamed into place or a commit mark written under a file's directory
+//! queues that file; a new directory gets its own watch and is scanned at
+//! once, and every directory watched queues its file (what was created
+//! before the watch existed is not missed). A queue overflow, or any
+//! doubt, falls back to a full scan. The server's own writes (progress
+//! records) and deletions are not events.
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 use paralog_log::layout;
 
 use crate::service::Server;
+use crate::tree_watch::{Overflow, Policy, TreeWatch};
 
 /// Depth below the root: 0 root, 1 job, 2 file, 3 open, 4 rank.
 const FILE_DEPTH: usize = 2;
 const RANK_DEPTH: usize = 4;
 
-pub struct Watcher {
-    ino: Inotify,
-    server: Server,
-    root: PathBuf,
-    dirs: HashMap<WatchDescriptor, (PathBuf, usize)>,
-}
+/// The server's epoch watcher: a tree watch with the epochs' policy.
+pub struct Watcher(TreeWatch<Epochs>);
 
 impl Watcher {
     /// Watch the root and everything below it that the server serves, and
     /// queue every file already there (the start-up scan).
     pub fn new(server: Server) -> std::io::Result<Watcher> {
         let root = server.config().root.clone();
-        let mut w = Watcher {
-            ino: Inotify::init()?,
-            server,
-            root: root.clone(),
-            dirs: HashMap::new(),
-        };
-        w.add_tree(&root, 0)?;
-        Ok(w)
+        TreeWatch::new(root, Epochs { server }).map(Watcher)
     }
 
     /// Handle events until the inotify descriptor fails (never, normally).
-    pub fn run(mut self) -> std::io::Result<()> {
-        let mut buf = vec![0u8; 64 << 10];
-        loop {
-            let events: Vec<(WatchDescriptor, EventMask, Option<std::ffi::OsString>)> = self
-                .ino
-                .read_events_blocking(&mut buf)?
-                .map(|e| (e.wd, e.mask, e.name.map(OsStr::to_owned)))
-                .collect();
-            for (wd, mask, name) in events {
-                if mask.contains(EventMask::Q_OVERFLOW) {
-                    tracing::warn!("inotify queue overflowed: rescanning the node-local root");
-                    let root = self.root.clone();
-                    self.add_tree(&root, 0)?;
-                    continue;
-                }
-                if mask.contains(EventMask::IGNORED) {
-                    self.dirs.remove(&wd);
-                    continue;
-                }
-                let Some((dir, depth)) = self.dirs.get(&wd).cloned() else {
-                    continue;
-                };
-                let Some(name) = name else { continue };
-                if mask.contains(EventMask::ISDIR) {
-                    self.add_tree(&dir.join(&name), depth + 1)?;
-                } else if depth == RANK_DEPTH && relevant(&name) {
-                    if let Some(file_dir) = dir.ancestors().nth(RANK_DEPTH - FILE_DEPTH) {
-                        self.server.notify(file_dir);
-                    }
-                }
-            }
+    pub fn run(self) -> std::io::Result<()> {
+        self.0.run()
+    }
+}
+
+/// The epochs of the served jobs, queued on the server.
+struct Epochs {
+    server: Server,
+}
+
+impl Policy for Epochs {
+    const LEAF_DEPTH: usize = RANK_DEPTH;
+
+    /// The served jobs (with a valid name) and the file directories in
+    /// them; any open and rank below.
+    fn wants(&self, dir: &Path, depth: usize) -> bool {
+        let name = dir.file_name().and_then(OsStr::to_str).unwrap_or("");
+        match depth {
+            1 => self.server.serves_job(name) && layout::validate_component("job", name).is_ok(),
+            FILE_DEPTH => layout::is_file_dir_name(name),
+            _ => true,
         }
     }
 
-    /// Watch `dir` (at `depth`) and the directories below it; queue the
-    /// files found.
-    fn add_tree(&mut self, dir: &Path, depth: usize) -> std::io::Result<()> {
-        if depth == 1 {
-            let job = dir.file_name().and_then(OsStr::to_str).unwrap_or("");
-            if !self.server.serves_job(job) || layout::validate_component("job", job).is_err() {
-                return Ok(());
-            }
-        }
-        if depth == FILE_DEPTH
-            && !dir
-                .file_name()
-                .and_then(OsStr::to_str)
-                .is_some_and(layout::is_file_dir_name)
-        {
-            return Ok(());
-        }
-        let mask = if depth == RANK_DEPTH {
-            WatchMask::MOVED_TO | WatchMask::CLOSE_WRITE | WatchMask::ONLYDIR
-        } else {
-            WatchMask::CREATE | WatchMask::MOVED_TO | WatchMask::ONLYDIR
-        };
-        let wd = match self.ino.watches().add(dir, mask) {
-            Ok(wd) => wd,
-            // Removed meanwhile (a drained job's cleanup): nothing to watch.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
-                tracing::error!(dir = %dir.display(), "out of inotify watches (fs.inotify.max_user_watches): new epochs below this directory are found only by the next full scan");
-                return Ok(());
-            }
-            Err(e) => return Err(e),
-        };
-        self.dirs.insert(wd, (dir.to_path_buf(), depth));
-        if depth < RANK_DEPTH {
-            let entries = match std::fs::read_dir(dir) {
-                Ok(e) => e,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-                Err(e) => return Err(e),
-            };
-            for entry in entries {
-                let entry = entry?;
-                if entry.file_type()?.is_dir() {
-                    self.add_tree(&entry.path(), depth + 1)?;
-                }
-            }
-        }
+    /// Its file may hold epochs committed before the watch: queue it.
+    fn watched(&mut self, dir: &Path, depth: usize) {
         if depth >= FILE_DEPTH {
             if let Some(file_dir) = dir.ancestors().nth(depth - FILE_DEPTH) {
                 self.server.notify(file_dir);
             }
         }
-        Ok(())
+    }
+
+    fn file(&mut self, rank_dir: &Path, name: &OsStr) {
+        if relevant(name) {
+            if let Some(file_dir) = rank_dir.ancestors().nth(RANK_DEPTH - FILE_DEPTH) {
+                self.server.notify(file_dir);
+            }
+        }
+    }
+
+    fn overflow(&mut self) -> Overflow {
+        tracing::warn!("inotify queue overflowed: rescanning the node-local root");
+        Overflow::Rescan
+    }
+
+    fn out_of_watches(&mut self, dir: &Path) {
+        tracing::error!(dir = %dir.display(), "out of inotify watches (fs.inotify.max_user_watches): new epochs below this directory are found only by the next full scan");
     }
 }
 
