@@ -10,7 +10,7 @@ use std::io::Read;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use paralog_backend::objstore::ObjStore;
+use paralog_backend::objstore::{ObjStore, NUMBERS_LOCK};
 
 use crate::error::{AggError, Result};
 use crate::objcontainer::ObjContainer;
@@ -215,6 +215,12 @@ pub fn remove_object(store: &ObjStore, name: &[u8]) -> Result<()> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(AggError::io(&rec, "remove a container's version")(e)),
         }
+    }
+    let lock = meta.join(NUMBERS_LOCK);
+    match std::fs::remove_file(&lock) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(AggError::io(&lock, "remove a container's lock")(e)),
     }
     match std::fs::remove_dir(&meta) {
         Ok(()) => {}

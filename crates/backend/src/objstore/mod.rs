@@ -39,6 +39,11 @@ use crate::{BackendError, ErrorKind};
 /// a younger one may belong to a put that has not published yet.
 pub const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
 
+/// The file in a name's metadata directory that locks its version numbers
+/// (docs/objstore.md, "Publishing a version"): whoever removes an object
+/// whole removes it too.
+pub const NUMBERS_LOCK: &str = ".lock";
+
 #[derive(Debug, thiserror::Error)]
 pub enum ObjError {
     #[error("{path}: {op}: {error}")]

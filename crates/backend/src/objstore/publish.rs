@@ -192,7 +192,7 @@ impl ObjStore {
     /// with retention keep that hazard (docs/objstore.md, "Publishing a
     /// version").
     fn lock_numbers(&self, dir: &Path) -> Result<NumberLock, ObjError> {
-        let path = dir.join(".lock");
+        let path = dir.join(NUMBERS_LOCK);
         // Opened without O_CREAT when it exists (every publish but a
         // name's first): a creation is a journal entry.
         let file = match OpenOptions::new().read(true).write(true).open(&path) {
