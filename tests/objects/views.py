@@ -109,6 +109,11 @@ class Program:
                 self.p.kill()
         return err
 
+    def ended_clean(self, err):
+        """It exited 0 and no co-process of it is left."""
+        check(self.p.returncode == 0, f"the program: exit {self.p.returncode}: {err}")
+        check(not coprocs(self.mark), f"co-processes left after the program: {coprocs(self.mark)}")
+
     def starts(self, mode="serve"):
         """The program's starts in `mode`, their pids."""
         lines = self.log.read_text().split("\n") if self.log.exists() else []
@@ -170,11 +175,10 @@ def case_many(work):
         alive = coprocs(p.mark)
     finally:
         err = p.end()
-    check(p.p.returncode == 0, f"the program: exit {p.p.returncode}: {err}")
+    p.ended_clean(err)
     check(len(p.starts()) == 1 and not p.starts("make"),
           f"40 versions: {len(p.starts())} co-process starts, {len(p.starts('make'))} one-shot (want 1, 0)")
     check(len(alive) == 1 and str(alive[0]) == p.starts()[0], f"co-process {p.starts()} while running: {alive}")
-    check(not coprocs(p.mark), f"co-processes left after the program: {coprocs(p.mark)}")
     obj("verify", at(url, "t"), "--all")
     h5py_read(work, root, "t", range(1, 41))
     hdf5_read(work, h5_checks(work, root, "t", [1, 40]))
@@ -193,10 +197,9 @@ def case_killed(work):
         second = coprocs(p.mark)
     finally:
         err = p.end()
-    check(p.p.returncode == 0, f"the program: exit {p.p.returncode}: {err}")
+    p.ended_clean(err)
     check(len(p.starts()) == 2, f"co-process starts: {p.starts()} (want 2: the first killed)")
     check(len(second) == 1 and second != first, f"after the kill: {second} (killed {first})")
-    check(not coprocs(p.mark), f"co-processes left after the program: {coprocs(p.mark)}")
     obj("verify", at(url, "t"), "--all")
     h5py_read(work, root, "t", [1, 2, 3])
     return "versions 2 and 3 made by a second co-process; every view verified"
@@ -218,7 +221,7 @@ def case_failed(work):
         made = info(at(url, "t"))["views"]
     finally:
         err = p.end()
-    check(p.p.returncode == 0, f"the program: exit {p.p.returncode}: {err}")
+    p.ended_clean(err)
     check(said.startswith("missing") and "version 2" in said and str(views) in said
           and "create view directory" in said, f"version 2's views: {said!r}")
     check("version 2" in err, f"the program did not say version 2's views are missing: {err!r}")
@@ -273,8 +276,7 @@ def case_exit_thread(work):
     p.p.stdin.write("exit-thread t\n")
     p.p.stdin.flush()
     err = p.end()
-    check(p.p.returncode == 0, f"the program: exit {p.p.returncode}: {err}")
-    check(not coprocs(p.mark), f"co-processes left after exit() from a thread: {coprocs(p.mark)}")
+    p.ended_clean(err)
     check(info(at(url, "t"))["views"] == "made", info(at(url, "t"))["views"])
     check(len(p.starts()) == 1, f"starts: {p.starts()}")
     h5py_read(work, root, "t", [1])
@@ -289,10 +291,9 @@ def case_fork(work):
         p.do("fork t")
     finally:
         err = p.end()
-    check(p.p.returncode == 0, f"the program: exit {p.p.returncode}: {err}")
+    p.ended_clean(err)
     check(len(p.starts()) == 1 and len(p.starts("make")) == 1,
           f"starts: serve {p.starts()}, make {p.starts('make')} (want 1 and the child's 1)")
-    check(not coprocs(p.mark), f"co-processes left: {coprocs(p.mark)}")
     obj("verify", at(url, "t"), "--all")
     h5py_read(work, root, "t", [1, 2, 3])
     return "the child's view by the one-shot program, the parent's by its co-process"
@@ -310,7 +311,7 @@ def case_older(work):
         p.do("put t 3")
     finally:
         err = p.end()
-    check(p.p.returncode == 0, f"the program: exit {p.p.returncode}: {err}")
+    p.ended_clean(err)
     check(len(p.starts()) == 1 and len(p.starts("make")) == 3,
           f"starts: serve {p.starts()}, make {p.starts('make')} (want 1 and 3)")
     obj("verify", at(url, "t"), "--all")
