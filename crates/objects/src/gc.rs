@@ -86,8 +86,7 @@ impl Store {
                     finished += 1;
                 }
             }
-            let publishing =
-                self.array_record_path(&id).exists() || dir.join("publishing").exists();
+            let publishing = self.commit_may_have_published(&id);
             let published = if publishing && !half_removed {
                 self.published(&name, &id)?
             } else {

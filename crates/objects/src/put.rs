@@ -206,9 +206,7 @@ impl Store {
         // versions' records searched for the id (one read per version
         // kept: a plain directory keeps them all).
         let staging = self.staging_dir(id);
-        let maybe = !staging.join("begin").is_file()
-            || self.array_record_path(id).exists()
-            || staging.join("publishing").exists();
+        let maybe = !staging.join("begin").is_file() || self.commit_may_have_published(id);
         if let Some(number) = maybe
             .then(|| self.published(name, id))
             .transpose()?

@@ -49,9 +49,13 @@ impl Remote {
         }
     }
 
+    /// The version the put `id` published on the remote, if it did. On a
+    /// directory layout the records are searched only if a commit got as
+    /// far as its array record; S3 keeps no such mark after a commit's
+    /// cleanup, so there every kept version is read.
     pub(crate) fn published(&self, name: &str, id: &VersionId) -> Result<Option<u64>> {
         match self {
-            Remote::Layout(s) => s.published(name, id),
+            Remote::Layout(s) => s.published_by_commit(name, id),
             Remote::S3(s) => s.published(name, id),
         }
     }

@@ -312,6 +312,27 @@ impl Store {
             .map(|v| v.number))
     }
 
+    /// Whether a commit of the put `id` got as far as its publish: it wrote
+    /// the array record named by the put's id (or, an older binary's, its
+    /// `publishing` mark). The array record is part of the version, so it
+    /// stays while the version does: without either, no version of this
+    /// put exists, and the records need no search.
+    pub(crate) fn commit_may_have_published(&self, id: &VersionId) -> bool {
+        self.array_record_path(id).exists() || self.staging_dir(id).join("publishing").exists()
+    }
+
+    /// [`Store::published`], searched only when a commit of the put may
+    /// have published: one or two `stat`s instead of a read of every kept
+    /// record (what the logged puts' publisher asks before every publish;
+    /// over sshfs each read is a round trip, and a name keeping hundreds
+    /// of versions made every publish read them all).
+    pub(crate) fn published_by_commit(&self, name: &str, id: &VersionId) -> Result<Option<u64>> {
+        if !self.commit_may_have_published(id) {
+            return Ok(None);
+        }
+        self.published(name, id)
+    }
+
     pub(crate) fn staging_dir(&self, id: &VersionId) -> PathBuf {
         self.root.join("staging").join(id_hex(id))
     }
