@@ -9,9 +9,23 @@
 
 #define MSG 2048
 
+/* Give every rank the error of rank `from` (its code is already known to
+ * all): its message, prefixed with its rank. */
+static int spread_error(MPI_Comm comm, int from, int rc)
+{
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    char msg[MSG] = "";
+    if (rank == from)
+        snprintf(msg, sizeof msg, "rank %d: %s", rank, paralog_obj_errmsg());
+    MPI_Bcast(msg, MSG, MPI_CHAR, from, comm);
+    paralog_obj_set_error(msg);
+    return rc;
+}
+
 /* Agree on the outcome of a step on every rank: the code and message of
- * the lowest rank that failed (prefixed with its rank), or OK. The
- * allreduce is also the barrier between steps. */
+ * the lowest rank that failed, or OK. The allreduce is also the barrier
+ * between steps. */
 static int agree(MPI_Comm comm, int rc)
 {
     int rank, first, mine;
@@ -20,13 +34,8 @@ static int agree(MPI_Comm comm, int rc)
     MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
     if (first == INT_MAX)
         return PARALOG_OBJ_OK;
-    char msg[MSG] = "";
-    if (rank == first)
-        snprintf(msg, sizeof msg, "rank %d: %s", rank, paralog_obj_errmsg());
-    MPI_Bcast(msg, MSG, MPI_CHAR, first, comm);
     MPI_Bcast(&rc, 1, MPI_INT, first, comm);
-    paralog_obj_set_error(msg);
-    return rc;
+    return spread_error(comm, first, rc);
 }
 
 /* Rank 0 gives up the put after a failure, keeping the failure's message;
@@ -46,92 +55,62 @@ static void abort_put(int rank, paralog_obj_store *store, const char *name, cons
     paralog_obj_set_error(keep);
 }
 
+/* The collectives are few on purpose: each one costs a scheduler time
+ * slice when ranks outnumber cores (MPICH polls), and a latency at scale.
+ * A put that succeeds makes 5 (6 with attributes): begin a broadcast and
+ * an allreduce, commit an allgather, a gatherv and a broadcast. */
+
+/* What rank 0 tells the others after its begin: its code, the put's id
+ * and the length of its attributes. */
+struct begun {
+    int rc;
+    int alen;
+    char id[PARALOG_OBJ_ID_LEN];
+};
+
 int paralog_obj_begin_mpi(MPI_Comm comm, paralog_obj_store *store, const char *name, int dtype,
                           int ndim, const uint64_t *shape, const uint64_t *chunks,
                           const char *attrs_json, paralog_obj_writer **writer)
 {
     int rank;
-    char id[PARALOG_OBJ_ID_LEN] = "";
+    struct begun b;
+    memset(&b, 0, sizeof b);
     MPI_Comm_rank(comm, &rank);
     *writer = NULL;
-    int rc = rank == 0 ? paralog_obj_begin(store, name, dtype, ndim, shape, chunks, attrs_json, id)
-                       : PARALOG_OBJ_OK;
-    if ((rc = agree(comm, rc)))
-        return rc;
-    MPI_Bcast(id, PARALOG_OBJ_ID_LEN, MPI_CHAR, 0, comm);
+    if (rank == 0) {
+        b.rc = paralog_obj_begin(store, name, dtype, ndim, shape, chunks, attrs_json, b.id);
+        b.alen = !b.rc && attrs_json ? (int)strlen(attrs_json) + 1 : 0;
+    }
+    MPI_Bcast(&b, (int)sizeof b, MPI_BYTE, 0, comm);
+    if (b.rc)
+        return spread_error(comm, 0, b.rc);
     /* Rank 0's attributes: a share of a logged put on another node holds
      * the put's array record, attributes included. */
-    int alen = rank == 0 && attrs_json ? (int)strlen(attrs_json) + 1 : 0;
-    MPI_Bcast(&alen, 1, MPI_INT, 0, comm);
-    char *attrs = alen ? malloc(alen) : NULL;
-    if (alen && !attrs)
+    char *attrs = b.alen ? malloc(b.alen) : NULL;
+    if (b.alen && !attrs)
         MPI_Abort(comm, 1);
-    if (rank == 0 && alen)
-        memcpy(attrs, attrs_json, alen);
-    if (alen)
-        MPI_Bcast(attrs, alen, MPI_CHAR, 0, comm);
-    rc = agree(comm, paralog_obj_join_any(store, name, id, dtype, ndim, shape, chunks, attrs,
-                                          writer));
+    if (rank == 0 && b.alen)
+        memcpy(attrs, attrs_json, b.alen);
+    if (b.alen)
+        MPI_Bcast(attrs, b.alen, MPI_CHAR, 0, comm);
+    int rc = agree(comm, paralog_obj_join_any(store, name, b.id, dtype, ndim, shape, chunks,
+                                              attrs, writer));
     free(attrs);
     if (rc) {
         paralog_obj_discard(*writer);
         *writer = NULL;
-        abort_put(rank, store, name, id, 0);
+        abort_put(rank, store, name, b.id, 0);
     }
-    return rc;
-}
-
-/* Rank 0 gathers every rank's share record (empty but for a logged
- * put's writers on other nodes) into *all (*total bytes). */
-static int gather_shares(MPI_Comm comm, const uint8_t *share, size_t len, uint8_t **all,
-                         size_t *total)
-{
-    int rank, size;
-    MPI_Comm_rank(comm, &rank);
-    MPI_Comm_size(comm, &size);
-    int mine = (int)len, *lens = NULL, *displs = NULL, rc = PARALOG_OBJ_OK;
-    *all = NULL;
-    *total = 0;
-    if (rank == 0) {
-        lens = malloc(size * sizeof *lens);
-        displs = malloc(size * sizeof *displs);
-        if (!lens || !displs)
-            MPI_Abort(comm, 1);
-    }
-    MPI_Gather(&mine, 1, MPI_INT, lens, 1, MPI_INT, 0, comm);
-    if (rank == 0) {
-        size_t sum = 0;
-        for (int r = 0; r < size; r++) {
-            displs[r] = (int)sum;
-            sum += (size_t)lens[r];
-        }
-        if (sum > INT_MAX) {
-            paralog_obj_set_error("the ranks' share records exceed 2 GiB");
-            rc = PARALOG_OBJ_EINVAL;
-            memset(lens, 0, size * sizeof *lens);
-            memset(displs, 0, size * sizeof *displs);
-            sum = 0;
-        }
-        *all = malloc(sum ? sum : 1);
-        if (!*all)
-            MPI_Abort(comm, 1);
-        *total = sum;
-    }
-    /* Over the limit: every rank still takes part, rank 0 receiving nothing. */
-    int over = rc != PARALOG_OBJ_OK;
-    MPI_Bcast(&over, 1, MPI_INT, 0, comm);
-    MPI_Gatherv(share, over ? 0 : mine, MPI_BYTE, *all, lens, displs, MPI_BYTE, 0, comm);
-    free(lens);
-    free(displs);
     return rc;
 }
 
 int paralog_obj_commit_mpi(MPI_Comm comm, paralog_obj_store *store, const char *name,
                            paralog_obj_writer *writer, uint64_t *version)
 {
-    int rank;
+    int rank, size;
     char id[PARALOG_OBJ_ID_LEN] = "";
     MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
     uint8_t *share = NULL;
     size_t len = 0;
     int rc = paralog_obj_writer_id(writer, id);
@@ -140,28 +119,63 @@ int paralog_obj_commit_mpi(MPI_Comm comm, paralog_obj_store *store, const char *
         paralog_obj_set_error("this rank's share record exceeds 2 GiB");
         rc = PARALOG_OBJ_EINVAL;
     }
-    /* Every rank has finished (or failed) here: the allreduce is the barrier. */
-    if ((rc = agree(comm, rc))) {
+    /* Every rank's outcome and share length, on every rank: the barrier
+     * after the writers, and what each rank needs to decide alike whether
+     * the shares can be gathered. */
+    int mine[2] = {rc, rc ? 0 : (int)len};
+    int *all = malloc(2 * (size_t)size * sizeof *all);
+    int *lens = malloc((size_t)size * sizeof *lens), *displs = malloc((size_t)size * sizeof *displs);
+    if (!all || !lens || !displs)
+        MPI_Abort(comm, 1);
+    MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, comm);
+    int first = -1;
+    size_t sum = 0;
+    for (int r = 0; r < size; r++) {
+        if (all[2 * r] && first < 0)
+            first = r;
+        lens[r] = all[2 * r + 1];
+        displs[r] = (int)(sum > INT_MAX ? 0 : sum);
+        sum += (size_t)lens[r];
+    }
+    if (first >= 0)
+        rc = spread_error(comm, first, all[2 * first]);
+    else if (sum > INT_MAX) {
+        rc = PARALOG_OBJ_EINVAL;
+        paralog_obj_set_error("rank 0: the ranks' share records exceed 2 GiB");
+    }
+    free(all);
+    if (rc) {
+        free(lens);
+        free(displs);
         paralog_obj_share_free(share, len);
         abort_put(rank, store, name, id, 1);
         return rc;
     }
-    uint8_t *all;
-    size_t total;
-    rc = gather_shares(comm, share, len, &all, &total);
+    uint8_t *shares = rank == 0 ? malloc(sum ? sum : 1) : NULL;
+    if (rank == 0 && !shares)
+        MPI_Abort(comm, 1);
+    MPI_Gatherv(share, (int)len, MPI_BYTE, shares, lens, displs, MPI_BYTE, 0, comm);
+    free(lens);
+    free(displs);
     paralog_obj_share_free(share, len);
-    uint64_t v = 0;
-    if (rank == 0 && !rc)
-        rc = paralog_obj_commit_shares(store, name, id, all, total, &v);
-    free(all);
+    /* Rank 0's commit: its code and version to all. */
+    uint64_t out[2] = {0, 0};
+    if (rank == 0) {
+        uint64_t v = 0;
+        out[0] = (uint64_t)(int64_t)paralog_obj_commit_shares(store, name, id, shares, sum, &v);
+        out[1] = v;
+    }
+    free(shares);
+    MPI_Bcast(out, 2, MPI_UINT64_T, 0, comm);
+    rc = (int)(int64_t)out[0];
     /* A refused commit published nothing (abort refuses a published put). */
-    if ((rc = agree(comm, rc))) {
+    if (rc) {
+        spread_error(comm, 0, rc);
         abort_put(rank, store, name, id, 1);
         return rc;
     }
-    MPI_Bcast(&v, 1, MPI_UINT64_T, 0, comm);
     if (version)
-        *version = v;
+        *version = out[1];
     return PARALOG_OBJ_OK;
 }
 

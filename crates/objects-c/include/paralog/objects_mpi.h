@@ -9,7 +9,8 @@
  *
  * Both calls are collective, and return the same code on every rank: an
  * error on one rank (its message, prefixed with its rank, given to all)
- * fails the call everywhere, and the put is aborted (nothing published). */
+ * fails the call everywhere, and the put is aborted (nothing published).
+ * A put that succeeds makes 5 collectives (6 with attributes). */
 #ifndef PARALOG_OBJECTS_MPI_H
 #define PARALOG_OBJECTS_MPI_H
 
