@@ -83,7 +83,10 @@ def case_refusals(flavour, kind):
         cases = (("mismatch", 2, "rank 1: bad: put ", "is not the put's (int32 [32, 4096]"),
                  ("dtype", 2, "rank 1: bad: put ", "float32 [32, 4096]"),
                  ("outside", 4, "rank 3: write error 1: bad: chunk [4, 0] is outside the chunk grid [4, 1]",
-                  "1 of 4 chunks were not written (first: [[3, 0]]); nothing was published"))
+                  "1 of 4 chunks were not written (first: [[3, 0]]); nothing was published"),
+                 # A rank failing at the commit's start: every rank learns it
+                 # from the allgather, and rank 0 aborts the put.
+                 ("nowriter", 4, "error 1: rank 1: the writer or id is NULL", ""))
         for mode, ranks, said, also in cases:
             r = mpi_put(flavour, ranks, url, "bad", 16, 0, mode, check_rc=False)
             check(r.returncode != 0, f"{mode}: the program succeeded: {r.stdout}")

@@ -3,7 +3,7 @@
  * chunk of ROWS x 4096, rank r at grid row r; values (global row * 4096 +
  * column + SALT). Rank 0 then reads the array back with paralog_obj_get.
  *
- *   mpi_put STORE_URL NAME ROWS SALT [ok|mismatch|dtype|outside|overlap [LOCAL]]
+ *   mpi_put STORE_URL NAME ROWS SALT [ok|mismatch|dtype|outside|overlap|nowriter [LOCAL]]
  *   mismatch: rank 1 joins with another shape; dtype: with float32;
  *   outside: the last rank writes a chunk past the grid; overlap: the last
  *   rank writes rank 0's chunk (refused at its write on one node, at the
@@ -12,7 +12,9 @@
  *   point) after its chunk file is durable, before its claim, while the
  *   others go on to the commit (tests/objects/crash.py); killclaim: the
  *   same at objects.claim_staged, after the claim's temporary name and
- *   before any byte of the chunk file. LOCAL: a logged
+ *   before any byte of the chunk file; nowriter: rank 1 gives its
+ *   writer up and passes none to the commit (refused on that rank, so the
+ *   commit fails on every rank with rank 1's message). LOCAL: a logged
  *   store (paralog_obj_open_logged): rank 0 prints "logged" instead.
  * Prints "version N" and "read back equal" (rank 0), or on an error
  * "rank R: error CODE: MESSAGE" and exits 3. */
@@ -75,6 +77,10 @@ int main(int argc, char **argv)
     if (rc) /* reported, then the collective commit (which will refuse) */
         printf("rank %d: write error %d: %s\n", rank, rc, paralog_obj_errmsg());
     uint64_t version;
+    if (rank == 1 && !strcmp(mode, "nowriter")) {
+        paralog_obj_discard(w);
+        w = NULL;
+    }
     rc = paralog_obj_commit_mpi(MPI_COMM_WORLD, store, argv[2], w, &version);
     if (rc)
         fail(rank, rc);
