@@ -33,8 +33,9 @@ program's wall time, the end-to-end time (paralog run until drained;
 obj-logged until every version is published), files on the target per
 phase. Every run's last output is read back and compared with the
 skeleton's formula. On the local disk, the last outputs are also read
-whole (best of 3) through zarr-python (a store it wrote, the Zarr view of
-an object version) and h5py (the contiguous HDF5 file, the HDF5 view).
+whole (best of 10, each baseline and its view alternated in one process)
+through zarr-python (a store it wrote, the Zarr view of an object
+version) and h5py (the contiguous HDF5 file, the HDF5 view).
 
 Usage: bench/objects/run.py [--quick] [--rows 16,32,64] [--ranks 1,2,4]
          [--cycles 40] [--every 5] [--compute-ratio 3] [--rate-mbit 200]
@@ -60,6 +61,7 @@ from testbed import BASE_PREFIX, CpuGroup, Testbed, run, stop_group, teardown  #
 
 import numpy as np  # noqa: E402
 
+READS = 10
 METHODS = ["hdf5-direct", "hdf5-sync", "hdf5-paralog", "zarr", "obj-direct", "obj-nosync", "obj-logged"]
 VENV_PY = ROOT / "target/objects-venv/bin/python"
 COLS = 4096
@@ -187,9 +189,9 @@ class Bench:
         want = expected(rows, ranks, outputs - 1)
         last = f"out_{outputs - 1:05d}"
         if method.startswith("hdf5"):
-            got = json.loads(run(["/usr/bin/python3", HERE / "readback.py", "hdf5", out / f"{last}.h5", 1]).stdout)
+            got = json.loads(run(["/usr/bin/python3", HERE / "readback.py", "hdf5", 1, out / f"{last}.h5"]).stdout)
         elif method == "zarr":
-            got = json.loads(run([VENV_PY, HERE / "readback.py", "zarr", out / f"{last}.zarr", 1]).stdout)
+            got = json.loads(run([VENV_PY, HERE / "readback.py", "zarr", 1, out / f"{last}.zarr"]).stdout)
         else:
             base, _, query = url.partition("?")
             f = self.work / "got.bin"
@@ -202,7 +204,7 @@ class Bench:
 
     def reads(self, recs):
         """On the local disk: the last output of each configuration read
-        whole, best of 3, by zarr-python and h5py."""
+        whole, best of READS, by zarr-python and h5py."""
         by = {r["method"]: r for r in recs}
         outputs = by["hdf5-direct"]["outputs"]
         last = f"out_{outputs - 1:05d}"
@@ -211,14 +213,18 @@ class Bench:
                                "--json"]).stdout)
         want = hashlib.sha256(expected(by["zarr"]["rows"], by["zarr"]["ranks"], outputs - 1)).hexdigest()
         res = {}
-        for key, py, kind, path in (("zarr", VENV_PY, "zarr", Path(by["zarr"]["out"]) / f"{last}.zarr"),
-                                    ("zarr-view", VENV_PY, "zarr", info["zarr"]),
-                                    ("hdf5", "/usr/bin/python3", "hdf5", Path(by["hdf5-direct"]["out"]) / f"{last}.h5"),
-                                    ("hdf5-view", "/usr/bin/python3", "hdf5", info["hdf5"])):
-            got = json.loads(run([py, HERE / "readback.py", kind, path, 3]).stdout)
-            if got["sha256"] != want:
-                raise RuntimeError(f"read {key} {path}: not the skeleton's values")
-            res[key] = got["best_s"]
+        # Each baseline and its view read alternately in one process.
+        for py, kind, pairs in ((VENV_PY, "zarr", (("zarr", Path(by["zarr"]["out"]) / f"{last}.zarr"),
+                                                   ("zarr-view", info["zarr"]))),
+                                ("/usr/bin/python3", "hdf5",
+                                 (("hdf5", Path(by["hdf5-direct"]["out"]) / f"{last}.h5"),
+                                  ("hdf5-view", info["hdf5"])))):
+            out = run([py, HERE / "readback.py", kind, READS, *[p for _, p in pairs]]).stdout
+            for (key, path), line in zip(pairs, out.strip().splitlines()):
+                got = json.loads(line)
+                if got["sha256"] != want:
+                    raise RuntimeError(f"read {key} {path}: not the skeleton's values")
+                res[key] = got["best_s"]
         return res
 
 
@@ -250,7 +256,7 @@ def table(results):
             lines.append(f"{cfg[0]:4d} {cfg[1]:5d} {mb:8.2f} | " + " | ".join(f"{c:>20s}" for c in cells)
                          + f" | {ideal:>14s}")
     if results.get("reads"):
-        lines.append("\nreads on the local disk, whole array, best of 3, s (ratio: the baseline's time / the view's)")
+        lines.append(f"\nreads on the local disk, whole array, best of {READS} alternated, s (ratio: the baseline's time / the view's)")
         for cfg, r in results["reads"]:
             lines.append(f"rows {cfg[0]:3d} ranks {cfg[1]}: zarr {r['zarr']:.4f}, Zarr view {r['zarr-view']:.4f} "
                          f"({r['zarr'] / r['zarr-view']:.2f}); hdf5 {r['hdf5']:.4f}, HDF5 view "
