@@ -35,6 +35,11 @@ slices of what was put.
               stays staged until `obj gc --older-than 0` removes it, the
               published version intact), and the program run again
               publishes version 1, its own bytes
+  publish search  a logged put's publish (`obj publish`) through
+              tests/remote/faultproxy.py, counting requests: it reads none
+              of the 6 kept version records (before: all, at every
+              publish); a publish killed after its remote commit and
+              retried: one version
   retention   `?keep=2`: 5 puts of one name (4 chunks each) leave versions
               4 and 5, each its own bytes; version 3 is gone (`obj get`
               refuses it); the bucket holds exactly the two versions' chunk
@@ -69,6 +74,7 @@ Usage: python3 -m tests.objects.s3 [--only SUBSTRING] [--keep]
 Ends with "objects-s3: N passed, N failed"."""
 import json
 import random
+import re
 import subprocess
 import sys
 import time
@@ -269,6 +275,53 @@ def case_lost_answers(work, s3):
         s3.obj("get", s3.at("lost"), got, "--version", str(n))
         check(got.read_bytes() == want, f"version {n} is not put {n}")
     return f"{stats['kinds']['reset_after']} answers lost of {stats['requests']} requests: {stats['fault_ops']}"
+
+
+@with_s3
+def case_publish_search(work, s3):
+    """A logged put (`obj put --local`) published (`obj publish`) through
+    tests/remote/faultproxy.py injecting nothing, logging every request:
+    the publish reads none of the 6 version records the name keeps (its
+    search for a version of the put's id is made only when the put's
+    array record object exists; before, one GET per kept version at every
+    publish). Then a put whose remote commit was killed after its publish
+    is published again: one version, found by that search."""
+    from tests.remote.s3 import FaultProxy
+    rng = random.Random(13)
+    put = ["--dtype", "int32", "--shape", "8,10", "--chunks", "4,5"]
+    for k in range(6):
+        f = work / f"kept-{k}.bin"
+        f.write_bytes(rng.randbytes(8 * 10 * 4))
+        s3.obj("put", s3.at("t"), f, *put)
+    data, local = work / "logged.bin", work / "local"
+    data.write_bytes(rng.randbytes(8 * 10 * 4))
+    local.mkdir()
+    s3.obj("put", s3.at("t"), data, *put, "--local", local)
+    proxy = FaultProxy(work, s3.minio.port, rate=0, min_rate=0)
+    try:
+        env = s3.minio.env(endpoint=f"http://127.0.0.1:{proxy.port}")
+        run([BIN, "obj", "publish", local], env=env, timeout=300)
+    finally:
+        stats = proxy.stop()
+    check(stats["faults"] == 0, f"the proxy injected faults: {stats}")
+    requests = [ln for ln in proxy.log.read_text().splitlines() if " forwarded " in ln]
+    reread = [ln for ln in requests if re.search(r" GET \S*/meta/t/v\d{10}\b", ln)]
+    check(not reread, "the publish read version records:\n" + "\n".join(reread))
+    check([v["number"] for v in s3.info("t")["versions"]] == list(range(1, 8)), f"versions {s3.info('t')['versions']}")
+    got = work / "got.bin"
+    s3.obj("get", s3.at("t"), got, "--version", "7")
+    check(got.read_bytes() == data.read_bytes(), "version 7 is not the logged put")
+    # Killed after its remote publish: the retry finds the version.
+    data.write_bytes(rng.randbytes(8 * 10 * 4))
+    s3.obj("put", s3.at("t"), data, *put, "--local", local)
+    r = run([BIN, "obj", "publish", local], env={**s3.env, "PARALOG_FAILPOINT": "objects.after_commit"},
+            check=False, timeout=300)
+    check(r.returncode == -9, f"after_commit: {r.returncode} {r.stderr}")
+    s3.obj("publish", local)
+    check([v["number"] for v in s3.info("t")["versions"]] == list(range(1, 9)), f"versions {s3.info('t')['versions']}")
+    s3.obj("get", s3.at("t"), got, "--version", "8")
+    check(got.read_bytes() == data.read_bytes(), "version 8 is not the logged put")
+    return f"{len(requests)} requests for the publish, none of them a version record"
 
 
 @with_s3
@@ -474,6 +527,7 @@ def main():
     cases = [("dtypes", case_dtypes), ("chunked", case_chunked), ("concurrent", case_concurrent),
              ("damage", case_damage), ("old version", case_old_version), ("python", case_python), ("killed commit", case_killed_commit),
              ("lost answers", case_lost_answers), ("mpi", case_mpi), ("retention", case_retention),
+             ("publish search", case_publish_search),
              *VIEW_CASES]
     return suite.run(cases, only=a.only)
 

@@ -187,7 +187,7 @@ def case_gc(work, s3):
     r = run([BIN, "obj", "write", s3.at("dead"), dead, f, "--chunk", "0,0", "--chunk", "1,0"],
             env={**s3.env, "PARALOG_FAILPOINT": "objects.mid_chunk"}, check=False, timeout=300)
     check(r.returncode == -9, f"mid_chunk: {r.returncode} {r.stderr}")
-    # Commits killed before (publishing mark, array record) and after the publish.
+    # Commits killed before (their array record written) and after the publish.
     for name, point in (("before", "objects.before_commit"), ("after", "objects.after_commit")):
         f, pid = begun(name, 8)
         s3.obj("write", s3.at(name), pid, f, "--chunk", "0,0", "--chunk", "1,0")

@@ -4,9 +4,10 @@
 //!
 //! - A chunked put (`staging/<id>/...`) whose newest staging object is
 //!   older than the grace is abandoned: its staging objects are removed.
-//! - A chunk object (`data/<uuid>`: a chunk, or a commit's array record
-//!   named by `staging/<id>/head.<uuid>`) older than the grace that no
-//!   version record and no put still within the grace names is removed:
+//! - A chunk object (`data/<uuid>`: a chunk, or a commit's array record,
+//!   `data/<id>` named by the put's id, or an older binary's named by
+//!   `staging/<id>/head.<uuid>`) older than the grace that no version
+//!   record and no put still within the grace names is removed:
 //!   the chunks of abandoned puts, the chunk a writer killed before its
 //!   claim wrote, what a retention killed between a record and its
 //!   chunks left.
@@ -113,6 +114,8 @@ impl S3Store {
                 dead.push(g);
                 continue;
             }
+            // Its array record, if a commit of it wrote one.
+            named.extend(parse_id(id));
             for k in &g.keys {
                 let f = &k[format!("staging/{id}/").len()..];
                 if let Some(head) = f.strip_prefix("head.").and_then(parse_id) {
