@@ -27,6 +27,10 @@ slices of what was put.
               version, chunk and the chunk's S3 object
   killed commit  `obj commit` killed before and after its publish, then
               committed again twice: one version, equal to the put
+  older commit  what an older binary's commit killed before its publish
+              left (`data/<uuid>` named by `head.<uuid>`, `publishing`):
+              `obj abort` removes all of it; committed again, version 1
+              once, staging removed
   mpi         tests/objects/mpi_put.c (the C API's chunked put over a
               communicator) on s3://, MPICH and Open MPI, 4 ranks of
               16x4096 int32: rank 0 reads it back equal, `obj get` equals
@@ -243,6 +247,47 @@ def case_killed_commit(work, s3):
         s3.obj("verify", s3.at(name))
         left = s3.minio.keys(BUCKET, f"store/staging/{pid}")
         check(left == [], f"{point}: staging objects left: {left}")
+
+
+@with_s3
+def case_older_commit(work, s3):
+    """What an older binary's commit killed before its publish left: the
+    array record at a random key `data/<uuid>`, named by the staging
+    objects `head.<uuid>` and `publishing` (made here from this binary's
+    `data/<id>`). `obj abort` removes it with the put; committed again
+    instead, the put is published once and its staging removed."""
+    rng = random.Random(17)
+    for k, then in enumerate(("abort", "commit")):
+        name = f"older/{k}"
+        a = rand_array(rng, "int32", (8, 16))
+        f = work / f"older-{k}.bin"
+        f.write_bytes(a.tobytes())
+        before = {key for key, _ in s3.minio.keys(BUCKET, "store/data")}
+        pid = s3.obj("begin", s3.at(name), "--dtype", "int32", "--shape", "8,16", "--chunks", "4,16").stdout.strip()
+        s3.obj("write", s3.at(name), pid, f, "--chunk", "0,0", "--chunk", "1,0")
+        r = run([BIN, "obj", "commit", s3.at(name), pid], env={**s3.env, "PARALOG_FAILPOINT": "objects.before_commit"},
+                check=False, timeout=300)
+        check(r.returncode == -9, f"before_commit: {r.returncode} {r.stderr}")
+        old = "%032x" % rng.getrandbits(128)
+        s3.minio.aws("s3", "mv", f"s3://{BUCKET}/store/data/{pid}", f"s3://{BUCKET}/store/data/{old}")
+        for mark in (f"head.{old}", "publishing"):
+            s3.minio.api("put-object", "--bucket", BUCKET, "--key", f"store/staging/{pid}/{mark}")
+        s3.obj(then, s3.at(name), pid)
+        left = {key for key, _ in s3.minio.keys(BUCKET, "store/data")} - before
+        check(s3.minio.keys(BUCKET, f"store/staging/{pid}") == [], f"{then}: staging objects left")
+        if then == "abort":
+            check(left == set(), f"abort left chunk objects: {sorted(left)}")
+            check(s3.obj("info", s3.at(name), check=False).returncode != 0, "the aborted put is published")
+            continue
+        check([v["number"] for v in s3.info(name)["versions"]] == [1], f"versions {s3.info(name)['versions']}")
+        check("version 1" in s3.obj("commit", s3.at(name), pid).stdout, "a second commit")
+        got = work / "got.bin"
+        s3.obj("get", s3.at(name), got)
+        check(got.read_bytes() == a.tobytes(), "not the array put")
+        # The older record's object is left for `obj gc` (no put names it).
+        check(f"store/data/{old}" in left and f"store/data/{pid}" in left and len(left) == 4,
+              f"chunk objects: {sorted(left)}")
+    return "aborted: nothing left; committed: version 1 once"
 
 
 @with_s3
@@ -526,6 +571,7 @@ def main():
     suite = Suite("objects-s3", keep=a.keep)
     cases = [("dtypes", case_dtypes), ("chunked", case_chunked), ("concurrent", case_concurrent),
              ("damage", case_damage), ("old version", case_old_version), ("python", case_python), ("killed commit", case_killed_commit),
+             ("older commit", case_older_commit),
              ("lost answers", case_lost_answers), ("mpi", case_mpi), ("retention", case_retention),
              ("publish search", case_publish_search),
              *VIEW_CASES]
