@@ -69,10 +69,13 @@ slices of what was put.
   gc          a writer killed between its chunk object and its claim
               (objects.mid_chunk), commits killed before and after their
               publish, a view of a version gone, a view without its
-              zarr.json, a put in progress: `obj gc` within the grace
-              removes nothing; past it, it leaves exactly the published
-              versions' keys and the live put's (the bucket listed), every
-              version verified; after the live put commits, nothing else
+              zarr.json, a put in progress, a put whose commit was killed
+              before its publish past the grace of its writes (its array
+              record within it): `obj gc` within the grace removes
+              nothing; past it, it leaves exactly the published versions'
+              keys and the two puts' (the bucket listed; the killed one
+              then commits), every version verified; after the live put
+              commits, nothing else
 
 Usage: python3 -m tests.objects.s3 [--only SUBSTRING] [--keep]
 Ends with "objects-s3: N passed, N failed"."""
