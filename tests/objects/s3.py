@@ -27,6 +27,10 @@ slices of what was put.
               version, chunk and the chunk's S3 object
   killed commit  `obj commit` killed before and after its publish, then
               committed again twice: one version, equal to the put
+  older commit  what an older binary's commit killed before its publish
+              left (`data/<uuid>` named by `head.<uuid>`, `publishing`):
+              `obj abort` removes all of it; committed again, version 1
+              once, staging removed
   mpi         tests/objects/mpi_put.c (the C API's chunked put over a
               communicator) on s3://, MPICH and Open MPI, 4 ranks of
               16x4096 int32: rank 0 reads it back equal, `obj get` equals
@@ -35,6 +39,11 @@ slices of what was put.
               stays staged until `obj gc --older-than 0` removes it, the
               published version intact), and the program run again
               publishes version 1, its own bytes
+  publish search  a logged put's publish (`obj publish`) through
+              tests/remote/faultproxy.py, counting requests: it reads none
+              of the 6 kept version records (before: all, at every
+              publish); a publish killed after its remote commit and
+              retried: one version
   retention   `?keep=2`: 5 puts of one name (4 chunks each) leave versions
               4 and 5, each its own bytes; version 3 is gone (`obj get`
               refuses it); the bucket holds exactly the two versions' chunk
@@ -60,15 +69,19 @@ slices of what was put.
   gc          a writer killed between its chunk object and its claim
               (objects.mid_chunk), commits killed before and after their
               publish, a view of a version gone, a view without its
-              zarr.json, a put in progress: `obj gc` within the grace
-              removes nothing; past it, it leaves exactly the published
-              versions' keys and the live put's (the bucket listed), every
-              version verified; after the live put commits, nothing else
+              zarr.json, a put in progress, a put whose commit was killed
+              before its publish past the grace of its writes (its array
+              record within it): `obj gc` within the grace removes
+              nothing; past it, it leaves exactly the published versions'
+              keys and the two puts' (the bucket listed; the killed one
+              then commits), every version verified; after the live put
+              commits, nothing else
 
 Usage: python3 -m tests.objects.s3 [--only SUBSTRING] [--keep]
 Ends with "objects-s3: N passed, N failed"."""
 import json
 import random
+import re
 import subprocess
 import sys
 import time
@@ -240,6 +253,47 @@ def case_killed_commit(work, s3):
 
 
 @with_s3
+def case_older_commit(work, s3):
+    """What an older binary's commit killed before its publish left: the
+    array record at a random key `data/<uuid>`, named by the staging
+    objects `head.<uuid>` and `publishing` (made here from this binary's
+    `data/<id>`). `obj abort` removes it with the put; committed again
+    instead, the put is published once and its staging removed."""
+    rng = random.Random(17)
+    for k, then in enumerate(("abort", "commit")):
+        name = f"older/{k}"
+        a = rand_array(rng, "int32", (8, 16))
+        f = work / f"older-{k}.bin"
+        f.write_bytes(a.tobytes())
+        before = {key for key, _ in s3.minio.keys(BUCKET, "store/data")}
+        pid = s3.obj("begin", s3.at(name), "--dtype", "int32", "--shape", "8,16", "--chunks", "4,16").stdout.strip()
+        s3.obj("write", s3.at(name), pid, f, "--chunk", "0,0", "--chunk", "1,0")
+        r = run([BIN, "obj", "commit", s3.at(name), pid], env={**s3.env, "PARALOG_FAILPOINT": "objects.before_commit"},
+                check=False, timeout=300)
+        check(r.returncode == -9, f"before_commit: {r.returncode} {r.stderr}")
+        old = "%032x" % rng.getrandbits(128)
+        s3.minio.aws("s3", "mv", f"s3://{BUCKET}/store/data/{pid}", f"s3://{BUCKET}/store/data/{old}")
+        for mark in (f"head.{old}", "publishing"):
+            s3.minio.api("put-object", "--bucket", BUCKET, "--key", f"store/staging/{pid}/{mark}")
+        s3.obj(then, s3.at(name), pid)
+        left = {key for key, _ in s3.minio.keys(BUCKET, "store/data")} - before
+        check(s3.minio.keys(BUCKET, f"store/staging/{pid}") == [], f"{then}: staging objects left")
+        if then == "abort":
+            check(left == set(), f"abort left chunk objects: {sorted(left)}")
+            check(s3.obj("info", s3.at(name), check=False).returncode != 0, "the aborted put is published")
+            continue
+        check([v["number"] for v in s3.info(name)["versions"]] == [1], f"versions {s3.info(name)['versions']}")
+        check("version 1" in s3.obj("commit", s3.at(name), pid).stdout, "a second commit")
+        got = work / "got.bin"
+        s3.obj("get", s3.at(name), got)
+        check(got.read_bytes() == a.tobytes(), "not the array put")
+        # The older record's object is left for `obj gc` (no put names it).
+        check(f"store/data/{old}" in left and f"store/data/{pid}" in left and len(left) == 4,
+              f"chunk objects: {sorted(left)}")
+    return "aborted: nothing left; committed: version 1 once"
+
+
+@with_s3
 def case_lost_answers(work, s3):
     """Through tests/remote/faultproxy.py, half the requests' answers lost
     after MinIO carried them out (`reset_after`): the client retries a
@@ -269,6 +323,53 @@ def case_lost_answers(work, s3):
         s3.obj("get", s3.at("lost"), got, "--version", str(n))
         check(got.read_bytes() == want, f"version {n} is not put {n}")
     return f"{stats['kinds']['reset_after']} answers lost of {stats['requests']} requests: {stats['fault_ops']}"
+
+
+@with_s3
+def case_publish_search(work, s3):
+    """A logged put (`obj put --local`) published (`obj publish`) through
+    tests/remote/faultproxy.py injecting nothing, logging every request:
+    the publish reads none of the 6 version records the name keeps (its
+    search for a version of the put's id is made only when the put's
+    array record object exists; before, one GET per kept version at every
+    publish). Then a put whose remote commit was killed after its publish
+    is published again: one version, found by that search."""
+    from tests.remote.s3 import FaultProxy
+    rng = random.Random(13)
+    put = ["--dtype", "int32", "--shape", "8,10", "--chunks", "4,5"]
+    for k in range(6):
+        f = work / f"kept-{k}.bin"
+        f.write_bytes(rng.randbytes(8 * 10 * 4))
+        s3.obj("put", s3.at("t"), f, *put)
+    data, local = work / "logged.bin", work / "local"
+    data.write_bytes(rng.randbytes(8 * 10 * 4))
+    local.mkdir()
+    s3.obj("put", s3.at("t"), data, *put, "--local", local)
+    proxy = FaultProxy(work, s3.minio.port, rate=0, min_rate=0)
+    try:
+        env = s3.minio.env(endpoint=f"http://127.0.0.1:{proxy.port}")
+        run([BIN, "obj", "publish", local], env=env, timeout=300)
+    finally:
+        stats = proxy.stop()
+    check(stats["faults"] == 0, f"the proxy injected faults: {stats}")
+    requests = [ln for ln in proxy.log.read_text().splitlines() if " forwarded " in ln]
+    reread = [ln for ln in requests if re.search(r" GET \S*/meta/t/v\d{10}\b", ln)]
+    check(not reread, "the publish read version records:\n" + "\n".join(reread))
+    check([v["number"] for v in s3.info("t")["versions"]] == list(range(1, 8)), f"versions {s3.info('t')['versions']}")
+    got = work / "got.bin"
+    s3.obj("get", s3.at("t"), got, "--version", "7")
+    check(got.read_bytes() == data.read_bytes(), "version 7 is not the logged put")
+    # Killed after its remote publish: the retry finds the version.
+    data.write_bytes(rng.randbytes(8 * 10 * 4))
+    s3.obj("put", s3.at("t"), data, *put, "--local", local)
+    r = run([BIN, "obj", "publish", local], env={**s3.env, "PARALOG_FAILPOINT": "objects.after_commit"},
+            check=False, timeout=300)
+    check(r.returncode == -9, f"after_commit: {r.returncode} {r.stderr}")
+    s3.obj("publish", local)
+    check([v["number"] for v in s3.info("t")["versions"]] == list(range(1, 9)), f"versions {s3.info('t')['versions']}")
+    s3.obj("get", s3.at("t"), got, "--version", "8")
+    check(got.read_bytes() == data.read_bytes(), "version 8 is not the logged put")
+    return f"{len(requests)} requests for the publish, none of them a version record"
 
 
 @with_s3
@@ -473,7 +574,9 @@ def main():
     suite = Suite("objects-s3", keep=a.keep)
     cases = [("dtypes", case_dtypes), ("chunked", case_chunked), ("concurrent", case_concurrent),
              ("damage", case_damage), ("old version", case_old_version), ("python", case_python), ("killed commit", case_killed_commit),
+             ("older commit", case_older_commit),
              ("lost answers", case_lost_answers), ("mpi", case_mpi), ("retention", case_retention),
+             ("publish search", case_publish_search),
              *VIEW_CASES]
     return suite.run(cases, only=a.only)
 

@@ -187,7 +187,7 @@ def case_gc(work, s3):
     r = run([BIN, "obj", "write", s3.at("dead"), dead, f, "--chunk", "0,0", "--chunk", "1,0"],
             env={**s3.env, "PARALOG_FAILPOINT": "objects.mid_chunk"}, check=False, timeout=300)
     check(r.returncode == -9, f"mid_chunk: {r.returncode} {r.stderr}")
-    # Commits killed before (publishing mark, array record) and after the publish.
+    # Commits killed before (their array record written) and after the publish.
     for name, point in (("before", "objects.before_commit"), ("after", "objects.after_commit")):
         f, pid = begun(name, 8)
         s3.obj("write", s3.at(name), pid, f, "--chunk", "0,0", "--chunk", "1,0")
@@ -203,11 +203,18 @@ def case_gc(work, s3):
         s3.minio.aws("s3api", "copy-object", "--bucket", BUCKET, "--copy-source",
                      f"{BUCKET}/store/zarr/clean/v0000000001/{k}", "--key", f"store/zarr/gone/v0000000001/{k}")
     s3.minio.aws("s3api", "delete-object", "--bucket", BUCKET, "--key", "store/zarr/after/v0000000001/zarr.json")
+    # Written now, committed past the grace: its commit writes no staging
+    # object, only its array record, which keeps the put alive.
+    late_f, late = begun("late", 8)
+    s3.obj("write", s3.at("late"), late, late_f, "--chunk", "0,0", "--chunk", "1,0")
     said = s3.obj("gc", s3.store).stdout
     check("removed 0 abandoned puts, 0 chunk objects" in said, f"gc within the grace removed: {said}")
     # Past a grace of 5 s (Last-Modified is to the second; the live put's
     # begin and write, and the gc's start, must stay well within it).
     time.sleep(8)
+    r = run([BIN, "obj", "commit", s3.at("late"), late], env={**s3.env, "PARALOG_FAILPOINT": "objects.before_commit"},
+            check=False, timeout=300)
+    check(r.returncode == -9, f"late commit: {r.returncode} {r.stderr}")
     f, live = begun("live", 8)
     halves = [work / "live-0.bin", work / "live-1.bin"]
     for i, h in enumerate(halves):
@@ -221,13 +228,16 @@ def case_gc(work, s3):
     left = bucket(s3)
     check(not any(f"staging/{p}" in k for k in left for p in (dead,)), "the dead writer's put is left")
     staging = {k.split("/")[2] for k in left if k.startswith("store/staging/")}
-    check(staging == {live}, f"puts left: {staging}, want only the live one {live}")
+    check(staging == {live, late}, f"puts left: {staging}, want only the live one {live} and {late}")
+    s3.obj("commit", s3.at("late"), late)
+    kept["late"] = (late_f, 2)
+    left = bucket(s3)
     # The published versions' keys and the live put's, nothing else: the
     # records and views by name, the chunk objects by count (every one is
     # read by verify) plus the live put's one chunk.
     want_meta = {k for k in published if not k.startswith("store/data/")} | {
-        "store/meta/after/v0000000001", "store/zarr/after/v0000000001/zarr.json",
-        "store/zarr/after/v0000000001/c/0/0", "store/zarr/after/v0000000001/c/1/0"}
+        f"store/{d}/{n}/v0000000001{k}" for n in ("after", "late")
+        for d, k in (("meta", ""), ("zarr", "/zarr.json"), ("zarr", "/c/0/0"), ("zarr", "/c/1/0"))}
     got_meta = {k for k in left if not k.startswith(("store/data/", "store/staging/"))}
     check(got_meta == want_meta, f"records and views: {sorted(got_meta ^ want_meta)}")
     data = [k for k in left if k.startswith("store/data/")]

@@ -49,14 +49,14 @@ impl Remote {
         }
     }
 
-    /// The version the put `id` published on the remote, if it did. On a
-    /// directory layout the records are searched only if a commit got as
-    /// far as its array record; S3 keeps no such mark after a commit's
-    /// cleanup, so there every kept version is read.
+    /// The version the put `id` published on the remote, if it did. The
+    /// records are searched only if a commit got as far as its array
+    /// record, named by the put's id on both (a `stat` on a directory
+    /// layout, a HEAD on S3).
     pub(crate) fn published(&self, name: &str, id: &VersionId) -> Result<Option<u64>> {
         match self {
             Remote::Layout(s) => s.published_by_commit(name, id),
-            Remote::S3(s) => s.published(name, id),
+            Remote::S3(s) => s.published_by_commit(name, id),
         }
     }
 

@@ -2,11 +2,13 @@
 //! collection does (gc.rs, and the object layout's orphan chunks), with
 //! the S3 layout's own keys.
 //!
-//! - A chunked put (`staging/<id>/...`) whose newest staging object is
-//!   older than the grace is abandoned: its staging objects are removed.
-//! - A chunk object (`data/<uuid>`: a chunk, or a commit's array record
-//!   named by `staging/<id>/head.<uuid>`) older than the grace that no
-//!   version record and no put still within the grace names is removed:
+//! - A chunked put (`staging/<id>/...`) whose newest staging object, and
+//!   array record (`data/<id>`, if a commit wrote one), are older than the
+//!   grace is abandoned: its staging objects are removed.
+//! - A chunk object (`data/<uuid>`: a chunk, or a commit's array record,
+//!   `data/<id>` named by the put's id, or an older binary's named by
+//!   `staging/<id>/head.<uuid>`) older than the grace that no version
+//!   record and no put still within the grace names is removed:
 //!   the chunks of abandoned puts, the chunk a writer killed before its
 //!   claim wrote, what a retention killed between a record and its
 //!   chunks left.
@@ -27,6 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use crate::error::Result;
+use crate::s3put::array_record_key;
 use crate::s3store::{is_version_file, S3Store};
 use crate::staging::decode_claim;
 use crate::{id_hex, parse_id, VersionId};
@@ -109,10 +112,20 @@ impl S3Store {
         let mut named: BTreeSet<VersionId> = BTreeSet::new();
         let mut dead = Vec::new();
         for (id, g) in &puts {
+            let pid = parse_id(id).expect("grouped by id");
+            // A commit in progress writes no staging object (an older
+            // binary's PUT `publishing` and `head.<uuid>`, which made the
+            // put new again), only its array record: that counts too.
             if old(g.newest) {
-                dead.push(g);
-                continue;
+                let key = array_record_key(&pid);
+                let record = self.be.object_modified(&key).map_err(|e| self.err(e))?;
+                if old(g.newest.max(record)) {
+                    dead.push(g);
+                    continue;
+                }
             }
+            // Its array record, if a commit of it wrote one.
+            named.insert(pid);
             for k in &g.keys {
                 let f = &k[format!("staging/{id}/").len()..];
                 if let Some(head) = f.strip_prefix("head.").and_then(parse_id) {

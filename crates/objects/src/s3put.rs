@@ -3,7 +3,8 @@
 //! checks the staging objects and publishes, abort, and the whole put by
 //! one process. The keys are `staging/<id>/begin`, `name`, `c<chunk>`
 //! (claims, created with `If-None-Match: *`: a second writer of a chunk is
-//! refused), `w<writer>` and `publishing` (docs/objects-format.md).
+//! refused) and `w<writer>` (docs/objects-format.md); the array record's
+//! object, `data/<id>`, is named by the put's id.
 
 use paralog_backend::objstore::{Piece, Version};
 
@@ -17,6 +18,13 @@ use crate::s3store::S3Store;
 use crate::staging::{decode_claim, encode_claim, new_id, Claim};
 use crate::store::check_name;
 use crate::{id_hex, parse_id, VersionId};
+
+/// The key of the array record's object a commit of the put `id` writes
+/// (docs/objects-format.md "On S3"). Older binaries named it by a random
+/// UUID, and their `staging/<id>/head.<uuid>` named that.
+pub(crate) fn array_record_key(id: &VersionId) -> String {
+    format!("data/{}", id_hex(id))
+}
 
 /// One writer of a chunked put on S3.
 #[derive(Debug)]
@@ -104,7 +112,8 @@ impl S3Store {
         Ok(meta)
     }
 
-    /// The version a put published, if it did (found by its id).
+    /// The version a put published, if it did (found by its id): every
+    /// kept version record of the name read, one GET each.
     pub(crate) fn published(&self, name: &str, id: &VersionId) -> Result<Option<u64>> {
         Ok(self
             .versions(name)?
@@ -113,18 +122,49 @@ impl S3Store {
             .map(|v| v.number))
     }
 
+    /// Whether a commit of the put `id` got as far as its publish: it
+    /// wrote the array record's object named by the put's id (or, an
+    /// older binary's, its `publishing` mark). The array record is part of
+    /// the version, so it stays while the version does (retention removes
+    /// both): without either, no version of this put exists. One HEAD,
+    /// two when the object is not there.
+    pub(crate) fn commit_may_have_published(&self, id: &VersionId) -> Result<bool> {
+        let exists = |key: &str| {
+            self.be
+                .object_modified(key)
+                .map(|t| t.is_some())
+                .map_err(|e| self.err(e))
+        };
+        Ok(
+            exists(&array_record_key(id))?
+                || exists(&format!("staging/{}/publishing", id_hex(id)))?,
+        )
+    }
+
+    /// [`S3Store::published`], searched only when a commit of the put may
+    /// have published: the logged puts' publisher asks it before every
+    /// publish, and the search reads every version the name keeps (all of
+    /// them unless `keep=K`).
+    pub(crate) fn published_by_commit(&self, name: &str, id: &VersionId) -> Result<Option<u64>> {
+        if !self.commit_may_have_published(id)? {
+            return Ok(None);
+        }
+        self.published(name, id)
+    }
+
     /// Publish the chunked put `id` of `name` once every writer finished;
     /// nothing is published if a chunk is missing or its writer did not
     /// finish. A commit retried after it published returns that version.
     pub fn commit(&self, name: &str, id: &VersionId) -> Result<Committed> {
         let dir = format!("staging/{}", id_hex(id));
         // Whether an earlier commit of this put may have published: its
-        // `begin` is gone, or it got as far as its `publishing` mark (a
-        // commit killed after the publish, before its cleanup, left
-        // `begin`: without the mark the retry published the put again as
-        // a second version). Only then are the versions searched for the id.
-        let maybe = self.get(&format!("{dir}/begin"))?.is_none()
-            || self.get(&format!("{dir}/publishing"))?.is_some();
+        // `begin` is gone, or it got as far as its array record (or, an
+        // older binary's, its `publishing` mark): a commit killed after the
+        // publish, before its cleanup, left `begin`, and without a mark the
+        // retry published the put again as a second version. Only then are
+        // the versions searched for the id.
+        let maybe =
+            self.get(&format!("{dir}/begin"))?.is_none() || self.commit_may_have_published(id)?;
         if maybe {
             if let Some(number) = self.published(name, id)? {
                 // Killed after its publish: its view may not be made yet.
@@ -165,18 +205,14 @@ impl S3Store {
             }
         }
         let claims = crate::staging::complete_claims(claims, &finished, &meta).map_err(perr)?;
-        // Durable before the publish: a retry after it looks for the version.
-        self.put_obj(&format!("{dir}/publishing"), Vec::new(), false)?;
+        // The array record's object is named by the put's id: written
+        // before the publish, it is the mark that this commit may have
+        // published (a retry, or the publisher's question, then searches
+        // the versions for the id), a retry writes the same bytes to the
+        // same key instead of leaving a second object, and abort and gc
+        // find it by the id.
         let head = record::encode(id, &meta);
-        let head_id = new_id();
-        // Named under the put before the object exists, so that an abort
-        // of a put whose commit died before the publish removes it too.
-        self.put_obj(
-            &format!("{dir}/head.{}", id_hex(&head_id)),
-            Vec::new(),
-            false,
-        )?;
-        self.put_obj(&format!("data/{}", id_hex(&head_id)), head.clone(), true)?;
+        self.put_obj(&array_record_key(id), head.clone(), false)?;
         let mut pieces: Vec<Piece> = claims
             .into_iter()
             .enumerate()
@@ -185,7 +221,7 @@ impl S3Store {
         pieces.push(Piece {
             file_off: n * cb,
             len: head.len() as u64,
-            chunk: head_id,
+            chunk: *id,
             dir: 0,
             block_off: 0,
             block_len: head.len() as u64,
@@ -230,8 +266,8 @@ impl S3Store {
     }
 
     /// Remove a published put's staging objects: `begin` first (a retried
-    /// commit then finds the version by its id), `publishing` last (until
-    /// then, the mark says so too).
+    /// commit then finds the version by its id), an older binary's
+    /// `publishing` last (until then, the mark says so too).
     fn remove_staging(&self, dir: &str) -> Result<()> {
         let _ = self.be.delete_object(&format!("{dir}/begin"));
         let publishing = format!("{dir}/publishing");
@@ -251,7 +287,7 @@ impl S3Store {
     /// Give up a chunked put: its chunk objects and staging objects removed.
     pub fn abort(&self, name: &str, id: &VersionId) -> Result<()> {
         self.staged(name, id)?;
-        if let Some(n) = self.published(name, id)? {
+        if let Some(n) = self.published_by_commit(name, id)? {
             return Err(Error::Put {
                 name: name.to_owned(),
                 id: id_hex(id),
@@ -260,6 +296,8 @@ impl S3Store {
         }
         let dir = format!("staging/{}", id_hex(id));
         let _ = self.be.delete_object(&format!("{dir}/begin"));
+        // The array record of a commit that died before its publish.
+        let _ = self.be.delete_object(&array_record_key(id));
         for k in self
             .be
             .list_objects(&format!("{dir}/"))
@@ -273,7 +311,8 @@ impl S3Store {
                     }
                 }
             } else if let Some(head) = f.strip_prefix("head.").and_then(parse_id) {
-                // The array record of a commit that died before its publish.
+                // An older binary's commit that died before its publish:
+                // its array record, at a random key this names.
                 let _ = self.be.delete_object(&format!("data/{}", id_hex(&head)));
             }
             let _ = self.be.delete_object(&k);
