@@ -13,7 +13,8 @@ Two measures per build and round:
           server's);
   scans   the server alone (`paralog server`), the program preloaded with
           capture beside it: once every epoch is drained, and before any
-          drain request (which scans every file once more), the scans per
+          drain request (which scans every file once more), the server's
+          CPU time per file (/proc; not under --strace), the scans per
           file that `status` reports (`scans`, builds from session 34 on:
           `n/a` before), and with --strace the server's listings of each
           file's directories and opens of its path record per file.
@@ -109,13 +110,16 @@ def scans_case(bin_dir, prog, fs, n, size, env, strace):
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"not drained: {st}")
                 time.sleep(0.05)
+            # utime and stime of all its threads (fields 14 and 15), before it stops.
+            ticks = open(f"/proc/{srv.pid}/stat").read().rsplit(")", 1)[1].split()
+            server_cpu = (int(ticks[11]) + int(ticks[12])) / os.sysconf("SC_CLK_TCK")
             ask(sock, {"cmd": "stop"})
             srv.wait(timeout=60)
         finally:
             if srv.poll() is None:
                 srv.kill()
                 srv.wait()
-        out = {}
+        out = {} if strace else {"server CPU ms/file": server_cpu * 1000 / n}
         scans = [f.get("scans") for f in st["files"]]
         if scans and None not in scans:
             out["scans"] = sum(scans) / n
