@@ -65,6 +65,10 @@ pub struct FileStatus {
     pub attempts: u32,
     /// Why the last attempt failed, or why the file is not drained.
     pub message: Option<String>,
+    /// How many times a worker of the one-node server took the file and
+    /// scanned its directory (0 in a server job; absent before session 34).
+    #[serde(default)]
+    pub scans: u64,
 }
 
 /// What a server reports (`status`, `drain`), the same for both engines.
@@ -487,6 +491,7 @@ mod tests {
             eta_s: None,
             attempts: 0,
             message: None,
+            scans: 0,
         }
     }
 

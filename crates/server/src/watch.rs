@@ -3,14 +3,18 @@
 //! files, opens, ranks). A data log closed after writing (a format-2
 //! local commit closes it after its commit record), a format-1 manifest
 //! renamed into place or a commit mark written under a file's directory
-//! queues that file; a new directory gets its own watch and is scanned at
-//! once, and every directory watched queues its file (what was created
-//! before the watch existed is not missed). A queue overflow, or any
-//! doubt, falls back to a full scan. The server's own writes (progress
-//! records) and deletions are not events.
+//! queues that file, once per batch of events however many of them name
+//! it; a new directory gets its own watch, and a new rank directory is
+//! listed: what it holds from before its watch counts as those events (a
+//! rank directory renamed in with its commit is not missed). A directory
+//! made queues nothing by itself: a new file is scanned when its first
+//! epoch can be committed, not once per directory of its creation. At
+//! start and after a queue overflow, every file found is queued. The
+//! server's own writes (progress records) and deletions are not events.
 
+use std::collections::HashSet;
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use paralog_log::layout;
 
@@ -29,7 +33,12 @@ impl Watcher {
     /// queue every file already there (the start-up scan).
     pub fn new(server: Server) -> std::io::Result<Watcher> {
         let root = server.config().root.clone();
-        TreeWatch::new(root, Epochs { server }).map(Watcher)
+        let epochs = Epochs {
+            server,
+            batch: Vec::new(),
+            in_batch: HashSet::new(),
+        };
+        TreeWatch::new(root, epochs).map(Watcher)
     }
 
     /// Handle events until the inotify descriptor fails (never, normally).
@@ -41,6 +50,20 @@ impl Watcher {
 /// The epochs of the served jobs, queued on the server.
 struct Epochs {
     server: Server,
+    /// The file directories named in this batch, in order, each once.
+    batch: Vec<PathBuf>,
+    in_batch: HashSet<PathBuf>,
+}
+
+impl Epochs {
+    /// `file_dir` is queued at the end of the batch: if a worker were to
+    /// take it now, the rest of the commit's burst would make it scan the
+    /// file again (`Server::notify` marks a busy file dirty).
+    fn queue(&mut self, file_dir: &Path) {
+        if self.in_batch.insert(file_dir.to_path_buf()) {
+            self.batch.push(file_dir.to_path_buf());
+        }
+    }
 }
 
 impl Policy for Epochs {
@@ -57,11 +80,12 @@ impl Policy for Epochs {
         }
     }
 
-    /// Its file may hold epochs committed before the watch: queue it.
+    /// Start or rescan: its file may hold epochs committed before the
+    /// watch, queue it.
     fn watched(&mut self, dir: &Path, depth: usize) {
         if depth >= FILE_DEPTH {
             if let Some(file_dir) = dir.ancestors().nth(depth - FILE_DEPTH) {
-                self.server.notify(file_dir);
+                self.queue(file_dir);
             }
         }
     }
@@ -69,8 +93,15 @@ impl Policy for Epochs {
     fn file(&mut self, rank_dir: &Path, name: &OsStr) {
         if relevant(name) {
             if let Some(file_dir) = rank_dir.ancestors().nth(RANK_DEPTH - FILE_DEPTH) {
-                self.server.notify(file_dir);
+                self.queue(file_dir);
             }
+        }
+    }
+
+    fn batch_done(&mut self) {
+        self.in_batch.clear();
+        for file_dir in self.batch.drain(..) {
+            self.server.notify(&file_dir);
         }
     }
 

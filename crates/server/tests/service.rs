@@ -14,7 +14,7 @@ mod common;
 use common::{expected, file_status, posix, ranks, start, write_epoch, Fault, Faulty, Step, Store};
 use paralog_backend::objstore::ObjStore;
 use paralog_backend::{ErrorKind, RemoteUrl};
-use paralog_log::{EpochId, FileInventory};
+use paralog_log::{EpochId, FileInventory, RankLog, WriterConfig};
 use paralog_server::remote::Remote;
 use paralog_server::service::Server;
 use paralog_server::status::FileState;
@@ -88,6 +88,57 @@ fn scans_watches_retries_and_keeps_order() {
     assert!(st.idle);
     assert_eq!(std::fs::read(remote.join("sub/out.dat")).unwrap(), want);
     server.request_stop();
+}
+
+/// Issue 15: the directories of a new file (file, staging, generation,
+/// rank) queue no scan by themselves; its commit does, and is never
+/// missed. `a`'s directories are made first (nothing written: a data log
+/// the watch lists in a new rank directory counts as an event, since it
+/// may have been closed before the watch), then `b` by a one-process
+/// writer (staging directory renamed into its generation) with a committed
+/// epoch: the watcher handles events in order and the queue is first in,
+/// first out, so once `b` is drained and the server idle, a scan `a`'s
+/// directories had queued has run, and shows.
+#[test]
+fn a_new_files_directories_queue_no_scan_its_commit_does() {
+    let (_t, root, remote) = common::dirs();
+    let server = start(&root, posix(&remote));
+    let mut a = ranks(&root, "a", 2);
+    let mut b =
+        vec![RankLog::create_single(&root, common::ident("b"), WriterConfig::default()).unwrap()];
+    write_epoch(&mut b, 1, true);
+    let drained = |n: u64| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let st = server.status();
+            if st.epochs_drained >= n && st.idle {
+                return st;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not drained by the watcher: {st:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let st = drained(1);
+    assert_eq!(st.files.len(), 1, "a's directories were scanned: {st:?}");
+    assert!(file_status(&st, "b").scans >= 1, "{st:?}");
+
+    // a commits: found by the watcher alone (no drain request, no rescan).
+    write_epoch(&mut a, 1, true);
+    let st = drained(2);
+    assert!(file_status(&st, "a").scans >= 1, "{st:?}");
+    assert_eq!(std::fs::read(remote.join("a")).unwrap(), expected_bytes());
+    server.request_stop();
+}
+
+/// What `write_epoch(_, 1, _)` of two ranks leaves in a new file.
+fn expected_bytes() -> Vec<u8> {
+    let mut want = vec![0u8; 11_000];
+    want[1000..6000].fill(10);
+    want[6000..].fill(11);
+    want
 }
 
 // Failures of the remote, injected by `common::Faulty` around a real

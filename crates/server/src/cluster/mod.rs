@@ -435,6 +435,7 @@ impl Coordinator {
             eta_s: None,
             attempts: retry.map_or(0, |r| r.attempts),
             message: retry.and_then(|r| r.error.clone()),
+            scans: 0,
         }
     }
 

@@ -70,6 +70,7 @@ impl SetRounds {
                 message: Some(format!(
                     "checkpoint set not published ({why}); local data kept"
                 )),
+                scans: 0,
             };
             (key, row)
         })

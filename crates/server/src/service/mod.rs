@@ -57,6 +57,8 @@ struct Entry {
     bytes_drained: u64,
     bytes_pending: u64,
     busy_time: Duration,
+    /// Times a worker took it (each a scan of its directory).
+    scans: u64,
     /// When the worker that has it now took it.
     busy_since: Option<Instant>,
     /// Since when it waits for the other file of a rename (rename.rs).
@@ -336,6 +338,7 @@ impl Server {
                     eta_s: None,
                     attempts: e.retry.attempts,
                     message: e.retry.error.clone(),
+                    scans: e.scans,
                 }
             })
             .collect();

@@ -126,6 +126,7 @@ fn next_file(inner: &Inner) -> Option<PathBuf> {
             e.busy = true;
             e.busy_since = Some(now);
             e.dirty = false;
+            e.scans += 1;
             s.busy_workers += 1;
             if s.active_since.is_none() {
                 s.active_since = Some(now);
