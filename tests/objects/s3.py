@@ -115,6 +115,20 @@ class S3:
     def info(self, name):
         return json.loads(self.obj("info", self.at(name), "--json").stdout)
 
+    def killed_commit(self, work, name, a, rows, point):
+        """A chunked put of the 2-D int32 array `a` (chunks of `rows` whole
+        rows, all written from one file), its commit killed at the crash
+        point `point`: the put's id and the file."""
+        f = work / f"{name.replace('/', '-')}.bin"
+        f.write_bytes(a.tobytes())
+        shape, chunks = f"{a.shape[0]},{a.shape[1]}", f"{rows},{a.shape[1]}"
+        pid = self.obj("begin", self.at(name), "--dtype", "int32", "--shape", shape, "--chunks", chunks).stdout.strip()
+        self.obj("write", self.at(name), pid, f, *[x for i in range(a.shape[0] // rows) for x in ("--chunk", f"{i},0")])
+        r = run([BIN, "obj", "commit", self.at(name), pid], env={**self.env, "PARALOG_FAILPOINT": point},
+                check=False, timeout=300)
+        check(r.returncode == -9, f"{name}: commit at {point}: {r.returncode} {r.stderr}")
+        return pid, f
+
     def stop(self):
         self.minio.stop()
 
@@ -263,14 +277,8 @@ def case_older_commit(work, s3):
     for k, then in enumerate(("abort", "commit")):
         name = f"older/{k}"
         a = rand_array(rng, "int32", (8, 16))
-        f = work / f"older-{k}.bin"
-        f.write_bytes(a.tobytes())
         before = {key for key, _ in s3.minio.keys(BUCKET, "store/data")}
-        pid = s3.obj("begin", s3.at(name), "--dtype", "int32", "--shape", "8,16", "--chunks", "4,16").stdout.strip()
-        s3.obj("write", s3.at(name), pid, f, "--chunk", "0,0", "--chunk", "1,0")
-        r = run([BIN, "obj", "commit", s3.at(name), pid], env={**s3.env, "PARALOG_FAILPOINT": "objects.before_commit"},
-                check=False, timeout=300)
-        check(r.returncode == -9, f"before_commit: {r.returncode} {r.stderr}")
+        pid, _ = s3.killed_commit(work, name, a, 4, "objects.before_commit")
         old = "%032x" % rng.getrandbits(128)
         s3.minio.aws("s3", "mv", f"s3://{BUCKET}/store/data/{pid}", f"s3://{BUCKET}/store/data/{old}")
         for mark in (f"head.{old}", "publishing"):

@@ -124,13 +124,7 @@ def case_view_order(work, s3):
     for k, point in enumerate(("objects.before_commit", "objects.after_commit")):
         name = f"order/{k}"
         a = rand_array(rng, "int32", (32, 4096))
-        f = work / f"order-{k}.bin"
-        f.write_bytes(a.tobytes())
-        pid = s3.obj("begin", s3.at(name), "--dtype", "int32", "--shape", "32,4096", "--chunks", "8,4096").stdout.strip()
-        s3.obj("write", s3.at(name), pid, f, *[x for i in range(4) for x in ("--chunk", f"{i},0")])
-        r = run([BIN, "obj", "commit", s3.at(name), pid], env={**s3.env, "PARALOG_FAILPOINT": point},
-                check=False, timeout=300)
-        check(r.returncode == -9, f"{point}: {r.returncode} {r.stderr}")
+        pid, f = s3.killed_commit(work, name, a, 8, point)
         view = f"s3://{BUCKET}/store/zarr/{name}/v0000000001"
         check(s3.minio.keys(BUCKET, f"store/zarr/{name}") == [], f"{point}: view objects before the view")
         zarr_read(work, [{"view": view, "absent": True}], env=s3.env)

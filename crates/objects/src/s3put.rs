@@ -129,16 +129,8 @@ impl S3Store {
     /// both): without either, no version of this put exists. One HEAD,
     /// two when the object is not there.
     pub(crate) fn commit_may_have_published(&self, id: &VersionId) -> Result<bool> {
-        let exists = |key: &str| {
-            self.be
-                .object_modified(key)
-                .map(|t| t.is_some())
-                .map_err(|e| self.err(e))
-        };
-        Ok(
-            exists(&array_record_key(id))?
-                || exists(&format!("staging/{}/publishing", id_hex(id)))?,
-        )
+        Ok(self.exists(&array_record_key(id))?
+            || self.exists(&format!("staging/{}/publishing", id_hex(id)))?)
     }
 
     /// [`S3Store::published`], searched only when a commit of the put may

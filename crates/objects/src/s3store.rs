@@ -150,12 +150,17 @@ impl S3Store {
         Ok(out)
     }
 
-    /// Whether the record of version `n` of `name` is there (a HEAD).
-    pub(crate) fn record_exists(&self, name: &str, n: u64) -> Result<bool> {
+    /// Whether the object `key` is there (a HEAD).
+    pub(crate) fn exists(&self, key: &str) -> Result<bool> {
         self.be
-            .object_modified(&version_key(name, n))
+            .object_modified(key)
             .map(|t| t.is_some())
             .map_err(|e| self.err(e))
+    }
+
+    /// Whether the record of version `n` of `name` is there (a HEAD).
+    pub(crate) fn record_exists(&self, name: &str, n: u64) -> Result<bool> {
+        self.exists(&version_key(name, n))
     }
 
     pub(crate) fn record(&self, name: &str, n: u64) -> Result<Option<Version>> {

@@ -47,11 +47,7 @@ impl S3Store {
 
     /// Whether the view of version `n` of `name` is there (its `zarr.json`).
     pub fn view_made(&self, name: &str, n: u64) -> Result<bool> {
-        let key = format!("{}zarr.json", view_prefix(name, n));
-        self.be
-            .object_modified(&key)
-            .map(|t| t.is_some())
-            .map_err(|e| self.err(e))
+        self.exists(&format!("{}zarr.json", view_prefix(name, n)))
     }
 
     /// Make the Zarr view of a version if it is not there; returns its URL.
