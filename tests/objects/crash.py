@@ -33,6 +33,11 @@ server, plus one at a random time:
              time during 6 puts of 2 MiB:
              `recover` publishes what is left, every put exactly once and
              in commit order; a second `recover` publishes nothing.
+  outlived   the server killed after a logged put's remote publish (and
+             `obj commit` after its publish), then two newer puts of the
+             name with keep=1, then `recover` (the commit retried): the
+             killed put's version is kept until the retry finishes, is
+             not published again, and the newest put stays the latest.
 
 Usage: python3 -m tests.objects.crash [--only SUBSTRING] [--keep]
 Ends with "objects-crash: N passed, N failed"."""
@@ -224,19 +229,7 @@ def case_server(point):
         url, local, rng = store(work, "objstore"), work / "local", random.Random(point)
         local.mkdir(mode=0o700)  # the puts are logged first: the server finds them all at once
         datas = logged_puts(work, url, local, 3, rng, rows=16)
-        # Not tests.lib.server.Server: this one may die before it answers.
-        log = work / "server.log"
-        with open(log, "wb") as f:
-            p = subprocess.Popen([BIN, "server", "--local", local, "--job", "t", "--remote", work / "remote"],
-                                 stdout=subprocess.DEVNULL, stderr=f, start_new_session=True,
-                                 env={**os.environ, "PARALOG_FAILPOINT": point})
-        try:
-            rc = p.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            kill_tree(p)
-            rc = None
-        text = log.read_text(errors="replace")
-        check(rc == -9 and f"failpoint {point} reached" in text, f"not killed at {point} ({rc}): {text[-600:]}")
+        server_killed_at(work, local, point)
         published = len(versions(url, "s"))
         check(published == (0 if point == "objects.publish_mid_copy" else 1), f"published before: {published}")
         # A put published before the kill is reported with the version it
@@ -250,6 +243,88 @@ def case_server(point):
         each_once(work, url, datas)
         check(staged(local / ".paralog-objects") == [], "left in the node-local store")
     return go
+
+
+def server_killed_at(work, local, point):
+    """A node server started on `local`, killed at the crash point `point`
+    (not tests.lib.server.Server: this one may die before it answers)."""
+    log = work / "server.log"
+    with open(log, "wb") as f:
+        p = subprocess.Popen([BIN, "server", "--local", local, "--job", "t", "--remote", work / "remote"],
+                             stdout=subprocess.DEVNULL, stderr=f, start_new_session=True,
+                             env={**os.environ, "PARALOG_FAILPOINT": point})
+    try:
+        rc = p.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        kill_tree(p)
+        rc = None
+    text = log.read_text(errors="replace")
+    check(rc == -9 and f"failpoint {point} reached" in text, f"not killed at {point} ({rc}): {text[-600:]}")
+
+
+def newer_puts(work, url, rng, n):
+    """n direct whole puts of `s` (16 x 4096 float64) by another writer: the last one's bytes."""
+    for k in range(n):
+        data = work / f"newer{k}.bin"
+        data.write_bytes(rng.randbytes(16 * 4096 * 8))
+        obj("put", at(url, "s"), data, "--dtype", "float64", "--shape", "16,4096", "--chunks", "4,4096")
+    return data.read_bytes()
+
+
+def outlived(work, url, version, newest):
+    """The killed put's version kept past keep=1 while its commit was
+    unfinished, then, once finished, only the newest put's version."""
+    vs = versions(url, "s")
+    check(vs == [version], f"versions after the retry: {vs}, want [{version}] (the newest put's)")
+    check(got(work, url, "s", version) == newest, "the latest version is not the newest put")
+    obj("verify", at(url, "s"), "--all")
+    check(staged(work / "store") == [], f"the store's staging: {staged(work / 'store')}")
+
+
+def case_publisher_outlived(work):
+    """The node server killed after a logged put's remote publish, before
+    it retired the put; then two newer puts of the name with keep=1. The
+    retry used to find no version of the put (retention had dropped it)
+    and publish it again, as the latest: the older put replaced the newer
+    one, whose version keep=1 then dropped. Now the version stays until
+    the publisher's retry finishes, then goes; nothing is published again."""
+    url, local, rng = store(work, "objstore", keep=1), work / "local", random.Random(5)
+    local.mkdir(mode=0o700)
+    logged_puts(work, url, local, 1, rng, rows=16)
+    server_killed_at(work, local, "objects.publish_after_remote")
+    check(versions(url, "s") == [1], f"published before: {versions(url, 's')}")
+    newest = newer_puts(work, url, rng, 2)
+    check(versions(url, "s") == [1, 3], f"kept while the publisher's put was unfinished: {versions(url, 's')}")
+    said = recover(work, local)
+    check(said.count("published logged array s version 1 ") == 1 and said.count("published") == 1, said)
+    outlived(work, url, 3, newest)
+    check(staged(local / ".paralog-objects") == [], "left in the node-local store")
+    return "version 1 kept until recover retired it, then dropped; version 3 the latest"
+
+
+def case_committer_outlived(work):
+    """`obj commit` killed after its publish, before its cleanup; then two
+    newer puts of the name with keep=1; then the commit retried. The
+    retry used to publish the put again, with the chunk files retention
+    had removed (a version that read "No such file"), and keep=1 dropped
+    the newer put's. Now it answers the version it published."""
+    url, rng = store(work, "objstore", keep=1), random.Random(6)
+    spec = ["--dtype", "float64", "--shape", "16,4096", "--chunks", "4,4096"]
+    pid = obj("begin", at(url, "s"), *spec).stdout.strip()
+    data = rng.randbytes(16 * 4096 * 8)
+    f = work / "killed.bin"
+    f.write_bytes(data)
+    obj("write", at(url, "s"), pid, f, *[x for i in range(4) for x in ("--chunk", f"{i},0")])
+    point = "objects.after_commit"
+    killed(run([BIN, "obj", "commit", at(url, "s"), pid], check=False, timeout=300,
+               env={**os.environ, "PARALOG_FAILPOINT": point}), point)
+    newest = newer_puts(work, url, rng, 2)
+    check(versions(url, "s") == [1, 3], f"kept while the commit was unfinished: {versions(url, 's')}")
+    check(got(work, url, "s", 1) == data, "version 1 is not the killed commit's put")
+    r = obj("commit", at(url, "s"), pid)
+    check("s version 1 " in r.stdout and "warning" not in r.stderr, f"the retried commit: {r.stdout}{r.stderr}")
+    outlived(work, url, 3, newest)
+    return "version 1 kept until the retried commit finished, then dropped; version 3 the latest"
 
 
 def case_server_random(work):
@@ -290,6 +365,8 @@ def main():
                   "objects.publish_mid_cleanup"):
         cases.append((f"server killed at {point}", case_server(point)))
     cases.append(("server killed at a random time", case_server_random))
+    cases.append(("publisher killed after its publish, newer puts with keep=1", case_publisher_outlived))
+    cases.append(("committer killed after its publish, newer puts with keep=1", case_committer_outlived))
     return suite.run(cases, only=a.only)
 
 

@@ -267,6 +267,36 @@ def case_killed_commit(work, s3):
 
 
 @with_s3
+def case_outlived_commit(work, s3):
+    """`obj commit` killed after its publish, before its cleanup; then two
+    newer puts of the name with keep=1; then the commit retried. Retention
+    used to drop the killed put's version and its chunk objects, and the
+    retry published it again without them (a version that did not read),
+    the newer put dropped by keep=1. Now the version stays while its
+    staging `begin` does, the retry answers it and finishes, and the
+    newest put is the latest."""
+    rng = random.Random(19)
+    a = rand_array(rng, "int32", (8, 16))
+    pid, _ = s3.killed_commit(work, "outlived", a, 4, "objects.after_commit")
+    for k in range(2):
+        b = rand_array(rng, "int32", (8, 16))
+        f = work / f"outlived-{k}.bin"
+        f.write_bytes(b.tobytes())
+        s3.obj("put", s3.at("outlived") + "?keep=1", f, "--dtype", "int32", "--shape", "8,16", "--chunks", "4,16")
+    numbers = lambda: [v["number"] for v in s3.info("outlived")["versions"]]  # noqa: E731
+    check(numbers() == [1, 3], f"kept while the commit was unfinished: {numbers()}")
+    said = s3.obj("commit", s3.at("outlived") + "?keep=1", pid).stdout
+    check("outlived version 1 " in said, f"the retried commit: {said}")
+    check(numbers() == [3], f"versions after the retry: {numbers()}")
+    got = work / "got.bin"
+    s3.obj("get", s3.at("outlived"), got)
+    check(got.read_bytes() == b.tobytes(), "the latest version is not the newest put")
+    s3.obj("verify", s3.at("outlived"), "--all")
+    check(s3.minio.keys(BUCKET, f"store/staging/{pid}") == [], "staging objects left")
+    return "version 1 kept until the retried commit finished, then dropped; version 3 the latest"
+
+
+@with_s3
 def case_older_commit(work, s3):
     """What an older binary's commit killed before its publish left: the
     array record at a random key `data/<uuid>`, named by the staging
@@ -582,7 +612,7 @@ def main():
     suite = Suite("objects-s3", keep=a.keep)
     cases = [("dtypes", case_dtypes), ("chunked", case_chunked), ("concurrent", case_concurrent),
              ("damage", case_damage), ("old version", case_old_version), ("python", case_python), ("killed commit", case_killed_commit),
-             ("older commit", case_older_commit),
+             ("older commit", case_older_commit), ("outlived commit", case_outlived_commit),
              ("lost answers", case_lost_answers), ("mpi", case_mpi), ("retention", case_retention),
              ("publish search", case_publish_search),
              *VIEW_CASES]

@@ -10,10 +10,17 @@ use paralog_objects::{hdf5, views, zarr, ArrayVersion, Store, VersionInfo, ViewS
 use crate::obj::print;
 
 /// After a commit: a version whose views could not be made is published
-/// all the same (exit 0), and the reason goes to standard error.
+/// all the same (exit 0), and the reason goes to standard error. A version
+/// that retention dropped since (a retried commit's, with `keep=K`) needs
+/// none.
 pub(crate) fn warn_views(store: &Store, name: &str, number: u64) {
     if let ViewState::Missing(why) = store.view_state(name, number) {
-        eprintln!("paralog: warning: {why}");
+        let kept = store
+            .versions(name)
+            .map_or(true, |vs| vs.iter().any(|v| v.number == number));
+        if kept {
+            eprintln!("paralog: warning: {why}");
+        }
     }
 }
 

@@ -204,13 +204,16 @@ struct Finish {
     published: Published,
 }
 
-/// The views of a published put, then its local copy retired.
+/// The views of a published put, then its local copy retired, then the
+/// remote put's staging (which, kept until now, kept the version from
+/// retention in case this publisher died and a retry had to find it).
 fn finish(local: &Store, f: Finish, h5: &ViewServer) -> Result<Published> {
     if let Some(av) = &f.views {
         f.remote.make_views(av, h5);
     }
     crate::failpoint("objects.publish_after_remote");
     retire(local, &f.id)?;
+    f.remote.finish_commit(&f.published.name, &f.id);
     Ok(f.published)
 }
 

@@ -185,7 +185,7 @@ impl Store {
     /// chunk is missing or its writer did not finish. A commit retried
     /// after it published returns the same version.
     pub fn commit(&self, name: &str, id: &VersionId) -> Result<Committed> {
-        let (committed, views) = self.commit_views_later(name, id)?;
+        let (committed, views) = self.commit_views_later(name, id, true)?;
         if let Some(av) = views {
             self.views_after_commit(av);
         }
@@ -195,10 +195,15 @@ impl Store {
     /// [`Store::commit`], leaving the views to the caller: the version
     /// whose views are to be made (`None`: dropped by retention since).
     /// The logged puts' publisher makes them while it copies the next put.
+    /// `cleanup` false leaves the put's staging directory, which keeps the
+    /// version from retention, for [`Store::finish_commit`]: the logged
+    /// puts' publisher removes it only once its node-local put is retired,
+    /// since until then a retry may come.
     pub(crate) fn commit_views_later(
         &self,
         name: &str,
         id: &VersionId,
+        cleanup: bool,
     ) -> Result<(Committed, Option<ArrayVersion>)> {
         // Whether an earlier commit of this put may have published: its
         // directory is gone, or it got as far as its array record (or, an
@@ -212,7 +217,9 @@ impl Store {
             .transpose()?
             .flatten()
         {
-            let _ = std::fs::remove_dir_all(&staging);
+            if cleanup {
+                self.finish_commit(name, id);
+            }
             // The views a crash after the publish left out (or made).
             let av = match self.array(name, Some(number)) {
                 Ok(av) => Some(av),
@@ -254,7 +261,7 @@ impl Store {
             pieces,
         };
         crate::failpoint("objects.before_commit");
-        let number = match self.os.publish(name.as_bytes(), v.clone()) {
+        let number = match self.publish_version(name, v.clone()) {
             Ok(n) => n,
             // The publish's retention step can fail after the link (another
             // publisher's retention removed a record it was reading): the
@@ -263,8 +270,11 @@ impl Store {
         };
         crate::failpoint("objects.after_commit");
         // Published: the staging directory is only bookkeeping now (a crash
-        // here leaves it, and a retried commit finds the version by its id).
-        let _ = std::fs::remove_dir_all(&staging);
+        // here leaves it, and a retried commit finds the version by its id:
+        // retention keeps it while the directory is there).
+        if cleanup {
+            self.finish_commit(name, id);
+        }
         // The views, from what this commit knows (nothing read back),
         // after the version is durable; never failing the commit.
         (v.number, v.name) = (number, name.as_bytes().to_vec());

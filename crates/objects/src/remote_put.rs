@@ -62,15 +62,28 @@ impl Remote {
 
     /// Commit the remote put; on a directory layout its views are left to
     /// [`Remote::make_views`] (the publisher makes them while it copies
-    /// the next put), on S3 they are made here.
+    /// the next put), on S3 they are made here. The remote put's staging
+    /// stays, and keeps the version from retention, until
+    /// [`Remote::finish_commit`]: a publisher killed before it retired its
+    /// node-local put retries, and must find the version by its id.
     pub(crate) fn commit(
         &self,
         name: &str,
         id: &VersionId,
     ) -> Result<(Committed, Option<ArrayVersion>)> {
         match self {
-            Remote::Layout(s) => s.commit_views_later(name, id),
-            Remote::S3(s) => s.commit(name, id).map(|c| (c, None)),
+            Remote::Layout(s) => s.commit_views_later(name, id, false),
+            Remote::S3(s) => s.commit_with(name, id, false).map(|c| (c, None)),
+        }
+    }
+
+    /// The end of [`Remote::commit`], once the node-local put is retired:
+    /// the remote put's staging removed and the retention it held back
+    /// applied. Never an error (what is left, `obj gc` removes).
+    pub(crate) fn finish_commit(&self, name: &str, id: &VersionId) {
+        match self {
+            Remote::Layout(s) => s.finish_commit(name, id),
+            Remote::S3(s) => s.finish_commit(name, id),
         }
     }
 
@@ -85,11 +98,11 @@ impl Remote {
     /// Make the remote put `id` of `name` if no node made it yet (not
     /// durable: for [`Remote::copy_share`]s with `durable` false), once
     /// before this node's writers' shares are copied into it: whether it
-    /// was made now, empty (on S3 each copy opens it).
+    /// was made now, empty.
     pub(crate) fn open_put(&self, name: &str, id: &VersionId, meta: &ArrayMeta) -> Result<bool> {
         match self {
             Remote::Layout(s) => ensure_put(s, name, meta, id, false),
-            Remote::S3(_) => Ok(false),
+            Remote::S3(s) => s.ensure_put(name, meta, id),
         }
     }
 
@@ -115,7 +128,7 @@ impl Remote {
         match self {
             Remote::Layout(s) => copy_share(s, name, id, meta, share, read, (durable, opened)),
             Remote::S3(s) => s
-                .copy_share(name, id, meta, *share.0, share.1, read)
+                .copy_share(name, id, meta, *share.0, share.1, read, opened)
                 .map(|()| BTreeSet::new()),
         }
     }

@@ -63,13 +63,25 @@ impl S3Store {
         writer: [u8; 16],
     ) -> Result<S3Put<'_>> {
         let meta = self.staged(name, id)?;
-        Ok(S3Put {
+        Ok(self.writer_of(name, id, writer, meta))
+    }
+
+    /// The writer `writer` of the put `id`, whose array `meta` the caller
+    /// read or checked (crate::s3share: a remote put made or checked once).
+    pub(crate) fn writer_of(
+        &self,
+        name: &str,
+        id: &VersionId,
+        writer: [u8; 16],
+        meta: ArrayMeta,
+    ) -> S3Put<'_> {
+        S3Put {
             store: self,
             name: name.to_owned(),
             id: *id,
             meta,
             writer,
-        })
+        }
     }
 
     /// [`S3Store::join`], refusing a writer whose idea of the array (type,
@@ -148,6 +160,19 @@ impl S3Store {
     /// nothing is published if a chunk is missing or its writer did not
     /// finish. A commit retried after it published returns that version.
     pub fn commit(&self, name: &str, id: &VersionId) -> Result<Committed> {
+        self.commit_with(name, id, true)
+    }
+
+    /// [`S3Store::commit`]; `cleanup` false leaves the put's staging
+    /// objects, which keep the version from retention, for
+    /// [`S3Store::finish_commit`] (the logged puts' publisher, once its
+    /// node-local put is retired: until then a retry may come).
+    pub(crate) fn commit_with(
+        &self,
+        name: &str,
+        id: &VersionId,
+        cleanup: bool,
+    ) -> Result<Committed> {
         let dir = format!("staging/{}", id_hex(id));
         // Whether an earlier commit of this put may have published: its
         // `begin` is gone, or it got as far as its array record (or, an
@@ -159,9 +184,16 @@ impl S3Store {
             self.get(&format!("{dir}/begin"))?.is_none() || self.commit_may_have_published(id)?;
         if maybe {
             if let Some(number) = self.published(name, id)? {
-                // Killed after its publish: its view may not be made yet.
-                self.view_after_commit(&self.array(name, Some(number))?);
-                self.remove_staging(&dir)?;
+                // Killed after its publish: its view may not be made yet
+                // (none if retention dropped the version since).
+                match self.array(name, Some(number)) {
+                    Ok(av) => self.view_after_commit(&av),
+                    Err(Error::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+                if cleanup {
+                    self.finish_commit(name, id);
+                }
                 return Ok(Committed { number, id: *id });
             }
         }
@@ -237,9 +269,29 @@ impl S3Store {
         rec.name = name.as_bytes().to_vec();
         let at = self.shown(&crate::s3store::version_key(name, number));
         self.view_after_commit(&checked_array(name, rec, &head, at)?);
-        // Published: the staging objects are bookkeeping only now.
-        let _ = self.remove_staging(&dir);
+        // Published: the staging objects are bookkeeping only now (left,
+        // they keep the version from retention for a retried commit).
+        if cleanup {
+            self.finish_commit(name, id);
+        }
         Ok(Committed { number, id: *id })
+    }
+
+    /// The end of a published put's commit: its staging objects removed,
+    /// then the retention its publish (or a later one) held back while
+    /// they were there. Never an error: the version is published; what is
+    /// left, `obj gc` removes (and the next publish's retention drops).
+    pub(crate) fn finish_commit(&self, name: &str, id: &VersionId) {
+        let _ = self.remove_staging(&format!("staging/{}", id_hex(id)));
+        let _ = self.retain(name);
+    }
+
+    /// Whether the put `id`'s commit has not finished: its `begin` is
+    /// still there (removed first by [`S3Store::finish_commit`]).
+    /// Retention keeps such a put's version past the last K, so that a
+    /// retried commit finds it by its id (docs/objects.md "Crashes").
+    pub(crate) fn commit_unfinished(&self, id: &VersionId) -> Result<bool> {
+        self.exists(&format!("staging/{}/begin", id_hex(id)))
     }
 
     /// The Zarr view of a version just committed (docs/objects.md "S3"):

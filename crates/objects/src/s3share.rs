@@ -16,18 +16,31 @@ use crate::{id_hex, parse_id, VersionId};
 
 impl S3Store {
     /// The remote put `id` of `name`, made if no node made it yet (`begin`
-    /// created only if absent: two nodes at once both join the first).
-    fn ensure_put(&self, name: &str, meta: &ArrayMeta, id: &VersionId) -> Result<()> {
+    /// created only if absent: two nodes at once both join the first):
+    /// whether it was made now, and so holds nothing yet. Made now, it is
+    /// not read back (2 requests; before, 5).
+    pub(crate) fn ensure_put(&self, name: &str, meta: &ArrayMeta, id: &VersionId) -> Result<bool> {
         crate::store::check_name(name)?;
         let dir = format!("staging/{}", id_hex(id));
-        if self.get(&format!("{dir}/begin"))?.is_none() {
-            self.put_obj(&format!("{dir}/name"), name.as_bytes().to_vec(), false)?;
-            self.put_obj(&format!("{dir}/begin"), record::encode(id, meta), true)?;
+        // `name` first, as `begin` does: a put is open once `begin` is
+        // there. Written again over another node's, it is the same name
+        // (the id is the logged put's, the same everywhere).
+        self.put_obj(&format!("{dir}/name"), name.as_bytes().to_vec(), false)?;
+        if self.put_obj(&format!("{dir}/begin"), record::encode(id, meta), true)? {
+            return Ok(true);
         }
+        // There already (another node's, or a copy before a crash; or this
+        // very PUT retried by the client after a lost answer): checked.
         let there = self.staged(name, id)?;
-        same_meta(name, id, &there, meta)
+        same_meta(name, id, &there, meta)?;
+        Ok(false)
     }
 
+    /// Copy one writer's share into the remote put `id`, whole on return,
+    /// its `w<writer>` mark last. `made_now`: [`S3Store::ensure_put`] made
+    /// the put just now, so it holds no mark or claim to look for (`None`:
+    /// made or checked here).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn copy_share(
         &self,
         name: &str,
@@ -36,18 +49,22 @@ impl S3Store {
         writer: [u8; 16],
         claims: &[(u64, Claim)],
         read: &ReadChunk<'_>,
+        made_now: Option<bool>,
     ) -> Result<()> {
-        self.ensure_put(name, meta, id)?;
+        let fresh = match made_now {
+            Some(made) => made,
+            None => self.ensure_put(name, meta, id)?,
+        };
         let dir = format!("staging/{}", id_hex(id));
         let mark = format!("{dir}/w{}", id_hex(&writer));
-        if self.get(&mark)?.is_some() {
+        if !fresh && self.get(&mark)?.is_some() {
             return Ok(());
         }
         let cb = meta.chunk_len();
-        let mut put = self.join_writer(name, id, writer)?;
+        let mut put = self.writer_of(name, id, writer, meta.clone());
         for (k, (i, c)) in claims.iter().enumerate() {
             let key = format!("{dir}/c{i:020}");
-            if let Some(b) = self.get(&key)? {
+            if let Some(b) = (!fresh).then(|| self.get(&key)).transpose()?.flatten() {
                 let there = decode_claim(&b, &self.shown(&key)).ok().map(|(_, rc)| rc);
                 let data_key = |rc: &Claim| format!("data/{}", id_hex(&rc.chunk));
                 let good = there.is_some_and(|rc| {

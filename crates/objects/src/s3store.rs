@@ -331,10 +331,11 @@ impl S3Store {
 
     /// Drop the versions of `name` beyond the newest `keep`: each record,
     /// then its Zarr view, then the chunk objects only dropped versions
-    /// used. Another
+    /// used. A version whose put's commit has not finished stays (one
+    /// HEAD a version past the K; [`S3Store::commit_unfinished`]). Another
     /// publisher's retention may run at once: deletes of what is gone are
     /// no error. A crash between leaves chunk objects no version names.
-    fn retain(&self, name: &str) -> Result<()> {
+    pub(crate) fn retain(&self, name: &str) -> Result<()> {
         let keep = self.url.keep;
         let all = self.numbers(name)?;
         if all.len() as u64 <= keep {
@@ -350,6 +351,10 @@ impl S3Store {
         let mut dropped = std::collections::BTreeSet::new();
         for &n in old {
             if let Ok(Some(v)) = self.record(name, n) {
+                if self.commit_unfinished(&v.origin)? {
+                    used.extend(v.pieces.iter().map(|p| p.chunk));
+                    continue;
+                }
                 dropped.extend(v.pieces.iter().map(|p| p.chunk));
             }
             self.be

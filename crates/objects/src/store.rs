@@ -291,7 +291,7 @@ impl Store {
     pub fn delete(&self, name: &str) -> Result<u64> {
         check_name(name)?;
         let v = deletion(name, self.os.versions(name.as_bytes())?.is_empty())?;
-        let n = self.os.publish(name.as_bytes(), v)?;
+        let n = self.publish_version(name, v)?;
         crate::views::prune_all(self, name)?;
         Ok(n)
     }
@@ -331,6 +331,30 @@ impl Store {
             return Ok(None);
         }
         self.published(name, id)
+    }
+
+    /// Publish `v` as the next version of `name`. Retention keeps, past
+    /// the last K, a version whose put's staging directory is still there:
+    /// its commit has not finished (killed after the publish, or a logged
+    /// publisher that has not retired its node-local put yet), and a retry
+    /// must find the version by its id. Dropped, its chunks removed, the
+    /// retry published the put again: an old put as the latest, or a
+    /// version whose chunks were gone (docs/objects.md "Crashes").
+    pub(crate) fn publish_version(&self, name: &str, v: Version) -> Result<u64> {
+        Ok(self.os.publish_pinned(name.as_bytes(), v, &|v| {
+            self.staging_dir(&v.origin).is_dir()
+        })?)
+    }
+
+    /// The end of a published put's commit: its staging directory removed,
+    /// then the retention its publish (or a later one) held back while
+    /// it was there. Never an error: the version is published; what is
+    /// left, `obj gc` removes (and the next publish's retention drops).
+    pub(crate) fn finish_commit(&self, name: &str, id: &VersionId) {
+        let _ = std::fs::remove_dir_all(self.staging_dir(id));
+        let _ = self
+            .os
+            .retain_now(name.as_bytes(), &|v| self.staging_dir(&v.origin).is_dir());
     }
 
     pub(crate) fn staging_dir(&self, id: &VersionId) -> PathBuf {

@@ -16,7 +16,20 @@ impl ObjStore {
     /// number takes the next one (both versions are kept; the later
     /// publish is the latest). Returns the number. The number is chosen
     /// under the name's lock ([`ObjStore::lock_numbers`]).
-    pub fn publish(&self, name: &[u8], mut v: Version) -> Result<u64, ObjError> {
+    pub fn publish(&self, name: &[u8], v: Version) -> Result<u64, ObjError> {
+        self.publish_pinned(name, v, &|_| false)
+    }
+
+    /// [`ObjStore::publish`] whose retention keeps, beyond the last K, the
+    /// older versions `pinned` says are still needed as they are (an array
+    /// put whose commit has not finished: a retry must find its version by
+    /// its id, docs/objects.md "Crashes").
+    pub fn publish_pinned(
+        &self,
+        name: &[u8],
+        mut v: Version,
+        pinned: &dyn Fn(&Version) -> bool,
+    ) -> Result<u64, ObjError> {
         let dir = self.meta_dir(name);
         std::fs::create_dir_all(&dir).map_err(io_err(&dir, "create metadata directory"))?;
         v.name = name.to_vec();
@@ -56,8 +69,24 @@ impl ObjStore {
         let _ = std::fs::remove_file(&tmp);
         let n = result?;
         self.sync_dir(&dir)?;
-        self.retain(name, &numbers)?;
+        self.retain(name, &numbers, pinned)?;
         Ok(n)
+    }
+
+    /// Apply retention to `name` now, under its lock (what a publish does
+    /// after its link), if it keeps more than K versions: for a version
+    /// `pinned` kept at a publish and released since. One listing when
+    /// there is nothing to drop.
+    pub fn retain_now(
+        &self,
+        name: &[u8],
+        pinned: &dyn Fn(&Version) -> bool,
+    ) -> Result<(), ObjError> {
+        if self.keep == u64::MAX || self.versions(name)?.len() as u64 <= self.keep {
+            return Ok(());
+        }
+        let numbers = self.lock_numbers(&self.meta_dir(name))?;
+        self.retain(name, &numbers, pinned)
     }
 
     /// Remove chunks that no version of any object references and that are
@@ -140,9 +169,16 @@ impl ObjStore {
 
     /// Keep the last K versions of `name`: delete older records, then the
     /// chunks they used that no kept version uses (a chunk belongs to one
-    /// object: it is written for one epoch of one file).
+    /// object: it is written for one epoch of one file). An older version
+    /// `pinned` says is still needed stays, with its chunks, until a later
+    /// retention finds it released.
     /// `_numbers`: the name's lock, held by the caller (the publish).
-    fn retain(&self, name: &[u8], _numbers: &NumberLock) -> Result<(), ObjError> {
+    fn retain(
+        &self,
+        name: &[u8],
+        _numbers: &NumberLock,
+        pinned: &dyn Fn(&Version) -> bool,
+    ) -> Result<(), ObjError> {
         let all = self.versions(name)?;
         if all.len() as u64 <= self.keep {
             return Ok(());
@@ -157,6 +193,10 @@ impl ObjStore {
         let mut dropped = BTreeSet::new();
         for &n in old {
             if let Ok(Some(v)) = self.version(name, Some(n)) {
+                if pinned(&v) {
+                    used.extend(v.pieces.iter().map(|p| (p.dir, p.chunk)));
+                    continue;
+                }
                 dropped.extend(v.pieces.iter().map(|p| (p.dir, p.chunk)));
             }
             let p = self.meta_dir(name).join(version_name(n));

@@ -418,3 +418,36 @@ fn racing_publishers_with_retention_never_reuse_a_number() {
     assert_eq!(got, want, "version numbers handed out");
     assert_eq!(s.versions(b"n").unwrap(), vec![threads * each]);
 }
+
+#[test]
+fn a_pinned_version_outlives_retention_until_released() {
+    let d = tempfile::tempdir().unwrap();
+    let s = store(&format!("{}?keep=1", d.path().display()));
+    put_version(&s, b"x", 0, b"first");
+    let first = s.version(b"x", None).unwrap().unwrap();
+    let chunks = |v: &Version| -> Vec<std::path::PathBuf> {
+        v.pieces
+            .iter()
+            .map(|p| s.chunk_path(p.dir, &p.chunk))
+            .collect()
+    };
+    assert!(chunks(&first).iter().all(|p| p.exists()));
+    let empty = Version {
+        size: 0,
+        origin: [7; 16],
+        pieces: Vec::new(),
+        ..first.clone()
+    };
+    let pinned = |v: &Version| v.origin == first.origin;
+    assert_eq!(s.publish_pinned(b"x", empty.clone(), &pinned).unwrap(), 2);
+    assert_eq!(s.versions(b"x").unwrap(), vec![1, 2], "kept past keep=1");
+    assert_eq!(get(&s, b"x", Some(1)), b"first");
+    s.retain_now(b"x", &pinned).unwrap();
+    assert_eq!(s.versions(b"x").unwrap(), vec![1, 2], "still pinned");
+    s.retain_now(b"x", &|_| false).unwrap();
+    assert_eq!(s.versions(b"x").unwrap(), vec![2], "released, then dropped");
+    assert!(
+        chunks(&first).iter().all(|p| !p.exists()),
+        "with its chunks"
+    );
+}
