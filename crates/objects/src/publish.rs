@@ -419,7 +419,7 @@ fn publish_one(
         // then the local cleanup.
         Some(_) => {
             before_commit();
-            remote.commit(&name, id)?
+            remote.commit(&name, id, false)?
         }
         None => {
             let (meta, claims, away) = match put {
@@ -453,7 +453,7 @@ fn publish_one(
             }
             remote.sync_chunk_dirs(&dirs)?;
             before_commit();
-            remote.commit(&name, id)?
+            remote.commit(&name, id, true)?
         }
     };
     Ok(Ok(Finish {

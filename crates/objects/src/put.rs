@@ -38,6 +38,27 @@ use crate::{id_hex, parse_id, VersionId};
 /// The writers of a put that finished (their `w` marks).
 pub(crate) type Writers = BTreeSet<[u8; 16]>;
 
+/// How a commit runs: a direct commit's way, or the logged puts'
+/// publisher's (crate::remote_put).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CommitRun {
+    /// Remove the put's staging at the end. The publisher leaves it (it
+    /// keeps the version from retention) for `finish_commit`, once its
+    /// node-local put is retired: until then a retry may come.
+    pub cleanup: bool,
+    /// The caller found no version of this put just before (the publisher,
+    /// before it copied the put): no retry check (2-3 requests or round
+    /// trips on the remote).
+    pub unpublished: bool,
+}
+
+impl CommitRun {
+    pub(crate) const DIRECT: Self = Self {
+        cleanup: true,
+        unpublished: false,
+    };
+}
+
 /// What a commit published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Committed {
@@ -185,7 +206,7 @@ impl Store {
     /// chunk is missing or its writer did not finish. A commit retried
     /// after it published returns the same version.
     pub fn commit(&self, name: &str, id: &VersionId) -> Result<Committed> {
-        let (committed, views) = self.commit_views_later(name, id, true)?;
+        let (committed, views) = self.commit_views_later(name, id, CommitRun::DIRECT)?;
         if let Some(av) = views {
             self.views_after_commit(av);
         }
@@ -195,15 +216,11 @@ impl Store {
     /// [`Store::commit`], leaving the views to the caller: the version
     /// whose views are to be made (`None`: dropped by retention since).
     /// The logged puts' publisher makes them while it copies the next put.
-    /// `cleanup` false leaves the put's staging directory, which keeps the
-    /// version from retention, for [`Store::finish_commit`]: the logged
-    /// puts' publisher removes it only once its node-local put is retired,
-    /// since until then a retry may come.
     pub(crate) fn commit_views_later(
         &self,
         name: &str,
         id: &VersionId,
-        cleanup: bool,
+        run: CommitRun,
     ) -> Result<(Committed, Option<ArrayVersion>)> {
         // Whether an earlier commit of this put may have published: its
         // directory is gone, or it got as far as its array record (or, an
@@ -211,13 +228,14 @@ impl Store {
         // versions' records searched for the id (one read per version
         // kept: a plain directory keeps them all).
         let staging = self.staging_dir(id);
-        let maybe = !staging.join("begin").is_file() || self.commit_may_have_published(id);
+        let maybe = !run.unpublished
+            && (!staging.join("begin").is_file() || self.commit_may_have_published(id));
         if let Some(number) = maybe
             .then(|| self.published(name, id))
             .transpose()?
             .flatten()
         {
-            if cleanup {
+            if run.cleanup {
                 self.finish_commit(name, id);
             }
             // The views a crash after the publish left out (or made).
@@ -272,7 +290,7 @@ impl Store {
         // Published: the staging directory is only bookkeeping now (a crash
         // here leaves it, and a retried commit finds the version by its id:
         // retention keeps it while the directory is there).
-        if cleanup {
+        if run.cleanup {
             self.finish_commit(name, id);
         }
         // The views, from what this commit knows (nothing read back),

@@ -17,7 +17,7 @@ use std::io::ErrorKind;
 use paralog_backend::RemoteUrl;
 
 use crate::error::{io_err, Error, Result};
-use crate::put::Committed;
+use crate::put::{CommitRun, Committed};
 use crate::read::ArrayVersion;
 use crate::record::{self, ArrayMeta};
 use crate::s3store::S3Store;
@@ -66,14 +66,21 @@ impl Remote {
     /// stays, and keeps the version from retention, until
     /// [`Remote::finish_commit`]: a publisher killed before it retired its
     /// node-local put retries, and must find the version by its id.
+    /// `unpublished`: the caller found no version of the put just before
+    /// (and copied it since): no retry check.
     pub(crate) fn commit(
         &self,
         name: &str,
         id: &VersionId,
+        unpublished: bool,
     ) -> Result<(Committed, Option<ArrayVersion>)> {
+        let run = CommitRun {
+            cleanup: false,
+            unpublished,
+        };
         match self {
-            Remote::Layout(s) => s.commit_views_later(name, id, false),
-            Remote::S3(s) => s.commit_with(name, id, false).map(|c| (c, None)),
+            Remote::Layout(s) => s.commit_views_later(name, id, run),
+            Remote::S3(s) => s.commit_with(name, id, run).map(|c| (c, None)),
         }
     }
 

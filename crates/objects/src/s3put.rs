@@ -11,7 +11,7 @@ use paralog_backend::objstore::{Piece, Version};
 use crate::error::{Error, Result};
 use crate::grid::for_each_chunk;
 use crate::input::chunk_index;
-use crate::put::Committed;
+use crate::put::{CommitRun, Committed};
 use crate::read::checked_array;
 use crate::record::{self, ArrayMeta};
 use crate::s3store::S3Store;
@@ -93,6 +93,13 @@ impl S3Store {
     }
 
     pub(crate) fn staged(&self, name: &str, id: &VersionId) -> Result<ArrayMeta> {
+        let begin = self.get(&format!("staging/{}/begin", id_hex(id)))?;
+        self.staged_from(name, id, begin)
+    }
+
+    /// [`S3Store::staged`] from the put's `begin` as the caller read it
+    /// (`None`: not there).
+    fn staged_from(&self, name: &str, id: &VersionId, begin: Option<Vec<u8>>) -> Result<ArrayMeta> {
         check_name(name)?;
         let dir = format!("staging/{}", id_hex(id));
         let perr = |why: String| Error::Put {
@@ -100,7 +107,7 @@ impl S3Store {
             id: id_hex(id),
             why,
         };
-        let Some(b) = self.get(&format!("{dir}/begin"))? else {
+        let Some(b) = begin else {
             return Err(perr(
                 "no such put in progress (never begun, committed or aborted)".into(),
             ));
@@ -160,18 +167,16 @@ impl S3Store {
     /// nothing is published if a chunk is missing or its writer did not
     /// finish. A commit retried after it published returns that version.
     pub fn commit(&self, name: &str, id: &VersionId) -> Result<Committed> {
-        self.commit_with(name, id, true)
+        self.commit_with(name, id, CommitRun::DIRECT)
     }
 
-    /// [`S3Store::commit`]; `cleanup` false leaves the put's staging
-    /// objects, which keep the version from retention, for
-    /// [`S3Store::finish_commit`] (the logged puts' publisher, once its
-    /// node-local put is retired: until then a retry may come).
+    /// [`S3Store::commit`], run as `run` says (the logged puts'
+    /// publisher's way: staging left for [`S3Store::finish_commit`]).
     pub(crate) fn commit_with(
         &self,
         name: &str,
         id: &VersionId,
-        cleanup: bool,
+        run: CommitRun,
     ) -> Result<Committed> {
         let dir = format!("staging/{}", id_hex(id));
         // Whether an earlier commit of this put may have published: its
@@ -180,8 +185,8 @@ impl S3Store {
         // publish, before its cleanup, left `begin`, and without a mark the
         // retry published the put again as a second version. Only then are
         // the versions searched for the id.
-        let maybe =
-            self.get(&format!("{dir}/begin"))?.is_none() || self.commit_may_have_published(id)?;
+        let begin = self.get(&format!("{dir}/begin"))?;
+        let maybe = !run.unpublished && (begin.is_none() || self.commit_may_have_published(id)?);
         if maybe {
             if let Some(number) = self.published(name, id)? {
                 // Killed after its publish: its view may not be made yet
@@ -191,13 +196,13 @@ impl S3Store {
                     Err(Error::NotFound { .. }) => {}
                     Err(e) => return Err(e),
                 }
-                if cleanup {
+                if run.cleanup {
                     self.finish_commit(name, id);
                 }
                 return Ok(Committed { number, id: *id });
             }
         }
-        let meta = self.staged(name, id)?;
+        let meta = self.staged_from(name, id, begin)?;
         let perr = |why: String| Error::Put {
             name: name.to_owned(),
             id: id_hex(id),
@@ -271,7 +276,7 @@ impl S3Store {
         self.view_after_commit(&checked_array(name, rec, &head, at)?);
         // Published: the staging objects are bookkeeping only now (left,
         // they keep the version from retention for a retried commit).
-        if cleanup {
+        if run.cleanup {
             self.finish_commit(name, id);
         }
         Ok(Committed { number, id: *id })
@@ -311,20 +316,25 @@ impl S3Store {
 
     /// Remove a published put's staging objects: `begin` first (a retried
     /// commit then finds the version by its id), an older binary's
-    /// `publishing` last (until then, the mark says so too).
+    /// `publishing` last (until then, the mark says so too), if listed.
     fn remove_staging(&self, dir: &str) -> Result<()> {
         let _ = self.be.delete_object(&format!("{dir}/begin"));
         let publishing = format!("{dir}/publishing");
+        let mut marked = false;
         for k in self
             .be
             .list_objects(&format!("{dir}/"))
             .map_err(|e| self.err(e))?
         {
-            if k != publishing {
+            if k == publishing {
+                marked = true;
+            } else {
                 let _ = self.be.delete_object(&k);
             }
         }
-        let _ = self.be.delete_object(&publishing);
+        if marked {
+            let _ = self.be.delete_object(&publishing);
+        }
         Ok(())
     }
 
