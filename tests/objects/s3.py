@@ -370,8 +370,9 @@ def case_publish_search(work, s3):
     the publish reads none of the 6 version records the name keeps (its
     search for a version of the put's id is made only when the put's
     array record object exists; before, one GET per kept version at every
-    publish). Then a put whose remote commit was killed after its publish
-    is published again: one version, found by that search."""
+    publish), and the remote put it makes is not read back while its
+    chunks are copied. Then a put whose remote commit was killed after its
+    publish is published again: one version, found by that search."""
     from tests.remote.s3 import FaultProxy
     rng = random.Random(13)
     put = ["--dtype", "int32", "--shape", "8,10", "--chunks", "4,5"]
@@ -393,6 +394,14 @@ def case_publish_search(work, s3):
     requests = [ln for ln in proxy.log.read_text().splitlines() if " forwarded " in ln]
     reread = [ln for ln in requests if re.search(r" GET \S*/meta/t/v\d{10}\b", ln)]
     check(not reread, "the publish read version records:\n" + "\n".join(reread))
+    # The remote put made now is not read back before the copy is whole
+    # (its writer's mark): no `begin`, `name`, mark or claim to look for
+    # in a put just made (before: 8 GETs for this put of 4 chunks).
+    mark = next((i for i, ln in enumerate(requests) if re.search(r" PUT \S*/staging/[0-9a-f]{32}/w[0-9a-f]{32}\b", ln)),
+                None)
+    check(mark is not None, "no writer's mark was put:\n" + "\n".join(requests))
+    early = [ln for ln in requests[:mark] if re.search(r" GET \S*/staging/[0-9a-f]{32}/", ln)]
+    check(not early, "the copy read the remote put it had just made:\n" + "\n".join(early))
     check([v["number"] for v in s3.info("t")["versions"]] == list(range(1, 8)), f"versions {s3.info('t')['versions']}")
     got = work / "got.bin"
     s3.obj("get", s3.at("t"), got, "--version", "7")
