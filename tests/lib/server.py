@@ -34,6 +34,27 @@ def ask(sock, req, timeout=300):
     return json.loads(buf) if buf.strip() else None
 
 
+def failpoint_server(local, remote, log, point, env=None):
+    """`paralog server --local LOCAL --job t --remote REMOTE` in a session of
+    its own, armed to be killed at the crash point `point`, its stderr
+    appended to `log` (not Server: this one may die before it answers)."""
+    with open(log, "ab") as f:
+        return subprocess.Popen([BIN, "server", "--local", local, "--job", "t", "--remote", remote],
+                                stdout=subprocess.DEVNULL, stderr=f, start_new_session=True,
+                                env={**(env or os.environ), "PARALOG_FAILPOINT": point})
+
+
+def wait_failpoint_kill(p, log, point):
+    """The failpoint_server `p` ended killed at `point` (its log says so)."""
+    try:
+        rc = p.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        kill_tree(p)
+        rc = None
+    text = Path(log).read_text(errors="replace")
+    check(rc == -9 and f"failpoint {point} reached" in text, f"not killed at {point} ({rc}): {text[-600:]}")
+
+
 class Server:
     """`paralog server --job J` of our own (its own session), its stderr in a
     log file (default: server-J.log beside the local directory). Ready once

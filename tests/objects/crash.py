@@ -43,14 +43,13 @@ Usage: python3 -m tests.objects.crash [--only SUBSTRING] [--keep]
 Ends with "objects-crash: N passed, N failed"."""
 import os
 import random
-import subprocess
 import sys
 import time
 
 from tests.lib.check import Suite, check, suite_options
 from tests.lib.paths import BIN
-from tests.lib.proc import kill_tree, run
-from tests.lib.server import Server
+from tests.lib.proc import run
+from tests.lib.server import Server, failpoint_server, wait_failpoint_kill
 from tests.objects.mpi import FLAVOURS, mpi_put
 from tests.objects.run import at, info, obj, store
 
@@ -246,20 +245,9 @@ def case_server(point):
 
 
 def server_killed_at(work, local, point):
-    """A node server started on `local`, killed at the crash point `point`
-    (not tests.lib.server.Server: this one may die before it answers)."""
+    """A node server started on `local`, killed at the crash point `point`."""
     log = work / "server.log"
-    with open(log, "wb") as f:
-        p = subprocess.Popen([BIN, "server", "--local", local, "--job", "t", "--remote", work / "remote"],
-                             stdout=subprocess.DEVNULL, stderr=f, start_new_session=True,
-                             env={**os.environ, "PARALOG_FAILPOINT": point})
-    try:
-        rc = p.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        kill_tree(p)
-        rc = None
-    text = log.read_text(errors="replace")
-    check(rc == -9 and f"failpoint {point} reached" in text, f"not killed at {point} ({rc}): {text[-600:]}")
+    wait_failpoint_kill(failpoint_server(local, work / "remote", log, point), log, point)
 
 
 def newer_puts(work, url, rng, n):

@@ -55,15 +55,14 @@ Usage: python3 -m tests.objects.nodes [--only SUBSTRING] [--keep]
 Ends with "objects-nodes: N passed, N failed"."""
 import json
 import os
-import subprocess
 import sys
 import time
 
 from tests.lib.check import Suite, check, suite_options
 from tests.lib.mpi import launcher, mpi_env
 from tests.lib.paths import BIN
-from tests.lib.proc import kill_tree, run
-from tests.lib.server import Server
+from tests.lib.proc import run
+from tests.lib.server import Server, failpoint_server, wait_failpoint_kill
 from tests.objects.crash import expect
 from tests.objects.mpi import FLAVOURS, PY_ENV, PY_WRITER, program, rank_errors
 from tests.objects.run import at, hdf5_read, store, zarr_read
@@ -308,20 +307,7 @@ def case_refusals(flavour):
 def killed_server(work, remote, local, k, point):
     """Node k's server with the crash point `point`, started; its process."""
     log = work / f"server-n{k}.log"
-    with open(log, "ab") as f:
-        return subprocess.Popen([BIN, "server", "--local", local, "--job", "t", "--remote", work / "remote"],
-                                stdout=subprocess.DEVNULL, stderr=f, start_new_session=True,
-                                env={**remote.env, "PARALOG_FAILPOINT": point}), log
-
-
-def wait_killed(p, log, point):
-    try:
-        rc = p.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        kill_tree(p)
-        rc = None
-    text = log.read_text(errors="replace")
-    check(rc == -9 and f"failpoint {point} reached" in text, f"not killed at {point} ({rc}): {text[-600:]}")
+    return failpoint_server(local, work / "remote", log, point, remote.env), log
 
 
 def recover(work, remote, local):
@@ -342,7 +328,7 @@ def case_share_killed(flavour, kind, point):
             servers = trial.start(locals_[:1])
             put_on_nodes(flavour, remote, "k", 7, locals_)
             if point:
-                wait_killed(p, log, point)
+                wait_failpoint_kill(p, log, point)
             time.sleep(1.0)  # node 0's server has had rounds: the share is not whole there
             check(remote.versions("k") == [], f"published without node 1's whole share: {remote.versions('k')}")
             check(len(shares(locals_[1])) == PER_NODE, f"node 1's shares: {shares(locals_[1])}")
@@ -408,7 +394,7 @@ def case_publisher_killed(flavour, kind, point):
             p, log = killed_server(work, remote, locals_[0], 0, point)
             trial.start(locals_[1:])
             put_on_nodes(flavour, remote, "p", 9, locals_)
-            wait_killed(p, log, point)
+            wait_failpoint_kill(p, log, point)
             before = remote.versions("p")
             check(before == ([] if point == "objects.before_commit" else [1]), f"after the kill: versions {before}")
             said = recover(work, remote, locals_[0])
