@@ -13,7 +13,9 @@
              views aside. A logged put: at most one per chunk + 4 (its
              commit record, one file, in place of every claim); its
              publish (`paralog obj publish`) as a direct put, reading
-             no version record (no search for its id)
+             no version record (no search for its id), making no remote
+             staging (a file per chunk, the array record and the version
+             record's temporary name)
   no-sync    a store opened with sync=0 (durability left to the page cache,
              as HDF5 and zarr-python do): a direct put makes no fsync at
              all and reads back; a logged put to it, and a drain to it
@@ -97,6 +99,16 @@ def case_fsyncs(work):
     # publish, each a round trip on sshfs).
     reread = [ln for ln in opens if re.search(r"/meta/t/v\d{10}\"", ln)]
     check(not reread, "the publish searched the version records:\n" + "\n".join(reread))
+    # Its writers all on this node: published from its claims, with no
+    # remote put's staging (before: `begin`, `name`, a claim per chunk and
+    # the writer's mark, 2 * chunks + 5 files): its chunk files, the array
+    # record and the version record's temporary name.
+    made = [ln for ln in opens if "O_CREAT" in ln and str(root) in ln
+            and not re.search(r"/(zarr|hdf5|views)/", ln)]
+    staged = [ln for ln in made if "/staging/" in ln]
+    check(not staged, "the publish made a remote put's staging:\n" + "\n".join(staged))
+    budget = N_CHUNKS + 2
+    check(len(made) <= budget, f"publish: {len(made)} files created, at most {budget}:\n" + "\n".join(made))
     got = work / "got.bin"
     obj("get", at(str(root), "t"), got, "--version", "7")
     check(got.read_bytes() == data.read_bytes(), "the published logged put is not its data")

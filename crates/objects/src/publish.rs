@@ -429,31 +429,22 @@ fn publish_one(
                     (m, c, Vec::new())
                 }
             };
-            // This node's claims, one share per writer, copied.
-            let mut mine: BTreeMap<[u8; 16], Vec<(u64, Claim)>> = BTreeMap::new();
-            for (i, c) in claims.iter().enumerate() {
-                if !away.iter().any(|a| a.writer == c.writer) {
-                    mine.entry(c.writer).or_default().push((i as u64, *c));
-                }
-            }
             let read = |i: u64, c: &Claim| read_logged(local, &name, id, &meta, i, c);
-            // Not durable copies (this node keeps its own until the
-            // publish): the chunk files' names synced once, before the
-            // commit, which makes the rest of the version durable.
-            let dirs = copy_writers(&remote, (&name, id, &meta), &mine, &read)?;
-            // Other nodes' shares: in the remote put yet? (With none, every
-            // claim was copied just now; the commit checks them all.)
-            if !away.is_empty() {
-                if let Some((missing, writers)) = remote.missing(&name, id, &meta, &claims)? {
-                    return Ok(Err(Why::Shares {
-                        missing,
-                        nodes: nodes_of(&away, &writers),
-                    }));
-                }
+            let put = (name.as_str(), id, &meta);
+            // Every writer on this node, to a directory layout: no remote
+            // staging needed (crate::remote_put::Remote::publish_whole).
+            let whole = match away.is_empty() {
+                true => remote.publish_whole(put, &claims, &read, before_commit)?,
+                false => None,
+            };
+            match whole {
+                Some(done) => done,
+                None => match publish_staged(&remote, put, (&claims, &away), &read, before_commit)?
+                {
+                    Ok(done) => done,
+                    Err(why) => return Ok(Err(why)),
+                },
             }
-            remote.sync_chunk_dirs(&dirs)?;
-            before_commit();
-            remote.commit(&name, id, true)?
         }
     };
     Ok(Ok(Finish {
@@ -466,6 +457,43 @@ fn publish_one(
             committed,
         },
     }))
+}
+
+/// Publish the put `id` through the remote's staging: this node's
+/// writers' shares copied into the remote put, then, once other nodes'
+/// shares (`away`) are there too, the remote commit; `Err(why)`: it waits
+/// for those shares.
+fn publish_staged(
+    remote: &Remote,
+    (name, id, meta): (&str, &VersionId, &ArrayMeta),
+    (claims, away): (&[Claim], &[Away]),
+    read: &crate::remote_put::ReadChunk<'_>,
+    before_commit: &dyn Fn(),
+) -> Result<std::result::Result<(Committed, Option<ArrayVersion>), Why>> {
+    // This node's claims, one share per writer, copied.
+    let mut mine: BTreeMap<[u8; 16], Vec<(u64, Claim)>> = BTreeMap::new();
+    for (i, c) in claims.iter().enumerate() {
+        if !away.iter().any(|a| a.writer == c.writer) {
+            mine.entry(c.writer).or_default().push((i as u64, *c));
+        }
+    }
+    // Not durable copies (this node keeps its own until the
+    // publish): the chunk files' names synced once, before the
+    // commit, which makes the rest of the version durable.
+    let dirs = copy_writers(remote, (name, id, meta), &mine, read)?;
+    // Other nodes' shares: in the remote put yet? (With none, every
+    // claim was copied just now; the commit checks them all.)
+    if !away.is_empty() {
+        if let Some((missing, writers)) = remote.missing(name, id, meta, claims)? {
+            return Ok(Err(Why::Shares {
+                missing,
+                nodes: nodes_of(away, &writers),
+            }));
+        }
+    }
+    remote.sync_chunk_dirs(&dirs)?;
+    before_commit();
+    remote.commit(name, id, true).map(Ok)
 }
 
 /// Copy this node's writers' shares (`mine`) into the remote put, made

@@ -247,6 +247,22 @@ impl Store {
             return Ok((Committed { number, id: *id }, av));
         }
         let (meta, claims) = self.complete(name, id, false)?;
+        self.publish_claims(name, id, meta, &claims, run)
+    }
+
+    /// The rest of a commit, from the put's checked claims (one a chunk,
+    /// in chunk order, their chunk files durable): the array record, then
+    /// the version published. Shared by [`Store::commit_views_later`] and
+    /// the logged puts' publisher's copy without staging
+    /// (crate::remote_put).
+    pub(crate) fn publish_claims(
+        &self,
+        name: &str,
+        id: &VersionId,
+        meta: ArrayMeta,
+        claims: &[Claim],
+        run: CommitRun,
+    ) -> Result<(Committed, Option<ArrayVersion>)> {
         let (n, cb) = (meta.n_chunks(), meta.chunk_len());
         // What the version needs durable before its record is linked: its
         // chunk files with their names (each writer's `finish`) and the

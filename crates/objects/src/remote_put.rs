@@ -84,6 +84,60 @@ impl Remote {
         }
     }
 
+    /// Publish a logged put whose writers are all on this node straight
+    /// from its claims (every chunk, in chunk order), on a directory
+    /// layout; `None` on S3 (the caller copies into a remote put). No
+    /// remote put's staging is made: no `begin` and `name`, no claim and
+    /// mark per writer read back by the commit and then removed (about a
+    /// third of a publish's round trips on sshfs, docs/objects.md "A
+    /// logged publish on sshfs"). Each chunk file keeps its node-local
+    /// name (its UUID), so a copy killed and retried writes the same files
+    /// again and leaves none behind. An empty `staging/<id>/`, made first,
+    /// keeps the version from retention until [`Remote::finish_commit`]
+    /// (a retry must find it by its id). The chunk files' bytes and names
+    /// are durable before the array record, as a commit's are.
+    /// `before_commit`: returns once the puts before it are finished.
+    pub(crate) fn publish_whole(
+        &self,
+        (name, id, meta): (&str, &VersionId, &ArrayMeta),
+        claims: &[Claim],
+        read: &ReadChunk<'_>,
+        before_commit: &dyn Fn(),
+    ) -> Result<Option<(Committed, Option<ArrayVersion>)>> {
+        let Remote::Layout(s) = self else {
+            return Ok(None);
+        };
+        // The name comes from a node-local record: checked before it
+        // names anything in the store.
+        crate::store::check_name(name)?;
+        let pin = s.staging_dir(id);
+        std::fs::create_dir_all(&pin).map_err(io_err(&pin, "create"))?;
+        let cb = meta.chunk_len();
+        let mut dirs = BTreeSet::new();
+        let mut copied = Vec::with_capacity(claims.len());
+        for (i, c) in claims.iter().enumerate() {
+            let i = i as u64;
+            // Checked against its claim by `read`: the same block CRC.
+            let (block, _) = crate::stored::stored_block(&read(i, c)?);
+            let mut w = s.os.writer_with_id(c.chunk)?;
+            let p = w.add(i * cb, &block)?;
+            w.finish_file()?;
+            dirs.insert(p.dir);
+            copied.push(Claim { dir: p.dir, ..*c });
+            if i == 0 {
+                crate::failpoint("objects.publish_mid_copy");
+            }
+        }
+        self.sync_chunk_dirs(&dirs)?;
+        before_commit();
+        let run = CommitRun {
+            cleanup: false,
+            unpublished: true,
+        };
+        s.publish_claims(name, id, meta.clone(), &copied, run)
+            .map(Some)
+    }
+
     /// The end of [`Remote::commit`], once the node-local put is retired:
     /// the remote put's staging removed and the retention it held back
     /// applied. Never an error (what is left, `obj gc` removes).
