@@ -130,13 +130,21 @@ pub fn finish(
 
 /// Before a retry or a recovery: remove what an interrupted drain of `rel`
 /// left on the remote (S3: its unfinished multipart uploads). Best effort,
-/// said in the log under `name`: the drain does not depend on it.
-pub fn abort_stale(backend: &dyn Backend, rel: &[u8], name: &str) {
+/// said in the log under `name`: the drain does not depend on it. Whether
+/// it was done: when not (the remote still down), the caller asks again
+/// once a drain of the file has succeeded, or the upload would be left
+/// (a retry whose own requests outlasted the outage succeeds after an
+/// abort that failed).
+pub fn abort_stale(backend: &dyn Backend, rel: &[u8], name: &str) -> bool {
     match backend.abort_stale(rel) {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(file = %name, uploads = n, "aborted unfinished uploads"),
+        Ok(0) => true,
+        Ok(n) => {
+            tracing::info!(file = %name, uploads = n, "aborted unfinished uploads");
+            true
+        }
         Err(e) => {
-            tracing::warn!(file = %name, error = %e, "aborting unfinished uploads failed")
+            tracing::warn!(file = %name, error = %e, "aborting unfinished uploads failed");
+            false
         }
     }
 }

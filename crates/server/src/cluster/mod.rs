@@ -335,12 +335,12 @@ impl Coordinator {
             round.retrying += 1;
             return Ok(());
         }
-        if retry.is_some_and(|r| r.attempts > 0) && self.leader() {
-            // A retry: what the failed attempt may have left on the
-            // remote (an S3 upload whose abort failed too) goes first.
-            // Only the leader starts and ends uploads.
-            self.abort_stale(f);
-        }
+        // A retry: what the failed attempt may have left on the remote (an
+        // S3 upload whose abort failed too) goes first. Only the leader
+        // starts and ends uploads. Not done (the remote still down), it is
+        // asked again once this attempt's groups are drained.
+        let stale_left =
+            retry.is_some_and(|r| r.attempts > 0) && self.leader() && !self.abort_stale(f);
         if renamed::holds_rename(f) {
             // The one drain step of renames, on the node that holds them.
             return self.drain_file_renamed(f, &key, round);
@@ -372,7 +372,11 @@ impl Coordinator {
                 Err(failure) => failure,
             };
             self.group_failed(f, &key, &group.ids, failure, round, done);
-            break;
+            // The next attempt aborts what is left first.
+            return Ok(());
+        }
+        if stale_left {
+            self.abort_stale(f);
         }
         Ok(())
     }
@@ -519,11 +523,15 @@ impl Coordinator {
     }
 
     /// Remove what an interrupted drain of `f` left on the remote (S3:
-    /// its unfinished multipart uploads); best effort, said in the log.
-    fn abort_stale(&self, f: &GlobalFile) {
+    /// its unfinished multipart uploads); best effort, said in the log;
+    /// whether it was done.
+    fn abort_stale(&self, f: &GlobalFile) -> bool {
         match self.backend(f) {
             Ok(b) => step::abort_stale(b.as_ref(), &f.rel, &f.name()),
-            Err(e) => tracing::warn!(file = %f.name(), error = %e, "no remote"),
+            Err(e) => {
+                tracing::warn!(file = %f.name(), error = %e, "no remote");
+                false
+            }
         }
     }
 

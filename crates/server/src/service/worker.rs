@@ -194,12 +194,17 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
     if pending.is_empty() {
         return Ok(());
     }
-    if let (true, Some(r)) = (retrying, &inv.record) {
-        // A retry: what the failed attempt may have left on the remote (an
-        // S3 upload whose abort failed too) goes first, as in the server
-        // job. Best effort: the drain does not depend on it.
-        crate::step::abort_stale(backend.as_ref(), &r.rel, &inv.display_name());
-    }
+    // A retry: what the failed attempt may have left on the remote (an
+    // S3 upload whose abort failed too) goes first, as in the server job.
+    // Best effort: the drain does not depend on it; not done (the remote
+    // still down), it is asked again once this drain succeeded.
+    let stale = match (retrying, &inv.record) {
+        (true, Some(r)) => {
+            let done = crate::step::abort_stale(backend.as_ref(), &r.rel, &inv.display_name());
+            (!done).then_some(&r.rel)
+        }
+        _ => None,
+    };
     let ctx = DrainCtx {
         backend: backend.as_ref(),
         pool: &inner.pool,
@@ -215,6 +220,9 @@ fn drain_one(inner: &Inner, dir: &Path) -> Result<(), DrainError> {
         tracing::debug!(file = %e.path, generation = d.id.gen, epoch = d.id.epoch, bytes = d.bytes, "epoch drained");
     };
     drain_file(&ctx, &inv, &mut on_epoch)?;
+    if let Some(rel) = stale {
+        crate::step::abort_stale(backend.as_ref(), rel, &inv.display_name());
+    }
     Ok(())
 }
 
