@@ -341,9 +341,15 @@ impl Store {
     /// retry published the put again: an old put as the latest, or a
     /// version whose chunks were gone (docs/objects.md "Crashes").
     pub(crate) fn publish_version(&self, name: &str, v: Version) -> Result<u64> {
-        Ok(self.os.publish_pinned(name.as_bytes(), v, &|v| {
-            self.staging_dir(&v.origin).is_dir()
-        })?)
+        Ok(self
+            .os
+            .publish_pinned(name.as_bytes(), v, &|v| self.commit_unfinished(v))?)
+    }
+
+    /// Whether the put that published `v` has not finished its commit:
+    /// its staging directory is still there (what retention keeps).
+    fn commit_unfinished(&self, v: &Version) -> bool {
+        self.staging_dir(&v.origin).is_dir()
     }
 
     /// The end of a published put's commit: its staging directory removed,
@@ -354,7 +360,7 @@ impl Store {
         let _ = std::fs::remove_dir_all(self.staging_dir(id));
         let _ = self
             .os
-            .retain_now(name.as_bytes(), &|v| self.staging_dir(&v.origin).is_dir());
+            .retain_now(name.as_bytes(), &|v| self.commit_unfinished(v));
     }
 
     pub(crate) fn staging_dir(&self, id: &VersionId) -> PathBuf {

@@ -338,19 +338,34 @@ impl Coordinator {
         // A retry: what the failed attempt may have left on the remote (an
         // S3 upload whose abort failed too) goes first. Only the leader
         // starts and ends uploads. Not done (the remote still down), it is
-        // asked again once this attempt's groups are drained.
+        // asked again once this attempt succeeded (its retry state gone).
         let stale_left =
             retry.is_some_and(|r| r.attempts > 0) && self.leader() && !self.abort_stale(f);
+        let result = self.drain_groups(f, &key, round);
+        if stale_left && !self.retries.contains_key(&key) {
+            self.abort_stale(f);
+        }
+        result
+    }
+
+    /// The drain of `f`'s planned groups in order (or its renames), up to
+    /// the first that fails.
+    fn drain_groups(
+        &mut self,
+        f: &GlobalFile,
+        key: &FileKey,
+        round: &mut Round,
+    ) -> Result<(), ClusterError> {
         if renamed::holds_rename(f) {
             // The one drain step of renames, on the node that holds them.
-            return self.drain_file_renamed(f, &key, round);
+            return self.drain_file_renamed(f, key, round);
         }
         // Only the first group of a file that had nothing drained starts
         // from no object; the next ones from what it made.
         let mut fresh = f.progress.is_none();
         for (done, group) in f.groups.iter().enumerate() {
             round.worked = true;
-            self.show(f, &key, done, true);
+            self.show(f, key, done, true);
             let started = Instant::now();
             let result = self.drain_group(f, group, fresh)?;
             let busy = started.elapsed();
@@ -360,23 +375,19 @@ impl Coordinator {
             let failure = match result {
                 Ok(bytes) => {
                     fresh = false;
-                    self.retries.remove(&key);
+                    self.retries.remove(key);
                     tally.epochs += group.ids.len() as u64;
                     tally.bytes += bytes;
                     self.totals.epochs_drained += group.ids.len() as u64;
                     self.totals.bytes_drained += bytes;
                     round.pending = round.pending.saturating_sub(group.ids.len() as u64);
-                    self.show(f, &key, done + 1, false);
+                    self.show(f, key, done + 1, false);
                     continue;
                 }
                 Err(failure) => failure,
             };
-            self.group_failed(f, &key, &group.ids, failure, round, done);
-            // The next attempt aborts what is left first.
-            return Ok(());
-        }
-        if stale_left {
-            self.abort_stale(f);
+            self.group_failed(f, key, &group.ids, failure, round, done);
+            break;
         }
         Ok(())
     }
