@@ -103,6 +103,18 @@ class Writer:
         _check(_lib.paralog_obj_write_chunk(self._h, c, a.ctypes.data_as(ctypes.c_void_p),
                                             ctypes.c_size_t(a.nbytes)))
 
+    def write_part(self, start, values):
+        """Any box of the array: `values` (its shape the box's) at `start`.
+        Chunks it covers whole are written whole; of the others its part,
+        which the commit puts together with the other writers' parts."""
+        a = _le(values, self.dtype)
+        s, n = _dims(start)
+        c, m = _dims(a.shape)
+        if n != m:
+            raise ObjectError(1, f"{self.name}: start {tuple(start)} has {n} dimensions, the values {m}")
+        _check(_lib.paralog_obj_write_part(self._h, s, c, a.ctypes.data_as(ctypes.c_void_p),
+                                           ctypes.c_size_t(a.nbytes)))
+
     def finish(self):
         h, self._h = self._h, None
         _check(_lib.paralog_obj_finish(h))

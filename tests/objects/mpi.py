@@ -11,6 +11,11 @@ grid: every rank fails with the same message naming the rank, the object
 and the put or chunk, and nothing is published or left staged. Python
 (`paralog.objects`): every dtype through numpy, its refusals, a logged put, and an mpi4py
 program on 1, 2 and 4 Open MPI ranks (Debian's mpi4py is Open MPI's).
+Parts (paralog_obj_write_part): chunks of 24 rows that two ranks write in
+parts, on 1, 2 and 4 ranks of each MPI, direct on both layouts and logged,
+read back equal through both views; parts overlapping by one row refused
+on every rank; from Python, column bands with a hole (refused, then
+filled) and the mpi4py program writing parts on 4 ranks.
 Fortran (tests/objects/f_put.f90 over paralog_objects.f90) on 2 and 4
 ranks of each MPI. Logged: the C program on a logged store (2 and 4
 ranks), published by `paralog obj publish`, once.
@@ -24,7 +29,7 @@ from tests.lib.check import Suite, check, fail, suite_options
 from tests.lib.mpi import compile_program, launcher, mpi_env, rank_reports
 from tests.lib.paths import RELEASE, ROOT, TARGET
 from tests.lib.proc import run
-from tests.objects.run import VENV_PY, at, hdf5_read, info, obj, slab, store, zarr_read
+from tests.objects.run import KINDS, VENV_PY, at, hdf5_read, info, obj, slab, store, zarr_read
 
 SRC = ROOT / "tests/objects/mpi_put.c"
 INCLUDE = ROOT / "crates/objects-c/include"
@@ -130,6 +135,54 @@ def case_logged(flavour):
     return go
 
 
+def case_parts(flavour):
+    """Chunks written in parts by two ranks (paralog_obj_write_part, mode
+    "parts": chunks of 24 rows, each rank's 16 rows): on objstore:// and a
+    plain directory on 1, 2 and 4 ranks, and logged on 4 (published by
+    `obj publish`), every version read back equal by rank 0 and through
+    both views; parts that overlap by one row: refused on every rank
+    naming the chunk, nothing published or left staged."""
+    def go(work):
+        import numpy as np
+        checks = []
+        for kind in KINDS:
+            (work / kind).mkdir()
+            url = store(work / kind, kind)
+            for ranks in (1, 2, 4):
+                name = f"parts/{ranks}"
+                out = mpi_put(flavour, ranks, url, name, 16, ranks, mode="parts").stdout
+                check("version 1" in out and "read back equal" in out, f"{kind} x{ranks}: {out}")
+                obj("verify", at(url, name))
+                shape = [16 * ranks, 4096]
+                want = work / f"parts-{kind}-{ranks}.bin"
+                (np.arange(shape[0] * 4096, dtype="<i4") + ranks).tofile(want)
+                views = info(at(url, name))
+                checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(want),
+                               "dtype": "int32", "shape": shape, "chunks": [24, 4096],
+                               "attrs": {"writer": "mpi_put"},
+                               "slabs": [[[10, 5], [6, 300]]] + [[[20, 0], [10, 4096]]] * (ranks > 1)})
+            r = mpi_put(flavour, 4, url, "bad", 16, 0, "partsoverlap", check_rc=False)
+            errors = rank_errors(r.stdout)
+            check(r.returncode != 0 and sorted(errors) == [0, 1, 2, 3] and len(set(errors.values())) == 1
+                  and all(e.startswith("5: rank 0: bad: put ") and "chunk [1, 0]: parts written by writers " in e
+                          for e in errors.values()), f"{kind}: overlapping parts: {r.stdout}")
+            check(obj("info", at(url, "bad"), check=False).returncode == 1, f"{kind}: a refused put was published")
+            staging = work / kind / "store" / "staging"
+            left = list(staging.iterdir()) if staging.exists() else []
+            check(left == [], f"{kind}: the refused put left staged: {left}")
+        url, local = f"objstore://{work / 'objstore' / 'store'}?dirs=4&keep=100", work / "local"
+        out = mpi_put(flavour, 4, url, "parts/logged", 16, 4, mode="parts", local=str(local)).stdout
+        check("logged" in out, out)
+        check("parts/logged version 1 id" in obj("publish", local).stdout, "the logged put of parts")
+        views = info(at(url, "parts/logged"))
+        checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(work / "parts-objstore-4.bin"),
+                       "dtype": "int32", "shape": [64, 4096], "chunks": [24, 4096], "attrs": {"writer": "mpi_put"},
+                       "slabs": [[[20, 0], [10, 4096]]]})
+        zarr_read(work, checks)
+        hdf5_read(work, checks)
+    return go
+
+
 F_SRC = ROOT / "tests/objects/f_put.f90"
 F_MODULE = INCLUDE / "paralog_objects.f90"
 
@@ -221,6 +274,34 @@ def case_python(work):
             check(e.code == code and said in str(e), f"{said}: {e.code} {e}")
     w.discard()
     s.abort("py/w", pid)
+    # Parts: two writers' column bands of one chunk; a hole refused (6),
+    # then filled by a third writer; overlapping parts refused (5).
+    a = np.arange(12 * 10, dtype="i4").reshape(12, 10)
+    pid = s.begin("py/parts", "int32", (12, 10), (12, 10))
+    for lo, hi in ((0, 4), (6, 10)):
+        w = s.join("py/parts", pid, "int32", (12, 10), (12, 10))
+        w.write_part((0, lo), a[:, lo:hi])
+        w.finish()
+    try:
+        s.commit("py/parts", pid)
+        check(False, "a chunk with a hole committed")
+    except po.ObjectError as e:
+        check(e.code == 6 and "chunk [0, 0] is not covered by its parts (384 of its 480 bytes" in str(e), str(e))
+    w = s.join("py/parts", pid, "int32", (12, 10), (12, 10))
+    w.write_part((0, 4), a[:, 4:6])
+    w.finish()
+    check(s.commit("py/parts", pid) == 1 and (s.get("py/parts") == a).all(), "the put of parts")
+    pid = s.begin("py/over", "int32", (12, 10), (12, 10))
+    for lo, hi in ((0, 6), (5, 10)):
+        w = s.join("py/over", pid, "int32", (12, 10), (12, 10))
+        w.write_part((0, lo), a[:, lo:hi])
+        w.finish()
+    try:
+        s.commit("py/over", pid)
+        check(False, "overlapping parts committed")
+    except po.ObjectError as e:
+        check(e.code == 5 and "parts written by writers" in str(e), str(e))
+    s.abort("py/over", pid)
     # Logged: nothing visible until published, then one version.
     lg = po.Store(url, local=work / "local")
     a = np.arange(100, dtype="u2").reshape(10, 10)
@@ -240,6 +321,13 @@ def case_python(work):
         checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(want), "dtype": "float64",
                        "shape": [16 * ranks, 64], "chunks": [16, 64], "attrs": {"writer": "py_writer"},
                        "slabs": [[[0, 2], [16, 3]], [[3, 60], [13, 4]]]})
+    r = run([*launcher("openmpi", 4), sys.executable, PY_WRITER, url, "mpi4py/parts", "16", "7", "parts"],
+            env=mpi_env(PY_ENV), check=False, timeout=300)
+    check(r.returncode == 0 and "read back equal" in r.stdout, f"mpi4py parts: {r.stdout}{r.stderr}")
+    views = info(at(url, "mpi4py/parts"))
+    checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(work / "py4.bin"), "dtype": "float64",
+                   "shape": [64, 64], "chunks": [24, 64], "attrs": {"writer": "py_writer"},
+                   "slabs": [[[20, 0], [10, 64]]]})
     zarr_read(work, checks)
     hdf5_read(work, checks)
     r = run([*launcher("openmpi", 2), sys.executable, PY_WRITER, url, "mpi4py/bad", "16", "7", "mismatch"],
@@ -267,6 +355,7 @@ def main():
         cases.append((f"refusals [{flavour}]", case_refusals(flavour, "objstore")))
         cases.append((f"fortran [{flavour}]", case_fortran(flavour)))
         cases.append((f"logged [{flavour}]", case_logged(flavour)))
+        cases.append((f"parts [{flavour}]", case_parts(flavour)))
     cases.append(("python [openmpi, mpi4py]", case_python))
     return suite.run(cases, only=a.only)
 

@@ -3,7 +3,11 @@
  * chunk of ROWS x 4096, rank r at grid row r; values (global row * 4096 +
  * column + SALT). Rank 0 then reads the array back with paralog_obj_get.
  *
- *   mpi_put STORE_URL NAME ROWS SALT [ok|mismatch|dtype|outside|overlap|nowriter [LOCAL]]
+ *   mpi_put STORE_URL NAME ROWS SALT [ok|parts|partsoverlap|mismatch|dtype|outside|overlap|nowriter [LOCAL]]
+ *   parts: chunks of 1.5 x ROWS rows, so that most chunks are written in
+ *   parts by two ranks (paralog_obj_write_part of each rank's rows) and
+ *   the last is an edge chunk; partsoverlap: the same, the last rank's
+ *   rows starting one row early (the commit refuses);
  *   mismatch: rank 1 joins with another shape; dtype: with float32;
  *   outside: the last rank writes a chunk past the grid; overlap: the last
  *   rank writes rank 0's chunk (refused at its write on one node, at the
@@ -44,7 +48,8 @@ int main(int argc, char **argv)
     const char *mode = argc > 5 ? argv[5] : "ok";
     uint64_t rows = strtoull(argv[3], NULL, 10), cols = 4096;
     int32_t salt = atoi(argv[4]);
-    uint64_t shape[2] = {rows * size, cols}, chunks[2] = {rows, cols};
+    int parts = !strcmp(mode, "parts") || !strcmp(mode, "partsoverlap");
+    uint64_t shape[2] = {rows * size, cols}, chunks[2] = {parts ? rows + rows / 2 : rows, cols};
     int dtype = PARALOG_OBJ_INT32;
     if (rank == 1 && !strcmp(mode, "mismatch"))
         shape[0] += 1;
@@ -73,7 +78,14 @@ int main(int argc, char **argv)
         at[0] = size;
     if (rank == size - 1 && !strcmp(mode, "overlap"))
         at[0] = 0;
-    rc = paralog_obj_write_chunk(w, at, mine, rows * cols * 4);
+    if (parts) {
+        uint64_t start[2] = {rank * rows, 0}, count[2] = {rows, cols};
+        if (rank == size - 1 && rank > 0 && !strcmp(mode, "partsoverlap"))
+            start[0] -= 1;
+        rc = paralog_obj_write_part(w, start, count, mine, rows * cols * 4);
+    } else {
+        rc = paralog_obj_write_chunk(w, at, mine, rows * cols * 4);
+    }
     if (rc) /* reported, then the collective commit (which will refuse) */
         printf("rank %d: write error %d: %s\n", rank, rc, paralog_obj_errmsg());
     uint64_t version;

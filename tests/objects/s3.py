@@ -20,7 +20,9 @@ slices of what was put.
               bucket: `obj get`, `obj view`, `obj verify` read it as before;
               a flipped byte refused
   python      `paralog.objects` (ctypes over the C API) on s3://: puts of
-              three dtypes, slabs, a chunked put by two writers
+              three dtypes, slabs, a chunked put by two writers, a 3-D put
+              whose chunks three writers wrote in parts; overlapping parts
+              refused
   damage      another valid chunk object of the version in a chunk's place
               (swapped), a flipped byte, a truncated chunk object: `obj get`,
               `obj verify` and `paralog.objects` refuse naming object,
@@ -34,7 +36,8 @@ slices of what was put.
   mpi         tests/objects/mpi_put.c (the C API's chunked put over a
               communicator) on s3://, MPICH and Open MPI, 4 ranks of
               16x4096 int32: rank 0 reads it back equal, `obj get` equals
-              the formula; a rank killed between its chunk object and its
+              the formula; the same in chunks of 24 rows that two ranks
+              write in parts (no staging left); a rank killed between its chunk object and its
               claim (objects.mid_chunk): nothing published (the dead put
               stays staged until `obj gc --older-than 0` removes it, the
               published version intact), and the program run again
@@ -534,6 +537,27 @@ with po.Store(sys.argv[1]) as s:
         w.finish()
     assert s.commit("py/chunked", pid) == 1
     assert (s.get("py/chunked") == a).all()
+    # Parts: three writers' row bands of 3-D chunks they share, and an
+    # edge chunk; then parts that overlap, refused, nothing published.
+    a = rng.integers(0, 1 << 16, size=(10, 7, 5)).astype("uint16")
+    pid = s.begin("py/parts", "uint16", a.shape, (4, 4, 5))
+    for lo, hi in ((0, 3), (3, 7), (7, 10)):
+        w = s.join("py/parts", pid, "uint16", a.shape, (4, 4, 5))
+        w.write_part((lo, 0, 0), a[lo:hi])
+        w.finish()
+    assert s.commit("py/parts", pid) == 1
+    assert (s.get("py/parts") == a).all()
+    pid = s.begin("py/over", "uint16", a.shape, (4, 4, 5))
+    for lo, hi in ((0, 3), (2, 10)):
+        w = s.join("py/over", pid, "uint16", a.shape, (4, 4, 5))
+        w.write_part((lo, 0, 0), a[lo:hi])
+        w.finish()
+    try:
+        s.commit("py/over", pid)
+        raise SystemExit("overlapping parts committed")
+    except po.ObjectError as e:
+        assert e.code == 5 and "chunk [0, 0, 0]: parts written by writers" in str(e), str(e)
+    s.abort("py/over", pid)
     print("python ok")
 """
 
@@ -598,6 +622,14 @@ def case_mpi(work, s3):
         check(got.read_bytes() == (np.arange(64 * 4096, dtype="<i4") + 7).tobytes(),
               f"{flavour}: obj get of the MPI put is not the formula's")
         s3.obj("verify", s3.at(name), "--all")
+        # Chunks of 24 rows written in parts by two ranks each.
+        out = mpi_put(flavour, 4, s3.store, f"{name}/parts", 16, 5, mode="parts", env=s3.env).stdout
+        check("version 1" in out and "read back equal" in out, f"{flavour} parts: {out}")
+        s3.obj("get", s3.at(f"{name}/parts"), got)
+        check(got.read_bytes() == (np.arange(64 * 4096, dtype="<i4") + 5).tobytes(),
+              f"{flavour}: obj get of the put of parts is not the formula's")
+        s3.obj("verify", s3.at(f"{name}/parts"), "--all")
+        check(s3.minio.keys(BUCKET, "store/staging") == [], f"{flavour}: staging left after the put of parts")
         r = mpi_put(flavour, 4, s3.store, f"{name}/k", 16, 8, mode="killwriter", check_rc=False, env=s3.env)
         check(r.returncode != 0 and "failpoint objects.mid_chunk reached" in r.stdout + r.stderr,
               f"{flavour}: the writer was not killed: {r.stdout}{r.stderr}")

@@ -76,6 +76,13 @@ module paralog_objects
       integer(c_size_t), value :: nbytes
       integer(c_int) :: rc
     end function
+    function paralog_obj_write_part(writer, start, count, data, nbytes) bind(c) result(rc)
+      import :: c_ptr, c_int, c_int64_t, c_size_t
+      type(c_ptr), value :: writer, data
+      integer(c_int64_t), intent(in) :: start(*), count(*)
+      integer(c_size_t), value :: nbytes
+      integer(c_int) :: rc
+    end function
     function paralog_obj_commit_mpi_f(comm, store, name, writer, version) bind(c) result(rc)
       import :: c_char, c_ptr, c_int, c_int64_t
       integer(c_int), value :: comm

@@ -101,6 +101,13 @@ impl Writer {
         }
     }
 
+    pub fn write_part(&mut self, start: &[u64], count: &[u64], data: &[u8]) -> Result<()> {
+        match self {
+            Writer::Layout(p) => p.write_part(start, count, data),
+            Writer::S3(p) => p.write_part(start, count, data),
+        }
+    }
+
     pub fn finish(self) -> Result<()> {
         match self {
             Writer::Layout(p) => p.finish(),

@@ -35,7 +35,7 @@ impl From<Error> for Failure {
             Error::Invalid { .. } => EINVAL,
             Error::NotFound { .. } => ENOTFOUND,
             Error::Chunk { .. } => ECHUNK,
-            Error::Overlap { .. } => EOVERLAP,
+            Error::Overlap { .. } | Error::PartsOverlap { .. } => EOVERLAP,
             Error::Put { .. } => EPUT,
             Error::Damaged { .. } => EDAMAGED,
             Error::Io { .. } | Error::Store(_) => EIO,

@@ -398,6 +398,32 @@ pub unsafe extern "C" fn paralog_obj_write_chunk(
     })
 }
 
+#[no_mangle]
+pub unsafe extern "C" fn paralog_obj_write_part(
+    w: *mut ObjWriter,
+    start: *const u64,
+    count: *const u64,
+    data: *const c_void,
+    nbytes: usize,
+) -> c_int {
+    guard(|| {
+        if w.is_null() {
+            return Err(invalid("the writer is NULL"));
+        }
+        // SAFETY: a writer paralog_obj_join returned, not yet finished.
+        let w = unsafe { &mut *w };
+        let d = w.put.meta().ndim();
+        let (s, c) = (dims(start, d, "start")?, dims(count, d, "count")?);
+        if data.is_null() {
+            return Err(invalid("data is NULL"));
+        }
+        // SAFETY: the caller's buffer of nbytes.
+        let buf = unsafe { std::slice::from_raw_parts(data as *const u8, nbytes) };
+        w.put.write_part(s, c, buf)?;
+        Ok(())
+    })
+}
+
 /// Copy a put's id, 32 hex digits and a NUL, into `id`.
 unsafe fn copy_id(id: *mut c_char, v: &VersionId) {
     let hex = id_hex(v);

@@ -33,6 +33,15 @@ pub enum Error {
         id: String,
         chunk: Vec<u64>,
     },
+    /// Two writers of one chunked PUT wrote parts of one chunk that share
+    /// elements (found by the commit, which publishes nothing).
+    /// `what`: the chunk and the two writers.
+    #[error("{name}: put {id}: {what} (overlapping writes are refused); nothing was published")]
+    PartsOverlap {
+        name: String,
+        id: String,
+        what: String,
+    },
     /// A chunked PUT that cannot be committed (incomplete, unknown, a writer
     /// that did not finish); nothing was published.
     #[error("{name}: put {id}: {why}")]

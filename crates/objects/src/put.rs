@@ -69,18 +69,21 @@ pub struct Committed {
 /// One writer's handle on a chunked PUT (`begin` or `join`).
 #[derive(Debug)]
 pub struct Put<'a> {
-    store: &'a Store,
-    name: String,
-    id: VersionId,
-    meta: ArrayMeta,
-    writer: [u8; 16],
-    dir: PathBuf,
+    pub(crate) store: &'a Store,
+    pub(crate) name: String,
+    pub(crate) id: VersionId,
+    pub(crate) meta: ArrayMeta,
+    pub(crate) writer: [u8; 16],
+    pub(crate) dir: PathBuf,
     /// The storage directories this writer put chunk files in: `finish`
     /// fsyncs each once (their names), not once per chunk.
-    chunk_dirs: BTreeSet<u32>,
+    pub(crate) chunk_dirs: BTreeSet<u32>,
     /// This writer's claims (chunk index, claim): a logged put's share on
     /// another node is made of them (crate::share).
     written: Vec<(u64, Claim)>,
+    /// Parts of chunks this writer wrote (crate::part_write): the next
+    /// part claim's number.
+    pub(crate) parts: u64,
 }
 
 impl Store {
@@ -117,6 +120,7 @@ impl Store {
             dir,
             chunk_dirs: BTreeSet::new(),
             written: Vec::new(),
+            parts: 0,
         })
     }
 
@@ -149,6 +153,7 @@ impl Store {
             dir,
             chunk_dirs: BTreeSet::new(),
             written: Vec::new(),
+            parts: 0,
         })
     }
 
@@ -356,6 +361,7 @@ impl Store {
         let mut claims: Vec<Option<Claim>> = (0..n).map(|_| None).collect();
         let mut finished = BTreeSet::new();
         let mut claim_files = Vec::new();
+        let mut part_files = Vec::new();
         for e in std::fs::read_dir(&dir).map_err(io_err(&dir, "list the put"))? {
             let e = e.map_err(io_err(&dir, "list the put"))?;
             let f = e.file_name().to_string_lossy().into_owned();
@@ -363,6 +369,8 @@ impl Store {
                 finished.insert(w);
             } else if f.starts_with('c') {
                 claim_files.push(e.path());
+            } else if f.starts_with('p') {
+                part_files.push(e.path());
             }
         }
         for path in claim_files {
@@ -377,6 +385,7 @@ impl Store {
             }
             claims[i as usize] = Some(c);
         }
+        self.compose_parts(name, id, &meta, &mut claims, &finished, part_files, sync)?;
         Ok((meta, claims, finished))
     }
 

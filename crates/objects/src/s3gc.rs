@@ -136,6 +136,9 @@ impl S3Store {
                     if let Some(b) = self.get(k)? {
                         named.insert(decode_claim(&b, &self.shown(k))?.1.chunk);
                     }
+                } else if let Some(i) = crate::parts::claim_chunk(f) {
+                    // The chunk its commit puts together from its parts.
+                    named.insert(crate::parts::chunk_file_id(&pid, i));
                 }
             }
         }

@@ -34,6 +34,8 @@ pub struct S3Put<'a> {
     id: VersionId,
     meta: ArrayMeta,
     writer: [u8; 16],
+    /// The next part claim's number (crate::s3parts).
+    parts: u64,
 }
 
 impl S3Store {
@@ -81,6 +83,7 @@ impl S3Store {
             id: *id,
             meta,
             writer,
+            parts: 0,
         }
     }
 
@@ -215,6 +218,7 @@ impl S3Store {
             .map_err(|e| self.err(e))?;
         let mut finished = std::collections::BTreeSet::new();
         let mut claims: Vec<Option<Claim>> = (0..n).map(|_| None).collect();
+        let mut parts = crate::parts::Found::default();
         for k in &keys {
             let f = &k[dir.len() + 1..];
             if let Some(w) = f.strip_prefix('w').and_then(parse_id) {
@@ -231,9 +235,15 @@ impl S3Store {
                     });
                 }
                 claims[i as usize] = Some(c);
+            } else if f.starts_with('p') {
+                let b = self.get(k)?.unwrap_or_default();
+                parts.add(self.shown(k), f, &b, n)?;
             }
         }
+        let put = (name, id, &meta);
+        let planned = parts.plan(put, &mut claims, &finished, |_| 0)?;
         let claims = crate::staging::complete_claims(claims, &finished, &meta).map_err(perr)?;
+        self.compose_parts(id, &meta, planned)?;
         // The array record's object is named by the put's id: written
         // before the publish, it is the mark that this commit may have
         // published (a retry, or the publisher's question, then searches
@@ -364,6 +374,11 @@ impl S3Store {
                         let _ = self.be.delete_object(&format!("data/{}", id_hex(&c.chunk)));
                     }
                 }
+            } else if let Some(i) = crate::parts::claim_chunk(f) {
+                // The chunk a commit that died before its publish put
+                // together from its parts (the parts are staging objects).
+                let chunk = crate::parts::chunk_file_id(id, i);
+                let _ = self.be.delete_object(&format!("data/{}", id_hex(&chunk)));
             } else if let Some(head) = f.strip_prefix("head.").and_then(parse_id) {
                 // An older binary's commit that died before its publish:
                 // its array record, at a random key this names.
@@ -395,6 +410,24 @@ impl S3Put<'_> {
 
     pub fn meta(&self) -> &ArrayMeta {
         &self.meta
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn writer(&self) -> [u8; 16] {
+        self.writer
+    }
+
+    pub(crate) fn store(&self) -> &S3Store {
+        self.store
+    }
+
+    /// The number of this writer's next part claim.
+    pub(crate) fn next_part(&mut self) -> u64 {
+        self.parts += 1;
+        self.parts - 1
     }
 
     /// Write one whole chunk at grid coordinates `coords`: its object,

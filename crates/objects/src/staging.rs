@@ -88,26 +88,34 @@ pub(crate) fn complete_claims(
 }
 
 /// Remove the chunk files of a put that is not published: those its
-/// claims name, placed or under their temporary names (a writer that died
-/// before placing its claim), those an older binary's intents name, and
+/// claims name (of whole chunks or of parts), placed or under their
+/// temporary names (a writer that died before placing its claim), those an older binary's intents name, and
 /// the array record a commit killed before its publish wrote. Claims that
 /// do not decode name none.
 pub(crate) fn remove_staged_chunks(store: &Store, dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
+    let put = dir.file_name().and_then(|f| f.to_str()).and_then(parse_id);
     for e in entries.flatten() {
         let p = e.path();
         let Ok(b) = std::fs::read(&p) else { continue };
-        if e.file_name().to_string_lossy().starts_with(".intent.") {
+        let f = e.file_name().to_string_lossy().into_owned();
+        if f.starts_with(".intent.") {
             if let Ok(id) = <[u8; 16]>::try_from(b.as_slice()) {
                 remove_chunk_by_id(store, &id);
+            }
+        } else if f.starts_with('p') || f.starts_with(".part.") {
+            // A part's chunk file, shared with the put's other parts of
+            // that chunk (removing it once is enough).
+            if let (Some(put), Ok(c)) = (put, crate::parts::PartClaim::decode(&b, &p)) {
+                let id = crate::parts::chunk_file_id(&put, c.chunk);
+                let _ = std::fs::remove_file(store.os.chunk_path(store.os.dir_of(&id), &id));
             }
         } else if let Ok((_, c)) = decode_claim(&b, &p) {
             let _ = std::fs::remove_file(store.os.chunk_path(c.dir, &c.chunk));
         }
     }
-    let put = dir.file_name().and_then(|f| f.to_str()).and_then(parse_id);
     if let Some(id) = put {
         let _ = std::fs::remove_file(store.array_record_path(&id));
     }

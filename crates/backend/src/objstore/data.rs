@@ -91,7 +91,18 @@ impl ObjStore {
         self.chunk_writer(id, false)
     }
 
+    /// A chunk that several writers fill, each at its own offsets (the
+    /// parts of one array chunk): opened, or made when missing, never
+    /// truncated, so that no writer undoes another's bytes.
+    pub fn shared_writer(&self, id: [u8; 16]) -> Result<ChunkWriter, ObjError> {
+        self.open_chunk(id, Open::Shared)
+    }
+
     fn chunk_writer(&self, id: [u8; 16], new: bool) -> Result<ChunkWriter, ObjError> {
+        self.open_chunk(id, if new { Open::New } else { Open::Anew })
+    }
+
+    fn open_chunk(&self, id: [u8; 16], how: Open) -> Result<ChunkWriter, ObjError> {
         self.check_root()?;
         let dir = self.dir_of(&id);
         let path = self.chunk_path(dir, &id);
@@ -99,9 +110,9 @@ impl ObjStore {
         std::fs::create_dir_all(parent).map_err(io_err(parent, "create storage directory"))?;
         let file = OpenOptions::new()
             .write(true)
-            .create_new(new)
-            .create(!new)
-            .truncate(!new)
+            .create_new(how == Open::New)
+            .create(how != Open::New)
+            .truncate(how == Open::Anew)
             .mode(0o644)
             .open(&path)
             .map_err(io_err(&path, "create chunk"))?;
@@ -114,6 +125,17 @@ impl ObjStore {
             sync: self.sync,
         })
     }
+}
+
+/// How a chunk file is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Open {
+    /// Made here; refused if it exists.
+    New,
+    /// Made, or truncated when it exists (a retried writer of it).
+    Anew,
+    /// Made, or opened as it is (one of several writers of it).
+    Shared,
 }
 
 /// One writer's chunk of a chunked PUT: append blocks, then `finish`.
@@ -159,6 +181,16 @@ impl ChunkWriter {
         };
         self.len += data.len() as u64;
         Ok(p)
+    }
+
+    /// Write `data` at `off` of a shared chunk ([`ObjStore::shared_writer`]):
+    /// bytes only, no piece (what they are is the caller's record).
+    pub fn write_at(&mut self, off: u64, data: &[u8]) -> Result<(), ObjError> {
+        self.file
+            .write_all_at(data, off)
+            .map_err(io_err(&self.path, "write chunk"))?;
+        self.len = self.len.max(off + data.len() as u64);
+        Ok(())
     }
 
     /// Make the chunk's bytes durable, not its name: the caller fsyncs

@@ -104,6 +104,15 @@ int paralog_obj_join(paralog_obj_store *store, const char *name, const char *id,
                      paralog_obj_writer **writer);
 int paralog_obj_write_chunk(paralog_obj_writer *writer, const uint64_t *coords, const void *data,
                             size_t nbytes);
+/* Write any box of the array: count[ndim] elements at start[ndim] (array
+ * coordinates), data its row-major values. The chunks it covers whole are
+ * written whole; of the others, its part, and the commit puts each such
+ * chunk together from the parts its writers wrote (parts that overlap:
+ * PARALOG_OBJ_EOVERLAP naming both writers; a hole: PARALOG_OBJ_EPUT;
+ * nothing published). Directory layouts; a logged put's parts must all be
+ * written on the committing node. */
+int paralog_obj_write_part(paralog_obj_writer *writer, const uint64_t *start,
+                           const uint64_t *count, const void *data, size_t nbytes);
 /* The id of the put a writer writes (PARALOG_OBJ_ID_LEN bytes). */
 int paralog_obj_writer_id(const paralog_obj_writer *writer, char *id);
 /* This writer is done (its chunks durable); frees the writer either way. */
