@@ -15,7 +15,7 @@ use crate::VersionId;
 pub struct PutInProgress {
     pub id: VersionId,
     pub name: String,
-    /// Chunks claimed so far, of `chunks`.
+    /// Chunks claimed so far (whole, or by at least one part), of `chunks`.
     pub claimed: u64,
     pub chunks: u64,
     /// Writers that finished.
@@ -77,11 +77,15 @@ impl Store {
                 false => self.staged(&name, &id, false)?.0.n_chunks(),
             };
             let (mut claimed, mut finished) = (0, 0);
+            // Chunks written in parts count once, however many parts.
+            let mut in_parts = std::collections::BTreeSet::new();
             for e in std::fs::read_dir(&dir).map_err(io_err(&dir, "list the put"))? {
                 let f = e.map_err(io_err(&dir, "list the put"))?.file_name();
                 let f = f.to_string_lossy();
                 if f.starts_with('c') {
                     claimed += 1;
+                } else if let Some(i) = crate::parts::claim_chunk(&f) {
+                    in_parts.insert(i);
                 } else if f.strip_prefix('w').and_then(crate::parse_id).is_some() {
                     finished += 1;
                 }
@@ -95,7 +99,7 @@ impl Store {
             out.push(PutInProgress {
                 id,
                 name,
-                claimed,
+                claimed: claimed + in_parts.len() as u64,
                 chunks,
                 finished,
                 publishing,

@@ -275,3 +275,53 @@ fn a_logged_put_of_parts_is_published_equal() {
         .to_string();
     assert!(e.contains("writes whole chunks only"), "{e}");
 }
+
+#[test]
+fn a_part_writer_that_died_before_its_claim_leaves_nothing_after_abort() {
+    let (t, store) = objstore(2, 100);
+    let meta = ArrayMeta::new(DType::U8, &[8, 6], &[8, 6]);
+    let id = store.begin("dead", &meta).unwrap().id();
+    let mut a = store.join("dead", &id).unwrap();
+    a.write_part(&[0, 0], &[4, 6], &[1; 24]).unwrap();
+    a.finish().unwrap();
+    let mut b = store.join("dead", &id).unwrap();
+    b.write_part(&[4, 0], &[4, 6], &[2; 24]).unwrap();
+    // As if b died between its bytes and its claim's rename (the crash
+    // point objects.mid_chunk): its claim only under the temporary name.
+    let dir = store
+        .root()
+        .join("staging")
+        .join(paralog_objects::id_hex(&id));
+    let placed: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|f| f.starts_with('p'))
+        .collect();
+    assert_eq!(placed.len(), 2);
+    let hex = |w: &str| w.split('.').nth(1).unwrap().to_owned();
+    let bs = placed
+        .iter()
+        .find(|f| !dir.join(format!("w{}", hex(f))).exists())
+        .unwrap();
+    std::fs::rename(dir.join(bs), dir.join(format!(".part.{}.0.0", hex(bs)))).unwrap();
+    drop(b);
+    let e = store.commit("dead", &id).unwrap_err().to_string();
+    assert!(
+        e.contains("not covered by its parts (24 of its 48 bytes"),
+        "{e}"
+    );
+    let puts = store.puts().unwrap();
+    assert_eq!((puts.len(), puts[0].claimed, puts[0].finished), (1, 1, 1));
+    assert_eq!(
+        files_under(&t.path().join("data")).len(),
+        1,
+        "one shared chunk file"
+    );
+    store.abort("dead", &id).unwrap();
+    assert!(
+        files_under(&t.path().join("data")).is_empty(),
+        "abort left the chunk file"
+    );
+    assert!(store.versions("dead").unwrap().is_empty());
+}
