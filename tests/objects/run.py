@@ -17,6 +17,11 @@ byte equal to what was put. Each case runs on an
              writer on 1, 2 and 4 writer processes of one chunked put
              (`obj begin`, concurrent `obj write`, `obj commit`); Zarr
              and HDF5 views read
+  parts      chunks written in parts by several processes (`obj write
+             --slice`): 16 rows per writer into chunks of 64 rows (4
+             writers at once), column bands of 37x19 float32 in chunks of
+             8x5; `obj get`, `obj verify`, both views read the array;
+             overlapping parts refused, nothing published, abort clean
   versions   40 versions of one name, each view and `obj get --version`
              equal to its own put
   writers    4 processes x 10 puts of one name at once: 40 versions, none
@@ -226,6 +231,63 @@ def case_seed(kind):
                                "slabs": [slab(rng, shape) for _ in range(10)]})
         zarr_read(work, checks)
         hdf5_read(work, checks)
+    return go
+
+
+def case_parts(kind):
+    """Chunks written in parts by several processes (`obj write --slice`):
+    the seed's 16 rows per writer into chunks of 64 rows (4 writers at
+    once), and 3 writers of column bands of a 37x19 float32 in chunks of
+    8x5 (edge chunks); `obj get`, `obj verify` and both views read the
+    array; parts that overlap are refused at the commit, nothing
+    published, and `obj abort` leaves no chunk file."""
+    def go(work):
+        import numpy as np
+        url = store(work, kind)
+        rng = random.Random(64)
+        checks = []
+        for name, dtype, shape, chunks, bands in (
+                ("rows", "int32", [64, 4096], [64, 4096], [f"{16 * w}:{16 * w + 16}" for w in range(4)]),
+                ("cols", "float32", [37, 19], [8, 5], [":,0:7", ":,7:12", ":,12:19"])):
+            a = np.frombuffer(rng.randbytes(int(np.prod(shape)) * 4), dtype=f"<{dtype[0]}4").reshape(shape)
+            if dtype == "float32":
+                a = np.nan_to_num(a)
+            pid = obj("begin", at(url, name), "--dtype", dtype, "--shape", ",".join(map(str, shape)),
+                      "--chunks", ",".join(map(str, chunks))).stdout.strip()
+            procs = []
+            for w, band in enumerate(bands):
+                f = work / f"{name}-{w}.bin"
+                box = tuple(slice(*(int(x) if x else None for x in d.split(":"))) for d in band.split(","))
+                f.write_bytes(np.ascontiguousarray(a[box]).tobytes())
+                procs.append(subprocess.Popen([str(BIN), "obj", "write", at(url, name), pid, str(f),
+                                               "--slice", band], stderr=subprocess.PIPE, text=True))
+            for p in procs:
+                _, err = p.communicate(timeout=300)
+                check(p.returncode == 0, f"obj write --slice: {err}")
+            check(f"{name} version 1 " in obj("commit", at(url, name), pid).stdout, f"{name}: commit")
+            whole = work / f"{name}.bin"
+            whole.write_bytes(a.tobytes())
+            got = work / "got.bin"
+            obj("get", at(url, name), got)
+            check(got.read_bytes() == whole.read_bytes(), f"{name}: obj get is not the array")
+            obj("verify", at(url, name))
+            views = info(at(url, name))
+            checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(whole), "dtype": dtype,
+                           "shape": shape, "chunks": chunks, "slabs": [slab(rng, shape) for _ in range(6)]})
+        zarr_read(work, checks)
+        hdf5_read(work, checks)
+        before = sorted((work / "store" / "data").rglob("*"))
+        pid = obj("begin", at(url, "over"), "--dtype", "uint8", "--shape", "8,6", "--chunks", "8,6").stdout.strip()
+        for band in ("0:5", "4:8"):
+            f = work / "band.bin"
+            f.write_bytes(bytes(range(6)) * (int(band[2]) - int(band[0])))
+            obj("write", at(url, "over"), pid, f, "--slice", band)
+        r = obj("commit", at(url, "over"), pid, check=False)
+        check(r.returncode == 1 and "over: put " in r.stderr and "chunk [0, 0]: parts written by writers " in r.stderr
+              and "nothing was published" in r.stderr, f"overlapping parts: {r.stderr}")
+        check(obj("info", at(url, "over"), check=False).returncode == 1, "overlapping parts were published")
+        obj("abort", at(url, "over"), pid)
+        check(sorted((work / "store" / "data").rglob("*")) == before, "abort left a part's chunk file")
     return go
 
 
@@ -498,7 +560,8 @@ def main():
             fail(f"{built} is missing: make build")
     cases = []
     for kind in KINDS:
-        for label, fn in (("dtypes", case_dtypes), ("grids", case_grids), ("seed", case_seed), ("versions", case_versions),
+        for label, fn in (("dtypes", case_dtypes), ("grids", case_grids), ("seed", case_seed), ("parts", case_parts),
+                          ("versions", case_versions),
                           ("writers", case_writers), ("polling", case_polling),
                           ("killed", case_killed), ("damage", case_damage), ("refusals", case_refusals)):
             cases.append((f"{label} [{kind}]", fn(kind)))

@@ -11,7 +11,8 @@ slices of what was put.
   chunked     the seed's int32 chunks of 16x4096 per writer on 1, 2 and 4
               writer processes of one chunked put (`obj begin`, concurrent
               `obj write`, `obj commit`); an overlapping write and a commit
-              with a chunk missing are refused, nothing published
+              with a chunk missing are refused, nothing published; a chunk
+              written in two parts (`obj write --slice`)
   concurrent  4 processes x 6 puts of one name at once: 24 versions
               (create-only PUTs of the version records: none replaced),
               each equal to one put, every put present once
@@ -233,6 +234,14 @@ def case_chunked(work, s3):
     s3.obj("commit", s3.at("p"), pid)
     s3.obj("get", s3.at("p"), work / "x")
     check((work / "x").read_bytes() == bytes(range(8)) * 2, "the committed put")
+    # `obj write --slice`: one chunk of 16 written in two parts.
+    pid = s3.obj("begin", s3.at("sl"), "--dtype", "uint8", "--shape", "16", "--chunks", "16").stdout.strip()
+    for band, vals in (("0:10", bytes(range(10))), ("10:16", bytes(range(10, 16)))):
+        (work / "band.bin").write_bytes(vals)
+        s3.obj("write", s3.at("sl"), pid, work / "band.bin", "--slice", band)
+    s3.obj("commit", s3.at("sl"), pid)
+    s3.obj("get", s3.at("sl"), work / "x")
+    check((work / "x").read_bytes() == bytes(range(16)), "the put of two parts")
 
 
 @with_s3

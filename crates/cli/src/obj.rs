@@ -11,7 +11,7 @@ use anyhow::{anyhow, bail, Context};
 use paralog_backend::RemoteUrl;
 use paralog_objects::{id_hex, parse_id, ArrayMeta, ArrayVersion, Attrs, DType, Store, ViewState};
 
-pub(crate) use crate::obj_parse::{chunk_slices, dims, parse_slice};
+pub(crate) use crate::obj_parse::{dims, parse_slice, write_file};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -87,14 +87,20 @@ pub(crate) enum ObjCmd {
         local: Option<PathBuf>,
     },
     /// As one writer of a chunked PUT: write whole chunks, given as grid
-    /// coordinates, from a file holding their bytes in the order given.
+    /// coordinates, from a file holding their bytes in the order given; or
+    /// (--slice) any box of the array, from a file holding its values
+    /// (chunks it covers in part are put together at the commit from the
+    /// parts their writers wrote).
     Write {
         url: String,
         id: String,
         file: PathBuf,
         /// Grid coordinates of a chunk (repeatable), e.g. `--chunk 2,0`
-        #[arg(long = "chunk", required = true)]
+        #[arg(long = "chunk", required_unless_present = "slice")]
         chunks: Vec<String>,
+        /// A box of the array, as `get --slice` (e.g. `16:32,:`)
+        #[arg(long, conflicts_with = "chunks")]
+        slice: Option<String>,
         /// Logged: the put begun with this --local
         #[arg(long)]
         local: Option<PathBuf>,
@@ -474,14 +480,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             id,
             file,
             chunks,
+            slice,
             ..
         } => {
             let (store, name) = object(&url)?;
             let id = parse_id(&id).ok_or_else(|| anyhow!("{id}: not a put id (32 hex digits)"))?;
             let mut put = store.join(&name, &id)?;
-            for (c, bytes) in chunk_slices(&file, put.meta().chunk_len() as usize, &chunks)? {
-                put.write_chunk(&c, &bytes)?;
-            }
+            write_file(&mut put, &file, &chunks, slice.as_deref())?;
             put.finish()?;
         }
         ObjCmd::Commit { url, id, .. } => {

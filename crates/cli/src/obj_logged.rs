@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use anyhow::anyhow;
 use paralog_objects::{id_hex, parse_id, LoggedStore, S3Store};
 
-use crate::obj::{chunk_slices, print, ObjCmd};
+use crate::obj::{print, write_file, ObjCmd};
 
 /// The store's URL and the object's name in `url` (a directory layout or
 /// S3).
@@ -79,12 +79,14 @@ fn step(cmd: &ObjCmd, logged: &LoggedStore, name: &str, local: &Path) -> anyhow:
             format!("{}\n", id_hex(&put.id()))
         }
         ObjCmd::Write {
-            id, file, chunks, ..
+            id,
+            file,
+            chunks,
+            slice,
+            ..
         } => {
             let mut put = logged.join(name, &put_id(id)?)?;
-            for (c, bytes) in chunk_slices(file, put.meta().chunk_len() as usize, chunks)? {
-                put.write_chunk(&c, &bytes)?;
-            }
+            write_file(&mut put, file, chunks, slice.as_deref())?;
             logged.finish(put)?;
             String::new()
         }

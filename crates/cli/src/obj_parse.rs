@@ -4,11 +4,72 @@
 //! (obj.rs, obj_s3.rs).
 
 use anyhow::{bail, Context};
+use paralog_objects::{ArrayMeta, Put, S3Put};
+
+/// What `obj write` writes, whatever the store: whole chunks, or a box of
+/// the array (parts of the chunks it does not cover whole).
+pub(crate) trait WriteTo {
+    fn meta(&self) -> &ArrayMeta;
+    fn chunk(&mut self, coords: &[u64], data: &[u8]) -> paralog_objects::Result<()>;
+    fn part(&mut self, start: &[u64], count: &[u64], data: &[u8]) -> paralog_objects::Result<()>;
+}
+
+impl WriteTo for Put<'_> {
+    fn meta(&self) -> &ArrayMeta {
+        Put::meta(self)
+    }
+    fn chunk(&mut self, coords: &[u64], data: &[u8]) -> paralog_objects::Result<()> {
+        self.write_chunk(coords, data)
+    }
+    fn part(&mut self, start: &[u64], count: &[u64], data: &[u8]) -> paralog_objects::Result<()> {
+        self.write_part(start, count, data)
+    }
+}
+
+impl WriteTo for S3Put<'_> {
+    fn meta(&self) -> &ArrayMeta {
+        S3Put::meta(self)
+    }
+    fn chunk(&mut self, coords: &[u64], data: &[u8]) -> paralog_objects::Result<()> {
+        self.write_chunk(coords, data)
+    }
+    fn part(&mut self, start: &[u64], count: &[u64], data: &[u8]) -> paralog_objects::Result<()> {
+        self.write_part(start, count, data)
+    }
+}
+
+/// `obj write`: `file`'s bytes as the chunks given (`--chunk`, in that
+/// order) or as the box `--slice` names.
+pub(crate) fn write_file(
+    put: &mut impl WriteTo,
+    file: &std::path::Path,
+    chunks: &[String],
+    slice: Option<&str>,
+) -> anyhow::Result<()> {
+    let Some(s) = slice else {
+        for (c, bytes) in chunk_slices(file, put.meta().chunk_len() as usize, chunks)? {
+            put.chunk(&c, &bytes)?;
+        }
+        return Ok(());
+    };
+    let (start, count) = parse_slice(s, &put.meta().shape)?;
+    let data = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let want = count.iter().product::<u64>() * put.meta().dtype.size() as u64;
+    if data.len() as u64 != want {
+        bail!(
+            "{}: {} bytes for --slice {s} ({want} bytes)",
+            file.display(),
+            data.len()
+        );
+    }
+    put.part(&start, &count, &data)?;
+    Ok(())
+}
 
 /// `obj write`'s chunks: the coordinates given and, for each, its slice of
 /// `file`'s bytes (chunks of `cb` bytes, in that order); a file of another
 /// length is refused, naming it.
-pub(crate) fn chunk_slices(
+fn chunk_slices(
     file: &std::path::Path,
     cb: usize,
     chunks: &[String],

@@ -12,9 +12,7 @@ use anyhow::{anyhow, bail, Context};
 use paralog_backend::{RemoteUrl, S3Url};
 use paralog_objects::{id_hex, parse_id, ArrayVersion, S3Store, ViewState};
 
-use crate::obj::{
-    chunk_slices, committed_line, parse_slice, print, to_verify, version_json, ObjCmd,
-};
+use crate::obj::{committed_line, parse_slice, print, to_verify, version_json, write_file, ObjCmd};
 
 /// The S3 URL a command names, if it names one.
 fn s3_url(cmd: &ObjCmd) -> anyhow::Result<Option<S3Url>> {
@@ -204,13 +202,15 @@ pub fn run(cmd: &ObjCmd) -> anyhow::Result<Option<ExitCode>> {
             print(&mut stdout, &format!("{}\n", id_hex(&put.id())))?;
         }
         ObjCmd::Write {
-            id, file, chunks, ..
+            id,
+            file,
+            chunks,
+            slice,
+            ..
         } => {
             let (store, name) = object(&url)?;
             let mut put = store.join(&name, &put_id(id)?)?;
-            for (c, bytes) in chunk_slices(file, put.meta().chunk_len() as usize, chunks)? {
-                put.write_chunk(&c, &bytes)?;
-            }
+            write_file(&mut put, file, chunks, slice.as_deref())?;
             put.finish()?;
         }
         ObjCmd::Commit { id, .. } => {

@@ -58,11 +58,13 @@ pub(crate) fn claim_name(i: u64, writer: &[u8; 16], n: u64) -> String {
     format!("p{i:020}.{}.{n}", id_hex(writer))
 }
 
-/// The chunk index a placed part claim's name holds.
+/// The chunk index a placed part claim's name holds; `None` for any
+/// other name (an older binary's `publishing` mark also starts with `p`).
 pub(crate) fn claim_chunk(file: &str) -> Option<u64> {
     let rest = file.strip_prefix('p')?;
     let (i, _) = rest.split_once('.')?;
-    (i.len() == 20).then(|| i.parse().ok()).flatten()
+    let digits = i.len() == 20 && i.bytes().all(|b| b.is_ascii_digit());
+    digits.then(|| i.parse().ok()).flatten()
 }
 
 /// The extent of chunk `i` that lies inside the array, per dimension (a
@@ -623,5 +625,8 @@ mod tests {
         assert_eq!(ids.len(), 1000);
         assert!(!ids.contains(&put));
         assert_eq!(claim_chunk(&claim_name(42, &put, 3)), Some(42));
+        for other in ["publishing", "p", "p12.x", "p+0000000000000000001.x"] {
+            assert_eq!(claim_chunk(other), None, "{other}");
+        }
     }
 }

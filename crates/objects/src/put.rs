@@ -369,7 +369,7 @@ impl Store {
                 finished.insert(w);
             } else if f.starts_with('c') {
                 claim_files.push(e.path());
-            } else if f.starts_with('p') {
+            } else if crate::parts::claim_chunk(&f).is_some() {
                 part_files.push(e.path());
             }
         }

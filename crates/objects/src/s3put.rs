@@ -235,7 +235,7 @@ impl S3Store {
                     });
                 }
                 claims[i as usize] = Some(c);
-            } else if f.starts_with('p') {
+            } else if crate::parts::claim_chunk(f).is_some() {
                 let b = self.get(k)?.unwrap_or_default();
                 parts.add(self.shown(k), f, &b, n)?;
             }

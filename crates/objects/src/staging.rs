@@ -105,7 +105,7 @@ pub(crate) fn remove_staged_chunks(store: &Store, dir: &Path) {
             if let Ok(id) = <[u8; 16]>::try_from(b.as_slice()) {
                 remove_chunk_by_id(store, &id);
             }
-        } else if f.starts_with('p') || f.starts_with(".part.") {
+        } else if crate::parts::claim_chunk(&f).is_some() || f.starts_with(".part.") {
             // A part's chunk file, shared with the put's other parts of
             // that chunk (removing it once is enough).
             if let (Some(put), Ok(c)) = (put, crate::parts::PartClaim::decode(&b, &p)) {

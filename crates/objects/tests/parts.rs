@@ -325,3 +325,25 @@ fn a_part_writer_that_died_before_its_claim_leaves_nothing_after_abort() {
     );
     assert!(store.versions("dead").unwrap().is_empty());
 }
+
+#[test]
+fn an_older_binarys_publishing_mark_is_not_a_part_claim() {
+    // Its name starts with `p` too (found by tests/objects/s3.py "older
+    // commit" on S3; the same on a directory).
+    let (_t, store) = plain();
+    let meta = ArrayMeta::new(DType::U8, &[4], &[2]);
+    let mut p = store.begin("old", &meta).unwrap();
+    p.write_part(&[0], &[4], &[1, 2, 3, 4]).unwrap();
+    let id = p.id();
+    p.finish().unwrap();
+    let dir = store
+        .root()
+        .join("staging")
+        .join(paralog_objects::id_hex(&id));
+    std::fs::write(dir.join("publishing"), b"").unwrap();
+    assert_eq!(store.commit("old", &id).unwrap().number, 1);
+    assert_eq!(
+        store.array("old", None).unwrap().read_all(&store).unwrap(),
+        [1, 2, 3, 4]
+    );
+}
