@@ -23,6 +23,10 @@ ROWS (16, 32, 64) and ranks (1, 2, 4, MPICH), side by side:
                 durability hdf5-direct and zarr give (the page cache)
   obj-logged    the same on a logged store (node-local log on --tmp), the
                 versions published by a `paralog server` meanwhile
+  obj-parts     (only when named in --methods) obj-direct with one chunk
+                of ROWS x ranks rows per phase, each rank writing its rows
+                as a part (paralog_obj_write_part): a chunk written by
+                every rank in disjoint parts
   obj-*@before  with --before DIR: obj-direct, obj-nosync and obj-logged
                 again with the binaries in DIR (paralog, its libraries,
                 paralog-h5view: an older build), in the same run, each
@@ -63,6 +67,8 @@ import numpy as np  # noqa: E402
 
 READS = 10
 METHODS = ["hdf5-direct", "hdf5-sync", "hdf5-paralog", "zarr", "obj-direct", "obj-nosync", "obj-logged"]
+# Run only when --methods names them.
+EXTRA = ["obj-parts"]
 VENV_PY = ROOT / "target/objects-venv/bin/python"
 COLS = 4096
 
@@ -152,6 +158,8 @@ class Bench:
             cmd = [*mpirun, VENV_PY, HERE / "zarr_skeleton.py", "--out", out, "--sync", sync, *common]
         else:
             cmd = [*mpirun, tools.skeleton, "--api", "obj", "--out", url, *common]
+            if method == "obj-parts":
+                cmd += ["--chunk-rows", rows * ranks]
             if method == "obj-logged":
                 cmd += ["--local", local]
                 with open(self.work / f"{rid}.server.log", "ab") as lf:
@@ -295,8 +303,8 @@ def main():
         # Each right after its current build's run: before and after side by side.
         a.methods = [x for m in a.methods
                      for x in ([m, f"{m}@before"] if m in ("obj-direct", "obj-nosync", "obj-logged") else [m])]
-    if "hdf5-direct" not in a.methods or any(m.partition("@")[0] not in METHODS for m in a.methods):
-        ap.error(f"methods: some of {METHODS}, hdf5-direct included (the baseline)")
+    if "hdf5-direct" not in a.methods or any(m.partition("@")[0] not in METHODS + EXTRA for m in a.methods):
+        ap.error(f"methods: some of {METHODS + EXTRA}, hdf5-direct included (the baseline)")
     if os.geteuid() != 0:
         sys.exit("bench/objects/run.py: needs root (network namespaces, tc, FUSE mounts)")
     if not VENV_PY.exists():

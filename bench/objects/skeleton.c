@@ -13,7 +13,10 @@
  *                  of the object "field" in the store URL per phase, each
  *                  rank its chunk (begin_mpi, write_chunk, commit_mpi);
  *                  with --local L the store is logged (node-local log L,
- *                  published by a node server).
+ *                  published by a node server); with --chunk-rows N the
+ *                  chunks have N rows and each rank writes its rows with
+ *                  write_part (chunks shared by ranks are written in
+ *                  parts).
  *
  * Compute: each rank updates its block (an integer recurrence over every
  * element, real work on the CPU, no sleep) pass after pass until the
@@ -29,6 +32,7 @@
  *
  * Usage: skeleton --api hdf5|obj --out DIR|URL --rows R --cycles C
  *                 --every K --compute-s S [--local L] [--flush]
+ *                 [--chunk-rows N]
  */
 #include <mpi.h>
 #include <hdf5.h>
@@ -93,14 +97,22 @@ static void write_hdf5(const char *dir, int phase, int rank, int size, uint64_t 
         die("H5Fclose failed: ", path);
 }
 
+static uint64_t chunk_rows;
+
 static void write_obj(paralog_obj_store *store, int rank, int size, uint64_t rows, const uint32_t *out)
 {
-    uint64_t shape[2] = {rows * size, COLS}, chunks[2] = {rows, COLS}, at[2] = {rank, 0}, version;
+    uint64_t shape[2] = {rows * size, COLS}, chunks[2] = {chunk_rows ? chunk_rows : rows, COLS};
+    uint64_t at[2] = {rank, 0}, version;
     paralog_obj_writer *w;
     if (paralog_obj_begin_mpi(MPI_COMM_WORLD, store, "field", PARALOG_OBJ_INT32, 2, shape, chunks, NULL, &w))
         die("begin: ", paralog_obj_errmsg());
-    if (paralog_obj_write_chunk(w, at, out, rows * COLS * 4))
+    if (chunk_rows) {
+        uint64_t start[2] = {rank * rows, 0}, count[2] = {rows, COLS};
+        if (paralog_obj_write_part(w, start, count, out, rows * COLS * 4))
+            die("write_part: ", paralog_obj_errmsg());
+    } else if (paralog_obj_write_chunk(w, at, out, rows * COLS * 4)) {
         die("write_chunk: ", paralog_obj_errmsg());
+    }
     if (paralog_obj_commit_mpi(MPI_COMM_WORLD, store, "field", w, &version))
         die("commit: ", paralog_obj_errmsg());
 }
@@ -131,6 +143,7 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--cycles")) cycles = atoi(v);
         else if (!strcmp(k, "--every")) every = atoi(v);
         else if (!strcmp(k, "--compute-s")) compute_s = atof(v);
+        else if (!strcmp(k, "--chunk-rows")) chunk_rows = strtoull(v, NULL, 10);
         else die("unknown option ", k);
     }
     if (!api || !out_to || rows == 0 || every <= 0 || (strcmp(api, "hdf5") && strcmp(api, "obj")))
