@@ -16,6 +16,11 @@ server, plus one at a random time:
              after its claim's temporary name, before any byte of its
              chunk file: `obj gc` removes that empty file too (the
              temporary name names it).
+  part       the same for a rank writing a part of a chunk another rank
+             also writes (chunks of 24 rows over ranks of 16), killed
+             after its bytes are in the shared chunk file, before its
+             claim: nothing published, `obj gc` leaves no chunk file, the
+             program run again publishes version 1. Direct and logged.
   committer  rank 0 killed in the commit, before and after it publishes.
              Direct (the id from `obj puts`, which shows the put complete
              and publishing or published): before, nothing is visible and
@@ -149,6 +154,36 @@ def case_writer(flavour, logged, point):
         only_version_is(work, url, "k", 4)
         check(chunk_files(root) and len(chunk_files(root)) == RANKS + 1,
               f"the store holds {len(chunk_files(root))} files, not the version's {RANKS} chunks and record: {out}")
+    return go
+
+
+def case_parts_writer(flavour, logged):
+    """A rank writing a part of a chunk that another rank also writes
+    (chunks of 24 rows over ranks of 16, mpi_put.c "partskill") killed
+    after its bytes are in the shared chunk file, before its claim: nothing
+    published (recover publishes nothing), `obj gc` removes the put and
+    every chunk file, the program run again publishes version 1, its own
+    bytes."""
+    def go(work):
+        url, root, local = store(work, "objstore"), work / "store", work / "local"
+        lg = dict(local=str(local)) if logged else {}
+        r = mpi_put(flavour, RANKS, url, "k", ROWS, 3, mode="partskill", check_rc=False, **lg)
+        killed(r, "objects.mid_chunk")
+        where = local / ".paralog-objects" if logged else root
+        if logged:
+            check("published" not in recover(work, local), "recover published a put whose writer died")
+        check(versions(url, "k") == [], "a put whose writer died is visible")
+        check(len(staged(where)) == 1 and chunk_files(where), f"the dead put: {staged(where)}")
+        said = obj("gc", where, "--older-than", "0").stdout
+        check("removed 1 abandoned puts" in said, said)
+        check(staged(where) == [] and chunk_files(where) == [],
+              f"left after gc: {staged(where)} {chunk_files(where)[:4]}")
+        mpi_put(flavour, RANKS, url, "k", ROWS, 4, mode="parts", **lg)
+        if logged:
+            check(recover(work, local).count("published logged array k version 1") == 1, "not published")
+        only_version_is(work, url, "k", 4)
+        # 64 rows in chunks of 24: 3 chunk files and the array record.
+        check(len(chunk_files(root)) == 4, f"the store holds {len(chunk_files(root))} files, not 3 chunks and a record")
     return go
 
 
@@ -340,6 +375,7 @@ def main():
             how = "logged" if logged else "direct"
             for point in WRITER_KILLS:
                 cases.append((f"writer killed at {point} [{flavour}, {how}]", case_writer(flavour, logged, point)))
+            cases.append((f"writer of a part killed [{flavour}, {how}]", case_parts_writer(flavour, logged)))
             for point in ("objects.before_commit", "objects.after_commit"):
                 cases.append((f"committer killed at {point} [{flavour}, {how}]",
                               case_committer(flavour, point, logged)))

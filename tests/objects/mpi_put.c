@@ -7,7 +7,9 @@
  *   parts: chunks of 1.5 x ROWS rows, so that most chunks are written in
  *   parts by two ranks (paralog_obj_write_part of each rank's rows) and
  *   the last is an edge chunk; partsoverlap: the same, the last rank's
- *   rows starting one row early (the commit refuses);
+ *   rows starting one row early (the commit refuses); partskill: parts,
+ *   and the last rank killed as in killwriter, after its part's bytes
+ *   are durable, before its claim;
  *   mismatch: rank 1 joins with another shape; dtype: with float32;
  *   outside: the last rank writes a chunk past the grid; overlap: the last
  *   rank writes rank 0's chunk (refused at its write on one node, at the
@@ -48,7 +50,7 @@ int main(int argc, char **argv)
     const char *mode = argc > 5 ? argv[5] : "ok";
     uint64_t rows = strtoull(argv[3], NULL, 10), cols = 4096;
     int32_t salt = atoi(argv[4]);
-    int parts = !strcmp(mode, "parts") || !strcmp(mode, "partsoverlap");
+    int parts = !strncmp(mode, "parts", 5);
     uint64_t shape[2] = {rows * size, cols}, chunks[2] = {parts ? rows + rows / 2 : rows, cols};
     int dtype = PARALOG_OBJ_INT32;
     if (rank == 1 && !strcmp(mode, "mismatch"))
@@ -69,7 +71,7 @@ int main(int argc, char **argv)
     for (uint64_t r = 0; r < rows; r++)
         for (uint64_t c = 0; c < cols; c++)
             mine[r * cols + c] = (int32_t)((rank * rows + r) * cols + c) + salt;
-    if (rank == size - 1 && !strcmp(mode, "killwriter"))
+    if (rank == size - 1 && (!strcmp(mode, "killwriter") || !strcmp(mode, "partskill")))
         setenv("PARALOG_FAILPOINT", "objects.mid_chunk", 1); /* read at the first crash point */
     if (rank == size - 1 && !strcmp(mode, "killclaim"))
         setenv("PARALOG_FAILPOINT", "objects.claim_staged", 1);

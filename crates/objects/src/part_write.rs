@@ -55,7 +55,9 @@ impl Put<'_> {
                 chunk: coords,
             });
         }
-        let claim = PartClaim::of(&self.meta, i, self.writer, at, count, data);
+        let file = chunk_file_id(&self.id, i);
+        let dir = self.store.os.dir_of(&file);
+        let claim = PartClaim::of(&self.meta, (i, self.writer, dir), at, count, data);
         let n = self.parts;
         self.parts += 1;
         let placed = self.dir.join(claim_name(i, &self.writer, n));
@@ -69,7 +71,7 @@ impl Put<'_> {
             });
         }
         crate::failpoint("objects.claim_staged");
-        let mut w = self.store.os.shared_writer(chunk_file_id(&self.id, i))?;
+        let mut w = self.store.os.shared_writer(file, dir)?;
         let (run, offsets) =
             crate::parts::runs(&self.meta.chunks, at, count, self.meta.dtype.size());
         for (r, off) in offsets.iter().enumerate() {

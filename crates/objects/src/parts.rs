@@ -35,6 +35,10 @@ const PART_MAGIC: &[u8; 8] = b"PLGPART1";
 pub(crate) struct PartClaim {
     pub(crate) chunk: u64,
     pub(crate) writer: [u8; 16],
+    /// The storage directory of the chunk file (0 on S3): where the first
+    /// writer's store placed it, so that a writer, committer or `obj gc`
+    /// that opened the store with another `dirs` finds the same file.
+    pub(crate) dir: u32,
     pub(crate) start: Vec<u64>,
     pub(crate) count: Vec<u64>,
     pub(crate) run_crcs: Vec<u32>,
@@ -107,8 +111,7 @@ impl PartClaim {
     /// order): one CRC-32C per run.
     pub(crate) fn of(
         meta: &ArrayMeta,
-        i: u64,
-        writer: [u8; 16],
+        (i, writer, dir): (u64, [u8; 16], u32),
         start: &[u64],
         count: &[u64],
         data: &[u8],
@@ -120,6 +123,7 @@ impl PartClaim {
         PartClaim {
             chunk: i,
             writer,
+            dir,
             start: start.to_vec(),
             count: count.to_vec(),
             run_crcs,
@@ -131,6 +135,7 @@ impl PartClaim {
         b.extend_from_slice(PART_MAGIC);
         b.extend_from_slice(&self.chunk.to_le_bytes());
         b.extend_from_slice(&self.writer);
+        b.extend_from_slice(&self.dir.to_le_bytes());
         b.extend_from_slice(&(self.start.len() as u32).to_le_bytes());
         for v in self.start.iter().chain(&self.count) {
             b.extend_from_slice(&v.to_le_bytes());
@@ -150,7 +155,7 @@ impl PartClaim {
             offset: offset as u64,
             what: format!("not a whole part claim ({what})"),
         };
-        let whole = b.len() >= 48
+        let whole = b.len() >= 52
             && &b[..8] == PART_MAGIC
             && paralog_checksum::crc32c(&b[..b.len() - 4])
                 == u32::from_le_bytes(b[b.len() - 4..].try_into().expect("4"));
@@ -158,13 +163,14 @@ impl PartClaim {
             return Err(bad(0, "bad length, magic or checksum"));
         }
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
-        let nd = u32::from_le_bytes(b[32..36].try_into().expect("4")) as usize;
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4"));
+        let nd = u32_at(36) as usize;
         if nd == 0 || nd > MAX_NDIM {
-            return Err(bad(32, "dimensions"));
+            return Err(bad(36, "dimensions"));
         }
-        let runs_at = 36 + 16 * nd;
+        let runs_at = 40 + 16 * nd;
         if b.len() < runs_at + 12 {
-            return Err(bad(36, "cut short"));
+            return Err(bad(40, "cut short"));
         }
         let n_runs = u64_at(runs_at);
         if n_runs
@@ -177,8 +183,9 @@ impl PartClaim {
         Ok(PartClaim {
             chunk: u64_at(8),
             writer: b[16..32].try_into().expect("16"),
-            start: (0..nd).map(|j| u64_at(36 + 8 * j)).collect(),
-            count: (0..nd).map(|j| u64_at(36 + 8 * (nd + j))).collect(),
+            dir: u32_at(32),
+            start: (0..nd).map(|j| u64_at(40 + 8 * j)).collect(),
+            count: (0..nd).map(|j| u64_at(40 + 8 * (nd + j))).collect(),
             run_crcs: (0..n_runs as usize)
                 .map(|r| {
                     let o = runs_at + 8 + 4 * r;
@@ -358,21 +365,35 @@ impl Found {
     }
 
     /// Check each chunk's parts and put the claim a whole chunk would have
-    /// in `claims` (its file: `file_id(chunk)` in storage directory
-    /// `dir`): the chunks to be put together. A chunk also written whole
-    /// is an overlap; a part whose writer did not finish leaves a claim
-    /// of that writer, which the commit refuses as it refuses a whole
-    /// chunk's; parts that overlap or leave a hole are refused.
+    /// in `claims` (its file: [`chunk_file_id`] in the storage directory
+    /// its parts' claims name): the chunks to be put together. A chunk
+    /// also written whole is an overlap; a part whose writer did not
+    /// finish leaves a claim of that writer, which the commit refuses as
+    /// it refuses a whole chunk's; parts that overlap or leave a hole, or
+    /// that name different storage directories (writers that opened the
+    /// store with different `dirs`: their bytes are in different files),
+    /// are refused.
     pub(crate) fn plan(
         self,
         (name, id, meta): (&str, &VersionId, &ArrayMeta),
         claims: &mut [Option<Claim>],
         finished: &crate::put::Writers,
-        dir: impl Fn(&[u8; 16]) -> u32,
     ) -> Result<Vec<Planned>> {
         let mut out = Vec::new();
         for (i, parts) in self.0 {
             let file = chunk_file_id(id, i);
+            let dir = parts[0].claim.dir;
+            if let Some(p) = parts.iter().find(|p| p.claim.dir != dir) {
+                return Err(Error::Put {
+                    name: name.to_owned(),
+                    id: id_hex(id),
+                    why: format!(
+                        "chunk {:?}: its parts are in storage directories {dir} and {} (its writers opened the store with different `dirs`); nothing was published",
+                        meta.coords(i),
+                        p.claim.dir
+                    ),
+                });
+            }
             if claims[i as usize].is_some() {
                 return Err(Error::Overlap {
                     name: name.to_owned(),
@@ -393,7 +414,7 @@ impl Found {
             };
             claims[i as usize] = Some(Claim {
                 chunk: file,
-                dir: dir(&file),
+                dir,
                 block_crc: crc,
                 writer: unfinished.unwrap_or(&parts[0]).claim.writer,
             });
@@ -435,9 +456,10 @@ impl crate::store::Store {
                 .to_owned();
             found.add(path, &f, &bytes, meta.n_chunks())?;
         }
-        let planned = found.plan((name, id, meta), claims, finished, |f| self.os.dir_of(f))?;
+        let planned = found.plan((name, id, meta), claims, finished)?;
         for p in planned {
-            let mut w = self.os.shared_writer(chunk_file_id(id, p.chunk))?;
+            let dir = p.parts[0].claim.dir;
+            let mut w = self.os.shared_writer(chunk_file_id(id, p.chunk), dir)?;
             w.write_at(meta.chunk_len(), &p.crc.to_le_bytes())?;
             w.finish_file()?;
         }
@@ -472,7 +494,7 @@ mod tests {
                     &vec![0; count.len()],
                     count,
                 );
-                PartClaim::of(m, i, [n as u8; 16], start, count, &buf)
+                PartClaim::of(m, (i, [n as u8; 16], 0), start, count, &buf)
             })
             .collect()
     }
@@ -592,6 +614,7 @@ mod tests {
         let fixed = PartClaim {
             chunk: 5,
             writer: std::array::from_fn(|i| 0xa0 + i as u8),
+            dir: 3,
             start: vec![8, 0],
             count: vec![16, 4096],
             run_crcs: vec![0x1234_5678],
@@ -602,13 +625,14 @@ mod tests {
         let golden = std::fs::read(&path).unwrap();
         assert_eq!(fixed.encode(), golden);
         assert_eq!(PartClaim::decode(&golden, &path).unwrap(), fixed);
-        assert_eq!(golden.len(), 36 + 16 * 2 + 8 + 4 + 4);
+        assert_eq!(golden.len(), 40 + 16 * 2 + 8 + 4 + 4);
         assert_eq!(&golden[..8], b"PLGPART1");
         assert_eq!(u64::from_le_bytes(golden[8..16].try_into().unwrap()), 5);
-        assert_eq!(u32::from_le_bytes(golden[32..36].try_into().unwrap()), 2);
-        assert_eq!(u64::from_le_bytes(golden[44..52].try_into().unwrap()), 0);
-        assert_eq!(u64::from_le_bytes(golden[68..76].try_into().unwrap()), 1);
-        assert_eq!(&golden[76..80], &0x1234_5678u32.to_le_bytes());
+        assert_eq!(u32::from_le_bytes(golden[32..36].try_into().unwrap()), 3);
+        assert_eq!(u32::from_le_bytes(golden[36..40].try_into().unwrap()), 2);
+        assert_eq!(u64::from_le_bytes(golden[48..56].try_into().unwrap()), 0);
+        assert_eq!(u64::from_le_bytes(golden[72..80].try_into().unwrap()), 1);
+        assert_eq!(&golden[80..84], &0x1234_5678u32.to_le_bytes());
         // The file a part of chunk 5 of put 00..0f goes to.
         let put: VersionId = std::array::from_fn(|i| i as u8);
         assert_eq!(

@@ -34,7 +34,7 @@ impl S3Put<'_> {
     }
 
     fn write_part_object(&mut self, i: u64, at: &[u64], count: &[u64], data: &[u8]) -> Result<()> {
-        let claim = PartClaim::of(self.meta(), i, self.writer(), at, count, data);
+        let claim = PartClaim::of(self.meta(), (i, self.writer(), 0), at, count, data);
         let dir = format!("staging/{}", id_hex(&self.id()));
         let file = claim_name(i, &self.writer(), self.next_part());
         let s = self.store();

@@ -241,7 +241,7 @@ impl S3Store {
             }
         }
         let put = (name, id, &meta);
-        let planned = parts.plan(put, &mut claims, &finished, |_| 0)?;
+        let planned = parts.plan(put, &mut claims, &finished)?;
         let claims = crate::staging::complete_claims(claims, &finished, &meta).map_err(perr)?;
         self.compose_parts(id, &meta, planned)?;
         // The array record's object is named by the put's id: written

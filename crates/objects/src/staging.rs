@@ -110,7 +110,7 @@ pub(crate) fn remove_staged_chunks(store: &Store, dir: &Path) {
             // that chunk (removing it once is enough).
             if let (Some(put), Ok(c)) = (put, crate::parts::PartClaim::decode(&b, &p)) {
                 let id = crate::parts::chunk_file_id(&put, c.chunk);
-                let _ = std::fs::remove_file(store.os.chunk_path(store.os.dir_of(&id), &id));
+                let _ = std::fs::remove_file(store.os.chunk_path(c.dir, &id));
             }
         } else if let Ok((_, c)) = decode_claim(&b, &p) {
             let _ = std::fs::remove_file(store.os.chunk_path(c.dir, &c.chunk));

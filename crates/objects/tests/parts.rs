@@ -347,3 +347,35 @@ fn an_older_binarys_publishing_mark_is_not_a_part_claim() {
         [1, 2, 3, 4]
     );
 }
+
+#[test]
+fn a_committer_or_gc_that_opened_the_store_with_other_dirs_finds_the_parts() {
+    // Writers on objstore://ROOT?dirs=4; the commit, the abort and `obj
+    // gc` through the plain path ROOT (one storage directory): the parts'
+    // chunk file is where its claims say (found by tests/objects/crash.py:
+    // `obj gc ROOT` left the parts' files of a dead put).
+    let (t, four) = objstore(4, 100);
+    let plain = common::plain_at(t.path());
+    let meta = ArrayMeta::new(DType::U16, &[8, 6], &[8, 6]);
+    let data = Rng(5).bytes(8 * 6 * 2);
+    for k in 0..8 {
+        let name = format!("d/{k}");
+        let id = four.begin(&name, &meta).unwrap().id();
+        for (lo, n) in [(0u64, 5u64), (5, 3)] {
+            let mut w = four.join(&name, &id).unwrap();
+            let at = (lo * 12) as usize;
+            w.write_part(&[lo, 0], &[n, 6], &data[at..at + n as usize * 12])
+                .unwrap();
+            w.finish().unwrap();
+        }
+        if k % 2 == 0 {
+            plain.commit(&name, &id).unwrap();
+            let av = four.array(&name, None).unwrap();
+            assert_eq!(av.read_all(&four).unwrap(), data, "{name}");
+        } else {
+            plain.abort(&name, &id).unwrap();
+        }
+    }
+    // 4 versions: 4 chunk files and 4 array records, no aborted part.
+    assert_eq!(files_under(&t.path().join("data")).len(), 8);
+}

@@ -92,19 +92,22 @@ impl ObjStore {
     }
 
     /// A chunk that several writers fill, each at its own offsets (the
-    /// parts of one array chunk): opened, or made when missing, never
-    /// truncated, so that no writer undoes another's bytes.
-    pub fn shared_writer(&self, id: [u8; 16]) -> Result<ChunkWriter, ObjError> {
-        self.open_chunk(id, Open::Shared)
+    /// parts of one array chunk), in storage directory `dir` (the first
+    /// writer's placement, which its claim records: a writer that opened
+    /// the store with another `dirs` must not place it elsewhere): opened,
+    /// or made when missing, never truncated, so that no writer undoes
+    /// another's bytes.
+    pub fn shared_writer(&self, id: [u8; 16], dir: u32) -> Result<ChunkWriter, ObjError> {
+        self.open_chunk(id, dir, Open::Shared)
     }
 
     fn chunk_writer(&self, id: [u8; 16], new: bool) -> Result<ChunkWriter, ObjError> {
-        self.open_chunk(id, if new { Open::New } else { Open::Anew })
+        let how = if new { Open::New } else { Open::Anew };
+        self.open_chunk(id, self.dir_of(&id), how)
     }
 
-    fn open_chunk(&self, id: [u8; 16], how: Open) -> Result<ChunkWriter, ObjError> {
+    fn open_chunk(&self, id: [u8; 16], dir: u32, how: Open) -> Result<ChunkWriter, ObjError> {
         self.check_root()?;
-        let dir = self.dir_of(&id);
         let path = self.chunk_path(dir, &id);
         let parent = path.parent().expect("chunk paths have a directory");
         std::fs::create_dir_all(parent).map_err(io_err(parent, "create storage directory"))?;
