@@ -280,7 +280,7 @@ impl Store {
         // durable at once. The claims and marks are read from the page
         // cache and need no fsync of their own.
         let head = record::encode(id, &meta);
-        let mut w = self.os.writer_with_id(*id)?;
+        let mut w = self.os.writer_with_id_in(*id, Store::ARRAY_RECORD_DIR)?;
         let hp = w.add(n * cb, &head)?;
         w.finish_file()?;
         self.os.sync_chunk_dir(hp.dir)?;

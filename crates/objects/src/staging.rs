@@ -117,7 +117,9 @@ pub(crate) fn remove_staged_chunks(store: &Store, dir: &Path) {
         }
     }
     if let Some(id) = put {
-        let _ = std::fs::remove_file(store.array_record_path(&id));
+        for p in store.array_record_paths(&id) {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }
 

@@ -318,7 +318,8 @@ impl Store {
     /// stays while the version does: without either, no version of this
     /// put exists, and the records need no search.
     pub(crate) fn commit_may_have_published(&self, id: &VersionId) -> bool {
-        self.array_record_path(id).exists() || self.staging_dir(id).join("publishing").exists()
+        self.array_record_paths(id).iter().any(|p| p.exists())
+            || self.staging_dir(id).join("publishing").exists()
     }
 
     /// [`Store::published`], searched only when a commit of the put may
@@ -367,11 +368,24 @@ impl Store {
         self.root.join("staging").join(id_hex(id))
     }
 
-    /// The chunk file of the array record a direct commit of the put `id`
-    /// writes before its publish, named by the put's id (docs/
-    /// objects-format.md "A chunked PUT in progress").
-    pub(crate) fn array_record_path(&self, id: &VersionId) -> PathBuf {
-        self.os.chunk_path(self.os.dir_of(id), id)
+    /// The storage directory of the array record's chunk file a commit
+    /// of a put writes before its publish, named by the put's id (docs/
+    /// objects-format.md "A chunked PUT in progress"): always the first,
+    /// not the id's hash over the store's `dirs`, so that a commit retried
+    /// (or an abort) through a handle opened with another `dirs` (the
+    /// plain path of an `objstore://ROOT?dirs=4` store) finds it.
+    pub(crate) const ARRAY_RECORD_DIR: u32 = 0;
+
+    /// Where the array record of a commit of the put `id` may be: where
+    /// this binary's commits put it, and where older ones did (the id's
+    /// hash over this handle's `dirs`).
+    pub(crate) fn array_record_paths(&self, id: &VersionId) -> Vec<PathBuf> {
+        let mut paths = vec![self.os.chunk_path(Self::ARRAY_RECORD_DIR, id)];
+        let hashed = self.os.dir_of(id);
+        if hashed != Self::ARRAY_RECORD_DIR {
+            paths.push(self.os.chunk_path(hashed, id));
+        }
+        paths
     }
 }
 

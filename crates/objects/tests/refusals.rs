@@ -290,3 +290,29 @@ fn abandoned_puts_are_collected_and_live_ones_kept() {
     assert!(!half.exists());
     paralog_objects::zarr::check_view(&store, &av).unwrap();
 }
+
+#[test]
+fn a_commit_retried_through_a_handle_with_other_dirs_publishes_once() {
+    // Killed after its publish (its staging left, restored here), then
+    // retried with the plain path of an objstore://ROOT?dirs=4 store: the
+    // retry must find the version by the array record the first commit
+    // wrote, wherever that handle would have placed it.
+    for k in 0..8 {
+        let (t, four) = common::objstore(4, 100);
+        let plain = common::plain_at(t.path());
+        let meta = ArrayMeta::new(DType::U8, &[4], &[2]);
+        let mut p = four.begin("r", &meta).unwrap();
+        p.write_chunk(&[0], &[1, 2]).unwrap();
+        p.write_chunk(&[1], &[3, 4]).unwrap();
+        let id = p.id();
+        p.finish().unwrap();
+        let staging = t.path().join("staging");
+        let saved = tempfile::tempdir().unwrap();
+        common::copy_tree(&staging, saved.path());
+        assert_eq!(four.commit("r", &id).unwrap().number, 1);
+        std::fs::remove_dir_all(&staging).unwrap();
+        common::copy_tree(saved.path(), &staging);
+        assert_eq!(plain.commit("r", &id).unwrap().number, 1, "round {k}");
+        assert_eq!(common::kept_numbers(&four, "r"), vec![1], "round {k}");
+    }
+}

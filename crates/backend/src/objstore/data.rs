@@ -101,6 +101,13 @@ impl ObjStore {
         self.open_chunk(id, dir, Open::Shared)
     }
 
+    /// [`ObjStore::writer_with_id`] in storage directory `dir` instead of
+    /// the id's hash over `dirs` (a chunk that must be found by its id
+    /// through a handle with another `dirs`).
+    pub fn writer_with_id_in(&self, id: [u8; 16], dir: u32) -> Result<ChunkWriter, ObjError> {
+        self.open_chunk(id, dir, Open::Anew)
+    }
+
     fn chunk_writer(&self, id: [u8; 16], new: bool) -> Result<ChunkWriter, ObjError> {
         let how = if new { Open::New } else { Open::Anew };
         self.open_chunk(id, self.dir_of(&id), how)
