@@ -274,33 +274,31 @@ def case_python(work):
             check(e.code == code and said in str(e), f"{said}: {e.code} {e}")
     w.discard()
     s.abort("py/w", pid)
-    # Parts: two writers' column bands of one chunk; a hole refused (6),
+    # Parts: writers' column bands of one 12x10 chunk; a hole refused (6),
     # then filled by a third writer; overlapping parts refused (5).
     a = np.arange(12 * 10, dtype="i4").reshape(12, 10)
+
+    def bands(name, pid, cols):
+        for lo, hi in cols:
+            w = s.join(name, pid, "int32", (12, 10), (12, 10))
+            w.write_part((0, lo), a[:, lo:hi])
+            w.finish()
+
+    def refused(name, pid, code, said):
+        try:
+            s.commit(name, pid)
+            check(False, f"{name}: committed: {said}")
+        except po.ObjectError as e:
+            check(e.code == code and said in str(e), f"{name}: {e.code} {e}")
+
     pid = s.begin("py/parts", "int32", (12, 10), (12, 10))
-    for lo, hi in ((0, 4), (6, 10)):
-        w = s.join("py/parts", pid, "int32", (12, 10), (12, 10))
-        w.write_part((0, lo), a[:, lo:hi])
-        w.finish()
-    try:
-        s.commit("py/parts", pid)
-        check(False, "a chunk with a hole committed")
-    except po.ObjectError as e:
-        check(e.code == 6 and "chunk [0, 0] is not covered by its parts (384 of its 480 bytes" in str(e), str(e))
-    w = s.join("py/parts", pid, "int32", (12, 10), (12, 10))
-    w.write_part((0, 4), a[:, 4:6])
-    w.finish()
+    bands("py/parts", pid, ((0, 4), (6, 10)))
+    refused("py/parts", pid, 6, "chunk [0, 0] is not covered by its parts (384 of its 480 bytes")
+    bands("py/parts", pid, ((4, 6),))
     check(s.commit("py/parts", pid) == 1 and (s.get("py/parts") == a).all(), "the put of parts")
     pid = s.begin("py/over", "int32", (12, 10), (12, 10))
-    for lo, hi in ((0, 6), (5, 10)):
-        w = s.join("py/over", pid, "int32", (12, 10), (12, 10))
-        w.write_part((0, lo), a[:, lo:hi])
-        w.finish()
-    try:
-        s.commit("py/over", pid)
-        check(False, "overlapping parts committed")
-    except po.ObjectError as e:
-        check(e.code == 5 and "parts written by writers" in str(e), str(e))
+    bands("py/over", pid, ((0, 6), (5, 10)))
+    refused("py/over", pid, 5, "parts written by writers")
     s.abort("py/over", pid)
     # Logged: nothing visible until published, then one version.
     lg = po.Store(url, local=work / "local")

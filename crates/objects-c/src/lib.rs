@@ -381,21 +381,37 @@ pub unsafe extern "C" fn paralog_obj_write_chunk(
     nbytes: usize,
 ) -> c_int {
     guard(|| {
-        if w.is_null() {
-            return Err(invalid("the writer is NULL"));
-        }
-        // SAFETY: a writer paralog_obj_join returned, not yet finished.
-        let w = unsafe { &mut *w };
-        let d = w.put.meta().ndim();
-        let c = dims(coords, d, "coords")?;
-        if data.is_null() {
-            return Err(invalid("data is NULL"));
-        }
-        // SAFETY: the caller's buffer of nbytes.
-        let buf = unsafe { std::slice::from_raw_parts(data as *const u8, nbytes) };
+        // SAFETY: the caller's writer and buffer, as the header says.
+        let (w, buf) = unsafe { writer_data(w, data, nbytes) }?;
+        let c = dims(coords, w.put.meta().ndim(), "coords")?;
         w.put.write_chunk(c, buf)?;
         Ok(())
     })
+}
+
+/// A write's writer and buffer, checked not NULL.
+///
+/// # Safety
+/// `w`: a writer paralog_obj_join returned, not yet finished; `data`:
+/// `nbytes` readable bytes, alive while the returned slice is.
+unsafe fn writer_data<'a>(
+    w: *mut ObjWriter,
+    data: *const c_void,
+    nbytes: usize,
+) -> Result<(&'a mut ObjWriter, &'a [u8]), Failure> {
+    if w.is_null() {
+        return Err(invalid("the writer is NULL"));
+    }
+    if data.is_null() {
+        return Err(invalid("data is NULL"));
+    }
+    // SAFETY: the caller's promise.
+    unsafe {
+        Ok((
+            &mut *w,
+            std::slice::from_raw_parts(data as *const u8, nbytes),
+        ))
+    }
 }
 
 #[no_mangle]
@@ -407,18 +423,10 @@ pub unsafe extern "C" fn paralog_obj_write_part(
     nbytes: usize,
 ) -> c_int {
     guard(|| {
-        if w.is_null() {
-            return Err(invalid("the writer is NULL"));
-        }
-        // SAFETY: a writer paralog_obj_join returned, not yet finished.
-        let w = unsafe { &mut *w };
+        // SAFETY: the caller's writer and buffer, as the header says.
+        let (w, buf) = unsafe { writer_data(w, data, nbytes) }?;
         let d = w.put.meta().ndim();
         let (s, c) = (dims(start, d, "start")?, dims(count, d, "count")?);
-        if data.is_null() {
-            return Err(invalid("data is NULL"));
-        }
-        // SAFETY: the caller's buffer of nbytes.
-        let buf = unsafe { std::slice::from_raw_parts(data as *const u8, nbytes) };
         w.put.write_part(s, c, buf)?;
         Ok(())
     })
