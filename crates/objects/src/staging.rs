@@ -89,9 +89,9 @@ pub(crate) fn complete_claims(
 
 /// Remove the chunk files of a put that is not published: those its
 /// claims name (of whole chunks or of parts), placed or under their
-/// temporary names (a writer that died before placing its claim), those an older binary's intents name, and
-/// the array record a commit killed before its publish wrote. Claims that
-/// do not decode name none.
+/// temporary names (a writer that died before placing its claim), those
+/// an older binary's intents name, and the array record a commit killed
+/// before its publish wrote. Claims that do not decode name none.
 pub(crate) fn remove_staged_chunks(store: &Store, dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
