@@ -5,7 +5,9 @@
 ! VIEW (the path of the version's HDF5 view), rank 0 then waits for its
 ! views (paralog_obj_wait_views) and prints "views made" if VIEW exists
 ! (before closing the store, which would wait too).
-!   f_put STORE NAME ROWS SALT [VIEW | --local DIR]
+!   f_put STORE NAME ROWS SALT [VIEW | --local DIR | --parts]
+! With --parts the chunks have 1.5 x ROWS rows and each rank writes its
+! rows with paralog_obj_write_part (chunks written in parts by two ranks).
 ! With --local DIR the store is logged (paralog_obj_open_logged): the
 ! commit's version is 0 and nothing is read back (the node server, or
 ! `paralog obj publish DIR`, publishes it).
@@ -16,11 +18,11 @@ program f_put
   implicit none
   integer :: ierr, rank, nranks, rows, salt, r, c
   integer(c_int) :: rc
-  integer(c_int64_t) :: shape(2), chunks(2), coords(2), version, got
+  integer(c_int64_t) :: shape(2), chunks(2), coords(2), start(2), count(2), version, got
   integer(c_int32_t), allocatable, target :: mine(:, :), all(:, :)
   type(c_ptr) :: store, writer
   character(len=512) :: url, name, arg, view
-  logical :: made, logged
+  logical :: made, logged, parts
 
   call MPI_Init(ierr)
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
@@ -35,6 +37,11 @@ program f_put
   chunks = [int(rows, c_int64_t), 4096_c_int64_t]
   call get_command_argument(5, view)
   logged = trim(view) == '--local'
+  parts = trim(view) == '--parts'
+  if (parts) then
+    view = ''
+    chunks(1) = int(rows + rows / 2, c_int64_t)
+  end if
   if (logged) then
     call get_command_argument(6, arg)
     rc = paralog_obj_open_logged(trim(url)//c_null_char, trim(arg)//c_null_char, store)
@@ -51,8 +58,14 @@ program f_put
       mine(c, r) = ((rank * rows + r - 1) * 4096 + c - 1) + salt
     end do
   end do
-  coords = [int(rank, c_int64_t), 0_c_int64_t]
-  rc = paralog_obj_write_chunk(writer, coords, c_loc(mine), int(4 * 4096 * rows, c_size_t))
+  if (parts) then
+    start = [int(rank * rows, c_int64_t), 0_c_int64_t]
+    count = [int(rows, c_int64_t), 4096_c_int64_t]
+    rc = paralog_obj_write_part(writer, start, count, c_loc(mine), int(4 * 4096 * rows, c_size_t))
+  else
+    coords = [int(rank, c_int64_t), 0_c_int64_t]
+    rc = paralog_obj_write_chunk(writer, coords, c_loc(mine), int(4 * 4096 * rows, c_size_t))
+  end if
   if (rc /= 0) call fail(rc)
   rc = paralog_obj_commit_mpi_f(MPI_COMM_WORLD, store, trim(name)//c_null_char, writer, version)
   if (rc /= 0) call fail(rc)

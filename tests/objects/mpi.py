@@ -190,7 +190,8 @@ F_MODULE = INCLUDE / "paralog_objects.f90"
 def case_fortran(flavour):
     """The same from Fortran (iso_c_binding, paralog_objects.f90) on 2 and
     4 ranks (rank 0 waits for the views, paralog_obj_wait_views, and finds
-    the HDF5 view's file before closing its store), a logged store
+    the HDF5 view's file before closing its store), chunks of 24 rows
+    written in parts (paralog_obj_write_part) on 4 ranks, a logged store
     (paralog_obj_open_logged, published by `obj publish`), and a bad name
     refused on every rank."""
     def go(work):
@@ -212,6 +213,15 @@ def case_fortran(flavour):
             checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(want), "dtype": "int32",
                            "shape": [16 * ranks, 4096], "chunks": [16, 4096],
                            "slabs": [[[5, 100], [20, 300]]]})
+        # Chunks of 24 rows written in parts by two ranks each.
+        r = run([*launcher(flavour, 4), exe, url, "f/parts", "16", "12", "--parts"], env=mpi_env(),
+                check=False, timeout=300)
+        check(r.returncode == 0 and "read back equal" in r.stdout, f"parts: {r.stdout}{r.stderr}")
+        want = work / "fparts.bin"
+        (np.arange(64 * 4096, dtype="<i4") + 12).tofile(want)
+        views = info(at(url, "f/parts"))
+        checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(want), "dtype": "int32",
+                       "shape": [64, 4096], "chunks": [24, 4096], "slabs": [[[20, 100], [10, 300]]]})
         zarr_read(work, checks)
         hdf5_read(work, checks)
         # Logged (paralog_obj_open_logged): version 0 at the commit, then
