@@ -131,9 +131,7 @@ pub(crate) fn for_each_chunk<E>(
             return;
         }
         let origin: Vec<u64> = (0..d).map(|i| c[i] * meta.chunks[i]).collect();
-        let n: Vec<u64> = (0..d)
-            .map(|i| meta.chunks[i].min(meta.shape[i] - origin[i]))
-            .collect();
+        let n = meta.inside(c);
         // Edge chunks: the part outside the array stays zero.
         chunk.fill(0);
         copy_box(

@@ -78,9 +78,7 @@ fn expected(store: &Store, av: &ArrayVersion) -> Result<Vec<String>> {
     for i in 0..av.chunk_pieces().len() {
         let c = m.coords(i as u64);
         let origin: Vec<u64> = (0..m.ndim()).map(|k| c[k] * m.chunks[k]).collect();
-        let valid: Vec<u64> = (0..m.ndim())
-            .map(|k| m.chunks[k].min(m.shape[k] - origin[k]))
-            .collect();
+        let valid = m.inside(&c);
         let file = chunk_file(store, av, i)?;
         lines.push(format!(
             "{} {} /chunks/{i} {} {} 0 {} {}",

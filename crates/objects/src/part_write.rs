@@ -7,7 +7,7 @@ use std::io::ErrorKind;
 use crate::error::{io_err, Error, Result};
 use crate::grid::{copy_box, for_each_index};
 use crate::id_hex;
-use crate::parts::{chunk_file_id, claim_name, inside_extent, PartClaim};
+use crate::parts::{chunk_file_id, claim_name, PartClaim};
 use crate::put::Put;
 use crate::record::ArrayMeta;
 
@@ -39,7 +39,11 @@ impl Put<'_> {
             id: id_hex(&self.id),
             why: "no such put in progress (committed or aborted)".into(),
         };
-        if self.dir.join(crate::share::MARK).exists() {
+        let dir = &self.dir;
+        if *self
+            .in_share
+            .get_or_insert_with(|| dir.join(crate::share::MARK).exists())
+        {
             return Err(Error::Put {
                 name: self.name.clone(),
                 id: id_hex(&self.id),
@@ -149,7 +153,7 @@ pub(crate) fn split_region(
     for c in coords {
         let i = m.linear(&c).expect("inside the grid");
         let origin: Vec<u64> = (0..d).map(|j| c[j] * m.chunks[j]).collect();
-        let inside = inside_extent(m, i);
+        let inside = m.inside(&c);
         let lo: Vec<u64> = (0..d).map(|j| start[j].max(origin[j])).collect();
         let hi: Vec<u64> = (0..d)
             .map(|j| (start[j] + count[j]).min(origin[j] + inside[j]))

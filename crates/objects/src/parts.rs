@@ -71,15 +71,6 @@ pub(crate) fn claim_chunk(file: &str) -> Option<u64> {
     digits.then(|| i.parse().ok()).flatten()
 }
 
-/// The extent of chunk `i` that lies inside the array, per dimension (a
-/// chunk at the array's edge is cut; the rest of it is padding).
-pub(crate) fn inside_extent(meta: &ArrayMeta, i: u64) -> Vec<u64> {
-    let c = meta.coords(i);
-    (0..meta.ndim())
-        .map(|d| meta.chunks[d].min(meta.shape[d] - c[d] * meta.chunks[d]))
-        .collect()
-}
-
 /// The runs of a box in a chunk of `chunks` elements of `isz` bytes: the
 /// bytes of one run (the box's innermost dimension not spanning the chunk,
 /// with every full dimension after it) and each run's offset in the
@@ -187,10 +178,7 @@ impl PartClaim {
             start: (0..nd).map(|j| u64_at(40 + 8 * j)).collect(),
             count: (0..nd).map(|j| u64_at(40 + 8 * (nd + j))).collect(),
             run_crcs: (0..n_runs as usize)
-                .map(|r| {
-                    let o = runs_at + 8 + 4 * r;
-                    u32::from_le_bytes(b[o..o + 4].try_into().expect("4"))
-                })
+                .map(|r| u32_at(runs_at + 8 + 4 * r))
                 .collect(),
         })
     }
@@ -216,7 +204,7 @@ pub(crate) fn compose(
     i: u64,
     parts: &[PartClaim],
 ) -> std::result::Result<u32, Refused> {
-    let (isz, inside) = (meta.dtype.size(), inside_extent(meta, i));
+    let (isz, inside) = (meta.dtype.size(), meta.inside(&meta.coords(i)));
     let mut all = Vec::new();
     for (n, p) in parts.iter().enumerate() {
         let fits = p.chunk == i
@@ -501,7 +489,7 @@ mod tests {
 
     fn chunk_bytes(m: &ArrayMeta, i: u64) -> Vec<u8> {
         // Values inside the array, zeros in the padding.
-        let inside = inside_extent(m, i);
+        let inside = m.inside(&m.coords(i));
         let mut b = vec![0u8; m.chunk_len() as usize];
         for_each_index(&vec![0; inside.len()], &inside, |idx| {
             let mut off = 0u64;

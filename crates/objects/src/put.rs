@@ -84,6 +84,9 @@ pub struct Put<'a> {
     /// Parts of chunks this writer wrote (crate::part_write): the next
     /// part claim's number.
     pub(crate) parts: u64,
+    /// Whether the put is a logged put's share on another node (which
+    /// writes whole chunks only), looked up at the first part.
+    pub(crate) in_share: Option<bool>,
 }
 
 impl Store {
@@ -121,6 +124,7 @@ impl Store {
             chunk_dirs: BTreeSet::new(),
             written: Vec::new(),
             parts: 0,
+            in_share: None,
         })
     }
 
@@ -154,6 +158,7 @@ impl Store {
             chunk_dirs: BTreeSet::new(),
             written: Vec::new(),
             parts: 0,
+            in_share: None,
         })
     }
 

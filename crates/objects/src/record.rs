@@ -128,6 +128,15 @@ impl ArrayMeta {
         Some(coords.iter().zip(&grid).fold(0, |a, (c, g)| a * g + c))
     }
 
+    /// The extent of the chunk at grid coordinates `coords` that lies
+    /// inside the array, per dimension: the chunk shape, cut at the array's
+    /// edge (the rest of an edge chunk is its zero padding).
+    pub fn inside(&self, coords: &[u64]) -> Vec<u64> {
+        (0..self.ndim())
+            .map(|d| self.chunks[d].min(self.shape[d] - coords[d] * self.chunks[d]))
+            .collect()
+    }
+
     pub fn coords(&self, mut linear: u64) -> Vec<u64> {
         let grid = self.grid();
         let mut c = vec![0; grid.len()];
