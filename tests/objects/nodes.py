@@ -18,11 +18,17 @@ copies its shares, and node 0's publishes.
                          the Zarr view; h5py, h5dump and a C program
                          through the HDF5 view on objstore://); both
                          node-local stores empty once the servers stop
+  parts [FLAVOUR, REMOTE] chunks of 24 rows over ranks of 16
+                         (paralog_obj_write_part): a chunk's parts on both
+                         nodes, put together on the remote from both
+                         nodes' copies; one version, equal through `obj
+                         get` and both views; nothing left anywhere
   mpi4py [REMOTE]        tests/objects/py_writer.py (paralog.objects over
                          mpi4py, Open MPI) on the 2 nodes, logged: one
                          version, equal to its array
-  refusals [FLAVOUR]     a chunk outside the grid, and a chunk written on
-                         both nodes (refused at the commit, as an overlap):
+  refusals [FLAVOUR]     a chunk outside the grid, a chunk written on
+                         both nodes (refused at the commit, as an overlap),
+                         and overlapping parts of a chunk across nodes:
                          every rank fails with the same message; nothing
                          published, no share or chunk left on either node
                          (each share removed by its ranks), nothing staged
@@ -93,12 +99,12 @@ class Remote:
         self.obj("get", at(self.url, name), out, "--version", str(n))
         return out.read_bytes()
 
-    def holds_only(self, n_versions, extra=0):
-        """The store holds the versions' chunks and array records (one per
-        rank and one per version) and `extra` more, and no staging: no copy
-        left over, no remote put left behind (the Zarr views on S3 are
-        copies, apart)."""
-        want = n_versions * (NODES * PER_NODE + 1) + extra
+    def holds_only(self, n_versions, extra=0, chunks=NODES * PER_NODE):
+        """The store holds the versions' chunks and array records (`chunks`
+        per version, by default one per rank, and one record) and `extra`
+        more, and no staging: no copy left over, no part, no remote put
+        left behind (the Zarr views on S3 are copies, apart)."""
+        want = n_versions * (chunks + 1) + extra
         if self.s3:
             data = self.s3.minio.keys(BUCKET, "store/data")
             staging = self.s3.minio.keys(BUCKET, "store/staging")
@@ -136,7 +142,7 @@ def put_on_nodes(flavour, remote, name, salt, locals_, mode="ok", names=None):
     for d, n in zip(locals_[1:], names[1:]):
         cmd += [":", "-n", str(PER_NODE), "env", f"PARALOG_NODE={n}", prog, *args, d]
     r = run(cmd, env=mpi_env(remote.env), check=False, timeout=300)
-    if mode != "ok":
+    if mode not in ("ok", "parts"):
         return r
     check(r.returncode == 0 and "logged" in r.stdout, f"{flavour} {name}: exit {r.returncode}: {r.stdout}{r.stderr}")
 
@@ -171,7 +177,7 @@ def each_equal(remote, name, salts):
         remote.obj("verify", at(remote.url, name), "--version", str(n))
 
 
-def view_checks(remote, name, salts):
+def view_checks(remote, name, salts, chunk_rows=ROWS):
     checks = []
     shape = [ROWS * NODES * PER_NODE, 4096]
     for n, salt in enumerate(salts, 1):
@@ -179,7 +185,7 @@ def view_checks(remote, name, salts):
         want.write_bytes(expect(salt, NODES * PER_NODE, ROWS))
         i = json.loads(remote.obj("info", at(remote.url, name), "--version", str(n), "--json").stdout)
         checks.append({"view": i["zarr"], "file": i["hdf5"], "expect": str(want), "dtype": "int32",
-                       "shape": shape, "chunks": [ROWS, 4096], "attrs": {"writer": "mpi_put"},
+                       "shape": shape, "chunks": [chunk_rows, 4096], "attrs": {"writer": "mpi_put"},
                        "slabs": [[[3, 7], [ROWS * 3, 100]], [[ROWS - 1, 0], [2, 4096]]]})
     zarr_read(remote.work, checks, env=remote.env)
     if not remote.s3:
@@ -256,6 +262,30 @@ def case_put(flavour, kind):
     return go
 
 
+def case_parts(flavour, kind):
+    """mpi_put.c's parts: chunks of 24 rows over ranks of 16, so that
+    chunk 0 is rank 0's and part of rank 1's rows (node 0), chunk 1 the
+    rest of rank 1's and rank 2's (node 1: put together on the remote from
+    both nodes' parts), chunk 2 rank 3's (an edge chunk, whole). Each
+    node's server copies its parts; one version, equal, through both views;
+    nothing left on either node or in the store's staging."""
+    def go(work):
+        with Trial(work, kind) as trial:
+            remote, locals_ = trial.remote, trial.locals
+            put_on_nodes(flavour, remote, "nodes/p", 5, locals_, mode="parts")
+            check(remote.versions("nodes/p") == [], "visible before it was published")
+            check(len(shares(locals_[1])) == PER_NODE, f"shares on node 1: {shares(locals_[1])}")
+            servers = trial.start()
+            wait_versions(remote, "nodes/p", [1], servers)
+            trial.stop()
+            each_equal(remote, "nodes/p", [5])
+            remote.holds_only(1, chunks=3)
+            view_checks(remote, "nodes/p", [5], chunk_rows=ROWS + ROWS // 2)
+            trial.nothing_left()
+        return "a chunk of parts from 2 nodes published whole, read equal"
+    return go
+
+
 def case_mpi4py(kind):
     """tests/objects/py_writer.py (paralog.objects over mpi4py, Open MPI)
     on the 2 nodes, logged: published by the servers, equal."""
@@ -288,7 +318,8 @@ def case_refusals(flavour):
         remote, locals_ = Remote(work, "objstore"), locals_of(work)
         last = NODES * PER_NODE - 1
         cases = (("outside", f"rank 0: r: put ", "1 of 4 chunks were not written (first: [[3, 0]])"),
-                 ("overlap", "rank 0: r: put ", "chunk [0, 0] was already written by another writer"))
+                 ("overlap", "rank 0: r: put ", "chunk [0, 0] was already written by another writer"),
+                 ("partsoverlap", "rank 0: r: put ", "chunk [1, 0]: parts written by writers "))
         for mode, said, also in cases:
             r = put_on_nodes(flavour, remote, "r", 3, locals_, mode)
             check(r.returncode != 0 and said in r.stdout and also in r.stdout, f"{mode}: {r.stdout}{r.stderr}")
@@ -423,6 +454,7 @@ def main():
     for kind in REMOTES:
         for flavour in FLAVOURS:
             cases.append((f"put [{flavour}, {kind}]", case_put(flavour, kind)))
+            cases.append((f"parts [{flavour}, {kind}]", case_parts(flavour, kind)))
             if kind == "objstore":
                 cases.append((f"refusals [{flavour}]", case_refusals(flavour)))
         cases.append((f"mpi4py [openmpi, {kind}]", case_mpi4py(kind)))

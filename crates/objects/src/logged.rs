@@ -25,12 +25,13 @@
 //! once every claim is present (crate::publish).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use paralog_backend::RemoteUrl;
 
 use crate::error::{io_err, Error, Result};
 use crate::logged_record::{Away, Commit};
+use crate::parts::{chunk_file_id, compose, refusal, PartClaim};
 use crate::put::Put;
 use crate::record::ArrayMeta;
 use crate::remote_put::Remote;
@@ -203,6 +204,7 @@ impl LoggedStore {
                 claims,
                 node: self.node.clone(),
                 local: self.local_dir.clone(),
+                parts: put.written_parts().to_vec(),
             },
         );
         let writer = put.writer();
@@ -231,15 +233,25 @@ impl LoggedStore {
     /// committed shares there: `shares` is their records one after the
     /// other (as [`LoggedStore::finish`] returned them). Each must be of
     /// this put (id, name, array, remote); a chunk claimed twice (here
-    /// and in a share, or in two shares) is refused as an overlap.
+    /// and in a share, or in two shares) is refused as an overlap. A chunk
+    /// written in parts on more than one node is checked here (its parts
+    /// disjoint and covering it, from their claims) and put together on
+    /// the remote, where its writers' nodes copy their parts.
     pub fn commit_shares(&self, name: &str, id: &VersionId, shares: &[u8]) -> Result<()> {
-        let (meta, mut claims, mut finished) = self.local.claims(name, id, false)?;
+        let (meta, mut claims, mut finished, mut here) =
+            self.local.staged_claims(name, id, false)?;
         let perr = |why: String| Error::Put {
             name: name.to_owned(),
             id: id_hex(id),
             why,
         };
+        let overlap = |i: u64| Error::Overlap {
+            name: name.to_owned(),
+            id: id_hex(id),
+            chunk: meta.coords(i),
+        };
         let mut away = BTreeMap::new();
+        let mut away_parts: BTreeMap<u64, Vec<PartClaim>> = BTreeMap::new();
         let mut rest = shares;
         while !rest.is_empty() {
             let len = share::record_len(rest)
@@ -261,54 +273,86 @@ impl LoggedStore {
             }
             for (i, c) in s.claims {
                 if claims[i as usize].is_some() {
-                    return Err(Error::Overlap {
-                        name: name.to_owned(),
-                        id: id_hex(id),
-                        chunk: meta.coords(i),
-                    });
+                    return Err(overlap(i));
                 }
                 claims[i as usize] = Some(c);
-                away.insert(
-                    s.writer,
-                    Away {
-                        writer: s.writer,
-                        node: s.node.clone(),
-                        local: s.local.clone(),
-                    },
-                );
             }
+            for p in s.parts {
+                away_parts.entry(p.chunk).or_default().push(p);
+            }
+            away.insert(
+                s.writer,
+                Away {
+                    writer: s.writer,
+                    node: s.node.clone(),
+                    local: s.local.clone(),
+                },
+            );
             finished.insert(s.writer);
         }
+        let mut remote_parts = Vec::new();
+        for (i, theirs) in away_parts {
+            let mine = here.take(i);
+            if claims[i as usize].is_some() {
+                return Err(overlap(i));
+            }
+            if let Some(p) = mine.iter().find(|p| !finished.contains(&p.claim.writer)) {
+                // Refused below, as any chunk of a writer that did not
+                // finish.
+                claims[i as usize] = Some(Claim {
+                    chunk: [0; 16],
+                    dir: 0,
+                    block_crc: 0,
+                    writer: p.claim.writer,
+                });
+                continue;
+            }
+            let mut paths: Vec<PathBuf> = mine.iter().map(|p| p.at.clone()).collect();
+            paths.extend(theirs.iter().map(|p| {
+                PathBuf::from(format!(
+                    "(the share record of writer {} on node {:?})",
+                    id_hex(&p.writer),
+                    away.get(&p.writer).map_or("?", |a: &Away| a.node.as_str())
+                ))
+            }));
+            let dir = mine.first().map_or(0, |p| p.claim.dir);
+            let mut all: Vec<PartClaim> = mine.into_iter().map(|p| p.claim).collect();
+            all.extend(theirs);
+            let crc =
+                compose(&meta, i, &all).map_err(|r| refusal(name, id, &meta, i, r, &paths))?;
+            claims[i as usize] = Some(Claim {
+                chunk: chunk_file_id(id, i),
+                dir,
+                block_crc: crc,
+                writer: all[0].writer,
+            });
+            remote_parts.extend(all);
+        }
+        // The chunks whose parts are all here, put together here.
+        self.local
+            .compose_parts(name, id, &meta, &mut claims, &finished, here)?;
         let claims = crate::staging::complete_claims(claims, &finished, &meta).map_err(perr)?;
-        self.write_commit(name, id, meta, claims, away.into_values().collect())
+        let commit = Commit {
+            time_ns: 0,
+            name: name.to_owned(),
+            remote: self.remote_url.clone(),
+            meta,
+            claims,
+            away: away.into_values().collect(),
+            parts: remote_parts,
+        };
+        self.write_commit(id, commit)
     }
 
-    fn write_commit(
-        &self,
-        name: &str,
-        id: &VersionId,
-        meta: ArrayMeta,
-        claims: Vec<Claim>,
-        away: Vec<Away>,
-    ) -> Result<()> {
+    fn write_commit(&self, id: &VersionId, mut commit: Commit) -> Result<()> {
         let dir = self.local.staging_dir(id);
         crate::failpoint("objects.before_commit");
         // The commit's time in nanoseconds (file times are as coarse as a
         // clock tick): the publisher numbers versions in this order.
-        let time_ns = std::time::SystemTime::now()
+        commit.time_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        let record = crate::logged_record::encode(
-            id,
-            &Commit {
-                time_ns,
-                name: name.to_owned(),
-                remote: self.remote_url.clone(),
-                meta,
-                claims,
-                away,
-            },
-        );
+        let record = crate::logged_record::encode(id, &commit);
         write_synced(&dir.join("logged"), &record)?;
         sync_dir(&dir)?;
         sync_dir(&self.local.root().join("staging"))?;

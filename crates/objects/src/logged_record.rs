@@ -12,18 +12,23 @@
 //! this node and waits for theirs in the remote's staging. Version 4
 //! names each away writer's node (its name and node-local directory, from
 //! its share record), so that a put waiting for a share says whose server
-//! has not copied it. Versions 2 (no such list: every claim on this node)
-//! and 3 (the away writers' ids alone) are still read.
+//! has not copied it. Version 5 adds the parts of the chunks written in
+//! parts on more than one node (crate::parts): their writers copy them to
+//! the remote, where the remote commit puts each chunk together; such a
+//! chunk's claim names the file the parts make (its CRC-32C combined from
+//! theirs). Versions 2 (no such list: every claim on this node), 3 (the
+//! away writers' ids alone) and 4 (no parts) are still read.
 
 use std::path::Path;
 
 use crate::error::{Error, Result};
+use crate::parts::PartClaim;
 use crate::record::{self, ArrayMeta};
 use crate::staging::{decode_claim, encode_claim, Claim};
 use crate::VersionId;
 
 const MAGIC: &[u8; 8] = b"PLGLOGGD";
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
 /// Magic, version, reserved, id, time, four lengths.
 const HEAD: usize = 8 + 4 + 4 + 16 + 8 + 4 * 4;
 const CLAIM_LEN: usize = 60;
@@ -40,6 +45,10 @@ pub(crate) struct Commit {
     /// The writers whose chunks are on other nodes (their shares, copied
     /// to the remote by those nodes' servers), sorted by writer.
     pub(crate) away: Vec<Away>,
+    /// The parts of the chunks put together on the remote (written on
+    /// more than one node), each chunk's together, in chunk order; the
+    /// writers' on this node copied by this node's publisher.
+    pub(crate) parts: Vec<PartClaim>,
 }
 
 /// A writer whose chunks are on another node, and where it ran (empty in
@@ -88,6 +97,12 @@ pub(crate) fn encode(id: &VersionId, c: &Commit) -> Vec<u8> {
         b.extend_from_slice(&(a.local.len() as u32).to_le_bytes());
         b.extend_from_slice(a.node.as_bytes());
         b.extend_from_slice(a.local.as_bytes());
+    }
+    b.extend_from_slice(&(c.parts.len() as u32).to_le_bytes());
+    for p in &c.parts {
+        let e = p.encode();
+        b.extend_from_slice(&(e.len() as u32).to_le_bytes());
+        b.extend_from_slice(&e);
     }
     let crc = paralog_checksum::crc32c(&b);
     b.extend_from_slice(&crc.to_le_bytes());
@@ -171,6 +186,23 @@ pub(crate) fn decode(b: &[u8], id: &VersionId, path: &Path) -> Result<Mark> {
             local,
         });
     }
+    // Version 5: the parts after the away writers.
+    let mut parts = Vec::new();
+    if version >= 5 {
+        if at + 4 > end {
+            return Err(short());
+        }
+        let k = u32_at(at) as usize;
+        at += 4;
+        for _ in 0..k {
+            if end - at < 4 || u32_at(at) as usize > end - at - 4 {
+                return Err(short());
+            }
+            let len = u32_at(at) as usize;
+            parts.push(PartClaim::decode(&b[at + 4..at + 4 + len], path)?);
+            at += 4 + len;
+        }
+    }
     if at != end {
         return Err(short());
     }
@@ -202,13 +234,27 @@ pub(crate) fn decode(b: &[u8], id: &VersionId, path: &Path) -> Result<Mark> {
     if away.windows(2).any(|w| w[0].writer >= w[1].writer) {
         return Err(damaged(away_at, "away writers not sorted or repeated"));
     }
-    if let Some(a) = away
-        .iter()
-        .find(|a| !claims.iter().any(|c| c.writer == a.writer))
-    {
+    if let Some(a) = away.iter().find(|a| {
+        !claims.iter().any(|c| c.writer == a.writer) && !parts.iter().any(|p| p.writer == a.writer)
+    }) {
         return Err(damaged(
             away_at,
-            &format!("away writer {} claims no chunk", crate::id_hex(&a.writer)),
+            &format!(
+                "away writer {} claims no chunk or part",
+                crate::id_hex(&a.writer)
+            ),
+        ));
+    }
+    if let Some(p) = parts.iter().find(|p| {
+        p.chunk >= n as u64
+            || claims[p.chunk as usize].chunk != crate::parts::chunk_file_id(id, p.chunk)
+    }) {
+        return Err(damaged(
+            away_at,
+            &format!(
+                "a part of chunk {} whose claim is not of a chunk put together from parts",
+                p.chunk
+            ),
         ));
     }
     Ok(Mark::Record(Commit {
@@ -218,6 +264,7 @@ pub(crate) fn decode(b: &[u8], id: &VersionId, path: &Path) -> Result<Mark> {
         meta,
         claims,
         away,
+        parts,
     }))
 }
 
@@ -265,7 +312,28 @@ mod tests {
             meta: ArrayMeta::new(DType::I32, &[32, 4], &[16, 4]),
             claims,
             away,
+            parts: Vec::new(),
         };
+        (id, c)
+    }
+
+    /// [`fixed_away`] with chunk 1 written in two parts, rows 0..8 by
+    /// writer `20 20 …` (here), rows 8..16 by writer `21 21 …` (on n1).
+    fn fixed_parts() -> (VersionId, Commit) {
+        let (id, mut c) = fixed_away(away("n1", "/local/n1"));
+        c.claims[1].chunk = crate::parts::chunk_file_id(&id, 1);
+        c.parts = [0x20u8, 0x21]
+            .iter()
+            .enumerate()
+            .map(|(k, &w)| PartClaim {
+                chunk: 1,
+                writer: [w; 16],
+                dir: 0,
+                start: vec![8 * k as u64, 0],
+                count: vec![8, 4],
+                run_crcs: vec![0x0bad_0000 + k as u32],
+            })
+            .collect();
         (id, c)
     }
 
@@ -275,6 +343,7 @@ mod tests {
             (c.time_ns, &c.name, &c.remote, &c.meta, &c.away)
         );
         assert_eq!(got.claims, c.claims);
+        assert_eq!(got.parts, c.parts);
     }
 
     /// The version 2 golden vector (docs/objects-format.md), written by the
@@ -314,18 +383,14 @@ mod tests {
         same(&got, &c);
     }
 
-    /// The version 4 golden vector: `PARALOG_WRITE_VECTORS=1` writes it
-    /// (once, when the format is made). Writer `21 21 …` is away, on node
-    /// `n1` whose node-local directory is `/local/n1`.
+    /// The version 4 golden vector, written by the previous binary: still
+    /// read. Writer `21 21 …` is away, on node `n1` whose node-local
+    /// directory is `/local/n1`.
     #[test]
-    fn golden_vector_v4() {
+    fn golden_vector_v4_still_reads() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/logged_v4.bin");
         let (id, c) = fixed_away(away("n1", "/local/n1"));
-        if std::env::var_os("PARALOG_WRITE_VECTORS").is_some() {
-            std::fs::write(&path, encode(&id, &c)).unwrap();
-        }
         let golden = std::fs::read(&path).unwrap();
-        assert_eq!(encode(&id, &c), golden);
         assert_eq!(&golden[..8], b"PLGLOGGD");
         assert_eq!(u32::from_le_bytes(golden[8..12].try_into().unwrap()), 4);
         assert_eq!(&golden[16..32], &id);
@@ -343,6 +408,41 @@ mod tests {
             panic!("not a record")
         };
         same(&got, &c);
+    }
+
+    /// The version 5 golden vector: `PARALOG_WRITE_VECTORS=1` writes it
+    /// (once, when the format is made). As version 4's, with chunk 1
+    /// written in two parts, one here and one on n1.
+    #[test]
+    fn golden_vector_v5() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/logged_v5.bin");
+        let (id, c) = fixed_parts();
+        if std::env::var_os("PARALOG_WRITE_VECTORS").is_some() {
+            std::fs::write(&path, encode(&id, &c)).unwrap();
+        }
+        let golden = std::fs::read(&path).unwrap();
+        assert_eq!(encode(&id, &c), golden);
+        assert_eq!(&golden[..8], b"PLGLOGGD");
+        assert_eq!(u32::from_le_bytes(golden[8..12].try_into().unwrap()), 5);
+        // The parts after the away list, before the CRC: their count, then
+        // each claim's length and bytes.
+        let (p0, p1) = (c.parts[0].encode(), c.parts[1].encode());
+        let n = golden.len();
+        assert_eq!(&golden[n - 4 - p1.len()..n - 4], &p1[..]);
+        let at = n - 4 - p1.len() - 4 - p0.len() - 4 - 4;
+        assert_eq!(&golden[at..at + 4], &2u32.to_le_bytes());
+        assert_eq!(&golden[at - 11..at], b"n1/local/n1");
+        let Mark::Record(got) = decode(&golden, &id, &path).unwrap() else {
+            panic!("not a record")
+        };
+        same(&got, &c);
+        // A part of a chunk whose claim is an ordinary one is damage.
+        let (id, mut bad) = fixed_parts();
+        bad.claims[1].chunk = [0x11; 16];
+        let e = decode(&encode(&id, &bad), &id, &path)
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("put together from parts"), "{e}");
         // An away writer that claims nothing is damage.
         let (id, mut c) = fixed_away(away("n1", "/l"));
         c.away[0].writer = [0x77; 16];
@@ -350,7 +450,7 @@ mod tests {
         assert!(e.to_string().contains("claims no chunk"), "{e}");
         // Lengths past the record's end are damage, not a panic.
         let mut b = encode(&id, &fixed_away(away("n1", "/l")).1);
-        let at = b.len() - 4 - 4 - 8; // the node name's length
+        let at = b.len() - 4 - 4 - 4 - 8; // the node name's length
         b[at..at + 4].copy_from_slice(&1000u32.to_le_bytes());
         let crc = paralog_checksum::crc32c(&b[..b.len() - 4]);
         let len = b.len();

@@ -30,28 +30,26 @@ impl Put<'_> {
     /// One part of chunk `i`: the box `count` at `at` in the chunk, its
     /// bytes `data`. The claim's temporary name first (it names the chunk
     /// file, so that abort and gc find it), then the bytes at their
-    /// offsets in the chunk file every writer of a part shares, durable,
-    /// then the claim placed.
-    fn write_chunk_part(&mut self, i: u64, at: &[u64], count: &[u64], data: &[u8]) -> Result<()> {
+    /// offsets in the chunk file every writer of a part on this store
+    /// shares, durable, then the claim placed. A writer of a logged put's
+    /// share on another node writes its parts in its own node's file; the
+    /// publishers copy them into the remote's, where the remote commit
+    /// puts the chunk together (crate::remote_put). The publisher's copy
+    /// of a part comes here too, numbered as the writer numbered it, so a
+    /// copy retried writes the same claim again.
+    pub(crate) fn write_chunk_part(
+        &mut self,
+        i: u64,
+        at: &[u64],
+        count: &[u64],
+        data: &[u8],
+    ) -> Result<()> {
         let coords = self.meta.coords(i);
         let gone = || Error::Put {
             name: self.name.clone(),
             id: id_hex(&self.id),
             why: "no such put in progress (committed or aborted)".into(),
         };
-        let dir = &self.dir;
-        if *self
-            .in_share
-            .get_or_insert_with(|| dir.join(crate::share::MARK).exists())
-        {
-            return Err(Error::Put {
-                name: self.name.clone(),
-                id: id_hex(&self.id),
-                why: format!(
-                    "chunk {coords:?}: a logged put's writer on another node than the committing one's writes whole chunks only (parts of a chunk are put together on the committing node)"
-                ),
-            });
-        }
         if self.dir.join(format!("c{i:020}")).exists() {
             return Err(Error::Overlap {
                 name: self.name.clone(),
@@ -62,8 +60,7 @@ impl Put<'_> {
         let file = chunk_file_id(&self.id, i);
         let dir = self.store.os.dir_of(&file);
         let claim = PartClaim::of(&self.meta, (i, self.writer, dir), at, count, data);
-        let n = self.parts;
-        self.parts += 1;
+        let n = self.parts.len() as u64;
         let placed = self.dir.join(claim_name(i, &self.writer, n));
         let tmp = self
             .dir
@@ -87,7 +84,9 @@ impl Put<'_> {
         std::fs::rename(&tmp, &placed).map_err(|e| match e.kind() {
             ErrorKind::NotFound => gone(),
             _ => io_err(&placed, "claim part")(e),
-        })
+        })?;
+        self.parts.push(claim);
+        Ok(())
     }
 }
 

@@ -21,10 +21,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::error::{io_err, Error, Result};
+use crate::error::{Error, Result};
 use crate::grid::for_each_index;
 use crate::record::{ArrayMeta, MAX_NDIM};
-use crate::staging::{read_file, Claim};
+use crate::staging::Claim;
 use crate::{id_hex, VersionId};
 
 const PART_MAGIC: &[u8; 8] = b"PLGPART1";
@@ -352,6 +352,16 @@ impl Found {
         Ok(())
     }
 
+    /// The parts of chunk `i` found, taken out.
+    pub(crate) fn take(&mut self, i: u64) -> Vec<FoundPart> {
+        self.0.remove(&i).unwrap_or_default()
+    }
+
+    /// The parts found, by chunk.
+    pub(crate) fn by_chunk(&self) -> &BTreeMap<u64, Vec<FoundPart>> {
+        &self.0
+    }
+
     /// Check each chunk's parts and put the claim a whole chunk would have
     /// in `claims` (its file: [`chunk_file_id`] in the storage directory
     /// its parts' claims name): the chunks to be put together. A chunk
@@ -419,11 +429,10 @@ impl Found {
 }
 
 impl crate::store::Store {
-    /// The chunks of put `id` written in parts (`files`: their placed
+    /// The chunks of put `id` written in parts (`found`: their placed
     /// claims) checked ([`Found::plan`]) and each made one chunk: its
     /// CRC-32C written as the shared file's trailer, synced when the
     /// store syncs.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn compose_parts(
         &self,
         name: &str,
@@ -431,19 +440,8 @@ impl crate::store::Store {
         meta: &ArrayMeta,
         claims: &mut [Option<Claim>],
         finished: &crate::put::Writers,
-        files: Vec<PathBuf>,
-        sync: bool,
+        found: Found,
     ) -> Result<()> {
-        let mut found = Found::default();
-        for path in files {
-            let bytes = read_file(&path, sync).map_err(io_err(&path, "read part claim"))?;
-            let f = path
-                .file_name()
-                .and_then(|f| f.to_str())
-                .unwrap_or_default()
-                .to_owned();
-            found.add(path, &f, &bytes, meta.n_chunks())?;
-        }
         let planned = found.plan((name, id, meta), claims, finished)?;
         for p in planned {
             let dir = p.parts[0].claim.dir;

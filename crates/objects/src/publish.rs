@@ -16,11 +16,12 @@ use crate::error::{io_err, Error, Result};
 use crate::h5serve::ViewServer;
 use crate::logged::local_store;
 use crate::logged_record::{Away, Mark};
+use crate::parts::{chunk_file_id, PartClaim};
 use crate::pending::{Node, Pending, Round, Why};
 use crate::put::Committed;
 use crate::read::ArrayVersion;
 use crate::record::ArrayMeta;
-use crate::remote_put::Remote;
+use crate::remote_put::{ReadChunk, ReadPart, Remote, WriterShare};
 use crate::staging::{remove_staged_chunks, Claim};
 use crate::store::Store;
 use crate::{id_hex, parse_id, share, VersionId};
@@ -390,6 +391,41 @@ fn read_logged(
     Ok(block)
 }
 
+/// A logged part's bytes (its box, row-major) read from the chunk file
+/// its node's writers of that chunk share, each run checked against its
+/// claim: a damaged part is refused and nothing published.
+fn read_logged_part(
+    local: &Store,
+    name: &str,
+    id: &VersionId,
+    meta: &ArrayMeta,
+    p: &PartClaim,
+) -> Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let path = local.os.chunk_path(p.dir, &chunk_file_id(id, p.chunk));
+    let file = std::fs::File::open(&path).map_err(io_err(&path, "read logged part"))?;
+    let (run, offsets) = crate::parts::runs(&meta.chunks, &p.start, &p.count, meta.dtype.size());
+    let mut data = vec![0u8; run as usize * offsets.len()];
+    for ((r, off), crc) in offsets.iter().enumerate().zip(&p.run_crcs) {
+        let buf = &mut data[r * run as usize..(r + 1) * run as usize];
+        file.read_exact_at(buf, *off)
+            .map_err(io_err(&path, "read logged part"))?;
+        if paralog_checksum::crc32c(buf) != *crc {
+            return Err(Error::Put {
+                name: name.to_owned(),
+                id: id_hex(id),
+                why: format!(
+                    "logged part of chunk {:?} by writer {}: {}: run {r} at offset {off} fails its claim; not published",
+                    meta.coords(p.chunk),
+                    id_hex(&p.writer),
+                    path.display()
+                ),
+            });
+        }
+    }
+    Ok(data)
+}
+
 /// Publish the put `id` committed here (its views and local cleanup
 /// left to [`finish`]; `before_commit`: returns once the puts before it
 /// are finished); `Err(why)`: it waits for shares other nodes have not
@@ -402,7 +438,7 @@ fn publish_one(
 ) -> Result<std::result::Result<Finish, Why>> {
     let dir = local.staging_dir(id);
     let (name, remote_url, put) = match mark {
-        Mark::Record(c) => (c.name, c.remote, Some((c.meta, c.claims, c.away))),
+        Mark::Record(c) => (c.name, c.remote, Some((c.meta, c.claims, c.away, c.parts))),
         // Version 1: the put's own files, synced by its commit.
         _ => (
             read_text(dir.join("name"))?,
@@ -422,14 +458,15 @@ fn publish_one(
             remote.commit(&name, id, false)?
         }
         None => {
-            let (meta, claims, away) = match put {
+            let (meta, claims, away, parts) = match put {
                 Some(p) => p,
                 None => {
                     let (m, c) = local.complete(&name, id, false)?;
-                    (m, c, Vec::new())
+                    (m, c, Vec::new(), Vec::new())
                 }
             };
             let read = |i: u64, c: &Claim| read_logged(local, &name, id, &meta, i, c);
+            let read_part = |p: &PartClaim| read_logged_part(local, &name, id, &meta, p);
             let put = (name.as_str(), id, &meta);
             // Every writer on this node, to a directory layout: no remote
             // staging needed (crate::remote_put::Remote::publish_whole).
@@ -439,11 +476,14 @@ fn publish_one(
             };
             match whole {
                 Some(done) => done,
-                None => match publish_staged(&remote, put, (&claims, &away), &read, before_commit)?
-                {
-                    Ok(done) => done,
-                    Err(why) => return Ok(Err(why)),
-                },
+                None => {
+                    let logged = (&claims[..], &away[..], &parts[..]);
+                    match publish_staged(&remote, put, logged, (&read, &read_part), before_commit)?
+                    {
+                        Ok(done) => done,
+                        Err(why) => return Ok(Err(why)),
+                    }
+                }
             }
         }
     };
@@ -460,31 +500,39 @@ fn publish_one(
 }
 
 /// Publish the put `id` through the remote's staging: this node's
-/// writers' shares copied into the remote put, then, once other nodes'
-/// shares (`away`) are there too, the remote commit; `Err(why)`: it waits
-/// for those shares.
+/// writers' shares (their whole chunks, and their parts of the chunks put
+/// together on the remote) copied into the remote put, then, once other
+/// nodes' shares (`away`) are there too, the remote commit; `Err(why)`:
+/// it waits for those shares.
 fn publish_staged(
     remote: &Remote,
     (name, id, meta): (&str, &VersionId, &ArrayMeta),
-    (claims, away): (&[Claim], &[Away]),
-    read: &crate::remote_put::ReadChunk<'_>,
+    (claims, away, parts): (&[Claim], &[Away], &[PartClaim]),
+    (read, read_part): (&ReadChunk<'_>, &ReadPart<'_>),
     before_commit: &dyn Fn(),
 ) -> Result<std::result::Result<(Committed, Option<ArrayVersion>), Why>> {
-    // This node's claims, one share per writer, copied.
-    let mut mine: BTreeMap<[u8; 16], Vec<(u64, Claim)>> = BTreeMap::new();
+    let is_away = |w: &[u8; 16]| away.iter().any(|a| &a.writer == w);
+    // This node's claims and parts, one share per writer. A chunk written
+    // in parts on several nodes has a claim of the file its parts make on
+    // the remote: its parts are copied, not it.
+    let mut mine = Mine::new();
     for (i, c) in claims.iter().enumerate() {
-        if !away.iter().any(|a| a.writer == c.writer) {
-            mine.entry(c.writer).or_default().push((i as u64, *c));
+        let i = i as u64;
+        if !is_away(&c.writer) && !parts.iter().any(|p| p.chunk == i) {
+            mine.entry(c.writer).or_default().0.push((i, *c));
         }
+    }
+    for p in parts.iter().filter(|p| !is_away(&p.writer)) {
+        mine.entry(p.writer).or_default().1.push(p.clone());
     }
     // Not durable copies (this node keeps its own until the
     // publish): the chunk files' names synced once, before the
     // commit, which makes the rest of the version durable.
-    let dirs = copy_writers(remote, (name, id, meta), &mine, read)?;
+    let dirs = copy_writers(remote, (name, id, meta), &mine, (read, read_part))?;
     // Other nodes' shares: in the remote put yet? (With none, every
     // claim was copied just now; the commit checks them all.)
     if !away.is_empty() {
-        if let Some((missing, writers)) = remote.missing(name, id, meta, claims)? {
+        if let Some((missing, writers)) = remote.missing((name, id, meta), claims, parts)? {
             return Ok(Err(Why::Shares {
                 missing,
                 nodes: nodes_of(away, &writers),
@@ -496,6 +544,10 @@ fn publish_staged(
     remote.commit(name, id, true).map(Ok)
 }
 
+/// This node's writers' shares to copy: each writer's whole chunks and
+/// parts.
+type Mine = BTreeMap<[u8; 16], (Vec<(u64, Claim)>, Vec<PartClaim>)>;
+
 /// Copy this node's writers' shares (`mine`) into the remote put, made
 /// once first (and, made now, not searched for what a killed copier
 /// left). One writer after the other: several at once were measured no
@@ -504,14 +556,21 @@ fn publish_staged(
 /// directories written, for the caller to sync.
 fn copy_writers(
     remote: &Remote,
-    (name, id, meta): (&str, &VersionId, &ArrayMeta),
-    mine: &BTreeMap<[u8; 16], Vec<(u64, Claim)>>,
-    read: &crate::remote_put::ReadChunk<'_>,
+    put: (&str, &VersionId, &ArrayMeta),
+    mine: &Mine,
+    (read, read_part): (&ReadChunk<'_>, &ReadPart<'_>),
 ) -> Result<BTreeSet<u32>> {
-    let opened = Some(remote.open_put(name, id, meta)?);
+    let opened = Some(remote.open_put(put.0, put.1, put.2)?);
     let mut dirs = BTreeSet::new();
-    for (w, cl) in mine {
-        dirs.extend(remote.copy_share(name, id, meta, (w, cl), read, false, opened)?);
+    for (w, (claims, parts)) in mine {
+        let share = WriterShare {
+            writer: *w,
+            claims,
+            parts,
+            read,
+            read_part,
+        };
+        dirs.extend(remote.copy_share(put, &share, false, opened)?);
     }
     Ok(dirs)
 }
@@ -553,8 +612,15 @@ fn copy_shares(local: &Store, id: &VersionId) -> Result<()> {
         // remote put anew.
         if remote.published(&s.name, id)?.is_none() {
             let read = |i: u64, c: &Claim| read_logged(local, &s.name, id, &s.meta, i, c);
-            let share = (&s.writer, s.claims.as_slice());
-            remote.copy_share(&s.name, id, &s.meta, share, &read, true, None)?;
+            let read_part = |p: &PartClaim| read_logged_part(local, &s.name, id, &s.meta, p);
+            let share = WriterShare {
+                writer: s.writer,
+                claims: &s.claims,
+                parts: &s.parts,
+                read: &read,
+                read_part: &read_part,
+            };
+            remote.copy_share((&s.name, id, &s.meta), &share, true, None)?;
         }
         // Whole and durable on the remote: this node's copy goes, the
         // record last (a crash before it copies again, which finds the

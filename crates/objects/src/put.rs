@@ -81,12 +81,10 @@ pub struct Put<'a> {
     /// This writer's claims (chunk index, claim): a logged put's share on
     /// another node is made of them (crate::share).
     written: Vec<(u64, Claim)>,
-    /// Parts of chunks this writer wrote (crate::part_write): the next
-    /// part claim's number.
-    pub(crate) parts: u64,
-    /// Whether the put is a logged put's share on another node (which
-    /// writes whole chunks only), looked up at the first part.
-    pub(crate) in_share: Option<bool>,
+    /// This writer's part claims (crate::part_write), in the order
+    /// written: a claim's place in it is its number. A logged put's share
+    /// on another node carries them to the commit (crate::share).
+    pub(crate) parts: Vec<crate::parts::PartClaim>,
 }
 
 impl Store {
@@ -123,8 +121,7 @@ impl Store {
             dir,
             chunk_dirs: BTreeSet::new(),
             written: Vec::new(),
-            parts: 0,
-            in_share: None,
+            parts: Vec::new(),
         })
     }
 
@@ -157,8 +154,7 @@ impl Store {
             dir,
             chunk_dirs: BTreeSet::new(),
             written: Vec::new(),
-            parts: 0,
-            in_share: None,
+            parts: Vec::new(),
         })
     }
 
@@ -354,19 +350,35 @@ impl Store {
     }
 
     /// The put's array, the claims found (by chunk index) and the writers
-    /// that finished, each claim checked to be where it says.
+    /// that finished, each claim checked to be where it says; the chunks
+    /// written in parts put together ([`Store::compose_parts`]).
     pub(crate) fn claims(
         &self,
         name: &str,
         id: &VersionId,
         sync: bool,
     ) -> Result<(ArrayMeta, Vec<Option<Claim>>, Writers)> {
+        let (meta, mut claims, finished, parts) = self.staged_claims(name, id, sync)?;
+        self.compose_parts(name, id, &meta, &mut claims, &finished, parts)?;
+        Ok((meta, claims, finished))
+    }
+
+    /// [`Store::claims`] with the part claims as found, not put together:
+    /// a logged put's local commit, whose other parts may be on other
+    /// nodes, and its publisher's look at the remote put before every
+    /// node's parts are there.
+    pub(crate) fn staged_claims(
+        &self,
+        name: &str,
+        id: &VersionId,
+        sync: bool,
+    ) -> Result<(ArrayMeta, Vec<Option<Claim>>, Writers, crate::parts::Found)> {
         let (meta, dir) = self.staged(name, id, sync)?;
         let n = meta.n_chunks();
         let mut claims: Vec<Option<Claim>> = (0..n).map(|_| None).collect();
         let mut finished = BTreeSet::new();
         let mut claim_files = Vec::new();
-        let mut part_files = Vec::new();
+        let mut parts = crate::parts::Found::default();
         for e in std::fs::read_dir(&dir).map_err(io_err(&dir, "list the put"))? {
             let e = e.map_err(io_err(&dir, "list the put"))?;
             let f = e.file_name().to_string_lossy().into_owned();
@@ -375,7 +387,9 @@ impl Store {
             } else if f.starts_with('c') {
                 claim_files.push(e.path());
             } else if crate::parts::claim_chunk(&f).is_some() {
-                part_files.push(e.path());
+                let path = e.path();
+                let bytes = read_file(&path, sync).map_err(io_err(&path, "read part claim"))?;
+                parts.add(path, &f, &bytes, n)?;
             }
         }
         for path in claim_files {
@@ -390,8 +404,7 @@ impl Store {
             }
             claims[i as usize] = Some(c);
         }
-        self.compose_parts(name, id, &meta, &mut claims, &finished, part_files, sync)?;
-        Ok((meta, claims, finished))
+        Ok((meta, claims, finished, parts))
     }
 
     /// Give up a chunked PUT: its chunks and staging directory are removed.
@@ -460,6 +473,11 @@ impl Put<'_> {
     /// This writer's claims so far, in the order written.
     pub(crate) fn written(&self) -> &[(u64, Claim)] {
         &self.written
+    }
+
+    /// This writer's part claims so far, in the order written.
+    pub(crate) fn written_parts(&self) -> &[crate::parts::PartClaim] {
+        &self.parts
     }
 
     /// Write one whole chunk (`chunk_len` bytes, row-major little-endian;

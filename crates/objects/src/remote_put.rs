@@ -17,6 +17,7 @@ use std::io::ErrorKind;
 use paralog_backend::RemoteUrl;
 
 use crate::error::{io_err, Error, Result};
+use crate::parts::{chunk_file_id, claim_name, PartClaim};
 use crate::put::{CommitRun, Committed};
 use crate::read::ArrayVersion;
 use crate::record::{self, ArrayMeta};
@@ -36,6 +37,30 @@ pub(crate) enum Remote {
 /// Reads a share's chunk from the node-local store, checked against its
 /// claim: the chunk's `C` bytes.
 pub(crate) type ReadChunk<'a> = dyn Fn(u64, &Claim) -> Result<Vec<u8>> + 'a;
+
+/// Reads a part of a chunk from the node-local store, each run checked
+/// against its claim: the part's bytes in its box's row-major order.
+pub(crate) type ReadPart<'a> = dyn Fn(&PartClaim) -> Result<Vec<u8>> + 'a;
+
+/// One writer's share to copy: its whole chunks (index, logged claim)
+/// and its parts of chunks put together on the remote, with how to read
+/// each from the node-local store.
+pub(crate) struct WriterShare<'a> {
+    pub(crate) writer: [u8; 16],
+    pub(crate) claims: &'a [(u64, Claim)],
+    pub(crate) parts: &'a [PartClaim],
+    pub(crate) read: &'a ReadChunk<'a>,
+    pub(crate) read_part: &'a ReadPart<'a>,
+}
+
+/// What a remote put holds: its claims by chunk index, the writers that
+/// finished, and the part claims (not put together: some may be on their
+/// way from other nodes).
+pub(crate) struct Held {
+    pub(crate) claims: Vec<Option<Claim>>,
+    pub(crate) finished: BTreeSet<[u8; 16]>,
+    pub(crate) parts: Vec<PartClaim>,
+}
 
 impl Remote {
     pub(crate) fn open(url: &str) -> Result<Remote> {
@@ -167,29 +192,25 @@ impl Remote {
         }
     }
 
-    /// Copy one writer's share (`share`: the writer, its chunk indices
-    /// and logged claims) into the remote put `id`, made if no node made
-    /// it yet (`opened`: [`Remote::open_put`] made or found it, and
-    /// whether it was made then); whole on return, the writer's mark
-    /// last. `durable`: and durable (a share's node deletes its copy
-    /// after). Else only the chunk files' bytes are; their storage
-    /// directories, returned, are for the caller to sync once before its
-    /// commit (the committing node keeps its own copy until the publish).
-    #[allow(clippy::too_many_arguments)]
+    /// Copy one writer's share (its logged claims and parts) into the
+    /// remote put `id`, made if no node made it yet (`opened`:
+    /// [`Remote::open_put`] made or found it, and whether it was made
+    /// then); whole on return, the writer's mark last. `durable`: and
+    /// durable (a share's node deletes its copy after). Else only the
+    /// chunk files' bytes are; their storage directories, returned, are
+    /// for the caller to sync once before its commit (the committing node
+    /// keeps its own copy until the publish).
     pub(crate) fn copy_share(
         &self,
-        name: &str,
-        id: &VersionId,
-        meta: &ArrayMeta,
-        share: (&[u8; 16], &[(u64, Claim)]),
-        read: &ReadChunk<'_>,
+        (name, id, meta): (&str, &VersionId, &ArrayMeta),
+        share: &WriterShare<'_>,
         durable: bool,
         opened: Option<bool>,
     ) -> Result<BTreeSet<u32>> {
         match self {
-            Remote::Layout(s) => copy_share(s, name, id, meta, share, read, (durable, opened)),
+            Remote::Layout(s) => copy_share(s, (name, id, meta), share, (durable, opened)),
             Remote::S3(s) => s
-                .copy_share(name, id, meta, *share.0, share.1, read, opened)
+                .copy_share((name, id, meta), share, opened)
                 .map(|()| BTreeSet::new()),
         }
     }
@@ -209,32 +230,50 @@ impl Remote {
 
     /// Whether every claim of the commit record (`claims`, in chunk order)
     /// is in the remote put, by its writer (its mark there) and with its
-    /// CRC-32C: `None` if so, else what is missing yet and the writers of
-    /// the chunks missing (other nodes' shares not copied yet: the
-    /// publisher waits).
+    /// CRC-32C, and every part (`parts`: of the chunks put together
+    /// there) by its writer, with its box and run CRCs: `None` if so, else
+    /// what is missing yet and the writers of the chunks and parts missing
+    /// (other nodes' shares not copied yet: the publisher waits).
     pub(crate) fn missing(
         &self,
-        name: &str,
-        id: &VersionId,
-        meta: &ArrayMeta,
+        (name, id, meta): (&str, &VersionId, &ArrayMeta),
         claims: &[Claim],
+        parts: &[PartClaim],
     ) -> Result<Option<(String, BTreeSet<[u8; 16]>)>> {
         let found = match self {
             Remote::Layout(s) => remote_claims(s, name, id, meta)?,
             Remote::S3(s) => s.remote_claims(name, id, meta)?,
         };
-        let Some((got, finished)) = found else {
-            let writers = claims.iter().map(|c| c.writer).collect();
+        let Some(held) = found else {
+            let mut writers: BTreeSet<_> = claims.iter().map(|c| c.writer).collect();
+            writers.extend(parts.iter().map(|p| p.writer));
             return Ok(Some(("no share copied yet".into(), writers)));
         };
+        let mut writers = BTreeSet::new();
         let absent: Vec<u64> = (0..claims.len() as u64)
             .filter(|&i| {
                 let want = &claims[i as usize];
-                !got[i as usize].is_some_and(|c| {
+                let mut of_chunk = parts.iter().filter(|p| p.chunk == i).peekable();
+                if of_chunk.peek().is_some() {
+                    let lacking: Vec<[u8; 16]> = of_chunk
+                        .filter(|p| {
+                            !held.finished.contains(&p.writer)
+                                || !held.parts.iter().any(|q| same_part(p, q))
+                        })
+                        .map(|p| p.writer)
+                        .collect();
+                    writers.extend(&lacking);
+                    return !lacking.is_empty();
+                }
+                let there = held.claims[i as usize].is_some_and(|c| {
                     c.writer == want.writer
                         && c.block_crc == want.block_crc
-                        && finished.contains(&c.writer)
-                })
+                        && held.finished.contains(&c.writer)
+                });
+                if !there {
+                    writers.insert(want.writer);
+                }
+                !there
             })
             .collect();
         Ok((!absent.is_empty()).then(|| {
@@ -244,16 +283,22 @@ impl Remote {
                 claims.len(),
                 meta.coords(absent[0])
             );
-            let writers = absent.iter().map(|&i| claims[i as usize].writer).collect();
             (what, writers)
         }))
     }
 }
 
-/// What the remote put holds: its claims by chunk index and the writers
-/// finished; `None` if no node made it yet. Its array must be the logged
-/// put's (an equal record): anything else is refused, naming the put.
-pub(crate) type Found = Option<(Vec<Option<Claim>>, BTreeSet<[u8; 16]>)>;
+/// Whether two claims are of one part (where each store placed its file
+/// aside).
+fn same_part(a: &PartClaim, b: &PartClaim) -> bool {
+    (a.chunk, a.writer, &a.start, &a.count, &a.run_crcs)
+        == (b.chunk, b.writer, &b.start, &b.count, &b.run_crcs)
+}
+
+/// What the remote put holds; `None` if no node made it yet. Its array
+/// must be the logged put's (an equal record): anything else is refused,
+/// naming the put.
+pub(crate) type Found = Option<Held>;
 
 pub(crate) fn same_meta(
     name: &str,
@@ -275,9 +320,19 @@ fn remote_claims(s: &Store, name: &str, id: &VersionId, meta: &ArrayMeta) -> Res
     if !s.staging_dir(id).join("begin").is_file() {
         return Ok(None);
     }
-    let (there, claims, finished) = s.claims(name, id, false)?;
+    let (there, claims, finished, parts) = s.staged_claims(name, id, false)?;
     same_meta(name, id, &there, meta)?;
-    Ok(Some((claims, finished)))
+    let parts = parts
+        .by_chunk()
+        .values()
+        .flatten()
+        .map(|f| f.claim.clone())
+        .collect();
+    Ok(Some(Held {
+        claims,
+        finished,
+        parts,
+    }))
 }
 
 /// The remote put `id` of `name`, made (`durable`: its `begin` and `name`
@@ -339,14 +394,18 @@ fn claim_dirs(dir: &std::path::Path, chunks: impl Iterator<Item = u64>) -> BTree
 
 fn copy_share(
     s: &Store,
-    name: &str,
-    id: &VersionId,
-    meta: &ArrayMeta,
-    (writer, claims): (&[u8; 16], &[(u64, Claim)]),
-    read: &ReadChunk<'_>,
+    (name, id, meta): (&str, &VersionId, &ArrayMeta),
+    share: &WriterShare<'_>,
     (durable, opened): (bool, Option<bool>),
 ) -> Result<BTreeSet<u32>> {
-    let (writer, durable) = (*writer, durable && s.os.durable());
+    let (writer, claims, read) = (share.writer, share.claims, share.read);
+    let durable = durable && s.os.durable();
+    // The storage directories of this share's parts' files on the remote
+    // (computed: every copier of a part of chunk `i` writes the same file).
+    let part_dirs = share
+        .parts
+        .iter()
+        .map(|p| s.os.dir_of(&chunk_file_id(id, p.chunk)));
     // A put made just now holds nothing of this writer: no mark, no
     // claim, nothing a killed copier left (not looked for).
     let fresh = match opened {
@@ -356,7 +415,9 @@ fn copy_share(
     let dir = s.staging_dir(id);
     let mark = dir.join(format!("w{}", id_hex(&writer)));
     if !fresh && mark.exists() {
-        return Ok(claim_dirs(&dir, claims.iter().map(|(i, _)| *i)));
+        let mut dirs = claim_dirs(&dir, claims.iter().map(|(i, _)| *i));
+        dirs.extend(part_dirs);
+        return Ok(dirs);
     }
     // What a copier of this share killed before left: the chunk file it
     // was writing, named by the claim's temporary name (by an intent, if
@@ -431,7 +492,15 @@ fn copy_share(
             crate::failpoint("objects.publish_mid_copy");
         }
     }
+    // The parts, all written again if the copy was killed before the mark
+    // (the same bytes at the same offsets, the same claims: a part's
+    // number on the remote is its place in the share, as its writer's).
+    for p in share.parts {
+        let data = (share.read_part)(p)?;
+        put.write_chunk_part(p.chunk, &p.start, &p.count, &data)?;
+    }
     dirs.extend(put.written().iter().map(|(_, c)| c.dir));
+    dirs.extend(part_dirs);
     if !durable {
         write_file(&mark, b"")?;
         return Ok(dirs);
@@ -442,8 +511,12 @@ fn copy_share(
     for d in &dirs {
         s.os.sync_chunk_dir(*d)?;
     }
-    for (i, _) in claims {
-        let p = dir.join(format!("c{i:020}"));
+    let placed = claims.iter().map(|(i, _)| format!("c{i:020}"));
+    let parts = (0u64..)
+        .zip(share.parts)
+        .map(|(n, p)| claim_name(p.chunk, &writer, n));
+    for f in placed.chain(parts) {
+        let p = dir.join(f);
         std::fs::File::open(&p)
             .and_then(|f| f.sync_all())
             .map_err(io_err(&p, "fsync claim"))?;

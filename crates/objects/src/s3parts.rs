@@ -33,7 +33,15 @@ impl S3Put<'_> {
         })
     }
 
-    fn write_part_object(&mut self, i: u64, at: &[u64], count: &[u64], data: &[u8]) -> Result<()> {
+    /// One part of chunk `i` (its box in the chunk, its bytes): its
+    /// object, then its claim, numbered in this writer's order.
+    pub(crate) fn write_part_object(
+        &mut self,
+        i: u64,
+        at: &[u64],
+        count: &[u64],
+        data: &[u8],
+    ) -> Result<()> {
         let claim = PartClaim::of(self.meta(), (i, self.writer(), 0), at, count, data);
         let dir = format!("staging/{}", id_hex(&self.id()));
         let file = claim_name(i, &self.writer(), self.next_part());

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use crate::error::{Error, Result};
 use crate::record::{self, ArrayMeta};
-use crate::remote_put::{same_meta, Found, ReadChunk};
+use crate::remote_put::{same_meta, Found, Held, WriterShare};
 use crate::s3store::S3Store;
 use crate::staging::{decode_claim, Claim};
 use crate::{id_hex, parse_id, VersionId};
@@ -39,18 +39,15 @@ impl S3Store {
     /// Copy one writer's share into the remote put `id`, whole on return,
     /// its `w<writer>` mark last. `made_now`: [`S3Store::ensure_put`] made
     /// the put just now, so it holds no mark or claim to look for (`None`:
-    /// made or checked here).
-    #[allow(clippy::too_many_arguments)]
+    /// made or checked here). Its parts are written again whole if a copy
+    /// was killed before the mark: the same objects under the same keys.
     pub(crate) fn copy_share(
         &self,
-        name: &str,
-        id: &VersionId,
-        meta: &ArrayMeta,
-        writer: [u8; 16],
-        claims: &[(u64, Claim)],
-        read: &ReadChunk<'_>,
+        (name, id, meta): (&str, &VersionId, &ArrayMeta),
+        share: &WriterShare<'_>,
         made_now: Option<bool>,
     ) -> Result<()> {
+        let (writer, claims, read) = (share.writer, share.claims, share.read);
         let fresh = match made_now {
             Some(made) => made,
             None => self.ensure_put(name, meta, id)?,
@@ -90,6 +87,10 @@ impl S3Store {
                 crate::failpoint("objects.publish_mid_copy");
             }
         }
+        for p in share.parts {
+            let data = (share.read_part)(p)?;
+            put.write_part_object(p.chunk, &p.start, &p.count, &data)?;
+        }
         put.finish()
     }
 
@@ -108,6 +109,7 @@ impl S3Store {
         let n = meta.n_chunks();
         let mut claims: Vec<Option<Claim>> = (0..n).map(|_| None).collect();
         let mut finished = BTreeSet::new();
+        let mut parts = Vec::new();
         for k in self
             .be
             .list_objects(&format!("{dir}/"))
@@ -128,8 +130,16 @@ impl S3Store {
                     });
                 }
                 claims[i as usize] = Some(c);
+            } else if crate::parts::claim_chunk(f).is_some() {
+                let at = self.shown(&k);
+                let b = self.get(&k)?.unwrap_or_default();
+                parts.push(crate::parts::PartClaim::decode(&b, &at)?);
             }
         }
-        Ok(Some((claims, finished)))
+        Ok(Some(Held {
+            claims,
+            finished,
+            parts,
+        }))
     }
 }

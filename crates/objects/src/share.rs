@@ -12,16 +12,19 @@
 use std::path::Path;
 
 use crate::error::{Error, Result};
+use crate::parts::PartClaim;
 use crate::record::{self, ArrayMeta};
 use crate::staging::{decode_claim, encode_claim, Claim};
 use crate::{id_hex, VersionId};
 
 const MAGIC: &[u8; 8] = b"PLGSHARE";
-const VERSION: u32 = 2;
-/// Magic, version, reserved, put id, writer id, four lengths (version 1)
-/// or six (version 2: the node's name and directory too).
+const VERSION: u32 = 3;
+/// Magic, version, reserved, put id, writer id, four lengths (version 1),
+/// six (version 2: the node's name and directory too) or seven (version
+/// 3: the part claims' bytes too).
 const HEAD_V1: usize = 8 + 4 + 4 + 16 + 16 + 4 * 4;
-const HEAD: usize = HEAD_V1 + 2 * 4;
+const HEAD_V2: usize = HEAD_V1 + 2 * 4;
+const HEAD: usize = HEAD_V2 + 4;
 const CLAIM_LEN: usize = 60;
 
 /// The file in a put's staging directory that makes it a share (begun by
@@ -41,6 +44,9 @@ pub(crate) struct Share {
     /// name) and node-local directory; empty in a version 1 record.
     pub(crate) node: String,
     pub(crate) local: String,
+    /// The writer's parts of chunks (crate::parts), in the order it wrote
+    /// them; none in a record of version 1 or 2.
+    pub(crate) parts: Vec<PartClaim>,
 }
 
 /// The share record's file name in the put's directory.
@@ -73,10 +79,17 @@ pub(crate) fn encode(id: &VersionId, s: &Share) -> Vec<u8> {
         s.node.as_bytes(),
         s.local.as_bytes(),
     ];
+    let mut parts = Vec::new();
+    for p in &s.parts {
+        let e = p.encode();
+        parts.extend_from_slice(&(e.len() as u32).to_le_bytes());
+        parts.extend_from_slice(&e);
+    }
     let mut b = Vec::with_capacity(
         HEAD + texts.iter().map(|t| t.len()).sum::<usize>()
             + begin.len()
             + CLAIM_LEN * s.claims.len()
+            + parts.len()
             + 4,
     );
     b.extend_from_slice(MAGIC);
@@ -87,7 +100,7 @@ pub(crate) fn encode(id: &VersionId, s: &Share) -> Vec<u8> {
     for t in texts {
         b.extend_from_slice(&(t.len() as u32).to_le_bytes());
     }
-    for n in [begin.len(), s.claims.len()] {
+    for n in [begin.len(), s.claims.len(), parts.len()] {
         b.extend_from_slice(&(n as u32).to_le_bytes());
     }
     for t in texts {
@@ -97,31 +110,51 @@ pub(crate) fn encode(id: &VersionId, s: &Share) -> Vec<u8> {
     for (i, c) in &s.claims {
         b.extend_from_slice(&encode_claim(*i, c));
     }
+    b.extend_from_slice(&parts);
     let crc = paralog_checksum::crc32c(&b);
     b.extend_from_slice(&crc.to_le_bytes());
     b
 }
 
-/// The header's size and its lengths (texts: name, remote, node, local;
-/// then the array record's and the claim count) of a record of `version`
-/// at the start of `b`; None: not even a header, or another version.
-fn header(b: &[u8]) -> Option<(usize, [usize; 4], usize, usize)> {
+/// A record's header: its size and its lengths.
+struct Header {
+    head: usize,
+    /// name, remote, node, local.
+    texts: [usize; 4],
+    /// The array record's bytes.
+    begin: usize,
+    claims: usize,
+    /// The part claims' bytes (each its length and its claim).
+    parts: usize,
+}
+
+/// The header of the record at the start of `b`; None: not even a
+/// header, or another version.
+fn header(b: &[u8]) -> Option<Header> {
     let u = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes")) as usize;
     if b.len() < HEAD_V1 {
         return None;
     }
-    match u(8) as u32 {
-        1 => Some((HEAD_V1, [u(48), u(52), 0, 0], u(56), u(60))),
-        2 if b.len() >= HEAD => Some((HEAD, [u(48), u(52), u(56), u(60)], u(64), u(68))),
-        _ => None,
-    }
+    let (head, texts, at) = match u(8) as u32 {
+        1 => (HEAD_V1, [u(48), u(52), 0, 0], 56),
+        2 if b.len() >= HEAD_V2 => (HEAD_V2, [u(48), u(52), u(56), u(60)], 64),
+        3 if b.len() >= HEAD => (HEAD, [u(48), u(52), u(56), u(60)], 64),
+        _ => return None,
+    };
+    Some(Header {
+        head,
+        texts,
+        begin: u(at),
+        claims: u(at + 4),
+        parts: if head == HEAD { u(at + 8) } else { 0 },
+    })
 }
 
 /// The length of the share record at the start of `b`, from its header
 /// (None: not even a header): how the commit splits the gathered shares.
 pub(crate) fn record_len(b: &[u8]) -> Option<usize> {
-    let (head, texts, bl, n) = header(b)?;
-    Some(head + texts.iter().sum::<usize>() + bl + CLAIM_LEN * n + 4)
+    let h = header(b)?;
+    Some(h.head + h.texts.iter().sum::<usize>() + h.begin + CLAIM_LEN * h.claims + h.parts + 4)
 }
 
 /// Decode a share record. `None`: torn (short, or its CRC-32C fails): a
@@ -141,7 +174,7 @@ pub(crate) fn decode(b: &[u8], path: &Path) -> Result<Option<(VersionId, Share)>
     if &b[..8] != MAGIC {
         return Err(damaged(0, "not a share record (magic)"));
     }
-    let Some((head, lens, bl, n)) = header(b).filter(|_| u32_at(12) == 0) else {
+    let Some(h) = header(b).filter(|_| u32_at(12) == 0) else {
         return Err(damaged(8, "a share record of another version"));
     };
     let id: VersionId = b[16..32].try_into().expect("16");
@@ -149,9 +182,10 @@ pub(crate) fn decode(b: &[u8], path: &Path) -> Result<Option<(VersionId, Share)>
     if record_len(b) != Some(b.len()) {
         return Err(damaged(48, "lengths that do not add up to the record's"));
     }
-    let mut at = head;
+    let (bl, n) = (h.begin, h.claims);
+    let mut at = h.head;
     let mut texts = Vec::with_capacity(4);
-    for (len, what) in lens.iter().zip([
+    for (len, what) in h.texts.iter().zip([
         "a name that is not UTF-8",
         "a remote URL that is not UTF-8",
         "a node name that is not UTF-8",
@@ -180,6 +214,24 @@ pub(crate) fn decode(b: &[u8], path: &Path) -> Result<Option<(VersionId, Share)>
         }
         claims.push((i, c));
     }
+    let mut parts = Vec::new();
+    let mut at = at + bl + n * CLAIM_LEN;
+    let end = at + h.parts;
+    while at < end {
+        if end - at < 4 || u32_at(at) as usize > end - at - 4 {
+            return Err(damaged(at, "a part claim's length past the record's end"));
+        }
+        let len = u32_at(at) as usize;
+        let p = PartClaim::decode(&b[at + 4..at + 4 + len], path)?;
+        if p.chunk >= meta.n_chunks() || p.writer != writer {
+            return Err(damaged(
+                at + 4,
+                "a part claim of another writer or outside the grid",
+            ));
+        }
+        parts.push(p);
+        at += 4 + len;
+    }
     Ok(Some((
         id,
         Share {
@@ -190,6 +242,7 @@ pub(crate) fn decode(b: &[u8], path: &Path) -> Result<Option<(VersionId, Share)>
             claims,
             node,
             local,
+            parts,
         },
     )))
 }
@@ -224,7 +277,22 @@ mod tests {
             claims,
             node: "n1".into(),
             local: "/local/n1".into(),
+            parts: Vec::new(),
         };
+        (id, s)
+    }
+
+    /// [`fixed`] with a part of chunk 2 (rows 8..16 of its 16).
+    fn fixed_parts() -> (VersionId, Share) {
+        let (id, mut s) = fixed();
+        s.parts = vec![PartClaim {
+            chunk: 2,
+            writer: s.writer,
+            dir: 0,
+            start: vec![8, 0],
+            count: vec![8, 4],
+            run_crcs: vec![0x600d_f00d],
+        }];
         (id, s)
     }
 
@@ -234,6 +302,7 @@ mod tests {
             (&s.writer, &s.name, &s.remote, &s.meta, &s.claims)
         );
         assert_eq!((&got.node, &got.local), (&s.node, &s.local));
+        assert_eq!(got.parts, s.parts);
     }
 
     /// The version 1 golden vector, written by the previous binary: still
@@ -251,21 +320,14 @@ mod tests {
         same(&got, &s);
     }
 
-    /// The version 2 golden vector (docs/objects-format.md "A share"):
-    /// `PARALOG_WRITE_VECTORS=1` writes it (once, when the format is made).
+    /// The version 2 golden vector (no parts), written by the previous
+    /// binary: still read.
     #[test]
-    fn golden_vector_v2() {
+    fn golden_vector_v2_still_reads() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/share_v2.bin");
         let (id, s) = fixed();
-        if std::env::var_os("PARALOG_WRITE_VECTORS").is_some() {
-            std::fs::write(&path, encode(&id, &s)).unwrap();
-        }
         let golden = std::fs::read(&path).unwrap();
-        assert_eq!(encode(&id, &s), golden);
-        assert_eq!(&golden[..8], b"PLGSHARE");
         assert_eq!(u32::from_le_bytes(golden[8..12].try_into().unwrap()), 2);
-        assert_eq!(&golden[16..32], &id);
-        assert_eq!(&golden[32..48], &s.writer);
         // The texts after the six lengths: name, remote, node, local.
         let texts = b"run/tobjstore:///scratch/objs?dirs=4n1/local/n1";
         assert_eq!(&golden[72..72 + texts.len()], texts);
@@ -275,12 +337,50 @@ mod tests {
         same(&got, &s);
     }
 
+    /// The version 3 golden vector (docs/objects-format.md "A share"):
+    /// `PARALOG_WRITE_VECTORS=1` writes it (once, when the format is made).
+    #[test]
+    fn golden_vector_v3() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/share_v3.bin");
+        let (id, s) = fixed_parts();
+        if std::env::var_os("PARALOG_WRITE_VECTORS").is_some() {
+            std::fs::write(&path, encode(&id, &s)).unwrap();
+        }
+        let golden = std::fs::read(&path).unwrap();
+        assert_eq!(encode(&id, &s), golden);
+        assert_eq!(&golden[..8], b"PLGSHARE");
+        assert_eq!(u32::from_le_bytes(golden[8..12].try_into().unwrap()), 3);
+        assert_eq!(&golden[16..32], &id);
+        assert_eq!(&golden[32..48], &s.writer);
+        // The seventh length: the parts' bytes, one claim and its length.
+        let part = s.parts[0].encode();
+        assert_eq!(
+            u32::from_le_bytes(golden[72..76].try_into().unwrap()) as usize,
+            4 + part.len()
+        );
+        // The texts after the seven lengths: name, remote, node, local.
+        let texts = b"run/tobjstore:///scratch/objs?dirs=4n1/local/n1";
+        assert_eq!(&golden[76..76 + texts.len()], texts);
+        // The part claim last, before the record's CRC.
+        let n = golden.len();
+        assert_eq!(&golden[n - 4 - part.len()..n - 4], &part[..]);
+        assert_eq!(record_len(&golden), Some(golden.len()));
+        let (gid, got) = decode(&golden, &path).unwrap().expect("whole");
+        assert_eq!(gid, id);
+        same(&got, &s);
+        // A part claim of another writer, its CRC made to hold: damage.
+        let (id, mut bad) = fixed_parts();
+        bad.parts[0].writer = [0x55; 16];
+        let e = decode(&encode(&id, &bad), &path).expect_err("refused");
+        assert!(e.to_string().contains("another writer"), "{e}");
+    }
+
     #[test]
     fn a_torn_share_is_no_commit_and_a_checked_wrong_one_is_damage() {
-        let (id, s) = fixed();
+        let (id, s) = fixed_parts();
         let b = encode(&id, &s);
         let p = Path::new("staging/x/s21");
-        for cut in [0, 8, 63, 71, b.len() - 1] {
+        for cut in [0, 8, 63, 71, 75, b.len() - 20, b.len() - 1] {
             assert!(decode(&b[..cut], p).unwrap().is_none(), "cut at {cut}");
         }
         let mut flipped = b.clone();

@@ -96,7 +96,11 @@ pub(crate) fn remove_staged_chunks(store: &Store, dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
-    let put = dir.file_name().and_then(|f| f.to_str()).and_then(parse_id);
+    // A put's directory, or a retired one (crate::publish's tombstone).
+    let put = dir
+        .file_name()
+        .and_then(|f| f.to_str())
+        .and_then(|f| parse_id(f.strip_prefix(".published.").unwrap_or(f)));
     for e in entries.flatten() {
         let p = e.path();
         let Ok(b) = std::fs::read(&p) else { continue };

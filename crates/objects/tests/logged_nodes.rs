@@ -217,3 +217,104 @@ fn a_chunk_written_on_two_nodes_is_refused_at_the_commit() {
     assert!(err.contains("is not of this put"), "{err}");
     assert!(publish_committed(na.path()).unwrap().is_empty());
 }
+
+/// Rows `16w..16w+16` of a 96 x 6 array of 32-row chunks by writer `w`,
+/// on node A for `on_a(w)`, else on node B: the commit on A, each node's
+/// publisher, then the version read back. Returns it and the remote.
+fn parts_on_two_nodes(url: &str, on_a: impl Fn(u64) -> bool) -> paralog_objects::Result<Vec<u8>> {
+    let (na, nb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = LoggedStore::open(url, na.path()).unwrap();
+    let b = LoggedStore::open(url, nb.path()).unwrap().on_node("nB");
+    let meta = ArrayMeta::new(DType::I32, &[96, 6], &[32, 6]);
+    let data = common::Rng(11).bytes(96 * 6 * 4);
+    let id = a.begin(NAME, &meta).unwrap().id();
+    let mut shares = Vec::new();
+    for w in 0..6u64 {
+        let node = if on_a(w) { &a } else { &b };
+        let mut put = node.join_share(NAME, &id, &meta).unwrap();
+        let (start, count) = ([16 * w, 0], [16, 6]);
+        let slab = common::slab_of(&data, 4, &meta.shape, &start, &count);
+        put.write_part(&start, &count, &slab).unwrap();
+        shares.extend(node.finish(put).unwrap().unwrap_or_default());
+    }
+    a.commit_shares(NAME, &id, &shares)?;
+    // Node A alone publishes nothing: B's parts are not on the remote.
+    let round = publish_round(na.path()).unwrap();
+    assert!(round.published.is_empty(), "{:?}", round.published);
+    let [p] = &round.pending[..] else {
+        panic!("pending: {:?}", round.pending)
+    };
+    assert_eq!(p.waits_for(), ["nB"], "{}", p.message());
+    assert!(publish_committed(nb.path()).unwrap().is_empty());
+    let p = publish_committed(na.path()).unwrap();
+    assert_eq!((p.len(), p[0].committed.id), (1, id));
+    assert!(publish_committed(nb.path()).unwrap().is_empty());
+    // Nothing left on either node.
+    for n in [na.path(), nb.path()] {
+        let left = common::files_under(&n.join(paralog_objects::logged::LOCAL_DIR));
+        assert!(
+            left.iter().all(|f| f.to_string_lossy().contains("/meta/")),
+            "left: {left:?}"
+        );
+    }
+    assert_eq!(data.len(), 96 * 6 * 4);
+    Ok(data)
+}
+
+/// Chunks written in parts by writers on two nodes of a logged put: chunk
+/// 0's parts on both nodes, chunk 1's on A only (put together at A's
+/// commit), chunk 2's on B only; the remote commit puts 0 and 2 together
+/// from the parts both nodes' publishers copied. On both layouts.
+#[test]
+fn chunks_written_in_parts_on_two_nodes_are_published_whole() {
+    let (r1, _) = common::objstore(3, 100);
+    let (r2, _) = common::plain();
+    let urls = [
+        format!("objstore://{}?dirs=3&keep=100", r1.path().display()),
+        r2.path().to_str().unwrap().to_owned(),
+    ];
+    for (url, root) in urls.iter().zip([r1.path(), r2.path()]) {
+        let data = parts_on_two_nodes(url, |w| [0, 2, 3].contains(&w)).unwrap();
+        let s = remote(url);
+        let av = s.array(NAME, None).unwrap();
+        assert_eq!(av.read_all(&s).unwrap(), data, "{url}");
+        // Exactly the version's three chunk files and its array record.
+        let files = common::files_under(&root.join("data"));
+        assert_eq!(files.len(), 4, "{url}: {files:?}");
+        assert!(!root.join("staging").join(id_hex(&av.id)).exists());
+    }
+}
+
+/// Parts across nodes that overlap, or leave a hole, are refused by the
+/// commit on the committing node, naming the chunk; nothing is published.
+#[test]
+fn parts_across_nodes_that_overlap_or_leave_a_hole_are_refused() {
+    let (r, _) = common::plain();
+    let url = r.path().to_str().unwrap().to_owned();
+    let (na, nb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = LoggedStore::open(&url, na.path()).unwrap();
+    let b = LoggedStore::open(&url, nb.path()).unwrap();
+    let meta = ArrayMeta::new(DType::U8, &[8, 4], &[8, 4]);
+    for (rows_b, what) in [(3..8u64, "overlap"), (5..8, "not covered")] {
+        let id = a.begin(NAME, &meta).unwrap().id();
+        let mut pa = a.join_share(NAME, &id, &meta).unwrap();
+        pa.write_part(&[0, 0], &[4, 4], &[1; 16]).unwrap();
+        assert!(a.finish(pa).unwrap().is_none());
+        let mut pb = b.join_share(NAME, &id, &meta).unwrap();
+        let n = rows_b.end - rows_b.start;
+        pb.write_part(&[rows_b.start, 0], &[n, 4], &vec![2; 4 * n as usize])
+            .unwrap();
+        let share = b.finish(pb).unwrap().expect("a share");
+        let err = a.commit_shares(NAME, &id, &share).unwrap_err();
+        let m = err.to_string();
+        assert!(m.contains(what) && m.contains("chunk [0, 0]"), "{m}");
+        if what == "overlap" {
+            assert!(matches!(err, Error::PartsOverlap { .. }), "{err}");
+        }
+        b.discard_share(NAME, &id);
+        a.abort(NAME, &id).unwrap();
+    }
+    assert!(publish_committed(na.path()).unwrap().is_empty());
+    assert!(publish_committed(nb.path()).unwrap().is_empty());
+    assert!(common::files_under(&r.path().join("data")).is_empty());
+}

@@ -263,17 +263,6 @@ fn a_logged_put_of_parts_is_published_equal() {
     let av = remote.array("lg", None).unwrap();
     assert_eq!(av.read_all(&remote).unwrap(), data);
     assert!(files_under(&local.path().join(".paralog-objects/data")).is_empty());
-
-    // A writer of a share (another node) writes whole chunks only.
-    let id = ls.begin("lg2", &meta).unwrap().id();
-    let other = tempfile::tempdir().unwrap();
-    let b = LoggedStore::open(&url, other.path()).unwrap().on_node("nB");
-    let mut put = b.join_share("lg2", &id, &meta).unwrap();
-    let e = put
-        .write_part(&[0, 0], &[16, 10], &[0; 640])
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("writes whole chunks only"), "{e}");
 }
 
 #[test]
