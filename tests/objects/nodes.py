@@ -37,7 +37,9 @@ copies its shares, and node 0's publishes.
                          after the first chunk of its share copied: the
                          version stays absent while node 0's server runs;
                          `recover` on node 1 copies (resumes) the share,
-                         node 0's server publishes it, once
+                         node 0's server publishes it, once; the same
+                         with mpi_put.c's parts (a chunk's parts on both
+                         nodes)
   wait for a share      node 1's server not running: `obj publish` on
                          node 0, node 0's server log, `paralog status`
                          (table and --json) name node 1 (and the command
@@ -346,9 +348,11 @@ def recover(work, remote, local):
                timeout=300).stdout
 
 
-def case_share_killed(flavour, kind, point):
-    """Node 1's server killed: at `point` in its share's copy, or (None)
-    with SIGKILL before the put, so that it copies nothing."""
+def case_share_killed(flavour, kind, point, mode="ok"):
+    """Node 1's server killed: at `point` in its share's copy (after the
+    first chunk or part copied), or (None) with SIGKILL before the put, so
+    that it copies nothing. `mode` parts: mpi_put.c's parts (node 1 holds
+    a part of a chunk whose other part is node 0's, and a whole chunk)."""
     def go(work):
         with Trial(work, kind) as trial:
             remote, locals_ = trial.remote, trial.locals
@@ -357,7 +361,7 @@ def case_share_killed(flavour, kind, point):
             else:
                 servers_on(work, remote, locals_[1:])[0].kill()
             servers = trial.start(locals_[:1])
-            put_on_nodes(flavour, remote, "k", 7, locals_)
+            put_on_nodes(flavour, remote, "k", 7, locals_, mode=mode)
             if point:
                 wait_failpoint_kill(p, log, point)
             time.sleep(1.0)  # node 0's server has had rounds: the share is not whole there
@@ -369,7 +373,7 @@ def case_share_killed(flavour, kind, point):
             for d in locals_:
                 check("published" not in recover(work, remote, d), f"a second recover on {d.name} published")
             each_equal(remote, "k", (7,))
-            remote.holds_only(1)
+            remote.holds_only(1, chunks=3 if mode == "parts" else NODES * PER_NODE)
             trial.nothing_left()
         return "absent while node 1's share was not copied; published once after recover there"
     return go
@@ -463,6 +467,8 @@ def main():
                       case_share_killed("openmpi", kind, None)))
         cases.append((f"share copier killed mid copy [mpich, {kind}]",
                       case_share_killed("mpich", kind, "objects.publish_mid_copy")))
+        cases.append((f"share copier killed mid copy of parts [openmpi, {kind}]",
+                      case_share_killed("openmpi", kind, "objects.publish_mid_copy", "parts")))
         for point in ("objects.before_commit", "objects.publish_after_remote"):
             cases.append((f"publisher killed at {point} [openmpi, {kind}]",
                           case_publisher_killed("openmpi", kind, point)))

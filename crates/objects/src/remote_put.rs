@@ -495,9 +495,12 @@ fn copy_share(
     // The parts, all written again if the copy was killed before the mark
     // (the same bytes at the same offsets, the same claims: a part's
     // number on the remote is its place in the share, as its writer's).
-    for p in share.parts {
+    for (k, p) in share.parts.iter().enumerate() {
         let data = (share.read_part)(p)?;
         put.write_chunk_part(p.chunk, &p.start, &p.count, &data)?;
+        if k == 0 && claims.is_empty() {
+            crate::failpoint("objects.publish_mid_copy");
+        }
     }
     dirs.extend(put.written().iter().map(|(_, c)| c.dir));
     dirs.extend(part_dirs);

@@ -318,3 +318,44 @@ fn parts_across_nodes_that_overlap_or_leave_a_hole_are_refused() {
     assert!(publish_committed(nb.path()).unwrap().is_empty());
     assert!(common::files_under(&r.path().join("data")).is_empty());
 }
+
+/// A part damaged in node B's log after its writer's share was committed:
+/// B's publisher refuses to copy it (its run fails its claim), naming the
+/// file, and the version stays absent.
+#[test]
+fn a_damaged_part_in_a_share_is_refused_not_copied() {
+    let (r, _) = common::plain();
+    let url = r.path().to_str().unwrap().to_owned();
+    let (na, nb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = LoggedStore::open(&url, na.path()).unwrap();
+    let b = LoggedStore::open(&url, nb.path()).unwrap();
+    let meta = ArrayMeta::new(DType::U8, &[8, 4], &[8, 4]);
+    let id = a.begin(NAME, &meta).unwrap().id();
+    let mut pa = a.join_share(NAME, &id, &meta).unwrap();
+    pa.write_part(&[0, 0], &[4, 4], &[1; 16]).unwrap();
+    assert!(a.finish(pa).unwrap().is_none());
+    let mut pb = b.join_share(NAME, &id, &meta).unwrap();
+    pb.write_part(&[4, 0], &[4, 4], &[2; 16]).unwrap();
+    let share = b.finish(pb).unwrap().expect("a share");
+    a.commit_shares(NAME, &id, &share).unwrap();
+    let [file] = &common::files_under(
+        &nb.path()
+            .join(paralog_objects::logged::LOCAL_DIR)
+            .join("data"),
+    )[..] else {
+        panic!("not one part file on node B")
+    };
+    let mut bytes = std::fs::read(file).unwrap();
+    bytes[20] ^= 1;
+    std::fs::write(file, bytes).unwrap();
+    let e = publish_committed(nb.path()).unwrap_err().to_string();
+    assert!(
+        e.contains("fails its claim") && e.contains(&file.display().to_string()),
+        "{e}"
+    );
+    assert!(publish_committed(na.path()).unwrap().is_empty());
+    assert!(matches!(
+        remote(&url).array(NAME, None),
+        Err(Error::NotFound { .. })
+    ));
+}
