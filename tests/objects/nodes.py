@@ -25,7 +25,8 @@ copies its shares, and node 0's publishes.
                          get` and both views; nothing left anywhere
   mpi4py [REMOTE]        tests/objects/py_writer.py (paralog.objects over
                          mpi4py, Open MPI) on the 2 nodes, logged: one
-                         version, equal to its array
+                         version, equal to its array; and with its parts
+                         (`write_part`, a chunk's parts on both nodes)
   refusals [FLAVOUR]     a chunk outside the grid, a chunk written on
                          both nodes (refused at the commit, as an overlap),
                          and overlapping parts of a chunk across nodes:
@@ -288,15 +289,17 @@ def case_parts(flavour, kind):
     return go
 
 
-def case_mpi4py(kind):
+def case_mpi4py(kind, mode=None):
     """tests/objects/py_writer.py (paralog.objects over mpi4py, Open MPI)
-    on the 2 nodes, logged: published by the servers, equal."""
+    on the 2 nodes, logged: published by the servers, equal. `mode` parts:
+    its rows by `write_part` into chunks of 1.5 x ROWS rows, a chunk's
+    parts on both nodes."""
     def go(work):
         import numpy as np
         with Trial(work, kind) as trial:
             remote, locals_ = trial.remote, trial.locals
             servers = trial.start()
-            args = [sys.executable, PY_WRITER, remote.url, "py/t", str(ROWS), "5"]
+            args = [sys.executable, PY_WRITER, remote.url, "py/t", str(ROWS), "5", *([mode] if mode else [])]
             cmd = [*launcher("openmpi", PER_NODE), *args, f"local={locals_[0]}"]
             for d in locals_[1:]:
                 cmd += [":", "-n", str(PER_NODE), *args, f"local={d}"]
@@ -462,6 +465,7 @@ def main():
             if kind == "objstore":
                 cases.append((f"refusals [{flavour}]", case_refusals(flavour)))
         cases.append((f"mpi4py [openmpi, {kind}]", case_mpi4py(kind)))
+        cases.append((f"mpi4py parts [openmpi, {kind}]", case_mpi4py(kind, "parts")))
         cases.append((f"wait for a share [mpich, {kind}]", case_wait_share("mpich", kind)))
         cases.append((f"share copier killed before the put [openmpi, {kind}]",
                       case_share_killed("openmpi", kind, None)))
