@@ -11,6 +11,22 @@ use paralog_objects::{
 
 const NAME: &str = "run/t";
 
+/// Two nodes' node-local roots, and the store `url` logged on each (node
+/// B named nB).
+fn two_nodes(
+    url: &str,
+) -> (
+    tempfile::TempDir,
+    tempfile::TempDir,
+    LoggedStore,
+    LoggedStore,
+) {
+    let (na, nb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = LoggedStore::open(url, na.path()).unwrap();
+    let b = LoggedStore::open(url, nb.path()).unwrap().on_node("nB");
+    (na, nb, a, b)
+}
+
 fn remote(url: &str) -> Store {
     Store::open(&url.parse().unwrap()).unwrap()
 }
@@ -47,9 +63,7 @@ fn put_on_two_nodes(
 fn published_once_when_every_node_copied_its_share() {
     let (r, _) = common::objstore(2, 100);
     let url = format!("objstore://{}?dirs=2&keep=100", r.path().display());
-    let (na, nb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = LoggedStore::open(&url, na.path()).unwrap();
-    let b = LoggedStore::open(&url, nb.path()).unwrap().on_node("nB");
+    let (na, nb, a, b) = two_nodes(&url);
     let meta = ArrayMeta::new(DType::I32, &[64, 8], &[16, 8]);
     let (id, data, shares) = put_on_two_nodes(&a, &b, &meta, 3);
     // Without B's shares the commit is refused: two chunks not written.
@@ -120,9 +134,7 @@ fn published_once_when_every_node_copied_its_share() {
 fn an_interrupted_copy_resumes() {
     let (r, _) = common::plain();
     let url = r.path().to_str().unwrap().to_owned();
-    let (na, nb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = LoggedStore::open(&url, na.path()).unwrap();
-    let b = LoggedStore::open(&url, nb.path()).unwrap();
+    let (na, nb, a, b) = two_nodes(&url);
     let meta = ArrayMeta::new(DType::I32, &[64, 8], &[16, 8]);
     let (id, data, shares) = put_on_two_nodes(&a, &b, &meta, 9);
     a.commit_shares(NAME, &id, &shares).unwrap();
@@ -190,9 +202,7 @@ fn an_interrupted_copy_resumes() {
 fn a_chunk_written_on_two_nodes_is_refused_at_the_commit() {
     let (r, _) = common::plain();
     let url = r.path().to_str().unwrap().to_owned();
-    let (na, nb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = LoggedStore::open(&url, na.path()).unwrap();
-    let b = LoggedStore::open(&url, nb.path()).unwrap();
+    let (na, _nb, a, b) = two_nodes(&url);
     let meta = ArrayMeta::new(DType::U8, &[16], &[8]);
     let id = a.begin(NAME, &meta).unwrap().id();
     let mut pa = a.join_share(NAME, &id, &meta).unwrap();
@@ -222,9 +232,7 @@ fn a_chunk_written_on_two_nodes_is_refused_at_the_commit() {
 /// on node A for `on_a(w)`, else on node B: the commit on A, each node's
 /// publisher, then the version read back. Returns it and the remote.
 fn parts_on_two_nodes(url: &str, on_a: impl Fn(u64) -> bool) -> paralog_objects::Result<Vec<u8>> {
-    let (na, nb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = LoggedStore::open(url, na.path()).unwrap();
-    let b = LoggedStore::open(url, nb.path()).unwrap().on_node("nB");
+    let (na, nb, a, b) = two_nodes(url);
     let meta = ArrayMeta::new(DType::I32, &[96, 6], &[32, 6]);
     let data = common::Rng(11).bytes(96 * 6 * 4);
     let id = a.begin(NAME, &meta).unwrap().id();
@@ -291,9 +299,7 @@ fn chunks_written_in_parts_on_two_nodes_are_published_whole() {
 fn parts_across_nodes_that_overlap_or_leave_a_hole_are_refused() {
     let (r, _) = common::plain();
     let url = r.path().to_str().unwrap().to_owned();
-    let (na, nb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = LoggedStore::open(&url, na.path()).unwrap();
-    let b = LoggedStore::open(&url, nb.path()).unwrap();
+    let (na, nb, a, b) = two_nodes(&url);
     let meta = ArrayMeta::new(DType::U8, &[8, 4], &[8, 4]);
     for (rows_b, what) in [(3..8u64, "overlap"), (5..8, "not covered")] {
         let id = a.begin(NAME, &meta).unwrap().id();
@@ -326,9 +332,7 @@ fn parts_across_nodes_that_overlap_or_leave_a_hole_are_refused() {
 fn a_damaged_part_in_a_share_is_refused_not_copied() {
     let (r, _) = common::plain();
     let url = r.path().to_str().unwrap().to_owned();
-    let (na, nb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = LoggedStore::open(&url, na.path()).unwrap();
-    let b = LoggedStore::open(&url, nb.path()).unwrap();
+    let (na, nb, a, b) = two_nodes(&url);
     let meta = ArrayMeta::new(DType::U8, &[8, 4], &[8, 4]);
     let id = a.begin(NAME, &meta).unwrap().id();
     let mut pa = a.join_share(NAME, &id, &meta).unwrap();
