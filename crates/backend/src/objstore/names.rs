@@ -134,12 +134,25 @@ impl ObjStore {
         Ok(out)
     }
 
+    /// The newest version number of `name`. A listing is not a snapshot:
+    /// one that ran while a publisher linked the newest record and its
+    /// retention removed the one before can hold neither, so an empty
+    /// listing is taken again (twice) before "no version" is answered.
+    fn latest_number(&self, name: &[u8]) -> Result<Option<u64>, ObjError> {
+        for _ in 0..2 {
+            if let Some(&n) = self.versions(name)?.last() {
+                return Ok(Some(n));
+            }
+        }
+        Ok(self.versions(name)?.last().copied())
+    }
+
     /// A version of `name` (default: the latest), its record checked.
     pub fn version(&self, name: &[u8], number: Option<u64>) -> Result<Option<Version>, ObjError> {
         let n = match number {
             Some(n) => n,
-            None => match self.versions(name)?.last() {
-                Some(&n) => n,
+            None => match self.latest_number(name)? {
+                Some(n) => n,
                 None => return Ok(None),
             },
         };
