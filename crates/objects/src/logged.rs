@@ -271,6 +271,18 @@ impl LoggedStore {
                     s.remote
                 )));
             }
+            // A writer that wrote nothing is finished and not away (the
+            // record's away writers each claim something).
+            if !s.claims.is_empty() || !s.parts.is_empty() {
+                away.insert(
+                    s.writer,
+                    Away {
+                        writer: s.writer,
+                        node: s.node.clone(),
+                        local: s.local.clone(),
+                    },
+                );
+            }
             for (i, c) in s.claims {
                 if claims[i as usize].is_some() {
                     return Err(overlap(i));
@@ -280,14 +292,6 @@ impl LoggedStore {
             for p in s.parts {
                 away_parts.entry(p.chunk).or_default().push(p);
             }
-            away.insert(
-                s.writer,
-                Away {
-                    writer: s.writer,
-                    node: s.node.clone(),
-                    local: s.local.clone(),
-                },
-            );
             finished.insert(s.writer);
         }
         let mut remote_parts = Vec::new();

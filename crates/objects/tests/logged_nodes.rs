@@ -363,3 +363,98 @@ fn a_damaged_part_in_a_share_is_refused_not_copied() {
         Err(Error::NotFound { .. })
     ));
 }
+
+/// The boxes of a grid cut along each dimension at `cuts[d]` (sorted, from
+/// 0 to the extent): every (start, count).
+fn boxes_of(cuts: &[Vec<u64>]) -> Vec<(Vec<u64>, Vec<u64>)> {
+    let mut out = vec![(Vec::new(), Vec::new())];
+    for c in cuts {
+        out = out
+            .into_iter()
+            .flat_map(|(s, n)| {
+                c.windows(2).map(move |w| {
+                    let (mut s, mut n) = (s.clone(), n.clone());
+                    s.push(w[0]);
+                    n.push(w[1] - w[0]);
+                    (s, n)
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+/// Random arrays (1 to 3 dimensions, random chunk grids with edge chunks)
+/// cut into random boxes, each box written by one of four writers, two on
+/// each node (some writing nothing): whole chunks, parts put together at
+/// the commit and parts put together on the remote, in any mix. Every
+/// version is published once both nodes' publishers ran, equal to its
+/// array, and the store holds exactly its chunks.
+#[test]
+fn random_boxes_by_writers_on_two_nodes_are_published_equal() {
+    let mut rng = common::Rng(0x5eed_0f_b0e5);
+    for case in 0..30 {
+        let nd = 1 + rng.below(3) as usize;
+        let most = [40, 14, 7][nd - 1];
+        let shape: Vec<u64> = (0..nd).map(|_| 1 + rng.below(most)).collect();
+        let chunks: Vec<u64> = shape.iter().map(|&s| 1 + rng.below(s)).collect();
+        let cuts: Vec<Vec<u64>> = shape
+            .iter()
+            .map(|&s| {
+                let mut c = vec![0];
+                c.extend((1..s).filter(|_| rng.below(3) == 0));
+                c.push(s);
+                c
+            })
+            .collect();
+        let meta = ArrayMeta::new(DType::I16, &shape, &chunks);
+        let data = common::Rng(case).bytes(shape.iter().product::<u64>() as usize * 2);
+        let (r, _) = common::objstore(1 + rng.below(3) as u32, 100);
+        let url = format!("objstore://{}?keep=100", r.path().display());
+        let (na, nb, a, b) = two_nodes(&url);
+        let id = a.begin(NAME, &meta).unwrap().id();
+        let mut mine: Vec<Vec<(Vec<u64>, Vec<u64>)>> = vec![Vec::new(); 4];
+        for bx in boxes_of(&cuts) {
+            mine[rng.below(4) as usize].push(bx);
+        }
+        let mut shares = Vec::new();
+        for (w, boxes) in mine.iter().enumerate() {
+            let node = if w < 2 { &a } else { &b };
+            let mut put = node.join_share(NAME, &id, &meta).unwrap();
+            for (start, count) in boxes {
+                let slab = common::slab_of(&data, 2, &shape, start, count);
+                put.write_part(start, count, &slab).unwrap();
+            }
+            shares.extend(node.finish(put).unwrap().unwrap_or_default());
+        }
+        let what = format!("case {case}: {shape:?} in {chunks:?}, cuts {cuts:?}");
+        a.commit_shares(NAME, &id, &shares)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        if rng.below(2) == 0 {
+            // A first: it publishes only if B's writers wrote nothing.
+            let p = publish_committed(na.path()).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(
+                p.is_empty() || mine[2..].iter().all(|m| m.is_empty()),
+                "{what}"
+            );
+        }
+        publish_committed(nb.path()).unwrap_or_else(|e| panic!("{what}: {e}"));
+        publish_committed(na.path()).unwrap_or_else(|e| panic!("{what}: {e}"));
+        publish_committed(nb.path()).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let s = remote(&url);
+        let av = s
+            .array(NAME, None)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!((av.number, av.id), (1, id), "{what}");
+        assert_eq!(av.read_all(&s).unwrap(), data, "{what}");
+        let files = common::files_under(&r.path().join("data"));
+        assert_eq!(files.len() as u64, meta.n_chunks() + 1, "{what}: {files:?}");
+        for n in [na.path(), nb.path()] {
+            let left = common::files_under(&n.join(paralog_objects::logged::LOCAL_DIR));
+            assert!(
+                left.iter().all(|f| f.to_string_lossy().contains("/meta/")),
+                "{what}: left {left:?}"
+            );
+        }
+    }
+}
