@@ -392,7 +392,7 @@ fn boxes_of(cuts: &[Vec<u64>]) -> Vec<(Vec<u64>, Vec<u64>)> {
 /// array, and the store holds exactly its chunks.
 #[test]
 fn random_boxes_by_writers_on_two_nodes_are_published_equal() {
-    let mut rng = common::Rng(0x5eed_0f_b0e5);
+    let mut rng = common::Rng(0x005e_ed0f_b0e5);
     for case in 0..30 {
         let nd = 1 + rng.below(3) as usize;
         let most = [40, 14, 7][nd - 1];
