@@ -109,8 +109,8 @@ int paralog_obj_write_chunk(paralog_obj_writer *writer, const uint64_t *coords, 
  * written whole; of the others, its part, and the commit puts each such
  * chunk together from the parts its writers wrote (parts that overlap:
  * PARALOG_OBJ_EOVERLAP naming both writers; a hole: PARALOG_OBJ_EPUT;
- * nothing published). Directory layouts; a logged put's parts must all be
- * written on the committing node. */
+ * nothing published). Every store; in a logged put across nodes, each
+ * node's parts are copied to the remote and put together there. */
 int paralog_obj_write_part(paralog_obj_writer *writer, const uint64_t *start,
                            const uint64_t *count, const void *data, size_t nbytes);
 /* The id of the put a writer writes (PARALOG_OBJ_ID_LEN bytes). */
