@@ -39,7 +39,7 @@ from tests.lib.check import Suite, check, suite_options
 from tests.lib.paths import BIN
 from tests.lib.proc import run
 from tests.lib.server import Server
-from tests.objects.run import KINDS, at, hdf5_read, info, obj, slab, store, zarr_read
+from tests.objects.run import KINDS, at, hdf5_read, info, obj, slab, store, view_check, zarr_read
 
 SHAPE, CHUNKS = [48, 40], [16, 16]
 
@@ -70,8 +70,7 @@ def check_versions(work, url, datas):
         check(got.read_bytes() == data.read_bytes(), f"version {n} is not its put")
         obj("verify", at(url, "t"), "--version", str(n))
     views = info(at(url, "t"))
-    checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(datas[-1]), "dtype": "float64",
-                   "shape": SHAPE, "chunks": CHUNKS, "slabs": [slab(random.Random(1), SHAPE)]})
+    checks.append(view_check(views, datas[-1], "float64", SHAPE, CHUNKS, [slab(random.Random(1), SHAPE)]))
     zarr_read(work, checks)
     hdf5_read(work, checks)
 

@@ -29,7 +29,7 @@ from tests.lib.check import Suite, check, fail, suite_options
 from tests.lib.mpi import compile_program, launcher, mpi_env, rank_reports
 from tests.lib.paths import RELEASE, ROOT, TARGET
 from tests.lib.proc import run
-from tests.objects.run import KINDS, VENV_PY, at, hdf5_read, info, obj, slab, store, zarr_read
+from tests.objects.run import KINDS, VENV_PY, at, hdf5_read, info, obj, slab, store, view_check, zarr_read
 
 SRC = ROOT / "tests/objects/mpi_put.c"
 INCLUDE = ROOT / "crates/objects-c/include"
@@ -68,10 +68,8 @@ def case_seed(flavour, kind):
                 want = work / f"{rows}-{ranks}.bin"
                 (np.arange(shape[0] * 4096, dtype="<i4") + salt).tofile(want)
                 views = info(at(url, name))
-                checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(want),
-                               "dtype": "int32", "shape": shape, "chunks": [rows, 4096],
-                               "attrs": {"writer": "mpi_put"},
-                               "slabs": [slab(rng, shape) for _ in range(4)]})
+                checks.append(view_check(views, want, "int32", shape, [rows, 4096],
+                                         [slab(rng, shape) for _ in range(4)], attrs={"writer": "mpi_put"}))
         zarr_read(work, checks)
         hdf5_read(work, checks)
     return go
@@ -126,9 +124,8 @@ def case_logged(flavour):
             (np.arange(16 * ranks * 4096, dtype="<i4") + ranks).tofile(want)
             obj("verify", at(url, f"logged/{ranks}"))
             views = info(at(url, f"logged/{ranks}"))
-            checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(want), "dtype": "int32",
-                           "shape": [16 * ranks, 4096], "chunks": [16, 4096], "attrs": {"writer": "mpi_put"},
-                           "slabs": [[[3, 7], [20, 100]]]})
+            checks.append(view_check(views, want, "int32", [16 * ranks, 4096], [16, 4096], [[[3, 7], [20, 100]]],
+                                     attrs={"writer": "mpi_put"}))
         zarr_read(work, checks)
         hdf5_read(work, checks)
         check(obj("publish", local).stdout == "", "published twice")
@@ -157,10 +154,9 @@ def case_parts(flavour):
                 want = work / f"parts-{kind}-{ranks}.bin"
                 (np.arange(shape[0] * 4096, dtype="<i4") + ranks).tofile(want)
                 views = info(at(url, name))
-                checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(want),
-                               "dtype": "int32", "shape": shape, "chunks": [24, 4096],
-                               "attrs": {"writer": "mpi_put"},
-                               "slabs": [[[10, 5], [6, 300]]] + [[[20, 0], [10, 4096]]] * (ranks > 1)})
+                checks.append(view_check(views, want, "int32", shape, [24, 4096],
+                                         [[[10, 5], [6, 300]]] + [[[20, 0], [10, 4096]]] * (ranks > 1),
+                                         attrs={"writer": "mpi_put"}))
             r = mpi_put(flavour, 4, url, "bad", 16, 0, "partsoverlap", check_rc=False)
             errors = rank_errors(r.stdout)
             check(r.returncode != 0 and sorted(errors) == [0, 1, 2, 3] and len(set(errors.values())) == 1
@@ -175,9 +171,8 @@ def case_parts(flavour):
         check("logged" in out, out)
         check("parts/logged version 1 id" in obj("publish", local).stdout, "the logged put of parts")
         views = info(at(url, "parts/logged"))
-        checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(work / "parts-objstore-4.bin"),
-                       "dtype": "int32", "shape": [64, 4096], "chunks": [24, 4096], "attrs": {"writer": "mpi_put"},
-                       "slabs": [[[20, 0], [10, 4096]]]})
+        checks.append(view_check(views, work / "parts-objstore-4.bin", "int32", [64, 4096], [24, 4096],
+                                 [[[20, 0], [10, 4096]]], attrs={"writer": "mpi_put"}))
         zarr_read(work, checks)
         hdf5_read(work, checks)
     return go
@@ -210,9 +205,7 @@ def case_fortran(flavour):
             want = work / f"f{ranks}.bin"
             (np.arange(16 * ranks * 4096, dtype="<i4") + 11).tofile(want)
             views = info(at(url, f"f/{ranks}"))
-            checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(want), "dtype": "int32",
-                           "shape": [16 * ranks, 4096], "chunks": [16, 4096],
-                           "slabs": [[[5, 100], [20, 300]]]})
+            checks.append(view_check(views, want, "int32", [16 * ranks, 4096], [16, 4096], [[[5, 100], [20, 300]]]))
         # Chunks of 24 rows written in parts by two ranks each.
         r = run([*launcher(flavour, 4), exe, url, "f/parts", "16", "12", "--parts"], env=mpi_env(),
                 check=False, timeout=300)
@@ -220,8 +213,7 @@ def case_fortran(flavour):
         want = work / "fparts.bin"
         (np.arange(64 * 4096, dtype="<i4") + 12).tofile(want)
         views = info(at(url, "f/parts"))
-        checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(want), "dtype": "int32",
-                       "shape": [64, 4096], "chunks": [24, 4096], "slabs": [[[20, 100], [10, 300]]]})
+        checks.append(view_check(views, want, "int32", [64, 4096], [24, 4096], [[[20, 100], [10, 300]]]))
         zarr_read(work, checks)
         hdf5_read(work, checks)
         # Logged (paralog_obj_open_logged): version 0 at the commit, then
@@ -326,16 +318,14 @@ def case_python(work):
         want = work / f"py{ranks}.bin"
         (np.arange(16 * ranks * 64, dtype="<f8") + 7).tofile(want)
         views = info(at(url, f"mpi4py/{ranks}"))
-        checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(want), "dtype": "float64",
-                       "shape": [16 * ranks, 64], "chunks": [16, 64], "attrs": {"writer": "py_writer"},
-                       "slabs": [[[0, 2], [16, 3]], [[3, 60], [13, 4]]]})
+        checks.append(view_check(views, want, "float64", [16 * ranks, 64], [16, 64],
+                                 [[[0, 2], [16, 3]], [[3, 60], [13, 4]]], attrs={"writer": "py_writer"}))
     r = run([*launcher("openmpi", 4), sys.executable, PY_WRITER, url, "mpi4py/parts", "16", "7", "parts"],
             env=mpi_env(PY_ENV), check=False, timeout=300)
     check(r.returncode == 0 and "read back equal" in r.stdout, f"mpi4py parts: {r.stdout}{r.stderr}")
     views = info(at(url, "mpi4py/parts"))
-    checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(work / "py4.bin"), "dtype": "float64",
-                   "shape": [64, 64], "chunks": [24, 64], "attrs": {"writer": "py_writer"},
-                   "slabs": [[[20, 0], [10, 64]]]})
+    checks.append(view_check(views, work / "py4.bin", "float64", [64, 64], [24, 64], [[[20, 0], [10, 64]]],
+                             attrs={"writer": "py_writer"}))
     zarr_read(work, checks)
     hdf5_read(work, checks)
     r = run([*launcher("openmpi", 2), sys.executable, PY_WRITER, url, "mpi4py/bad", "16", "7", "mismatch"],

@@ -54,7 +54,9 @@ copies its shares, and node 0's publishes.
                          (objects.publish_after_remote): `recover` on
                          node 0 publishes it or only cleans up; one
                          version, equal to the array; a second `recover`
-                         on each node publishes nothing
+                         on each node publishes nothing; the same with
+                         mpi_put.c's parts, killed mid-copy of node 0's
+                         chunks and parts or before the remote commit
 
 And the cases of tests/objects/nodes_job.py: the nodes' servers as one
 server job (`mpirun ... paralog server`), `paralog wait` and `status`
@@ -74,7 +76,7 @@ from tests.lib.proc import run
 from tests.lib.server import Server, failpoint_server, wait_failpoint_kill
 from tests.objects.crash import expect
 from tests.objects.mpi import FLAVOURS, PY_ENV, PY_WRITER, program, rank_errors
-from tests.objects.run import at, hdf5_read, store, zarr_read
+from tests.objects.run import at, hdf5_read, store, view_check, zarr_read
 from tests.objects.s3 import BUCKET, S3
 
 NODES, PER_NODE, ROWS = 2, 2, 16
@@ -187,9 +189,9 @@ def view_checks(remote, name, salts, chunk_rows=ROWS):
         want = remote.work / f"want-{salt}.bin"
         want.write_bytes(expect(salt, NODES * PER_NODE, ROWS))
         i = json.loads(remote.obj("info", at(remote.url, name), "--version", str(n), "--json").stdout)
-        checks.append({"view": i["zarr"], "file": i["hdf5"], "expect": str(want), "dtype": "int32",
-                       "shape": shape, "chunks": [chunk_rows, 4096], "attrs": {"writer": "mpi_put"},
-                       "slabs": [[[3, 7], [ROWS * 3, 100]], [[ROWS - 1, 0], [2, 4096]]]})
+        checks.append(view_check(i, want, "int32", shape, [chunk_rows, 4096],
+                                 [[[3, 7], [ROWS * 3, 100]], [[ROWS - 1, 0], [2, 4096]]],
+                                 attrs={"writer": "mpi_put"}))
     zarr_read(remote.work, checks, env=remote.env)
     if not remote.s3:
         hdf5_read(remote.work, checks)
@@ -425,16 +427,20 @@ def case_wait_share(flavour, kind):
     return go
 
 
-def case_publisher_killed(flavour, kind, point):
+def case_publisher_killed(flavour, kind, point, mode="ok"):
+    """Node 0's server killed at `point` (mode parts: mpi_put.c's parts, a
+    chunk put together on the remote from both nodes' parts), then
+    `recover` on node 0: published once, nothing left."""
     def go(work):
         with Trial(work, kind) as trial:
             remote, locals_ = trial.remote, trial.locals
             p, log = killed_server(work, remote, locals_[0], 0, point)
             trial.start(locals_[1:])
-            put_on_nodes(flavour, remote, "p", 9, locals_)
+            put_on_nodes(flavour, remote, "p", 9, locals_, mode=mode)
             wait_failpoint_kill(p, log, point)
             before = remote.versions("p")
-            check(before == ([] if point == "objects.before_commit" else [1]), f"after the kill: versions {before}")
+            published = point == "objects.publish_after_remote"
+            check(before == ([1] if published else []), f"after the kill: versions {before}")
             said = recover(work, remote, locals_[0])
             check("published logged array p version 1 " in said, said)
             trial.stop()
@@ -448,9 +454,9 @@ def case_publisher_killed(flavour, kind, point):
             # so nothing is left over (docs/objects-format.md "A chunked PUT
             # in progress", "On S3"; before, S3's retry wrote its own
             # object and left the first for `obj gc`).
-            remote.holds_only(1)
+            remote.holds_only(1, chunks=3 if mode == "parts" else NODES * PER_NODE)
             trial.nothing_left()
-        return f"{'absent' if point == 'objects.before_commit' else 'published'} at the kill; once after recover"
+        return f"{'published' if published else 'absent'} at the kill; once after recover"
     return go
 
 
@@ -476,6 +482,9 @@ def main():
         for point in ("objects.before_commit", "objects.publish_after_remote"):
             cases.append((f"publisher killed at {point} [openmpi, {kind}]",
                           case_publisher_killed("openmpi", kind, point)))
+        for point in ("objects.publish_mid_copy", "objects.before_commit"):
+            cases.append((f"publisher of parts killed at {point} [mpich, {kind}]",
+                          case_publisher_killed("mpich", kind, point, "parts")))
     # The same puts published by a server job (tests/objects/nodes_job.py).
     from tests.objects.nodes_job import cases as job_cases
     cases += job_cases(FLAVOURS)

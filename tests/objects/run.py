@@ -114,6 +114,18 @@ def py_get(store_url, name, env=None):
     return r.returncode, r.stdout + r.stderr
 
 
+def view_check(views, expect, dtype, shape, chunks, slabs, **more):
+    """One version's check for zarr_read and hdf5_read: its views (as `obj
+    info --json` names them: "zarr", and "hdf5" where the store has one),
+    the file of the values put (`expect`), the array's dtype, shape and
+    grid, the slabs to read; `more`: "attrs", "files" and the like."""
+    c = {"view": views["zarr"], "expect": str(expect), "dtype": dtype, "shape": list(shape),
+         "chunks": list(chunks), "slabs": slabs, **more}
+    if views.get("hdf5"):
+        c["file"] = views["hdf5"]
+    return c
+
+
 def zarr_read(work, checks, env=None):
     """zarr-python and tensorstore read each check (tests/objects/zarr_reader.py);
     `env`: the AWS settings of views on S3."""
@@ -188,9 +200,8 @@ def case_dtypes(kind):
                 files.append([start, count, str(out)])
             obj("verify", name)
             views = info(name)
-            checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(data),
-                           "dtype": dtype, "shape": shape, "chunks": chunks, "attrs": attrs,
-                           "slabs": [slab(rng, shape) for _ in range(20)], "files": files})
+            checks.append(view_check(views, data, dtype, shape, chunks, [slab(rng, shape) for _ in range(20)],
+                                     attrs=attrs, files=files))
         zarr_read(work, checks)
         hdf5_read(work, checks)
         ls = obj("ls", url).stdout.splitlines()
@@ -226,9 +237,8 @@ def case_seed(kind):
                 whole.write_bytes(b"".join(p.read_bytes() for p in parts))
                 obj("verify", name)
                 views = info(name)
-                checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(whole),
-                               "dtype": "int32", "shape": shape, "chunks": [rows, 4096],
-                               "slabs": [slab(rng, shape) for _ in range(10)]})
+                checks.append(view_check(views, whole, "int32", shape, [rows, 4096],
+                                         [slab(rng, shape) for _ in range(10)]))
         zarr_read(work, checks)
         hdf5_read(work, checks)
     return go
@@ -272,8 +282,7 @@ def case_parts(kind):
             check(got.read_bytes() == whole.read_bytes(), f"{name}: obj get is not the array")
             obj("verify", at(url, name))
             views = info(at(url, name))
-            checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(whole), "dtype": dtype,
-                           "shape": shape, "chunks": chunks, "slabs": [slab(rng, shape) for _ in range(6)]})
+            checks.append(view_check(views, whole, dtype, shape, chunks, [slab(rng, shape) for _ in range(6)]))
         zarr_read(work, checks)
         hdf5_read(work, checks)
         before = sorted((work / "store" / "data").rglob("*"))
@@ -310,8 +319,7 @@ def case_grids(kind):
                 "--chunks", ",".join(map(str, chunks)))
             obj("verify", at(url, name))
             views = info(at(url, name))
-            checks.append({"view": views["zarr"], "file": views["hdf5"], "expect": str(data), "dtype": dtype,
-                           "shape": shape, "chunks": chunks, "slabs": [slab(rng, shape) for _ in range(8)]})
+            checks.append(view_check(views, data, dtype, shape, chunks, [slab(rng, shape) for _ in range(8)]))
         zarr_read(work, checks)
         hdf5_read(work, checks)
     return go

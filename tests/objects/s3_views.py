@@ -12,7 +12,7 @@ import time
 from tests.lib.check import check
 from tests.lib.paths import BIN
 from tests.lib.proc import run
-from tests.objects.run import READER, VENV_PY, zarr_read
+from tests.objects.run import READER, VENV_PY, view_check, zarr_read
 from tests.objects.s3 import BUCKET, DTYPES, rand_array, rand_slab, with_s3
 
 def put_file(work, s3, name, a, chunks, *extra, env=None):
@@ -24,7 +24,7 @@ def put_file(work, s3, name, a, chunks, *extra, env=None):
     return data
 
 
-def view_check(s3, rng, name, data, a, chunks, version=None, attrs=None):
+def s3_view_check(s3, rng, name, data, a, chunks, version=None, attrs=None):
     """A zarr_reader check of the view of a version, with 10 random slabs."""
     i = s3.info(name) if version is None else json.loads(
         s3.obj("info", s3.at(name), "--version", str(version), "--json").stdout)
@@ -33,8 +33,7 @@ def view_check(s3, rng, name, data, a, chunks, version=None, attrs=None):
     for _ in range(10):
         start, stop = rand_slab(rng, a.shape)
         slabs.append([start, [y - x for x, y in zip(start, stop)]])
-    return {"view": i["zarr"], "expect": str(data), "dtype": a.dtype.name, "shape": list(a.shape),
-            "chunks": list(chunks), "attrs": attrs or {}, "slabs": slabs}
+    return view_check(i, data, a.dtype.name, a.shape, chunks, slabs, attrs=attrs or {})
 
 
 @with_s3
@@ -45,17 +44,17 @@ def case_zarr_view(work, s3):
     for dtype in DTYPES:
         a = rand_array(rng, dtype, (37, 19))
         f = put_file(work, s3, f"z/{dtype}", a, (8, 5), "--attrs", json.dumps(attrs))
-        checks.append(view_check(s3, rng, f"z/{dtype}", f, a, (8, 5), attrs=attrs))
+        checks.append(s3_view_check(s3, rng, f"z/{dtype}", f, a, (8, 5), attrs=attrs))
     for name, dtype, shape, chunks in (("g/1d", "uint16", (1000,), (64,)),
                                        ("g/3d", "float32", (5, 7, 9), (2, 3, 4)),
                                        ("g/big", "int64", (10, 10), (16, 16))):
         a = rand_array(rng, dtype, shape)
-        checks.append(view_check(s3, rng, name, put_file(work, s3, name, a, chunks), a, chunks))
+        checks.append(s3_view_check(s3, rng, name, put_file(work, s3, name, a, chunks), a, chunks))
     # Every version of one name, each its own view.
     for n in range(1, 4):
         a = rand_array(rng, "float64", (12, 9))
         f = put_file(work, s3, "vers", a, (5, 4))
-        checks.append(view_check(s3, rng, "vers", f, a, (5, 4), version=n))
+        checks.append(s3_view_check(s3, rng, "vers", f, a, (5, 4), version=n))
     # The seed's chunked puts: one chunk per writer process.
     for rows, writers in ((16, 1), (32, 2), (64, 4)):
         name = f"seed/{rows}x{writers}"
@@ -74,7 +73,7 @@ def case_zarr_view(work, s3):
         s3.obj("commit", s3.at(name), pid)
         whole = work / f"seed-{rows}.bin"
         whole.write_bytes(a.tobytes())
-        checks.append(view_check(s3, rng, name, whole, a, (rows, 4096)))
+        checks.append(s3_view_check(s3, rng, name, whole, a, (rows, 4096)))
         said = s3.obj("verify", s3.at(name)).stdout
         check(f"Zarr view {checks[-1]['view']} complete" in said, said)
     zarr_read(work, checks, env=s3.env)
@@ -134,7 +133,7 @@ def case_view_order(work, s3):
             r = s3.obj("verify", s3.at(name), check=False)
             check(r.returncode == 1 and "the Zarr view is missing" in r.stderr, r.stderr)
         s3.obj("commit", s3.at(name), pid)
-        zarr_read(work, [view_check(s3, rng, name, f, a, (8, 4096))], env=s3.env)
+        zarr_read(work, [s3_view_check(s3, rng, name, f, a, (8, 4096))], env=s3.env)
     # Readers polling the view of the next version while it is committed
     # (64 chunks, so the copies take a while).
     a = rand_array(rng, "int32", (64, 4096))
