@@ -441,6 +441,13 @@ def case_publisher_killed(flavour, kind, point, mode="ok"):
             before = remote.versions("p")
             published = point == "objects.publish_after_remote"
             check(before == ([1] if published else []), f"after the kill: versions {before}")
+            # Killed mid-copy, node 0 may not have waited for node 1's
+            # server yet: its share copied first (`recover` on node 0
+            # would say it waits for it).
+            deadline = time.time() + 60
+            while shares(locals_[1]) and time.time() < deadline:
+                time.sleep(0.1)
+            check(shares(locals_[1]) == [], f"node 1's share not copied: {shares(locals_[1])}")
             said = recover(work, remote, locals_[0])
             check("published logged array p version 1 " in said, said)
             trial.stop()
