@@ -220,6 +220,15 @@ impl EpochState {
 /// of x86-64 and of arm64 with 4 KiB pages).
 const FOLIO_MAX: u64 = 2 << 20;
 
+/// The piece a large write is checksummed and written in: the largest
+/// folio (`folio_aligned`), half of these CPUs' L2. Measured side by side
+/// with one `pwrite` of the whole (bench/append_phases.py --before, 28 Nov,
+/// docs/benchmarks.md §7): 16 MiB writes on tmpfs took 1.3-1.6 ms less per
+/// 64 MiB (the buffer no longer read twice from memory); 4 MiB writes, and
+/// the disk, where the fsync's spread hides it, within the noise; 512 KiB
+/// pieces cost more than one `pwrite` (more calls).
+const LARGE_WRITE_PIECE: usize = FOLIO_MAX as usize;
+
 /// Where a large write of `len` bytes at file offset `off` that extends no
 /// range goes in a data log that ends at `end`: at the end, or past a hole
 /// (never read: no extent points into it) that gives it the place it has
@@ -431,12 +440,19 @@ impl RankLog {
             None => (folio_aligned(end, off, len), None),
         };
         let phase = self.cur.phase;
-        // One pwrite of the whole write: checksumming and writing it in
-        // cache-sized pieces saved up to 9% of the CPU time on tmpfs but
-        // cost 10-25% more on ext4, where each pwrite is dearer
-        // (docs/benchmarks.md §1, "No extra pass over the bytes").
-        let crc = paralog_checksum::crc32c_append(seed.unwrap_or(0), data);
-        self.write_log(data, pos, end)?;
+        // Checksummed and written a piece at a time, so that the copy into
+        // the page cache reads each piece from the cache the checksum just
+        // brought it into: one pass over the program's buffer from memory,
+        // not two (docs/benchmarks.md §7, "Where large appends' time
+        // goes"). Pieces of the largest folio: each fills one when the
+        // write is placed as in the file (`LARGE_WRITE_PIECE`).
+        let mut crc = seed.unwrap_or(0);
+        let mut at = pos;
+        for piece in data.chunks(LARGE_WRITE_PIECE) {
+            crc = paralog_checksum::crc32c_append(crc, piece);
+            self.write_log(piece, at, end)?;
+            at += piece.len() as u64;
+        }
         self.cur.holes += pos - end;
         self.cur.log_end = pos + len;
         let (crc, joined_crc) = match seed {
