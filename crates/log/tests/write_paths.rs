@@ -129,9 +129,12 @@ fn large_writes_keep_their_file_alignment_in_the_log() {
     write(log, &mut model, 8 * MIB + 4096, &bytes(41, 300 * KIB));
     write(log, &mut model, 12 * MIB + 12 * KIB, &bytes(42, 3 * MIB));
     write(log, &mut model, 15 * MIB + 12 * KIB, &bytes(43, 256 * KIB));
+    // One written in three pieces (crates/log's LARGE_WRITE_PIECE, 2 MiB),
+    // the last of 3 bytes: one extent, its CRC the whole write's.
+    write(log, &mut model, 20 * MIB, &bytes(44, 4 * MIB + 3));
     // The holes are not data: what the program wrote, no more (the
     // timeline's bytes per consistency point).
-    let written = 4 * MIB + 999 + 300 * KIB + 3 * MIB + 256 * KIB;
+    let written = 4 * MIB + 999 + 300 * KIB + 3 * MIB + 256 * KIB + 4 * MIB + 3;
     assert_eq!(log.epoch_data_bytes(), written as u64);
     let mut own = vec![0u8; model.len()];
     log.read_own(0, &mut own).unwrap();
@@ -162,5 +165,10 @@ fn large_writes_keep_their_file_alignment_in_the_log() {
         "the extending write joined it"
     );
     assert_eq!(big.log_pos % (2 * MIB) as u64, (12 * KIB) as u64);
-    assert_eq!(extents.len(), 4, "{extents:?}");
+    let pieces = at(20 * MIB);
+    assert_eq!(
+        (pieces.len, pieces.log_pos % (2 * MIB) as u64),
+        ((4 * MIB + 3) as u64, 0)
+    );
+    assert_eq!(extents.len(), 5, "{extents:?}");
 }
