@@ -234,9 +234,12 @@ pub(crate) fn decode(b: &[u8], id: &VersionId, path: &Path) -> Result<Mark> {
     if away.windows(2).any(|w| w[0].writer >= w[1].writer) {
         return Err(damaged(away_at, "away writers not sorted or repeated"));
     }
-    if let Some(a) = away.iter().find(|a| {
-        !claims.iter().any(|c| c.writer == a.writer) && !parts.iter().any(|p| p.writer == a.writer)
-    }) {
+    let claiming: std::collections::BTreeSet<[u8; 16]> = claims
+        .iter()
+        .map(|c| c.writer)
+        .chain(parts.iter().map(|p| p.writer))
+        .collect();
+    if let Some(a) = away.iter().find(|a| !claiming.contains(&a.writer)) {
         return Err(damaged(
             away_at,
             &format!(

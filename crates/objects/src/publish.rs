@@ -511,14 +511,16 @@ fn publish_staged(
     (read, read_part): (&ReadChunk<'_>, &ReadPart<'_>),
     before_commit: &dyn Fn(),
 ) -> Result<std::result::Result<(Committed, Option<ArrayVersion>), Why>> {
-    let is_away = |w: &[u8; 16]| away.iter().any(|a| &a.writer == w);
+    let away_writers: BTreeSet<[u8; 16]> = away.iter().map(|a| a.writer).collect();
+    let is_away = |w: &[u8; 16]| away_writers.contains(w);
     // This node's claims and parts, one share per writer. A chunk written
     // in parts on several nodes has a claim of the file its parts make on
     // the remote: its parts are copied, not it.
+    let of_parts: BTreeSet<u64> = parts.iter().map(|p| p.chunk).collect();
     let mut mine = Mine::new();
     for (i, c) in claims.iter().enumerate() {
         let i = i as u64;
-        if !is_away(&c.writer) && !parts.iter().any(|p| p.chunk == i) {
+        if !is_away(&c.writer) && !of_parts.contains(&i) {
             mine.entry(c.writer).or_default().0.push((i, *c));
         }
     }

@@ -11,7 +11,7 @@
 //! copy, or a copier of an older binary, which drew a random writer) is
 //! removed with its chunk and written again.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io::ErrorKind;
 
 use paralog_backend::RemoteUrl;
@@ -250,15 +250,19 @@ impl Remote {
             return Ok(Some(("no share copied yet".into(), writers)));
         };
         let mut writers = BTreeSet::new();
+        let mut expected: BTreeMap<u64, Vec<&PartClaim>> = BTreeMap::new();
+        for p in parts {
+            expected.entry(p.chunk).or_default().push(p);
+        }
+        let there: HashSet<_> = held.parts.iter().map(part_key).collect();
         let absent: Vec<u64> = (0..claims.len() as u64)
             .filter(|&i| {
                 let want = &claims[i as usize];
-                let mut of_chunk = parts.iter().filter(|p| p.chunk == i).peekable();
-                if of_chunk.peek().is_some() {
+                if let Some(of_chunk) = expected.get(&i) {
                     let lacking: Vec<[u8; 16]> = of_chunk
+                        .iter()
                         .filter(|p| {
-                            !held.finished.contains(&p.writer)
-                                || !held.parts.iter().any(|q| same_part(p, q))
+                            !held.finished.contains(&p.writer) || !there.contains(&part_key(p))
                         })
                         .map(|p| p.writer)
                         .collect();
@@ -288,11 +292,12 @@ impl Remote {
     }
 }
 
-/// Whether two claims are of one part (where each store placed its file
-/// aside).
-fn same_part(a: &PartClaim, b: &PartClaim) -> bool {
-    (a.chunk, a.writer, &a.start, &a.count, &a.run_crcs)
-        == (b.chunk, b.writer, &b.start, &b.count, &b.run_crcs)
+/// What makes two claims of one part the same (where each store placed
+/// its file aside).
+type PartKey<'a> = (u64, [u8; 16], &'a [u64], &'a [u64], &'a [u32]);
+
+fn part_key(p: &PartClaim) -> PartKey<'_> {
+    (p.chunk, p.writer, &p.start, &p.count, &p.run_crcs)
 }
 
 /// What the remote put holds; `None` if no node made it yet. Its array
