@@ -234,7 +234,7 @@ impl LoggedStore {
     /// other (as [`LoggedStore::finish`] returned them). Each must be of
     /// this put (id, name, array, remote); a chunk claimed twice (here
     /// and in a share, or in two shares) is refused as an overlap. A chunk
-    /// written in parts on more than one node is checked here (its parts
+    /// with a part written on another node is checked here (its parts
     /// disjoint and covering it, from their claims) and put together on
     /// the remote, where its writers' nodes copy their parts.
     pub fn commit_shares(&self, name: &str, id: &VersionId, shares: &[u8]) -> Result<()> {

@@ -12,8 +12,8 @@
 //! this node and waits for theirs in the remote's staging. Version 4
 //! names each away writer's node (its name and node-local directory, from
 //! its share record), so that a put waiting for a share says whose server
-//! has not copied it. Version 5 adds the parts of the chunks written in
-//! parts on more than one node (crate::parts): their writers copy them to
+//! has not copied it. Version 5 adds the parts of the chunks with a part
+//! written on another node (crate::parts): their writers copy them to
 //! the remote, where the remote commit puts each chunk together; such a
 //! chunk's claim names the file the parts make (its CRC-32C combined from
 //! theirs). Versions 2 (no such list: every claim on this node), 3 (the
@@ -45,8 +45,8 @@ pub(crate) struct Commit {
     /// The writers whose chunks are on other nodes (their shares, copied
     /// to the remote by those nodes' servers), sorted by writer.
     pub(crate) away: Vec<Away>,
-    /// The parts of the chunks put together on the remote (written on
-    /// more than one node), each chunk's together, in chunk order; the
+    /// The parts of the chunks put together on the remote (with a part
+    /// written on another node), each chunk's together, in chunk order; the
     /// writers' on this node copied by this node's publisher.
     pub(crate) parts: Vec<PartClaim>,
 }
