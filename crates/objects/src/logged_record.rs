@@ -100,9 +100,7 @@ pub(crate) fn encode(id: &VersionId, c: &Commit) -> Vec<u8> {
     }
     b.extend_from_slice(&(c.parts.len() as u32).to_le_bytes());
     for p in &c.parts {
-        let e = p.encode();
-        b.extend_from_slice(&(e.len() as u32).to_le_bytes());
-        b.extend_from_slice(&e);
+        p.encode_prefixed(&mut b);
     }
     let crc = paralog_checksum::crc32c(&b);
     b.extend_from_slice(&crc.to_le_bytes());
@@ -195,12 +193,9 @@ pub(crate) fn decode(b: &[u8], id: &VersionId, path: &Path) -> Result<Mark> {
         let k = u32_at(at) as usize;
         at += 4;
         for _ in 0..k {
-            if end - at < 4 || u32_at(at) as usize > end - at - 4 {
-                return Err(short());
-            }
-            let len = u32_at(at) as usize;
-            parts.push(PartClaim::decode(&b[at + 4..at + 4 + len], path)?);
-            at += 4 + len;
+            let (p, next) = PartClaim::decode_prefixed(b, at, end, path)?.ok_or_else(short)?;
+            parts.push(p);
+            at = next;
         }
     }
     if at != end {

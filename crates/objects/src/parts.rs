@@ -140,6 +140,34 @@ impl PartClaim {
         b
     }
 
+    /// The claim as a record carries it (a share's, a logged commit's):
+    /// its length (4 bytes, little-endian), then its bytes.
+    pub(crate) fn encode_prefixed(&self, out: &mut Vec<u8>) {
+        let e = self.encode();
+        out.extend_from_slice(&(e.len() as u32).to_le_bytes());
+        out.extend_from_slice(&e);
+    }
+
+    /// The inverse of [`PartClaim::encode_prefixed`], at `at` in `b`, not
+    /// past `end`: the claim and where the next begins; `None` if its
+    /// length runs past `end` (the caller names the record's damage).
+    pub(crate) fn decode_prefixed(
+        b: &[u8],
+        at: usize,
+        end: usize,
+        path: &Path,
+    ) -> Result<Option<(PartClaim, usize)>> {
+        if end.saturating_sub(at) < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_le_bytes(b[at..at + 4].try_into().expect("4")) as usize;
+        if len > end - at - 4 {
+            return Ok(None);
+        }
+        let p = PartClaim::decode(&b[at + 4..at + 4 + len], path)?;
+        Ok(Some((p, at + 4 + len)))
+    }
+
     pub(crate) fn decode(b: &[u8], path: &Path) -> Result<PartClaim> {
         let bad = |offset: usize, what: &str| Error::Damaged {
             path: path.to_path_buf(),
@@ -357,9 +385,9 @@ impl Found {
         self.0.remove(&i).unwrap_or_default()
     }
 
-    /// The parts found, by chunk.
-    pub(crate) fn by_chunk(&self) -> &BTreeMap<u64, Vec<FoundPart>> {
-        &self.0
+    /// The claims found, in chunk order.
+    pub(crate) fn into_claims(self) -> Vec<PartClaim> {
+        self.0.into_values().flatten().map(|f| f.claim).collect()
     }
 
     /// Check each chunk's parts and put the claim a whole chunk would have

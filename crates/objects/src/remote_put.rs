@@ -327,16 +327,10 @@ fn remote_claims(s: &Store, name: &str, id: &VersionId, meta: &ArrayMeta) -> Res
     }
     let (there, claims, finished, parts) = s.staged_claims(name, id, false)?;
     same_meta(name, id, &there, meta)?;
-    let parts = parts
-        .by_chunk()
-        .values()
-        .flatten()
-        .map(|f| f.claim.clone())
-        .collect();
     Ok(Some(Held {
         claims,
         finished,
-        parts,
+        parts: parts.into_claims(),
     }))
 }
 

@@ -81,9 +81,7 @@ pub(crate) fn encode(id: &VersionId, s: &Share) -> Vec<u8> {
     ];
     let mut parts = Vec::new();
     for p in &s.parts {
-        let e = p.encode();
-        parts.extend_from_slice(&(e.len() as u32).to_le_bytes());
-        parts.extend_from_slice(&e);
+        p.encode_prefixed(&mut parts);
     }
     let mut b = Vec::with_capacity(
         HEAD + texts.iter().map(|t| t.len()).sum::<usize>()
@@ -218,11 +216,9 @@ pub(crate) fn decode(b: &[u8], path: &Path) -> Result<Option<(VersionId, Share)>
     let mut at = at + bl + n * CLAIM_LEN;
     let end = at + h.parts;
     while at < end {
-        if end - at < 4 || u32_at(at) as usize > end - at - 4 {
+        let Some((p, next)) = PartClaim::decode_prefixed(b, at, end, path)? else {
             return Err(damaged(at, "a part claim's length past the record's end"));
-        }
-        let len = u32_at(at) as usize;
-        let p = PartClaim::decode(&b[at + 4..at + 4 + len], path)?;
+        };
         if p.chunk >= meta.n_chunks() || p.writer != writer {
             return Err(damaged(
                 at + 4,
@@ -230,7 +226,7 @@ pub(crate) fn decode(b: &[u8], path: &Path) -> Result<Option<(VersionId, Share)>
             ));
         }
         parts.push(p);
-        at += 4 + len;
+        at = next;
     }
     Ok(Some((
         id,
