@@ -6,8 +6,75 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define MSG 2048
+
+/* Whether this node runs more ranks than it has processors online, read
+ * once per process from what the launcher tells each rank: MPICH's Hydra
+ * (MPI_LOCALNRANKS) and Open MPI (OMPI_COMM_WORLD_LOCAL_SIZE) give the
+ * number of the job's ranks on this node. Not asked of MPI: the first
+ * MPI_Comm_split_type took 40-60 ms with MPICH on 4 ranks on 2 cores, a
+ * put's whole time. Unknown (another launcher): no, MPI's own waits. */
+static int outnumbered(void)
+{
+    static int known = -1;
+    if (known >= 0)
+        return known;
+    const char *here = getenv("MPI_LOCALNRANKS");
+    if (!here)
+        here = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    long ranks = here ? strtol(here, NULL, 10) : 0, cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    known = cpus > 0 && ranks > cpus;
+    return known;
+}
+
+/* Wait for a collective when ranks outnumber processors. MPICH and Open
+ * MPI spin in their waits, which is right when each rank has a processor;
+ * otherwise the ranks waiting for rank 0's begin or commit took its CPU
+ * (4 ranks on 2 cores: docs/objects.md "Waiting without spinning"). So:
+ * spin on MPI_Test for a short while (a balanced collective completes in
+ * microseconds), then sleep between tests, a little longer each time up
+ * to a cap, which bounds what the sleep adds to a wait (the cap plus the
+ * kernel's timer slack, 50 us by default). */
+#define SPIN_S 50e-6
+#define PAUSE_FIRST_NS 10000L
+#define PAUSE_CAP_NS 40000L
+
+static void wait_politely(MPI_Request *req)
+{
+    int done = 0;
+    long pause = 0;
+    double t0 = MPI_Wtime();
+    for (;;) {
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (done)
+            return;
+        if (pause) {
+            struct timespec ts = {0, pause};
+            nanosleep(&ts, NULL);
+            pause = 2 * pause > PAUSE_CAP_NS ? PAUSE_CAP_NS : 2 * pause;
+        } else if (MPI_Wtime() - t0 > SPIN_S) {
+            pause = PAUSE_FIRST_NS;
+        }
+    }
+}
+
+/* A collective on `comm`: its blocking form when each rank has a
+ * processor (MPICH's nonblocking collectives run other algorithms, slower
+ * on one node), else its nonblocking form (MPI_I...) and the wait above.
+ * The arguments are those of both forms before the communicator. */
+#define COLLECTIVE(blocking, nonblocking, comm, ...)                                               \
+    do {                                                                                           \
+        if (outnumbered()) {                                                                         \
+            MPI_Request req_;                                                                      \
+            nonblocking(__VA_ARGS__, comm, &req_);                                                 \
+            wait_politely(&req_);                                                                  \
+        } else {                                                                                   \
+            blocking(__VA_ARGS__, comm);                                                           \
+        }                                                                                          \
+    } while (0)
 
 /* Give every rank the error of rank `from` (its code is already known to
  * all): its message, prefixed with its rank. */
@@ -18,7 +85,7 @@ static int spread_error(MPI_Comm comm, int from, int rc)
     char msg[MSG] = "";
     if (rank == from)
         snprintf(msg, sizeof msg, "rank %d: %s", rank, paralog_obj_errmsg());
-    MPI_Bcast(msg, MSG, MPI_CHAR, from, comm);
+    COLLECTIVE(MPI_Bcast, MPI_Ibcast, comm, msg, MSG, MPI_CHAR, from);
     paralog_obj_set_error(msg);
     return rc;
 }
@@ -31,10 +98,10 @@ static int agree(MPI_Comm comm, int rc)
     int rank, first, mine;
     MPI_Comm_rank(comm, &rank);
     mine = rc ? rank : INT_MAX;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+    COLLECTIVE(MPI_Allreduce, MPI_Iallreduce, comm, &mine, &first, 1, MPI_INT, MPI_MIN);
     if (first == INT_MAX)
         return PARALOG_OBJ_OK;
-    MPI_Bcast(&rc, 1, MPI_INT, first, comm);
+    COLLECTIVE(MPI_Bcast, MPI_Ibcast, comm, &rc, 1, MPI_INT, first);
     return spread_error(comm, first, rc);
 }
 
@@ -55,9 +122,8 @@ static void abort_put(int rank, paralog_obj_store *store, const char *name, cons
     paralog_obj_set_error(keep);
 }
 
-/* The collectives are few on purpose: each one costs a scheduler time
- * slice when ranks outnumber cores (MPICH polls), and a latency at scale.
- * A put that succeeds makes 5 (6 with attributes): begin a broadcast and
+/* The collectives are few on purpose: each one is a latency at scale, and
+ * a wait (above) when ranks outnumber cores. A put that succeeds makes 5 (6 with attributes): begin a broadcast and
  * an allreduce, commit an allgather, a gatherv and a broadcast. */
 
 /* What rank 0 tells the others after its begin: its code, the put's id
@@ -81,7 +147,7 @@ int paralog_obj_begin_mpi(MPI_Comm comm, paralog_obj_store *store, const char *n
         b.rc = paralog_obj_begin(store, name, dtype, ndim, shape, chunks, attrs_json, b.id);
         b.alen = !b.rc && attrs_json ? (int)strlen(attrs_json) + 1 : 0;
     }
-    MPI_Bcast(&b, (int)sizeof b, MPI_BYTE, 0, comm);
+    COLLECTIVE(MPI_Bcast, MPI_Ibcast, comm, &b, (int)sizeof b, MPI_BYTE, 0);
     if (b.rc)
         return spread_error(comm, 0, b.rc);
     /* Rank 0's attributes: a share of a logged put on another node holds
@@ -92,7 +158,7 @@ int paralog_obj_begin_mpi(MPI_Comm comm, paralog_obj_store *store, const char *n
     if (rank == 0 && b.alen)
         memcpy(attrs, attrs_json, b.alen);
     if (b.alen)
-        MPI_Bcast(attrs, b.alen, MPI_CHAR, 0, comm);
+        COLLECTIVE(MPI_Bcast, MPI_Ibcast, comm, attrs, b.alen, MPI_CHAR, 0);
     int rc = agree(comm, paralog_obj_join_any(store, name, b.id, dtype, ndim, shape, chunks,
                                               attrs, writer));
     free(attrs);
@@ -127,7 +193,7 @@ int paralog_obj_commit_mpi(MPI_Comm comm, paralog_obj_store *store, const char *
     int *lens = malloc((size_t)size * sizeof *lens), *displs = malloc((size_t)size * sizeof *displs);
     if (!all || !lens || !displs)
         MPI_Abort(comm, 1);
-    MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, comm);
+    COLLECTIVE(MPI_Allgather, MPI_Iallgather, comm, mine, 2, MPI_INT, all, 2, MPI_INT);
     int first = -1;
     size_t sum = 0;
     for (int r = 0; r < size; r++) {
@@ -154,7 +220,7 @@ int paralog_obj_commit_mpi(MPI_Comm comm, paralog_obj_store *store, const char *
     uint8_t *shares = rank == 0 ? malloc(sum ? sum : 1) : NULL;
     if (rank == 0 && !shares)
         MPI_Abort(comm, 1);
-    MPI_Gatherv(share, (int)len, MPI_BYTE, shares, lens, displs, MPI_BYTE, 0, comm);
+    COLLECTIVE(MPI_Gatherv, MPI_Igatherv, comm, share, (int)len, MPI_BYTE, shares, lens, displs, MPI_BYTE, 0);
     free(lens);
     free(displs);
     paralog_obj_share_free(share, len);
@@ -166,7 +232,7 @@ int paralog_obj_commit_mpi(MPI_Comm comm, paralog_obj_store *store, const char *
         out[1] = v;
     }
     free(shares);
-    MPI_Bcast(out, 2, MPI_UINT64_T, 0, comm);
+    COLLECTIVE(MPI_Bcast, MPI_Ibcast, comm, out, 2, MPI_UINT64_T, 0);
     rc = (int)(int64_t)out[0];
     /* A refused commit published nothing (abort refuses a published put). */
     if (rc) {
