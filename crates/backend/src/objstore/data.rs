@@ -133,6 +133,7 @@ impl ObjStore {
             file,
             len: 0,
             sync: self.sync,
+            names_journaled: self.sync && self.names_journaled(),
         })
     }
 }
@@ -157,6 +158,8 @@ pub struct ChunkWriter {
     len: u64,
     /// The store's `sync`: `finish` fsyncs only when set.
     sync: bool,
+    /// [`ObjStore::names_journaled`]: `finish` fsyncs the file only.
+    names_journaled: bool,
 }
 
 impl ChunkWriter {
@@ -215,7 +218,7 @@ impl ChunkWriter {
             .map_err(io_err(&self.path, "fsync chunk"))
     }
 
-    /// Make the chunk durable (file and its directory).
+    /// Make the chunk durable (file and its name).
     pub fn finish(self) -> Result<(), ObjError> {
         if !self.sync {
             return Ok(());
@@ -223,6 +226,9 @@ impl ChunkWriter {
         self.file
             .sync_all()
             .map_err(io_err(&self.path, "fsync chunk"))?;
+        if self.names_journaled {
+            return Ok(());
+        }
         sync_dir(self.path.parent().expect("chunk paths have a directory"))
     }
 }

@@ -5,6 +5,8 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
+use paralog_log::CommitSync;
+
 use super::*;
 
 impl ObjStore {
@@ -94,9 +96,27 @@ impl ObjStore {
     }
 
     /// Make the names of the chunks written in storage directory `dir`
-    /// durable (after their [`ChunkWriter::finish_file`]).
+    /// durable, after their [`ChunkWriter::finish_file`] in this process
+    /// (a no-op where [`ObjStore::names_journaled`]: that fsync of each
+    /// chunk made its name durable too).
     pub fn sync_chunk_dir(&self, dir: u32) -> Result<(), ObjError> {
+        if self.names_journaled() {
+            return Ok(());
+        }
         self.sync_dir(&self.chunk_dir(dir))
+    }
+
+    /// Whether the store's file system journals its metadata in order
+    /// (ext4, xfs; tmpfs, which keeps nothing over a crash anyway):
+    /// docs/format.md "What one fdatasync covers". There the fsync of a
+    /// chunk file commits the journal transaction that created its name
+    /// and the directories above it, and a storage directory's own fsync
+    /// after it is skipped: two fewer per version on one rank (docs/
+    /// objects.md "What a version costs"). Callers fsync each chunk file
+    /// after its name was made and never rename or link one into a storage
+    /// directory afterwards. Asked of the kernel once per root and process.
+    pub(super) fn names_journaled(&self) -> bool {
+        CommitSync::for_root(&self.root) == CommitSync::Journal
     }
 
     /// How many versions of a name are kept (`u64::MAX`: every one).
