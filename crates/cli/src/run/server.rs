@@ -179,11 +179,11 @@ pub(super) fn wait_drained(
         if done || left.is_some_and(|l| l <= slice) {
             return Ok(st);
         }
-        let trouble: Vec<String> = st
-            .files
-            .iter()
-            .filter_map(|f| f.message.as_ref().map(|m| format!("{}: {m}", f.path)))
-            .collect();
+        let trouble = trouble_lines(
+            st.files
+                .iter()
+                .filter_map(|f| Some((f.path.as_str(), f.message.as_deref()?))),
+        );
         let say = if trouble.is_empty() {
             format!(
                 "paralog: draining: {} in {} epoch(s) left",
@@ -200,5 +200,63 @@ pub(super) fn wait_drained(
             eprintln!("{say}");
             last_said = say;
         }
+    }
+}
+
+/// One line per cause of the files' failed drains: a remote that is gone
+/// fails every file alike, and a line per file would bury the cause under
+/// thousands of lines. A cause shared by several files names how many and
+/// the first few; the most common cause first (sorted, so that the same
+/// state prints the same lines).
+fn trouble_lines<'a>(files: impl Iterator<Item = (&'a str, &'a str)>) -> Vec<String> {
+    const NAMED: usize = 3;
+    let mut by_cause: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for (path, message) in files {
+        by_cause.entry(message).or_default().push(path);
+    }
+    let mut causes: Vec<_> = by_cause.into_iter().collect();
+    causes.sort_by_key(|(_, paths)| std::cmp::Reverse(paths.len()));
+    causes
+        .into_iter()
+        .map(|(cause, mut paths)| {
+            paths.sort_unstable();
+            match paths.len() {
+                1 => format!("{}: {cause}", paths[0]),
+                n => {
+                    let more = if n > NAMED { ", ..." } else { "" };
+                    let named = paths[..n.min(NAMED)].join(", ");
+                    format!("{n} files ({named}{more}): {cause}")
+                }
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trouble_lines;
+
+    #[test]
+    fn one_line_per_cause() {
+        let gone = "/r: open remote root: the remote directory does not exist (not mounted?)";
+        let files = [
+            ("/p/c", gone),
+            ("/p/a", gone),
+            ("/p/x", "/r/x: write: No space left on device"),
+            ("/p/d", gone),
+            ("/p/b", gone),
+        ];
+        assert_eq!(
+            trouble_lines(files.into_iter()),
+            vec![
+                format!("4 files (/p/a, /p/b, /p/c, ...): {gone}"),
+                "/p/x: /r/x: write: No space left on device".to_string(),
+            ]
+        );
+        let two = [("/p/b", gone), ("/p/a", gone)];
+        assert_eq!(
+            trouble_lines(two.into_iter()),
+            vec![format!("2 files (/p/a, /p/b): {gone}")]
+        );
     }
 }
