@@ -17,7 +17,8 @@ read back equal through both views; parts overlapping by one row refused
 on every rank; from Python, column bands with a hole (refused, then
 filled) and the mpi4py program writing parts on 4 ranks.
 Fortran (tests/objects/f_put.f90 over paralog_objects.f90) on 2 and 4
-ranks of each MPI. Logged: the C program on a logged store (2 and 4
+ranks of each MPI. Mixed waits: half the ranks told their node is
+outnumbered (they sleep between tests), on 2 and 4 ranks of each MPI. Logged: the C program on a logged store (2 and 4
 ranks), published by `paralog obj publish`, once.
 
 Usage: python3 -m tests.objects.mpi [--only SUBSTRING] [--keep]
@@ -129,6 +130,29 @@ def case_logged(flavour):
         zarr_read(work, checks)
         hdf5_read(work, checks)
         check(obj("publish", local).stdout == "", "published twice")
+    return go
+
+
+def case_mixed_waits(flavour):
+    """Ranks that choose different waits in one put (docs/objects.md
+    "Waiting without spinning"): the first half told by the launcher's
+    variable that their node is outnumbered (they sleep between MPI_Test
+    calls), the others not (MPI_Wait). Every rank starts the same
+    nonblocking collectives whatever it chose, so the puts complete and
+    read back; a rank that used the blocking form beside another's
+    nonblocking one would not match (MPI 4.0, 6.12)."""
+    def go(work):
+        url = store(work, "objstore")
+        outnumbered = 'MPI_LOCALNRANKS=9999 OMPI_COMM_WORLD_LOCAL_SIZE=9999 exec "$0" "$@"'
+        for ranks in (2, 4):
+            name, half = f"mixed/{ranks}", ranks // 2
+            args = [str(program(flavour)), url, name, "16", str(ranks), "ok"]
+            mpmd = launcher(flavour, half)
+            cmd = [*mpmd, "sh", "-c", outnumbered, *args, ":", "-n", str(ranks - half), *args]
+            r = run(cmd, env=mpi_env(), check=False, timeout=120)
+            check(r.returncode == 0, f"{flavour} x{ranks} with mixed waits: exit {r.returncode}: {r.stdout}{r.stderr}")
+            obj("verify", at(url, name))
+        return "2 and 4 ranks, half of them sleeping between tests: published and verified"
     return go
 
 
@@ -354,6 +378,7 @@ def main():
         cases.append((f"fortran [{flavour}]", case_fortran(flavour)))
         cases.append((f"logged [{flavour}]", case_logged(flavour)))
         cases.append((f"parts [{flavour}]", case_parts(flavour)))
+        cases.append((f"mixed waits [{flavour}]", case_mixed_waits(flavour)))
     cases.append(("python [openmpi, mpi4py]", case_python))
     return suite.run(cases, only=a.only)
 

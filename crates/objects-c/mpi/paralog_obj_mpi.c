@@ -30,14 +30,14 @@ static int outnumbered(void)
     return known;
 }
 
-/* Wait for a collective when ranks outnumber processors. MPICH and Open
- * MPI spin in their waits, which is right when each rank has a processor;
- * otherwise the ranks waiting for rank 0's begin or commit took its CPU
- * (4 ranks on 2 cores: docs/objects.md "Waiting without spinning"). So:
- * spin on MPI_Test for a short while (a balanced collective completes in
- * microseconds), then sleep between tests, a little longer each time up
- * to a cap, which bounds what the sleep adds to a wait (the cap plus the
- * kernel's timer slack, 50 us by default). */
+/* Wait for a collective when ranks outnumber processors (else MPI_Wait).
+ * MPICH and Open MPI spin in their waits, which is right when each rank
+ * has a processor; otherwise the ranks waiting for rank 0's begin or
+ * commit took its CPU (4 ranks on 2 cores: docs/objects.md "Waiting
+ * without spinning"). So: spin on MPI_Test for a short while (a balanced
+ * collective completes in microseconds), then sleep between tests, a
+ * little longer each time up to a cap, which bounds what the sleep adds
+ * to a wait (the cap plus the kernel's timer slack, 50 us by default). */
 #define SPIN_S 50e-6
 #define PAUSE_FIRST_NS 10000L
 #define PAUSE_CAP_NS 40000L
@@ -61,19 +61,19 @@ static void wait_politely(MPI_Request *req)
     }
 }
 
-/* A collective on `comm`: its blocking form when each rank has a
- * processor (MPICH's nonblocking collectives run other algorithms, slower
- * on one node), else its nonblocking form (MPI_I...) and the wait above.
- * The arguments are those of both forms before the communicator. */
-#define COLLECTIVE(blocking, nonblocking, comm, ...)                                               \
+/* A collective on `comm`, always in its nonblocking form (MPI_I...): a
+ * blocking and a nonblocking collective do not match (MPI 4.0, 6.12), and
+ * ranks on different nodes may decide differently whether they are
+ * outnumbered; only how each rank waits is its own choice. The arguments
+ * are those of the blocking form before the communicator. */
+#define COLLECTIVE(nonblocking, comm, ...)                                                         \
     do {                                                                                           \
-        if (outnumbered()) {                                                                         \
-            MPI_Request req_;                                                                      \
-            nonblocking(__VA_ARGS__, comm, &req_);                                                 \
+        MPI_Request req_;                                                                          \
+        nonblocking(__VA_ARGS__, comm, &req_);                                                     \
+        if (outnumbered())                                                                         \
             wait_politely(&req_);                                                                  \
-        } else {                                                                                   \
-            blocking(__VA_ARGS__, comm);                                                           \
-        }                                                                                          \
+        else                                                                                       \
+            MPI_Wait(&req_, MPI_STATUS_IGNORE);                                                    \
     } while (0)
 
 /* Give every rank the error of rank `from` (its code is already known to
@@ -85,7 +85,7 @@ static int spread_error(MPI_Comm comm, int from, int rc)
     char msg[MSG] = "";
     if (rank == from)
         snprintf(msg, sizeof msg, "rank %d: %s", rank, paralog_obj_errmsg());
-    COLLECTIVE(MPI_Bcast, MPI_Ibcast, comm, msg, MSG, MPI_CHAR, from);
+    COLLECTIVE(MPI_Ibcast, comm, msg, MSG, MPI_CHAR, from);
     paralog_obj_set_error(msg);
     return rc;
 }
@@ -98,10 +98,10 @@ static int agree(MPI_Comm comm, int rc)
     int rank, first, mine;
     MPI_Comm_rank(comm, &rank);
     mine = rc ? rank : INT_MAX;
-    COLLECTIVE(MPI_Allreduce, MPI_Iallreduce, comm, &mine, &first, 1, MPI_INT, MPI_MIN);
+    COLLECTIVE(MPI_Iallreduce, comm, &mine, &first, 1, MPI_INT, MPI_MIN);
     if (first == INT_MAX)
         return PARALOG_OBJ_OK;
-    COLLECTIVE(MPI_Bcast, MPI_Ibcast, comm, &rc, 1, MPI_INT, first);
+    COLLECTIVE(MPI_Ibcast, comm, &rc, 1, MPI_INT, first);
     return spread_error(comm, first, rc);
 }
 
@@ -123,8 +123,9 @@ static void abort_put(int rank, paralog_obj_store *store, const char *name, cons
 }
 
 /* The collectives are few on purpose: each one is a latency at scale, and
- * a wait (above) when ranks outnumber cores. A put that succeeds makes 5 (6 with attributes): begin a broadcast and
- * an allreduce, commit an allgather, a gatherv and a broadcast. */
+ * a wait (above) when ranks outnumber cores. A put that succeeds makes 5
+ * (6 with attributes): begin a broadcast and an allreduce, commit an
+ * allgather, a gatherv and a broadcast. */
 
 /* What rank 0 tells the others after its begin: its code, the put's id
  * and the length of its attributes. */
@@ -147,7 +148,7 @@ int paralog_obj_begin_mpi(MPI_Comm comm, paralog_obj_store *store, const char *n
         b.rc = paralog_obj_begin(store, name, dtype, ndim, shape, chunks, attrs_json, b.id);
         b.alen = !b.rc && attrs_json ? (int)strlen(attrs_json) + 1 : 0;
     }
-    COLLECTIVE(MPI_Bcast, MPI_Ibcast, comm, &b, (int)sizeof b, MPI_BYTE, 0);
+    COLLECTIVE(MPI_Ibcast, comm, &b, (int)sizeof b, MPI_BYTE, 0);
     if (b.rc)
         return spread_error(comm, 0, b.rc);
     /* Rank 0's attributes: a share of a logged put on another node holds
@@ -158,7 +159,7 @@ int paralog_obj_begin_mpi(MPI_Comm comm, paralog_obj_store *store, const char *n
     if (rank == 0 && b.alen)
         memcpy(attrs, attrs_json, b.alen);
     if (b.alen)
-        COLLECTIVE(MPI_Bcast, MPI_Ibcast, comm, attrs, b.alen, MPI_CHAR, 0);
+        COLLECTIVE(MPI_Ibcast, comm, attrs, b.alen, MPI_CHAR, 0);
     int rc = agree(comm, paralog_obj_join_any(store, name, b.id, dtype, ndim, shape, chunks,
                                               attrs, writer));
     free(attrs);
@@ -193,7 +194,7 @@ int paralog_obj_commit_mpi(MPI_Comm comm, paralog_obj_store *store, const char *
     int *lens = malloc((size_t)size * sizeof *lens), *displs = malloc((size_t)size * sizeof *displs);
     if (!all || !lens || !displs)
         MPI_Abort(comm, 1);
-    COLLECTIVE(MPI_Allgather, MPI_Iallgather, comm, mine, 2, MPI_INT, all, 2, MPI_INT);
+    COLLECTIVE(MPI_Iallgather, comm, mine, 2, MPI_INT, all, 2, MPI_INT);
     int first = -1;
     size_t sum = 0;
     for (int r = 0; r < size; r++) {
@@ -220,7 +221,7 @@ int paralog_obj_commit_mpi(MPI_Comm comm, paralog_obj_store *store, const char *
     uint8_t *shares = rank == 0 ? malloc(sum ? sum : 1) : NULL;
     if (rank == 0 && !shares)
         MPI_Abort(comm, 1);
-    COLLECTIVE(MPI_Gatherv, MPI_Igatherv, comm, share, (int)len, MPI_BYTE, shares, lens, displs, MPI_BYTE, 0);
+    COLLECTIVE(MPI_Igatherv, comm, share, (int)len, MPI_BYTE, shares, lens, displs, MPI_BYTE, 0);
     free(lens);
     free(displs);
     paralog_obj_share_free(share, len);
@@ -232,7 +233,7 @@ int paralog_obj_commit_mpi(MPI_Comm comm, paralog_obj_store *store, const char *
         out[1] = v;
     }
     free(shares);
-    COLLECTIVE(MPI_Bcast, MPI_Ibcast, comm, out, 2, MPI_UINT64_T, 0);
+    COLLECTIVE(MPI_Ibcast, comm, out, 2, MPI_UINT64_T, 0);
     rc = (int)(int64_t)out[0];
     /* A refused commit published nothing (abort refuses a published put). */
     if (rc) {
