@@ -236,8 +236,16 @@ def case_paralog_run(how):
 
 
 def seg_sizes(local):
-    """{segment file: bytes} of the stream on the node-local root now."""
-    return {f.name: f.stat().st_size for f in (local / ".paralog-streams" / STREAM).glob("*.seg")}
+    """{segment file: bytes} of the stream on the node-local root now. A
+    server or drain running beside the caller releases segments: one gone
+    between the listing and its stat is not counted."""
+    sizes = {}
+    for f in (local / ".paralog-streams" / STREAM).glob("*.seg"):
+        try:
+            sizes[f.name] = f.stat().st_size
+        except FileNotFoundError:
+            pass
+    return sizes
 
 
 def stream_row(local):
