@@ -66,8 +66,12 @@ impl Base {
 
 /// The drained state as opened for one view.
 enum Opened {
-    /// The drained file, opened at the first read.
-    File(PathBuf, std::sync::OnceLock<std::fs::File>),
+    /// The drained file, opened at the first read, and whether it existed
+    /// when the view was built: a view is a snapshot (rebuilt at each
+    /// commit), so a file absent then answers no times and no mode without
+    /// asking the remote again (ROMIO `lstat`s every file it opens: a
+    /// round trip on sshfs or NFS each).
+    File(PathBuf, std::sync::OnceLock<std::fs::File>, bool),
     Object(ObjStore, Version),
     /// A checkpoint set's member, every block verified as it is read.
     Member(std::sync::Mutex<paralog_aggregate::MemberReader>),
@@ -108,7 +112,8 @@ fn open_base(base: Base, abs: &Path) -> CResult<(Opened, Option<u64>)> {
                 .ok()
                 .filter(|m| m.is_file())
                 .map(|m| m.len());
-            (Opened::File(p, std::sync::OnceLock::new()), len)
+            let present = len.is_some();
+            (Opened::File(p, std::sync::OnceLock::new(), present), len)
         }
         Base::Object(store, name) => match store.version(&name, None) {
             Ok(Some(v)) if !v.deleted => {
@@ -136,7 +141,7 @@ fn open_base(base: Base, abs: &Path) -> CResult<(Opened, Option<u64>)> {
             let p = root.join(OsStr::from_bytes(&rel));
             match std::fs::metadata(&p) {
                 Ok(m) => (
-                    Opened::File(p, std::sync::OnceLock::new()),
+                    Opened::File(p, std::sync::OnceLock::new(), true),
                     m.is_file().then_some(m.len()),
                 ),
                 Err(_) => match crate::sets::member_of(&root, &rel) {
@@ -146,10 +151,10 @@ fn open_base(base: Base, abs: &Path) -> CResult<(Opened, Option<u64>)> {
                                 let len = m.size();
                                 (Opened::Member(std::sync::Mutex::new(m)), Some(len))
                             }
-                            None => (Opened::File(p, std::sync::OnceLock::new()), None),
+                            None => (Opened::File(p, std::sync::OnceLock::new(), false), None),
                         }
                     }
-                    None => (Opened::File(p, std::sync::OnceLock::new()), None),
+                    None => (Opened::File(p, std::sync::OnceLock::new(), false), None),
                 },
             }
         }
@@ -356,7 +361,7 @@ impl View {
             return self.lf.mode;
         }
         match &self.base {
-            Opened::File(p, _) => std::fs::metadata(p)
+            Opened::File(p, _, true) => std::fs::metadata(p)
                 .ok()
                 .filter(|m| m.is_file())
                 .map(|m| m.permissions().mode() & 0o7777),
@@ -372,7 +377,7 @@ impl View {
     /// epochs changed it, the time its newest bytes reached the log.
     pub fn times(&self) -> Option<Times> {
         self.lf.times_on(|| match &self.base {
-            Opened::File(p, _) => file_times(p.as_path()),
+            Opened::File(p, _, true) => file_times(p.as_path()),
             Opened::Renamed(v, _) => v.lock().ok().and_then(|v| v.times()),
             _ => None,
         })
@@ -386,7 +391,7 @@ impl View {
         let mut base = |at: u64, dst: &mut [u8]| -> paralog_log::Result<()> {
             use std::os::unix::fs::FileExt;
             match opened {
-                Opened::File(p, file) => {
+                Opened::File(p, file, _) => {
                     let io = |op, error| paralog_log::LogError::Io {
                         path: p.to_path_buf(),
                         op,
