@@ -13,6 +13,11 @@ looks at the system calls made between two marker calls around the open:
   reopen       a second open (O_RDWR, no O_TRUNC) of a file this process
                has open: no system call names R; both descriptors' writes
                reach R
+  stat-new     stat and lstat of a new file (created without O_TRUNC, as
+               ROMIO does, and `lstat`ed at MPI_File_open) while it is open
+               and unwritten: no system call names R (the view built at
+               the open found no file there); R's file afterwards holds
+               the bytes written
   append       control: open(P/f, "a") of a drained file must ask R (the
                view answers reads of the drained bytes), so the check above
                can fail; R's file afterwards holds the old and new bytes
@@ -44,6 +49,16 @@ if case == "truncating":
     mark("end")
     f.write(b"new bytes\n")
     f.close()
+elif case == "stat-new":
+    new = os.path.join(prefix, "g.dat")
+    fd = os.open(new, os.O_CREAT | os.O_WRONLY, 0o644)
+    mark("begin")
+    os.lstat(new)
+    os.stat(new)
+    os.lstat(new)
+    mark("end")
+    os.write(fd, b"a new file\n")
+    os.close(fd)
 elif case == "reopen":
     f = open(path, "wb")
     f.write(b"first descriptor\n")
@@ -106,6 +121,15 @@ def case_reopen(work):
     return quiet_open(work, "reopen", b"SECONDdescriptor\n")
 
 
+def case_stat_new(work):
+    between, remote = traced_run(work, "stat-new")
+    calls = remote_calls(between, remote)
+    check(not calls, f"stat of a new file asked the remote: {calls[:3]}")
+    got = (remote / "g.dat").read_bytes()
+    check(got == b"a new file\n", f"remote file holds {got!r}")
+    return f"{len(between)} file calls in 3 stats, none on the remote"
+
+
 def case_append(work):
     between, remote = traced_run(work, "append")
     calls = remote_calls(between, remote)
@@ -120,6 +144,7 @@ def main():
     sys.exit(suite.run([
         ("truncating open", case_truncating),
         ("reopen of an open file", case_reopen),
+        ("stat of a new file", case_stat_new),
         ("append (control)", case_append),
     ], only=sys.argv[1] if len(sys.argv) > 1 else None))
 
