@@ -21,10 +21,6 @@ POSIX remote while they run, results compared byte for byte.
              data is kept, and the drain completes once the remote is back
   recover    `paralog recover` of a log no server drained equals the last
              committed epoch, and a second run changes nothing
-  no-remote  a --remote directory that does not exist: `paralog run` and
-             `paralog recover` refuse at once, naming it (before: run started
-             the program and its drain retried until the directory appeared),
-             the program does not run, and the log is left for recover
 
 Usage: python3 -m tests.server.e2e [--only NAME] [--mode MODE] [--keep]
 Prints one line per case and ends with "server: N passed, N failed".
@@ -249,33 +245,12 @@ def case_recover(work):
     return f"{epochs} epochs recovered; second run changed nothing"
 
 
-def case_no_remote(work):
-    prefix, local, absent = work / "pfs", work / "local", work / "absent"
-    prefix.mkdir(parents=True)
-    t0 = time.time()
-    r = run([BIN, "run", "--prefix", prefix, "--local", local, "--job", "t", "--remote", absent,
-             "--mpi", "none", "--", PY, WRITER, "write", prefix / "r.bin", "1", "4096"], check=False, timeout=60)
-    check(r.returncode != 0, "paralog run started with a missing remote directory")
-    check(f"--remote {absent}" in r.stderr and "does not exist" in r.stderr,
-          f"no line naming --remote and the directory: {r.stderr[-300:]}")
-    check(not (prefix / "r.bin").exists() and not list(Path(local).rglob("*.data")),
-          "the program ran although the run was refused")
-    check(time.time() - t0 < 30, "it took more than 30 s to refuse")
-    log, _ = captured(work / "c", "c.bin", 2, 4096)
-    r = run([BIN, "recover", "--local", log, "--remote", absent], check=False, timeout=60)
-    check(r.returncode != 0 and str(absent) in r.stderr, f"recover did not refuse the missing remote: {r.stderr[-300:]}")
-    check(list(Path(log).rglob("*.data")), "recover touched the log although it refused")
-    check(not absent.exists(), "the missing remote directory was created")
-    return "run and recover refused at once, naming the directory; nothing created"
-
-
 POSIX_CASES = [
     ("readback", case_readback),
     ("restart", case_restart),
     ("damaged", case_damaged),
     ("remote", case_remote),
     ("recover", case_recover),
-    ("no-remote", case_no_remote),
 ]
 
 

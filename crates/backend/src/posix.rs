@@ -89,17 +89,6 @@ impl Backend for PosixBackend {
         self.path(rel).display().to_string()
     }
 
-    /// A root missing when a run or a recovery starts is a typing error or
-    /// a remote not mounted: refused then, naming it, rather than a drain
-    /// that retries until someone reads the server's log (as the object
-    /// layout's). Missing later (unmounted mid-run), the drain retries.
-    fn check(&self) -> Result<(), BackendError> {
-        root_exists(&self.root).map_err(|e| BackendError {
-            kind: ErrorKind::Permanent,
-            ..e
-        })
-    }
-
     fn local_path(&self, rel: &[u8]) -> Option<PathBuf> {
         Some(self.path(rel))
     }
