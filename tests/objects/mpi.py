@@ -18,8 +18,9 @@ on every rank; from Python, column bands with a hole (refused, then
 filled) and the mpi4py program writing parts on 4 ranks.
 Fortran (tests/objects/f_put.f90 over paralog_objects.f90) on 2 and 4
 ranks of each MPI. Mixed waits: half the ranks told their node is
-outnumbered (they sleep between tests), on 2 and 4 ranks of each MPI. Logged: the C program on a logged store (2 and 4
-ranks), published by `paralog obj publish`, once.
+outnumbered (they sleep between tests), on 2 and 4 ranks of each MPI.
+Logged: the C program on a logged store (2 and 4 ranks), published by
+`paralog obj publish`, once.
 
 Usage: python3 -m tests.objects.mpi [--only SUBSTRING] [--keep]
 Ends with "objects-mpi: N passed, N failed"."""

@@ -108,11 +108,9 @@ pub struct Committed {
 fn open_base(base: Base, abs: &Path) -> CResult<(Opened, Option<u64>)> {
     Ok(match base {
         Base::File(p) => {
-            let len = std::fs::metadata(&p)
-                .ok()
-                .filter(|m| m.is_file())
-                .map(|m| m.len());
-            let present = len.is_some();
+            let m = std::fs::metadata(&p).ok();
+            let present = m.is_some();
+            let len = m.filter(|m| m.is_file()).map(|m| m.len());
             (Opened::File(p, std::sync::OnceLock::new(), present), len)
         }
         Base::Object(store, name) => match store.version(&name, None) {
