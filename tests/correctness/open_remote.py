@@ -18,6 +18,14 @@ looks at the system calls made between two marker calls around the open:
                and unwritten: no system call names R (the view built at
                the open found no file there); R's file afterwards holds
                the bytes written
+  statfs-new   statvfs and fstatvfs of a new open file, and statvfs of it
+               once closed (drained to R, never in P): each answers P's
+               file system, as direct I/O would (not ENOENT, not the
+               placeholder's tmpfs); between the markers at most one call
+               names P (its directory's answer, then kept) and none names
+               P's file (ROMIO and OMPIO statfs every file at
+               MPI_File_open: a round trip each on sshfs); a missing name
+               still fails with ENOENT
   append       control: open(P/f, "a") of a drained file must ask R (the
                view answers reads of the drained bytes), so the check above
                can fail; R's file afterwards holds the old and new bytes
@@ -69,6 +77,23 @@ elif case == "reopen":
     os.pwrite(fd, b"SECOND", 0)
     os.close(fd)
     f.close()
+elif case == "statfs-new":
+    new = os.path.join(prefix, "g.dat")
+    fd = os.open(new, os.O_CREAT | os.O_WRONLY, 0o644)
+    fields = lambda s: (s.f_bsize, s.f_blocks, s.f_files, s.f_fsid, s.f_namemax)
+    want = fields(os.statvfs(prefix))
+    mark("begin")
+    got = [fields(os.statvfs(new)), fields(os.fstatvfs(fd)), fields(os.statvfs(new))]
+    mark("end")
+    os.write(fd, b"a new file\n")
+    os.close(fd)
+    got.append(fields(os.statvfs(new)))
+    try:
+        os.statvfs(os.path.join(prefix, "missing.dat"))
+        print("missing: no error")
+    except FileNotFoundError:
+        print("missing: ENOENT")
+    print("same as the prefix:", [g == want for g in got])
 else:
     mark("begin")
     f = open(path, "ab")
@@ -89,13 +114,13 @@ def traced_run(work, case):
     trace = work / "trace"
     strace = shutil.which("strace")
     check(strace, "strace is not installed (scripts/setup.sh installs it)")
-    paralog_run(work / "l", prefix, [strace, "-f", "-e", "trace=file", "-o", trace, PY, "-c", PROGRAM,
+    r = paralog_run(work / "l", prefix, [strace, "-f", "-e", "trace=file", "-o", trace, PY, "-c", PROGRAM,
                                      prefix, case], remote=remote)
     lines = trace.read_text().splitlines()
     begin = [i for i, l in enumerate(lines) if "nonexistent-paralog-mark-begin" in l]
     end = [i for i, l in enumerate(lines) if "nonexistent-paralog-mark-end" in l]
     check(begin and end, f"markers not in the trace {trace}")
-    return lines[begin[0] + 1:end[0]], remote
+    return lines[begin[0] + 1:end[0]], remote, r.stdout
 
 
 def remote_calls(between, remote):
@@ -105,7 +130,7 @@ def remote_calls(between, remote):
 def quiet_open(work, case, expected):
     """The open between the markers names no remote path; R's file ends
     as `expected`."""
-    between, remote = traced_run(work, case)
+    between, remote, _ = traced_run(work, case)
     calls = remote_calls(between, remote)
     check(not calls, f"the {case} open asked the remote: {calls[:3]}")
     got = (remote / "f.dat").read_bytes()
@@ -122,7 +147,7 @@ def case_reopen(work):
 
 
 def case_stat_new(work):
-    between, remote = traced_run(work, "stat-new")
+    between, remote, _ = traced_run(work, "stat-new")
     calls = remote_calls(between, remote)
     check(not calls, f"stat of a new file asked the remote: {calls[:3]}")
     got = (remote / "g.dat").read_bytes()
@@ -130,8 +155,23 @@ def case_stat_new(work):
     return f"{len(between)} file calls in 3 stats, none on the remote"
 
 
+def case_statfs_new(work):
+    between, remote, out = traced_run(work, "statfs-new")
+    check("same as the prefix: [True, True, True, True]" in out,
+          f"statvfs of a captured file did not answer the prefix's file system: {out!r}")
+    check("missing: ENOENT" in out, f"statvfs of a missing name: {out!r}")
+    prefix = str(work / "p")
+    on_file = [l for l in between if prefix + "/g.dat" in l]
+    check(not on_file, f"statvfs of a captured file asked the real file: {on_file[:3]}")
+    on_prefix = [l for l in between if f'"{prefix}"' in l]
+    check(len(on_prefix) <= 1, f"the prefix's file system was asked {len(on_prefix)} times: {on_prefix[:3]}")
+    got = (remote / "g.dat").read_bytes()
+    check(got == b"a new file\n", f"remote file holds {got!r}")
+    return f"{len(on_prefix)} call(s) on the prefix in 3 statvfs, none on the file"
+
+
 def case_append(work):
-    between, remote = traced_run(work, "append")
+    between, remote, _ = traced_run(work, "append")
     calls = remote_calls(between, remote)
     check(calls, "the appending open did not ask the remote: the trace would not show a round trip")
     got = (remote / "f.dat").read_bytes()
@@ -145,6 +185,7 @@ def main():
         ("truncating open", case_truncating),
         ("reopen of an open file", case_reopen),
         ("stat of a new file", case_stat_new),
+        ("statvfs of a new file", case_statfs_new),
         ("append (control)", case_append),
     ], only=sys.argv[1] if len(sys.argv) > 1 else None))
 

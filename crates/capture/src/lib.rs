@@ -38,6 +38,7 @@ pub mod sets;
 pub mod shared;
 pub mod stat;
 pub mod state;
+pub mod statfs;
 pub mod stats;
 pub mod stdio;
 pub mod symlink;

@@ -77,24 +77,34 @@ fn mode_of(path: &Path, logged: Option<u32>) -> u32 {
 /// prefix's; the inode a hash of the path with the top bit set, a range
 /// that real inode numbers do not reach.
 fn identity(path: &Path) -> (u64, u64) {
-    static DEV: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    let dev = *DEV.get_or_init(|| match crate::state::settings() {
-        crate::settings::Settings::On(c) => {
-            let p = std::ffi::CString::new(c.prefix.as_os_str().as_bytes()).unwrap_or_default();
-            // SAFETY: a zeroed stat buffer filled by the kernel.
-            unsafe {
-                let mut st: libc::stat = std::mem::zeroed();
-                libc::syscall(libc::SYS_newfstatat, libc::AT_FDCWD, p.as_ptr(), &mut st, 0);
-                st.st_dev
-            }
-        }
-        _ => 0,
-    });
+    let dev = prefix_stat().map_or(0, |st| st.st_dev);
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in path.as_os_str().as_bytes() {
         h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
     }
     (dev, h | 1 << 63)
+}
+
+/// The prefix directory's stat, taken once per process: it fills what
+/// capture does not know of a captured file that has no placeholder open
+/// (owner, block size) and gives every captured file its device. Asked
+/// once because on sshfs or NFS each ask is a round trip, and ROMIO
+/// `lstat`s every file at `MPI_File_open` before it opens it.
+fn prefix_stat() -> Option<libc::stat> {
+    static PREFIX: std::sync::OnceLock<Option<libc::stat>> = std::sync::OnceLock::new();
+    *PREFIX.get_or_init(|| match crate::state::settings() {
+        crate::settings::Settings::On(c) => {
+            let p = std::ffi::CString::new(c.prefix.as_os_str().as_bytes()).ok()?;
+            // SAFETY: a zeroed stat buffer filled by the kernel.
+            unsafe {
+                let mut st: libc::stat = std::mem::zeroed();
+                let rc =
+                    libc::syscall(libc::SYS_newfstatat, libc::AT_FDCWD, p.as_ptr(), &mut st, 0);
+                (rc == 0).then_some(st)
+            }
+        }
+        _ => None,
+    })
 }
 
 /// The times stat answers: those the program set in this process, on top
@@ -137,12 +147,12 @@ unsafe fn fill_stat(
 ) -> c_int {
     let rc = match fd {
         Some(fd) => libc::syscall(libc::SYS_fstat, fd, buf) as c_int,
-        None => match crate::state::settings() {
-            crate::settings::Settings::On(c) => {
-                let p = std::ffi::CString::new(c.prefix.as_os_str().as_bytes()).unwrap_or_default();
-                libc::syscall(libc::SYS_newfstatat, libc::AT_FDCWD, p.as_ptr(), buf, 0) as c_int
+        None => match prefix_stat() {
+            Some(st) => {
+                *buf = st;
+                0
             }
-            _ => -1,
+            None => -1,
         },
     };
     if rc != 0 {

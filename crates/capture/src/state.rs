@@ -251,6 +251,9 @@ pub struct State {
     /// Times set by `utimensat` and its family on captured paths, until the
     /// file changes again (stat answers them).
     pub times: HashMap<PathBuf, paralog_log::format::Times>,
+    /// statfs/statvfs answers of directories under the prefix, kept a
+    /// moment (statfs.rs); here so that fork's lock covers them too.
+    pub fs_kept: crate::statfs::Kept,
 }
 
 /// Errors at the C boundary: an errno for the caller, the line already
@@ -284,6 +287,7 @@ impl State {
             aio: HashMap::new(),
             modes: HashMap::new(),
             times: HashMap::new(),
+            fs_kept: HashMap::new(),
         }
     }
 

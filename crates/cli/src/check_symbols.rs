@@ -23,36 +23,12 @@ pub struct Args {
 /// I/O entry points that capture deliberately leaves to the real call.
 const PASS_THROUGH: &[(&str, &str)] = &[
     (
-        "statfs",
-        "the MPI library picks its driver from the real file system",
+        "posix_fadvise",
+        "advice only: on the placeholder it changes nothing",
     ),
     (
-        "statfs64",
-        "the MPI library picks its driver from the real file system",
-    ),
-    (
-        "fstatfs",
-        "the MPI library picks its driver from the real file system",
-    ),
-    (
-        "fstatfs64",
-        "the MPI library picks its driver from the real file system",
-    ),
-    (
-        "statvfs",
-        "the MPI library picks its driver from the real file system",
-    ),
-    (
-        "statvfs64",
-        "the MPI library picks its driver from the real file system",
-    ),
-    (
-        "fstatvfs",
-        "the MPI library picks its driver from the real file system",
-    ),
-    (
-        "fstatvfs64",
-        "the MPI library picks its driver from the real file system",
+        "posix_fadvise64",
+        "advice only: on the placeholder it changes nothing",
     ),
 ];
 

@@ -145,9 +145,9 @@ fn check_symbols_classifies_what_a_program_calls() {
     let src = dir.path().join("p.c");
     std::fs::write(
         &src,
-        "#include <stdio.h>\n#include <sys/mman.h>\n#include <unistd.h>\n#include <sys/statfs.h>\n#include <sys/sendfile.h>\n\
+        "#include <stdio.h>\n#include <sys/mman.h>\n#include <unistd.h>\n#include <sys/statfs.h>\n#include <sys/sendfile.h>\n#include <fcntl.h>\n\
          extern int io_uring_setup(unsigned, void *) __attribute__((weak));\n\
-         int main(int c, char **v) { FILE *f = fopen(v[0], \"r\"); struct statfs s; statfs(v[0], &s);\n\
+         int main(int c, char **v) { FILE *f = fopen(v[0], \"r\"); struct statfs s; statfs(v[0], &s); posix_fadvise(0, 0, 0, 0);\n\
          void *m = mmap(0, 1, PROT_READ, MAP_PRIVATE, 0, 0); sendfile(c, 0, 0, 1); if (io_uring_setup) io_uring_setup(1, 0);\n\
          return pwrite(c, m, 1, 0) + (f != 0); }\n",
     )
@@ -178,7 +178,8 @@ fn check_symbols_classifies_what_a_program_calls() {
     assert_eq!(status("fopen").as_deref(), Some("captured"));
     assert_eq!(status("sendfile").as_deref(), Some("captured"));
     assert_eq!(status("io_uring_setup").as_deref(), Some("NOT HANDLED"));
-    assert_eq!(status("statfs").as_deref(), Some("passes through"));
+    assert_eq!(status("statfs").as_deref(), Some("captured"));
+    assert_eq!(status("posix_fadvise").as_deref(), Some("passes through"));
     assert_eq!(status("printf"), None, "not an I/O entry point of a file");
 }
 

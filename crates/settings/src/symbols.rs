@@ -72,6 +72,14 @@ macro_rules! wrapped_symbols {
             __fxstatat: fn(c_int, c_int, *const c_char, *mut libc::stat, c_int) -> c_int;
             __fxstatat64: fn(c_int, c_int, *const c_char, *mut libc::stat64, c_int) -> c_int;
             statx: fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int;
+            statfs: fn(*const c_char, *mut libc::statfs) -> c_int;
+            statfs64: fn(*const c_char, *mut libc::statfs64) -> c_int;
+            fstatfs: fn(c_int, *mut libc::statfs) -> c_int;
+            fstatfs64: fn(c_int, *mut libc::statfs64) -> c_int;
+            statvfs: fn(*const c_char, *mut libc::statvfs) -> c_int;
+            statvfs64: fn(*const c_char, *mut libc::statvfs64) -> c_int;
+            fstatvfs: fn(c_int, *mut libc::statvfs) -> c_int;
+            fstatvfs64: fn(c_int, *mut libc::statvfs64) -> c_int;
             dup: fn(c_int) -> c_int;
             dup2: fn(c_int, c_int) -> c_int;
             dup3: fn(c_int, c_int, c_int) -> c_int;
