@@ -18,14 +18,14 @@ looks at the system calls made between two marker calls around the open:
                and unwritten: no system call names R (the view built at
                the open found no file there); R's file afterwards holds
                the bytes written
-  statfs-new   statvfs and fstatvfs of a new open file, and statvfs of it
-               once closed (drained to R, never in P): each answers P's
-               file system, as direct I/O would (not ENOENT, not the
-               placeholder's tmpfs); between the markers at most one call
-               names P (its directory's answer, then kept) and none names
-               P's file (ROMIO and OMPIO statfs every file at
-               MPI_File_open: a round trip each on sshfs); a missing name
-               still fails with ENOENT
+  statfs-new   statvfs and fstatvfs of a new open file, statvfs of P
+               while it is open, and statvfs of the file once closed
+               (drained to R, never in P): each answers P's file system, as
+               direct I/O would (not ENOENT, not the placeholder's tmpfs);
+               between the markers at most one call names P (its answer,
+               then kept) and none names P's file (ROMIO statfs every file,
+               OMPIO its directory, at MPI_File_open: a round trip each on
+               sshfs); a missing name still fails with ENOENT
   append       control: open(P/f, "a") of a drained file must ask R (the
                view answers reads of the drained bytes), so the check above
                can fail; R's file afterwards holds the old and new bytes
@@ -79,11 +79,11 @@ elif case == "reopen":
     f.close()
 elif case == "statfs-new":
     new = os.path.join(prefix, "g.dat")
-    fd = os.open(new, os.O_CREAT | os.O_WRONLY, 0o644)
     fields = lambda s: (s.f_bsize, s.f_blocks, s.f_files, s.f_fsid, s.f_namemax)
     want = fields(os.statvfs(prefix))
+    fd = os.open(new, os.O_CREAT | os.O_WRONLY, 0o644)
     mark("begin")
-    got = [fields(os.statvfs(new)), fields(os.fstatvfs(fd)), fields(os.statvfs(new))]
+    got = [fields(os.statvfs(new)), fields(os.fstatvfs(fd)), fields(os.statvfs(new)), fields(os.statvfs(prefix))]
     mark("end")
     os.write(fd, b"a new file\n")
     os.close(fd)
@@ -157,7 +157,7 @@ def case_stat_new(work):
 
 def case_statfs_new(work):
     between, remote, out = traced_run(work, "statfs-new")
-    check("same as the prefix: [True, True, True, True]" in out,
+    check("same as the prefix: [True, True, True, True, True]" in out,
           f"statvfs of a captured file did not answer the prefix's file system: {out!r}")
     check("missing: ENOENT" in out, f"statvfs of a missing name: {out!r}")
     prefix = str(work / "p")
@@ -167,7 +167,7 @@ def case_statfs_new(work):
     check(len(on_prefix) <= 1, f"the prefix's file system was asked {len(on_prefix)} times: {on_prefix[:3]}")
     got = (remote / "g.dat").read_bytes()
     check(got == b"a new file\n", f"remote file holds {got!r}")
-    return f"{len(on_prefix)} call(s) on the prefix in 3 statvfs, none on the file"
+    return f"{len(on_prefix)} call(s) on the prefix in 4 statvfs, none on the file"
 
 
 def case_append(work):

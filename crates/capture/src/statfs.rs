@@ -4,16 +4,17 @@
 //! tmpfs) and not ENOENT for a file only the log holds so far (a stat of it
 //! says it exists).
 //!
-//! ROMIO and OMPIO pick their driver this way at every `MPI_File_open`:
-//! `statfs` of the file, and of its directory when that fails. On sshfs or
-//! NFS each is a round trip that waits behind the drain's own traffic, so
-//! a directory's answer is kept for `FRESH` and shared by every captured
-//! file in it. Other paths and descriptors get the real call.
+//! ROMIO picks its driver at every `MPI_File_open` from `statfs` of the
+//! file (of its directory when that fails), OMPIO from its directory's. On
+//! sshfs or NFS each is a round trip that waits behind the drain's own
+//! traffic, so a directory's answer is kept for `FRESH` and given for every
+//! captured file in it, and for the directory itself while this process
+//! has one of them open. Other paths and descriptors get the real call.
 
 #![allow(clippy::missing_safety_doc)]
 
 use std::collections::HashMap;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -98,10 +99,14 @@ unsafe fn real_for_dir(dir: &Path, kind: Kind) -> Option<Answer> {
     None
 }
 
-/// The answer for a captured file at `abs`: its directory's, kept or fresh.
+/// The answer for a captured file at `abs`: its directory's.
 unsafe fn for_file(abs: &Path, kind: Kind) -> Option<Answer> {
-    let dir = abs.parent()?.to_path_buf();
-    let key = (dir, kind);
+    for_dir(abs.parent()?, kind)
+}
+
+/// The answer for a directory under the prefix, kept or fresh.
+unsafe fn for_dir(dir: &Path, kind: Kind) -> Option<Answer> {
+    let key = (dir.to_path_buf(), kind);
     let now = Instant::now();
     let kept = lock().as_ref().and_then(|st| st.fs_kept.get(&key).copied());
     if let Some((at, a)) = kept {
@@ -118,8 +123,37 @@ unsafe fn for_file(abs: &Path, kind: Kind) -> Option<Answer> {
     Some(a)
 }
 
+/// The prefix or a directory under it in which this process has a
+/// captured file open: OMPIO asks the file's directory at every
+/// `MPI_File_open`, after capture has taken the file (the directory exists
+/// as far as capture can tell: it holds that file).
+unsafe fn dir_with_open_file(path: *const c_char) -> Option<(Guard, PathBuf)> {
+    if path.is_null() {
+        return None;
+    }
+    let g = Guard::enter()?;
+    let p = Path::new(std::ffi::OsStr::from_bytes(CStr::from_ptr(path).to_bytes()));
+    let abs = crate::state::resolve(libc::AT_FDCWD, p)?;
+    let crate::settings::Settings::On(c) = crate::state::settings() else {
+        return None;
+    };
+    if !abs.starts_with(&c.prefix) {
+        return None;
+    }
+    let slot = lock();
+    let holds = slot
+        .as_ref()?
+        .by_path
+        .keys()
+        .any(|f| f.parent() == Some(&abs));
+    holds.then_some((g, abs))
+}
+
 /// By path: `None` lets the real call answer.
 unsafe fn by_path(path: *const c_char, out: Out) -> Option<c_int> {
+    if let Some((_g, dir)) = dir_with_open_file(path) {
+        return Some(out.give(for_dir(&dir, out.kind())?));
+    }
     let (_g, abs, id) = prefix_path(path)?;
     if id.is_none() {
         // Not open here: the real file, if there is one, answers for
