@@ -77,7 +77,10 @@ fn mode_of(path: &Path, logged: Option<u32>) -> u32 {
 /// prefix's; the inode a hash of the path with the top bit set, a range
 /// that real inode numbers do not reach.
 fn identity(path: &Path) -> (u64, u64) {
-    let dev = prefix_stat().map_or(0, |st| st.st_dev);
+    // Taken once, whatever the answer: a file's device must not change
+    // while capture answers for it.
+    static DEV: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let dev = *DEV.get_or_init(|| prefix_stat().map_or(0, |st| st.st_dev));
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in path.as_os_str().as_bytes() {
         h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
@@ -91,20 +94,23 @@ fn identity(path: &Path) -> (u64, u64) {
 /// once because on sshfs or NFS each ask is a round trip, and ROMIO
 /// `lstat`s every file at `MPI_File_open` before it opens it.
 fn prefix_stat() -> Option<libc::stat> {
-    static PREFIX: std::sync::OnceLock<Option<libc::stat>> = std::sync::OnceLock::new();
-    *PREFIX.get_or_init(|| match crate::state::settings() {
-        crate::settings::Settings::On(c) => {
-            let p = std::ffi::CString::new(c.prefix.as_os_str().as_bytes()).ok()?;
-            // SAFETY: a zeroed stat buffer filled by the kernel.
-            unsafe {
-                let mut st: libc::stat = std::mem::zeroed();
-                let rc =
-                    libc::syscall(libc::SYS_newfstatat, libc::AT_FDCWD, p.as_ptr(), &mut st, 0);
-                (rc == 0).then_some(st)
-            }
-        }
-        _ => None,
-    })
+    static PREFIX: std::sync::OnceLock<libc::stat> = std::sync::OnceLock::new();
+    if let Some(st) = PREFIX.get() {
+        return Some(*st);
+    }
+    // Kept only once it exists: a program may make its prefix after it
+    // started (then the next ask tries again).
+    let crate::settings::Settings::On(c) = crate::state::settings() else {
+        return None;
+    };
+    let p = std::ffi::CString::new(c.prefix.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a zeroed stat buffer filled by the kernel.
+    let st = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        let rc = libc::syscall(libc::SYS_newfstatat, libc::AT_FDCWD, p.as_ptr(), &mut st, 0);
+        (rc == 0).then_some(st)?
+    };
+    Some(*PREFIX.get_or_init(|| st))
 }
 
 /// The times stat answers: those the program set in this process, on top
