@@ -115,7 +115,7 @@ def traced_run(work, case):
     strace = shutil.which("strace")
     check(strace, "strace is not installed (scripts/setup.sh installs it)")
     r = paralog_run(work / "l", prefix, [strace, "-f", "-e", "trace=file", "-o", trace, PY, "-c", PROGRAM,
-                                     prefix, case], remote=remote)
+                                         prefix, case], remote=remote)
     lines = trace.read_text().splitlines()
     begin = [i for i, l in enumerate(lines) if "nonexistent-paralog-mark-begin" in l]
     end = [i for i, l in enumerate(lines) if "nonexistent-paralog-mark-end" in l]
