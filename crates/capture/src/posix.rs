@@ -514,23 +514,34 @@ unsafe fn fcntl_impl(fd: c_int, cmd: c_int, arg: c_ulong, kind: c_int) -> c_int 
     rc
 }
 
-/// The handle of a path this process currently captures, if any.
-/// A path under the prefix while capture is on: the guard, the absolute
-/// path, and the handle that has it open in this process (if any).
-pub(crate) unsafe fn prefix_path(
-    path: *const c_char,
-) -> Option<(Guard, std::path::PathBuf, Option<u64>)> {
+/// A path argument made absolute, with the guard held while capture
+/// answers for it (`None`: a null path, or inside paralog already).
+pub(crate) unsafe fn resolved(path: *const c_char) -> Option<(Guard, std::path::PathBuf)> {
     if path.is_null() {
         return None;
     }
     let g = Guard::enter()?;
     let p = Path::new(std::ffi::OsStr::from_bytes(CStr::from_ptr(path).to_bytes()));
-    let abs = resolve(libc::AT_FDCWD, p)?;
-    if !matches!(under_prefix(&abs)?, Settings::On(_)) {
+    Some((g, resolve(libc::AT_FDCWD, p)?))
+}
+
+/// For an absolute path under the prefix while capture is on: the handle
+/// that has it open in this process, if any.
+pub(crate) fn captured_id(abs: &Path) -> Option<Option<u64>> {
+    if !matches!(under_prefix(abs)?, Settings::On(_)) {
         return None;
     }
     let mut slot = lock();
-    let id = State::get(&mut slot)?.by_path.get(&abs).copied();
+    Some(State::get(&mut slot)?.by_path.get(abs).copied())
+}
+
+/// A path under the prefix while capture is on: the guard, the absolute
+/// path, and the handle that has it open in this process (if any).
+pub(crate) unsafe fn prefix_path(
+    path: *const c_char,
+) -> Option<(Guard, std::path::PathBuf, Option<u64>)> {
+    let (g, abs) = resolved(path)?;
+    let id = captured_id(&abs)?;
     Some((g, abs, id))
 }
 

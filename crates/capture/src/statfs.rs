@@ -23,7 +23,7 @@ use libc::{c_char, c_int};
 
 use crate::entry_points;
 use crate::guard::Guard;
-use crate::posix::{logged_state, prefix_path};
+use crate::posix::{captured_id, logged_state, resolved};
 use crate::state::{is_captured, lock};
 
 /// How long a directory's answer is reused. The fields drivers read (type,
@@ -49,12 +49,24 @@ impl Out {
         matches!(self, Out::Vfs(_))
     }
 
-    /// The real call on `c`, with the guard held (so libc's is the real one).
-    unsafe fn real(self, c: &CString) -> c_int {
-        match self {
-            Out::Fs(b) => libc::statfs(c.as_ptr(), b),
-            Out::Vfs(b) => libc::statvfs(c.as_ptr(), b),
-        }
+    /// The real call of this kind on `c`, with the guard held (so libc's
+    /// is the real one); `Err`: its errno.
+    unsafe fn ask(self, c: &CStr) -> Result<Answer, c_int> {
+        let got = match self {
+            Out::Fs(_) => {
+                let mut b: libc::statfs = std::mem::zeroed();
+                (libc::statfs(c.as_ptr(), &mut b) == 0).then_some(Answer::Fs(b))
+            }
+            Out::Vfs(_) => {
+                let mut b: libc::statvfs = std::mem::zeroed();
+                (libc::statvfs(c.as_ptr(), &mut b) == 0).then_some(Answer::Vfs(b))
+            }
+        };
+        got.ok_or_else(|| {
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO)
+        })
     }
 
     unsafe fn give(self, a: Answer) -> c_int {
@@ -72,27 +84,19 @@ impl Out {
 
 /// statvfs (true) or statfs (false).
 pub type Kind = bool;
-const VFS: Kind = true;
 
 /// (directory, kind) -> when it was asked, and the answer.
 pub type Kept = HashMap<(PathBuf, Kind), (Instant, Answer)>;
 
 /// The real answer for the nearest existing directory at or above `dir`
 /// (a directory the program made under capture may exist in the log
-/// only). Called with the guard held, so libc's calls are the real ones.
-unsafe fn real_for_dir(dir: &Path, kind: Kind) -> Option<Answer> {
+/// only).
+unsafe fn real_for_dir(dir: &Path, out: Out) -> Option<Answer> {
     let mut at = Some(dir);
     while let Some(d) = at {
         let c = CString::new(d.as_os_str().as_bytes()).ok()?;
-        let got = if kind == VFS {
-            let mut b: libc::statvfs = std::mem::zeroed();
-            (libc::statvfs(c.as_ptr(), &mut b) == 0).then_some(Answer::Vfs(b))
-        } else {
-            let mut b: libc::statfs = std::mem::zeroed();
-            (libc::statfs(c.as_ptr(), &mut b) == 0).then_some(Answer::Fs(b))
-        };
-        if got.is_some() {
-            return got;
+        if let Ok(a) = out.ask(&c) {
+            return Some(a);
         }
         at = d.parent();
     }
@@ -100,13 +104,13 @@ unsafe fn real_for_dir(dir: &Path, kind: Kind) -> Option<Answer> {
 }
 
 /// The answer for a captured file at `abs`: its directory's.
-unsafe fn for_file(abs: &Path, kind: Kind) -> Option<Answer> {
-    for_dir(abs.parent()?, kind)
+unsafe fn for_file(abs: &Path, out: Out) -> Option<Answer> {
+    for_dir(abs.parent()?, out)
 }
 
 /// The answer for a directory under the prefix, kept or fresh.
-unsafe fn for_dir(dir: &Path, kind: Kind) -> Option<Answer> {
-    let key = (dir.to_path_buf(), kind);
+unsafe fn for_dir(dir: &Path, out: Out) -> Option<Answer> {
+    let key = (dir.to_path_buf(), out.kind());
     let now = Instant::now();
     let kept = lock().as_ref().and_then(|st| st.fs_kept.get(&key).copied());
     if let Some((at, a)) = kept {
@@ -116,60 +120,45 @@ unsafe fn for_dir(dir: &Path, kind: Kind) -> Option<Answer> {
     }
     // Asked without holding the lock: a slow remote must not stall other
     // threads' answers.
-    let a = real_for_dir(&key.0, kind)?;
+    let a = real_for_dir(&key.0, out)?;
     if let Some(st) = lock().as_mut() {
         st.fs_kept.insert(key, (now, a));
     }
     Some(a)
 }
 
-/// The prefix or a directory under it in which this process has a
-/// captured file open: OMPIO asks the file's directory at every
-/// `MPI_File_open`, after capture has taken the file (the directory exists
-/// as far as capture can tell: it holds that file).
-unsafe fn dir_with_open_file(path: *const c_char) -> Option<(Guard, PathBuf)> {
-    if path.is_null() {
-        return None;
-    }
-    let g = Guard::enter()?;
-    let p = Path::new(std::ffi::OsStr::from_bytes(CStr::from_ptr(path).to_bytes()));
-    let abs = crate::state::resolve(libc::AT_FDCWD, p)?;
-    let crate::settings::Settings::On(c) = crate::state::settings() else {
-        return None;
-    };
-    if !abs.starts_with(&c.prefix) {
-        return None;
-    }
-    let slot = lock();
-    let holds = slot
-        .as_ref()?
-        .by_path
-        .keys()
-        .any(|f| f.parent() == Some(&abs));
-    holds.then_some((g, abs))
+/// Whether `abs` is the directory of a captured file this process has
+/// open (the prefix or a directory under it: every such file is under the
+/// prefix). OMPIO asks the file's directory at every `MPI_File_open`, after
+/// capture has taken the file; the directory exists as far as capture can
+/// tell: it holds that file.
+fn holds_open_file(abs: &Path) -> bool {
+    lock()
+        .as_ref()
+        .is_some_and(|st| st.by_path.keys().any(|f| f.parent() == Some(abs)))
 }
 
 /// By path: `None` lets the real call answer.
 unsafe fn by_path(path: *const c_char, out: Out) -> Option<c_int> {
-    if let Some((_g, dir)) = dir_with_open_file(path) {
-        return Some(out.give(for_dir(&dir, out.kind())?));
+    let (_g, abs) = resolved(path)?;
+    if holds_open_file(&abs) {
+        return Some(out.give(for_dir(&abs, out)?));
     }
-    let (_g, abs, id) = prefix_path(path)?;
-    if id.is_none() {
+    if captured_id(&abs)?.is_none() {
         // Not open here: the real file, if there is one, answers for
         // itself; a file the log alone holds (closed, not yet drained)
         // answers as an open one.
         let c = CString::new(abs.as_os_str().as_bytes()).ok()?;
-        let rc = out.real(&c);
-        if rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT) {
-            return Some(rc);
-        }
-        if !matches!(logged_state(&abs), Ok(Some((true, _)))) {
-            crate::state::set_errno(libc::ENOENT);
-            return Some(-1);
+        match out.ask(&c) {
+            Ok(a) => return Some(out.give(a)),
+            Err(libc::ENOENT) if matches!(logged_state(&abs), Ok(Some((true, _)))) => {}
+            Err(e) => {
+                crate::state::set_errno(e);
+                return Some(-1);
+            }
         }
     }
-    Some(out.give(for_file(&abs, out.kind())?))
+    Some(out.give(for_file(&abs, out)?))
 }
 
 /// By descriptor: a captured one answers for its path.
@@ -184,7 +173,7 @@ unsafe fn by_fd(fd: c_int, out: Out) -> Option<c_int> {
         let id = st.fds.get(&fd)?.handle;
         st.handles.get(&id)?.path.clone()
     };
-    Some(out.give(for_file(&abs, out.kind())?))
+    Some(out.give(for_file(&abs, out)?))
 }
 
 // The `*64` twins fill the same layout on the 64-bit ABIs.
